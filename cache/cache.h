@@ -1,0 +1,161 @@
+/*
+ * cache/cache.h - the on-disk artifact cache (private to libopjit).
+ *
+ * Content-addressed: an entry is a directory named by the hex of its key,
+ * holding artifacts (files) and a manifest. The cache knows nothing of
+ * compilers: the loader hashes the key inputs with cache_key_*, asks
+ * cache_fetch() for the entry, and supplies a build callback that writes the
+ * artifacts into a directory when the entry is missing.
+ *
+ * Every function returns an opjit_status (OPJIT_OK, OPJIT_ECACHE, OPJIT_EIO,
+ * OPJIT_EOFFLINE, OPJIT_ENOMEM, or whatever the build callback returned) and
+ * writes a message into err on failure.
+ */
+#ifndef OPJIT_CACHE_H
+#define OPJIT_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cache cache;
+typedef struct cache_entry cache_entry;
+
+/* Internal log sink: level is OPJIT_LOG_*. */
+typedef void (*cache_log_fn)(void *ud, int level, const char *msg);
+
+typedef struct cache_config {
+    /* Writable cache directory; NULL: $OPJIT_CACHE_DIR, else
+     * $XDG_CACHE_HOME/opjit, else $HOME/.cache/opjit. */
+    const char *dir;
+    /* Colon-separated read-only cache directories searched first; NULL:
+     * $OPJIT_CACHE_READONLY. */
+    const char *readonly;
+    /* 1: never build, a miss is OPJIT_EOFFLINE; 0: build; -1: $OPJIT_OFFLINE. */
+    int offline;
+    /* 1: no persistent cache: build into a private temporary directory. */
+    int disabled;
+    /* Size cap in bytes; 0: $OPJIT_CACHE_MAX_SIZE, else the default. */
+    uint64_t max_size;
+    cache_log_fn log;
+    void *log_ud;
+} cache_config;
+
+int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen);
+void cache_close(cache *c);
+/* The writable directory in use ("" when disabled). */
+const char *cache_dir(const cache *c);
+
+/* Keys: a strong hash over a length-prefixed serialization of named fields. */
+typedef struct cache_key {
+    unsigned char bytes[16];
+    char hex[33];
+} cache_key;
+
+typedef struct cache_keygen cache_keygen;
+cache_keygen *cache_keygen_new(void);
+/* Add one field: its name and bytes, both length-prefixed. */
+void cache_keygen_add(cache_keygen *g, const char *field, const void *data, size_t len);
+void cache_keygen_add_str(cache_keygen *g, const char *field, const char *s);
+void cache_keygen_finish(cache_keygen *g, cache_key *out); /* frees g */
+
+/* What an entry is, in readable form for the manifest and `opjit cache ls`. */
+typedef struct cache_request {
+    cache_key key;
+    const char *op_name;     /* "nms" */
+    const char *source_name; /* "nms.c" (a name, not an absolute path) */
+    const char *compiler;    /* "libtcc 0.9.27" */
+    const char *options;     /* compile options and defines */
+    const char *target;      /* "x86_64-linux", "sm_90" */
+    const char *tier;        /* "tcc", "opt" */
+} cache_request;
+
+/* Writes the artifacts of the entry into dir (an empty directory). Returns
+ * an opjit_status and fills err on failure. */
+typedef int (*cache_build_fn)(void *ud, const char *dir, char *err, size_t errlen);
+
+/* Find the entry for req->key in the read-only layers, then the writable
+ * cache; verify it (manifest and checksums: a damaged one is evicted and
+ * rebuilt, with a warning); on a miss take the key's cross-process lock,
+ * look again, then call build and publish atomically. When the cache cannot
+ * be written, builds into a private temporary directory instead (one
+ * warning). *hit tells whether build was skipped. The entry stays protected
+ * from eviction until released. */
+int cache_fetch(cache *c, const cache_request *req, cache_build_fn build,
+                void *ud, cache_entry **out, int *hit, char *err, size_t errlen);
+
+/* Path of artifact name inside the entry (e.g. "host.so"). */
+const char *cache_entry_path(cache_entry *e, const char *artifact);
+/* The entry's directory. */
+const char *cache_entry_dir(const cache_entry *e);
+void cache_entry_release(cache_entry *e);
+
+/* ---- administration (the `opjit cache` command) ----------------------- */
+
+/* The resolved writable directory, even when it could not be used; ""
+ * when the cache is disabled. */
+const char *cache_root_dir(const cache *c);
+/* 1 when the writable directory is in use (created and trusted). */
+int cache_writable(const cache *c);
+/* Read-only layers, in search order; i in [0, cache_readonly_count). */
+int cache_readonly_count(const cache *c);
+const char *cache_readonly_dir(const cache *c, int i);
+/* The size cap in bytes; UINT64_MAX when there is none. */
+uint64_t cache_max_size(const cache *c);
+int cache_offline(const cache *c);
+
+/* One entry, as listed. Strings live during the callback only. */
+typedef struct cache_entry_info {
+    const char *key;      /* hex */
+    const char *dir;      /* the entry's directory */
+    int layer;            /* 0: the writable cache; i > 0: read-only layer i-1 */
+    const char *layer_dir;
+    const char *op_name, *source_name, *compiler, *options, *target, *tier;
+    uint64_t size;        /* artifacts + manifest, bytes */
+    int64_t created;      /* Unix seconds */
+    int64_t last_use;     /* Unix seconds, kept to the minute */
+    int nartifacts;
+    const char *problem;  /* NULL, or why the entry does not verify */
+} cache_entry_info;
+
+/* Return non-zero to stop the walk. */
+typedef int (*cache_entry_fn)(void *ud, const cache_entry_info *info);
+
+/* Call fn for every entry of every layer (read-only layers first, then the
+ * writable cache), reading manifests only: cheap, and problem is set only
+ * when a manifest is unreadable. */
+int cache_foreach(cache *c, cache_entry_fn fn, void *ud, char *err, size_t errlen);
+
+typedef struct cache_totals {
+    uint64_t entries, bytes;       /* the writable cache */
+    uint64_t ro_entries, ro_bytes; /* all read-only layers */
+    uint64_t tmp_dirs;             /* builds in progress or left over */
+} cache_totals;
+int cache_get_totals(cache *c, cache_totals *t, char *err, size_t errlen);
+
+/* Verify every entry of every layer (manifests and checksums). fn (may be
+ * NULL) is called for each entry, problem set for damaged ones. repair:
+ * evict damaged entries of the writable cache (read-only layers are never
+ * touched). *ndamaged receives the number of damaged entries. */
+int cache_verify_all(cache *c, int repair, cache_entry_fn fn, void *ud, int *ndamaged,
+                     char *err, size_t errlen);
+
+typedef struct cache_prune_result {
+    uint64_t removed;       /* entries evicted */
+    uint64_t removed_bytes;
+    uint64_t busy;          /* entries skipped because a process uses them */
+    uint64_t tmp_removed;   /* leftover temporary directories removed */
+    uint64_t bytes_after;   /* size of the writable cache afterwards */
+} cache_prune_result;
+
+/* Evict least recently used entries of the writable cache until it holds at
+ * most max_bytes (0: the configured cap), skipping entries in use; also
+ * remove leftover temporary directories and unused lock files. */
+int cache_prune(cache *c, uint64_t max_bytes, cache_prune_result *r, char *err, size_t errlen);
+/* Remove every entry of the writable cache not in use. */
+int cache_clear(cache *c, cache_prune_result *r, char *err, size_t errlen);
+
+/* Parse a size: digits with an optional K, M, G or T suffix (powers of
+ * 1024, optional "B"/"iB"). Returns 0 and *out, or -1. */
+int cache_parse_size(const char *s, uint64_t *out);
+
+#endif

@@ -1,0 +1,226 @@
+/*
+ * opjit.h - load tensor operators from source text at run time.
+ *
+ * Lifecycle, in order:
+ *   1. opjit_config_init() + fill in, opjit_create()   -> runtime
+ *   2. opjit_load_op(rt, "nms" | "path/nms.c", &op)     -> compiled, cached,
+ *                                                        kernels registered
+ *   3. opjit_find_op(), opjit_op_info(), opjit_list()    -> look up
+ *   4. opjit_call(rt, op, args, nargs, outs, nouts)      -> run on DLPack
+ *   5. opjit_destroy(rt)
+ *
+ * Every function returning int returns an opjit_status. On failure the
+ * calling thread's message for that runtime is available from
+ * opjit_errmsg(rt); opjit_status_name() and opjit_errstr() give a static
+ * name and a static description of a status.
+ *
+ * The library never prints unless a log callback is set, never exits and
+ * never aborts.
+ */
+#ifndef OPJIT_H
+#define OPJIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define OPJIT_TYPES_ONLY
+#include "opjit_op.h"
+#undef OPJIT_TYPES_ONLY
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define OPJIT_VERSION_MAJOR 0
+#define OPJIT_VERSION_MINOR 1
+#define OPJIT_VERSION_PATCH 0
+#define OPJIT_VERSION_NUMBER \
+    (OPJIT_VERSION_MAJOR * 10000 + OPJIT_VERSION_MINOR * 100 + OPJIT_VERSION_PATCH)
+
+/* The library's version number, to compare with OPJIT_VERSION_NUMBER. */
+int opjit_version(void);
+/* "major.minor.patch" */
+const char *opjit_version_string(void);
+
+/* Status codes: X(name, description). */
+#define OPJIT_STATUS_LIST(X)                                                 \
+    X(OK, "success")                                                         \
+    X(EINVAL, "invalid argument")                                            \
+    X(ENOMEM, "out of memory")                                               \
+    X(ENOTFOUND, "not found")                                                \
+    X(EIO, "input/output error")                                             \
+    X(ECOMPILE, "compile error")                                             \
+    X(EMODULE, "bad operator module")                                        \
+    X(ESCHEMA, "bad schema")                                                 \
+    X(EEXIST, "already registered")                                          \
+    X(ECALL, "call does not match the schema")                               \
+    X(ENOKERNEL, "no kernel for this device")                                \
+    X(EKERNEL, "kernel failed")                                              \
+    X(EDEVICE, "device unavailable")                                         \
+    X(ECACHE, "cache error")                                                 \
+    X(EOFFLINE, "offline: not in the cache and compiling is off")
+
+typedef enum opjit_status {
+#define OPJIT_STATUS_ENUM(name, desc) OPJIT_##name,
+    OPJIT_STATUS_LIST(OPJIT_STATUS_ENUM)
+#undef OPJIT_STATUS_ENUM
+    OPJIT_STATUS_COUNT
+} opjit_status;
+
+/* "OPJIT_EINVAL"; "OPJIT_?" for an unknown code. Static storage. */
+const char *opjit_status_name(int status);
+/* "invalid argument". Static storage. */
+const char *opjit_errstr(int status);
+
+/* "cpu", "cuda"; NULL for an unknown device. */
+const char *opjit_device_name(int device);
+
+typedef struct opjit_runtime opjit_runtime;
+typedef struct opjit_op opjit_op;
+
+/* Log levels for the log callback. */
+enum { OPJIT_LOG_ERROR = 0, OPJIT_LOG_WARN = 1, OPJIT_LOG_INFO = 2, OPJIT_LOG_DEBUG = 3 };
+typedef void (*opjit_log_fn)(void *ud, int level, const char *msg);
+
+/* A realloc-shaped allocator, as Lua's lua_Alloc: nsize == 0 frees ptr and
+ * returns NULL; otherwise (re)allocates. osize is the old size (0 for new).
+ * Outputs and workspaces come from it; it must return memory aligned to at
+ * least 16 bytes. It must stay valid while any output it made is alive. */
+typedef void *(*opjit_alloc_fn)(void *ud, void *ptr, size_t osize, size_t nsize);
+
+typedef struct opjit_config {
+    /* Colon-separated directories searched for op sources, before
+     * $OPJIT_OPS_PATH. NULL: only the environment. */
+    const char *ops_path;
+    /* Writable cache directory. NULL: $OPJIT_CACHE_DIR, else
+     * $XDG_CACHE_HOME/opjit, else ~/.cache/opjit. */
+    const char *cache_dir;
+    /* Colon-separated read-only caches searched first (also
+     * $OPJIT_CACHE_READONLY). */
+    const char *readonly_caches;
+    /* 1: never compile; a cache miss is an error. -1: from $OPJIT_OFFLINE. */
+    int offline;
+    /* 1: cache off (compile into a private temporary directory). */
+    int no_cache;
+    opjit_log_fn log;
+    void *log_ud;
+    /* Messages up to this level reach the log callback. */
+    int verbosity;
+    opjit_alloc_fn alloc; /* NULL: malloc-based */
+    void *alloc_ud;
+} opjit_config;
+
+/* Fill cfg with defaults (everything from the environment). */
+void opjit_config_init(opjit_config *cfg);
+
+/* Create a runtime. cfg may be NULL (defaults). On failure *out is NULL and
+ * the status says why (no runtime exists to hold a message). */
+int opjit_create(const opjit_config *cfg, opjit_runtime **out);
+
+/* Destroy the runtime, unloading every module. Outputs already handed to
+ * the host stay valid (they own their memory). NULL is fine. */
+void opjit_destroy(opjit_runtime *rt);
+
+/* The message of the last failure of a call on rt from this thread; "" if
+ * none. Valid until the next call on rt from this thread. */
+const char *opjit_errmsg(const opjit_runtime *rt);
+
+/* Load an operator. spec is a path to a source ("ops-src/nms.c",
+ * "/x/nms.cu"; anything with a '/' or a source suffix) or a name ("nms")
+ * looked up on the search path, which loads every source of that name
+ * usable on this machine. Compiles on a cache miss, runs the module's
+ * OPJIT_MODULE init and registers its kernels. *op (may be NULL) receives
+ * the op named after the file, owned by rt. Loading a source already
+ * loaded and unchanged is a no-op; a changed source is reloaded. */
+int opjit_load_op(opjit_runtime *rt, const char *spec, opjit_op **op);
+
+/* The op registered under name, owned by rt; OPJIT_ENOTFOUND if none. */
+int opjit_find_op(opjit_runtime *rt, const char *name, opjit_op **op);
+
+/* Per-load facts, for tools and verbose logs. */
+typedef struct opjit_load_info {
+    char source[1024];   /* path of the source that was loaded */
+    int cache_hit;       /* 1 when the artifact came from a cache */
+    double key_ms;       /* read sources and hash the key */
+    double compile_ms;   /* 0 on a hit */
+    double load_ms;      /* dlopen + module init */
+    double total_ms;
+} opjit_load_info;
+
+/* Like opjit_load_op for one source file, also reporting timings. */
+int opjit_load_file(opjit_runtime *rt, const char *path, opjit_op **op,
+                    opjit_load_info *info);
+
+/* Argument of an op's schema. */
+typedef struct opjit_arg_info {
+    const char *name;
+    const char *type;      /* "Tensor", "Tensor?", "int", "float", "bool", "int[2]" */
+    int kind;              /* opjit_kind it takes */
+    int optional;          /* T?: may be None */
+    int list_len;          /* N of int[N], else 0 */
+    int has_default;
+    const char *default_text; /* as written in the schema, or NULL */
+} opjit_arg_info;
+
+typedef struct opjit_op_info {
+    const char *name;
+    const char *schema;    /* as registered */
+    int nargs;
+    int nouts;
+    /* Per device: the source that holds its kernel, NULL if none. */
+    const char *source[OPJIT_DEVICE_COUNT];
+    const char *doc[OPJIT_DEVICE_COUNT];
+    /* Per device: the compiler tier of the kernel serving calls ("tcc"). */
+    const char *tier[OPJIT_DEVICE_COUNT];
+} opjit_op_info;
+
+/* Describe op. Strings are owned by rt and live as long as the op. */
+int opjit_op_info_get(opjit_runtime *rt, const opjit_op *op, opjit_op_info *info);
+/* Describe argument i of op's schema. */
+int opjit_op_arg(opjit_runtime *rt, const opjit_op *op, int i, opjit_arg_info *info);
+/* Index of argument name, or -1. */
+int opjit_op_arg_index(const opjit_op *op, const char *name);
+
+/* Call fn for every loaded op, in load order; stops early if fn returns
+ * non-zero. */
+int opjit_list(opjit_runtime *rt, int (*fn)(void *ud, const opjit_op *op), void *ud);
+
+/* Value constructors. */
+static inline opjit_value opjit_tensor(DLTensor *t)
+{
+    opjit_value v; v.kind = t ? OPJIT_KIND_TENSOR : OPJIT_KIND_NONE; v.len = 0; v.u.tensor = t; return v;
+}
+static inline opjit_value opjit_int(int64_t i)
+{
+    opjit_value v; v.kind = OPJIT_KIND_INT; v.len = 0; v.u.i = i; return v;
+}
+static inline opjit_value opjit_float(double f)
+{
+    opjit_value v; v.kind = OPJIT_KIND_FLOAT; v.len = 0; v.u.f = f; return v;
+}
+static inline opjit_value opjit_bool(int b)
+{
+    opjit_value v; v.kind = OPJIT_KIND_BOOL; v.len = 0; v.u.b = b != 0; return v;
+}
+static inline opjit_value opjit_ints(const int64_t *p, int n)
+{
+    opjit_value v; v.kind = OPJIT_KIND_INTS; v.len = n; v.u.ints = p; return v;
+}
+static inline opjit_value opjit_none(void)
+{
+    opjit_value v; v.kind = OPJIT_KIND_NONE; v.len = 0; v.u.i = 0; return v;
+}
+
+/* Call op with positional args (fewer than the schema: the rest take their
+ * defaults; OPJIT_KIND_NONE also takes the default). The device is that of
+ * the tensor arguments (CPU when there are none). On success outs[0..k)
+ * receive the op's k outputs (nouts >= k), each owned by the caller and
+ * freed with its deleter. On failure no output is returned. Thread-safe. */
+int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args,
+               int nargs, DLManagedTensor **outs, int nouts);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OPJIT_H */

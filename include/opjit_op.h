@@ -1,0 +1,220 @@
+/*
+ * opjit_op.h - the API an operator source includes.
+ *
+ * This header is parsed by libtcc (op sources, host half of .cu files), by
+ * NVRTC never (device code includes nothing of ours), and by the C compiler
+ * that builds the library (shared types). Keep it C99 and free of compiler
+ * extensions.
+ *
+ * An op module is one translation unit:
+ *
+ *   #include <opjit_op.h>
+ *   static int relu_cpu(opjit_ctx *ctx, opjit_args *a) { ... }
+ *   OPJIT_MODULE(relu, m) {
+ *       opjit_def(m, "relu(Tensor self) -> Tensor", OPJIT_CPU, relu_cpu, "max(x, 0)");
+ *       opjit_require(m, "self", "float32 contiguous");
+ *   }
+ *
+ * The runtime hands the module a table of functions (opjit_api) when it
+ * runs the init entry, so an op shared object has no undefined symbols into
+ * the host: the host may link opjit statically and need not export anything.
+ */
+#ifndef OPJIT_OP_H
+#define OPJIT_OP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <dlpack/dlpack.h>
+
+/* Bumped whenever a struct below or the meaning of an api entry changes.
+ * The module init refuses a runtime with another ABI, and the cache key
+ * includes it. */
+#define OPJIT_ABI_VERSION 1
+
+/* Device types a kernel can be registered for. X(name, lower-case name,
+ * DLPack device type). */
+#define OPJIT_DEVICE_LIST(X)            \
+    X(CPU, "cpu", kDLCPU)               \
+    X(CUDA, "cuda", kDLCUDA)
+
+typedef enum opjit_device {
+#define OPJIT_DEVICE_ENUM(name, str, dl) OPJIT_##name,
+    OPJIT_DEVICE_LIST(OPJIT_DEVICE_ENUM)
+#undef OPJIT_DEVICE_ENUM
+    OPJIT_DEVICE_COUNT
+} opjit_device;
+
+/* DLPack 0.6 has no bool code; this is the value later DLPack versions use. */
+#define OPJIT_DL_BOOL 6
+
+/* Kinds of argument values: one tagged value type, as in tvm-ffi. */
+typedef enum opjit_kind {
+    OPJIT_KIND_NONE = 0, /* "not given": a default is used, or Tensor? = None */
+    OPJIT_KIND_TENSOR,
+    OPJIT_KIND_INT,
+    OPJIT_KIND_FLOAT,
+    OPJIT_KIND_BOOL,
+    OPJIT_KIND_INTS /* int[N] */
+} opjit_kind;
+
+typedef struct opjit_value {
+    int32_t kind; /* opjit_kind */
+    int32_t len;  /* element count for OPJIT_KIND_INTS */
+    union {
+        DLTensor *tensor;
+        int64_t i;
+        double f;
+        int64_t b;
+        const int64_t *ints;
+    } u;
+} opjit_value;
+
+/* What a kernel sees: every schema argument in declaration order, checked
+ * against the schema and with defaults filled in. */
+typedef struct opjit_args {
+    int n;
+    const opjit_value *v;
+} opjit_args;
+
+typedef struct opjit_ctx opjit_ctx;       /* one call in flight */
+typedef struct opjit_module opjit_module; /* a module being registered */
+
+/* A kernel returns 0 on success; on failure, the return of opjit_fail(). */
+typedef int (*opjit_kernel_fn)(opjit_ctx *ctx, opjit_args *a);
+
+/* The runtime's services, handed to the module's init. Append only. */
+typedef struct opjit_api {
+    uint32_t abi_version;
+    uint32_t size; /* sizeof(opjit_api) of the runtime */
+    /* registration */
+    int (*def)(opjit_module *m, const char *schema, int device,
+               opjit_kernel_fn fn, const char *doc);
+    int (*require)(opjit_module *m, const char *arg, const char *spec);
+    /* calls */
+    DLTensor *(*output)(opjit_ctx *ctx, int index, DLDataType dtype,
+                        int ndim, const int64_t *shape);
+    void *(*workspace)(opjit_ctx *ctx, size_t bytes);
+    int (*fail)(opjit_ctx *ctx, const char *fmt, ...);
+    int (*device_id)(opjit_ctx *ctx);
+} opjit_api;
+
+/* The entry point every module exports (what OPJIT_MODULE defines). */
+#define OPJIT_MODULE_ENTRY "opjit_module_init"
+typedef int (*opjit_module_init_fn)(const opjit_api *api, opjit_module *m);
+
+#ifndef OPJIT_TYPES_ONLY
+
+/* The api table of this module, set by the init entry. */
+static inline const opjit_api **opjit__api_slot(void)
+{
+    static const opjit_api *api;
+    return &api;
+}
+#define OPJIT__API (*opjit__api_slot())
+
+/* OPJIT_MODULE(name, m) { body } defines the module init entry, the way
+ * PYBIND11_MODULE does for Python. The body registers kernels on m. */
+#define OPJIT_MODULE(name, m)                                               \
+    static void opjit__init_##name(opjit_module *m);                        \
+    int opjit_module_init(const opjit_api *api, opjit_module *m)            \
+    {                                                                       \
+        if (!api || api->abi_version != OPJIT_ABI_VERSION ||                \
+            api->size < sizeof(opjit_api))                                  \
+            return -1;                                                      \
+        OPJIT__API = api;                                                   \
+        opjit__init_##name(m);                                              \
+        return 0;                                                           \
+    }                                                                       \
+    static void opjit__init_##name(opjit_module *m)
+
+/* Register kernel fn for device under schema, e.g.
+ * "mm(Tensor self, Tensor mat2) -> Tensor". A bad schema or a duplicate
+ * registration is recorded on the module and fails the load. */
+static inline int opjit_def(opjit_module *m, const char *schema, int device,
+                            opjit_kernel_fn fn, const char *doc)
+{
+    return OPJIT__API->def(m, schema, device, fn, doc);
+}
+
+/* Constrain a Tensor argument of the kernel registered last, checked before
+ * every call: spec is space-separated words among dtype names joined by '|'
+ * ("float32|float64"), "rank=N" and "contiguous". */
+static inline int opjit_require(opjit_module *m, const char *arg,
+                                const char *spec)
+{
+    return OPJIT__API->require(m, arg, spec);
+}
+
+/* Argument accessors. The runtime has checked kinds against the schema. */
+static inline DLTensor *opjit_arg_tensor(opjit_args *a, int i)
+{
+    return a->v[i].kind == OPJIT_KIND_TENSOR ? a->v[i].u.tensor : NULL;
+}
+static inline int64_t opjit_arg_int(opjit_args *a, int i) { return a->v[i].u.i; }
+static inline double opjit_arg_float(opjit_args *a, int i) { return a->v[i].u.f; }
+static inline int opjit_arg_bool(opjit_args *a, int i) { return a->v[i].u.b != 0; }
+static inline const int64_t *opjit_arg_ints(opjit_args *a, int i) { return a->v[i].u.ints; }
+static inline int opjit_arg_len(opjit_args *a, int i) { return a->v[i].len; }
+
+/* Allocate output number index (0-based) on the call's device, contiguous.
+ * The runtime owns it until the call returns it to the host. NULL on
+ * failure, with the error recorded: return opjit_fail(ctx, ...) or -1. */
+static inline DLTensor *opjit_output(opjit_ctx *ctx, int index, DLDataType dtype,
+                                     int ndim, const int64_t *shape)
+{
+    return OPJIT__API->output(ctx, index, dtype, ndim, shape);
+}
+
+/* Scratch memory valid until the call returns, reused across calls. */
+static inline void *opjit_workspace(opjit_ctx *ctx, size_t bytes)
+{
+    return OPJIT__API->workspace(ctx, bytes);
+}
+
+/* Record a printf-style error message for the host; returns the status to
+ * return from the kernel. */
+#define opjit_fail (OPJIT__API->fail)
+
+/* The device ordinal of the call (0 for CPU). */
+static inline int opjit_device_id(opjit_ctx *ctx) { return OPJIT__API->device_id(ctx); }
+
+/* Handy DLDataType constructors and tensor helpers. */
+static inline DLDataType opjit_dtype(int code, int bits)
+{
+    DLDataType t;
+    t.code = (uint8_t)code;
+    t.bits = (uint8_t)bits;
+    t.lanes = 1;
+    return t;
+}
+#define OPJIT_FLOAT32 opjit_dtype(kDLFloat, 32)
+#define OPJIT_FLOAT64 opjit_dtype(kDLFloat, 64)
+#define OPJIT_INT32 opjit_dtype(kDLInt, 32)
+#define OPJIT_INT64 opjit_dtype(kDLInt, 64)
+
+static inline int opjit_is_dtype(const DLTensor *t, int code, int bits)
+{
+    return t->dtype.code == code && t->dtype.bits == bits && t->dtype.lanes == 1;
+}
+static inline int64_t opjit_numel(const DLTensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return n;
+}
+/* Data pointer with byte_offset applied. */
+static inline void *opjit_data(const DLTensor *t)
+{
+    return (char *)t->data + t->byte_offset;
+}
+
+#endif /* OPJIT_TYPES_ONLY */
+
+/* glibc's <sys/cdefs.h> defines __attribute__ away for compilers that are
+ * not GCC (libtcc among them); op code must not rely on it either way. */
+#ifdef __TINYC__
+#undef __attribute__
+#endif
+
+#endif /* OPJIT_OP_H */

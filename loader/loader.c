@@ -1,0 +1,614 @@
+/* loader/loader.c - from a name or a path to registered kernels:
+ * resolve the source, read it and the local headers it includes, hash the
+ * cache key, fetch or build the artifact, dlopen it, run the module init,
+ * publish its kernels.
+ *
+ * Loads on one runtime are serialised by the loader's mutex (compiles are
+ * serialised anyway); calls never take it. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache/cache.h"
+#include "jit/jit.h"
+#include "loader/loader.h"
+#include "opjit_build_config.h"
+#include "runtime/runtime.h"
+
+/* A source loaded before, so an unchanged one is not loaded twice. */
+typedef struct loaded {
+    char *path; /* realpath */
+    cache_key key;
+    char *op_name;
+    struct loaded *next;
+} loaded;
+
+typedef struct loader loader;
+struct loader {
+    opjit_runtime *rt;
+    pthread_mutex_t lock;
+    char *ops_path; /* colon-separated: config, $OPJIT_OPS_PATH, installed */
+    cache *cache;
+    char scratch[PATH_MAX]; /* private temp dir holding opjit_op.h */
+    loaded *loaded;
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void cache_log(void *ud, int level, const char *msg)
+{
+    rt_log(ud, level, "%s", msg);
+}
+
+int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **out)
+{
+    loader *l = calloc(1, sizeof *l);
+    if (!l)
+        return OPJIT_ENOMEM;
+    l->rt = rt;
+    pthread_mutex_init(&l->lock, NULL);
+    const char *env = getenv("OPJIT_OPS_PATH");
+    size_t n = (cfg->ops_path ? strlen(cfg->ops_path) : 0) + (env ? strlen(env) : 0) +
+               strlen(OPJIT_INSTALLED_OPS_DIR) + 3;
+    l->ops_path = malloc(n);
+    if (!l->ops_path) {
+        free(l);
+        return OPJIT_ENOMEM;
+    }
+    snprintf(l->ops_path, n, "%s%s%s%s%s", cfg->ops_path ? cfg->ops_path : "",
+             cfg->ops_path && *cfg->ops_path ? ":" : "", env ? env : "",
+             env && *env ? ":" : "", OPJIT_INSTALLED_OPS_DIR);
+    cache_config cc = {
+        .dir = cfg->cache_dir,
+        .readonly = cfg->readonly_caches,
+        .offline = cfg->offline,
+        .disabled = cfg->no_cache,
+        .log = cache_log,
+        .log_ud = rt,
+    };
+    char err[1024];
+    int rc = cache_open(&cc, &l->cache, err, sizeof err);
+    if (rc) {
+        free(l->ops_path);
+        free(l);
+        return rc;
+    }
+    *out = l;
+    return OPJIT_OK;
+}
+
+static void remove_scratch(loader *l)
+{
+    if (!l->scratch[0])
+        return;
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/opjit_op.h", l->scratch);
+    unlink(p);
+    rmdir(l->scratch);
+    l->scratch[0] = '\0';
+}
+
+void loader_destroy(struct loader *l)
+{
+    if (!l)
+        return;
+    for (loaded *e = l->loaded, *next; e; e = next) {
+        next = e->next;
+        free(e->path);
+        free(e->op_name);
+        free(e);
+    }
+    cache_close(l->cache);
+    remove_scratch(l);
+    free(l->ops_path);
+    pthread_mutex_destroy(&l->lock);
+    free(l);
+}
+
+/* The op header as this library was built with it, written once per
+ * runtime into a private directory for libtcc to include. */
+static int scratch_dir(loader *l)
+{
+    if (l->scratch[0])
+        return OPJIT_OK;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(l->scratch, sizeof l->scratch, "%s/opjit-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(l->scratch)) {
+        int e = errno;
+        l->scratch[0] = '\0';
+        return rt_error(l->rt, OPJIT_EIO, "cannot create a temporary directory in %s: %s",
+                        tmp && *tmp ? tmp : "/tmp", strerror(e));
+    }
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/opjit_op.h", l->scratch);
+    FILE *f = fopen(p, "wb");
+    if (!f || fwrite(opjit_op_h_text, 1, sizeof opjit_op_h_text, f) != sizeof opjit_op_h_text) {
+        int e = errno;
+        if (f)
+            fclose(f);
+        remove_scratch(l);
+        return rt_error(l->rt, OPJIT_EIO, "cannot write %s: %s", p, strerror(e));
+    }
+    if (fclose(f)) {
+        int e = errno;
+        remove_scratch(l);
+        return rt_error(l->rt, OPJIT_EIO, "cannot write %s: %s", p, strerror(e));
+    }
+    return OPJIT_OK;
+}
+
+/* ---- reading sources ------------------------------------------------------ */
+
+char *loader_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 8192, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n - 1, f);
+        if (n < cap - 1)
+            break;
+        char *nb = realloc(buf, cap * 2);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        free(buf);
+        if (bad)
+            errno = EIO;
+        else
+            errno = ENOMEM;
+        return NULL;
+    }
+    buf[n] = '\0';
+    if (len)
+        *len = n;
+    return buf;
+}
+
+/* Local headers: every `#include "x"` resolved against the including
+ * file's directory, transitively, as the compiler finds them. Each goes
+ * into the key as (name relative to the source's directory, contents). */
+#define MAX_HEADERS 64
+
+static void add_local_headers(cache_keygen *g, const char *dir, const char *text,
+                              const char *rel_prefix, char seen[][PATH_MAX], int *nseen,
+                              int depth)
+{
+    if (depth > 16)
+        return;
+    for (const char *p = text; (p = strstr(p, "#")); p++) {
+        const char *q = p + 1;
+        /* must be at the start of a line, maybe indented */
+        const char *b = p;
+        while (b > text && (b[-1] == ' ' || b[-1] == '\t'))
+            b--;
+        if (b > text && b[-1] != '\n')
+            continue;
+        while (*q == ' ' || *q == '\t')
+            q++;
+        if (strncmp(q, "include", 7))
+            continue;
+        q += 7;
+        while (*q == ' ' || *q == '\t')
+            q++;
+        if (*q != '"')
+            continue;
+        const char *e = strchr(q + 1, '"');
+        const char *nl = strchr(q + 1, '\n');
+        if (!e || (nl && nl < e) || e - q - 1 >= 512)
+            continue;
+        char name[512], path[PATH_MAX], rel[PATH_MAX];
+        snprintf(name, sizeof name, "%.*s", (int)(e - q - 1), q + 1);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        snprintf(rel, sizeof rel, "%s%s", rel_prefix, name);
+        char real[PATH_MAX];
+        if (!realpath(path, real))
+            continue; /* not local: the compiler will find it elsewhere or fail */
+        int dup = 0;
+        for (int i = 0; i < *nseen; i++)
+            dup |= !strcmp(seen[i], real);
+        if (dup || *nseen == MAX_HEADERS)
+            continue;
+        snprintf(seen[(*nseen)++], PATH_MAX, "%s", real);
+        size_t len;
+        char *h = loader_read_file(real, &len);
+        if (!h)
+            continue;
+        cache_keygen_add_str(g, "header-name", rel);
+        cache_keygen_add(g, "header", h, len);
+        char hdir[PATH_MAX], hprefix[PATH_MAX];
+        snprintf(hdir, sizeof hdir, "%s", real);
+        char *slash = strrchr(hdir, '/');
+        if (slash)
+            *slash = '\0';
+        const char *rslash = strrchr(rel, '/');
+        snprintf(hprefix, sizeof hprefix, "%.*s", rslash ? (int)(rslash - rel + 1) : 0, rel);
+        add_local_headers(g, hdir, h, hprefix, seen, nseen, depth + 1);
+        free(h);
+    }
+}
+
+/* ---- one source file ------------------------------------------------------ */
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static int has_suffix(const char *s, const char *suf)
+{
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && !strcmp(s + n - m, suf);
+}
+
+static const char *target_triple(void)
+{
+    static char triple[128];
+    if (!triple[0]) {
+        struct utsname u;
+        snprintf(triple, sizeof triple, "%s-linux", uname(&u) == 0 ? u.machine : "unknown");
+    }
+    return triple;
+}
+
+typedef struct build_ctx {
+    loader *l;
+    const char *source_name;
+    const char *text;
+    const char *src_dir;
+    char diag[OPJIT_ERRMSG_SIZE - 256];
+} build_ctx;
+
+#define TCC_DEFINES {"FORCE_OPENBLAS_COMPLEX_STRUCT", "OPJIT_TIER_TCC", NULL}
+#define TCC_OPTIONS "-shared -DFORCE_OPENBLAS_COMPLEX_STRUCT -DOPJIT_TIER_TCC -lopenblas -lm"
+
+static int build_tcc(void *ud, const char *dir, char *err, size_t errlen)
+{
+    build_ctx *b = ud;
+    char out[PATH_MAX];
+    snprintf(out, sizeof out, "%s/host.so", dir);
+    const char *includes[] = {b->src_dir, b->l->scratch, OPJIT_DLPACK_INCLUDE_DIR,
+                              OPJIT_CBLAS_INCLUDE_DIR, NULL};
+    const char *defines[] = TCC_DEFINES;
+    const char *libs[] = {"openblas", "m", NULL};
+    char libdir[PATH_MAX];
+    snprintf(libdir, sizeof libdir, "%s", OPJIT_OPENBLAS_LIBRARY);
+    char *slash = strrchr(libdir, '/');
+    if (slash)
+        *slash = '\0';
+    const char *libdirs[] = {libdir, NULL};
+    jit_tcc_job job = {
+        .source_name = b->source_name,
+        .text = b->text,
+        .include_dirs = includes,
+        .defines = defines,
+        .libraries = libs,
+        .library_dirs = libdirs,
+        .tcc_lib_dir = OPJIT_TCC_LIB_DIR,
+        .out_path = out,
+    };
+    int rc = jit_tcc_compile(&job, b->diag, sizeof b->diag);
+    if (rc)
+        snprintf(err, errlen, "%s", rc == OPJIT_ECOMPILE ? "compile error" : b->diag);
+    return rc;
+}
+
+static loaded *find_loaded(loader *l, const char *real)
+{
+    for (loaded *e = l->loaded; e; e = e->next)
+        if (!strcmp(e->path, real))
+            return e;
+    return NULL;
+}
+
+static int remember(loader *l, const char *real, const cache_key *key, const char *op_name)
+{
+    loaded *e = find_loaded(l, real);
+    if (!e) {
+        e = calloc(1, sizeof *e);
+        if (!e || !(e->path = strdup(real))) {
+            free(e);
+            return OPJIT_ENOMEM;
+        }
+        e->next = l->loaded;
+        l->loaded = e;
+    }
+    free(e->op_name);
+    e->op_name = strdup(op_name);
+    e->key = *key;
+    return OPJIT_OK;
+}
+
+/* The op to hand back for a module: the one named after the file, else the
+ * first it registered. */
+static const char *module_op_name(const module *m, const char *stem)
+{
+    for (const kernel *k = m->kernels; k; k = k->next_in_module)
+        if (!strcmp(k->sch.name, stem))
+            return k->sch.name;
+    return m->kernels->sch.name;
+}
+
+static int load_file_locked(loader *l, const char *path, opjit_op **op, opjit_load_info *info)
+{
+    opjit_runtime *rt = l->rt;
+    double t0 = now_ms();
+    if (info) {
+        memset(info, 0, sizeof *info);
+        snprintf(info->source, sizeof info->source, "%s", path);
+    }
+    int device;
+    if (has_suffix(path, ".c"))
+        device = OPJIT_CPU;
+    else if (has_suffix(path, ".cu"))
+        return rt_error(rt, OPJIT_EDEVICE, "%s: CUDA sources (.cu) are not supported by this "
+                        "build yet", path);
+    else
+        return rt_error(rt, OPJIT_EINVAL, "%s: not an op source (expected a .c or .cu file)",
+                        path);
+    char real[PATH_MAX];
+    if (!realpath(path, real))
+        return rt_error(rt, errno == ENOENT ? OPJIT_ENOTFOUND : OPJIT_EIO, "%s: %s", path,
+                        strerror(errno));
+    size_t len;
+    char *text = loader_read_file(real, &len);
+    if (!text)
+        return rt_error(rt, OPJIT_EIO, "%s: cannot read: %s", path, strerror(errno));
+    if (strlen(text) != len) {
+        free(text);
+        return rt_error(rt, OPJIT_EINVAL, "%s: not a text file (it holds a NUL byte)", path);
+    }
+    char src_dir[PATH_MAX];
+    snprintf(src_dir, sizeof src_dir, "%s", real);
+    *strrchr(src_dir, '/') = '\0';
+    const char *name = base_name(path);
+    char stem[256];
+    snprintf(stem, sizeof stem, "%.*s", (int)(strrchr(name, '.') - name), name);
+
+    /* The key: everything that goes into the artifact, nothing else. */
+    cache_keygen *g = cache_keygen_new();
+    if (!g) {
+        free(text);
+        return rt_error(rt, OPJIT_ENOMEM, "out of memory");
+    }
+    char abi[32];
+    snprintf(abi, sizeof abi, "%d", OPJIT_ABI_VERSION);
+    cache_keygen_add_str(g, "opjit-abi", abi);
+    cache_keygen_add(g, "opjit_op.h", opjit_op_h_text, sizeof opjit_op_h_text);
+    cache_keygen_add_str(g, "compiler", OPJIT_TCC_IDENTITY);
+    cache_keygen_add_str(g, "options", TCC_OPTIONS);
+    cache_keygen_add_str(g, "target", target_triple());
+    cache_keygen_add_str(g, "source-name", name);
+    cache_keygen_add(g, "source", text, len);
+    static char seen[MAX_HEADERS][PATH_MAX]; /* under l->lock */
+    int nseen = 0;
+    add_local_headers(g, src_dir, text, "", seen, &nseen, 0);
+    cache_request req = {
+        .op_name = stem,
+        .source_name = name,
+        .compiler = OPJIT_TCC_IDENTITY,
+        .options = TCC_OPTIONS,
+        .target = target_triple(),
+        .tier = "tcc",
+    };
+    cache_keygen_finish(g, &req.key);
+    double t_key = now_ms();
+    if (info)
+        info->key_ms = t_key - t0;
+
+    loaded *prev = find_loaded(l, real);
+    if (prev && !memcmp(prev->key.bytes, req.key.bytes, sizeof req.key.bytes)) {
+        free(text);
+        if (info)
+            info->cache_hit = 1, info->total_ms = now_ms() - t0;
+        return op ? opjit_find_op(rt, prev->op_name, op) : OPJIT_OK;
+    }
+
+    int rc = scratch_dir(l);
+    if (rc) {
+        free(text);
+        return rc;
+    }
+    build_ctx *b = calloc(1, sizeof *b);
+    if (!b) {
+        free(text);
+        return rt_error(rt, OPJIT_ENOMEM, "out of memory");
+    }
+    *b = (build_ctx){.l = l, .source_name = path, .text = text, .src_dir = src_dir};
+    cache_entry *entry = NULL;
+    int hit = 0;
+    char err[1024] = "";
+    rc = cache_fetch(l->cache, &req, build_tcc, b, &entry, &hit, err, sizeof err);
+    double t_fetch = now_ms();
+    if (rc) {
+        if (rc == OPJIT_ECOMPILE)
+            rt_error(rt, rc, "%s: compile error:\n%s", path, b->diag);
+        else
+            rt_error(rt, rc, "%s: %s", path, err);
+        free(b);
+        free(text);
+        return rc;
+    }
+    free(b);
+    free(text);
+    if (info) {
+        info->cache_hit = hit;
+        info->compile_ms = hit ? 0 : t_fetch - t_key;
+    }
+
+    /* dlopen and run the module init. */
+    module *m = module_new(rt, path, "tcc", device);
+    if (!m) {
+        cache_entry_release(entry);
+        return rt_error(rt, OPJIT_ENOMEM, "out of memory");
+    }
+    const char *so = cache_entry_path(entry, "host.so");
+    m->dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    if (!m->dl) {
+        const char *why = dlerror();
+        rc = rt_error(rt, OPJIT_EMODULE, "%s: cannot load the compiled module: %s", path,
+                      why ? why : "unknown dlopen error");
+        goto fail;
+    }
+    opjit_module_init_fn init = (opjit_module_init_fn)dlsym(m->dl, OPJIT_MODULE_ENTRY);
+    if (!init) {
+        rc = rt_error(rt, OPJIT_EMODULE, "%s: no OPJIT_MODULE(...) block: the source must "
+                      "define its module init with OPJIT_MODULE(name, m) { ... }", path);
+        goto fail;
+    }
+    if (init(&runtime_api, (opjit_module *)m) != 0) {
+        rc = rt_error(rt, OPJIT_EMODULE, "%s: the module refused this runtime (built for "
+                      "another opjit ABI than %d)", path, OPJIT_ABI_VERSION);
+        goto fail;
+    }
+    if (m->status) {
+        rc = rt_error(rt, m->status, "%s", m->err);
+        goto fail;
+    }
+    if (!m->kernels) {
+        rc = rt_error(rt, OPJIT_EMODULE, "%s: OPJIT_MODULE registered no kernel (call "
+                      "opjit_def in it)", path);
+        goto fail;
+    }
+    const char *opname = module_op_name(m, stem);
+    char opname_copy[256];
+    snprintf(opname_copy, sizeof opname_copy, "%s", opname);
+    if ((rc = module_publish(rt, m)))
+        goto fail;
+    cache_entry_release(entry);
+    remember(l, real, &req.key, opname_copy);
+    if (info) {
+        info->load_ms = now_ms() - t_fetch;
+        info->total_ms = now_ms() - t0;
+    }
+    rt_log(rt, OPJIT_LOG_INFO, "loaded %s (%s, %.2f ms)", path, hit ? "cache hit" : "compiled",
+           now_ms() - t0);
+    return op ? opjit_find_op(rt, opname_copy, op) : OPJIT_OK;
+fail:
+    module_discard(m);
+    cache_entry_release(entry);
+    return rc;
+}
+
+/* ---- names ---------------------------------------------------------------- */
+
+static int is_path_spec(const char *spec)
+{
+    return strchr(spec, '/') || has_suffix(spec, ".c") || has_suffix(spec, ".cu");
+}
+
+int opjit_load_file(opjit_runtime *rt, const char *path, opjit_op **op, opjit_load_info *info)
+{
+    if (op)
+        *op = NULL;
+    if (!rt || !path)
+        return rt_error(rt, OPJIT_EINVAL, "opjit_load_file: NULL argument");
+    pthread_mutex_lock(&rt->loader->lock);
+    int rc = load_file_locked(rt->loader, path, op, info);
+    pthread_mutex_unlock(&rt->loader->lock);
+    return rc;
+}
+
+int loader_each_source(opjit_runtime *rt, const char *name,
+                       int (*fn)(void *ud, const char *path), void *ud)
+{
+    loader *l = rt->loader;
+    const char *p = l->ops_path;
+    while (*p) {
+        const char *e = strchr(p, ':');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (n) {
+            char path[PATH_MAX];
+            static const char *const suffixes[] = {".c", ".cu"};
+            for (int i = 0; i < 2; i++) {
+                snprintf(path, sizeof path, "%.*s/%s%s", (int)n, p, name, suffixes[i]);
+                if (access(path, R_OK) == 0) {
+                    int rc = fn(ud, path);
+                    if (rc)
+                        return rc;
+                }
+            }
+        }
+        p += n + (e ? 1 : 0);
+    }
+    return 0;
+}
+
+const char *loader_ops_path(opjit_runtime *rt) { return rt->loader->ops_path; }
+
+typedef struct by_name {
+    opjit_runtime *rt;
+    int found, loaded, usable;
+    char first_dir_found[PATH_MAX];
+    int rc;
+} by_name;
+
+static int load_one(void *ud, const char *path)
+{
+    by_name *bn = ud;
+    bn->found++;
+    /* The first directory that has the op wins; later ones are shadowed. */
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    *strrchr(dir, '/') = '\0';
+    if (!bn->first_dir_found[0])
+        snprintf(bn->first_dir_found, sizeof bn->first_dir_found, "%s", dir);
+    else if (strcmp(dir, bn->first_dir_found))
+        return 0;
+    if (has_suffix(path, ".cu"))
+        return 0; /* not usable by this build */
+    bn->usable++;
+    int rc = load_file_locked(bn->rt->loader, path, NULL, NULL);
+    if (rc) {
+        bn->rc = rc;
+        return 1;
+    }
+    bn->loaded++;
+    return 0;
+}
+
+int opjit_load_op(opjit_runtime *rt, const char *spec, opjit_op **op)
+{
+    if (op)
+        *op = NULL;
+    if (!rt || !spec || !*spec)
+        return rt_error(rt, OPJIT_EINVAL, "opjit_load_op: NULL or empty spec");
+    if (is_path_spec(spec))
+        return opjit_load_file(rt, spec, op, NULL);
+    pthread_mutex_lock(&rt->loader->lock);
+    by_name bn = {.rt = rt};
+    loader_each_source(rt, spec, load_one, &bn);
+    pthread_mutex_unlock(&rt->loader->lock);
+    if (bn.rc)
+        return bn.rc;
+    if (!bn.found)
+        return rt_error(rt, OPJIT_ENOTFOUND, "no source for op '%s' on the search path (%s)",
+                        spec, rt->loader->ops_path);
+    if (!bn.usable)
+        return rt_error(rt, OPJIT_EDEVICE, "op '%s': no source usable on this machine in %s",
+                        spec, bn.first_dir_found);
+    return op ? opjit_find_op(rt, spec, op) : OPJIT_OK;
+}

@@ -1,0 +1,422 @@
+/* runtime/call.c - opjit_call: check the arguments against the kernel's
+ * schema, run it, hand the outputs over. Also the call-time services of
+ * the api table: outputs, workspace, errors.
+ *
+ * The hot path takes no lock and allocates nothing unless the kernel asks:
+ * one atomic load picks the kernel, the checks read the schema parsed at
+ * registration. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+
+/* ---- outputs ------------------------------------------------------------- */
+
+/* An output is one block from the runtime's allocator: this header, the
+ * shape, then the data aligned to 64 bytes. The deleter frees the block. */
+typedef struct out_block {
+    DLManagedTensor mt;
+    opjit_alloc_fn alloc;
+    void *alloc_ud;
+    size_t size;
+    int64_t shape[];
+} out_block;
+
+static void out_block_delete(DLManagedTensor *mt)
+{
+    out_block *b = (out_block *)mt;
+    if (b)
+        b->alloc(b->alloc_ud, b, b->size, 0);
+}
+
+static int kernel_error(opjit_ctx *ctx, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!ctx->status)
+        ctx->status = rt_error(ctx->rt, status, "%s: %s", ctx->k->sch.name, msg);
+    return status;
+}
+
+static DLTensor *api_output(opjit_ctx *ctx, int index, DLDataType dtype, int ndim,
+                            const int64_t *shape)
+{
+    const kernel *k = ctx->k;
+    if (index < 0 || index >= k->sch.nouts) {
+        kernel_error(ctx, OPJIT_EKERNEL, "opjit_output: output %d out of range (the schema has %d)",
+                     index, k->sch.nouts);
+        return NULL;
+    }
+    if (ctx->outs[index]) {
+        kernel_error(ctx, OPJIT_EKERNEL, "opjit_output: output %d allocated twice", index);
+        return NULL;
+    }
+    if (ndim < 0 || ndim > 32 || (ndim && !shape) || dtype.bits == 0 || dtype.bits % 8 ||
+        dtype.lanes != 1) {
+        kernel_error(ctx, OPJIT_EKERNEL, "opjit_output: bad dtype or rank for output %d", index);
+        return NULL;
+    }
+    if (ctx->device != OPJIT_CPU) {
+        kernel_error(ctx, OPJIT_EDEVICE, "opjit_output: no allocator for device %s",
+                     opjit_device_name(ctx->device));
+        return NULL;
+    }
+    size_t numel = 1, elem = dtype.bits / 8;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0 || (shape[i] && numel > SIZE_MAX / 2 / (size_t)shape[i])) {
+            kernel_error(ctx, OPJIT_EKERNEL, "opjit_output: bad size %lld in dim %d of output %d",
+                         (long long)shape[i], i, index);
+            return NULL;
+        }
+        numel *= (size_t)shape[i];
+    }
+    if (numel > (SIZE_MAX / 2) / elem) {
+        kernel_error(ctx, OPJIT_ENOMEM, "opjit_output: output %d is too large", index);
+        return NULL;
+    }
+    size_t head = sizeof(out_block) + (size_t)ndim * sizeof(int64_t);
+    size_t size = head + 64 + numel * elem;
+    out_block *b = ctx->rt->alloc(ctx->rt->alloc_ud, NULL, 0, size);
+    if (!b) {
+        kernel_error(ctx, OPJIT_ENOMEM, "out of memory allocating %zu bytes for output %d",
+                     size, index);
+        return NULL;
+    }
+    memset(b, 0, head);
+    b->alloc = ctx->rt->alloc;
+    b->alloc_ud = ctx->rt->alloc_ud;
+    b->size = size;
+    if (ndim)
+        memcpy(b->shape, shape, (size_t)ndim * sizeof(int64_t));
+    uintptr_t data = ((uintptr_t)b + head + 63) & ~(uintptr_t)63;
+    DLTensor *t = &b->mt.dl_tensor;
+    t->data = (void *)data;
+    t->device.device_type = kDLCPU;
+    t->device.device_id = 0;
+    t->ndim = ndim;
+    t->dtype = dtype;
+    t->shape = b->shape;
+    t->strides = NULL;
+    t->byte_offset = 0;
+    b->mt.manager_ctx = NULL;
+    b->mt.deleter = out_block_delete;
+    ctx->outs[index] = &b->mt;
+    return t;
+}
+
+/* ---- workspace: an arena per call, reused across calls -------------------- */
+
+struct overflow {
+    struct overflow *next;
+    size_t size;
+};
+
+static void *api_workspace(opjit_ctx *ctx, size_t bytes)
+{
+    opjit_runtime *rt = ctx->rt;
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (!ctx->ws) {
+        pthread_mutex_lock(&rt->lock);
+        ctx->ws = rt->free_ws;
+        if (ctx->ws)
+            rt->free_ws = ctx->ws->next;
+        pthread_mutex_unlock(&rt->lock);
+        if (!ctx->ws && !(ctx->ws = calloc(1, sizeof *ctx->ws))) {
+            kernel_error(ctx, OPJIT_ENOMEM, "out of memory for the workspace");
+            return NULL;
+        }
+        ctx->ws->used = 0;
+        ctx->ws->want = 0;
+    }
+    workspace *ws = ctx->ws;
+    ws->want += bytes;
+    if (ws->cap - ws->used >= bytes) {
+        void *p = ws->base + ws->used;
+        ws->used += bytes;
+        return p;
+    }
+    /* Does not fit: a chunk for this call only; the arena grows to the
+     * whole demand when the call ends, so the next call fits. */
+    size_t size = sizeof(struct overflow) + 64 + bytes;
+    struct overflow *o = rt_alloc(rt, size);
+    if (!o) {
+        kernel_error(ctx, OPJIT_ENOMEM, "out of memory allocating %zu bytes of workspace", bytes);
+        return NULL;
+    }
+    o->size = size;
+    o->next = ws->overflow;
+    ws->overflow = o;
+    return (void *)(((uintptr_t)(o + 1) + 63) & ~(uintptr_t)63);
+}
+
+static void workspace_release(opjit_runtime *rt, workspace *ws)
+{
+    if (ws->overflow) {
+        while (ws->overflow) {
+            struct overflow *o = ws->overflow;
+            ws->overflow = o->next;
+            rt_free(rt, o, o->size);
+        }
+        if (ws->base)
+            rt_free(rt, ws->base, ws->cap);
+        ws->base = NULL;
+        ws->cap = 0;
+        /* Regions are multiples of 64 bytes from the allocator's base,
+         * so they keep its alignment (at least 16). */
+        ws->base = rt_alloc(rt, ws->want);
+        if (ws->base)
+            ws->cap = ws->want;
+    }
+    ws->used = 0;
+    pthread_mutex_lock(&rt->lock);
+    ws->next = rt->free_ws;
+    rt->free_ws = ws;
+    pthread_mutex_unlock(&rt->lock);
+}
+
+void workspace_free_all(opjit_runtime *rt)
+{
+    while (rt->free_ws) {
+        workspace *ws = rt->free_ws;
+        rt->free_ws = ws->next;
+        if (ws->base)
+            rt_free(rt, ws->base, ws->cap);
+        free(ws);
+    }
+}
+
+/* ---- errors from kernels --------------------------------------------------- */
+
+static int api_fail(opjit_ctx *ctx, const char *fmt, ...)
+{
+    if (!ctx)
+        return OPJIT_EKERNEL;
+    if (!ctx->status) {
+        char msg[2048];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt ? fmt : "(no message)", ap);
+        va_end(ap);
+        ctx->status = rt_error(ctx->rt, OPJIT_EKERNEL, "%s: %s", ctx->k->sch.name, msg);
+    }
+    return ctx->status;
+}
+
+static int api_device_id(opjit_ctx *ctx) { return ctx ? ctx->device_id : -1; }
+
+const opjit_api runtime_api = {
+    .abi_version = OPJIT_ABI_VERSION,
+    .size = sizeof(opjit_api),
+    .def = dispatch_def,
+    .require = dispatch_require,
+    .output = api_output,
+    .workspace = api_workspace,
+    .fail = api_fail,
+    .device_id = api_device_id,
+};
+
+/* ---- the call --------------------------------------------------------------- */
+
+static const char *kind_name(int kind)
+{
+    switch (kind) {
+    case OPJIT_KIND_NONE: return "None";
+    case OPJIT_KIND_TENSOR: return "Tensor";
+    case OPJIT_KIND_INT: return "int";
+    case OPJIT_KIND_FLOAT: return "float";
+    case OPJIT_KIND_BOOL: return "bool";
+    case OPJIT_KIND_INTS: return "int list";
+    }
+    return "unknown kind";
+}
+
+static int device_of(int dl_type)
+{
+#define X(name, str, dl) if (dl_type == dl) return OPJIT_##name;
+    OPJIT_DEVICE_LIST(X)
+#undef X
+    return -1;
+}
+
+static int is_contiguous(const DLTensor *t)
+{
+    if (!t->strides)
+        return 1;
+    int64_t expect = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->strides[i] != expect)
+            return 0;
+        expect *= t->shape[i];
+    }
+    return 1;
+}
+
+static int no_kernel(opjit_runtime *rt, const opjit_op *op, int device)
+{
+    char loaded[1024] = "";
+    size_t n = 0;
+    for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
+        const kernel *k = atomic_load(&op->kernels[d]);
+        if (k)
+            n += (size_t)snprintf(loaded + n, n < sizeof loaded ? sizeof loaded - n : 0,
+                                  "%s%s from %s", n ? ", " : "", opjit_device_name(d),
+                                  k->mod->source);
+    }
+    char upper[16];
+    const char *dn = opjit_device_name(device);
+    size_t i = 0;
+    for (; dn[i] && i < sizeof upper - 1; i++)
+        upper[i] = (char)(dn[i] >= 'a' && dn[i] <= 'z' ? dn[i] - 32 : dn[i]);
+    upper[i] = '\0';
+    return rt_error(rt, OPJIT_ENOKERNEL, "%s has no %s kernel; loaded: %s", op->name, upper,
+                    n ? loaded : "nothing");
+}
+
+static int check_tensor(opjit_runtime *rt, const kernel *k, const arg_check *c,
+                        const DLTensor *t)
+{
+    const schema_arg *a = &k->sch.args[c->arg];
+    char b1[64], b2[64];
+    if (c->ndtypes) {
+        int ok = 0;
+        for (int j = 0; j < c->ndtypes && !ok; j++)
+            ok = t->dtype.code == c->dtypes[j].code && t->dtype.bits == c->dtypes[j].bits &&
+                 t->dtype.lanes == 1;
+        if (!ok) {
+            char want[256] = "";
+            size_t n = 0;
+            for (int j = 0; j < c->ndtypes; j++)
+                n += (size_t)snprintf(want + n, sizeof want - n, "%s%s", j ? " or " : "",
+                                      dtype_name(c->dtypes[j], b1, sizeof b1));
+            return rt_error(rt, OPJIT_ECALL, "%s: argument '%s': expected dtype %s, got %s",
+                            k->sch.name, a->name, want, dtype_name(t->dtype, b2, sizeof b2));
+        }
+    }
+    if (c->rank >= 0 && t->ndim != c->rank)
+        return rt_error(rt, OPJIT_ECALL, "%s: argument '%s': expected a %d-d tensor, got %d-d",
+                        k->sch.name, a->name, c->rank, t->ndim);
+    if (c->contiguous && !is_contiguous(t))
+        return rt_error(rt, OPJIT_ECALL,
+                        "%s: argument '%s': expected a contiguous tensor, got strides that "
+                        "are not row-major",
+                        k->sch.name, a->name);
+    return OPJIT_OK;
+}
+
+int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, int nargs,
+               DLManagedTensor **outs, int nouts)
+{
+    if (!rt || !op || nargs < 0 || (nargs && !args) || nouts < 0 || (nouts && !outs))
+        return rt_error(rt, OPJIT_EINVAL, "opjit_call: bad arguments");
+    const schema *s = op->sch;
+    if (nargs > s->nargs)
+        return rt_error(rt, OPJIT_ECALL, "%s takes at most %d arguments, got %d", op->name,
+                        s->nargs, nargs);
+    if (nouts < s->nouts)
+        return rt_error(rt, OPJIT_ECALL, "%s returns %d outputs; room was given for %d",
+                        op->name, s->nouts, nouts);
+
+    /* The device is that of the tensors; they must agree. */
+    const DLTensor *first = NULL;
+    for (int i = 0; i < nargs; i++) {
+        if (args[i].kind != OPJIT_KIND_TENSOR)
+            continue;
+        const DLTensor *t = args[i].u.tensor;
+        if (!t)
+            return rt_error(rt, OPJIT_ECALL, "%s: argument '%s' is a NULL tensor", op->name,
+                            s->args[i].name);
+        if (!first)
+            first = t;
+        else if (t->device.device_type != first->device.device_type ||
+                 t->device.device_id != first->device.device_id)
+            return rt_error(rt, OPJIT_ECALL,
+                            "%s: argument '%s' is on device %d:%d but earlier tensors are on "
+                            "%d:%d; tensors of one call must share a device",
+                            op->name, s->args[i].name, t->device.device_type,
+                            t->device.device_id, first->device.device_type,
+                            first->device.device_id);
+    }
+    int device = first ? device_of(first->device.device_type) : OPJIT_CPU;
+    if (device < 0)
+        return rt_error(rt, OPJIT_ECALL, "%s: tensors are on DLPack device type %d, which opjit "
+                        "does not support", op->name, first->device.device_type);
+    const kernel *k = atomic_load_explicit(&op->kernels[device], memory_order_acquire);
+    if (!k)
+        return no_kernel(rt, op, device);
+
+    /* Bind every schema argument: given, defaulted, or None. */
+    opjit_value v[OPJIT_MAX_ARGS];
+    int64_t expanded[OPJIT_MAX_ARGS][OPJIT_MAX_LIST];
+    for (int i = 0; i < k->sch.nargs; i++) {
+        const schema_arg *a = &k->sch.args[i];
+        const opjit_value *in = i < nargs ? &args[i] : NULL;
+        if (!in || in->kind == OPJIT_KIND_NONE) {
+            if (a->has_default)
+                v[i] = a->def;
+            else if (a->optional)
+                v[i] = (opjit_value){.kind = OPJIT_KIND_NONE};
+            else
+                return rt_error(rt, OPJIT_ECALL, "%s: missing argument '%s' (%s)", op->name,
+                                a->name, a->type);
+            continue;
+        }
+        v[i] = *in;
+        int ok = in->kind == a->kind;
+        if (a->kind == OPJIT_KIND_FLOAT && in->kind == OPJIT_KIND_INT) {
+            v[i].kind = OPJIT_KIND_FLOAT; /* an int is a fine float, as in Python */
+            v[i].u.f = (double)in->u.i;
+            ok = 1;
+        } else if (a->kind == OPJIT_KIND_INTS && in->kind == OPJIT_KIND_INT) {
+            for (int j = 0; j < a->list_len; j++)
+                expanded[i][j] = in->u.i;
+            v[i] = (opjit_value){.kind = OPJIT_KIND_INTS, .len = a->list_len,
+                                 .u.ints = expanded[i]};
+            ok = 1;
+        } else if (ok && a->kind == OPJIT_KIND_INTS && (in->len != a->list_len || !in->u.ints)) {
+            return rt_error(rt, OPJIT_ECALL, "%s: argument '%s': expected %s, got a list of %d",
+                            op->name, a->name, a->type, in->len);
+        }
+        if (!ok)
+            return rt_error(rt, OPJIT_ECALL, "%s: argument '%s': expected %s, got %s", op->name,
+                            a->name, a->type, kind_name(in->kind));
+    }
+    for (int j = 0; j < k->nchecks; j++) {
+        const opjit_value *t = &v[k->checks[j].arg];
+        if (t->kind == OPJIT_KIND_TENSOR) {
+            int rc = check_tensor(rt, k, &k->checks[j], t->u.tensor);
+            if (rc)
+                return rc;
+        }
+    }
+
+    opjit_ctx ctx = {.rt = rt, .k = k, .device = device,
+                     .device_id = first ? first->device.device_id : 0};
+    opjit_args kargs = {k->sch.nargs, v};
+    int rc = k->fn(&ctx, &kargs);
+    if (rc && !ctx.status)
+        ctx.status = rt_error(rt, OPJIT_EKERNEL, "%s: the kernel failed (returned %d) without "
+                              "a message", op->name, rc);
+    if (!rc && !ctx.status) {
+        for (int i = 0; i < s->nouts; i++)
+            if (!ctx.outs[i]) {
+                ctx.status = rt_error(rt, OPJIT_EKERNEL, "%s: the kernel returned without "
+                                      "producing output %d", op->name, i);
+                break;
+            }
+    }
+    if (ctx.ws)
+        workspace_release(rt, ctx.ws);
+    if (ctx.status) {
+        for (int i = 0; i < s->nouts; i++)
+            if (ctx.outs[i])
+                ctx.outs[i]->deleter(ctx.outs[i]);
+        return ctx.status;
+    }
+    for (int i = 0; i < s->nouts; i++)
+        outs[i] = ctx.outs[i];
+    return OPJIT_OK;
+}

@@ -1,0 +1,332 @@
+/* runtime/dispatch.c - registration (the api a module's init calls) and the
+ * dispatch table: (op name, device) -> kernel.
+ *
+ * A module's registrations are staged on the module while its init runs and
+ * published together afterwards, so a module whose init fails registers
+ * nothing. Publishing swaps each op's per-device kernel pointer atomically;
+ * replaced kernels stay alive until the runtime is destroyed, so calls in
+ * flight finish on the code they started with. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+
+static const struct {
+    const char *name;
+    uint8_t code, bits;
+} dtype_table[] = {
+    {"float32", kDLFloat, 32}, {"float64", kDLFloat, 64}, {"float16", kDLFloat, 16},
+    {"bfloat16", kDLBfloat, 16}, {"int8", kDLInt, 8},     {"int16", kDLInt, 16},
+    {"int32", kDLInt, 32},     {"int64", kDLInt, 64},     {"uint8", kDLUInt, 8},
+    {"bool", OPJIT_DL_BOOL, 8},
+};
+
+int dtype_parse(const char *s, DLDataType *out)
+{
+    for (size_t i = 0; i < sizeof dtype_table / sizeof dtype_table[0]; i++)
+        if (!strcmp(s, dtype_table[i].name)) {
+            out->code = dtype_table[i].code;
+            out->bits = dtype_table[i].bits;
+            out->lanes = 1;
+            return 1;
+        }
+    return 0;
+}
+
+const char *dtype_name(DLDataType t, char *buf, size_t n)
+{
+    for (size_t i = 0; i < sizeof dtype_table / sizeof dtype_table[0]; i++)
+        if (t.code == dtype_table[i].code && t.bits == dtype_table[i].bits && t.lanes == 1)
+            return dtype_table[i].name;
+    snprintf(buf, n, "dtype(code=%u, bits=%u, lanes=%u)", t.code, t.bits, t.lanes);
+    return buf;
+}
+
+module *module_new(opjit_runtime *rt, const char *source, const char *tier, int device)
+{
+    module *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    m->rt = rt;
+    m->source = strdup(source);
+    m->tier = strdup(tier);
+    m->device = device;
+    if (!m->source || !m->tier) {
+        module_discard(m);
+        return NULL;
+    }
+    return m;
+}
+
+static void kernel_free(kernel *k)
+{
+    schema_free(&k->sch);
+    free(k->doc);
+    free(k);
+}
+
+void module_discard(module *m)
+{
+    if (!m)
+        return;
+    for (kernel *k = m->kernels, *next; k; k = next) {
+        next = k->next_in_module;
+        kernel_free(k);
+    }
+    if (m->dl)
+        dlclose(m->dl);
+    free(m->source);
+    free(m->tier);
+    free(m);
+}
+
+/* Record the module's first error; later ones are usually consequences. */
+static int module_error(module *m, int status, const char *fmt, ...)
+{
+    if (!m->status) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(m->err, sizeof m->err, fmt, ap);
+        va_end(ap);
+        m->status = status;
+    }
+    return status;
+}
+
+int dispatch_def(opjit_module *om, const char *text, int device, opjit_kernel_fn fn,
+                   const char *doc)
+{
+    module *m = (module *)om;
+    if (!m)
+        return OPJIT_EINVAL;
+    if (device < 0 || device >= OPJIT_DEVICE_COUNT)
+        return module_error(m, OPJIT_EMODULE, "%s: opjit_def: unknown device %d", m->source,
+                            device);
+    if (device != m->device)
+        return module_error(m, OPJIT_EMODULE,
+                            "%s: opjit_def: a %s source can only register %s kernels (got %s)",
+                            m->source, m->device == OPJIT_CUDA ? ".cu" : ".c",
+                            opjit_device_name(m->device), opjit_device_name(device));
+    if (!fn)
+        return module_error(m, OPJIT_EMODULE, "%s: opjit_def: NULL kernel for '%s'", m->source,
+                            text ? text : "(null)");
+    kernel *k = calloc(1, sizeof *k);
+    if (!k)
+        return module_error(m, OPJIT_ENOMEM, "out of memory");
+    char err[512];
+    int rc = schema_parse(text, &k->sch, err, sizeof err);
+    if (rc) {
+        free(k);
+        return module_error(m, rc, "%s: %s", m->source, err);
+    }
+    for (kernel *o = m->kernels; o; o = o->next_in_module)
+        if (!strcmp(o->sch.name, k->sch.name) && o->device == device) {
+            module_error(m, OPJIT_EEXIST, "%s: %s is registered twice for %s", m->source,
+                         k->sch.name, opjit_device_name(device));
+            kernel_free(k);
+            return OPJIT_EEXIST;
+        }
+    k->fn = fn;
+    k->device = device;
+    k->mod = m;
+    k->doc = strdup(doc ? doc : "");
+    /* Keep registration order: list in order, remember the last. */
+    if (m->last)
+        m->last->next_in_module = k;
+    else
+        m->kernels = k;
+    m->last = k;
+    return OPJIT_OK;
+}
+
+int dispatch_require(opjit_module *om, const char *arg, const char *spec)
+{
+    module *m = (module *)om;
+    if (!m)
+        return OPJIT_EINVAL;
+    kernel *k = m->last;
+    if (!k)
+        return module_error(m, OPJIT_EMODULE, "%s: opjit_require before any opjit_def",
+                            m->source);
+    int i = arg ? schema_arg_index(&k->sch, arg) : -1;
+    if (i < 0 || k->sch.args[i].kind != OPJIT_KIND_TENSOR)
+        return module_error(m, OPJIT_EMODULE, "%s: opjit_require: %s has no Tensor argument '%s'",
+                            m->source, k->sch.name, arg ? arg : "(null)");
+    arg_check *c = NULL;
+    for (int j = 0; j < k->nchecks; j++)
+        if (k->checks[j].arg == i)
+            c = &k->checks[j];
+    if (!c) {
+        c = &k->checks[k->nchecks++];
+        memset(c, 0, sizeof *c);
+        c->arg = i;
+        c->rank = -1;
+    }
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", spec ? spec : "");
+    char *save = NULL;
+    for (char *w = strtok_r(buf, " \t", &save); w; w = strtok_r(NULL, " \t", &save)) {
+        char *end;
+        if (!strcmp(w, "contiguous")) {
+            c->contiguous = 1;
+        } else if (!strncmp(w, "rank=", 5)) {
+            long r = strtol(w + 5, &end, 10);
+            if (*end || end == w + 5 || r < 0 || r > 32)
+                return module_error(m, OPJIT_EMODULE, "%s: opjit_require(%s): bad rank '%s'",
+                                    m->source, arg, w);
+            c->rank = (int)r;
+        } else {
+            char *save2 = NULL;
+            c->ndtypes = 0;
+            for (char *d = strtok_r(w, "|", &save2); d; d = strtok_r(NULL, "|", &save2)) {
+                if (c->ndtypes == OPJIT_MAX_DTYPES || !dtype_parse(d, &c->dtypes[c->ndtypes]))
+                    return module_error(m, OPJIT_EMODULE,
+                                        "%s: opjit_require(%s): unknown word or dtype '%s' "
+                                        "(expected dtypes like float32|float64, rank=N, "
+                                        "contiguous)",
+                                        m->source, arg, d);
+                c->ndtypes++;
+            }
+        }
+    }
+    return OPJIT_OK;
+}
+
+static opjit_op *find_op_locked(opjit_runtime *rt, const char *name)
+{
+    for (opjit_op *op = rt->ops; op; op = op->next)
+        if (!strcmp(op->name, name))
+            return op;
+    return NULL;
+}
+
+int module_publish(opjit_runtime *rt, module *m)
+{
+    pthread_mutex_lock(&rt->lock);
+    /* Check everything first: publish all or nothing. */
+    for (kernel *k = m->kernels; k; k = k->next_in_module) {
+        opjit_op *op = find_op_locked(rt, k->sch.name);
+        if (!op)
+            continue;
+        if (strcmp(op->sch->canonical, k->sch.canonical)) {
+            const kernel *other = NULL;
+            for (int d = 0; d < OPJIT_DEVICE_COUNT && !other; d++)
+                other = atomic_load(&op->kernels[d]);
+            int rc = rt_error(rt, OPJIT_ESCHEMA,
+                              "%s declares %s as '%s' but %s declares it as '%s'; the "
+                              "schemas of one op must agree",
+                              m->source, k->sch.name, k->sch.text,
+                              other ? other->mod->source : "an earlier module", op->sch->text);
+            pthread_mutex_unlock(&rt->lock);
+            return rc;
+        }
+        const kernel *held = atomic_load(&op->kernels[k->device]);
+        if (held && strcmp(held->mod->source, m->source)) {
+            int rc = rt_error(rt, OPJIT_EEXIST,
+                              "%s: %s already has a %s kernel from %s; a second module may "
+                              "not register the same op and device",
+                              m->source, k->sch.name, opjit_device_name(k->device),
+                              held->mod->source);
+            pthread_mutex_unlock(&rt->lock);
+            return rc;
+        }
+    }
+    for (kernel *k = m->kernels; k; k = k->next_in_module) {
+        opjit_op *op = find_op_locked(rt, k->sch.name);
+        if (!op) {
+            op = calloc(1, sizeof *op);
+            if (!op || !(op->name = strdup(k->sch.name))) {
+                free(op);
+                pthread_mutex_unlock(&rt->lock);
+                return rt_error(rt, OPJIT_ENOMEM, "out of memory");
+            }
+            op->sch = &k->sch;
+            if (rt->ops_tail)
+                rt->ops_tail->next = op;
+            else
+                rt->ops = op;
+            rt->ops_tail = op;
+        }
+        atomic_store_explicit(&op->kernels[k->device], k, memory_order_release);
+    }
+    /* Schemas are identical (checked above), but keep op->sch pointing at a
+     * kernel that is reachable for info. It stays alive either way. */
+    m->next = rt->modules;
+    rt->modules = m;
+    pthread_mutex_unlock(&rt->lock);
+    return OPJIT_OK;
+}
+
+int opjit_find_op(opjit_runtime *rt, const char *name, opjit_op **out)
+{
+    if (out)
+        *out = NULL;
+    if (!rt || !name || !out)
+        return rt_error(rt, OPJIT_EINVAL, "opjit_find_op: NULL argument");
+    pthread_mutex_lock(&rt->lock);
+    opjit_op *op = find_op_locked(rt, name);
+    pthread_mutex_unlock(&rt->lock);
+    if (!op)
+        return rt_error(rt, OPJIT_ENOTFOUND, "no op named '%s' is loaded", name);
+    *out = op;
+    return OPJIT_OK;
+}
+
+int opjit_list(opjit_runtime *rt, int (*fn)(void *ud, const opjit_op *op), void *ud)
+{
+    if (!rt || !fn)
+        return rt_error(rt, OPJIT_EINVAL, "opjit_list: NULL argument");
+    /* Ops are never removed, so walking after unlocking is safe. */
+    pthread_mutex_lock(&rt->lock);
+    opjit_op *first = rt->ops;
+    pthread_mutex_unlock(&rt->lock);
+    for (opjit_op *op = first; op; op = op->next)
+        if (fn(ud, op))
+            break;
+    return OPJIT_OK;
+}
+
+int opjit_op_info_get(opjit_runtime *rt, const opjit_op *op, opjit_op_info *info)
+{
+    if (!rt || !op || !info)
+        return rt_error(rt, OPJIT_EINVAL, "opjit_op_info_get: NULL argument");
+    memset(info, 0, sizeof *info);
+    info->name = op->name;
+    info->schema = op->sch->text;
+    info->nargs = op->sch->nargs;
+    info->nouts = op->sch->nouts;
+    for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
+        const kernel *k = atomic_load(&op->kernels[d]);
+        if (k) {
+            info->source[d] = k->mod->source;
+            info->doc[d] = k->doc;
+            info->tier[d] = k->mod->tier;
+        }
+    }
+    return OPJIT_OK;
+}
+
+int opjit_op_arg(opjit_runtime *rt, const opjit_op *op, int i, opjit_arg_info *info)
+{
+    if (!rt || !op || !info)
+        return rt_error(rt, OPJIT_EINVAL, "opjit_op_arg: NULL argument");
+    if (i < 0 || i >= op->sch->nargs)
+        return rt_error(rt, OPJIT_EINVAL, "%s has no argument %d", op->name, i);
+    const schema_arg *a = &op->sch->args[i];
+    info->name = a->name;
+    info->type = a->type;
+    info->kind = a->kind;
+    info->optional = a->optional;
+    info->list_len = a->list_len;
+    info->has_default = a->has_default;
+    info->default_text = a->default_text;
+    return OPJIT_OK;
+}
+
+int opjit_op_arg_index(const opjit_op *op, const char *name)
+{
+    return op && name ? schema_arg_index(op->sch, name) : -1;
+}
+

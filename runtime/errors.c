@@ -1,0 +1,111 @@
+/* runtime/errors.c - status names, per-thread error messages, logging. */
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+
+static const char *const status_names[] = {
+#define X(name, desc) "OPJIT_" #name,
+    OPJIT_STATUS_LIST(X)
+#undef X
+};
+
+static const char *const status_descs[] = {
+#define X(name, desc) desc,
+    OPJIT_STATUS_LIST(X)
+#undef X
+};
+
+static const char *const device_names[] = {
+#define X(name, str, dl) str,
+    OPJIT_DEVICE_LIST(X)
+#undef X
+};
+
+const char *opjit_status_name(int status)
+{
+    if (status < 0 || status >= OPJIT_STATUS_COUNT)
+        return "OPJIT_?";
+    return status_names[status];
+}
+
+const char *opjit_errstr(int status)
+{
+    if (status < 0 || status >= OPJIT_STATUS_COUNT)
+        return "unknown status";
+    return status_descs[status];
+}
+
+const char *opjit_device_name(int device)
+{
+    if (device < 0 || device >= OPJIT_DEVICE_COUNT)
+        return NULL;
+    return device_names[device];
+}
+
+int opjit_version(void) { return OPJIT_VERSION_NUMBER; }
+
+const char *opjit_version_string(void)
+{
+#define OPJIT_STR2(x) #x
+#define OPJIT_STR(x) OPJIT_STR2(x)
+    return OPJIT_STR(OPJIT_VERSION_MAJOR) "." OPJIT_STR(OPJIT_VERSION_MINOR) "." OPJIT_STR(
+        OPJIT_VERSION_PATCH);
+}
+
+/* One message per thread, tagged with the runtime it belongs to: threads
+ * calling ops concurrently never see each other's errors. */
+static _Thread_local struct {
+    const opjit_runtime *rt;
+    char msg[OPJIT_ERRMSG_SIZE];
+} tls_err;
+
+char *rt_error_buffer(const opjit_runtime *rt)
+{
+    if (tls_err.rt != rt) {
+        tls_err.rt = rt;
+        tls_err.msg[0] = '\0';
+    }
+    return tls_err.msg;
+}
+
+void rt_clear_error(const opjit_runtime *rt)
+{
+    tls_err.rt = rt;
+    tls_err.msg[0] = '\0';
+}
+
+int rt_verror(const opjit_runtime *rt, int status, const char *fmt, va_list ap)
+{
+    tls_err.rt = rt;
+    vsnprintf(tls_err.msg, sizeof tls_err.msg, fmt, ap);
+    return status;
+}
+
+int rt_error(const opjit_runtime *rt, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    rt_verror(rt, status, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+const char *opjit_errmsg(const opjit_runtime *rt)
+{
+    if (tls_err.rt != rt)
+        return "";
+    return tls_err.msg;
+}
+
+void rt_log(const opjit_runtime *rt, int level, const char *fmt, ...)
+{
+    if (!rt || !rt->log || level > rt->verbosity)
+        return;
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    rt->log(rt->log_ud, level, buf);
+}

@@ -1,0 +1,170 @@
+/*
+ * runtime/runtime.h - the runtime's private types: schemas, the dispatch
+ * table, modules, calls. Shared by runtime/ and loader/ only.
+ */
+#ifndef OPJIT_RUNTIME_H
+#define OPJIT_RUNTIME_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "opjit.h"
+
+#define OPJIT_MAX_ARGS 32
+#define OPJIT_MAX_OUTS 8
+#define OPJIT_MAX_LIST 8   /* longest int[N] */
+#define OPJIT_MAX_DTYPES 8 /* dtypes one constraint may list */
+#define OPJIT_ERRMSG_SIZE 16384
+
+/* ---- schema (runtime/schema.c) ------------------------------------------ */
+
+typedef struct schema_arg {
+    char *name;
+    char *type;         /* as written: "Tensor?", "int[2]" */
+    int kind;           /* opjit_kind */
+    int optional;       /* Tensor? */
+    int list_len;       /* N of int[N]; 0 when not a list */
+    int has_default;
+    char *default_text;
+    opjit_value def;    /* the default, ready to hand to a kernel */
+    int64_t def_ints[OPJIT_MAX_LIST];
+} schema_arg;
+
+typedef struct schema {
+    char *text;      /* as registered */
+    char *canonical; /* normalized, to compare two registrations */
+    char *name;
+    int nargs;
+    schema_arg args[OPJIT_MAX_ARGS];
+    int nouts;
+} schema;
+
+/* Parse text into s. On failure returns OPJIT_ESCHEMA with a message in
+ * err saying where. */
+int schema_parse(const char *text, schema *s, char *err, size_t errlen);
+void schema_free(schema *s);
+int schema_arg_index(const schema *s, const char *name);
+
+/* ---- kernels and ops (runtime/dispatch.c) ------------------------------- */
+
+/* A constraint on one Tensor argument, from opjit_require. */
+typedef struct arg_check {
+    int arg;
+    int ndtypes;
+    DLDataType dtypes[OPJIT_MAX_DTYPES];
+    int rank; /* -1: any */
+    int contiguous;
+} arg_check;
+
+typedef struct module module;
+
+/* One kernel registered for one device. Immutable once published. */
+typedef struct kernel {
+    opjit_kernel_fn fn;
+    int device;
+    module *mod;
+    char *doc;
+    schema sch;
+    int nchecks;
+    arg_check checks[OPJIT_MAX_ARGS];
+    struct kernel *next_in_module;
+} kernel;
+
+struct opjit_op {
+    char *name;
+    const schema *sch; /* of the first kernel registered; all must agree */
+    _Atomic(kernel *) kernels[OPJIT_DEVICE_COUNT];
+    struct opjit_op *next;
+};
+
+/* A loaded shared object and what its init registered. */
+struct module {
+    opjit_runtime *rt;
+    char *source;   /* path of the source file */
+    char *tier;     /* "tcc", ... */
+    int device;     /* the device its kernels may register for (.c: CPU) */
+    void *dl;       /* dlopen handle */
+    kernel *kernels;
+    kernel *last;   /* for opjit_require */
+    int status;     /* first registration error */
+    char err[1024];
+    module *next;
+};
+
+/* ---- runtime ------------------------------------------------------------ */
+
+typedef struct workspace {
+    char *base;
+    size_t cap, used;
+    size_t want; /* total asked in the last call, to size the next */
+    struct overflow *overflow;
+    struct workspace *next;
+} workspace;
+
+struct opjit_runtime {
+    pthread_mutex_t lock; /* ops, modules, workspace pool */
+    opjit_op *ops, *ops_tail;
+    module *modules;
+    workspace *free_ws;
+    opjit_alloc_fn alloc;
+    void *alloc_ud;
+    opjit_log_fn log;
+    void *log_ud;
+    int verbosity;
+    struct loader *loader;
+};
+
+/* ---- calls (runtime/call.c) -------------------------------------------- */
+
+struct opjit_ctx {
+    opjit_runtime *rt;
+    const kernel *k;
+    int device;
+    int device_id;
+    int status;
+    DLManagedTensor *outs[OPJIT_MAX_OUTS];
+    workspace *ws;
+};
+
+extern const opjit_api runtime_api;
+void workspace_free_all(opjit_runtime *rt);
+
+/* ---- errors and logs (runtime/errors.c) --------------------------------- */
+
+/* Set this thread's message for rt and return status. */
+int rt_error(const opjit_runtime *rt, int status, const char *fmt, ...);
+int rt_verror(const opjit_runtime *rt, int status, const char *fmt, va_list ap);
+/* This thread's message buffer, for appending (e.g. compiler logs). */
+char *rt_error_buffer(const opjit_runtime *rt);
+void rt_clear_error(const opjit_runtime *rt);
+void rt_log(const opjit_runtime *rt, int level, const char *fmt, ...);
+
+/* ---- allocation ---------------------------------------------------------- */
+
+void *rt_alloc(opjit_runtime *rt, size_t n);
+void rt_free(opjit_runtime *rt, void *p, size_t n);
+char *rt_strdup(const char *s);
+
+/* ---- modules (runtime/dispatch.c) --------------------------------------- */
+
+module *module_new(opjit_runtime *rt, const char *source, const char *tier, int device);
+/* Publish the module's kernels into the dispatch table, replacing kernels
+ * earlier loaded from the same source. On a conflict nothing is published. */
+int module_publish(opjit_runtime *rt, module *m);
+/* Free a module that was never published (its dl handle is closed). */
+void module_discard(module *m);
+/* The registration entries of the api table. */
+int dispatch_def(opjit_module *m, const char *schema, int device, opjit_kernel_fn fn,
+                 const char *doc);
+int dispatch_require(opjit_module *m, const char *arg, const char *spec);
+int dtype_parse(const char *s, DLDataType *out);
+const char *dtype_name(DLDataType t, char *buf, size_t n);
+
+/* ---- loader hooks -------------------------------------------------------- */
+struct loader;
+int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **out);
+void loader_destroy(struct loader *l);
+
+#endif

@@ -1,0 +1,335 @@
+/* runtime/schema.c - PyTorch-style operator schemas, parsed once at
+ * registration:
+ *
+ *   conv2d(Tensor input, Tensor weight, Tensor? bias=None,
+ *          int[2] stride=1, int[2] padding=0, int groups=1) -> Tensor
+ *
+ * Types: Tensor, int, float, bool, int[N] (N <= OPJIT_MAX_LIST), each
+ * optionally followed by '?' (may be None). A bare '*' (keyword-only
+ * marker) is accepted and ignored. Returns: Tensor or (Tensor, ...), with
+ * optional names. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+
+typedef struct parser {
+    const char *text;
+    const char *p;
+    char *err;
+    size_t errlen;
+} parser;
+
+static int fail(parser *ps, const char *what)
+{
+    snprintf(ps->err, ps->errlen, "bad schema '%s': %s at column %d", ps->text, what,
+             (int)(ps->p - ps->text) + 1);
+    return OPJIT_ESCHEMA;
+}
+
+static void skip_ws(parser *ps)
+{
+    while (isspace((unsigned char)*ps->p))
+        ps->p++;
+}
+
+static int accept(parser *ps, char c)
+{
+    skip_ws(ps);
+    if (*ps->p == c) {
+        ps->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* Identifier (letters, digits, '_', and '.' for overload names). */
+static char *ident(parser *ps, int allow_dot)
+{
+    skip_ws(ps);
+    const char *s = ps->p;
+    if (!isalpha((unsigned char)*s) && *s != '_')
+        return NULL;
+    while (isalnum((unsigned char)*ps->p) || *ps->p == '_' || (allow_dot && *ps->p == '.'))
+        ps->p++;
+    return strndup(s, (size_t)(ps->p - s));
+}
+
+static int parse_int(parser *ps, int64_t *out)
+{
+    skip_ws(ps);
+    char *end;
+    errno = 0;
+    long long v = strtoll(ps->p, &end, 10);
+    if (end == ps->p || errno)
+        return 0;
+    ps->p = end;
+    *out = v;
+    return 1;
+}
+
+static int parse_type(parser *ps, schema_arg *a)
+{
+    char *t = ident(ps, 0);
+    if (!t)
+        return fail(ps, "expected a type");
+    int rc = OPJIT_OK;
+    if (!strcmp(t, "Tensor"))
+        a->kind = OPJIT_KIND_TENSOR;
+    else if (!strcmp(t, "int"))
+        a->kind = OPJIT_KIND_INT;
+    else if (!strcmp(t, "float"))
+        a->kind = OPJIT_KIND_FLOAT;
+    else if (!strcmp(t, "bool"))
+        a->kind = OPJIT_KIND_BOOL;
+    else
+        rc = fail(ps, "unknown type (expected Tensor, int, float, bool or int[N])");
+    free(t);
+    if (rc)
+        return rc;
+    if (*ps->p == '[') {
+        ps->p++;
+        int64_t n;
+        if (a->kind != OPJIT_KIND_INT)
+            return fail(ps, "only int lists are supported");
+        if (!parse_int(ps, &n) || n < 1 || n > OPJIT_MAX_LIST)
+            return fail(ps, "expected a list length from 1 to 8");
+        if (!accept(ps, ']'))
+            return fail(ps, "expected ']'");
+        a->kind = OPJIT_KIND_INTS;
+        a->list_len = (int)n;
+    }
+    if (*ps->p == '?') {
+        ps->p++;
+        a->optional = 1;
+    }
+    char buf[32];
+    if (a->kind == OPJIT_KIND_INTS)
+        snprintf(buf, sizeof buf, "int[%d]%s", a->list_len, a->optional ? "?" : "");
+    else
+        snprintf(buf, sizeof buf, "%s%s",
+                 a->kind == OPJIT_KIND_TENSOR ? "Tensor"
+                 : a->kind == OPJIT_KIND_INT  ? "int"
+                 : a->kind == OPJIT_KIND_FLOAT ? "float"
+                                               : "bool",
+                 a->optional ? "?" : "");
+    a->type = strdup(buf);
+    return OPJIT_OK;
+}
+
+static int word_is(parser *ps, const char *w)
+{
+    size_t n = strlen(w);
+    if (strncmp(ps->p, w, n) || isalnum((unsigned char)ps->p[n]) || ps->p[n] == '_')
+        return 0;
+    ps->p += n;
+    return 1;
+}
+
+static int parse_default(parser *ps, schema_arg *a)
+{
+    skip_ws(ps);
+    const char *start = ps->p;
+    a->has_default = 1;
+    if (word_is(ps, "None")) {
+        if (!a->optional)
+            return fail(ps, "None is a default only for optional (?) types");
+        a->def.kind = OPJIT_KIND_NONE;
+    } else if (a->kind == OPJIT_KIND_BOOL) {
+        if (word_is(ps, "True") || word_is(ps, "true"))
+            a->def.u.b = 1;
+        else if (word_is(ps, "False") || word_is(ps, "false"))
+            a->def.u.b = 0;
+        else
+            return fail(ps, "expected True or False");
+        a->def.kind = OPJIT_KIND_BOOL;
+    } else if (a->kind == OPJIT_KIND_INT) {
+        if (!parse_int(ps, &a->def.u.i))
+            return fail(ps, "expected an integer default");
+        a->def.kind = OPJIT_KIND_INT;
+    } else if (a->kind == OPJIT_KIND_FLOAT) {
+        char *end;
+        errno = 0;
+        a->def.u.f = strtod(ps->p, &end);
+        if (end == ps->p || errno)
+            return fail(ps, "expected a number default");
+        ps->p = end;
+        a->def.kind = OPJIT_KIND_FLOAT;
+    } else if (a->kind == OPJIT_KIND_INTS) {
+        int64_t v;
+        if (accept(ps, '[')) {
+            for (int i = 0; i < a->list_len; i++) {
+                if (i && !accept(ps, ','))
+                    return fail(ps, "expected ',' in list default");
+                if (!parse_int(ps, &a->def_ints[i]))
+                    return fail(ps, "expected an integer in list default");
+            }
+            if (!accept(ps, ']'))
+                return fail(ps, "list default has the wrong length");
+        } else if (parse_int(ps, &v)) {
+            for (int i = 0; i < a->list_len; i++)
+                a->def_ints[i] = v;
+        } else {
+            return fail(ps, "expected an integer or [list] default");
+        }
+        a->def.kind = OPJIT_KIND_INTS;
+        a->def.len = a->list_len;
+        a->def.u.ints = a->def_ints;
+    } else {
+        return fail(ps, "Tensor defaults can only be None");
+    }
+    skip_ws(ps);
+    const char *end = ps->p;
+    while (end > start && isspace((unsigned char)end[-1]))
+        end--;
+    a->default_text = strndup(start, (size_t)(end - start));
+    return OPJIT_OK;
+}
+
+static int parse_returns(parser *ps, schema *s)
+{
+    int paren = accept(ps, '(');
+    do {
+        char *t = ident(ps, 0);
+        int ok = t && !strcmp(t, "Tensor");
+        free(t);
+        if (!ok)
+            return fail(ps, "outputs must be Tensor");
+        if (s->nouts == OPJIT_MAX_OUTS)
+            return fail(ps, "too many outputs");
+        s->nouts++;
+        skip_ws(ps);
+        if (paren && (isalpha((unsigned char)*ps->p) || *ps->p == '_'))
+            free(ident(ps, 0)); /* an output's name: documentation only */
+    } while (paren && accept(ps, ','));
+    if (paren && !accept(ps, ')'))
+        return fail(ps, "expected ')' after outputs");
+    return OPJIT_OK;
+}
+
+static void canonicalize(schema *s)
+{
+    size_t cap = strlen(s->text) + 64 + (size_t)s->nargs * 64;
+    char *c = malloc(cap), *p = c;
+    if (!c)
+        return;
+    p += snprintf(p, cap, "%s(", s->name);
+    for (int i = 0; i < s->nargs; i++) {
+        const schema_arg *a = &s->args[i];
+        p += snprintf(p, cap - (size_t)(p - c), "%s%s %s%s%s", i ? ", " : "", a->type,
+                      a->name, a->has_default ? "=" : "",
+                      a->has_default ? a->default_text : "");
+    }
+    p += snprintf(p, cap - (size_t)(p - c), ") -> ");
+    if (s->nouts == 1)
+        snprintf(p, cap - (size_t)(p - c), "Tensor");
+    else
+        for (int i = 0; i < s->nouts; i++)
+            p += snprintf(p, cap - (size_t)(p - c), "%s%s%s", i ? ", " : "(", "Tensor",
+                          i == s->nouts - 1 ? ")" : "");
+    s->canonical = c;
+}
+
+int schema_parse(const char *text, schema *s, char *err, size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    parser ps = {text, text, err, errlen};
+    int rc;
+    if (!text)
+        return fail(&ps, "no schema");
+    s->text = strdup(text);
+    s->name = ident(&ps, 1);
+    if (!s->name) {
+        rc = fail(&ps, "expected the operator name");
+        goto bad;
+    }
+    if (!accept(&ps, '(')) {
+        rc = fail(&ps, "expected '('");
+        goto bad;
+    }
+    int seen_default = 0;
+    if (!accept(&ps, ')')) {
+        do {
+            skip_ws(&ps);
+            if (*ps.p == '*') { /* keyword-only marker */
+                ps.p++;
+                continue;
+            }
+            if (s->nargs == OPJIT_MAX_ARGS) {
+                rc = fail(&ps, "too many arguments");
+                goto bad;
+            }
+            schema_arg *a = &s->args[s->nargs++];
+            if ((rc = parse_type(&ps, a)))
+                goto bad;
+            a->name = ident(&ps, 0);
+            if (!a->name) {
+                rc = fail(&ps, "expected an argument name");
+                goto bad;
+            }
+            if (schema_arg_index(s, a->name) != s->nargs - 1) {
+                rc = fail(&ps, "duplicate argument name");
+                goto bad;
+            }
+            if (accept(&ps, '=')) {
+                if ((rc = parse_default(&ps, a)))
+                    goto bad;
+                seen_default = 1;
+            } else if (seen_default) {
+                rc = fail(&ps, "an argument without a default follows one with a default");
+                goto bad;
+            }
+        } while (accept(&ps, ','));
+        if (!accept(&ps, ')')) {
+            rc = fail(&ps, "expected ',' or ')'");
+            goto bad;
+        }
+    }
+    skip_ws(&ps);
+    if (strncmp(ps.p, "->", 2)) {
+        rc = fail(&ps, "expected '->'");
+        goto bad;
+    }
+    ps.p += 2;
+    if ((rc = parse_returns(&ps, s)))
+        goto bad;
+    skip_ws(&ps);
+    if (*ps.p) {
+        rc = fail(&ps, "unexpected text after the outputs");
+        goto bad;
+    }
+    canonicalize(s);
+    if (!s->canonical || !s->text) {
+        snprintf(err, errlen, "out of memory parsing schema");
+        rc = OPJIT_ENOMEM;
+        goto bad;
+    }
+    return OPJIT_OK;
+bad:
+    schema_free(s);
+    return rc;
+}
+
+void schema_free(schema *s)
+{
+    for (int i = 0; i < s->nargs; i++) {
+        free(s->args[i].name);
+        free(s->args[i].type);
+        free(s->args[i].default_text);
+    }
+    free(s->text);
+    free(s->canonical);
+    free(s->name);
+    memset(s, 0, sizeof *s);
+}
+
+int schema_arg_index(const schema *s, const char *name)
+{
+    for (int i = 0; i < s->nargs; i++)
+        if (s->args[i].name && !strcmp(s->args[i].name, name))
+            return i;
+    return -1;
+}
