@@ -19,6 +19,7 @@ typedef struct diag_sink {
     char *buf;
     size_t len, cap;
     int errors;
+    int write_failed; /* "could not write": an I/O error, not the source's */
     const char *text; /* to quote the offending line */
     const char *name;
 } diag_sink;
@@ -56,7 +57,9 @@ static const char *nth_line(const char *text, long line, size_t *len)
 static void on_diag(void *opaque, const char *msg)
 {
     diag_sink *d = opaque;
-    if (strstr(msg, "error"))
+    if (strstr(msg, "could not write"))
+        d->write_failed = 1;
+    else if (strstr(msg, "error"))
         d->errors++;
     if (d->len)
         sink_append(d, "\n", 1);
@@ -77,7 +80,7 @@ static void on_diag(void *opaque, const char *msg)
 
 int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen)
 {
-    diag_sink d = {diag, 0, diaglen, 0, job->text, job->source_name};
+    diag_sink d = {diag, 0, diaglen, 0, 0, job->text, job->source_name};
     if (diaglen)
         diag[0] = '\0';
     /* "#line" makes tcc report the source's own name in diagnostics. */
@@ -120,7 +123,7 @@ int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen)
         }
     if (tcc_output_file(s, job->out_path) < 0) {
         /* tcc says why (an undefined symbol, or the file) through on_diag. */
-        rc = d.errors ? OPJIT_ECOMPILE : OPJIT_EIO;
+        rc = d.errors || !d.write_failed ? OPJIT_ECOMPILE : OPJIT_EIO;
         if (!d.len)
             snprintf(diag, diaglen, "libtcc: cannot write %s", job->out_path);
         goto out;

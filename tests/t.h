@@ -30,9 +30,14 @@ static int t_failed_checks, t_tests, t_failed_tests;
         }                                                                    \
     } while (0)
 
+static inline int t_contains(const char *hay, const char *needle)
+{
+    return hay && needle && strstr(hay, needle);
+}
+static inline const char *t_str(const char *s) { return s ? s : "(null)"; }
 #define CHECK_STR_CONTAINS(hay, needle)                                      \
-    CHECKF((hay) && strstr((hay), (needle)), "'%s' not in '%s'", (needle),   \
-           (hay) ? (hay) : "(null)")
+    CHECKF(t_contains((hay), (needle)), "'%s' not in '%s'", (needle),        \
+           t_str(hay))
 
 #define T_RUN(fn)                                                            \
     do {                                                                     \

@@ -1,0 +1,118 @@
+/* tests/test_jit.c - libtcc compiles (jit/tcc.c), without cache or runtime. */
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "jit/jit.h"
+#include "opjit.h"
+#include "t.h"
+
+static char tmpdir[PATH_MAX];
+static char incdir[PATH_MAX];
+
+static int compile(const char *name, const char *text, const char *out, char *diag, size_t n)
+{
+    const char *includes[] = {incdir, "/usr/include", NULL};
+    const char *libs[] = {"m", NULL};
+    jit_tcc_job job = {.source_name = name, .text = text, .include_dirs = includes,
+                       .libraries = libs, .out_path = out};
+    return jit_tcc_compile(&job, diag, n);
+}
+
+static const char *good =
+    "#include <opjit_op.h>\n"
+    "#include <math.h>\n"
+    "int twice(int x) { return (int)(2 * sqrt((double)x * x)); }\n";
+
+static void compiles_a_shared_object(void)
+{
+    char out[PATH_MAX + 16], diag[4096];
+    snprintf(out, sizeof out, "%s/good.so", tmpdir);
+    CHECK(compile("good.c", good, out, diag, sizeof diag) == OPJIT_OK);
+    void *h = dlopen(out, RTLD_NOW | RTLD_LOCAL);
+    CHECKF(h != NULL, "%s", dlerror());
+    if (h) {
+        int (*twice)(int) = (int (*)(int))dlsym(h, "twice");
+        CHECK(twice && twice(21) == 42);
+        dlclose(h);
+    }
+}
+
+static void syntax_error_has_file_line_and_source(void)
+{
+    char out[PATH_MAX + 16], diag[4096];
+    snprintf(out, sizeof out, "%s/bad.so", tmpdir);
+    const char *bad = "int ok(void) { return 1; }\n"
+                      "\n"
+                      "int broken(void) { return 1 +; }\n";
+    CHECK(compile("ops/bad.c", bad, out, diag, sizeof diag) == OPJIT_ECOMPILE);
+    CHECK_STR_CONTAINS(diag, "ops/bad.c:3:");
+    CHECK_STR_CONTAINS(diag, "error");
+    CHECK_STR_CONTAINS(diag, "    3 | int broken(void) { return 1 +; }");
+    CHECK(access(out, F_OK) != 0);
+}
+
+static void missing_header_is_a_compile_error(void)
+{
+    char out[PATH_MAX + 16], diag[4096];
+    snprintf(out, sizeof out, "%s/nohdr.so", tmpdir);
+    CHECK(compile("nohdr.c", "#include \"nope.h\"\nint x;\n", out, diag, sizeof diag) ==
+          OPJIT_ECOMPILE);
+    CHECK_STR_CONTAINS(diag, "nohdr.c:1:");
+    CHECK_STR_CONTAINS(diag, "nope.h");
+}
+
+static void unwritable_output_is_an_io_error(void)
+{
+    char diag[4096];
+    int rc = compile("good.c", good, "/nonexistent-dir/x/good.so", diag, sizeof diag);
+    CHECKF(rc == OPJIT_EIO, "rc %d: %s", rc, diag);
+    CHECK(diag[0] != '\0');
+}
+
+static void *compile_thread(void *arg)
+{
+    long i = (long)arg;
+    char out[PATH_MAX + 32], diag[4096];
+    snprintf(out, sizeof out, "%s/t%ld.so", tmpdir, i);
+    int ok = 1;
+    for (int k = 0; k < 5; k++)
+        ok &= compile("good.c", good, out, diag, sizeof diag) == OPJIT_OK;
+    return (void *)(long)ok;
+}
+
+static void concurrent_compiles_are_serialised(void)
+{
+    pthread_t th[4];
+    for (long i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, compile_thread, (void *)i);
+    for (int i = 0; i < 4; i++) {
+        void *ok;
+        pthread_join(th[i], &ok);
+        CHECK(ok == (void *)1);
+    }
+}
+
+int main(void)
+{
+    const char *src = getenv("OPJIT_SOURCE_DIR");
+    snprintf(incdir, sizeof incdir, "%s/include", src ? src : ".");
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/opjit-test-jit-XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    T_RUN(compiles_a_shared_object);
+    T_RUN(syntax_error_has_file_line_and_source);
+    T_RUN(missing_header_is_a_compile_error);
+    T_RUN(unwritable_output_is_an_io_error);
+    T_RUN(concurrent_compiles_are_serialised);
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmpdir);
+    return t_done();
+}
