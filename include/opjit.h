@@ -108,6 +108,10 @@ typedef struct opjit_config {
     int verbosity;
     opjit_alloc_fn alloc; /* NULL: malloc-based */
     void *alloc_ud;
+    /* The optimizing tier: 1 on, 0 off, -1 from $OPJIT_TIERING (default on).
+     * It needs a C compiler: cc below, else $OPJIT_CC, else cc on PATH. */
+    int tiering;
+    const char *cc;
 } opjit_config;
 
 /* Fill cfg with defaults (everything from the environment). */
@@ -145,11 +149,17 @@ typedef struct opjit_load_info {
     double compile_ms;   /* 0 on a hit */
     double load_ms;      /* dlopen + module init */
     double total_ms;
+    char tier[8];        /* "tcc", or "opt" when optimized code was loaded */
 } opjit_load_info;
 
 /* Like opjit_load_op for one source file, also reporting timings. */
 int opjit_load_file(opjit_runtime *rt, const char *path, opjit_op **op,
                     opjit_load_info *info);
+
+/* Wait until the background optimizing compiles started by loads on rt
+ * have finished and swapped in. Returns the status of the first that
+ * failed since the last wait (the op kept its libtcc code), else OPJIT_OK. */
+int opjit_wait(opjit_runtime *rt);
 
 /* Argument of an op's schema. */
 typedef struct opjit_arg_info {

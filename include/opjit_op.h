@@ -96,7 +96,18 @@ typedef struct opjit_api {
     void *(*workspace)(opjit_ctx *ctx, size_t bytes);
     int (*fail)(opjit_ctx *ctx, const char *fmt, ...);
     int (*device_id)(opjit_ctx *ctx);
+    /* CUDA (the host half of a .cu op). Pointers are device pointers. */
+    int (*launch)(opjit_ctx *ctx, const char *kernel, const unsigned grid[3],
+                  const unsigned block[3], unsigned shared_bytes, void **params);
+    int (*memcpy_dev)(opjit_ctx *ctx, void *dst, const void *src, size_t bytes,
+                      int kind); /* OPJIT_COPY_* */
+    void *(*device_workspace)(opjit_ctx *ctx, size_t bytes);
+    void *(*stream)(opjit_ctx *ctx); /* the CUstream calls run on */
+    int (*synchronize)(opjit_ctx *ctx);
 } opjit_api;
+
+/* Directions for opjit_memcpy. */
+enum { OPJIT_COPY_HTOD = 1, OPJIT_COPY_DTOH = 2, OPJIT_COPY_DTOD = 3 };
 
 /* The entry point every module exports (what OPJIT_MODULE defines). */
 #define OPJIT_MODULE_ENTRY "opjit_module_init"
@@ -174,6 +185,30 @@ static inline void *opjit_workspace(opjit_ctx *ctx, size_t bytes)
 /* Record a printf-style error message for the host; returns the status to
  * return from the kernel. */
 #define opjit_fail (OPJIT__API->fail)
+
+/* CUDA, for the host half of a .cu op. Launch device kernel `kernel` (an
+ * extern "C" __global__ function of the same file) on the call's stream;
+ * params as for cuLaunchKernel: one pointer per kernel parameter. */
+static inline int opjit_launch(opjit_ctx *ctx, const char *kernel, const unsigned grid[3],
+                               const unsigned block[3], unsigned shared_bytes, void **params)
+{
+    return OPJIT__API->launch(ctx, kernel, grid, block, shared_bytes, params);
+}
+/* Copy on the call's stream, ordered with launches. OPJIT_COPY_DTOH waits
+ * for the copy to finish. */
+static inline int opjit_memcpy(opjit_ctx *ctx, void *dst, const void *src, size_t bytes,
+                               int kind)
+{
+    return OPJIT__API->memcpy_dev(ctx, dst, src, bytes, kind);
+}
+/* Device scratch memory valid until the call returns, reused across calls. */
+static inline void *opjit_device_workspace(opjit_ctx *ctx, size_t bytes)
+{
+    return OPJIT__API->device_workspace(ctx, bytes);
+}
+/* The CUstream the call runs on (the host's, when it handed one over). */
+static inline void *opjit_stream(opjit_ctx *ctx) { return OPJIT__API->stream(ctx); }
+static inline int opjit_synchronize(opjit_ctx *ctx) { return OPJIT__API->synchronize(ctx); }
 
 /* The device ordinal of the call (0 for CPU). */
 static inline int opjit_device_id(opjit_ctx *ctx) { return OPJIT__API->device_id(ctx); }

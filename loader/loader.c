@@ -16,31 +16,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache/cache.h"
 #include "jit/jit.h"
-#include "loader/loader.h"
+#include "loader/loader_int.h"
 #include "opjit_build_config.h"
-#include "runtime/runtime.h"
 
-/* A source loaded before, so an unchanged one is not loaded twice. */
-typedef struct loaded {
-    char *path; /* realpath */
-    cache_key key;
-    char *op_name;
-    struct loaded *next;
-} loaded;
-
-typedef struct loader loader;
-struct loader {
-    opjit_runtime *rt;
-    pthread_mutex_t lock;
-    char *ops_path; /* colon-separated: config, $OPJIT_OPS_PATH, installed */
-    cache *cache;
-    char scratch[PATH_MAX]; /* private temp dir holding opjit_op.h */
-    loaded *loaded;
-};
-
-static double now_ms(void)
+double loader_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -80,6 +60,8 @@ int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **ou
     };
     char err[1024];
     int rc = cache_open(&cc, &l->cache, err, sizeof err);
+    if (!rc && (rc = tier_create(l, cfg)))
+        cache_close(l->cache);
     if (rc) {
         free(l->ops_path);
         free(l);
@@ -104,6 +86,7 @@ void loader_destroy(struct loader *l)
 {
     if (!l)
         return;
+    tier_destroy(l); /* first: its worker uses everything below */
     for (loaded *e = l->loaded, *next; e; e = next) {
         next = e->next;
         free(e->path);
@@ -119,7 +102,7 @@ void loader_destroy(struct loader *l)
 
 /* The op header as this library was built with it, written once per
  * runtime into a private directory for libtcc to include. */
-static int scratch_dir(loader *l)
+int loader_scratch(loader *l)
 {
     if (l->scratch[0])
         return OPJIT_OK;
@@ -264,7 +247,7 @@ static int has_suffix(const char *s, const char *suf)
     return n >= m && !strcmp(s + n - m, suf);
 }
 
-static const char *target_triple(void)
+const char *loader_target(void)
 {
     static char triple[128];
     if (!triple[0]) {
@@ -274,15 +257,71 @@ static const char *target_triple(void)
     return triple;
 }
 
+int source_read(loader *l, const char *path, source *s)
+{
+    opjit_runtime *rt = l->rt;
+    memset(s, 0, sizeof *s);
+    s->path = path;
+    if (has_suffix(path, ".c"))
+        s->device = OPJIT_CPU;
+    else if (has_suffix(path, ".cu"))
+        return rt_error(rt, OPJIT_EDEVICE, "%s: CUDA sources (.cu) are not supported by this "
+                        "build yet", path);
+    else
+        return rt_error(rt, OPJIT_EINVAL, "%s: not an op source (expected a .c or .cu file)",
+                        path);
+    if (!realpath(path, s->real))
+        return rt_error(rt, errno == ENOENT ? OPJIT_ENOTFOUND : OPJIT_EIO, "%s: %s", path,
+                        strerror(errno));
+    s->text = loader_read_file(s->real, &s->len);
+    if (!s->text)
+        return rt_error(rt, OPJIT_EIO, "%s: cannot read: %s", path, strerror(errno));
+    if (strlen(s->text) != s->len) {
+        source_free(s);
+        return rt_error(rt, OPJIT_EINVAL, "%s: not a text file (it holds a NUL byte)", path);
+    }
+    snprintf(s->dir, sizeof s->dir, "%s", s->real);
+    *strrchr(s->dir, '/') = '\0';
+    s->name = base_name(path);
+    snprintf(s->stem, sizeof s->stem, "%.*s", (int)(strrchr(s->name, '.') - s->name), s->name);
+    return OPJIT_OK;
+}
+
+void source_free(source *s)
+{
+    free(s->text);
+    s->text = NULL;
+}
+
+cache_keygen *source_keygen(const source *s)
+{
+    cache_keygen *g = cache_keygen_new();
+    if (!g)
+        return NULL;
+    char abi[32];
+    snprintf(abi, sizeof abi, "%d", OPJIT_ABI_VERSION);
+    cache_keygen_add_str(g, "opjit-abi", abi);
+    cache_keygen_add(g, "opjit_op.h", opjit_op_h_text, sizeof opjit_op_h_text);
+    cache_keygen_add_str(g, "source-name", s->name);
+    cache_keygen_add(g, "source", s->text, s->len);
+    char(*seen)[PATH_MAX] = malloc(MAX_HEADERS * sizeof *seen);
+    if (seen) {
+        int nseen = 0;
+        add_local_headers(g, s->dir, s->text, "", seen, &nseen, 0);
+        free(seen);
+    } else {
+        /* Never a key that silently lacks the headers. */
+        cache_keygen_add_str(g, "headers", "unhashed: out of memory");
+    }
+    return g;
+}
+
 typedef struct build_ctx {
     loader *l;
-    const char *source_name;
-    const char *text;
-    const char *src_dir;
+    const source *src;
     char diag[OPJIT_ERRMSG_SIZE - 256];
 } build_ctx;
 
-#define TCC_DEFINES {"FORCE_OPENBLAS_COMPLEX_STRUCT", "OPJIT_TIER_TCC", NULL}
 #define TCC_OPTIONS "-shared -DFORCE_OPENBLAS_COMPLEX_STRUCT -DOPJIT_TIER_TCC -lopenblas -lm"
 
 static int build_tcc(void *ud, const char *dir, char *err, size_t errlen)
@@ -290,9 +329,9 @@ static int build_tcc(void *ud, const char *dir, char *err, size_t errlen)
     build_ctx *b = ud;
     char out[PATH_MAX];
     snprintf(out, sizeof out, "%s/host.so", dir);
-    const char *includes[] = {b->src_dir, b->l->scratch, OPJIT_DLPACK_INCLUDE_DIR,
+    const char *includes[] = {b->src->dir, b->l->scratch, OPJIT_DLPACK_INCLUDE_DIR,
                               OPJIT_CBLAS_INCLUDE_DIR, NULL};
-    const char *defines[] = TCC_DEFINES;
+    const char *defines[] = {"FORCE_OPENBLAS_COMPLEX_STRUCT", "OPJIT_TIER_TCC", NULL};
     const char *libs[] = {"openblas", "m", NULL};
     char libdir[PATH_MAX];
     snprintf(libdir, sizeof libdir, "%s", OPJIT_OPENBLAS_LIBRARY);
@@ -301,8 +340,8 @@ static int build_tcc(void *ud, const char *dir, char *err, size_t errlen)
         *slash = '\0';
     const char *libdirs[] = {libdir, NULL};
     jit_tcc_job job = {
-        .source_name = b->source_name,
-        .text = b->text,
+        .source_name = b->src->path,
+        .text = b->src->text,
         .include_dirs = includes,
         .defines = defines,
         .libraries = libs,
@@ -316,7 +355,7 @@ static int build_tcc(void *ud, const char *dir, char *err, size_t errlen)
     return rc;
 }
 
-static loaded *find_loaded(loader *l, const char *real)
+loaded *loader_find_loaded(loader *l, const char *real)
 {
     for (loaded *e = l->loaded; e; e = e->next)
         if (!strcmp(e->path, real))
@@ -324,9 +363,10 @@ static loaded *find_loaded(loader *l, const char *real)
     return NULL;
 }
 
-static int remember(loader *l, const char *real, const cache_key *key, const char *op_name)
+static int remember(loader *l, const char *real, const cache_key *key, const char *op_name,
+                    const char *tier)
 {
-    loaded *e = find_loaded(l, real);
+    loaded *e = loader_find_loaded(l, real);
     if (!e) {
         e = calloc(1, sizeof *e);
         if (!e || !(e->path = strdup(real))) {
@@ -336,9 +376,13 @@ static int remember(loader *l, const char *real, const cache_key *key, const cha
         e->next = l->loaded;
         l->loaded = e;
     }
+    char *name = strdup(op_name);
+    if (!name)
+        return OPJIT_ENOMEM;
     free(e->op_name);
-    e->op_name = strdup(op_name);
+    e->op_name = name;
     e->key = *key;
+    snprintf(e->tier, sizeof e->tier, "%s", tier);
     return OPJIT_OK;
 }
 
@@ -352,136 +396,30 @@ static const char *module_op_name(const module *m, const char *stem)
     return m->kernels->sch.name;
 }
 
-static int load_file_locked(loader *l, const char *path, opjit_op **op, opjit_load_info *info)
+int load_module(loader *l, const source *s, const char *so, const char *tier, module **out)
 {
     opjit_runtime *rt = l->rt;
-    double t0 = now_ms();
-    if (info) {
-        memset(info, 0, sizeof *info);
-        snprintf(info->source, sizeof info->source, "%s", path);
-    }
-    int device;
-    if (has_suffix(path, ".c"))
-        device = OPJIT_CPU;
-    else if (has_suffix(path, ".cu"))
-        return rt_error(rt, OPJIT_EDEVICE, "%s: CUDA sources (.cu) are not supported by this "
-                        "build yet", path);
-    else
-        return rt_error(rt, OPJIT_EINVAL, "%s: not an op source (expected a .c or .cu file)",
-                        path);
-    char real[PATH_MAX];
-    if (!realpath(path, real))
-        return rt_error(rt, errno == ENOENT ? OPJIT_ENOTFOUND : OPJIT_EIO, "%s: %s", path,
-                        strerror(errno));
-    size_t len;
-    char *text = loader_read_file(real, &len);
-    if (!text)
-        return rt_error(rt, OPJIT_EIO, "%s: cannot read: %s", path, strerror(errno));
-    if (strlen(text) != len) {
-        free(text);
-        return rt_error(rt, OPJIT_EINVAL, "%s: not a text file (it holds a NUL byte)", path);
-    }
-    char src_dir[PATH_MAX];
-    snprintf(src_dir, sizeof src_dir, "%s", real);
-    *strrchr(src_dir, '/') = '\0';
-    const char *name = base_name(path);
-    char stem[256];
-    snprintf(stem, sizeof stem, "%.*s", (int)(strrchr(name, '.') - name), name);
-
-    /* The key: everything that goes into the artifact, nothing else. */
-    cache_keygen *g = cache_keygen_new();
-    if (!g) {
-        free(text);
+    int rc;
+    *out = NULL;
+    module *m = module_new(rt, s->path, tier, s->device);
+    if (!m)
         return rt_error(rt, OPJIT_ENOMEM, "out of memory");
-    }
-    char abi[32];
-    snprintf(abi, sizeof abi, "%d", OPJIT_ABI_VERSION);
-    cache_keygen_add_str(g, "opjit-abi", abi);
-    cache_keygen_add(g, "opjit_op.h", opjit_op_h_text, sizeof opjit_op_h_text);
-    cache_keygen_add_str(g, "compiler", OPJIT_TCC_IDENTITY);
-    cache_keygen_add_str(g, "options", TCC_OPTIONS);
-    cache_keygen_add_str(g, "target", target_triple());
-    cache_keygen_add_str(g, "source-name", name);
-    cache_keygen_add(g, "source", text, len);
-    static char seen[MAX_HEADERS][PATH_MAX]; /* under l->lock */
-    int nseen = 0;
-    add_local_headers(g, src_dir, text, "", seen, &nseen, 0);
-    cache_request req = {
-        .op_name = stem,
-        .source_name = name,
-        .compiler = OPJIT_TCC_IDENTITY,
-        .options = TCC_OPTIONS,
-        .target = target_triple(),
-        .tier = "tcc",
-    };
-    cache_keygen_finish(g, &req.key);
-    double t_key = now_ms();
-    if (info)
-        info->key_ms = t_key - t0;
-
-    loaded *prev = find_loaded(l, real);
-    if (prev && !memcmp(prev->key.bytes, req.key.bytes, sizeof req.key.bytes)) {
-        free(text);
-        if (info)
-            info->cache_hit = 1, info->total_ms = now_ms() - t0;
-        return op ? opjit_find_op(rt, prev->op_name, op) : OPJIT_OK;
-    }
-
-    int rc = scratch_dir(l);
-    if (rc) {
-        free(text);
-        return rc;
-    }
-    build_ctx *b = calloc(1, sizeof *b);
-    if (!b) {
-        free(text);
-        return rt_error(rt, OPJIT_ENOMEM, "out of memory");
-    }
-    *b = (build_ctx){.l = l, .source_name = path, .text = text, .src_dir = src_dir};
-    cache_entry *entry = NULL;
-    int hit = 0;
-    char err[1024] = "";
-    rc = cache_fetch(l->cache, &req, build_tcc, b, &entry, &hit, err, sizeof err);
-    double t_fetch = now_ms();
-    if (rc) {
-        if (rc == OPJIT_ECOMPILE)
-            rt_error(rt, rc, "%s: compile error:\n%s", path, b->diag);
-        else
-            rt_error(rt, rc, "%s: %s", path, err);
-        free(b);
-        free(text);
-        return rc;
-    }
-    free(b);
-    free(text);
-    if (info) {
-        info->cache_hit = hit;
-        info->compile_ms = hit ? 0 : t_fetch - t_key;
-    }
-
-    /* dlopen and run the module init. */
-    module *m = module_new(rt, path, "tcc", device);
-    if (!m) {
-        cache_entry_release(entry);
-        return rt_error(rt, OPJIT_ENOMEM, "out of memory");
-    }
-    const char *so = cache_entry_path(entry, "host.so");
     m->dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
     if (!m->dl) {
         const char *why = dlerror();
-        rc = rt_error(rt, OPJIT_EMODULE, "%s: cannot load the compiled module: %s", path,
+        rc = rt_error(rt, OPJIT_EMODULE, "%s: cannot load the compiled module: %s", s->path,
                       why ? why : "unknown dlopen error");
         goto fail;
     }
     opjit_module_init_fn init = (opjit_module_init_fn)dlsym(m->dl, OPJIT_MODULE_ENTRY);
     if (!init) {
         rc = rt_error(rt, OPJIT_EMODULE, "%s: no OPJIT_MODULE(...) block: the source must "
-                      "define its module init with OPJIT_MODULE(name, m) { ... }", path);
+                      "define its module init with OPJIT_MODULE(name, m) { ... }", s->path);
         goto fail;
     }
     if (init(&runtime_api, (opjit_module *)m) != 0) {
         rc = rt_error(rt, OPJIT_EMODULE, "%s: the module refused this runtime (built for "
-                      "another opjit ABI than %d)", path, OPJIT_ABI_VERSION);
+                      "another opjit ABI than %d)", s->path, OPJIT_ABI_VERSION);
         goto fail;
     }
     if (m->status) {
@@ -490,27 +428,149 @@ static int load_file_locked(loader *l, const char *path, opjit_op **op, opjit_lo
     }
     if (!m->kernels) {
         rc = rt_error(rt, OPJIT_EMODULE, "%s: OPJIT_MODULE registered no kernel (call "
-                      "opjit_def in it)", path);
+                      "opjit_def in it)", s->path);
         goto fail;
     }
-    const char *opname = module_op_name(m, stem);
-    char opname_copy[256];
-    snprintf(opname_copy, sizeof opname_copy, "%s", opname);
-    if ((rc = module_publish(rt, m)))
-        goto fail;
-    cache_entry_release(entry);
-    remember(l, real, &req.key, opname_copy);
-    if (info) {
-        info->load_ms = now_ms() - t_fetch;
-        info->total_ms = now_ms() - t0;
-    }
-    rt_log(rt, OPJIT_LOG_INFO, "loaded %s (%s, %.2f ms)", path, hit ? "cache hit" : "compiled",
-           now_ms() - t0);
-    return op ? opjit_find_op(rt, opname_copy, op) : OPJIT_OK;
+    *out = m;
+    return OPJIT_OK;
 fail:
     module_discard(m);
-    cache_entry_release(entry);
     return rc;
+}
+
+/* Load, publish and remember the module in entry's artifact. */
+static int publish_entry(loader *l, const source *s, cache_entry *entry, const char *tier,
+                         const cache_key *key, char *opname, size_t opname_len)
+{
+    module *m;
+    int rc = load_module(l, s, cache_entry_path(entry, "host.so"), tier, &m);
+    if (rc)
+        return rc;
+    snprintf(opname, opname_len, "%s", module_op_name(m, s->stem));
+    if ((rc = module_publish(l->rt, m))) {
+        module_discard(m);
+        return rc;
+    }
+    if (remember(l, s->real, key, opname, tier))
+        return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
+    return OPJIT_OK;
+}
+
+static int load_file_locked(loader *l, const char *path, opjit_op **op, opjit_load_info *info)
+{
+    opjit_runtime *rt = l->rt;
+    double t0 = loader_now_ms();
+    if (info) {
+        memset(info, 0, sizeof *info);
+        snprintf(info->source, sizeof info->source, "%s", path);
+    }
+    source src;
+    int rc = source_read(l, path, &src);
+    if (rc)
+        return rc;
+
+    /* The key: everything that goes into the artifact, nothing else. */
+    cache_keygen *g = source_keygen(&src);
+    if (!g) {
+        source_free(&src);
+        return rt_error(rt, OPJIT_ENOMEM, "out of memory");
+    }
+    cache_keygen_add_str(g, "compiler", OPJIT_TCC_IDENTITY);
+    cache_keygen_add_str(g, "options", TCC_OPTIONS);
+    cache_keygen_add_str(g, "target", loader_target());
+    cache_request req = {
+        .op_name = src.stem,
+        .source_name = src.name,
+        .compiler = OPJIT_TCC_IDENTITY,
+        .options = TCC_OPTIONS,
+        .target = loader_target(),
+        .tier = "tcc",
+    };
+    cache_keygen_finish(g, &req.key);
+    double t_key = loader_now_ms();
+    if (info)
+        info->key_ms = t_key - t0;
+
+    char opname[256];
+    loaded *prev = loader_find_loaded(l, src.real);
+    if (prev && !memcmp(prev->key.bytes, req.key.bytes, sizeof req.key.bytes)) {
+        /* Unchanged since it was loaded: nothing to do. */
+        source_free(&src);
+        snprintf(opname, sizeof opname, "%s", prev->op_name);
+        if (info) {
+            info->cache_hit = 1;
+            snprintf(info->tier, sizeof info->tier, "%s", prev->tier);
+            info->total_ms = loader_now_ms() - t0;
+        }
+        return op ? opjit_find_op(rt, opname, op) : OPJIT_OK;
+    }
+
+    /* An optimized artifact already in a cache serves at once. */
+    cache_entry *entry = NULL;
+    if (tier_lookup(l, &src, &entry) == OPJIT_OK) {
+        double t_fetch = loader_now_ms();
+        rc = publish_entry(l, &src, entry, "opt", &req.key, opname, sizeof opname);
+        cache_entry_release(entry);
+        if (!rc) {
+            source_free(&src);
+            if (info) {
+                info->cache_hit = 1;
+                snprintf(info->tier, sizeof info->tier, "opt");
+                info->load_ms = loader_now_ms() - t_fetch;
+                info->total_ms = loader_now_ms() - t0;
+            }
+            rt_log(rt, OPJIT_LOG_INFO, "loaded %s (optimized tier from the cache, %.2f ms)",
+                   path, loader_now_ms() - t0);
+            return op ? opjit_find_op(rt, opname, op) : OPJIT_OK;
+        }
+        rt_log(rt, OPJIT_LOG_WARN, "%s: the optimized artifact did not load (%s); using libtcc",
+               path, opjit_errmsg(rt));
+    }
+
+    if ((rc = loader_scratch(l))) {
+        source_free(&src);
+        return rc;
+    }
+    build_ctx *b = calloc(1, sizeof *b);
+    if (!b) {
+        source_free(&src);
+        return rt_error(rt, OPJIT_ENOMEM, "out of memory");
+    }
+    *b = (build_ctx){.l = l, .src = &src};
+    int hit = 0;
+    char err[1024] = "";
+    rc = cache_fetch(l->cache, &req, build_tcc, b, &entry, &hit, err, sizeof err);
+    double t_fetch = loader_now_ms();
+    if (rc) {
+        if (rc == OPJIT_ECOMPILE)
+            rt_error(rt, rc, "%s: compile error:\n%s", path, b->diag);
+        else
+            rt_error(rt, rc, "%s: %s", path, err);
+        free(b);
+        source_free(&src);
+        return rc;
+    }
+    free(b);
+    if (info) {
+        info->cache_hit = hit;
+        info->compile_ms = hit ? 0 : t_fetch - t_key;
+        snprintf(info->tier, sizeof info->tier, "tcc");
+    }
+    rc = publish_entry(l, &src, entry, "tcc", &req.key, opname, sizeof opname);
+    cache_entry_release(entry);
+    if (rc) {
+        source_free(&src);
+        return rc;
+    }
+    tier_schedule(l, &src, &req.key);
+    source_free(&src);
+    if (info) {
+        info->load_ms = loader_now_ms() - t_fetch;
+        info->total_ms = loader_now_ms() - t0;
+    }
+    rt_log(rt, OPJIT_LOG_INFO, "loaded %s (%s, %.2f ms)", path, hit ? "cache hit" : "compiled",
+           loader_now_ms() - t0);
+    return op ? opjit_find_op(rt, opname, op) : OPJIT_OK;
 }
 
 /* ---- names ---------------------------------------------------------------- */
@@ -558,6 +618,14 @@ int loader_each_source(opjit_runtime *rt, const char *name,
 }
 
 const char *loader_ops_path(opjit_runtime *rt) { return rt->loader->ops_path; }
+
+int opjit_wait(opjit_runtime *rt)
+{
+    if (!rt)
+        return OPJIT_EINVAL;
+    int rc = tier_wait(rt->loader);
+    return rc ? rt_error(rt, rc, "an optimizing compile failed; see the log") : OPJIT_OK;
+}
 
 typedef struct by_name {
     opjit_runtime *rt;

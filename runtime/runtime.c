@@ -31,6 +31,7 @@ void opjit_config_init(opjit_config *cfg)
         return;
     memset(cfg, 0, sizeof *cfg);
     cfg->offline = -1;
+    cfg->tiering = -1;
     cfg->verbosity = OPJIT_LOG_WARN;
 }
 

@@ -1,0 +1,76 @@
+/* loader/loader_int.h - what the loader's files share (loader.c, tier.c). */
+#ifndef OPJIT_LOADER_INT_H
+#define OPJIT_LOADER_INT_H
+
+#include <limits.h>
+#include <pthread.h>
+
+#include "cache/cache.h"
+#include "loader/loader.h"
+#include "runtime/runtime.h"
+
+/* A source loaded before, so an unchanged one is not loaded twice. */
+typedef struct loaded {
+    char *path;      /* realpath */
+    cache_key key;   /* of the tcc artifact: the source's state */
+    char *op_name;
+    char tier[8];    /* tier serving now */
+    struct loaded *next;
+} loaded;
+
+typedef struct tier_state tier_state;
+
+typedef struct loader {
+    opjit_runtime *rt;
+    pthread_mutex_t lock; /* loads on this runtime */
+    char *ops_path;       /* colon-separated: config, $OPJIT_OPS_PATH, installed */
+    cache *cache;
+    char scratch[PATH_MAX]; /* private temp dir holding opjit_op.h */
+    loaded *loaded;
+    tier_state *tier;
+} loader;
+
+/* A source file read into memory. */
+typedef struct source {
+    const char *path; /* as given */
+    char real[PATH_MAX];
+    char dir[PATH_MAX];
+    const char *name; /* file name */
+    char stem[256];
+    char *text;
+    size_t len;
+    int device;
+} source;
+
+int source_read(loader *l, const char *path, source *s);
+void source_free(source *s);
+/* A keygen holding what every artifact of s depends on: opjit's ABI and op
+ * header, the source's name and bytes, its local headers. The caller adds
+ * compiler, options and target, then finishes it. NULL when out of memory. */
+cache_keygen *source_keygen(const source *s);
+/* dlopen so, run the module init, validate; the module is not published. */
+int load_module(loader *l, const source *s, const char *so, const char *tier, module **out);
+/* Write opjit_op.h into the loader's private directory (once). */
+int loader_scratch(loader *l);
+loaded *loader_find_loaded(loader *l, const char *real);
+const char *loader_target(void);
+double loader_now_ms(void);
+
+/* ---- the optimizing tier (loader/tier.c) -------------------------------- */
+
+/* cfg->tiering: -1 from $OPJIT_TIERING (default on when a C compiler is
+ * found: $OPJIT_CC, else cc on PATH), 0 off, 1 on. */
+int tier_create(loader *l, const opjit_config *cfg);
+/* Stop and join the background compiles. */
+void tier_destroy(loader *l);
+/* An optimized artifact of s in the cache, found without running a
+ * compiler; OPJIT_ENOTFOUND when none. */
+int tier_lookup(loader *l, const source *s, cache_entry **out);
+/* Compile s optimized in the background, then swap its kernels in. */
+void tier_schedule(loader *l, const source *s, const cache_key *tcc_key);
+/* Wait until no background compile is pending; the status of the first
+ * that failed since the last wait. */
+int tier_wait(loader *l);
+int tier_enabled(const loader *l);
+
+#endif

@@ -1,0 +1,510 @@
+/* loader/tier.c - the optimizing tier.
+ *
+ * libtcc makes an op callable within milliseconds but its code runs about
+ * as fast as gcc -O0. When a system C compiler is found, each source loaded
+ * through libtcc is compiled again in the background with -O2 into the
+ * cache, and its kernels are swapped in atomically when ready (calls in
+ * flight finish on the libtcc code, which stays mapped).
+ *
+ * Keys. The optimized artifact's key holds the source inputs, the compiler
+ * identity (its --version output and path) and the CPU level it targets
+ * (-march=x86-64-v3/v2/x86-64), so it is never loaded on a CPU that lacks
+ * those features: a machine only looks for levels it supports. A machine
+ * without a compiler cannot know a compiler identity, so every optimized
+ * entry is also reachable through a small index entry keyed without it,
+ * whose artifact names the full key; that is how a deployment uses the
+ * optimized code shipped in a read-only cache (`opjit warm --opt`).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "loader/loader_int.h"
+#include "opjit_build_config.h"
+
+extern char **environ;
+
+#define OPT_OPTIONS "-O2 -fPIC -shared -std=gnu99 -DFORCE_OPENBLAS_COMPLEX_STRUCT -DOPJIT_TIER_OPT -lopenblas -lm"
+
+typedef struct tier_job {
+    char *path; /* as given: diagnostics and module source name */
+    source src; /* text owned by the job */
+    cache_key tcc_key;
+    struct tier_job *next;
+} tier_job;
+
+struct tier_state {
+    int enabled;
+    char cc[PATH_MAX];  /* resolved compiler path, "" when none */
+    char identity[64];  /* hash of `cc --version` + path, "" until known */
+    const char *levels[4]; /* CPU levels this machine runs, best first */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    tier_job *jobs, *jobs_tail;
+    int busy; /* a job is running */
+    int stop;
+    int started;
+    int first_error;
+    pthread_t worker;
+};
+
+/* ---- the machine: compiler and CPU level ---------------------------------- */
+
+static int find_in_path(const char *name, char *out, size_t n)
+{
+    if (strchr(name, '/')) {
+        if (access(name, X_OK) != 0)
+            return 0;
+        snprintf(out, n, "%s", name);
+        return 1;
+    }
+    const char *path = getenv("PATH");
+    if (!path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    while (*path) {
+        const char *e = strchr(path, ':');
+        size_t len = e ? (size_t)(e - path) : strlen(path);
+        char cand[PATH_MAX];
+        snprintf(cand, sizeof cand, "%.*s/%s", (int)len, len ? path : ".", name);
+        struct stat st;
+        if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0) {
+            snprintf(out, n, "%s", cand);
+            return 1;
+        }
+        path += len + (e ? 1 : 0);
+    }
+    return 0;
+}
+
+static void cpu_levels(tier_state *t)
+{
+    int i = 0;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("bmi2"))
+        t->levels[i++] = "x86-64-v3";
+    if (__builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("popcnt"))
+        t->levels[i++] = "x86-64-v2";
+    t->levels[i++] = "x86-64";
+#else
+    t->levels[i++] = "native-baseline";
+#endif
+    t->levels[i] = NULL;
+}
+
+static const char *march_flag(const char *level, char *buf, size_t n)
+{
+    if (!strncmp(level, "x86-64", 6)) {
+        snprintf(buf, n, "-march=%s", level);
+        return buf;
+    }
+    return NULL;
+}
+
+/* Run argv with stdout and stderr into log; the exit status, or -1. */
+static int run_logged(char *const argv[], const char *log)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc)
+        return -1;
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The compiler's identity: a hash of what `cc --version` says and where it
+ * lives. Computed once, in the worker (it forks). */
+static int compiler_identity(loader *l, tier_state *t)
+{
+    if (t->identity[0])
+        return OPJIT_OK;
+    char log[PATH_MAX + 32];
+    snprintf(log, sizeof log, "%s/cc-version.txt", l->scratch);
+    char *argv[] = {t->cc, "--version", NULL};
+    if (run_logged(argv, log) != 0)
+        return rt_error(l->rt, OPJIT_ECOMPILE, "%s --version failed", t->cc);
+    size_t len;
+    char *out = loader_read_file(log, &len);
+    unlink(log);
+    if (!out)
+        return rt_error(l->rt, OPJIT_EIO, "cannot read %s", log);
+    cache_keygen *g = cache_keygen_new();
+    if (!g) {
+        free(out);
+        return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
+    }
+    cache_keygen_add_str(g, "cc-path", t->cc);
+    cache_keygen_add(g, "cc-version", out, len);
+    free(out);
+    cache_key k;
+    cache_keygen_finish(g, &k);
+    snprintf(t->identity, sizeof t->identity, "cc:%.32s", k.hex);
+    return OPJIT_OK;
+}
+
+/* ---- keys ------------------------------------------------------------------ */
+
+static int opt_request(const source *s, const char *level, const char *identity,
+                       cache_request *req, char *compiler_buf, size_t n)
+{
+    cache_keygen *g = source_keygen(s);
+    if (!g)
+        return OPJIT_ENOMEM;
+    cache_keygen_add_str(g, "tier", identity ? "opt" : "opt-index");
+    cache_keygen_add_str(g, "options", OPT_OPTIONS);
+    cache_keygen_add_str(g, "target", loader_target());
+    cache_keygen_add_str(g, "cpu", level);
+    if (identity)
+        cache_keygen_add_str(g, "compiler", identity);
+    snprintf(compiler_buf, n, "%s", identity ? identity : "any C compiler");
+    *req = (cache_request){
+        .op_name = s->stem,
+        .source_name = s->name,
+        .compiler = compiler_buf,
+        .options = OPT_OPTIONS,
+        .target = level,
+        .tier = identity ? "opt" : "opt-index",
+    };
+    cache_keygen_finish(g, &req->key);
+    return OPJIT_OK;
+}
+
+static int hex_to_key(const char *hex, cache_key *k)
+{
+    if (strlen(hex) < 32)
+        return 0;
+    for (int i = 0; i < 16; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return 0;
+        k->bytes[i] = (unsigned char)v;
+    }
+    snprintf(k->hex, sizeof k->hex, "%.32s", hex);
+    return 1;
+}
+
+int tier_lookup(loader *l, const source *s, cache_entry **out)
+{
+    tier_state *t = l->tier;
+    *out = NULL;
+    if (s->device != OPJIT_CPU)
+        return OPJIT_ENOTFOUND;
+    for (int i = 0; t->levels[i]; i++) {
+        cache_request req;
+        char comp[96];
+        if (opt_request(s, t->levels[i], NULL, &req, comp, sizeof comp))
+            return OPJIT_ENOMEM;
+        cache_entry *idx = NULL;
+        int hit;
+        char err[512];
+        if (cache_fetch(l->cache, &req, NULL, NULL, &idx, &hit, err, sizeof err))
+            continue;
+        size_t len;
+        char *hex = loader_read_file(cache_entry_path(idx, "key"), &len);
+        cache_entry_release(idx);
+        cache_request full = req;
+        full.tier = "opt";
+        int ok = hex && hex_to_key(hex, &full.key);
+        free(hex);
+        if (ok && !cache_fetch(l->cache, &full, NULL, NULL, out, &hit, err, sizeof err))
+            return OPJIT_OK;
+    }
+    return OPJIT_ENOTFOUND;
+}
+
+/* ---- building -------------------------------------------------------------- */
+
+typedef struct opt_build {
+    loader *l;
+    const source *src;
+    const char *level;
+    char diag[4096];
+} opt_build;
+
+static int build_opt(void *ud, const char *dir, char *err, size_t errlen)
+{
+    opt_build *b = ud;
+    tier_state *t = b->l->tier;
+    char srcf[PATH_MAX], out[PATH_MAX], log[PATH_MAX];
+    snprintf(srcf, sizeof srcf, "%s/source.c", dir);
+    snprintf(out, sizeof out, "%s/host.so", dir);
+    snprintf(log, sizeof log, "%s/cc.log", dir);
+    FILE *f = fopen(srcf, "wb");
+    if (!f) {
+        snprintf(err, errlen, "cannot write %s: %s", srcf, strerror(errno));
+        return OPJIT_EIO;
+    }
+    /* #line keeps diagnostics pointing at the op's own file. */
+    fprintf(f, "#line 1 \"%s\"\n", b->src->path);
+    fwrite(b->src->text, 1, b->src->len, f);
+    if (fclose(f)) {
+        snprintf(err, errlen, "cannot write %s: %s", srcf, strerror(errno));
+        return OPJIT_EIO;
+    }
+    char libdir[PATH_MAX], march[64];
+    snprintf(libdir, sizeof libdir, "-L%s", OPJIT_OPENBLAS_LIBRARY);
+    char *slash = strrchr(libdir, '/');
+    if (slash)
+        *slash = '\0';
+    char inc_src[PATH_MAX + 2], inc_scratch[PATH_MAX + 2];
+    snprintf(inc_src, sizeof inc_src, "-I%s", b->src->dir);
+    snprintf(inc_scratch, sizeof inc_scratch, "-I%s", b->l->scratch);
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = t->cc;
+    argv[n++] = "-O2";
+    const char *m = march_flag(b->level, march, sizeof march);
+    if (m)
+        argv[n++] = m;
+    argv[n++] = "-fPIC";
+    argv[n++] = "-shared";
+    argv[n++] = "-std=gnu99";
+    argv[n++] = "-DFORCE_OPENBLAS_COMPLEX_STRUCT";
+    argv[n++] = "-DOPJIT_TIER_OPT";
+    argv[n++] = inc_src;
+    argv[n++] = inc_scratch;
+    argv[n++] = "-I" OPJIT_DLPACK_INCLUDE_DIR;
+    argv[n++] = "-I" OPJIT_CBLAS_INCLUDE_DIR;
+    argv[n++] = "-o";
+    argv[n++] = out;
+    argv[n++] = srcf;
+    argv[n++] = libdir;
+    argv[n++] = "-lopenblas";
+    argv[n++] = "-lm";
+    argv[n] = NULL;
+    int rc = run_logged((char *const *)argv, log);
+    if (rc != 0) {
+        size_t len;
+        char *text = loader_read_file(log, &len);
+        snprintf(err, errlen, "%s failed (%d): %.3000s", t->cc, rc, text ? text : "");
+        free(text);
+        return OPJIT_ECOMPILE;
+    }
+    unlink(srcf); /* the entry holds the artifact only */
+    unlink(log);
+    return OPJIT_OK;
+}
+
+typedef struct index_build {
+    const char *hex;
+} index_build;
+
+static int build_index(void *ud, const char *dir, char *err, size_t errlen)
+{
+    index_build *b = ud;
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/key", dir);
+    FILE *f = fopen(p, "wb");
+    if (!f || fputs(b->hex, f) < 0) {
+        if (f)
+            fclose(f);
+        snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
+        return OPJIT_EIO;
+    }
+    if (fclose(f)) {
+        snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
+        return OPJIT_EIO;
+    }
+    return OPJIT_OK;
+}
+
+static int run_job(loader *l, tier_job *job)
+{
+    tier_state *t = l->tier;
+    opjit_runtime *rt = l->rt;
+    int rc = compiler_identity(l, t);
+    if (rc)
+        return rc;
+    const char *level = t->levels[0];
+    cache_request req;
+    char comp[96];
+    if (opt_request(&job->src, level, t->identity, &req, comp, sizeof comp))
+        return rt_error(rt, OPJIT_ENOMEM, "out of memory");
+    opt_build b = {.l = l, .src = &job->src, .level = level};
+    cache_entry *entry = NULL;
+    int hit;
+    char err[3500];
+    rc = cache_fetch(l->cache, &req, build_opt, &b, &entry, &hit, err, sizeof err);
+    if (rc)
+        return rt_error(rt, rc, "%s: optimizing compile: %s", job->path, err);
+
+    /* Make it findable without a compiler. */
+    cache_request ireq;
+    char icomp[96];
+    if (!opt_request(&job->src, level, NULL, &ireq, icomp, sizeof icomp)) {
+        index_build ib = {req.key.hex};
+        cache_entry *ie = NULL;
+        if (!cache_fetch(l->cache, &ireq, build_index, &ib, &ie, &hit, err, sizeof err))
+            cache_entry_release(ie);
+    }
+
+    /* Swap in, unless the source changed since this job was queued. */
+    pthread_mutex_lock(&l->lock);
+    loaded *cur = loader_find_loaded(l, job->src.real);
+    if (cur && !memcmp(cur->key.bytes, job->tcc_key.bytes, sizeof cur->key.bytes) &&
+        strcmp(cur->tier, "opt")) {
+        module *m;
+        rc = load_module(l, &job->src, cache_entry_path(entry, "host.so"), "opt", &m);
+        if (!rc && (rc = module_publish(rt, m)))
+            module_discard(m);
+        if (!rc) {
+            snprintf(cur->tier, sizeof cur->tier, "opt");
+            rt_log(rt, OPJIT_LOG_INFO, "%s: optimized tier (%s -O2 %s) now serves calls",
+                   job->path, t->cc, level);
+        }
+    }
+    pthread_mutex_unlock(&l->lock);
+    cache_entry_release(entry);
+    return rc;
+}
+
+static void job_free(tier_job *job)
+{
+    free(job->path);
+    source_free(&job->src);
+    free(job);
+}
+
+static void *worker_main(void *arg)
+{
+    loader *l = arg;
+    tier_state *t = l->tier;
+    pthread_mutex_lock(&t->lock);
+    for (;;) {
+        while (!t->jobs && !t->stop)
+            pthread_cond_wait(&t->cond, &t->lock);
+        if (t->stop)
+            break;
+        tier_job *job = t->jobs;
+        t->jobs = job->next;
+        if (!t->jobs)
+            t->jobs_tail = NULL;
+        t->busy = 1;
+        pthread_mutex_unlock(&t->lock);
+        int rc = run_job(l, job);
+        if (rc)
+            rt_log(l->rt, OPJIT_LOG_WARN, "%s; libtcc code keeps serving it", opjit_errmsg(l->rt));
+        job_free(job);
+        pthread_mutex_lock(&t->lock);
+        if (rc && !t->first_error)
+            t->first_error = rc;
+        t->busy = 0;
+        pthread_cond_broadcast(&t->cond);
+    }
+    pthread_mutex_unlock(&t->lock);
+    return NULL;
+}
+
+void tier_schedule(loader *l, const source *s, const cache_key *tcc_key)
+{
+    tier_state *t = l->tier;
+    if (!t->enabled || s->device != OPJIT_CPU || cache_offline(l->cache))
+        return;
+    tier_job *job = calloc(1, sizeof *job);
+    if (!job)
+        return;
+    job->src = *s;
+    job->path = strdup(s->path);
+    job->src.text = malloc(s->len + 1);
+    if (!job->path || !job->src.text) {
+        job_free(job);
+        return;
+    }
+    memcpy(job->src.text, s->text, s->len + 1);
+    job->src.path = job->path;
+    job->src.name = strrchr(job->path, '/') ? strrchr(job->path, '/') + 1 : job->path;
+    job->tcc_key = *tcc_key;
+    pthread_mutex_lock(&t->lock);
+    if (!t->started) {
+        if (pthread_create(&t->worker, NULL, worker_main, l)) {
+            pthread_mutex_unlock(&t->lock);
+            job_free(job);
+            return;
+        }
+        t->started = 1;
+    }
+    if (t->jobs_tail)
+        t->jobs_tail->next = job;
+    else
+        t->jobs = job;
+    t->jobs_tail = job;
+    pthread_cond_broadcast(&t->cond);
+    pthread_mutex_unlock(&t->lock);
+}
+
+int tier_wait(loader *l)
+{
+    tier_state *t = l->tier;
+    pthread_mutex_lock(&t->lock);
+    while (t->jobs || t->busy)
+        pthread_cond_wait(&t->cond, &t->lock);
+    int rc = t->first_error;
+    t->first_error = 0;
+    pthread_mutex_unlock(&t->lock);
+    return rc;
+}
+
+int tier_create(loader *l, const opjit_config *cfg)
+{
+    tier_state *t = calloc(1, sizeof *t);
+    if (!t)
+        return OPJIT_ENOMEM;
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->cond, NULL);
+    cpu_levels(t);
+    int want = cfg->tiering;
+    if (want < 0) {
+        const char *e = getenv("OPJIT_TIERING");
+        want = e && *e ? strcmp(e, "0") != 0 : 1;
+    }
+    const char *cc = cfg->cc ? cfg->cc : getenv("OPJIT_CC");
+    if (!cc || !*cc)
+        cc = "cc";
+    int found = find_in_path(cc, t->cc, sizeof t->cc);
+    if (!found)
+        t->cc[0] = '\0';
+    t->enabled = want && found;
+    if (want && !found && cfg->tiering == 1)
+        rt_log(l->rt, OPJIT_LOG_WARN, "tiering: no C compiler '%s' found; libtcc code only", cc);
+    l->tier = t;
+    return OPJIT_OK;
+}
+
+void tier_destroy(loader *l)
+{
+    tier_state *t = l->tier;
+    if (!t)
+        return;
+    pthread_mutex_lock(&t->lock);
+    t->stop = 1;
+    pthread_cond_broadcast(&t->cond);
+    pthread_mutex_unlock(&t->lock);
+    if (t->started)
+        pthread_join(t->worker, NULL);
+    while (t->jobs) {
+        tier_job *j = t->jobs;
+        t->jobs = j->next;
+        job_free(j);
+    }
+    pthread_mutex_destroy(&t->lock);
+    pthread_cond_destroy(&t->cond);
+    free(t);
+    l->tier = NULL;
+}
+
+int tier_enabled(const loader *l) { return l->tier && l->tier->enabled; }
