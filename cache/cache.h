@@ -79,7 +79,9 @@ typedef int (*cache_build_fn)(void *ud, const char *dir, char *err, size_t errle
  * look again, then call build and publish atomically. When the cache cannot
  * be written, builds into a private temporary directory instead (one
  * warning). *hit tells whether build was skipped. The entry stays protected
- * from eviction until released. */
+ * from eviction until released. build == NULL makes it a probe: an entry
+ * that exists and verifies is returned, anything else is OPJIT_ENOTFOUND
+ * (never built, never an offline error). */
 int cache_fetch(cache *c, const cache_request *req, cache_build_fn build,
                 void *ud, cache_entry **out, int *hit, char *err, size_t errlen);
 

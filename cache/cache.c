@@ -1,0 +1,742 @@
+/*
+ * cache/cache.c - opening a cache, keys, and cache_fetch: find, verify,
+ * lock, build, publish.
+ *
+ * See cache_int.h for the on-disk layout and the lock protocol.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "opjit.h"
+#include "cache/cache_int.h"
+
+/* ---- small helpers ------------------------------------------------------ */
+
+void cache_logf(const cache *c, int level, const char *fmt, ...)
+{
+    if (!c || !c->log)
+        return;
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->log(c->log_ud, level, msg);
+}
+
+int cache_errf(char *err, size_t errlen, int status, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+/* a + "/" + b [+ "/" + c], malloc'd. */
+char *cache_path(const char *a, const char *b, const char *c)
+{
+    size_t n = strlen(a) + strlen(b) + (c ? strlen(c) + 1 : 0) + 2;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, c ? "%s/%s/%s" : "%s/%s", a, b, c ? c : "");
+    return p;
+}
+
+void cache_entry_dir_of(const char *entries, const char *hex, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s/%.2s/%s", entries, hex, hex);
+}
+
+int cache_is_hex(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    return s[n] == '\0' || s[n] == '.';
+}
+
+static const char *cache_str(const char *s)
+{
+    return s && *s ? s : "?";
+}
+
+int cache_parse_size(const char *s, uint64_t *out)
+{
+    if (!s)
+        return -1;
+    while (*s == ' ')
+        s++;
+    if (*s < '0' || *s > '9')
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: break;
+    }
+    if (shift && *end == 'i')
+        end++;
+    if (*end == 'b' || *end == 'B')
+        end++;
+    while (*end == ' ')
+        end++;
+    if (*end || (shift && v > (UINT64_MAX >> shift)))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+/* ---- opening ------------------------------------------------------------ */
+
+static char *cache_default_dir(void)
+{
+    const char *e = getenv("OPJIT_CACHE_DIR");
+    if (e && *e)
+        return strdup(e);
+    e = getenv("XDG_CACHE_HOME");
+    if (e && *e == '/') /* the XDG spec says to ignore a relative path */
+        return cache_path(e, "opjit", NULL);
+    e = getenv("HOME");
+    if (!e || !*e) {
+        struct passwd *pw = getpwuid(geteuid());
+        e = pw ? pw->pw_dir : NULL;
+    }
+    return e && *e ? cache_path(e, ".cache", "opjit") : NULL;
+}
+
+/* Make a relative directory absolute, so a later chdir does not move it. */
+static char *cache_absolute(char *dir)
+{
+    if (!dir || dir[0] == '/')
+        return dir;
+    char cwd[PATH_MAX];
+    char *abs = getcwd(cwd, sizeof cwd) ? cache_path(cwd, dir, NULL) : NULL;
+    if (!abs)
+        return dir;
+    free(dir);
+    return abs;
+}
+
+/* Create root/v1/{entries,tmp,locks} and check that we alone control them.
+ * Returns NULL when usable, else why not (in why). */
+static const char *cache_setup_dir(cache *c, char *why, size_t whylen)
+{
+    char *v1 = cache_path(c->root, "v1", NULL);
+    c->entries = cache_path(c->root, "v1", "entries");
+    c->tmp = cache_path(c->root, "v1", "tmp");
+    c->locks = cache_path(c->root, "v1", "locks");
+    const char *dirs[] = {c->root, v1, c->entries, c->tmp, c->locks};
+    const char *res = NULL;
+    if (!v1 || !c->entries || !c->tmp || !c->locks) {
+        snprintf(why, whylen, "out of memory");
+        res = why;
+        goto out;
+    }
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        struct stat st;
+        const char *bad;
+        if (cache_mkdir_p(dirs[i], why, whylen) != 0) {
+            res = why;
+            goto out;
+        }
+        if (stat(dirs[i], &st) != 0) {
+            snprintf(why, whylen, "cannot stat %s: %s", dirs[i], strerror(errno));
+            res = why;
+            goto out;
+        }
+        if ((bad = cache_untrusted(&st, 1, c->euid))) {
+            snprintf(why, whylen, "%s is %s", dirs[i], bad);
+            res = why;
+            goto out;
+        }
+        if (access(dirs[i], W_OK | X_OK) != 0) {
+            snprintf(why, whylen, "%s is not writable: %s", dirs[i], strerror(errno));
+            res = why;
+            goto out;
+        }
+    }
+out:
+    free(v1);
+    return res;
+}
+
+static int cache_split_readonly(cache *c, const char *list)
+{
+    if (!list || !*list)
+        return 0;
+    for (const char *s = list; *s;) {
+        const char *e = strchr(s, ':');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        if (n) {
+            char **ro = realloc(c->ro, (size_t)(c->nro + 1) * sizeof *ro);
+            if (!ro)
+                return -1;
+            c->ro = ro;
+            char *d = strndup(s, n);
+            if (!d)
+                return -1;
+            /* Trailing slashes would make two spellings of one layer. */
+            while (strlen(d) > 1 && d[strlen(d) - 1] == '/')
+                d[strlen(d) - 1] = '\0';
+            c->ro[c->nro++] = d;
+        }
+        s += n;
+        if (*s == ':')
+            s++;
+    }
+    return 0;
+}
+
+static void cache_warn_fallback(cache *c, const char *why)
+{
+    if (!strncmp(why, "cache: ", 7))
+        why += 7;
+    if (atomic_exchange(&c->warned_fallback, 1) == 0)
+        cache_logf(c, OPJIT_LOG_WARN,
+                   "cache: %s; compiling into a private temporary directory (nothing is cached)",
+                   why);
+}
+
+int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen)
+{
+    static const cache_config defaults = {NULL, NULL, -1, 0, 0, NULL, NULL};
+    if (!cfg)
+        cfg = &defaults;
+    *out = NULL;
+    cache *c = calloc(1, sizeof *c);
+    if (!c)
+        return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
+    c->euid = geteuid();
+    c->log = cfg->log;
+    c->log_ud = cfg->log_ud;
+    c->disabled = cfg->disabled == 1;
+    atomic_init(&c->warned_fallback, 0);
+    if (cfg->offline == -1) {
+        const char *e = getenv("OPJIT_OFFLINE");
+        c->offline = e && (!strcmp(e, "1") || !strcmp(e, "true") || !strcmp(e, "yes"));
+    } else {
+        c->offline = cfg->offline == 1;
+    }
+    c->max_size = cfg->max_size;
+    if (!c->max_size) {
+        const char *e = getenv("OPJIT_CACHE_MAX_SIZE");
+        c->max_size = CACHE_DEFAULT_MAX_SIZE;
+        if (e && *e) {
+            uint64_t v;
+            if (cache_parse_size(e, &v) != 0)
+                cache_logf(c, OPJIT_LOG_WARN,
+                           "cache: OPJIT_CACHE_MAX_SIZE='%s' is not a size (like 512M); using 512M", e);
+            else
+                c->max_size = v ? v : UINT64_MAX; /* 0: no cap */
+        }
+    }
+    if (cache_split_readonly(c, cfg->readonly ? cfg->readonly : getenv("OPJIT_CACHE_READONLY")) != 0) {
+        cache_close(c);
+        return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
+    }
+    if (c->disabled) {
+        c->root = strdup("");
+    } else {
+        c->root = cache_absolute(cfg->dir && *cfg->dir ? strdup(cfg->dir) : cache_default_dir());
+        if (!c->root) {
+            c->root = strdup("");
+            cache_warn_fallback(c, "no cache directory (set OPJIT_CACHE_DIR or HOME)");
+        } else {
+            while (strlen(c->root) > 1 && c->root[strlen(c->root) - 1] == '/')
+                c->root[strlen(c->root) - 1] = '\0';
+            char why[1024];
+            const char *bad = cache_setup_dir(c, why, sizeof why);
+            if (bad) {
+                char msg[1200];
+                snprintf(msg, sizeof msg, "cache directory %s is unusable (%s)", c->root, bad);
+                cache_warn_fallback(c, msg);
+            } else {
+                c->writable = 1;
+            }
+        }
+    }
+    if (!c->root) {
+        cache_close(c);
+        return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
+    }
+    if (c->writable)
+        cache_clean_tmp(c, NULL);
+    *out = c;
+    return OPJIT_OK;
+}
+
+void cache_close(cache *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->nro; i++)
+        free(c->ro[i]);
+    free(c->ro);
+    free(c->root);
+    free(c->entries);
+    free(c->tmp);
+    free(c->locks);
+    free(c);
+}
+
+const char *cache_dir(const cache *c)
+{
+    return c->writable ? c->root : "";
+}
+const char *cache_root_dir(const cache *c) { return c->root; }
+int cache_writable(const cache *c) { return c->writable; }
+int cache_readonly_count(const cache *c) { return c->disabled ? 0 : c->nro; }
+const char *cache_readonly_dir(const cache *c, int i)
+{
+    return i >= 0 && i < c->nro ? c->ro[i] : NULL;
+}
+uint64_t cache_max_size(const cache *c) { return c->max_size; }
+int cache_offline(const cache *c) { return c->offline; }
+
+/* ---- keys --------------------------------------------------------------- */
+
+struct cache_keygen {
+    XXH3_state_t *st;
+};
+
+cache_keygen *cache_keygen_new(void)
+{
+    cache_keygen *g = malloc(sizeof *g);
+    if (!g)
+        return NULL;
+    g->st = XXH3_createState();
+    if (!g->st) {
+        free(g);
+        return NULL;
+    }
+    XXH3_128bits_reset(g->st);
+    /* A domain tag, so a key never equals some other hash of the same bytes. */
+    cache_keygen_add_str(g, "opjit-cache-key", "1");
+    return g;
+}
+
+static void cache_keygen_len(cache_keygen *g, uint64_t n)
+{
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(n >> (8 * i));
+    XXH3_128bits_update(g->st, b, sizeof b);
+}
+
+void cache_keygen_add(cache_keygen *g, const char *field, const void *data, size_t len)
+{
+    if (!g)
+        return;
+    size_t fl = field ? strlen(field) : 0;
+    cache_keygen_len(g, fl);
+    if (fl)
+        XXH3_128bits_update(g->st, field, fl);
+    cache_keygen_len(g, len);
+    if (len)
+        XXH3_128bits_update(g->st, data, len);
+}
+
+void cache_keygen_add_str(cache_keygen *g, const char *field, const char *s)
+{
+    cache_keygen_add(g, field, s ? s : "", s ? strlen(s) : 0);
+}
+
+void cache_keygen_finish(cache_keygen *g, cache_key *out)
+{
+    static const char hexd[] = "0123456789abcdef";
+    memset(out, 0, sizeof *out);
+    if (g) {
+        XXH128_canonical_t canon;
+        XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(g->st));
+        memcpy(out->bytes, canon.digest, sizeof out->bytes);
+        XXH3_freeState(g->st);
+        free(g);
+    }
+    for (int i = 0; i < 16; i++) {
+        out->hex[2 * i] = hexd[out->bytes[i] >> 4];
+        out->hex[2 * i + 1] = hexd[out->bytes[i] & 15];
+    }
+    out->hex[32] = '\0';
+}
+
+/* ---- entries ------------------------------------------------------------ */
+
+static cache_entry *cache_entry_new(const char *dir, int nart)
+{
+    cache_entry *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    e->lockfd = -1;
+    e->dir = strdup(dir);
+    e->names = calloc((size_t)nart + 1, sizeof *e->names);
+    e->paths = calloc((size_t)nart + 1, sizeof *e->paths);
+    if (!e->dir || !e->names || !e->paths) {
+        cache_entry_release(e);
+        return NULL;
+    }
+    return e;
+}
+
+static int cache_entry_add(cache_entry *e, const char *name)
+{
+    e->names[e->nart] = strdup(name);
+    e->paths[e->nart] = cache_path(e->dir, name, NULL);
+    if (!e->names[e->nart] || !e->paths[e->nart]) {
+        free(e->names[e->nart]);
+        free(e->paths[e->nart]);
+        e->names[e->nart] = e->paths[e->nart] = NULL;
+        return -1;
+    }
+    e->nart++;
+    return 0;
+}
+
+static cache_entry *cache_entry_from(const char *dir, const cache_artifact *a, int n)
+{
+    cache_entry *e = cache_entry_new(dir, n);
+    for (int i = 0; e && i < n; i++) {
+        if (cache_entry_add(e, a[i].name) != 0) {
+            cache_entry_release(e);
+            e = NULL;
+        }
+    }
+    return e;
+}
+
+const char *cache_entry_path(cache_entry *e, const char *artifact)
+{
+    if (!e || !artifact)
+        return NULL;
+    for (int i = 0; i < e->nart; i++)
+        if (!strcmp(e->names[i], artifact))
+            return e->paths[i];
+    return NULL;
+}
+
+const char *cache_entry_dir(const cache_entry *e)
+{
+    return e ? e->dir : NULL;
+}
+
+void cache_entry_release(cache_entry *e)
+{
+    if (!e)
+        return;
+    if (e->owns_dir && e->dir)
+        cache_rm_rf(e->dir);
+    /* Closing (not unlocking) drops our use lock: a child forked while we
+     * held it shares the lock and must not release it for us. */
+    if (e->lockfd >= 0)
+        close(e->lockfd);
+    for (int i = 0; i < e->nart; i++) {
+        free(e->names[i]);
+        free(e->paths[i]);
+    }
+    free(e->names);
+    free(e->paths);
+    free(e->dir);
+    free(e);
+}
+
+/* ---- fetch -------------------------------------------------------------- */
+
+/* Build into a private temporary directory, owned by the entry. */
+static int cache_build_private(cache *c, const cache_request *req, cache_build_fn build,
+                               void *ud, cache_entry **out, char *err, size_t errlen)
+{
+    (void)c;
+    (void)req;
+    const char *t = getenv("TMPDIR");
+    char tmpl[PATH_MAX];
+    snprintf(tmpl, sizeof tmpl, "%s/opjit-build-XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(tmpl)) {
+        snprintf(tmpl, sizeof tmpl, "/tmp/opjit-build-XXXXXX");
+        if (!mkdtemp(tmpl))
+            return cache_errf(err, errlen, OPJIT_EIO,
+                              "cache: cannot create a temporary build directory: %s", strerror(errno));
+    }
+    int rc = build(ud, tmpl, err, errlen);
+    cache_artifact *a = NULL;
+    int n = 0;
+    if (rc == OPJIT_OK) {
+        int dfd = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        rc = dfd < 0 ? cache_errf(err, errlen, OPJIT_EIO, "cache: %s: %s", tmpl, strerror(errno))
+                     : cache_scan_artifacts(dfd, 0, &a, &n, err, errlen);
+        if (dfd >= 0)
+            close(dfd);
+    }
+    if (rc == OPJIT_OK) {
+        *out = cache_entry_from(tmpl, a, n);
+        if (*out)
+            (*out)->owns_dir = 1;
+        else
+            rc = cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
+    }
+    cache_artifacts_free(a, n);
+    if (rc != OPJIT_OK)
+        cache_rm_rf(tmpl);
+    return rc;
+}
+
+static int cache_offline_miss(const cache_request *req, char *err, size_t errlen)
+{
+    return cache_errf(err, errlen, OPJIT_EOFFLINE,
+                      "offline: op '%s' (source %s, target %s) is not in the cache and "
+                      "compiling is off (key %s)",
+                      cache_str(req->op_name), cache_str(req->source_name),
+                      cache_str(req->target), req->key.hex);
+}
+
+static void cache_warn_damaged(cache *c, const cache_request *req, const char *where,
+                               const char *why, const char *action)
+{
+    cache_logf(c, OPJIT_LOG_WARN, "cache: entry %s (op %s, source %s) in %s is damaged: %s; %s",
+               req->key.hex, cache_str(req->op_name), cache_str(req->source_name), where, why,
+               action);
+}
+
+/* Look in the read-only layers. Returns 1 and *out on a hit. */
+static int cache_fetch_readonly(cache *c, const cache_request *req, cache_entry **out)
+{
+    char dir[PATH_MAX], why[512];
+    for (int i = 0; i < c->nro; i++) {
+        cache_manifest m;
+        snprintf(dir, sizeof dir, "%s/v1/entries/%.2s/%s", c->ro[i], req->key.hex, req->key.hex);
+        int r = cache_check(c, dir, req->key.hex, CACHE_CHK_SUMS, &m, why, sizeof why);
+        if (r == CACHE_DAMAGED)
+            cache_warn_damaged(c, req, c->ro[i], why, "skipping it (read-only layer, left as is)");
+        if (r != CACHE_OK)
+            continue;
+        *out = cache_entry_from(dir, m.art, m.nart);
+        cache_manifest_free(&m);
+        if (*out)
+            return 1;
+    }
+    return 0;
+}
+
+/* Make the built directory tmp the entry dir: hash and sync the artifacts
+ * (*a, *n), write the manifest, rename. *fault is set when the build wrote
+ * something that cannot be an artifact (its bug, not the cache's). */
+static int cache_publish(cache *c, const cache_request *req, const char *tmp, const char *dir,
+                         cache_artifact **a, int *n, int *fault, char *err, size_t errlen)
+{
+    *fault = 0;
+    int dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return cache_errf(err, errlen, OPJIT_EIO, "cache: %s: %s", tmp, strerror(errno));
+    int rc = cache_scan_artifacts(dfd, 1, a, n, err, errlen);
+    if (rc == OPJIT_ECACHE)
+        *fault = 1;
+    if (rc == OPJIT_OK)
+        rc = cache_manifest_write(dfd, req, *a, *n, (int64_t)time(NULL), err, errlen);
+    if (rc == OPJIT_OK && fsync(dfd) != 0 && errno != EINVAL)
+        rc = cache_errf(err, errlen, OPJIT_EIO, "cache: cannot sync %s: %s", tmp, strerror(errno));
+    close(dfd);
+    if (rc != OPJIT_OK)
+        return rc;
+
+    char shard[PATH_MAX];
+    snprintf(shard, sizeof shard, "%s/%.2s", c->entries, req->key.hex);
+    struct stat st;
+    const char *bad;
+    if (mkdir(shard, 0700) != 0 && errno != EEXIST)
+        return cache_errf(err, errlen, OPJIT_EIO, "cache: cannot create %s: %s", shard, strerror(errno));
+    if (stat(shard, &st) != 0 || !S_ISDIR(st.st_mode))
+        return cache_errf(err, errlen, OPJIT_EIO, "cache: %s is not a directory", shard);
+    if ((bad = cache_untrusted(&st, 1, c->euid)))
+        return cache_errf(err, errlen, OPJIT_ECACHE, "cache: %s is %s", shard, bad);
+    /* rename() of a directory is atomic: others see no entry or all of it. */
+    if (rename(tmp, dir) != 0)
+        return cache_errf(err, errlen, OPJIT_EIO, "cache: cannot publish %s: %s", dir, strerror(errno));
+    cache_fsync_path(shard, 1);
+    return OPJIT_OK;
+}
+
+int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *ud,
+                cache_entry **out, int *hit, char *err, size_t errlen)
+{
+    char dir[PATH_MAX], why[PATH_MAX + 512], tmp[PATH_MAX];
+    int usefd = -1, buildfd = -1, rc = OPJIT_OK, r, e;
+    int damaged = 0;
+    cache_manifest m;
+    *out = NULL;
+    if (hit)
+        *hit = 0;
+    if (err && errlen)
+        err[0] = '\0';
+    if (!c || !req || !cache_is_hex(req->key.hex, 32) || strlen(req->key.hex) != 32)
+        return cache_errf(err, errlen, OPJIT_ECACHE, "cache: bad request (no key)");
+
+    /* build == NULL: a probe, which finds an entry or says ENOTFOUND. */
+    if (c->disabled) {
+        if (!build)
+            return OPJIT_ENOTFOUND;
+        if (c->offline)
+            return cache_offline_miss(req, err, errlen);
+        return cache_build_private(c, req, build, ud, out, err, errlen);
+    }
+    if (cache_fetch_readonly(c, req, out)) {
+        if (hit)
+            *hit = 1;
+        return OPJIT_OK;
+    }
+    if (!c->writable) {
+        if (!build)
+            return OPJIT_ENOTFOUND;
+        if (c->offline)
+            return cache_offline_miss(req, err, errlen);
+        return cache_build_private(c, req, build, ud, out, err, errlen);
+    }
+
+    cache_entry_dir_of(c->entries, req->key.hex, dir, sizeof dir);
+    /* The use lock first: from now on nobody evicts the entry under us. */
+    if ((e = cache_lock(c, req->key.hex, CACHE_LOCK_USE, 0, 1, &usefd)) != 0) {
+        snprintf(why, sizeof why, "cannot lock %s/%s: %s", c->locks, req->key.hex, strerror(e));
+        goto fallback;
+    }
+    r = cache_check(c, dir, req->key.hex, CACHE_CHK_SUMS | CACHE_CHK_OWNER | CACHE_CHK_TOUCH, &m,
+                    why, sizeof why);
+    if (r == CACHE_OK)
+        goto hit;
+    if (r == CACHE_DAMAGED) {
+        cache_warn_damaged(c, req, c->root, why, c->offline ? "evicting it" : "evicting and rebuilding it");
+        damaged = 1;
+    }
+
+    if (!build) {
+        rc = OPJIT_ENOTFOUND;
+        goto done;
+    }
+    /* A miss: only one process builds a key at a time; look again once we
+     * hold the build lock, as the previous holder may have built it. */
+    if ((e = cache_lock(c, req->key.hex, CACHE_LOCK_BUILD, 1, 1, &buildfd)) != 0) {
+        snprintf(why, sizeof why, "cannot lock %s/%s: %s", c->locks, req->key.hex, strerror(e));
+        goto fallback;
+    }
+    r = cache_check(c, dir, req->key.hex, CACHE_CHK_SUMS | CACHE_CHK_OWNER | CACHE_CHK_TOUCH, &m,
+                    why, sizeof why);
+    if (r == CACHE_OK)
+        goto hit;
+    if (r == CACHE_DAMAGED) {
+        if (!damaged)
+            cache_warn_damaged(c, req, c->root, why, c->offline ? "evicting it" : "evicting and rebuilding it");
+        if ((e = cache_discard_entry(c, dir, req->key.hex, 0)) != 0) {
+            snprintf(why, sizeof why, "cannot evict the damaged entry %s: %s", dir, strerror(e));
+            goto fallback;
+        }
+    }
+    if (c->offline) {
+        rc = cache_offline_miss(req, err, errlen);
+        goto done;
+    }
+
+    snprintf(tmp, sizeof tmp, "%s/%s.b%ld.XXXXXX", c->tmp, req->key.hex, (long)getpid());
+    if (!mkdtemp(tmp)) {
+        snprintf(why, sizeof why, "cannot create a build directory in %s: %s", c->tmp, strerror(errno));
+        goto fallback;
+    }
+    rc = build(ud, tmp, err, errlen);
+    if (rc != OPJIT_OK) {
+        cache_rm_rf(tmp);
+        if (rc != OPJIT_EIO)
+            goto done;
+        /* An I/O error may be the cache's file system (full, read-only):
+         * try once more away from it. */
+        snprintf(why, sizeof why, "building in %s failed: %s", c->tmp, err ? err : "I/O error");
+        goto fallback;
+    }
+    cache_artifact *a = NULL;
+    int n = 0, fault = 0;
+    rc = cache_publish(c, req, tmp, dir, &a, &n, &fault, err, errlen);
+    if (rc != OPJIT_OK) {
+        cache_rm_rf(tmp);
+        cache_artifacts_free(a, n);
+        if (fault)
+            goto done;
+        /* Someone else won (a process that published without our lock)?
+         * Then theirs is as good as ours. */
+        r = cache_check(c, dir, req->key.hex, CACHE_CHK_SUMS | CACHE_CHK_OWNER, &m, why, sizeof why);
+        if (r == CACHE_OK) {
+            rc = OPJIT_OK;
+            if (err && errlen)
+                err[0] = '\0';
+            goto hit;
+        }
+        snprintf(why, sizeof why, "%s", err && *err ? err : "cannot publish");
+        goto fallback;
+    }
+    close(buildfd);
+    buildfd = -1;
+    *out = cache_entry_from(dir, a, n);
+    cache_artifacts_free(a, n);
+    if (!*out) {
+        rc = cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
+        goto done;
+    }
+    (*out)->lockfd = usefd;
+    usefd = -1;
+    cache_logf(c, OPJIT_LOG_DEBUG, "cache: built and published %s (op %s)", req->key.hex,
+               cache_str(req->op_name));
+    if (c->max_size != UINT64_MAX) {
+        char eerr[256];
+        if (cache_evict_to(c, c->max_size, 0, NULL, eerr, sizeof eerr) != OPJIT_OK)
+            cache_logf(c, OPJIT_LOG_WARN, "%s", eerr);
+    }
+    goto done;
+
+hit:
+    *out = cache_entry_from(dir, m.art, m.nart);
+    cache_manifest_free(&m);
+    if (!*out) {
+        rc = cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
+        goto done;
+    }
+    (*out)->lockfd = usefd;
+    usefd = -1;
+    if (hit)
+        *hit = 1;
+    goto done;
+
+fallback:
+    if (buildfd >= 0)
+        close(buildfd);
+    if (usefd >= 0)
+        close(usefd);
+    buildfd = usefd = -1;
+    if (!build)
+        return OPJIT_ENOTFOUND;
+    if (c->offline)
+        return cache_offline_miss(req, err, errlen);
+    cache_warn_fallback(c, why);
+    if (err && errlen)
+        err[0] = '\0';
+    return cache_build_private(c, req, build, ud, out, err, errlen);
+
+done:
+    if (buildfd >= 0)
+        close(buildfd);
+    if (usefd >= 0)
+        close(usefd);
+    return rc;
+}

@@ -1,0 +1,126 @@
+/*
+ * cache/cache_int.h - what the files of cache/ share; not for other modules.
+ *
+ * On-disk layout of a writable cache <root>:
+ *   <root>/v1/entries/<2 hex>/<32 hex>/   one entry: artifacts + "manifest"
+ *   <root>/v1/tmp/<hex>.b<pid>.XXXXXX     a build in progress (or abandoned)
+ *   <root>/v1/tmp/<hex>.t.XXXXXX          an evicted entry being deleted
+ *   <root>/v1/locks/<hex>                 the key's lock file
+ * A read-only layer has the same v1/entries tree and nothing else is used.
+ *
+ * Locks are OFD byte-range locks on locks/<hex> (they die with the open
+ * file, so with the process): byte 0 is the build lock (exclusive while a
+ * process builds the key), byte 1 the use lock (shared while an entry is in
+ * use, exclusive to delete it). The two bytes are separate so a process
+ * holding an entry can still rebuild it after it was found damaged.
+ */
+#ifndef OPJIT_CACHE_INT_H
+#define OPJIT_CACHE_INT_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cache/cache.h"
+
+#define CACHE_FORMAT 1
+#define CACHE_MAGIC "opjit-cache-manifest"
+#define CACHE_DEFAULT_MAX_SIZE (512ull << 20)
+#define CACHE_TOUCH_SECONDS 60 /* last-use time is kept to this precision */
+#define CACHE_MANIFEST_MAX (1u << 20)
+
+enum { CACHE_LOCK_BUILD = 0, CACHE_LOCK_USE = 1, CACHE_LOCK_FILE = -1 };
+
+struct cache {
+    char *root;      /* resolved writable directory; "" when disabled */
+    char *entries;   /* root/v1/entries, root/v1/tmp, root/v1/locks */
+    char *tmp;
+    char *locks;
+    int writable;    /* root is usable (created, trusted) */
+    char **ro;       /* read-only layer roots */
+    int nro;
+    int offline;
+    int disabled;
+    uint64_t max_size; /* UINT64_MAX: no cap */
+    uid_t euid;
+    cache_log_fn log;
+    void *log_ud;
+    atomic_int warned_fallback; /* the one "cache unusable" warning */
+};
+
+struct cache_entry {
+    char *dir;
+    int lockfd;   /* holds the shared use lock; -1 when none */
+    int owns_dir; /* a private temporary build: removed on release */
+    int nart;
+    char **names; /* artifact names and their paths, parallel */
+    char **paths;
+};
+
+typedef struct cache_artifact {
+    char *name;
+    uint64_t size;
+    uint64_t sum; /* XXH3-64 */
+} cache_artifact;
+
+/* A parsed manifest. The strings point into buf. */
+typedef struct cache_manifest {
+    char *buf;
+    const char *key, *op, *source, *compiler, *options, *target, *tier;
+    int64_t created;
+    int64_t last_use; /* the manifest's mtime */
+    cache_artifact *art;
+    int nart;
+    uint64_t size; /* manifest + artifacts, bytes */
+} cache_manifest;
+
+/* cache_check results */
+enum { CACHE_OK = 0, CACHE_MISSING = 1, CACHE_DAMAGED = 2 };
+/* cache_check flags */
+enum {
+    CACHE_CHK_SUMS = 1,  /* hash every artifact */
+    CACHE_CHK_OWNER = 2, /* must be owned by the euid (writable cache) */
+    CACHE_CHK_TOUCH = 4, /* update the last-use time */
+};
+
+/* cache.c */
+void cache_logf(const cache *c, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int cache_errf(char *err, size_t errlen, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+char *cache_path(const char *a, const char *b, const char *c);
+void cache_entry_dir_of(const char *entries, const char *hex, char *out, size_t outlen);
+int cache_is_hex(const char *s, size_t n);
+
+/* cache_fs.c */
+int cache_mkdir_p(const char *path, char *why, size_t whylen);
+int cache_rm_rf(const char *path);
+int cache_fsync_path(const char *path, int dir);
+/* NULL when st is trustworthy, else why not. owner: check st_uid. */
+const char *cache_untrusted(const struct stat *st, int owner, uid_t euid);
+/* Returns 0 with *fd holding the lock, or an errno (EAGAIN: busy). */
+int cache_lock(const cache *c, const char *hex, int which, int exclusive, int wait, int *fd);
+int cache_relock(int fd, int which, int exclusive, int wait);
+
+/* cache_manifest.c */
+int cache_check(const cache *c, const char *dir, const char *hex, int flags,
+                cache_manifest *m, char *why, size_t whylen);
+void cache_manifest_free(cache_manifest *m);
+/* Hash, fsync and tighten the mode of every file in dirfd. */
+int cache_scan_artifacts(int dirfd, int sync, cache_artifact **out, int *n,
+                         char *err, size_t errlen);
+void cache_artifacts_free(cache_artifact *a, int n);
+int cache_manifest_write(int dirfd, const cache_request *req, const cache_artifact *a,
+                         int n, int64_t created, char *err, size_t errlen);
+
+/* cache_admin.c */
+void cache_clean_tmp(cache *c, uint64_t *removed);
+/* Move an entry out of entries/ (atomically) into tmp/ and delete it
+ * there: at once when the caller holds the exclusive use lock (have_use),
+ * else later, once nobody uses the key. 0 (also when it was gone) or an
+ * errno. */
+int cache_discard_entry(cache *c, const char *dir, const char *hex, int have_use);
+int cache_evict_to(cache *c, uint64_t cap, int all, cache_prune_result *r,
+                   char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,565 @@
+/*
+ * cache/cache_manifest.c - the manifest of an entry: writing it at publish,
+ * and checking an entry against it (format, ownership, sizes, checksums).
+ *
+ * The manifest is a small text file:
+ *
+ *   opjit-cache-manifest 1
+ *   key 0123...cdef
+ *   op nms
+ *   source nms.c
+ *   compiler libtcc 0.9.27
+ *   options -O1
+ *   target x86_64-linux
+ *   tier tcc
+ *   created 1732000000
+ *   artifact 20480 89ab...(16 hex) host.so
+ *   end 0123456789abcdef
+ *
+ * Values are the rest of the line, with bytes below 0x20, 0x7f and '%'
+ * written as %XX. The end line carries the XXH3-64 of every byte before
+ * it, so any damage to the manifest itself is detected.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "opjit.h"
+#include "cache/cache_int.h"
+
+#define CACHE_MAX_ARTIFACTS 4096
+
+typedef struct cache_buf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} cache_buf;
+
+static void cache_buf_put(cache_buf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 512;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void cache_buf_printf(cache_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void cache_buf_printf(cache_buf *b, const char *fmt, ...)
+{
+    char tmp[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof tmp) {
+        b->oom = 1; /* only used for short fixed formats */
+        return;
+    }
+    cache_buf_put(b, tmp, (size_t)n);
+}
+
+/* "name value\n" with value escaped. */
+static void cache_buf_field(cache_buf *b, const char *name, const char *value)
+{
+    static const char hexd[] = "0123456789abcdef";
+    cache_buf_put(b, name, strlen(name));
+    cache_buf_put(b, " ", 1);
+    for (const unsigned char *s = (const unsigned char *)(value ? value : ""); *s; s++) {
+        if (*s < 0x20 || *s == 0x7f || *s == '%') {
+            char e[3] = {'%', hexd[*s >> 4], hexd[*s & 15]};
+            cache_buf_put(b, e, 3);
+        } else {
+            cache_buf_put(b, (const char *)s, 1);
+        }
+    }
+    cache_buf_put(b, "\n", 1);
+}
+
+static int cache_hexval(int ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+/* Undo the %XX escapes in place. Returns -1 on a bad escape. */
+static int cache_unescape(char *s)
+{
+    char *w = s;
+    for (char *r = s; *r; r++) {
+        if (*r != '%') {
+            *w++ = *r;
+            continue;
+        }
+        int hi = cache_hexval(r[1]), lo = hi < 0 ? -1 : cache_hexval(r[2]);
+        if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
+            return -1;
+        *w++ = (char)(hi << 4 | lo);
+        r += 2;
+    }
+    *w = '\0';
+    return 0;
+}
+
+static int cache_parse_u64(const char *s, int base, uint64_t *out)
+{
+    if (!*s || *s == '-' || *s == '+' || *s == ' ')
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, base);
+    if (errno || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* A name the build may use for an artifact: a plain file name. */
+static int cache_artifact_name_ok(const char *n)
+{
+    return *n && !strchr(n, '/') && strcmp(n, ".") && strcmp(n, "..") &&
+           strcmp(n, "manifest");
+}
+
+void cache_artifacts_free(cache_artifact *a, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(a[i].name);
+    free(a);
+}
+
+void cache_manifest_free(cache_manifest *m)
+{
+    free(m->buf);
+    free(m->art); /* names point into buf */
+    memset(m, 0, sizeof *m);
+}
+
+static int cache_hash_fd(int fd, uint64_t *sum, uint64_t *len)
+{
+    enum { BUFSZ = 1 << 16 };
+    XXH3_state_t *st = XXH3_createState();
+    char *buf = malloc(BUFSZ);
+    int rc = 0;
+    uint64_t total = 0;
+    if (!st || !buf) {
+        rc = ENOMEM;
+        goto out;
+    }
+    XXH3_64bits_reset(st);
+    for (;;) {
+        ssize_t n = read(fd, buf, BUFSZ);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = errno;
+            goto out;
+        }
+        if (n == 0)
+            break;
+        XXH3_64bits_update(st, buf, (size_t)n);
+        total += (uint64_t)n;
+    }
+    *sum = XXH3_64bits_digest(st);
+    *len = total;
+out:
+    free(buf);
+    XXH3_freeState(st);
+    return rc;
+}
+
+/* Parse m->buf (NUL-terminated, len bytes). Returns NULL or what is wrong. */
+static const char *cache_manifest_parse(cache_manifest *m, size_t len)
+{
+    char *buf = m->buf;
+    if (len == 0 || buf[len - 1] != '\n' || strlen(buf) != len)
+        return "manifest is truncated or not text";
+    /* The end line is the last one; it covers everything before it. */
+    char *end = NULL;
+    for (char *p = buf + len - 1; p > buf; p--) {
+        if (p[-1] == '\n') {
+            end = p;
+            break;
+        }
+    }
+    uint64_t want;
+    if (!end || strncmp(end, "end ", 4) != 0)
+        return "manifest has no end line";
+    buf[len - 1] = '\0';
+    if (cache_parse_u64(end + 4, 16, &want) != 0 || strlen(end + 4) != 16)
+        return "manifest end line is malformed";
+    if (XXH3_64bits(buf, (size_t)(end - buf)) != want)
+        return "manifest checksum mismatch";
+    end[-1] = '\0'; /* cut the end line off */
+
+    const char **slot[] = {&m->op, &m->source, &m->compiler, &m->options, &m->target, &m->tier};
+    const char *names[] = {"op", "source", "compiler", "options", "target", "tier"};
+    int cap = 0, lineno = 0, have_created = 0;
+    char *next;
+    for (char *line = buf; line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        lineno++;
+        char *sp = strchr(line, ' ');
+        char *val = sp ? sp + 1 : line + strlen(line);
+        if (sp)
+            *sp = '\0';
+        if (lineno == 1) {
+            if (strcmp(line, CACHE_MAGIC) != 0)
+                return "not an opjit cache manifest";
+            uint64_t v;
+            if (cache_parse_u64(val, 10, &v) != 0 || v != CACHE_FORMAT)
+                return "manifest has an unknown format version";
+            continue;
+        }
+        if (cache_unescape(val) != 0)
+            return "manifest has a bad escape";
+        if (!strcmp(line, "key")) {
+            m->key = val;
+            continue;
+        }
+        if (!strcmp(line, "created")) {
+            uint64_t v;
+            if (cache_parse_u64(val, 10, &v) != 0)
+                return "manifest has a bad created time";
+            m->created = (int64_t)v;
+            have_created = 1;
+            continue;
+        }
+        if (!strcmp(line, "artifact")) {
+            char *s1 = strchr(val, ' '), *s2 = s1 ? strchr(s1 + 1, ' ') : NULL;
+            if (!s2)
+                return "manifest has a malformed artifact line";
+            *s1 = *s2 = '\0';
+            cache_artifact a = {s2 + 1, 0, 0};
+            if (cache_parse_u64(val, 10, &a.size) != 0 || strlen(s1 + 1) != 16 ||
+                cache_parse_u64(s1 + 1, 16, &a.sum) != 0 || !cache_artifact_name_ok(a.name))
+                return "manifest has a malformed artifact line";
+            if (m->nart == cap) {
+                if (cap >= CACHE_MAX_ARTIFACTS)
+                    return "manifest lists too many artifacts";
+                cap = cap ? cap * 2 : 4;
+                cache_artifact *na = realloc(m->art, (size_t)cap * sizeof *na);
+                if (!na)
+                    return "out of memory reading the manifest";
+                m->art = na;
+            }
+            m->art[m->nart++] = a;
+            continue;
+        }
+        size_t i;
+        for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+            if (!strcmp(line, names[i])) {
+                *slot[i] = val;
+                break;
+            }
+        }
+        if (i == sizeof names / sizeof names[0])
+            return "manifest has an unknown line";
+    }
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!*slot[i])
+            return "manifest lacks a field";
+    if (!m->key || !have_created)
+        return "manifest lacks a field";
+    return NULL;
+}
+
+static int cache_damaged(char *why, size_t whylen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int cache_damaged(char *why, size_t whylen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, whylen, fmt, ap);
+    va_end(ap);
+    return CACHE_DAMAGED;
+}
+
+/* Check the entry in dir against its manifest. Returns CACHE_OK (m filled:
+ * free it with cache_manifest_free), CACHE_MISSING or CACHE_DAMAGED (why
+ * says what). */
+int cache_check(const cache *c, const char *dir, const char *hex, int flags,
+                cache_manifest *m, char *why, size_t whylen)
+{
+    int owner = (flags & CACHE_CHK_OWNER) != 0;
+    int rc = CACHE_OK, mfd = -1;
+    const char *bad;
+    struct stat st;
+    memset(m, 0, sizeof *m);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) {
+        if (errno == ENOENT)
+            return CACHE_MISSING;
+        return cache_damaged(why, whylen, "cannot open the entry: %s", strerror(errno));
+    }
+    if (fstat(dfd, &st) != 0) {
+        rc = cache_damaged(why, whylen, "cannot stat the entry: %s", strerror(errno));
+        goto out;
+    }
+    if ((bad = cache_untrusted(&st, owner, c->euid))) {
+        rc = cache_damaged(why, whylen, "entry directory is %s", bad);
+        goto out;
+    }
+    if (owner && fstatat(dfd, "..", &st, 0) == 0 && (bad = cache_untrusted(&st, owner, c->euid))) {
+        rc = cache_damaged(why, whylen, "the directory holding the entry is %s", bad);
+        goto out;
+    }
+    mfd = openat(dfd, "manifest", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (mfd < 0) {
+        rc = cache_damaged(why, whylen, "manifest: %s", strerror(errno));
+        goto out;
+    }
+    if (fstat(mfd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = cache_damaged(why, whylen, "manifest is not a regular file");
+        goto out;
+    }
+    if ((bad = cache_untrusted(&st, owner, c->euid))) {
+        rc = cache_damaged(why, whylen, "manifest is %s", bad);
+        goto out;
+    }
+    if (st.st_size <= 0 || st.st_size > CACHE_MANIFEST_MAX) {
+        rc = cache_damaged(why, whylen, "manifest has a bad size (%lld bytes)", (long long)st.st_size);
+        goto out;
+    }
+    size_t len = (size_t)st.st_size, got = 0;
+    m->buf = malloc(len + 1);
+    if (!m->buf) {
+        rc = cache_damaged(why, whylen, "out of memory reading the manifest");
+        goto out;
+    }
+    while (got < len) {
+        ssize_t n = read(mfd, m->buf + got, len - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    m->buf[got] = '\0';
+    if (got != len) {
+        rc = cache_damaged(why, whylen, "manifest: short read");
+        goto out;
+    }
+    if ((bad = cache_manifest_parse(m, len))) {
+        rc = cache_damaged(why, whylen, "%s", bad);
+        goto out;
+    }
+    if (strcmp(m->key, hex) != 0) {
+        rc = cache_damaged(why, whylen, "manifest is for another key (%.40s)", m->key);
+        goto out;
+    }
+    m->last_use = (int64_t)st.st_mtim.tv_sec;
+    m->size = (uint64_t)st.st_size;
+    for (int i = 0; i < m->nart; i++) {
+        const cache_artifact *a = &m->art[i];
+        int afd = openat(dfd, a->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (afd < 0) {
+            rc = cache_damaged(why, whylen, "artifact %s: %s", a->name, strerror(errno));
+            goto out;
+        }
+        uint64_t sum = 0, n = 0;
+        int e = 0;
+        if (fstat(afd, &st) != 0 || !S_ISREG(st.st_mode))
+            rc = cache_damaged(why, whylen, "artifact %s is not a regular file", a->name);
+        else if ((bad = cache_untrusted(&st, owner, c->euid)))
+            rc = cache_damaged(why, whylen, "artifact %s is %s", a->name, bad);
+        else if ((uint64_t)st.st_size != a->size)
+            rc = cache_damaged(why, whylen, "artifact %s has %lld bytes, the manifest says %" PRIu64,
+                               a->name, (long long)st.st_size, a->size);
+        else if ((flags & CACHE_CHK_SUMS) && (e = cache_hash_fd(afd, &sum, &n)) != 0)
+            rc = cache_damaged(why, whylen, "artifact %s: %s", a->name, strerror(e));
+        else if ((flags & CACHE_CHK_SUMS) && (n != a->size || sum != a->sum))
+            rc = cache_damaged(why, whylen, "artifact %s: checksum mismatch", a->name);
+        close(afd);
+        if (rc != CACHE_OK)
+            goto out;
+        m->size += a->size;
+    }
+    if (flags & CACHE_CHK_TOUCH) {
+        /* Last use is the manifest's mtime, updated at most once a minute
+         * so a hit stays a read-only operation almost always. */
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        if (now.tv_sec - (time_t)m->last_use >= CACHE_TOUCH_SECONDS) {
+            if (futimens(mfd, NULL) == 0)
+                m->last_use = (int64_t)now.tv_sec;
+        }
+    }
+out:
+    if (mfd >= 0)
+        close(mfd);
+    close(dfd);
+    if (rc != CACHE_OK) {
+        /* Keep why, drop the rest. */
+        free(m->buf);
+        free(m->art);
+        memset(m, 0, sizeof *m);
+    }
+    return rc;
+}
+
+static int cache_artifact_cmp(const void *a, const void *b)
+{
+    return strcmp(((const cache_artifact *)a)->name, ((const cache_artifact *)b)->name);
+}
+
+/* After a build: every file in dirfd is an artifact. Hash it, make it not
+ * writable by group/others, and (sync) flush it to disk. */
+int cache_scan_artifacts(int dirfd, int sync, cache_artifact **out, int *nout,
+                         char *err, size_t errlen)
+{
+    *out = NULL;
+    *nout = 0;
+    int dfd = dup(dirfd);
+    DIR *d = dfd < 0 ? NULL : fdopendir(dfd);
+    if (!d) {
+        if (dfd >= 0)
+            close(dfd);
+        return cache_errf(err, errlen, OPJIT_EIO, "cache: cannot read the build directory: %s",
+                          strerror(errno));
+    }
+    rewinddir(d);
+    cache_artifact *a = NULL;
+    int n = 0, cap = 0, rc = OPJIT_OK;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *name = de->d_name;
+        if (!strcmp(name, ".") || !strcmp(name, ".."))
+            continue;
+        if (!cache_artifact_name_ok(name)) {
+            rc = cache_errf(err, errlen, OPJIT_ECACHE,
+                            "cache: the build wrote '%s', a name the cache reserves", name);
+            break;
+        }
+        struct stat st;
+        if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
+            rc = cache_errf(err, errlen, OPJIT_ECACHE,
+                            "cache: build output '%s' is not a regular file", name);
+            break;
+        }
+        if (n == cap) {
+            if (cap >= CACHE_MAX_ARTIFACTS) {
+                rc = cache_errf(err, errlen, OPJIT_ECACHE, "cache: the build wrote too many files");
+                break;
+            }
+            cap = cap ? cap * 2 : 4;
+            cache_artifact *na = realloc(a, (size_t)cap * sizeof *na);
+            if (!na) {
+                rc = cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
+                break;
+            }
+            a = na;
+        }
+        cache_artifact *x = &a[n];
+        x->name = strdup(name);
+        if (!x->name) {
+            rc = cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
+            break;
+        }
+        n++;
+        int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        int e = fd < 0 ? errno : 0;
+        if (!e && (st.st_mode & (S_IWGRP | S_IWOTH | S_IRUSR)) != S_IRUSR)
+            e = fchmod(fd, (st.st_mode & 07755 & ~(mode_t)022) | S_IRUSR) == 0 ? 0 : errno;
+        if (!e)
+            e = cache_hash_fd(fd, &x->sum, &x->size);
+        if (!e && sync && fsync(fd) != 0)
+            e = errno;
+        if (fd >= 0)
+            close(fd);
+        if (e) {
+            rc = cache_errf(err, errlen, e == ENOMEM ? OPJIT_ENOMEM : OPJIT_EIO,
+                            "cache: artifact %s: %s", name, strerror(e));
+            break;
+        }
+    }
+    closedir(d);
+    if (rc != OPJIT_OK) {
+        cache_artifacts_free(a, n);
+        return rc;
+    }
+    if (n > 1)
+        qsort(a, (size_t)n, sizeof *a, cache_artifact_cmp);
+    *out = a;
+    *nout = n;
+    return OPJIT_OK;
+}
+
+int cache_manifest_write(int dirfd, const cache_request *req, const cache_artifact *a,
+                         int n, int64_t created, char *err, size_t errlen)
+{
+    cache_buf b = {0};
+    cache_buf_printf(&b, "%s %d\n", CACHE_MAGIC, CACHE_FORMAT);
+    cache_buf_field(&b, "key", req->key.hex);
+    cache_buf_field(&b, "op", req->op_name);
+    cache_buf_field(&b, "source", req->source_name);
+    cache_buf_field(&b, "compiler", req->compiler);
+    cache_buf_field(&b, "options", req->options);
+    cache_buf_field(&b, "target", req->target);
+    cache_buf_field(&b, "tier", req->tier);
+    cache_buf_printf(&b, "created %lld\n", (long long)created);
+    for (int i = 0; i < n; i++) {
+        char head[64];
+        snprintf(head, sizeof head, "artifact %" PRIu64 " %016" PRIx64, a[i].size, a[i].sum);
+        cache_buf_field(&b, head, a[i].name);
+    }
+    if (!b.oom)
+        cache_buf_printf(&b, "end %016" PRIx64 "\n", (uint64_t)XXH3_64bits(b.p, b.len));
+    if (b.oom) {
+        free(b.p);
+        return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory writing a manifest");
+    }
+    int rc = OPJIT_OK;
+    int fd = openat(dirfd, "manifest", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = cache_errf(err, errlen, OPJIT_EIO, "cache: cannot write the manifest: %s", strerror(errno));
+        goto out;
+    }
+    for (size_t off = 0; off < b.len;) {
+        ssize_t w = write(fd, b.p + off, b.len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            rc = cache_errf(err, errlen, OPJIT_EIO, "cache: cannot write the manifest: %s",
+                            w < 0 ? strerror(errno) : "short write");
+            goto out;
+        }
+        off += (size_t)w;
+    }
+    if (fsync(fd) != 0)
+        rc = cache_errf(err, errlen, OPJIT_EIO, "cache: cannot sync the manifest: %s", strerror(errno));
+out:
+    if (fd >= 0)
+        close(fd);
+    free(b.p);
+    return rc;
+}

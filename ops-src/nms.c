@@ -1,0 +1,527 @@
+/*
+ * nms.c - non-maximum suppression on the CPU, torchvision.ops.nms semantics.
+ *
+ *   nms(Tensor boxes, Tensor scores, float iou_threshold) -> Tensor
+ *
+ * boxes [N, 4] as (x1, y1, x2, y2) and scores [N], both float32 or both
+ * float64. Returns the int64 indices of the kept boxes in decreasing score
+ * order. Matches torchvision 0.14's CPU kernel bit for bit:
+ *
+ *   - order: a stable descending sort of the scores (torchvision sorts with
+ *     stable=true): equal scores keep their index order, -0.0 equals 0.0,
+ *     and NaN scores sort before every number (as torch's descending sort
+ *     puts them), in index order among themselves;
+ *   - areas (x2 - x1) * (y2 - y1) and IoU inter / (area_i + area_j - inter)
+ *     in the boxes' dtype, no "+1", with std::max/std::min argument order so
+ *     NaN coordinates behave the same;
+ *   - box j is suppressed when IoU > iou_threshold (strict, compared in
+ *     double). A NaN threshold suppresses nothing; a negative one suppresses
+ *     every later box whose IoU is a number (even disjoint ones), as in
+ *     torchvision.
+ *
+ * Work: the order is a merge sort of integer keys; boxes and areas are then
+ * gathered into contiguous per-coordinate arrays in sorted order, so the
+ * O(N * kept) loop walks memory linearly and skips suppressed boxes.
+ */
+#include <opjit_op.h>
+#include <string.h>
+
+/* Sort key: ascending key == torch's descending score order. NaN -> 0 (the
+ * first), -0.0 -> the key of +0.0, otherwise the IEEE bits made monotone. */
+static uint64_t nms_key(double s)
+{
+    uint64_t u;
+    if (s != s)
+        return 0;
+    if (s == 0)
+        s = 0.0;
+    memcpy(&u, &s, sizeof u);
+    u = (u >> 63) ? ~u : (u | ((uint64_t)1 << 63)); /* ascending in s */
+    return ~u; /* descending in s; never 0 for a number */
+}
+
+/* Stable ascending sort of key[0..n) carrying idx[0..n), using tkey/tidx
+ * (n each) as scratch. Insertion sort on runs of NMS_RUN, then bottom-up
+ * merges ping-ponging between the two buffers. */
+#define NMS_RUN 16
+static void nms_sort(uint64_t *key, int64_t *idx, uint64_t *tkey,
+                     int64_t *tidx, int64_t n)
+{
+    int64_t lo, i, j, width;
+    uint64_t *ka = key, *kb = tkey, *kt;
+    int64_t *ia = idx, *ib = tidx, *it;
+
+    for (lo = 0; lo < n; lo += NMS_RUN) {
+        int64_t hi = lo + NMS_RUN < n ? lo + NMS_RUN : n;
+        for (i = lo + 1; i < hi; i++) {
+            uint64_t k = key[i];
+            int64_t v = idx[i];
+            j = i;
+            while (j > lo && key[j - 1] > k) { /* strict: stable */
+                key[j] = key[j - 1];
+                idx[j] = idx[j - 1];
+                j--;
+            }
+            key[j] = k;
+            idx[j] = v;
+        }
+    }
+    for (width = NMS_RUN; width < n; width *= 2) {
+        for (lo = 0; lo < n; lo += 2 * width) {
+            int64_t mid = lo + width < n ? lo + width : n;
+            int64_t hi = lo + 2 * width < n ? lo + 2 * width : n;
+            const uint64_t *kl = ka + lo, *kle = ka + mid;
+            const uint64_t *kr = ka + mid, *kre = ka + hi;
+            const int64_t *il = ia + lo, *ir = ia + mid;
+            uint64_t *ko = kb + lo;
+            int64_t *io = ib + lo;
+            while (kl < kle && kr < kre) {
+                if (*kr < *kl) { /* take left on ties: stable */
+                    *ko++ = *kr++;
+                    *io++ = *ir++;
+                } else {
+                    *ko++ = *kl++;
+                    *io++ = *il++;
+                }
+            }
+            while (kl < kle) {
+                *ko++ = *kl++;
+                *io++ = *il++;
+            }
+            while (kr < kre) {
+                *ko++ = *kr++;
+                *io++ = *ir++;
+            }
+        }
+        kt = ka; ka = kb; kb = kt;
+        it = ia; ia = ib; ib = it;
+    }
+    if (ia != idx)
+        memcpy(idx, ia, (size_t)n * sizeof *idx);
+}
+
+/* Everything the suppression loop works on, in sorted order. The
+ * per-coordinate arrays are float or double (the boxes' dtype, so every
+ * IoU rounds as torchvision's does); the grid arrays are shared. */
+typedef struct nms_work {
+    int64_t n;
+    double thr;
+    const int64_t *order; /* sorted position -> original index */
+    void *x1, *y1, *x2, *y2, *area;
+    unsigned char *sup;   /* brute force: suppressed flags */
+    int64_t *keep;        /* kept original indices, in order */
+    /* grid path */
+    int32_t *cx0, *cx1, *cy0, *cy1; /* cell range of each box; cx0 < 0: empty */
+    int32_t *kept;        /* sorted positions of kept non-empty boxes */
+    int32_t *big;         /* ... of those covering more than NMS_CAP cells */
+    int32_t *head;        /* per cell: first entry, or -1 */
+    int32_t *enext, *ebox;/* entries: next entry, sorted position */
+} nms_work;
+
+/* A box covering more than this many grid cells is not registered in the
+ * grid: it sits on a list every candidate checks, and as a candidate it
+ * checks every kept box. */
+#define NMS_CAP 16
+
+/* For one scalar type T:
+ *
+ * nms_gather_T: gathers boxes into x1..area in sorted order; returns 1 when
+ *   every coordinate is finite.
+ *
+ * nms_brute_T: torchvision's loop. For a threshold >= 0, a pair with
+ *   w == 0 or h == 0 cannot be suppressed (its IoU is 0, -0 or NaN) and is
+ *   skipped before the division.
+ *
+ * nms_grid_T: the same result in another order, for a threshold >= 0 and
+ *   finite coordinates. Box j is kept iff no earlier kept box i has
+ *   IoU(i, j) > thr, and with thr >= 0 only boxes whose intervals overlap
+ *   with positive length in x and in y can do that. Kept boxes are
+ *   registered in a uniform grid; a candidate checks the kept boxes in the
+ *   cells it covers. The cell of a coordinate is monotone in it, so two
+ *   overlapping boxes always share a cell. Boxes with x2 <= x1 or y2 <= y1
+ *   overlap nothing: always kept, never registered.
+ *
+ * nms_iou_gt_T: IoU(i, j) > thr, computed as torchvision does: xx1 =
+ *   std::max(ix1, x1[j]) is (ix1 < x1[j] ? x1[j] : ix1), std::min(ix2,
+ *   x2[j]) is (x2[j] < ix2 ? x2[j] : ix2), w = std::max(0, xx2 - xx1). */
+#define NMS_DEFINE(T, SUF)                                                    \
+    static int nms_gather_##SUF(nms_work *w, const T *boxes)                  \
+    {                                                                         \
+        T *x1 = (T *)w->x1, *y1 = (T *)w->y1, *x2 = (T *)w->x2;               \
+        T *y2 = (T *)w->y2, *area = (T *)w->area;                             \
+        const int64_t *order = w->order;                                      \
+        int64_t i, n = w->n;                                                  \
+        int finite = 1;                                                       \
+        for (i = 0; i < n; i++) {                                             \
+            const T *b = boxes + 4 * order[i];                                \
+            T a = b[0], c = b[1], d = b[2], e = b[3];                         \
+            x1[i] = a;                                                        \
+            y1[i] = c;                                                        \
+            x2[i] = d;                                                        \
+            y2[i] = e;                                                        \
+            area[i] = (d - a) * (e - c);                                      \
+            if (!(a - a == 0 && c - c == 0 && d - d == 0 && e - e == 0))      \
+                finite = 0;                                                   \
+        }                                                                     \
+        return finite;                                                        \
+    }                                                                         \
+                                                                              \
+    static int nms_iou_gt_##SUF(const nms_work *w, int64_t i, int64_t j)      \
+    {                                                                         \
+        const T *x1 = (const T *)w->x1, *y1 = (const T *)w->y1;               \
+        const T *x2 = (const T *)w->x2, *y2 = (const T *)w->y2;               \
+        const T *area = (const T *)w->area;                                   \
+        const T zero = 0;                                                     \
+        T xx1, yy1, xx2, yy2, ww, hh, inter, ovr;                             \
+        xx1 = x1[i] < x1[j] ? x1[j] : x1[i];                                  \
+        xx2 = x2[j] < x2[i] ? x2[j] : x2[i];                                  \
+        ww = xx2 - xx1;                                                       \
+        ww = zero < ww ? ww : zero;                                           \
+        yy1 = y1[i] < y1[j] ? y1[j] : y1[i];                                  \
+        yy2 = y2[j] < y2[i] ? y2[j] : y2[i];                                  \
+        hh = yy2 - yy1;                                                       \
+        hh = zero < hh ? hh : zero;                                           \
+        inter = ww * hh;                                                      \
+        ovr = inter / (area[i] + area[j] - inter);                            \
+        return (double)ovr > w->thr;                                          \
+    }                                                                         \
+                                                                              \
+    static int64_t nms_brute_##SUF(nms_work *w)                               \
+    {                                                                         \
+        const T *x1 = (const T *)w->x1, *y1 = (const T *)w->y1;               \
+        const T *x2 = (const T *)w->x2, *y2 = (const T *)w->y2;               \
+        const T *area = (const T *)w->area;                                   \
+        unsigned char *sup = w->sup;                                          \
+        int64_t i, j, nk = 0, n = w->n;                                       \
+        double thr = w->thr;                                                  \
+        const T zero = 0;                                                     \
+        int fast = thr >= 0;                                                  \
+        memset(sup, 0, (size_t)n);                                            \
+        for (i = 0; i < n; i++) {                                             \
+            T ix1, iy1, ix2, iy2, iarea;                                      \
+            if (sup[i])                                                       \
+                continue;                                                     \
+            w->keep[nk++] = w->order[i];                                      \
+            ix1 = x1[i];                                                      \
+            iy1 = y1[i];                                                      \
+            ix2 = x2[i];                                                      \
+            iy2 = y2[i];                                                      \
+            iarea = area[i];                                                  \
+            for (j = i + 1; j < n; j++) {                                     \
+                T xx1, yy1, xx2, yy2, ww, hh, inter, ovr;                     \
+                if (sup[j])                                                   \
+                    continue;                                                 \
+                xx1 = ix1 < x1[j] ? x1[j] : ix1;                              \
+                xx2 = x2[j] < ix2 ? x2[j] : ix2;                              \
+                ww = xx2 - xx1;                                               \
+                ww = zero < ww ? ww : zero;                                   \
+                if (fast && ww == zero)                                       \
+                    continue;                                                 \
+                yy1 = iy1 < y1[j] ? y1[j] : iy1;                              \
+                yy2 = y2[j] < iy2 ? y2[j] : iy2;                              \
+                hh = yy2 - yy1;                                               \
+                hh = zero < hh ? hh : zero;                                   \
+                if (fast && hh == zero)                                       \
+                    continue;                                                 \
+                inter = ww * hh;                                              \
+                ovr = inter / (iarea + area[j] - inter);                      \
+                if ((double)ovr > thr)                                        \
+                    sup[j] = 1;                                               \
+            }                                                                 \
+        }                                                                     \
+        return nk;                                                            \
+    }                                                                         \
+                                                                              \
+    /* Cell ranges of every box; returns the number of grid entries needed  \
+     * (boxes covering at most NMS_CAP cells), or -1 when the extent is not \
+     * representable (caller falls back to brute force). */                 \
+    static int64_t nms_cells_##SUF(nms_work *w, int32_t *gx_out,              \
+                                   int32_t *gy_out)                           \
+    {                                                                         \
+        const T *x1 = (const T *)w->x1, *y1 = (const T *)w->y1;               \
+        const T *x2 = (const T *)w->x2, *y2 = (const T *)w->y2;               \
+        int64_t i, n = w->n, nv = 0, entries = 0, cells;                      \
+        double minx = 0, miny = 0, maxx = 0, maxy = 0, sw = 0, sh = 0;        \
+        double rx, ry, gxd, gyd, invx, invy, maxcells;                        \
+        int32_t gx, gy;                                                       \
+        for (i = 0; i < n; i++) {                                             \
+            double a = x1[i], b = y1[i], c = x2[i], d = y2[i];                \
+            if (!(a < c && b < d))                                            \
+                continue;                                                     \
+            if (nv == 0) {                                                    \
+                minx = a; maxx = c; miny = b; maxy = d;                       \
+            } else {                                                          \
+                if (a < minx) minx = a;                                       \
+                if (c > maxx) maxx = c;                                       \
+                if (b < miny) miny = b;                                       \
+                if (d > maxy) maxy = d;                                       \
+            }                                                                 \
+            sw += c - a;                                                      \
+            sh += d - b;                                                      \
+            nv++;                                                             \
+        }                                                                     \
+        rx = maxx - minx;                                                     \
+        ry = maxy - miny;                                                     \
+        if (!(rx - rx == 0 && ry - ry == 0 && sw - sw == 0 && sh - sh == 0))  \
+            return -1;                                                        \
+        /* Cells about the mean box size, at most ~4 per box in all. */      \
+        gxd = nv && sw > 0 ? rx / (sw / (double)nv) : 1;                      \
+        gyd = nv && sh > 0 ? ry / (sh / (double)nv) : 1;                      \
+        if (gxd < 1) gxd = 1;                                                 \
+        if (gyd < 1) gyd = 1;                                                 \
+        if (gxd > 4096) gxd = 4096;                                           \
+        if (gyd > 4096) gyd = 4096;                                           \
+        maxcells = 4.0 * (double)nv + 16;                                     \
+        while (gxd * gyd > maxcells) {                                        \
+            if (gxd >= gyd) gxd = gxd / 2 < 1 ? 1 : gxd / 2;                  \
+            else gyd = gyd / 2 < 1 ? 1 : gyd / 2;                             \
+        }                                                                     \
+        gx = (int32_t)gxd;                                                    \
+        gy = (int32_t)gyd;                                                    \
+        invx = rx > 0 ? (double)gx / rx : 0;                                  \
+        invy = ry > 0 ? (double)gy / ry : 0;                                  \
+        if (!(invx - invx == 0)) { /* rx subnormal */                         \
+            gx = 1;                                                           \
+            invx = 0;                                                         \
+        }                                                                     \
+        if (!(invy - invy == 0)) {                                            \
+            gy = 1;                                                           \
+            invy = 0;                                                         \
+        }                                                                     \
+        for (i = 0; i < n; i++) {                                             \
+            double a = x1[i], b = y1[i], c = x2[i], d = y2[i], t;             \
+            int32_t c0, c1, r0, r1;                                           \
+            if (!(a < c && b < d)) {                                          \
+                w->cx0[i] = -1;                                               \
+                continue;                                                     \
+            }                                                                 \
+            t = (a - minx) * invx; c0 = t < gx - 1 ? (int32_t)t : gx - 1;    \
+            t = (c - minx) * invx; c1 = t < gx - 1 ? (int32_t)t : gx - 1;    \
+            t = (b - miny) * invy; r0 = t < gy - 1 ? (int32_t)t : gy - 1;    \
+            t = (d - miny) * invy; r1 = t < gy - 1 ? (int32_t)t : gy - 1;    \
+            w->cx0[i] = c0; w->cx1[i] = c1;                                   \
+            w->cy0[i] = r0; w->cy1[i] = r1;                                   \
+            cells = (int64_t)(c1 - c0 + 1) * (r1 - r0 + 1);                  \
+            if (cells <= NMS_CAP)                                             \
+                entries += cells;                                             \
+        }                                                                     \
+        *gx_out = gx;                                                         \
+        *gy_out = gy;                                                         \
+        return entries;                                                       \
+    }
+
+NMS_DEFINE(float, f32)
+NMS_DEFINE(double, f64)
+
+/* The grid walk, shared by both types through the IoU test iou_gt. */
+static int64_t nms_grid(nms_work *w, int32_t gx, int32_t gy,
+                        int (*iou_gt)(const nms_work *, int64_t, int64_t))
+{
+    int64_t j, n = w->n, nk = 0, nkept = 0, nbig = 0, ne = 0, c;
+    int32_t *head = w->head, *enext = w->enext, *ebox = w->ebox;
+    for (c = 0; c < (int64_t)gx * gy; c++)
+        head[c] = -1;
+    for (j = 0; j < n; j++) {
+        int32_t c0 = w->cx0[j], c1, r0, r1, r, q;
+        int64_t k, cells;
+        int hit = 0;
+        if (c0 < 0) { /* empty box: overlaps nothing */
+            w->keep[nk++] = w->order[j];
+            continue;
+        }
+        c1 = w->cx1[j];
+        r0 = w->cy0[j];
+        r1 = w->cy1[j];
+        cells = (int64_t)(c1 - c0 + 1) * (r1 - r0 + 1);
+        if (cells > NMS_CAP) {
+            for (k = 0; k < nkept && !hit; k++)
+                hit = iou_gt(w, w->kept[k], j);
+        } else {
+            for (k = 0; k < nbig && !hit; k++)
+                hit = iou_gt(w, w->big[k], j);
+            for (r = r0; r <= r1 && !hit; r++) {
+                const int32_t *hrow = head + (int64_t)r * gx;
+                for (q = c0; q <= c1 && !hit; q++) {
+                    int32_t e;
+                    for (e = hrow[q]; e >= 0; e = enext[e]) {
+                        if (iou_gt(w, ebox[e], j)) {
+                            hit = 1;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        if (hit)
+            continue;
+        w->keep[nk++] = w->order[j];
+        w->kept[nkept++] = (int32_t)j;
+        if (cells > NMS_CAP) {
+            w->big[nbig++] = (int32_t)j;
+        } else {
+            for (r = r0; r <= r1; r++) {
+                int32_t *hrow = head + (int64_t)r * gx;
+                for (q = c0; q <= c1; q++) {
+                    ebox[ne] = (int32_t)j;
+                    enext[ne] = hrow[q];
+                    hrow[q] = (int32_t)ne;
+                    ne++;
+                }
+            }
+        }
+    }
+    return nk;
+}
+
+static const char *nms_dtype_name(const DLTensor *t)
+{
+    if (opjit_is_dtype(t, kDLFloat, 32))
+        return "float32";
+    if (opjit_is_dtype(t, kDLFloat, 64))
+        return "float64";
+    return "another dtype";
+}
+
+/* Round a byte count up to a multiple of 64. */
+static size_t nms_align(size_t b) { return (b + 63) & ~(size_t)63; }
+
+static int nms_cpu(opjit_ctx *ctx, opjit_args *a)
+{
+    DLTensor *boxes = opjit_arg_tensor(a, 0);
+    DLTensor *scores = opjit_arg_tensor(a, 1);
+    double thr = opjit_arg_float(a, 2);
+    int is64, finite;
+    int64_t n, i, nk, shape[1];
+    size_t esz, sz_key, sz_idx, sz_val, sz_i32;
+    unsigned char *ws;
+    uint64_t *key, *tkey;
+    int64_t *order, *tidx;
+    nms_work w;
+    DLTensor *out;
+
+    if (!boxes || !scores)
+        return opjit_fail(ctx, "nms: boxes and scores are required");
+    if (boxes->ndim != 2 || boxes->shape[1] != 4)
+        return opjit_fail(ctx, "nms: boxes must have shape [N, 4] (x1, y1, x2, y2), "
+                               "got a %dD tensor with %lld columns",
+                          boxes->ndim,
+                          (long long)(boxes->ndim >= 2 ? boxes->shape[1] : -1));
+    if (scores->ndim != 1)
+        return opjit_fail(ctx, "nms: scores must be a 1D tensor [N], got %dD",
+                          scores->ndim);
+    is64 = opjit_is_dtype(boxes, kDLFloat, 64);
+    if (!is64 && !opjit_is_dtype(boxes, kDLFloat, 32))
+        return opjit_fail(ctx, "nms: boxes must be float32 or float64");
+    if (scores->dtype.code != boxes->dtype.code ||
+        scores->dtype.bits != boxes->dtype.bits ||
+        scores->dtype.lanes != boxes->dtype.lanes)
+        return opjit_fail(ctx, "nms: scores dtype (%s) must match boxes dtype (%s)",
+                          nms_dtype_name(scores), nms_dtype_name(boxes));
+    n = boxes->shape[0];
+    if (scores->shape[0] != n)
+        return opjit_fail(ctx, "nms: boxes and scores must have the same number of "
+                               "boxes, got boxes [%lld, 4] and scores [%lld]",
+                          (long long)n, (long long)scores->shape[0]);
+
+    if (n == 0) {
+        shape[0] = 0;
+        return opjit_output(ctx, 0, OPJIT_INT64, 1, shape) ? 0 : -1;
+    }
+    if (n > INT32_MAX)
+        return opjit_fail(ctx, "nms: too many boxes (%lld, at most %ld)",
+                          (long long)n, (long)INT32_MAX);
+
+    /* One region: keys x2, indices x3 (order, scratch, keep), five value
+     * arrays, four int32 cell arrays, two int32 lists, the flags. */
+    esz = is64 ? sizeof(double) : sizeof(float);
+    sz_key = nms_align((size_t)n * sizeof(uint64_t));
+    sz_idx = nms_align((size_t)n * sizeof(int64_t));
+    sz_val = nms_align((size_t)n * esz);
+    sz_i32 = nms_align((size_t)n * sizeof(int32_t));
+    ws = (unsigned char *)opjit_workspace(
+        ctx, 2 * sz_key + 3 * sz_idx + 5 * sz_val + 6 * sz_i32 + nms_align((size_t)n));
+    if (!ws)
+        return opjit_fail(ctx, "nms: out of memory for %lld boxes", (long long)n);
+    key = (uint64_t *)ws; ws += sz_key;
+    tkey = (uint64_t *)ws; ws += sz_key;
+    order = (int64_t *)ws; ws += sz_idx;
+    tidx = (int64_t *)ws; ws += sz_idx;
+    memset(&w, 0, sizeof w);
+    w.n = n;
+    w.thr = thr;
+    w.order = order;
+    w.keep = (int64_t *)ws; ws += sz_idx;
+    w.x1 = ws; ws += sz_val;
+    w.y1 = ws; ws += sz_val;
+    w.x2 = ws; ws += sz_val;
+    w.y2 = ws; ws += sz_val;
+    w.area = ws; ws += sz_val;
+    w.cx0 = (int32_t *)ws; ws += sz_i32;
+    w.cx1 = (int32_t *)ws; ws += sz_i32;
+    w.cy0 = (int32_t *)ws; ws += sz_i32;
+    w.cy1 = (int32_t *)ws; ws += sz_i32;
+    w.kept = (int32_t *)ws; ws += sz_i32;
+    w.big = (int32_t *)ws; ws += sz_i32;
+    w.sup = ws;
+
+    if (is64) {
+        const double *s = (const double *)opjit_data(scores);
+        for (i = 0; i < n; i++) {
+            key[i] = nms_key(s[i]);
+            order[i] = i;
+        }
+    } else {
+        const float *s = (const float *)opjit_data(scores);
+        for (i = 0; i < n; i++) {
+            key[i] = nms_key((double)s[i]);
+            order[i] = i;
+        }
+    }
+    nms_sort(key, order, tkey, tidx, n);
+
+    if (thr != thr) {
+        /* Every IoU > NaN is false: nothing is suppressed. */
+        memcpy(w.keep, order, (size_t)n * sizeof *w.keep);
+        nk = n;
+    } else {
+        finite = is64 ? nms_gather_f64(&w, (const double *)opjit_data(boxes))
+                      : nms_gather_f32(&w, (const float *)opjit_data(boxes));
+        nk = -1;
+        if (finite && thr >= 0 && n > 64) {
+            int32_t gx = 1, gy = 1;
+            int64_t entries = is64 ? nms_cells_f64(&w, &gx, &gy)
+                                   : nms_cells_f32(&w, &gx, &gy);
+            if (entries >= 0 && entries <= INT32_MAX) {
+                size_t sz_head = nms_align((size_t)gx * (size_t)gy * sizeof(int32_t));
+                size_t sz_ent = nms_align((size_t)entries * sizeof(int32_t));
+                unsigned char *g = (unsigned char *)opjit_workspace(
+                    ctx, sz_head + 2 * sz_ent + 64);
+                if (g) {
+                    w.head = (int32_t *)g;
+                    w.enext = (int32_t *)(g + sz_head);
+                    w.ebox = (int32_t *)(g + sz_head + sz_ent);
+                    nk = nms_grid(&w, gx, gy, is64 ? nms_iou_gt_f64 : nms_iou_gt_f32);
+                }
+            }
+        }
+        if (nk < 0)
+            nk = is64 ? nms_brute_f64(&w) : nms_brute_f32(&w);
+    }
+
+    shape[0] = nk;
+    out = opjit_output(ctx, 0, OPJIT_INT64, 1, shape);
+    if (!out)
+        return -1;
+    memcpy(opjit_data(out), w.keep, (size_t)nk * sizeof *w.keep);
+    return 0;
+}
+
+OPJIT_MODULE(nms, m)
+{
+    opjit_def(m, "nms(Tensor boxes, Tensor scores, float iou_threshold) -> Tensor",
+              OPJIT_CPU, nms_cpu,
+              "Non-maximum suppression (torchvision.ops.nms): indices of the kept "
+              "boxes, by decreasing score");
+    opjit_require(m, "boxes", "float32|float64 rank=2 contiguous");
+    opjit_require(m, "scores", "float32|float64 rank=1 contiguous");
+}

@@ -1,0 +1,1068 @@
+/* tests/test_loader.c - loading operators through the public API: paths,
+ * names on the search path, reloads, local headers, the cache, every error
+ * path of a load, and the op registry (list, info, arguments).
+ *
+ * Every op source is written by the test into its own temporary directory;
+ * op names carry a "qal_" prefix so they never collide with ops-src/. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "opjit.h"
+#include "t.h"
+
+/* ---- helpers ----------------------------------------------------------------- */
+
+#define MAX_TMP 64
+static char *tmp_dirs[MAX_TMP];
+static int ntmp;
+
+/* A fresh empty directory, removed at exit. */
+static const char *tmpdir_new(void)
+{
+    const char *base = getenv("TMPDIR");
+    char tmpl[512];
+    snprintf(tmpl, sizeof tmpl, "%s/opjit-test-loader-XXXXXX", base && *base ? base : "/tmp");
+    char *d = mkdtemp(tmpl);
+    if (!d) {
+        fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
+        exit(1);
+    }
+    if (ntmp == MAX_TMP) {
+        fprintf(stderr, "too many temporary directories\n");
+        exit(1);
+    }
+    return tmp_dirs[ntmp++] = strdup(d);
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st, (void)flag, (void)f;
+    remove(p);
+    return 0;
+}
+
+static void tmpdirs_remove(void)
+{
+    for (int i = 0; i < ntmp; i++) {
+        nftw(tmp_dirs[i], rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        free(tmp_dirs[i]);
+    }
+    ntmp = 0;
+}
+
+/* dir/name in one of a few rotating buffers. */
+static const char *pjoin(const char *dir, const char *name)
+{
+    static char bufs[8][1024];
+    static int i;
+    char *b = bufs[i++ % 8];
+    snprintf(b, 1024, "%s/%s", dir, name);
+    return b;
+}
+
+static void write_bytes(const char *path, const char *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    CHECKF(f != NULL, "fopen %s: %s", path, strerror(errno));
+    if (!f)
+        return;
+    CHECK(fwrite(data, 1, len, f) == len);
+    CHECK(fclose(f) == 0);
+}
+
+static void write_text(const char *dir, const char *name, const char *text)
+{
+    write_bytes(pjoin(dir, name), text, strlen(text));
+}
+
+/* An op source whose kernel returns a 1-element int64 tensor holding
+ * value_expr + add. extra goes before the kernel (e.g. an #include). */
+static void write_const_op_ex(const char *dir, const char *file, const char *op,
+                              const char *value_expr, const char *extra)
+{
+    char src[4096];
+    snprintf(src, sizeof src,
+             "#include <opjit_op.h>\n"
+             "%s\n"
+             "static int k_%s(opjit_ctx *ctx, opjit_args *a)\n"
+             "{\n"
+             "    int64_t shape[1] = {1};\n"
+             "    DLTensor *t = opjit_output(ctx, 0, OPJIT_INT64, 1, shape);\n"
+             "    if (!t)\n"
+             "        return -1;\n"
+             "    ((int64_t *)opjit_data(t))[0] = (%s) + opjit_arg_int(a, 0);\n"
+             "    return 0;\n"
+             "}\n"
+             "OPJIT_MODULE(%s, m)\n"
+             "{\n"
+             "    opjit_def(m, \"%s(int add=0) -> Tensor\", OPJIT_CPU, k_%s, \"constant %s\");\n"
+             "}\n",
+             extra ? extra : "", op, value_expr, op, op, op, value_expr);
+    write_text(dir, file, src);
+}
+
+static void write_const_op(const char *dir, const char *file, const char *op, long value)
+{
+    char v[32];
+    snprintf(v, sizeof v, "%ld", value);
+    write_const_op_ex(dir, file, op, v, NULL);
+}
+
+#define CALL_FAILED (-999999)
+
+/* Call a constant op with no arguments; its value, or CALL_FAILED. */
+static long call_value(opjit_runtime *rt, const opjit_op *op)
+{
+    if (!op)
+        return CALL_FAILED;
+    DLManagedTensor *out = NULL;
+    int rc = opjit_call(rt, op, NULL, 0, &out, 1);
+    if (rc) {
+        fprintf(stderr, "  call failed: %s: %s\n", opjit_status_name(rc), opjit_errmsg(rt));
+        return CALL_FAILED;
+    }
+    long v = (long)((int64_t *)out->dl_tensor.data)[0];
+    out->deleter(out);
+    return v;
+}
+
+/* The value of the op registered as name, or CALL_FAILED. */
+static long call_named(opjit_runtime *rt, const char *name)
+{
+    opjit_op *op = NULL;
+    if (opjit_find_op(rt, name, &op))
+        return CALL_FAILED;
+    return call_value(rt, op);
+}
+
+static opjit_runtime *rt_new_cfg(const opjit_config *cfg)
+{
+    opjit_runtime *rt = NULL;
+    int rc = opjit_create(cfg, &rt);
+    CHECKF(rc == OPJIT_OK && rt, "opjit_create: %s", opjit_status_name(rc));
+    if (!rt) {
+        fprintf(stderr, "cannot go on without a runtime\n");
+        exit(1);
+    }
+    return rt;
+}
+
+static opjit_runtime *rt_new(void) { return rt_new_cfg(NULL); }
+
+/* Run the test body with OPJIT_OPS_PATH set to value, restoring it after. */
+static char *saved_ops_path;
+static void ops_path_set(const char *value)
+{
+    const char *cur = getenv("OPJIT_OPS_PATH");
+    free(saved_ops_path);
+    saved_ops_path = cur ? strdup(cur) : NULL;
+    if (value)
+        setenv("OPJIT_OPS_PATH", value, 1);
+    else
+        unsetenv("OPJIT_OPS_PATH");
+}
+static void ops_path_restore(void)
+{
+    if (saved_ops_path)
+        setenv("OPJIT_OPS_PATH", saved_ops_path, 1);
+    else
+        unsetenv("OPJIT_OPS_PATH");
+    free(saved_ops_path);
+    saved_ops_path = NULL;
+}
+
+/* ---- loading by path and by name ------------------------------------------------ */
+
+static void load_by_path_returns_the_op_named_after_the_file(void)
+{
+    const char *d = tmpdir_new();
+    write_const_op(d, "qal_alpha.c", "qal_alpha", 41);
+    opjit_runtime *rt = rt_new();
+    opjit_op *op = NULL;
+    int rc = opjit_load_op(rt, pjoin(d, "qal_alpha.c"), &op);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(op != NULL);
+    opjit_op_info info;
+    CHECK(opjit_op_info_get(rt, op, &info) == OPJIT_OK);
+    CHECK(info.name && !strcmp(info.name, "qal_alpha"));
+    CHECK(call_value(rt, op) == 41);
+
+    /* Two ops in one file: the one named after the file comes back, even
+     * when it is registered second. */
+    write_text(d, "qal_two.c",
+               "#include <opjit_op.h>\n"
+               "static int k(opjit_ctx *ctx, opjit_args *a)\n"
+               "{\n"
+               "    (void)a;\n"
+               "    int64_t shape[1] = {1};\n"
+               "    DLTensor *t = opjit_output(ctx, 0, OPJIT_INT64, 1, shape);\n"
+               "    if (!t) return -1;\n"
+               "    ((int64_t *)t->data)[0] = 2;\n"
+               "    return 0;\n"
+               "}\n"
+               "OPJIT_MODULE(qal_two, m)\n"
+               "{\n"
+               "    opjit_def(m, \"qal_two_helper() -> Tensor\", OPJIT_CPU, k, \"helper\");\n"
+               "    opjit_def(m, \"qal_two() -> Tensor\", OPJIT_CPU, k, \"main\");\n"
+               "}\n");
+    rc = opjit_load_op(rt, pjoin(d, "qal_two.c"), &op);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(op && opjit_op_info_get(rt, op, &info) == OPJIT_OK && !strcmp(info.name, "qal_two"));
+    opjit_op *helper = NULL;
+    CHECK(opjit_find_op(rt, "qal_two_helper", &helper) == OPJIT_OK && helper && helper != op);
+
+    /* A file whose ops are named otherwise: the first it registers. */
+    write_const_op(d, "qal_gamma.c", "qal_delta", 4);
+    rc = opjit_load_op(rt, pjoin(d, "qal_gamma.c"), &op);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(op && opjit_op_info_get(rt, op, &info) == OPJIT_OK && !strcmp(info.name, "qal_delta"));
+    CHECK(call_value(rt, op) == 4);
+
+    /* op may be NULL. */
+    write_const_op(d, "qal_noout.c", "qal_noout", 8);
+    CHECK(opjit_load_op(rt, pjoin(d, "qal_noout.c"), NULL) == OPJIT_OK);
+    CHECK(call_named(rt, "qal_noout") == 8);
+
+    /* A relative path with a '/' is a path too. */
+    char cwd[1024];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL);
+    CHECK(chdir(d) == 0);
+    write_const_op(".", "qal_rel.c", "qal_rel", 12);
+    rc = opjit_load_op(rt, "./qal_rel.c", &op);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(call_value(rt, op) == 12);
+    CHECK(chdir(cwd) == 0);
+    opjit_destroy(rt);
+}
+
+static void load_by_name_first_directory_wins(void)
+{
+    const char *a = tmpdir_new(), *b = tmpdir_new();
+    write_const_op(a, "qal_named.c", "qal_named", 1);
+    write_const_op(b, "qal_named.c", "qal_named", 2);
+    write_const_op(b, "qal_only_b.c", "qal_only_b", 3);
+    char path[2100];
+    snprintf(path, sizeof path, "%s:%s", a, b);
+    ops_path_set(path);
+    opjit_runtime *rt = rt_new();
+    opjit_op *op = NULL;
+    int rc = opjit_load_op(rt, "qal_named", &op);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(call_value(rt, op) == 1);
+    opjit_op_info info;
+    CHECK(op && opjit_op_info_get(rt, op, &info) == OPJIT_OK);
+    CHECK(op && info.source[OPJIT_CPU] && strstr(info.source[OPJIT_CPU], a));
+    rc = opjit_load_op(rt, "qal_only_b", &op);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(call_value(rt, op) == 3);
+
+    /* Unknown name: not found, and the message shows where we looked. */
+    op = (opjit_op *)&rc; /* must be reset */
+    rc = opjit_load_op(rt, "qal_no_such_op", &op);
+    CHECK(rc == OPJIT_ENOTFOUND);
+    CHECK(op == NULL);
+    CHECK_STR_CONTAINS(opjit_errmsg(rt), "qal_no_such_op");
+    CHECK_STR_CONTAINS(opjit_errmsg(rt), a);
+    CHECK_STR_CONTAINS(opjit_errmsg(rt), b);
+    opjit_destroy(rt);
+
+    /* Empty entries on the path are ignored. */
+    snprintf(path, sizeof path, "::%s::", b);
+    ops_path_set(path);
+    rt = rt_new();
+    rc = opjit_load_op(rt, "qal_named", &op);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(call_value(rt, op) == 2);
+    opjit_destroy(rt);
+    ops_path_restore();
+}
+
+static void config_ops_path_is_searched_before_the_environment(void)
+{
+    const char *envdir = tmpdir_new(), *cfgdir = tmpdir_new();
+    write_const_op(envdir, "qal_cfg.c", "qal_cfg", 10);
+    write_const_op(cfgdir, "qal_cfg.c", "qal_cfg", 20);
+    write_const_op(envdir, "qal_envonly.c", "qal_envonly", 30);
+    ops_path_set(envdir);
+    opjit_config cfg;
+    opjit_config_init(&cfg);
+    cfg.ops_path = cfgdir;
+    opjit_runtime *rt = rt_new_cfg(&cfg);
+    opjit_op *op = NULL;
+    int rc = opjit_load_op(rt, "qal_cfg", &op);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(call_value(rt, op) == 20);
+    /* The environment is still searched after the config. */
+    rc = opjit_load_op(rt, "qal_envonly", &op);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(call_value(rt, op) == 30);
+    opjit_destroy(rt);
+
+    /* Several config directories: the first wins. */
+    char two[2100];
+    snprintf(two, sizeof two, "%s:%s", envdir, cfgdir);
+    cfg.ops_path = two;
+    rt = rt_new_cfg(&cfg);
+    rc = opjit_load_op(rt, "qal_cfg", &op);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(call_value(rt, op) == 10);
+    opjit_destroy(rt);
+    ops_path_restore();
+}
+
+/* ---- reloads, headers, the cache -------------------------------------------------- */
+
+static void loading_an_unchanged_file_twice_is_a_no_op(void)
+{
+    const char *d = tmpdir_new();
+    write_const_op(d, "qal_same.c", "qal_same", 5);
+    opjit_runtime *rt = rt_new();
+    opjit_op *op1 = NULL, *op2 = NULL;
+    opjit_load_info info;
+    int rc = opjit_load_file(rt, pjoin(d, "qal_same.c"), &op1, &info);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(strstr(info.source, "qal_same.c") != NULL);
+    CHECK(info.total_ms >= 0 && info.key_ms >= 0);
+    rc = opjit_load_file(rt, pjoin(d, "qal_same.c"), &op2, &info);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(op1 && op1 == op2);
+    CHECK(info.cache_hit == 1);
+    CHECK(info.compile_ms == 0);
+    /* By name through the same path, and by a second spelling of the path. */
+    char spelled[2100];
+    snprintf(spelled, sizeof spelled, "%s/./qal_same.c", d);
+    rc = opjit_load_file(rt, spelled, &op2, &info);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(op1 == op2 && info.cache_hit == 1);
+    CHECK(call_value(rt, op1) == 5);
+    /* Only one op of that name is listed. */
+    int n = 0;
+    opjit_op *found = NULL;
+    CHECK(opjit_find_op(rt, "qal_same", &found) == OPJIT_OK && found == op1);
+    (void)n;
+    opjit_destroy(rt);
+}
+
+static void editing_the_source_swaps_the_kernel(void)
+{
+    const char *d = tmpdir_new();
+    const char *p = pjoin(d, "qal_edit.c");
+    write_const_op(d, "qal_edit.c", "qal_edit", 100);
+    opjit_runtime *rt = rt_new();
+    opjit_op *op = NULL, *op2 = NULL;
+    opjit_load_info info;
+    int rc = opjit_load_file(rt, p, &op, &info);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(call_value(rt, op) == 100);
+    write_const_op(d, "qal_edit.c", "qal_edit", 200);
+    rc = opjit_load_file(rt, p, &op2, &info);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(info.cache_hit == 0);
+    /* The op handle is stable: the old handle calls the new kernel. */
+    CHECK(op2 == op);
+    CHECK(call_value(rt, op) == 200);
+    /* Back to the first text: the first kernel again. */
+    write_const_op(d, "qal_edit.c", "qal_edit", 100);
+    rc = opjit_load_op(rt, p, &op2);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(call_value(rt, op) == 100);
+    /* A change that only touches a comment is a change of text too. */
+    write_const_op_ex(d, "qal_edit.c", "qal_edit", "300", "/* a comment */");
+    CHECK(opjit_load_op(rt, p, NULL) == OPJIT_OK);
+    CHECK(call_value(rt, op) == 300);
+    opjit_destroy(rt);
+}
+
+static void reloading_through_another_spelling_of_the_path(void)
+{
+    /* Same file reached by two paths (a name on the search path and an
+     * absolute path with "/./" in it): an edit reloads, it is not a second
+     * module registering the same op. */
+    const char *d = tmpdir_new();
+    write_const_op(d, "qal_spell.c", "qal_spell", 1);
+    ops_path_set(d);
+    opjit_runtime *rt = rt_new();
+    opjit_op *op = NULL;
+    int rc = opjit_load_op(rt, "qal_spell", &op);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(call_value(rt, op) == 1);
+    write_const_op(d, "qal_spell.c", "qal_spell", 2);
+    char spelled[2100];
+    snprintf(spelled, sizeof spelled, "%s/./qal_spell.c", d);
+    rc = opjit_load_op(rt, spelled, NULL);
+    CHECKF(rc == OPJIT_OK, "reload through %s: %s: %s", spelled, opjit_status_name(rc),
+           opjit_errmsg(rt));
+    CHECK(call_value(rt, op) == 2);
+    opjit_destroy(rt);
+    ops_path_restore();
+}
+
+static void editing_a_local_header_changes_the_op(void)
+{
+    const char *d = tmpdir_new();
+    const char *p = pjoin(d, "qal_hdr.c");
+    write_text(d, "helper.h", "#include \"inner.h\"\n#define HELPER_VALUE (7 + INNER_VALUE)\n");
+    write_text(d, "inner.h", "#define INNER_VALUE 0\n");
+    write_const_op_ex(d, "qal_hdr.c", "qal_hdr", "HELPER_VALUE", "#include \"helper.h\"");
+    opjit_runtime *rt = rt_new();
+    opjit_op *op = NULL;
+    opjit_load_info info;
+    int rc = opjit_load_file(rt, p, &op, &info);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(call_value(rt, op) == 7);
+
+    /* The source is unchanged; the header is not. */
+    write_text(d, "helper.h", "#include \"inner.h\"\n#define HELPER_VALUE (8 + INNER_VALUE)\n");
+    rc = opjit_load_file(rt, p, &op, &info);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(info.cache_hit == 0);
+    CHECK(call_value(rt, op) == 8);
+
+    /* A header included by the header. */
+    write_text(d, "inner.h", "#define INNER_VALUE 100\n");
+    rc = opjit_load_file(rt, p, &op, &info);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(call_value(rt, op) == 108);
+
+    /* Unchanged again: a no-op. */
+    rc = opjit_load_file(rt, p, &op, &info);
+    CHECK(rc == OPJIT_OK && info.cache_hit == 1);
+    opjit_destroy(rt);
+
+    /* A header in a subdirectory. */
+    const char *d2 = tmpdir_new();
+    CHECK(mkdir(pjoin(d2, "sub"), 0700) == 0);
+    write_text(d2, "sub/v.h", "#define SUB_VALUE 1\n");
+    write_const_op_ex(d2, "qal_sub.c", "qal_sub", "SUB_VALUE", "#include \"sub/v.h\"");
+    rt = rt_new();
+    CHECK(opjit_load_op(rt, pjoin(d2, "qal_sub.c"), &op) == OPJIT_OK);
+    CHECK(call_value(rt, op) == 1);
+    write_text(d2, "sub/v.h", "#define SUB_VALUE 2\n");
+    CHECK(opjit_load_op(rt, pjoin(d2, "qal_sub.c"), &op) == OPJIT_OK);
+    CHECK(call_value(rt, op) == 2);
+    opjit_destroy(rt);
+}
+
+static void touching_without_change_does_not_recompile(void)
+{
+    const char *d = tmpdir_new();
+    const char *p = pjoin(d, "qal_touch.c");
+    write_text(d, "touch.h", "#define TOUCH_VALUE 9\n");
+    write_const_op_ex(d, "qal_touch.c", "qal_touch", "TOUCH_VALUE", "#include \"touch.h\"");
+    opjit_runtime *rt = rt_new();
+    opjit_op *op = NULL;
+    opjit_load_info info;
+    int rc = opjit_load_file(rt, p, &op, &info);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(call_value(rt, op) == 9);
+
+    /* New modification times, same bytes. */
+    struct timespec ts[2] = {{.tv_sec = 2000000000, .tv_nsec = 0}, {.tv_sec = 2000000000}};
+    CHECK(utimensat(AT_FDCWD, p, ts, 0) == 0);
+    CHECK(utimensat(AT_FDCWD, pjoin(d, "touch.h"), ts, 0) == 0);
+    rc = opjit_load_file(rt, p, &op, &info);
+    CHECK(rc == OPJIT_OK && info.cache_hit == 1 && info.compile_ms == 0);
+    opjit_destroy(rt);
+
+    /* A fresh runtime on the same cache directory: a cache hit. */
+    rt = rt_new();
+    rc = opjit_load_file(rt, p, &op, &info);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECKF(info.cache_hit == 1, "a fresh runtime recompiled an unchanged source");
+    CHECK(info.compile_ms == 0);
+    CHECK(call_value(rt, op) == 9);
+    opjit_destroy(rt);
+
+    /* The same text under another directory is the same artifact. */
+    const char *d2 = tmpdir_new();
+    write_text(d2, "touch.h", "#define TOUCH_VALUE 9\n");
+    write_const_op_ex(d2, "qal_touch.c", "qal_touch", "TOUCH_VALUE", "#include \"touch.h\"");
+    rt = rt_new();
+    rc = opjit_load_file(rt, pjoin(d2, "qal_touch.c"), &op, &info);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(info.cache_hit == 1);
+    CHECK(call_value(rt, op) == 9);
+    opjit_destroy(rt);
+
+    /* With no_cache, nothing is shared: compiled again. */
+    opjit_config cfg;
+    opjit_config_init(&cfg);
+    cfg.no_cache = 1;
+    rt = rt_new_cfg(&cfg);
+    rc = opjit_load_file(rt, p, &op, &info);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(info.cache_hit == 0);
+    CHECK(call_value(rt, op) == 9);
+    opjit_destroy(rt);
+}
+
+/* ---- error paths -------------------------------------------------------------------- */
+
+/* A runtime with one good op loaded; every error below must leave it
+ * working. */
+typedef struct fixture {
+    const char *dir;
+    opjit_runtime *rt;
+    opjit_op *good;
+} fixture;
+
+static fixture fixture_new(void)
+{
+    fixture f = {.dir = tmpdir_new()};
+    f.rt = rt_new();
+    write_const_op(f.dir, "qal_good.c", "qal_good", 77);
+    int rc = opjit_load_op(f.rt, pjoin(f.dir, "qal_good.c"), &f.good);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(f.rt));
+    return f;
+}
+
+/* Load dir/file expecting status; returns the message. *op must come back
+ * NULL, and the good op must still work. */
+static const char *load_fails(fixture *f, const char *file, int status)
+{
+    opjit_op *op = (opjit_op *)f; /* must be reset to NULL */
+    int rc = opjit_load_op(f->rt, pjoin(f->dir, file), &op);
+    CHECKF(rc == status, "%s: expected %s, got %s: %s", file, opjit_status_name(status),
+           opjit_status_name(rc), opjit_errmsg(f->rt));
+    CHECKF(op == NULL, "%s: *op not reset on failure", file);
+    static char msg[16384];
+    snprintf(msg, sizeof msg, "%s", opjit_errmsg(f->rt));
+    CHECKF(msg[0] != '\0', "%s: no message", file);
+    CHECKF(call_value(f->rt, f->good) == 77, "the good op broke after loading %s", file);
+    return msg;
+}
+
+static void syntax_error_reports_file_line_and_the_line(void)
+{
+    fixture f = fixture_new();
+    write_text(f.dir, "qal_syntax.c",
+               "#include <opjit_op.h>\n"                                   /* 1 */
+               "static int k(opjit_ctx *ctx, opjit_args *a)\n"             /* 2 */
+               "{\n"                                                       /* 3 */
+               "    (void)ctx, (void)a;\n"                                 /* 4 */
+               "    int value_here = qal_undeclared_thing;\n"              /* 5 */
+               "    return value_here;\n"                                  /* 6 */
+               "}\n"
+               "OPJIT_MODULE(qal_syntax, m)\n"
+               "{\n"
+               "    opjit_def(m, \"qal_syntax() -> Tensor\", OPJIT_CPU, k, \"\");\n"
+               "}\n");
+    const char *msg = load_fails(&f, "qal_syntax.c", OPJIT_ECOMPILE);
+    CHECK_STR_CONTAINS(msg, "qal_syntax.c:5:");
+    CHECK_STR_CONTAINS(msg, "error");
+    CHECK_STR_CONTAINS(msg, "qal_undeclared_thing");
+    CHECK_STR_CONTAINS(msg, "int value_here = qal_undeclared_thing;"); /* quoted */
+    opjit_op *op = NULL;
+    CHECK(opjit_find_op(f.rt, "qal_syntax", &op) == OPJIT_ENOTFOUND);
+
+    /* Editing a loaded op into a syntax error keeps the old kernel. */
+    write_const_op_ex(f.dir, "qal_good.c", "qal_good", "78 +* ;", NULL);
+    msg = load_fails(&f, "qal_good.c", OPJIT_ECOMPILE);
+    CHECK_STR_CONTAINS(msg, "qal_good.c:");
+    /* Fixed again: loads. */
+    write_const_op(f.dir, "qal_good.c", "qal_good", 79);
+    CHECK(opjit_load_op(f.rt, pjoin(f.dir, "qal_good.c"), NULL) == OPJIT_OK);
+    CHECK(call_value(f.rt, f.good) == 79);
+    opjit_destroy(f.rt);
+}
+
+static void error_in_a_local_header_names_the_header(void)
+{
+    fixture f = fixture_new();
+    write_text(f.dir, "bad_helper.h", "#define OK_VALUE 1\nint broken_decl(;\n");
+    write_const_op_ex(f.dir, "qal_badhdr.c", "qal_badhdr", "OK_VALUE", "#include \"bad_helper.h\"");
+    const char *msg = load_fails(&f, "qal_badhdr.c", OPJIT_ECOMPILE);
+    CHECK_STR_CONTAINS(msg, "bad_helper.h:2");
+    opjit_destroy(f.rt);
+}
+
+static void missing_module_block(void)
+{
+    fixture f = fixture_new();
+    write_text(f.dir, "qal_nomod.c",
+               "#include <opjit_op.h>\n"
+               "int qal_nomod_helper(int x) { return x + 1; }\n");
+    const char *msg = load_fails(&f, "qal_nomod.c", OPJIT_EMODULE);
+    CHECK_STR_CONTAINS(msg, "OPJIT_MODULE");
+    CHECK_STR_CONTAINS(msg, "qal_nomod.c");
+    opjit_destroy(f.rt);
+}
+
+static void undefined_symbol_is_named(void)
+{
+    fixture f = fixture_new();
+    write_text(f.dir, "qal_undef.c",
+               "#include <opjit_op.h>\n"
+               "int qal_no_such_function_xyz(int);\n"
+               "static int k(opjit_ctx *ctx, opjit_args *a)\n"
+               "{\n"
+               "    (void)a;\n"
+               "    return qal_no_such_function_xyz(opjit_device_id(ctx));\n"
+               "}\n"
+               "OPJIT_MODULE(qal_undef, m)\n"
+               "{\n"
+               "    opjit_def(m, \"qal_undef() -> Tensor\", OPJIT_CPU, k, \"\");\n"
+               "}\n");
+    const char *msg = load_fails(&f, "qal_undef.c", OPJIT_EMODULE);
+    CHECK_STR_CONTAINS(msg, "qal_no_such_function_xyz");
+    CHECK_STR_CONTAINS(msg, "qal_undef.c");
+    opjit_destroy(f.rt);
+}
+
+static void registration_errors(void)
+{
+    fixture f = fixture_new();
+    const char *msg;
+
+    /* A schema that does not parse. */
+    write_text(f.dir, "qal_badschema.c",
+               "#include <opjit_op.h>\n"
+               "static int k(opjit_ctx *c, opjit_args *a) { (void)c, (void)a; return 0; }\n"
+               "OPJIT_MODULE(qal_badschema, m)\n"
+               "{\n"
+               "    opjit_def(m, \"qal_badschema(Tensor x -> Tensor\", OPJIT_CPU, k, \"\");\n"
+               "}\n");
+    msg = load_fails(&f, "qal_badschema.c", OPJIT_ESCHEMA);
+    CHECK_STR_CONTAINS(msg, "qal_badschema.c");
+    CHECK_STR_CONTAINS(msg, "qal_badschema(Tensor x -> Tensor");
+
+    /* A CUDA kernel registered from a .c file. */
+    write_text(f.dir, "qal_cudafromc.c",
+               "#include <opjit_op.h>\n"
+               "static int k(opjit_ctx *c, opjit_args *a) { (void)c, (void)a; return 0; }\n"
+               "OPJIT_MODULE(qal_cudafromc, m)\n"
+               "{\n"
+               "    opjit_def(m, \"qal_cudafromc() -> Tensor\", OPJIT_CUDA, k, \"\");\n"
+               "}\n");
+    msg = load_fails(&f, "qal_cudafromc.c", OPJIT_EMODULE);
+    CHECK_STR_CONTAINS(msg, "qal_cudafromc.c");
+    CHECK_STR_CONTAINS(msg, "cuda");
+
+    /* A module that registers nothing. */
+    write_text(f.dir, "qal_empty.c",
+               "#include <opjit_op.h>\n"
+               "OPJIT_MODULE(qal_empty, m)\n"
+               "{\n"
+               "    (void)m;\n"
+               "}\n");
+    msg = load_fails(&f, "qal_empty.c", OPJIT_EMODULE);
+    CHECK_STR_CONTAINS(msg, "qal_empty.c");
+    CHECK_STR_CONTAINS(msg, "opjit_def");
+
+    /* A NULL kernel. */
+    write_text(f.dir, "qal_nullfn.c",
+               "#include <opjit_op.h>\n"
+               "OPJIT_MODULE(qal_nullfn, m)\n"
+               "{\n"
+               "    opjit_def(m, \"qal_nullfn() -> Tensor\", OPJIT_CPU, 0, \"\");\n"
+               "}\n");
+    msg = load_fails(&f, "qal_nullfn.c", OPJIT_EMODULE);
+    CHECK_STR_CONTAINS(msg, "qal_nullfn.c");
+
+    /* A module init that refuses the runtime. */
+    write_text(f.dir, "qal_refuse.c",
+               "#include <opjit_op.h>\n"
+               "int opjit_module_init(const opjit_api *api, opjit_module *m)\n"
+               "{\n"
+               "    (void)api, (void)m;\n"
+               "    return -1;\n"
+               "}\n");
+    msg = load_fails(&f, "qal_refuse.c", OPJIT_EMODULE);
+    CHECK_STR_CONTAINS(msg, "qal_refuse.c");
+
+    /* opjit_require with a word it does not know. */
+    write_text(f.dir, "qal_badreq.c",
+               "#include <opjit_op.h>\n"
+               "static int k(opjit_ctx *c, opjit_args *a) { (void)c, (void)a; return 0; }\n"
+               "OPJIT_MODULE(qal_badreq, m)\n"
+               "{\n"
+               "    opjit_def(m, \"qal_badreq(Tensor x) -> Tensor\", OPJIT_CPU, k, \"\");\n"
+               "    opjit_require(m, \"x\", \"float33\");\n"
+               "}\n");
+    msg = load_fails(&f, "qal_badreq.c", OPJIT_EMODULE);
+    CHECK_STR_CONTAINS(msg, "float33");
+    CHECK_STR_CONTAINS(msg, "qal_badreq.c");
+
+    /* opjit_require on an argument that does not exist. */
+    write_text(f.dir, "qal_badreq2.c",
+               "#include <opjit_op.h>\n"
+               "static int k(opjit_ctx *c, opjit_args *a) { (void)c, (void)a; return 0; }\n"
+               "OPJIT_MODULE(qal_badreq2, m)\n"
+               "{\n"
+               "    opjit_def(m, \"qal_badreq2(Tensor x) -> Tensor\", OPJIT_CPU, k, \"\");\n"
+               "    opjit_require(m, \"y\", \"float32\");\n"
+               "}\n");
+    msg = load_fails(&f, "qal_badreq2.c", OPJIT_EMODULE);
+    CHECK_STR_CONTAINS(msg, "'y'");
+
+    /* The same op twice in one module. */
+    write_text(f.dir, "qal_twice.c",
+               "#include <opjit_op.h>\n"
+               "static int k(opjit_ctx *c, opjit_args *a) { (void)c, (void)a; return 0; }\n"
+               "OPJIT_MODULE(qal_twice, m)\n"
+               "{\n"
+               "    opjit_def(m, \"qal_twice() -> Tensor\", OPJIT_CPU, k, \"\");\n"
+               "    opjit_def(m, \"qal_twice() -> Tensor\", OPJIT_CPU, k, \"\");\n"
+               "}\n");
+    msg = load_fails(&f, "qal_twice.c", OPJIT_EEXIST);
+    CHECK_STR_CONTAINS(msg, "qal_twice");
+
+    /* All or nothing: a good registration before a bad one is not kept. */
+    write_text(f.dir, "qal_partial.c",
+               "#include <opjit_op.h>\n"
+               "static int k(opjit_ctx *c, opjit_args *a) { (void)c, (void)a; return 0; }\n"
+               "OPJIT_MODULE(qal_partial, m)\n"
+               "{\n"
+               "    opjit_def(m, \"qal_partial_ok() -> Tensor\", OPJIT_CPU, k, \"\");\n"
+               "    opjit_def(m, \"qal_partial(int x=) -> Tensor\", OPJIT_CPU, k, \"\");\n"
+               "}\n");
+    msg = load_fails(&f, "qal_partial.c", OPJIT_ESCHEMA);
+    opjit_op *op = NULL;
+    CHECK(opjit_find_op(f.rt, "qal_partial_ok", &op) == OPJIT_ENOTFOUND);
+    opjit_destroy(f.rt);
+}
+
+static void conflicts_between_files(void)
+{
+    fixture f = fixture_new();
+    const char *msg;
+    write_const_op(f.dir, "qal_one.c", "qal_dup", 1);
+    opjit_op *dup = NULL;
+    int rc = opjit_load_op(f.rt, pjoin(f.dir, "qal_one.c"), &dup);
+    CHECKF(rc == OPJIT_OK, "%s", opjit_errmsg(f.rt));
+    CHECK(call_value(f.rt, dup) == 1);
+
+    /* A second file registering the same op for the same device. */
+    write_const_op(f.dir, "qal_two_dup.c", "qal_dup", 2);
+    msg = load_fails(&f, "qal_two_dup.c", OPJIT_EEXIST);
+    CHECK_STR_CONTAINS(msg, "qal_one.c");
+    CHECK_STR_CONTAINS(msg, "qal_two_dup.c");
+    CHECK_STR_CONTAINS(msg, "qal_dup");
+    CHECK(call_value(f.rt, dup) == 1);
+
+    /* The same op name under another schema. */
+    write_text(f.dir, "qal_three.c",
+               "#include <opjit_op.h>\n"
+               "static int k(opjit_ctx *c, opjit_args *a) { (void)c, (void)a; return 0; }\n"
+               "OPJIT_MODULE(qal_three, m)\n"
+               "{\n"
+               "    opjit_def(m, \"qal_dup(Tensor x, float y) -> Tensor\", OPJIT_CPU, k, \"\");\n"
+               "}\n");
+    msg = load_fails(&f, "qal_three.c", OPJIT_ESCHEMA);
+    CHECK_STR_CONTAINS(msg, "qal_one.c");
+    CHECK_STR_CONTAINS(msg, "qal_three.c");
+    CHECK(call_value(f.rt, dup) == 1);
+
+    /* A conflicting file that also brings a new op publishes neither. */
+    write_text(f.dir, "qal_four.c",
+               "#include <opjit_op.h>\n"
+               "static int k(opjit_ctx *c, opjit_args *a) { (void)c, (void)a; return 0; }\n"
+               "OPJIT_MODULE(qal_four, m)\n"
+               "{\n"
+               "    opjit_def(m, \"qal_four() -> Tensor\", OPJIT_CPU, k, \"\");\n"
+               "    opjit_def(m, \"qal_dup(int add=0) -> Tensor\", OPJIT_CPU, k, \"\");\n"
+               "}\n");
+    msg = load_fails(&f, "qal_four.c", OPJIT_EEXIST);
+    opjit_op *op = NULL;
+    CHECK(opjit_find_op(f.rt, "qal_four", &op) == OPJIT_ENOTFOUND);
+    CHECK(call_value(f.rt, dup) == 1);
+    opjit_destroy(f.rt);
+}
+
+static void reload_that_fails_keeps_the_old_kernel(void)
+{
+    fixture f = fixture_new();
+    /* Edit the good op into one that registers nothing. */
+    write_text(f.dir, "qal_good.c",
+               "#include <opjit_op.h>\n"
+               "OPJIT_MODULE(qal_good, m) { (void)m; }\n");
+    load_fails(&f, "qal_good.c", OPJIT_EMODULE);
+    /* ... and into one with an undefined symbol. */
+    write_text(f.dir, "qal_good.c",
+               "#include <opjit_op.h>\n"
+               "int qal_missing_too(void);\n"
+               "static int k(opjit_ctx *c, opjit_args *a) { (void)c, (void)a; return qal_missing_too(); }\n"
+               "OPJIT_MODULE(qal_good, m)\n"
+               "{\n"
+               "    opjit_def(m, \"qal_good(int add=0) -> Tensor\", OPJIT_CPU, k, \"\");\n"
+               "}\n");
+    load_fails(&f, "qal_good.c", OPJIT_EMODULE);
+    /* Back to the text that is loaded: a no-op, still the old kernel. */
+    write_const_op(f.dir, "qal_good.c", "qal_good", 77);
+    CHECK(opjit_load_op(f.rt, pjoin(f.dir, "qal_good.c"), NULL) == OPJIT_OK);
+    CHECK(call_value(f.rt, f.good) == 77);
+    opjit_destroy(f.rt);
+}
+
+static void reload_with_a_changed_schema(void)
+{
+    /* Editing an op's signature and reloading it is the everyday case of
+     * hot reload: the only kernel of the op is the one being replaced. */
+    fixture f = fixture_new();
+    write_text(f.dir, "qal_good.c",
+               "#include <opjit_op.h>\n"
+               "static int k(opjit_ctx *ctx, opjit_args *a)\n"
+               "{\n"
+               "    int64_t shape[1] = {1};\n"
+               "    DLTensor *t = opjit_output(ctx, 0, OPJIT_INT64, 1, shape);\n"
+               "    if (!t) return -1;\n"
+               "    ((int64_t *)t->data)[0] = 1000 + opjit_arg_int(a, 0) + opjit_arg_int(a, 1);\n"
+               "    return 0;\n"
+               "}\n"
+               "OPJIT_MODULE(qal_good, m)\n"
+               "{\n"
+               "    opjit_def(m, \"qal_good(int add=0, int more=5) -> Tensor\", OPJIT_CPU, k, \"\");\n"
+               "}\n");
+    int rc = opjit_load_op(f.rt, pjoin(f.dir, "qal_good.c"), NULL);
+    CHECKF(rc == OPJIT_OK, "reload with a new argument: %s: %s", opjit_status_name(rc),
+           opjit_errmsg(f.rt));
+    if (rc == OPJIT_OK) {
+        CHECK(call_value(f.rt, f.good) == 1005);
+        opjit_op_info info;
+        CHECK(opjit_op_info_get(f.rt, f.good, &info) == OPJIT_OK && info.nargs == 2);
+    } else {
+        CHECK(call_value(f.rt, f.good) == 77);
+    }
+    opjit_destroy(f.rt);
+}
+
+static void bad_paths(void)
+{
+    fixture f = fixture_new();
+    const char *msg;
+
+    /* A NUL byte in the text. */
+    static const char nul[] = "#include <opjit_op.h>\n/* \0 */\nOPJIT_MODULE(qal_nul, m) { (void)m; }\n";
+    write_bytes(pjoin(f.dir, "qal_nul.c"), nul, sizeof nul - 1);
+    msg = load_fails(&f, "qal_nul.c", OPJIT_EINVAL);
+    CHECK_STR_CONTAINS(msg, "qal_nul.c");
+    CHECK_STR_CONTAINS(msg, "NUL");
+
+    /* Not a .c file. */
+    write_const_op(f.dir, "qal_txt.txt", "qal_txt", 1);
+    msg = load_fails(&f, "qal_txt.txt", OPJIT_EINVAL);
+    CHECK_STR_CONTAINS(msg, "qal_txt.txt");
+    write_text(f.dir, "qal_h.h", "#define X 1\n");
+    msg = load_fails(&f, "qal_h.h", OPJIT_EINVAL);
+    CHECK_STR_CONTAINS(msg, "qal_h.h");
+
+    /* A path that does not exist. */
+    msg = load_fails(&f, "qal_nope.c", OPJIT_ENOTFOUND);
+    CHECK_STR_CONTAINS(msg, "qal_nope.c");
+    msg = load_fails(&f, "no_dir/qal_nope.c", OPJIT_ENOTFOUND);
+    CHECK_STR_CONTAINS(msg, "no_dir/qal_nope.c");
+
+    /* A directory named like a source. */
+    CHECK(mkdir(pjoin(f.dir, "qal_dir.c"), 0700) == 0);
+    opjit_op *op = NULL;
+    int rc = opjit_load_op(f.rt, pjoin(f.dir, "qal_dir.c"), &op);
+    CHECK(rc != OPJIT_OK && op == NULL);
+    CHECK(opjit_errmsg(f.rt)[0] != '\0');
+    CHECK(call_value(f.rt, f.good) == 77);
+
+    /* An empty file has no module. */
+    write_text(f.dir, "qal_emptyfile.c", "");
+    msg = load_fails(&f, "qal_emptyfile.c", OPJIT_EMODULE);
+    CHECK_STR_CONTAINS(msg, "OPJIT_MODULE");
+
+    /* NULL and empty specs. */
+    CHECK(opjit_load_op(f.rt, NULL, &op) == OPJIT_EINVAL && op == NULL);
+    CHECK(opjit_load_op(f.rt, "", &op) == OPJIT_EINVAL && op == NULL);
+    CHECK(opjit_load_file(f.rt, NULL, &op, NULL) == OPJIT_EINVAL);
+    CHECK(opjit_load_op(NULL, "x", &op) == OPJIT_EINVAL);
+    CHECK(call_value(f.rt, f.good) == 77);
+    opjit_destroy(f.rt);
+}
+
+/* ---- the registry ---------------------------------------------------------------- */
+
+typedef struct list_acc {
+    opjit_runtime *rt;
+    char names[16][64];
+    int n, stop_after;
+} list_acc;
+
+static int collect(void *ud, const opjit_op *op)
+{
+    list_acc *acc = ud;
+    opjit_op_info info;
+    if (opjit_op_info_get(acc->rt, op, &info) == OPJIT_OK && acc->n < 16)
+        snprintf(acc->names[acc->n], 64, "%s", info.name);
+    acc->n++;
+    return acc->stop_after && acc->n >= acc->stop_after;
+}
+
+static void list_info_args_and_find(void)
+{
+    const char *d = tmpdir_new();
+    write_text(d, "qal_info.c",
+               "#include <opjit_op.h>\n"
+               "static int k(opjit_ctx *c, opjit_args *a) { (void)c, (void)a; return 0; }\n"
+               "OPJIT_MODULE(qal_info, m)\n"
+               "{\n"
+               "    opjit_def(m, \"qal_info(Tensor self, Tensor? bias=None, int[2] stride=1, "
+               "float eps=1e-05, bool flag=True, int n=-3) -> (Tensor, Tensor)\",\n"
+               "              OPJIT_CPU, k, \"the info op\");\n"
+               "    opjit_def(m, \"qal_info_b(Tensor x) -> Tensor\", OPJIT_CPU, k, \"second\");\n"
+               "}\n");
+    write_const_op(d, "qal_first.c", "qal_first", 1);
+    opjit_runtime *rt = rt_new();
+    opjit_op *first = NULL, *op = NULL;
+    CHECK(opjit_load_op(rt, pjoin(d, "qal_first.c"), &first) == OPJIT_OK);
+    int rc = opjit_load_op(rt, pjoin(d, "qal_info.c"), &op);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    if (!op) {
+        opjit_destroy(rt);
+        return;
+    }
+
+    /* opjit_list: every op, in load order; stops early on request. */
+    list_acc acc = {.rt = rt};
+    CHECK(opjit_list(rt, collect, &acc) == OPJIT_OK);
+    CHECK(acc.n == 3);
+    CHECK(!strcmp(acc.names[0], "qal_first"));
+    CHECK(!strcmp(acc.names[1], "qal_info"));
+    CHECK(!strcmp(acc.names[2], "qal_info_b"));
+    list_acc stop = {.rt = rt, .stop_after = 2};
+    CHECK(opjit_list(rt, collect, &stop) == OPJIT_OK);
+    CHECK(stop.n == 2);
+    CHECK(opjit_list(rt, NULL, NULL) == OPJIT_EINVAL);
+
+    /* opjit_op_info_get */
+    opjit_op_info info;
+    CHECK(opjit_op_info_get(rt, op, &info) == OPJIT_OK);
+    CHECK(!strcmp(info.name, "qal_info"));
+    CHECK(info.schema && strstr(info.schema, "qal_info(Tensor self") == info.schema);
+    CHECK(info.nargs == 6);
+    CHECK(info.nouts == 2);
+    CHECK(info.source[OPJIT_CPU] && strstr(info.source[OPJIT_CPU], "qal_info.c"));
+    CHECK(info.source[OPJIT_CUDA] == NULL);
+    CHECK(info.doc[OPJIT_CPU] && !strcmp(info.doc[OPJIT_CPU], "the info op"));
+    CHECK(info.doc[OPJIT_CUDA] == NULL);
+    CHECK(info.tier[OPJIT_CPU] && !strcmp(info.tier[OPJIT_CPU], "tcc"));
+    CHECK(opjit_op_info_get(rt, NULL, &info) == OPJIT_EINVAL);
+
+    /* opjit_op_arg */
+    static const struct {
+        const char *name, *type;
+        int kind, optional, list_len, has_default;
+        const char *def;
+    } want[] = {
+        {"self", "Tensor", OPJIT_KIND_TENSOR, 0, 0, 0, NULL},
+        {"bias", "Tensor?", OPJIT_KIND_TENSOR, 1, 0, 1, "None"},
+        {"stride", "int[2]", OPJIT_KIND_INTS, 0, 2, 1, "1"},
+        {"eps", "float", OPJIT_KIND_FLOAT, 0, 0, 1, "1e-05"},
+        {"flag", "bool", OPJIT_KIND_BOOL, 0, 0, 1, "True"},
+        {"n", "int", OPJIT_KIND_INT, 0, 0, 1, "-3"},
+    };
+    for (int i = 0; i < 6; i++) {
+        opjit_arg_info ai;
+        memset(&ai, 0xab, sizeof ai);
+        CHECK(opjit_op_arg(rt, op, i, &ai) == OPJIT_OK);
+        CHECKF(ai.name && !strcmp(ai.name, want[i].name), "arg %d name", i);
+        CHECKF(ai.type && !strcmp(ai.type, want[i].type), "arg %d type %s", i, ai.type);
+        CHECKF(ai.kind == want[i].kind, "arg %d kind %d", i, ai.kind);
+        CHECKF(ai.optional == want[i].optional, "arg %d optional", i);
+        CHECKF(ai.list_len == want[i].list_len, "arg %d list_len", i);
+        CHECKF(ai.has_default == want[i].has_default, "arg %d has_default", i);
+        if (want[i].def)
+            CHECKF(ai.default_text && !strcmp(ai.default_text, want[i].def),
+                   "arg %d default '%s'", i, ai.default_text ? ai.default_text : "(null)");
+        else
+            CHECKF(ai.default_text == NULL, "arg %d has a default text", i);
+        CHECK(opjit_op_arg_index(op, want[i].name) == i);
+    }
+    opjit_arg_info ai;
+    CHECK(opjit_op_arg(rt, op, 6, &ai) == OPJIT_EINVAL);
+    CHECK_STR_CONTAINS(opjit_errmsg(rt), "qal_info");
+    CHECK(opjit_op_arg(rt, op, -1, &ai) == OPJIT_EINVAL);
+    CHECK(opjit_op_arg_index(op, "nope") == -1);
+    CHECK(opjit_op_arg_index(op, NULL) == -1);
+    CHECK(opjit_op_arg_index(NULL, "self") == -1);
+
+    /* opjit_find_op */
+    opjit_op *found = NULL;
+    CHECK(opjit_find_op(rt, "qal_info", &found) == OPJIT_OK && found == op);
+    CHECK(opjit_find_op(rt, "qal_info_b", &found) == OPJIT_OK && found && found != op);
+    CHECK(opjit_find_op(rt, "qal_first", &found) == OPJIT_OK && found == first);
+    found = op;
+    CHECK(opjit_find_op(rt, "qal_unknown", &found) == OPJIT_ENOTFOUND && found == NULL);
+    CHECK_STR_CONTAINS(opjit_errmsg(rt), "qal_unknown");
+    CHECK(opjit_find_op(rt, NULL, &found) == OPJIT_EINVAL);
+    opjit_destroy(rt);
+
+    /* An empty runtime lists nothing. */
+    rt = rt_new();
+    list_acc none = {.rt = rt};
+    CHECK(opjit_list(rt, collect, &none) == OPJIT_OK && none.n == 0);
+    CHECK(opjit_find_op(rt, "qal_info", &found) == OPJIT_ENOTFOUND);
+    opjit_destroy(rt);
+}
+
+static void by_name_and_by_path_agree(void)
+{
+    /* A file whose op is not named after it: loading it by name hands back
+     * the same op as loading it by path. */
+    const char *d = tmpdir_new();
+    write_const_op(d, "qal_file.c", "qal_other_name", 6);
+    ops_path_set(d);
+    opjit_runtime *rt = rt_new();
+    opjit_op *by_path = NULL, *by_name = NULL;
+    CHECK(opjit_load_op(rt, pjoin(d, "qal_file.c"), &by_path) == OPJIT_OK && by_path);
+    int rc = opjit_load_op(rt, "qal_file", &by_name);
+    CHECKF(rc == OPJIT_OK && by_name == by_path, "by name: %s: %s", opjit_status_name(rc),
+           opjit_errmsg(rt));
+    opjit_destroy(rt);
+    ops_path_restore();
+}
+
+static void status_strings(void)
+{
+    for (int s = 0; s < OPJIT_STATUS_COUNT; s++) {
+        CHECK(strncmp(opjit_status_name(s), "OPJIT_", 6) == 0);
+        CHECK(opjit_errstr(s)[0] != '\0');
+    }
+    opjit_runtime *rt = rt_new();
+    CHECK(opjit_errmsg(rt) != NULL);
+    opjit_destroy(rt);
+    opjit_destroy(NULL);
+    CHECK(opjit_create(NULL, NULL) == OPJIT_EINVAL);
+}
+
+int main(void)
+{
+    /* Run by hand: a private cache. */
+    const char *own_cache = NULL;
+    if (!getenv("OPJIT_CACHE_DIR")) {
+        own_cache = tmpdir_new();
+        setenv("OPJIT_CACHE_DIR", own_cache, 1);
+    }
+    T_RUN(load_by_path_returns_the_op_named_after_the_file);
+    T_RUN(load_by_name_first_directory_wins);
+    T_RUN(config_ops_path_is_searched_before_the_environment);
+    T_RUN(loading_an_unchanged_file_twice_is_a_no_op);
+    T_RUN(editing_the_source_swaps_the_kernel);
+    T_RUN(reloading_through_another_spelling_of_the_path);
+    T_RUN(editing_a_local_header_changes_the_op);
+    T_RUN(touching_without_change_does_not_recompile);
+    T_RUN(syntax_error_reports_file_line_and_the_line);
+    T_RUN(error_in_a_local_header_names_the_header);
+    T_RUN(missing_module_block);
+    T_RUN(undefined_symbol_is_named);
+    T_RUN(registration_errors);
+    T_RUN(conflicts_between_files);
+    T_RUN(reload_that_fails_keeps_the_old_kernel);
+    T_RUN(reload_with_a_changed_schema);
+    T_RUN(bad_paths);
+    T_RUN(list_info_args_and_find);
+    T_RUN(by_name_and_by_path_agree);
+    T_RUN(status_strings);
+    tmpdirs_remove();
+    return t_done();
+}

@@ -1,0 +1,212 @@
+/*
+ * tools/cmd_warm.c - `opjit warm`: compile operators into the cache ahead of
+ * time, so that a deployment (maybe read-only, maybe offline, maybe without
+ * a compiler) only ever hits.
+ *
+ *   opjit warm [--ops-path DIR] [--cache DIR] [--opt] [OP|FILE...]
+ *
+ * Every source is warmed in a runtime of its own, so two directories that
+ * both hold an op of one name do not collide, and one failure does not stop
+ * the rest.
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "loader/loader.h"
+#include "tools/commands.h"
+
+static const char warm_help[] =
+    "usage: opjit warm [options] [OP|FILE...]\n"
+    "\n"
+    "Compile operators into the cache: every source on the search path, or the\n"
+    "named ops (every source of each name) and files. Prints a summary of cache\n"
+    "hits, compiles and failures; exits 1 if any source failed, after warming\n"
+    "the rest.\n"
+    "\n"
+    "options:\n"
+    "  --opt            also build the optimizing tier (needs a C compiler:\n"
+    "                   $OPJIT_CC, else cc), so deployments without one get it\n"
+    "  -h, --help       this help\n";
+
+typedef struct list {
+    char **v;
+    int n, cap;
+} list;
+
+static int list_add(list *l, const char *s)
+{
+    for (int i = 0; i < l->n; i++)
+        if (!strcmp(l->v[i], s))
+            return 0;
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 16;
+        char **v = realloc(l->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return -1;
+        l->v = v;
+        l->cap = cap;
+    }
+    if (!(l->v[l->n] = strdup(s)))
+        return -1;
+    l->n++;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int is_source(const char *name)
+{
+    size_t n = strlen(name);
+    return (n > 2 && !strcmp(name + n - 2, ".c")) || (n > 3 && !strcmp(name + n - 3, ".cu"));
+}
+
+/* Every source file in every directory of the search path. */
+static int all_sources(const char *path, list *out)
+{
+    const char *p = path;
+    while (*p) {
+        const char *e = strchr(p, ':');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s", (int)n, p);
+        DIR *d = n ? opendir(dir) : NULL;
+        if (d) {
+            int first = out->n;
+            struct dirent *de;
+            while ((de = readdir(d)))
+                if (de->d_name[0] != '.' && is_source(de->d_name)) {
+                    char f[8192];
+                    snprintf(f, sizeof f, "%s/%s", dir, de->d_name);
+                    if (list_add(out, f))
+                        return -1;
+                }
+            closedir(d);
+            qsort(out->v + first, (size_t)(out->n - first), sizeof *out->v, cmp_str);
+        }
+        p += n + (e ? 1 : 0);
+    }
+    return 0;
+}
+
+static int add_path(void *ud, const char *path) { return list_add(ud, path) ? 1 : 0; }
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void progress(int done, int total, const char *what)
+{
+    int width = 30, fill = total ? done * width / total : width;
+    fprintf(stderr, "\r[%.*s%*s] %d/%d %-40.40s", fill, "##############################",
+            width - fill, "", done, total, what);
+    fflush(stderr);
+}
+
+int opjit_cmd_warm(int argc, char **argv)
+{
+    int opt = 0;
+    list targets = {0}, files = {0};
+    for (int i = 1; i < argc;) {
+        int r = opjit_cli_common_option(argc, argv, &i);
+        if (r == OPJIT_EXIT_USAGE)
+            return r;
+        if (r)
+            continue;
+        const char *a = argv[i++];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("%s\ncommon options:\n%s", warm_help, opjit_cli_common_help);
+            return OPJIT_EXIT_OK;
+        } else if (!strcmp(a, "--opt")) {
+            opt = 1;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "opjit warm: unknown option %s (see opjit warm --help)\n", a);
+            return OPJIT_EXIT_USAGE;
+        } else if (list_add(&targets, a)) {
+            fprintf(stderr, "opjit warm: out of memory\n");
+            return OPJIT_EXIT_FAIL;
+        }
+    }
+
+    opjit_config cfg;
+    opjit_cli_config(&cfg);
+    cfg.tiering = opt;
+    opjit_runtime *rt;
+    int st = opjit_create(&cfg, &rt);
+    if (st) {
+        fprintf(stderr, "opjit warm: cannot create the runtime: %s\n", opjit_errstr(st));
+        return OPJIT_EXIT_FAIL;
+    }
+    int rc = OPJIT_EXIT_OK;
+    if (!targets.n) {
+        all_sources(loader_ops_path(rt), &files);
+    } else {
+        for (int i = 0; i < targets.n; i++) {
+            const char *t = targets.v[i];
+            if (strchr(t, '/') || is_source(t)) {
+                list_add(&files, t);
+                continue;
+            }
+            int before = files.n;
+            loader_each_source(rt, t, add_path, &files);
+            if (files.n == before) {
+                fprintf(stderr, "opjit warm: no source for op '%s' on the search path (%s)\n", t,
+                        loader_ops_path(rt));
+                rc = OPJIT_EXIT_FAIL;
+            }
+        }
+    }
+    opjit_destroy(rt);
+
+    int tty = isatty(2), hits = 0, compiled = 0, failed = 0;
+    double t0 = now_s();
+    for (int i = 0; i < files.n; i++) {
+        const char *f = files.v[i];
+        if (tty)
+            progress(i, files.n, f);
+        opjit_load_info info;
+        double t1 = now_s();
+        int s = opjit_create(&cfg, &rt);
+        if (!s)
+            s = opjit_load_file(rt, f, NULL, &info);
+        if (!s && opt)
+            s = opjit_wait(rt);
+        if (tty)
+            fprintf(stderr, "\r%*s\r", 80, "");
+        if (s) {
+            failed++;
+            fprintf(stderr, "FAILED   %s: %s\n", f, rt ? opjit_errmsg(rt) : opjit_errstr(s));
+        } else if (info.cache_hit && !opt) {
+            hits++;
+            printf("hit      %s\n", f);
+        } else {
+            if (info.cache_hit)
+                hits++;
+            else
+                compiled++;
+            printf("%-8s %s (%.1f ms%s)\n", info.cache_hit ? "hit" : "compiled", f,
+                   (now_s() - t1) * 1e3, opt ? ", optimized tier too" : "");
+        }
+        fflush(stdout);
+        opjit_destroy(rt);
+        rt = NULL;
+    }
+    printf("warm: %d sources: %d cache hits, %d compiled, %d failed in %.2f s\n", files.n, hits,
+           compiled, failed, now_s() - t0);
+    for (int i = 0; i < targets.n; i++)
+        free(targets.v[i]);
+    for (int i = 0; i < files.n; i++)
+        free(files.v[i]);
+    free(targets.v);
+    free(files.v);
+    return failed ? OPJIT_EXIT_FAIL : rc;
+}

@@ -1,0 +1,746 @@
+/*
+ * tools/npy.c - NumPy .npy reader and writer. See npy.h for the contract.
+ *
+ * The format (numpy/lib/format.py):
+ *   "\x93NUMPY" major minor
+ *   header length: uint16 LE (1.0) or uint32 LE (2.0, 3.0)
+ *   header: a Python dict literal, e.g.
+ *     {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+ *   padded with spaces and ended by '\n' so that the data starts at a
+ *   multiple of 64 bytes
+ *   data: the elements in C order
+ */
+#include "tools/npy.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "opjit.h"
+
+#define NPY_MAGIC "\x93NUMPY"
+#define NPY_MAGIC_LEN 6
+#define NPY_ALIGN 64
+/* numpy refuses headers over 10000 bytes by default; we allow more but
+ * bound what an untrusted length field can make us allocate. */
+#define NPY_MAX_HEADER (1u << 20)
+/* numpy >= 1.24 leaves room in the header to grow the first axis in place. */
+#define NPY_GROWTH_AXIS_MAX_DIGITS 21
+
+typedef struct npy_dtype {
+    const char *descr; /* without the byte-order character */
+    const char *name;
+    uint8_t code;
+    uint8_t bits;
+} npy_dtype;
+
+static const npy_dtype npy_dtypes[] = {
+    {"f4", "float32", kDLFloat, 32}, {"f8", "float64", kDLFloat, 64},
+    {"i1", "int8", kDLInt, 8},       {"i2", "int16", kDLInt, 16},
+    {"i4", "int32", kDLInt, 32},     {"i8", "int64", kDLInt, 64},
+    {"u1", "uint8", kDLUInt, 8},     {"u2", "uint16", kDLUInt, 16},
+    {"u4", "uint32", kDLUInt, 32},   {"u8", "uint64", kDLUInt, 64},
+    {"b1", "bool", OPJIT_DL_BOOL, 8},
+};
+#define NPY_NDTYPES (sizeof npy_dtypes / sizeof npy_dtypes[0])
+
+static void npy_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static const npy_dtype *npy_dtype_find(DLDataType dt)
+{
+    if (dt.lanes != 1)
+        return NULL;
+    for (size_t i = 0; i < NPY_NDTYPES; i++)
+        if (npy_dtypes[i].code == dt.code && npy_dtypes[i].bits == dt.bits)
+            return &npy_dtypes[i];
+    return NULL;
+}
+
+const char *npy_dtype_name(DLDataType dtype)
+{
+    const npy_dtype *d = npy_dtype_find(dtype);
+    return d ? d->name : NULL;
+}
+
+static int host_is_little_endian(void)
+{
+    const uint16_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+/* Where the bytes come from: a file or a memory buffer of known size. */
+typedef struct npy_src {
+    FILE *f;
+    const unsigned char *mem;
+    uint64_t size;
+} npy_src;
+
+static int src_read(npy_src *s, uint64_t off, void *dst, size_t n)
+{
+    if (off > s->size || n > s->size - off)
+        return -1;
+    if (n == 0)
+        return 0;
+    if (s->mem) {
+        memcpy(dst, s->mem + off, n);
+        return 0;
+    }
+    if (fseeko(s->f, (off_t)off, SEEK_SET) != 0)
+        return -1;
+    return fread(dst, 1, n, s->f) == n ? 0 : -1;
+}
+
+/* A cursor over the header text. */
+typedef struct hdr_cur {
+    const char *p, *end;
+} hdr_cur;
+
+static void cur_ws(hdr_cur *c)
+{
+    while (c->p < c->end &&
+           (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+        c->p++;
+}
+
+static int cur_peek(hdr_cur *c)
+{
+    return c->p < c->end ? (unsigned char)*c->p : -1;
+}
+
+static int cur_eat(hdr_cur *c, char ch)
+{
+    cur_ws(c);
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* A quoted string ('...' or "...") into out (outlen bytes). */
+static int cur_string(hdr_cur *c, char *out, size_t outlen)
+{
+    cur_ws(c);
+    int q = cur_peek(c);
+    if (q != '\'' && q != '"')
+        return -1;
+    c->p++;
+    size_t n = 0;
+    while (c->p < c->end && *c->p != q) {
+        if (*c->p == '\\' || n + 1 >= outlen)
+            return -1;
+        out[n++] = *c->p++;
+    }
+    if (c->p >= c->end)
+        return -1;
+    c->p++;
+    out[n] = '\0';
+    return 0;
+}
+
+static int cur_word(hdr_cur *c, const char *w)
+{
+    cur_ws(c);
+    size_t n = strlen(w);
+    if ((size_t)(c->end - c->p) < n || memcmp(c->p, w, n) != 0)
+        return 0;
+    /* not a prefix of a longer identifier */
+    if ((size_t)(c->end - c->p) > n) {
+        char nx = c->p[n];
+        if ((nx >= 'a' && nx <= 'z') || (nx >= 'A' && nx <= 'Z') ||
+            (nx >= '0' && nx <= '9') || nx == '_')
+            return 0;
+    }
+    c->p += n;
+    return 1;
+}
+
+typedef struct npy_header {
+    char descr[64];
+    int have_descr, have_fortran, have_shape;
+    int fortran_order;
+    int ndim;
+    int64_t shape[NPY_MAX_DIMS];
+} npy_header;
+
+/* The shape tuple: "()", "(3,)", "(2, 3)", Python 2's "(3L,)". */
+static int parse_shape(hdr_cur *c, npy_header *h, char *err, size_t errlen)
+{
+    if (!cur_eat(c, '(')) {
+        npy_err(err, errlen, "bad header: 'shape' is not a tuple");
+        return -1;
+    }
+    h->ndim = 0;
+    for (;;) {
+        if (cur_eat(c, ')'))
+            return 0;
+        cur_ws(c);
+        int neg = 0;
+        if (cur_peek(c) == '-' || cur_peek(c) == '+') {
+            neg = *c->p == '-';
+            c->p++;
+        }
+        int ch = cur_peek(c);
+        if (ch < '0' || ch > '9') {
+            npy_err(err, errlen, "bad header: 'shape' must be a tuple of integers");
+            return -1;
+        }
+        int64_t v = 0;
+        while ((ch = cur_peek(c)) >= '0' && ch <= '9') {
+            if (v > (INT64_MAX - (ch - '0')) / 10) {
+                npy_err(err, errlen, "bad header: dimension %d of 'shape' is too large",
+                        h->ndim);
+                return -1;
+            }
+            v = v * 10 + (ch - '0');
+            c->p++;
+        }
+        if (cur_peek(c) == 'L' || cur_peek(c) == 'l')
+            c->p++;
+        if (neg && v != 0) {
+            npy_err(err, errlen, "bad header: dimension %d of 'shape' is negative (-%lld)",
+                    h->ndim, (long long)v);
+            return -1;
+        }
+        if (h->ndim >= NPY_MAX_DIMS) {
+            npy_err(err, errlen, "bad header: more than %d dimensions", NPY_MAX_DIMS);
+            return -1;
+        }
+        h->shape[h->ndim++] = v;
+        if (cur_eat(c, ','))
+            continue;
+        if (cur_eat(c, ')')) {
+            /* Python writes a 1-tuple as "(3,)"; accept "(3)" too. */
+            return 0;
+        }
+        npy_err(err, errlen, "bad header: expected ',' or ')' in 'shape'");
+        return -1;
+    }
+}
+
+static int parse_header(const char *text, size_t len, npy_header *h, char *err,
+                        size_t errlen)
+{
+    hdr_cur c = {text, text + len};
+    memset(h, 0, sizeof *h);
+    if (!cur_eat(&c, '{')) {
+        npy_err(err, errlen, "bad header: not a Python dict literal (no '{')");
+        return -1;
+    }
+    for (;;) {
+        if (cur_eat(&c, '}'))
+            break;
+        char key[32];
+        if (cur_string(&c, key, sizeof key) != 0) {
+            npy_err(err, errlen, "bad header: expected a quoted key or '}'");
+            return -1;
+        }
+        if (!cur_eat(&c, ':')) {
+            npy_err(err, errlen, "bad header: expected ':' after '%s'", key);
+            return -1;
+        }
+        if (strcmp(key, "descr") == 0) {
+            if (h->have_descr++) {
+                npy_err(err, errlen, "bad header: 'descr' given twice");
+                return -1;
+            }
+            cur_ws(&c);
+            if (cur_peek(&c) == '[') {
+                npy_err(err, errlen, "structured dtypes are not supported");
+                return -1;
+            }
+            if (cur_string(&c, h->descr, sizeof h->descr) != 0) {
+                npy_err(err, errlen, "bad header: 'descr' is not a string");
+                return -1;
+            }
+        } else if (strcmp(key, "fortran_order") == 0) {
+            if (h->have_fortran++) {
+                npy_err(err, errlen, "bad header: 'fortran_order' given twice");
+                return -1;
+            }
+            if (cur_word(&c, "True"))
+                h->fortran_order = 1;
+            else if (cur_word(&c, "False"))
+                h->fortran_order = 0;
+            else {
+                npy_err(err, errlen, "bad header: 'fortran_order' is not True or False");
+                return -1;
+            }
+        } else if (strcmp(key, "shape") == 0) {
+            if (h->have_shape++) {
+                npy_err(err, errlen, "bad header: 'shape' given twice");
+                return -1;
+            }
+            if (parse_shape(&c, h, err, errlen) != 0)
+                return -1;
+        } else {
+            npy_err(err, errlen, "bad header: unexpected key '%s'", key);
+            return -1;
+        }
+        if (cur_eat(&c, ','))
+            continue;
+        if (cur_eat(&c, '}'))
+            break;
+        npy_err(err, errlen, "bad header: expected ',' or '}' after '%s'", key);
+        return -1;
+    }
+    cur_ws(&c);
+    if (c.p != c.end) {
+        npy_err(err, errlen, "bad header: unexpected text after the dict");
+        return -1;
+    }
+    if (!h->have_descr || !h->have_fortran || !h->have_shape) {
+        npy_err(err, errlen, "bad header: missing key '%s'",
+                !h->have_descr ? "descr" : !h->have_fortran ? "fortran_order" : "shape");
+        return -1;
+    }
+    return 0;
+}
+
+static const char npy_supported[] =
+    "supported: float32 '<f4', float64 '<f8', int8 '|i1', int16 '<i2', "
+    "int32 '<i4', int64 '<i8', uint8 '|u1', uint16 '<u2', uint32 '<u4', "
+    "uint64 '<u8', bool '|b1'";
+
+/* descr ("<f4") -> dtype, or NULL with a message. */
+static const npy_dtype *descr_dtype(const char *descr, char *err, size_t errlen)
+{
+    char order = descr[0];
+    const char *rest = descr + 1;
+    if (order != '<' && order != '>' && order != '|' && order != '=') {
+        order = '=';
+        rest = descr;
+    }
+    const npy_dtype *d = NULL;
+    for (size_t i = 0; i < NPY_NDTYPES; i++)
+        if (strcmp(rest, npy_dtypes[i].descr) == 0)
+            d = &npy_dtypes[i];
+    if (!d) {
+        npy_err(err, errlen, "unsupported dtype '%s' (%s)", descr, npy_supported);
+        return NULL;
+    }
+    if (d->bits > 8) {
+        if (order == '|') {
+            npy_err(err, errlen, "bad dtype '%s': '|' is only for 1-byte types", descr);
+            return NULL;
+        }
+        if (order == '>' || (order == '=' && !host_is_little_endian())) {
+            npy_err(err, errlen,
+                    "big-endian dtype '%s' is not supported; convert it with "
+                    "a.astype('<%s')", descr, d->descr);
+            return NULL;
+        }
+    }
+    return d;
+}
+
+static void *npy_alloc_data(size_t nbytes)
+{
+    size_t n = nbytes ? nbytes : 1;
+    if (n > SIZE_MAX - (NPY_ALIGN - 1))
+        return NULL;
+    n = (n + NPY_ALIGN - 1) / NPY_ALIGN * NPY_ALIGN;
+    return aligned_alloc(NPY_ALIGN, n);
+}
+
+static int npy_load(npy_src *s, npy_array *out, char *err, size_t errlen)
+{
+    unsigned char pre[12];
+    size_t have = s->size < sizeof pre ? (size_t)s->size : sizeof pre;
+    if (src_read(s, 0, pre, have) != 0) {
+        npy_err(err, errlen, "read error: %s", strerror(errno));
+        return -1;
+    }
+    if (memcmp(pre, NPY_MAGIC, have < NPY_MAGIC_LEN ? have : NPY_MAGIC_LEN) != 0) {
+        npy_err(err, errlen, "not a .npy file (bad magic string)");
+        return -1;
+    }
+    if (have < 10) {
+        npy_err(err, errlen, "truncated: %zu bytes is too short for a .npy file", have);
+        return -1;
+    }
+    int major = pre[6], minor = pre[7];
+    uint64_t hoff, hlen;
+    if (major == 1 && minor == 0) {
+        hoff = 10;
+        hlen = (uint64_t)pre[8] | (uint64_t)pre[9] << 8;
+    } else if ((major == 2 || major == 3) && minor == 0) {
+        if (have < 12) {
+            npy_err(err, errlen, "truncated: the header length is cut off");
+            return -1;
+        }
+        hoff = 12;
+        hlen = (uint64_t)pre[8] | (uint64_t)pre[9] << 8 | (uint64_t)pre[10] << 16 |
+               (uint64_t)pre[11] << 24;
+    } else {
+        npy_err(err, errlen, "unsupported .npy format version %d.%d (1.0, 2.0 and 3.0 are)",
+                major, minor);
+        return -1;
+    }
+    if (hlen > s->size - hoff) {
+        npy_err(err, errlen,
+                "truncated: the header length (%llu bytes) goes beyond the end of "
+                "the file (%llu bytes)",
+                (unsigned long long)hlen, (unsigned long long)s->size);
+        return -1;
+    }
+    if (hlen > NPY_MAX_HEADER) {
+        npy_err(err, errlen, "header too large (%llu bytes)", (unsigned long long)hlen);
+        return -1;
+    }
+    char *text = malloc((size_t)hlen + 1);
+    if (!text) {
+        npy_err(err, errlen, "out of memory");
+        return -1;
+    }
+    if (src_read(s, hoff, text, (size_t)hlen) != 0) {
+        npy_err(err, errlen, "read error in the header");
+        free(text);
+        return -1;
+    }
+    text[hlen] = '\0';
+    npy_header h;
+    int rc = parse_header(text, (size_t)hlen, &h, err, errlen);
+    free(text);
+    if (rc != 0)
+        return -1;
+
+    const npy_dtype *d = descr_dtype(h.descr, err, errlen);
+    if (!d)
+        return -1;
+    if (h.fortran_order && h.ndim > 1) {
+        npy_err(err, errlen,
+                "fortran_order arrays are not supported; save a C-ordered copy "
+                "(np.save(f, np.ascontiguousarray(a)))");
+        return -1;
+    }
+    /* Element count and byte size, refusing overflow. */
+    uint64_t itemsize = d->bits / 8;
+    int64_t numel = 1;
+    for (int i = 0; i < h.ndim; i++) {
+        if (h.shape[i] == 0) {
+            numel = 0;
+            continue;
+        }
+        if (numel != 0 && h.shape[i] > INT64_MAX / numel) {
+            npy_err(err, errlen, "bad header: the shape's element count overflows");
+            return -1;
+        }
+        numel *= h.shape[i];
+    }
+    if ((uint64_t)numel > (uint64_t)INT64_MAX / itemsize ||
+        (uint64_t)numel * itemsize > (uint64_t)SIZE_MAX) {
+        npy_err(err, errlen, "bad header: the array's byte size overflows");
+        return -1;
+    }
+    uint64_t nbytes = (uint64_t)numel * itemsize;
+    uint64_t doff = hoff + hlen;
+    if (nbytes > s->size - doff) {
+        npy_err(err, errlen,
+                "truncated: a %s array of %lld elements needs %llu data bytes, "
+                "the file has %llu",
+                d->name, (long long)numel, (unsigned long long)nbytes,
+                (unsigned long long)(s->size - doff));
+        return -1;
+    }
+
+    npy_array a;
+    memset(&a, 0, sizeof a);
+    a.shape = malloc(sizeof(int64_t) * (h.ndim ? (size_t)h.ndim : 1));
+    a.data = npy_alloc_data((size_t)nbytes);
+    if (!a.shape || !a.data) {
+        free(a.shape);
+        free(a.data);
+        npy_err(err, errlen, "out of memory (%llu bytes)", (unsigned long long)nbytes);
+        return -1;
+    }
+    if (src_read(s, doff, a.data, (size_t)nbytes) != 0) {
+        free(a.shape);
+        free(a.data);
+        npy_err(err, errlen, "read error in the data (did the file change?)");
+        return -1;
+    }
+    memcpy(a.shape, h.shape, sizeof(int64_t) * (size_t)h.ndim);
+    if (h.ndim == 0)
+        a.shape[0] = 1;
+    a.nbytes = (size_t)nbytes;
+    a.numel = numel;
+    a.t.data = a.data;
+    a.t.device.device_type = kDLCPU;
+    a.t.device.device_id = 0;
+    a.t.ndim = h.ndim;
+    a.t.dtype.code = d->code;
+    a.t.dtype.bits = d->bits;
+    a.t.dtype.lanes = 1;
+    a.t.shape = a.shape;
+    a.t.strides = NULL;
+    a.t.byte_offset = 0;
+    *out = a;
+    return 0;
+}
+
+int npy_read(const char *path, npy_array *out, char *err, size_t errlen)
+{
+    char msg[512];
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!path || !out) {
+        npy_err(err, errlen, "npy_read: NULL argument");
+        return -1;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        npy_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        npy_err(err, errlen, "%s: not a regular file", path);
+        fclose(f);
+        return -1;
+    }
+    npy_src s = {f, NULL, (uint64_t)st.st_size};
+    int rc = npy_load(&s, out, msg, sizeof msg);
+    fclose(f);
+    if (rc != 0)
+        npy_err(err, errlen, "%s: %s", path, msg);
+    return rc;
+}
+
+int npy_read_mem(const void *buf, size_t len, npy_array *out, char *err,
+                 size_t errlen)
+{
+    if (out)
+        memset(out, 0, sizeof *out);
+    if ((!buf && len) || !out) {
+        npy_err(err, errlen, "npy_read_mem: NULL argument");
+        return -1;
+    }
+    npy_src s = {NULL, buf ? buf : (const void *)"", (uint64_t)len};
+    return npy_load(&s, out, err, errlen);
+}
+
+void npy_free(npy_array *a)
+{
+    if (!a)
+        return;
+    free(a->shape);
+    free(a->data);
+    memset(a, 0, sizeof *a);
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+typedef struct npy_plan {
+    const npy_dtype *d;
+    char header[128 + NPY_MAX_DIMS * 24];
+    size_t hlen;       /* bytes of magic + length + header text */
+    size_t nbytes;     /* data bytes */
+    int contiguous;
+} npy_plan;
+
+static int npy_plan_make(const DLTensor *t, npy_plan *p, char *err, size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    if (!t) {
+        npy_err(err, errlen, "no tensor");
+        return -1;
+    }
+    if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost) {
+        npy_err(err, errlen, "the tensor is not in host memory (device type %d); copy "
+                "it to the CPU first", (int)t->device.device_type);
+        return -1;
+    }
+    p->d = npy_dtype_find(t->dtype);
+    if (!p->d) {
+        npy_err(err, errlen, "cannot save dtype code %d bits %d lanes %d to .npy",
+                t->dtype.code, t->dtype.bits, t->dtype.lanes);
+        return -1;
+    }
+    if (t->ndim < 0 || t->ndim > NPY_MAX_DIMS || (t->ndim > 0 && !t->shape)) {
+        npy_err(err, errlen, "bad tensor rank %d", t->ndim);
+        return -1;
+    }
+    uint64_t itemsize = p->d->bits / 8, numel = 1;
+    int zero = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] < 0) {
+            npy_err(err, errlen, "bad tensor: dimension %d is negative", i);
+            return -1;
+        }
+        if (t->shape[i] == 0)
+            zero = 1;
+        else if (numel > (uint64_t)INT64_MAX / (uint64_t)t->shape[i]) {
+            npy_err(err, errlen, "bad tensor: element count overflows");
+            return -1;
+        }
+        else
+            numel *= (uint64_t)t->shape[i];
+    }
+    if (zero)
+        numel = 0;
+    if (numel > SIZE_MAX / itemsize) {
+        npy_err(err, errlen, "bad tensor: byte size overflows");
+        return -1;
+    }
+    p->nbytes = (size_t)(numel * itemsize);
+    if (numel > 0 && !t->data) {
+        npy_err(err, errlen, "bad tensor: data is NULL");
+        return -1;
+    }
+    p->contiguous = 1;
+    if (t->strides) {
+        int64_t expect = 1;
+        for (int i = t->ndim - 1; i >= 0; i--) {
+            if (t->shape[i] != 1 && t->strides[i] != expect)
+                p->contiguous = 0;
+            expect *= t->shape[i] ? t->shape[i] : 1;
+        }
+    }
+
+    /* The header text, as numpy.lib.format._write_array_header makes it. */
+    char dict[sizeof p->header];
+    int n = snprintf(dict, sizeof dict, "{'descr': '%c%s', 'fortran_order': False, 'shape': (",
+                     p->d->bits == 8 ? '|' : '<', p->d->descr);
+    for (int i = 0; i < t->ndim; i++)
+        n += snprintf(dict + n, sizeof dict - (size_t)n, "%s%lld", i ? ", " : "",
+                      (long long)t->shape[i]);
+    n += snprintf(dict + n, sizeof dict - (size_t)n, "%s), }", t->ndim == 1 ? "," : "");
+    if (t->ndim > 0) {
+        int digits = snprintf(NULL, 0, "%lld", (long long)t->shape[0]);
+        for (int i = digits; i < NPY_GROWTH_AXIS_MAX_DIGITS; i++)
+            dict[n++] = ' ';
+    }
+    /* magic(6) + version(2) + length(2) + dict + padding + '\n' */
+    size_t total = 10 + (size_t)n + 1;
+    size_t pad = (NPY_ALIGN - total % NPY_ALIGN) % NPY_ALIGN;
+    total += pad;
+    if (total > sizeof p->header || total - 10 > 65535) {
+        npy_err(err, errlen, "header too large");
+        return -1;
+    }
+    memcpy(p->header, NPY_MAGIC, NPY_MAGIC_LEN);
+    p->header[6] = 1;
+    p->header[7] = 0;
+    p->header[8] = (char)((total - 10) & 0xff);
+    p->header[9] = (char)((total - 10) >> 8);
+    memcpy(p->header + 10, dict, (size_t)n);
+    memset(p->header + 10 + n, ' ', pad);
+    p->header[total - 1] = '\n';
+    p->hlen = total;
+    return 0;
+}
+
+/* Copy t's elements in C order into dst (p->nbytes bytes). */
+static void npy_gather(const DLTensor *t, const npy_plan *p, unsigned char *dst)
+{
+    size_t itemsize = p->d->bits / 8;
+    const unsigned char *base = (const unsigned char *)t->data + t->byte_offset;
+    if (p->nbytes == 0)
+        return;
+    if (p->contiguous) {
+        memcpy(dst, base, p->nbytes);
+        return;
+    }
+    int64_t idx[NPY_MAX_DIMS] = {0};
+    size_t count = p->nbytes / itemsize;
+    for (size_t k = 0; k < count; k++) {
+        int64_t off = 0;
+        for (int i = 0; i < t->ndim; i++)
+            off += idx[i] * t->strides[i];
+        memcpy(dst + k * itemsize, base + off * (int64_t)itemsize, itemsize);
+        for (int i = t->ndim - 1; i >= 0; i--) {
+            if (++idx[i] < t->shape[i])
+                break;
+            idx[i] = 0;
+        }
+    }
+}
+
+int npy_write_mem(const DLTensor *t, unsigned char **buf, size_t *len, char *err,
+                  size_t errlen)
+{
+    npy_plan p;
+    if (!buf || !len) {
+        npy_err(err, errlen, "npy_write_mem: NULL argument");
+        return -1;
+    }
+    *buf = NULL;
+    *len = 0;
+    if (npy_plan_make(t, &p, err, errlen) != 0)
+        return -1;
+    if (p.nbytes > SIZE_MAX - p.hlen) {
+        npy_err(err, errlen, "too large");
+        return -1;
+    }
+    unsigned char *b = malloc(p.hlen + p.nbytes);
+    if (!b) {
+        npy_err(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(b, p.header, p.hlen);
+    npy_gather(t, &p, b + p.hlen);
+    *buf = b;
+    *len = p.hlen + p.nbytes;
+    return 0;
+}
+
+int npy_write(const char *path, const DLTensor *t, char *err, size_t errlen)
+{
+    npy_plan p;
+    char msg[256];
+    if (!path) {
+        npy_err(err, errlen, "npy_write: NULL path");
+        return -1;
+    }
+    if (npy_plan_make(t, &p, msg, sizeof msg) != 0) {
+        npy_err(err, errlen, "%s: %s", path, msg);
+        return -1;
+    }
+    unsigned char *gathered = NULL;
+    const void *data = (const unsigned char *)t->data + t->byte_offset;
+    if (!p.contiguous) {
+        gathered = malloc(p.nbytes ? p.nbytes : 1);
+        if (!gathered) {
+            npy_err(err, errlen, "%s: out of memory", path);
+            return -1;
+        }
+        npy_gather(t, &p, gathered);
+        data = gathered;
+    }
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        npy_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        free(gathered);
+        return -1;
+    }
+    int ok = fwrite(p.header, 1, p.hlen, f) == p.hlen &&
+             (p.nbytes == 0 || fwrite(data, 1, p.nbytes, f) == p.nbytes);
+    int saved = errno;
+    if (fclose(f) != 0 && ok) {
+        ok = 0;
+        saved = errno;
+    }
+    free(gathered);
+    if (!ok) {
+        npy_err(err, errlen, "%s: write failed: %s", path, strerror(saved));
+        remove(path);
+        return -1;
+    }
+    return 0;
+}
