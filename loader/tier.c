@@ -30,7 +30,7 @@
 
 extern char **environ;
 
-#define OPT_OPTIONS "-O2 -fPIC -shared -std=gnu99 -DFORCE_OPENBLAS_COMPLEX_STRUCT -DOPJIT_TIER_OPT -lopenblas -lm"
+#define OPT_OPTIONS "-O2 -ffp-contract=off -fPIC -shared -std=gnu99 -DFORCE_OPENBLAS_COMPLEX_STRUCT -DOPJIT_TIER_OPT -lopenblas -lm"
 
 typedef struct tier_job {
     char *path; /* as given: diagnostics and module source name */
@@ -268,6 +268,9 @@ static int build_opt(void *ud, const char *dir, char *err, size_t errlen)
     int n = 0;
     argv[n++] = t->cc;
     argv[n++] = "-O2";
+    /* No fused multiply-add: both tiers must round alike, or a box at an
+     * IoU threshold could be kept by one and dropped by the other. */
+    argv[n++] = "-ffp-contract=off";
     const char *m = march_flag(b->level, march, sizeof march);
     if (m)
         argv[n++] = m;
