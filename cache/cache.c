@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -138,9 +139,11 @@ static char *cache_absolute(char *dir)
 }
 
 /* Create root/v1/{entries,tmp,locks} and check that we alone control them.
- * Returns NULL when usable, else why not (in why). */
-static const char *cache_setup_dir(cache *c, char *why, size_t whylen)
+ * Returns NULL when usable, else why not (in why); *untrusted tells that
+ * others could have written it (so not even reading it is safe). */
+static const char *cache_setup_dir(cache *c, char *why, size_t whylen, int *untrusted)
 {
+    *untrusted = 0;
     char *v1 = cache_path(c->root, "v1", NULL);
     c->entries = cache_path(c->root, "v1", "entries");
     c->tmp = cache_path(c->root, "v1", "tmp");
@@ -166,6 +169,7 @@ static const char *cache_setup_dir(cache *c, char *why, size_t whylen)
         }
         if ((bad = cache_untrusted(&st, 1, c->euid))) {
             snprintf(why, whylen, "%s is %s", dirs[i], bad);
+            *untrusted = 1;
             res = why;
             goto out;
         }
@@ -180,26 +184,31 @@ out:
     return res;
 }
 
+static int cache_add_readonly(cache *c, const char *dir, size_t n)
+{
+    char **ro = realloc(c->ro, (size_t)(c->nro + 1) * sizeof *ro);
+    if (!ro)
+        return -1;
+    c->ro = ro;
+    char *d = strndup(dir, n);
+    if (!d)
+        return -1;
+    /* Trailing slashes would make two spellings of one layer. */
+    while (strlen(d) > 1 && d[strlen(d) - 1] == '/')
+        d[strlen(d) - 1] = '\0';
+    c->ro[c->nro++] = d;
+    return 0;
+}
+
 static int cache_split_readonly(cache *c, const char *list)
 {
-    if (!list || !*list)
+    if (!list)
         return 0;
     for (const char *s = list; *s;) {
         const char *e = strchr(s, ':');
         size_t n = e ? (size_t)(e - s) : strlen(s);
-        if (n) {
-            char **ro = realloc(c->ro, (size_t)(c->nro + 1) * sizeof *ro);
-            if (!ro)
-                return -1;
-            c->ro = ro;
-            char *d = strndup(s, n);
-            if (!d)
-                return -1;
-            /* Trailing slashes would make two spellings of one layer. */
-            while (strlen(d) > 1 && d[strlen(d) - 1] == '/')
-                d[strlen(d) - 1] = '\0';
-            c->ro[c->nro++] = d;
-        }
+        if (n && cache_add_readonly(c, s, n) != 0)
+            return -1;
         s += n;
         if (*s == ':')
             s++;
@@ -213,7 +222,7 @@ static void cache_warn_fallback(cache *c, const char *why)
         why += 7;
     if (atomic_exchange(&c->warned_fallback, 1) == 0)
         cache_logf(c, OPJIT_LOG_WARN,
-                   "cache: %s; compiling into a private temporary directory (nothing is cached)",
+                   "cache: %s; compiling into private temporary directories (nothing new is cached)",
                    why);
 }
 
@@ -265,10 +274,19 @@ int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen)
             while (strlen(c->root) > 1 && c->root[strlen(c->root) - 1] == '/')
                 c->root[strlen(c->root) - 1] = '\0';
             char why[1024];
-            const char *bad = cache_setup_dir(c, why, sizeof why);
+            int untrusted;
+            const char *bad = cache_setup_dir(c, why, sizeof why, &untrusted);
             if (bad) {
-                char msg[1200];
-                snprintf(msg, sizeof msg, "cache directory %s is unusable (%s)", c->root, bad);
+                /* Not writable (a read-only file system, say) but ours:
+                 * what it holds still serves, as the last read-only layer. */
+                int as_ro = 0;
+                struct stat st;
+                if (!untrusted && c->entries && stat(c->entries, &st) == 0 && S_ISDIR(st.st_mode) &&
+                    !cache_untrusted(&st, 1, c->euid))
+                    as_ro = cache_add_readonly(c, c->root, strlen(c->root)) == 0;
+                char msg[1400];
+                snprintf(msg, sizeof msg, "cache directory %s is unusable (%s)%s", c->root, bad,
+                         as_ro ? "; its entries are still used, read-only" : "");
                 cache_warn_fallback(c, msg);
             } else {
                 c->writable = 1;
@@ -461,11 +479,9 @@ void cache_entry_release(cache_entry *e)
 /* ---- fetch -------------------------------------------------------------- */
 
 /* Build into a private temporary directory, owned by the entry. */
-static int cache_build_private(cache *c, const cache_request *req, cache_build_fn build,
-                               void *ud, cache_entry **out, char *err, size_t errlen)
+static int cache_build_private(cache_build_fn build, void *ud, cache_entry **out, char *err,
+                               size_t errlen)
 {
-    (void)c;
-    (void)req;
     const char *t = getenv("TMPDIR");
     char tmpl[PATH_MAX];
     snprintf(tmpl, sizeof tmpl, "%s/opjit-build-XXXXXX", t && *t ? t : "/tmp");
@@ -505,6 +521,12 @@ static int cache_offline_miss(const cache_request *req, char *err, size_t errlen
                       "compiling is off (key %s)",
                       cache_str(req->op_name), cache_str(req->source_name),
                       cache_str(req->target), req->key.hex);
+}
+
+static int cache_probe_miss(const cache_request *req, char *err, size_t errlen)
+{
+    return cache_errf(err, errlen, OPJIT_ENOTFOUND, "cache: op '%s' (source %s, key %s) is not cached",
+                      cache_str(req->op_name), cache_str(req->source_name), req->key.hex);
 }
 
 static void cache_warn_damaged(cache *c, const cache_request *req, const char *where,
@@ -587,14 +609,18 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *
         err[0] = '\0';
     if (!c || !req || !cache_is_hex(req->key.hex, 32) || strlen(req->key.hex) != 32)
         return cache_errf(err, errlen, OPJIT_ECACHE, "cache: bad request (no key)");
+    /* An all-zero key is what cache_keygen_finish gives when
+     * cache_keygen_new ran out of memory: never a real one. */
+    if (strspn(req->key.hex, "0") == 32)
+        return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: no key (out of memory while hashing)");
 
     /* build == NULL: a probe, which finds an entry or says ENOTFOUND. */
     if (c->disabled) {
         if (!build)
-            return OPJIT_ENOTFOUND;
+            return cache_probe_miss(req, err, errlen);
         if (c->offline)
             return cache_offline_miss(req, err, errlen);
-        return cache_build_private(c, req, build, ud, out, err, errlen);
+        return cache_build_private(build, ud, out, err, errlen);
     }
     if (cache_fetch_readonly(c, req, out)) {
         if (hit)
@@ -603,13 +629,16 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *
     }
     if (!c->writable) {
         if (!build)
-            return OPJIT_ENOTFOUND;
+            return cache_probe_miss(req, err, errlen);
         if (c->offline)
             return cache_offline_miss(req, err, errlen);
-        return cache_build_private(c, req, build, ud, out, err, errlen);
+        return cache_build_private(build, ud, out, err, errlen);
     }
 
     cache_entry_dir_of(c->entries, req->key.hex, dir, sizeof dir);
+    struct stat st;
+    if (!build && lstat(dir, &st) != 0) /* a probe miss creates no lock file */
+        return cache_probe_miss(req, err, errlen);
     /* The use lock first: from now on nobody evicts the entry under us. */
     if ((e = cache_lock(c, req->key.hex, CACHE_LOCK_USE, 0, 1, &usefd)) != 0) {
         snprintf(why, sizeof why, "cannot lock %s/%s: %s", c->locks, req->key.hex, strerror(e));
@@ -620,12 +649,23 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *
     if (r == CACHE_OK)
         goto hit;
     if (r == CACHE_DAMAGED) {
-        cache_warn_damaged(c, req, c->root, why, c->offline ? "evicting it" : "evicting and rebuilding it");
+        cache_warn_damaged(c, req, c->root, why,
+                           c->offline || !build ? "evicting it" : "evicting and rebuilding it");
         damaged = 1;
     }
 
     if (!build) {
-        rc = OPJIT_ENOTFOUND;
+        /* A probe never waits for a builder: it evicts a damaged entry
+         * only when nobody is building the key right now. */
+        if (damaged && cache_lock(c, req->key.hex, CACHE_LOCK_BUILD, 1, 0, &buildfd) == 0) {
+            r = cache_check(c, dir, req->key.hex, CACHE_CHK_SUMS | CACHE_CHK_OWNER, &m, why,
+                            sizeof why);
+            if (r == CACHE_OK)
+                goto hit;
+            if (r == CACHE_DAMAGED)
+                cache_discard_entry(c, dir, req->key.hex, 0);
+        }
+        rc = cache_probe_miss(req, err, errlen);
         goto done;
     }
     /* A miss: only one process builds a key at a time; look again once we
@@ -659,11 +699,15 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *
     rc = build(ud, tmp, err, errlen);
     if (rc != OPJIT_OK) {
         cache_rm_rf(tmp);
-        if (rc != OPJIT_EIO)
+        /* An I/O error because the cache's file system is full or
+         * read-only: try once more away from it. */
+        struct statvfs fs;
+        if (rc != OPJIT_EIO || statvfs(c->tmp, &fs) != 0 ||
+            !(fs.f_bavail == 0 || (fs.f_flag & ST_RDONLY)))
             goto done;
-        /* An I/O error may be the cache's file system (full, read-only):
-         * try once more away from it. */
-        snprintf(why, sizeof why, "building in %s failed: %s", c->tmp, err ? err : "I/O error");
+        snprintf(why, sizeof why, "building in %s failed (%s): %s", c->tmp,
+                 fs.f_bavail == 0 ? "file system full" : "read-only file system",
+                 err && *err ? err : "I/O error");
         goto fallback;
     }
     cache_artifact *a = NULL;
@@ -725,13 +769,13 @@ fallback:
         close(usefd);
     buildfd = usefd = -1;
     if (!build)
-        return OPJIT_ENOTFOUND;
+        return cache_probe_miss(req, err, errlen);
     if (c->offline)
         return cache_offline_miss(req, err, errlen);
     cache_warn_fallback(c, why);
     if (err && errlen)
         err[0] = '\0';
-    return cache_build_private(c, req, build, ud, out, err, errlen);
+    return cache_build_private(build, ud, out, err, errlen);
 
 done:
     if (buildfd >= 0)

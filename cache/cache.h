@@ -32,17 +32,28 @@ typedef struct cache_config {
     const char *readonly;
     /* 1: never build, a miss is OPJIT_EOFFLINE; 0: build; -1: $OPJIT_OFFLINE. */
     int offline;
-    /* 1: no persistent cache: build into a private temporary directory. */
+    /* 1: no persistent cache: build into a private temporary directory
+     * (read-only layers are not searched either). */
     int disabled;
-    /* Size cap in bytes; 0: $OPJIT_CACHE_MAX_SIZE, else the default. */
+    /* Size cap in bytes; 0: $OPJIT_CACHE_MAX_SIZE (like "512M"; "0": no
+     * cap), else 512 MiB; UINT64_MAX: no cap. Publishing past it evicts the
+     * least recently used entries that no process is using. */
     uint64_t max_size;
     cache_log_fn log;
     void *log_ud;
 } cache_config;
 
+/* Open a cache (cfg NULL: everything from the environment). A writable
+ * directory that cannot be created or is not trusted (not ours, or
+ * writable by group/others) is not an error: the cache then builds into
+ * private temporary directories, with one warning (one that exists but
+ * cannot be written, on a read-only file system say, still serves its
+ * entries as the last read-only layer). Also removes what killed processes
+ * left behind. Fails only for lack of memory. A cache is safe to use from
+ * several threads at once. */
 int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen);
 void cache_close(cache *c);
-/* The writable directory in use ("" when disabled). */
+/* The writable directory in use ("" when disabled or unusable). */
 const char *cache_dir(const cache *c);
 
 /* Keys: a strong hash over a length-prefixed serialization of named fields. */
@@ -52,6 +63,8 @@ typedef struct cache_key {
 } cache_key;
 
 typedef struct cache_keygen cache_keygen;
+/* NULL when out of memory. The functions below accept NULL; finishing it
+ * gives the all-zero key, which cache_fetch refuses with OPJIT_ENOMEM. */
 cache_keygen *cache_keygen_new(void);
 /* Add one field: its name and bytes, both length-prefixed. */
 void cache_keygen_add(cache_keygen *g, const char *field, const void *data, size_t len);
@@ -85,10 +98,14 @@ typedef int (*cache_build_fn)(void *ud, const char *dir, char *err, size_t errle
 int cache_fetch(cache *c, const cache_request *req, cache_build_fn build,
                 void *ud, cache_entry **out, int *hit, char *err, size_t errlen);
 
-/* Path of artifact name inside the entry (e.g. "host.so"). */
+/* Path of artifact name inside the entry (e.g. "host.so"); NULL when the
+ * entry has no such artifact. Owned by e: valid until its release. */
 const char *cache_entry_path(cache_entry *e, const char *artifact);
-/* The entry's directory. */
+/* The entry's directory, owned by e. */
 const char *cache_entry_dir(const cache_entry *e);
+/* Drop the entry's use lock (eviction may remove it from now on) and, for a
+ * private temporary build, remove its directory. An entry does not refer
+ * to its cache: it may be released after cache_close. NULL is fine. */
 void cache_entry_release(cache_entry *e);
 
 /* ---- administration (the `opjit cache` command) ----------------------- */

@@ -112,6 +112,13 @@ typedef struct opjit_config {
      * It needs a C compiler: cc below, else $OPJIT_CC, else cc on PATH. */
     int tiering;
     const char *cc;
+    /* CUDA architectures a .cu source's device code is compiled for, each
+     * its own cache entry: "sm_XY" makes a cubin, "compute_XY" PTX, e.g.
+     * "sm_80,sm_90,compute_90". NULL: $OPJIT_CUDA_ARCHS, else the GPUs of
+     * this machine, else (no GPU) "sm_80,sm_90,compute_90". A call runs
+     * the cubin built for its GPU, else the highest compute_XY PTX not
+     * above it (JIT-compiled by the driver). */
+    const char *cuda_archs;
 } opjit_config;
 
 /* Fill cfg with defaults (everything from the environment). */
@@ -160,6 +167,19 @@ int opjit_load_file(opjit_runtime *rt, const char *path, opjit_op **op,
  * have finished and swapped in. Returns the status of the first that
  * failed since the last wait (the op kept its libtcc code), else OPJIT_OK. */
 int opjit_wait(opjit_runtime *rt);
+
+/* CUDA: run calls on device `device` in the host's context and stream,
+ * e.g. PyTorch's (torch.cuda.current_stream().cuda_stream). cu_context is a
+ * CUcontext, NULL for the device's primary context (the one the CUDA
+ * runtime and PyTorch use); cu_stream a CUstream of that context, NULL for
+ * its default stream. opjit takes no ownership: both must outlive every
+ * call on rt that uses them and, for a context, the runtime itself (device
+ * code and workspaces live in it until opjit_destroy); outputs are memory
+ * of that context. Calls run asynchronously on the stream, except those
+ * that copy results to the host. Call it before calls on that device, not
+ * concurrently with them; switching waits for work queued on the previous
+ * stream. No CUDA work happens here. OPJIT_EINVAL for a bad device. */
+int opjit_set_cuda_stream(opjit_runtime *rt, int device, void *cu_context, void *cu_stream);
 
 /* Argument of an op's schema. */
 typedef struct opjit_arg_info {

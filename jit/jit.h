@@ -22,4 +22,51 @@ typedef struct jit_tcc_job {
  * offending source line. libtcc is not reentrant: calls are serialised. */
 int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen);
 
+/* ---- NVRTC (jit/nvrtc.c): CUDA device code -> cubin or PTX ---------------- */
+
+typedef struct jit_nvrtc_job {
+    const char *source_name; /* NVRTC's program name: diagnostics say "name:line" */
+    const char *text;        /* the whole .cu; NVRTC defines __CUDACC_RTC__ */
+    const char *arch;        /* "sm_90": a cubin; "compute_90": PTX */
+    const char *const *options; /* more NVRTC options, NULL-terminated, may be NULL */
+    const char *out_path;    /* the file to write */
+} jit_nvrtc_job;
+
+/* Load libnvrtc (dlopen, once per process; a failure is retried next time):
+ * $OPJIT_NVRTC_LIBRARY alone when set, else $CUDA_HOME, $CUDA_PATH,
+ * /usr/local/cuda (lib64/, lib/), else the default library search, for
+ * libnvrtc.so.13, .12, .11 and libnvrtc.so. OPJIT_EDEVICE with a message
+ * saying what was tried when there is none. */
+int jit_nvrtc_load(char *err, size_t errlen);
+/* "nvrtc 13.0 libnvrtc.so.13 109338064": version, file and size, for cache
+ * keys. NULL until loaded. */
+const char *jit_nvrtc_identity(void);
+/* Where the library was found; NULL until loaded. */
+const char *jit_nvrtc_path(void);
+/* major * 1000 + minor * 10 (as CUDA_VERSION), 0 until loaded. */
+int jit_nvrtc_version(void);
+/* The options every compile gets besides -arch and include paths. */
+const char *jit_nvrtc_options(void);
+/* 1 if the loaded NVRTC compiles for architecture number (90 for sm_90). */
+int jit_nvrtc_supports(int arch_number);
+/* The highest architecture number <= at_most NVRTC compiles for; 0 if none
+ * or unknown. */
+int jit_nvrtc_highest_arch(int at_most);
+/* Compile job->text for job->arch into job->out_path. OPJIT_ECOMPILE with
+ * NVRTC's log in diag ("nms.cu:12: error: ..." and the line), OPJIT_EDEVICE
+ * when NVRTC cannot be loaded, OPJIT_EINVAL for a bad arch, OPJIT_EIO. */
+int jit_nvrtc_compile(const jit_nvrtc_job *job, char *diag, size_t diaglen);
+
+/* "sm_90" -> 90, ptx 0; "compute_90" -> 90, ptx 1 ("sm_90a" too). 0 when
+ * s is not an architecture name. */
+int jit_cuda_arch_parse(const char *s, int *number, int *ptx);
+/* The CUDA toolkit's include directory (holding cuda.h) under $CUDA_HOME,
+ * $CUDA_PATH or /usr/local/cuda; 0 and "" when none. */
+int jit_cuda_include_dir(char *out, size_t n);
+/* dlopen the first of names found in a CUDA toolkit, searched as for
+ * NVRTC (override: that path or soname alone). On success path receives
+ * where; on failure NULL and err says what was tried. */
+void *jit_cuda_dlopen(const char *const *names, const char *override, int flags, char *path,
+                      size_t pathlen, char *err, size_t errlen);
+
 #endif

@@ -106,8 +106,18 @@ int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen)
     tcc_set_output_type(s, TCC_OUTPUT_DLL);
     for (const char *const *p = job->include_dirs; p && *p; p++)
         tcc_add_include_path(s, *p);
-    for (const char *const *p = job->defines; p && *p; p++)
-        tcc_define_symbol(s, *p, NULL);
+    for (const char *const *p = job->defines; p && *p; p++) {
+        /* "NAME=VALUE" (NAME may be "F(x)"): tcc wants them apart. */
+        const char *eq = strchr(*p, '=');
+        char name[256];
+        if (eq && (size_t)(eq - *p) < sizeof name) {
+            memcpy(name, *p, (size_t)(eq - *p));
+            name[eq - *p] = '\0';
+            tcc_define_symbol(s, name, eq + 1);
+        } else {
+            tcc_define_symbol(s, *p, NULL);
+        }
+    }
     for (const char *const *p = job->library_dirs; p && *p; p++)
         tcc_add_library_path(s, *p);
     if (tcc_compile_string(s, text) < 0 || d.errors) {

@@ -19,6 +19,7 @@
 #include "jit/jit.h"
 #include "loader/loader_int.h"
 #include "opjit_build_config.h"
+#include "runtime/cuda.h"
 
 double loader_now_ms(void)
 {
@@ -62,6 +63,11 @@ int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **ou
     int rc = cache_open(&cc, &l->cache, err, sizeof err);
     if (!rc && (rc = tier_create(l, cfg)))
         cache_close(l->cache);
+    if (!rc && cfg->cuda_archs && !(l->cuda_archs = strdup(cfg->cuda_archs))) {
+        tier_destroy(l);
+        cache_close(l->cache);
+        rc = OPJIT_ENOMEM;
+    }
     if (rc) {
         free(l->ops_path);
         free(l);
@@ -96,16 +102,28 @@ void loader_destroy(struct loader *l)
     cache_close(l->cache);
     remove_scratch(l);
     free(l->ops_path);
+    free(l->cuda_archs);
     pthread_mutex_destroy(&l->lock);
     free(l);
 }
 
 /* The op header as this library was built with it, written once per
  * runtime into a private directory for libtcc to include. */
+static int make_scratch(loader *l);
+
+/* Created on the first compile only: cache hits never touch /tmp. The
+ * tier worker may get here too, hence the lock. */
 int loader_scratch(loader *l)
 {
-    if (l->scratch[0])
-        return OPJIT_OK;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lock);
+    int rc = l->scratch[0] ? OPJIT_OK : make_scratch(l);
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static int make_scratch(loader *l)
+{
     const char *tmp = getenv("TMPDIR");
     snprintf(l->scratch, sizeof l->scratch, "%s/opjit-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(l->scratch)) {
@@ -265,8 +283,7 @@ int source_read(loader *l, const char *path, source *s)
     if (has_suffix(path, ".c"))
         s->device = OPJIT_CPU;
     else if (has_suffix(path, ".cu"))
-        return rt_error(rt, OPJIT_EDEVICE, "%s: CUDA sources (.cu) are not supported by this "
-                        "build yet", path);
+        s->device = OPJIT_CUDA; /* host half by libtcc, device half by NVRTC */
     else
         return rt_error(rt, OPJIT_EINVAL, "%s: not an op source (expected a .c or .cu file)",
                         path);
@@ -322,17 +339,29 @@ typedef struct build_ctx {
     char diag[OPJIT_ERRMSG_SIZE - 256];
 } build_ctx;
 
-#define TCC_OPTIONS "-shared -DFORCE_OPENBLAS_COMPLEX_STRUCT -DOPJIT_TIER_TCC -lopenblas -lm"
+#define TCC_OPTIONS "-shared -DFORCE_OPENBLAS_COMPLEX_STRUCT -DOPJIT_TIER_TCC -lm"
+
+/* Linking OpenBLAS costs its initialisation (2 to 15 ms of thread-pool
+ * start-up) at every dlopen, so only sources that use it get it. */
+int source_uses_blas(const source *s) { return strstr(s->text, "cblas") != NULL; }
 
 static int build_tcc(void *ud, const char *dir, char *err, size_t errlen)
 {
     build_ctx *b = ud;
     char out[PATH_MAX];
+    int rc = loader_scratch(b->l);
+    if (rc) {
+        snprintf(err, errlen, "%s", opjit_errmsg(b->l->rt));
+        return rc;
+    }
     snprintf(out, sizeof out, "%s/host.so", dir);
     const char *includes[] = {b->src->dir, b->l->scratch, OPJIT_DLPACK_INCLUDE_DIR,
-                              OPJIT_CBLAS_INCLUDE_DIR, NULL};
+                              OPJIT_CBLAS_INCLUDE_DIR, NULL, NULL};
     const char *defines[] = {"FORCE_OPENBLAS_COMPLEX_STRUCT", "OPJIT_TIER_TCC", NULL};
-    const char *libs[] = {"openblas", "m", NULL};
+    int cuda = b->src->device == OPJIT_CUDA; /* a .cu host half: cuda.h, cudnn.h */
+    if (cuda)
+        includes[4] = cu_toolkit_include();
+    const char *libs[] = {"m", source_uses_blas(b->src) ? "openblas" : NULL, NULL};
     char libdir[PATH_MAX];
     snprintf(libdir, sizeof libdir, "%s", OPJIT_OPENBLAS_LIBRARY);
     char *slash = strrchr(libdir, '/');
@@ -343,13 +372,13 @@ static int build_tcc(void *ud, const char *dir, char *err, size_t errlen)
         .source_name = b->src->path,
         .text = b->src->text,
         .include_dirs = includes,
-        .defines = defines,
+        .defines = cuda ? cu_host_defines : defines,
         .libraries = libs,
         .library_dirs = libdirs,
         .tcc_lib_dir = OPJIT_TCC_LIB_DIR,
         .out_path = out,
     };
-    int rc = jit_tcc_compile(&job, b->diag, sizeof b->diag);
+    rc = jit_tcc_compile(&job, b->diag, sizeof b->diag);
     if (rc)
         snprintf(err, errlen, "%s", rc == OPJIT_ECOMPILE ? "compile error" : b->diag);
     return rc;
@@ -401,6 +430,8 @@ int load_module(loader *l, const source *s, const char *so, const char *tier, mo
     opjit_runtime *rt = l->rt;
     int rc;
     *out = NULL;
+    if (!so) /* the cache entry lacks the artifact */
+        return rt_error(rt, OPJIT_ECACHE, "%s: the cache entry has no host.so", s->path);
     module *m = module_new(rt, s->path, tier, s->device);
     if (!m)
         return rt_error(rt, OPJIT_ENOMEM, "out of memory");
@@ -440,12 +471,23 @@ fail:
 
 /* Load, publish and remember the module in entry's artifact. */
 static int publish_entry(loader *l, const source *s, cache_entry *entry, const char *tier,
-                         const cache_key *key, char *opname, size_t opname_len)
+                         const cache_key *key, char *opname, size_t opname_len,
+                         struct cuda_module *cm)
 {
     module *m;
+    if (s->device == OPJIT_CUDA)
+        cu_preload(l);
     int rc = load_module(l, s, cache_entry_path(entry, "host.so"), tier, &m);
-    if (rc)
+    if (rc) {
+        cuda_module_free(cm);
+        if (s->device == OPJIT_CUDA && cu_preload_error() && strstr(opjit_errmsg(l->rt), "cudnn")) {
+            char msg[2048];
+            snprintf(msg, sizeof msg, "%s", opjit_errmsg(l->rt));
+            rc = rt_error(l->rt, rc, "%s (cuDNN: %s)", msg, cu_preload_error());
+        }
         return rc;
+    }
+    m->cuda = cm; /* the module owns its device code now */
     snprintf(opname, opname_len, "%s", module_op_name(m, s->stem));
     if ((rc = module_publish(l->rt, m))) {
         module_discard(m);
@@ -477,7 +519,10 @@ static int load_file_locked(loader *l, const char *path, opjit_op **op, opjit_lo
     }
     cache_keygen_add_str(g, "compiler", OPJIT_TCC_IDENTITY);
     cache_keygen_add_str(g, "options", TCC_OPTIONS);
+    cache_keygen_add_str(g, "link-blas", source_uses_blas(&src) ? "yes" : "no");
     cache_keygen_add_str(g, "target", loader_target());
+    if (src.device == OPJIT_CUDA)
+        cu_host_key(g);
     cache_request req = {
         .op_name = src.stem,
         .source_name = src.name,
@@ -509,7 +554,7 @@ static int load_file_locked(loader *l, const char *path, opjit_op **op, opjit_lo
     cache_entry *entry = NULL;
     if (tier_lookup(l, &src, &entry) == OPJIT_OK) {
         double t_fetch = loader_now_ms();
-        rc = publish_entry(l, &src, entry, "opt", &req.key, opname, sizeof opname);
+        rc = publish_entry(l, &src, entry, "opt", &req.key, opname, sizeof opname, NULL);
         cache_entry_release(entry);
         if (!rc) {
             source_free(&src);
@@ -527,10 +572,6 @@ static int load_file_locked(loader *l, const char *path, opjit_op **op, opjit_lo
                path, opjit_errmsg(rt));
     }
 
-    if ((rc = loader_scratch(l))) {
-        source_free(&src);
-        return rc;
-    }
     build_ctx *b = calloc(1, sizeof *b);
     if (!b) {
         source_free(&src);
@@ -551,12 +592,26 @@ static int load_file_locked(loader *l, const char *path, opjit_op **op, opjit_lo
         return rc;
     }
     free(b);
+    /* A .cu: its device code, per architecture. */
+    struct cuda_module *cm = NULL;
+    const char *tier = "tcc";
+    if (src.device == OPJIT_CUDA) {
+        int dev_hit;
+        if ((rc = cu_device_code(l, &src, &cm, &dev_hit))) {
+            cache_entry_release(entry);
+            source_free(&src);
+            return rc;
+        }
+        hit = hit && dev_hit;
+        tier = "nvrtc";
+        t_fetch = loader_now_ms();
+    }
     if (info) {
         info->cache_hit = hit;
         info->compile_ms = hit ? 0 : t_fetch - t_key;
-        snprintf(info->tier, sizeof info->tier, "tcc");
+        snprintf(info->tier, sizeof info->tier, "%s", tier);
     }
-    rc = publish_entry(l, &src, entry, "tcc", &req.key, opname, sizeof opname);
+    rc = publish_entry(l, &src, entry, tier, &req.key, opname, sizeof opname, cm);
     cache_entry_release(entry);
     if (rc) {
         source_free(&src);
@@ -646,10 +701,20 @@ static int load_one(void *ud, const char *path)
         snprintf(bn->first_dir_found, sizeof bn->first_dir_found, "%s", dir);
     else if (strcmp(dir, bn->first_dir_found))
         return 0;
-    if (has_suffix(path, ".cu"))
-        return 0; /* not usable by this build */
+    int cu = has_suffix(path, ".cu");
+    char why[1024];
+    if (cu && cu_usable(why, sizeof why)) {
+        /* No driver or no device: CUDA code could not run here. */
+        rt_log(bn->rt, OPJIT_LOG_INFO, "%s: skipped: %s", path, why);
+        return 0;
+    }
     bn->usable++;
     int rc = load_file_locked(bn->rt->loader, path, NULL, NULL);
+    if (rc && cu && rc == OPJIT_EDEVICE && bn->loaded) {
+        /* No NVRTC (and nothing warmed): the CPU kernels serve. */
+        rt_log(bn->rt, OPJIT_LOG_WARN, "%s", opjit_errmsg(bn->rt));
+        return 0;
+    }
     if (rc) {
         bn->rc = rc;
         return 1;

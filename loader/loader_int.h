@@ -28,6 +28,7 @@ typedef struct loader {
     char scratch[PATH_MAX]; /* private temp dir holding opjit_op.h */
     loaded *loaded;
     tier_state *tier;
+    char *cuda_archs;     /* config.cuda_archs, or NULL */
 } loader;
 
 /* A source file read into memory. */
@@ -43,6 +44,8 @@ typedef struct source {
 } source;
 
 int source_read(loader *l, const char *path, source *s);
+/* Whether the source calls OpenBLAS (then its artifact links it). */
+int source_uses_blas(const source *s);
 void source_free(source *s);
 /* A keygen holding what every artifact of s depends on: opjit's ABI and op
  * header, the source's name and bytes, its local headers. The caller adds
@@ -72,5 +75,27 @@ void tier_schedule(loader *l, const source *s, const cache_key *tcc_key);
  * that failed since the last wait. */
 int tier_wait(loader *l);
 int tier_enabled(const loader *l);
+
+/* ---- CUDA sources (loader/cuda_load.c) ---------------------------------- */
+
+struct cuda_module;
+/* libtcc defines for the host half of a .cu, NULL-terminated. */
+extern const char *const cu_host_defines[];
+/* The CUDA toolkit's include directory for host halves, or NULL. */
+const char *cu_toolkit_include(void);
+/* Add to a .cu host key: its defines and the toolkit headers' versions. */
+void cu_host_key(cache_keygen *g);
+/* The device code of s for every architecture in use (config, else
+ * $OPJIT_CUDA_ARCHS, else this machine's GPUs, else the default), from
+ * the cache or NVRTC; *all_hit when nothing was compiled. */
+int cu_device_code(loader *l, const source *s, struct cuda_module **out, int *all_hit);
+/* Before dlopening a host half: libcudnn.so.9 RTLD_GLOBAL when available
+ * (once per process). */
+void cu_preload(loader *l);
+/* Why libcudnn could not be loaded, or NULL. */
+const char *cu_preload_error(void);
+/* OPJIT_OK when .cu sources can run here (a driver and a device); else
+ * why not. */
+int cu_usable(char *why, size_t n);
 
 #endif

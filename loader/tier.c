@@ -30,7 +30,7 @@
 
 extern char **environ;
 
-#define OPT_OPTIONS "-O2 -ffp-contract=off -fPIC -shared -std=gnu99 -DFORCE_OPENBLAS_COMPLEX_STRUCT -DOPJIT_TIER_OPT -lopenblas -lm"
+#define OPT_OPTIONS "-O2 -ffp-contract=off -fPIC -shared -std=gnu99 -DFORCE_OPENBLAS_COMPLEX_STRUCT -DOPJIT_TIER_OPT -lm"
 
 typedef struct tier_job {
     char *path; /* as given: diagnostics and module source name */
@@ -133,6 +133,9 @@ static int compiler_identity(loader *l, tier_state *t)
 {
     if (t->identity[0])
         return OPJIT_OK;
+    int rc = loader_scratch(l);
+    if (rc)
+        return rc;
     char log[PATH_MAX + 32];
     snprintf(log, sizeof log, "%s/cc-version.txt", l->scratch);
     char *argv[] = {t->cc, "--version", NULL};
@@ -167,6 +170,7 @@ static int opt_request(const source *s, const char *level, const char *identity,
         return OPJIT_ENOMEM;
     cache_keygen_add_str(g, "tier", identity ? "opt" : "opt-index");
     cache_keygen_add_str(g, "options", OPT_OPTIONS);
+    cache_keygen_add_str(g, "link-blas", source_uses_blas(s) ? "yes" : "no");
     cache_keygen_add_str(g, "target", loader_target());
     cache_keygen_add_str(g, "cpu", level);
     if (identity)
@@ -286,8 +290,10 @@ static int build_opt(void *ud, const char *dir, char *err, size_t errlen)
     argv[n++] = "-o";
     argv[n++] = out;
     argv[n++] = srcf;
-    argv[n++] = libdir;
-    argv[n++] = "-lopenblas";
+    if (source_uses_blas(b->src)) {
+        argv[n++] = libdir;
+        argv[n++] = "-lopenblas";
+    }
     argv[n++] = "-lm";
     argv[n] = NULL;
     int rc = run_logged((char *const *)argv, log);

@@ -400,26 +400,26 @@ static int nms_cpu(opjit_ctx *ctx, opjit_args *a)
     DLTensor *out;
 
     if (!boxes || !scores)
-        return opjit_fail(ctx, "nms: boxes and scores are required");
+        return opjit_fail(ctx, "boxes and scores are required");
     if (boxes->ndim != 2 || boxes->shape[1] != 4)
-        return opjit_fail(ctx, "nms: boxes must have shape [N, 4] (x1, y1, x2, y2), "
+        return opjit_fail(ctx, "boxes must have shape [N, 4] (x1, y1, x2, y2), "
                                "got a %dD tensor with %lld columns",
                           boxes->ndim,
                           (long long)(boxes->ndim >= 2 ? boxes->shape[1] : -1));
     if (scores->ndim != 1)
-        return opjit_fail(ctx, "nms: scores must be a 1D tensor [N], got %dD",
+        return opjit_fail(ctx, "scores must be a 1D tensor [N], got %dD",
                           scores->ndim);
     is64 = opjit_is_dtype(boxes, kDLFloat, 64);
     if (!is64 && !opjit_is_dtype(boxes, kDLFloat, 32))
-        return opjit_fail(ctx, "nms: boxes must be float32 or float64");
+        return opjit_fail(ctx, "boxes must be float32 or float64");
     if (scores->dtype.code != boxes->dtype.code ||
         scores->dtype.bits != boxes->dtype.bits ||
         scores->dtype.lanes != boxes->dtype.lanes)
-        return opjit_fail(ctx, "nms: scores dtype (%s) must match boxes dtype (%s)",
+        return opjit_fail(ctx, "scores dtype (%s) must match boxes dtype (%s)",
                           nms_dtype_name(scores), nms_dtype_name(boxes));
     n = boxes->shape[0];
     if (scores->shape[0] != n)
-        return opjit_fail(ctx, "nms: boxes and scores must have the same number of "
+        return opjit_fail(ctx, "boxes and scores must have the same number of "
                                "boxes, got boxes [%lld, 4] and scores [%lld]",
                           (long long)n, (long long)scores->shape[0]);
 
@@ -428,7 +428,7 @@ static int nms_cpu(opjit_ctx *ctx, opjit_args *a)
         return opjit_output(ctx, 0, OPJIT_INT64, 1, shape) ? 0 : -1;
     }
     if (n > INT32_MAX)
-        return opjit_fail(ctx, "nms: too many boxes (%lld, at most %ld)",
+        return opjit_fail(ctx, "too many boxes (%lld, at most %ld)",
                           (long long)n, (long)INT32_MAX);
 
     /* One region: keys x2, indices x3 (order, scratch, keep), five value
@@ -441,7 +441,7 @@ static int nms_cpu(opjit_ctx *ctx, opjit_args *a)
     ws = (unsigned char *)opjit_workspace(
         ctx, 2 * sz_key + 3 * sz_idx + 5 * sz_val + 6 * sz_i32 + nms_align((size_t)n));
     if (!ws)
-        return opjit_fail(ctx, "nms: out of memory for %lld boxes", (long long)n);
+        return opjit_fail(ctx, "out of memory for %lld boxes", (long long)n);
     key = (uint64_t *)ws; ws += sz_key;
     tkey = (uint64_t *)ws; ws += sz_key;
     order = (int64_t *)ws; ws += sz_idx;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/cuda.h"
 #include "runtime/runtime.h"
 
 /* ---- outputs ------------------------------------------------------------- */
@@ -20,14 +21,17 @@ typedef struct out_block {
     opjit_alloc_fn alloc;
     void *alloc_ud;
     size_t size;
+    cuda_mem dev; /* a CUDA output's data; the block stays host memory */
     int64_t shape[];
 } out_block;
 
 static void out_block_delete(DLManagedTensor *mt)
 {
     out_block *b = (out_block *)mt;
-    if (b)
+    if (b) {
+        cuda_mem_free(&b->dev);
         b->alloc(b->alloc_ud, b, b->size, 0);
+    }
 }
 
 static int kernel_error(opjit_ctx *ctx, int status, const char *fmt, ...)
@@ -40,6 +44,18 @@ static int kernel_error(opjit_ctx *ctx, int status, const char *fmt, ...)
     if (!ctx->status)
         ctx->status = rt_error(ctx->rt, status, "%s: %s", ctx->k->sch.name, msg);
     return status;
+}
+
+int call_error(opjit_ctx *ctx, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[2048];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!ctx->status)
+        ctx->status = rt_error(ctx->rt, status, "%s: %s", ctx->k->sch.name, msg);
+    return ctx->status;
 }
 
 static DLTensor *api_output(opjit_ctx *ctx, int index, DLDataType dtype, int ndim,
@@ -60,7 +76,7 @@ static DLTensor *api_output(opjit_ctx *ctx, int index, DLDataType dtype, int ndi
         kernel_error(ctx, OPJIT_EKERNEL, "opjit_output: bad dtype or rank for output %d", index);
         return NULL;
     }
-    if (ctx->device != OPJIT_CPU) {
+    if (ctx->device != OPJIT_CPU && ctx->device != OPJIT_CUDA) {
         kernel_error(ctx, OPJIT_EDEVICE, "opjit_output: no allocator for device %s",
                      opjit_device_name(ctx->device));
         return NULL;
@@ -78,8 +94,9 @@ static DLTensor *api_output(opjit_ctx *ctx, int index, DLDataType dtype, int ndi
         kernel_error(ctx, OPJIT_ENOMEM, "opjit_output: output %d is too large", index);
         return NULL;
     }
+    int cuda = ctx->device == OPJIT_CUDA;
     size_t head = sizeof(out_block) + (size_t)ndim * sizeof(int64_t);
-    size_t size = head + 64 + numel * elem;
+    size_t size = head + (cuda ? 0 : 64 + numel * elem);
     out_block *b = ctx->rt->alloc(ctx->rt->alloc_ud, NULL, 0, size);
     if (!b) {
         kernel_error(ctx, OPJIT_ENOMEM, "out of memory allocating %zu bytes for output %d",
@@ -93,10 +110,22 @@ static DLTensor *api_output(opjit_ctx *ctx, int index, DLDataType dtype, int ndi
     if (ndim)
         memcpy(b->shape, shape, (size_t)ndim * sizeof(int64_t));
     uintptr_t data = ((uintptr_t)b + head + 63) & ~(uintptr_t)63;
+    if (cuda) {
+        /* Device memory (cuMemAlloc, at least 256-byte aligned), freed by
+         * the deleter with cuMemFree. */
+        char err[512];
+        int rc = cuda_mem_alloc(ctx, numel * elem, &b->dev, err, sizeof err);
+        if (rc) {
+            b->alloc(b->alloc_ud, b, size, 0);
+            kernel_error(ctx, rc, "opjit_output: output %d: %s", index, err);
+            return NULL;
+        }
+        data = (uintptr_t)b->dev.ptr;
+    }
     DLTensor *t = &b->mt.dl_tensor;
     t->data = (void *)data;
-    t->device.device_type = kDLCPU;
-    t->device.device_id = 0;
+    t->device.device_type = cuda ? kDLCUDA : kDLCPU;
+    t->device.device_id = cuda ? ctx->device_id : 0;
     t->ndim = ndim;
     t->dtype = dtype;
     t->shape = b->shape;
@@ -217,6 +246,11 @@ const opjit_api runtime_api = {
     .workspace = api_workspace,
     .fail = api_fail,
     .device_id = api_device_id,
+    .launch = cuda_api_launch,
+    .memcpy_dev = cuda_api_memcpy,
+    .device_workspace = cuda_api_device_workspace,
+    .stream = cuda_api_stream,
+    .synchronize = cuda_api_synchronize,
 };
 
 /* ---- the call --------------------------------------------------------------- */
@@ -396,7 +430,10 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
     opjit_ctx ctx = {.rt = rt, .k = k, .device = device,
                      .device_id = first ? first->device.device_id : 0};
     opjit_args kargs = {k->sch.nargs, v};
-    int rc = k->fn(&ctx, &kargs);
+    int rc;
+    if (device == OPJIT_CUDA && (rc = cuda_call_begin(&ctx)))
+        return rc;
+    rc = k->fn(&ctx, &kargs);
     if (rc && !ctx.status)
         ctx.status = rt_error(rt, OPJIT_EKERNEL, "%s: the kernel failed (returned %d) without "
                               "a message", op->name, rc);
@@ -410,6 +447,8 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
     }
     if (ctx.ws)
         workspace_release(rt, ctx.ws);
+    if (device == OPJIT_CUDA)
+        cuda_call_end(&ctx);
     if (ctx.status) {
         for (int i = 0; i < s->nouts; i++)
             if (ctx.outs[i])

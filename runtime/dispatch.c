@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/cuda.h"
 #include "runtime/runtime.h"
 
 static const struct {
@@ -75,6 +76,7 @@ void module_discard(module *m)
         next = k->next_in_module;
         kernel_free(k);
     }
+    cuda_module_free(m->cuda);
     if (m->dl)
         dlclose(m->dl);
     free(m->source);

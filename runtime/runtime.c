@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/cuda.h"
 #include "runtime/runtime.h"
 
 /* The default allocator: malloc's 16-byte alignment is what the contract
@@ -57,8 +58,14 @@ int opjit_create(const opjit_config *cfg, opjit_runtime **out)
     rt->log = cfg->log;
     rt->log_ud = cfg->log_ud;
     rt->verbosity = cfg->verbosity;
+    if (!(rt->cuda = cuda_rt_new())) { /* bookkeeping only: no CUDA work yet */
+        pthread_mutex_destroy(&rt->lock);
+        free(rt);
+        return OPJIT_ENOMEM;
+    }
     int rc = loader_create(rt, cfg, &rt->loader);
     if (rc) {
+        cuda_rt_free(rt->cuda);
         pthread_mutex_destroy(&rt->lock);
         free(rt);
         return rc;
@@ -82,6 +89,7 @@ void opjit_destroy(opjit_runtime *rt)
         module_discard(m);
     }
     workspace_free_all(rt);
+    cuda_rt_free(rt->cuda); /* after the modules: they unload in its contexts */
     pthread_mutex_destroy(&rt->lock);
     rt_clear_error(NULL);
     free(rt);

@@ -90,6 +90,7 @@ struct module {
     kernel *last;   /* for opjit_require */
     int status;     /* first registration error */
     char err[1024];
+    struct cuda_module *cuda; /* .cu: device code per architecture (runtime/cuda.h) */
     module *next;
 };
 
@@ -114,6 +115,7 @@ struct opjit_runtime {
     void *log_ud;
     int verbosity;
     struct loader *loader;
+    struct cuda_rt *cuda; /* contexts, streams, device workspaces (runtime/cuda.h) */
 };
 
 /* ---- calls (runtime/call.c) -------------------------------------------- */
@@ -126,6 +128,11 @@ struct opjit_ctx {
     int status;
     DLManagedTensor *outs[OPJIT_MAX_OUTS];
     workspace *ws;
+    /* CUDA calls (runtime/cuda.c) */
+    struct cuda_dev *cdev;        /* the device's context and stream */
+    struct cuda_loaded *cmod;     /* the module's device code in that context */
+    struct cuda_ws *dws;          /* device workspace of this call */
+    int pushed;                   /* the context was pushed */
 };
 
 extern const opjit_api runtime_api;

@@ -7,11 +7,13 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -246,7 +248,7 @@ static void set_mtime(const char *path, time_t t)
 
 static char *manifest_of(const char *entrydir)
 {
-    static char p[1400];
+    static char p[1500];
     snprintf(p, sizeof p, "%s/manifest", entrydir);
     return p;
 }
@@ -540,6 +542,45 @@ static void test_verify_repair(void)
     cache_close(c);
 }
 
+/* build == NULL: a probe finds a good entry or says ENOTFOUND, never builds. */
+static void test_probe(void)
+{
+    logcap lc = {0};
+    cache *c = open_at(tdir("probe"), NULL, 0, 0, &lc);
+    if (!c)
+        return;
+    cache_request r = mkreq("nms", "probe");
+    cache_entry *e = NULL;
+    int hit = -1;
+    char err[512] = "", dir[1400];
+    CHECK(cache_fetch(c, &r, NULL, NULL, &e, &hit, err, sizeof err) == OPJIT_ENOTFOUND);
+    CHECK(e == NULL && hit == 0);
+    CHECK_STR_CONTAINS(err, r.key.hex);
+    bctx b = {0};
+    CHECK(fetch(c, &r, &b, &e, &hit) == OPJIT_OK);
+    snprintf(dir, sizeof dir, "%s", cache_entry_dir(e));
+    cache_entry_release(e);
+    CHECK(cache_fetch(c, &r, NULL, NULL, &e, &hit, err, sizeof err) == OPJIT_OK && hit == 1);
+    CHECK(e && entry_ok(e, 20000, 0));
+    cache_entry_release(e);
+    /* A damaged entry: warned about, evicted, not found. */
+    damage(dir, D_BITFLIP);
+    CHECK(cache_fetch(c, &r, NULL, NULL, &e, &hit, err, sizeof err) == OPJIT_ENOTFOUND);
+    CHECK(lc.nwarn == 1 && !exists(dir) && b.calls == 1);
+    cache_close(c);
+    /* Offline, a probe miss is still ENOTFOUND. */
+    c = open_at(tdir("probe"), NULL, 1, 0, NULL);
+    CHECK(cache_fetch(c, &r, NULL, NULL, &e, &hit, err, sizeof err) == OPJIT_ENOTFOUND);
+    cache_close(c);
+    /* The all-zero key (cache_keygen_new out of memory) is refused. */
+    c = open_at(tdir("probe"), NULL, 0, 0, NULL);
+    cache_keygen_finish(NULL, &r.key);
+    CHECK(!strcmp(r.key.hex, "00000000000000000000000000000000"));
+    CHECK(cache_fetch(c, &r, build_cb, &b, &e, &hit, err, sizeof err) == OPJIT_ENOMEM);
+    CHECK(b.calls == 1);
+    cache_close(c);
+}
+
 /* ---- layers ------------------------------------------------------------- */
 
 /* A listing of every file under root with what must not change. */
@@ -646,6 +687,93 @@ static void test_readonly_layer(void)
            before, after);
     free(before);
     free(after);
+}
+
+/* A real read-only file system, where root's permissions do not help: a
+ * tmpfs remounted read-only, in a private mount namespace of a child (so
+ * nothing outlives the test). Skipped where mounting is not allowed. */
+static int rofs_child(const char *mnt)
+{
+    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("tmpfs", mnt, "tmpfs", 0, "size=16m,mode=0700") != 0)
+        return 77;
+    char dir[1400];
+    snprintf(dir, sizeof dir, "%s/cache", mnt);
+    cache_request ra = mkreq("nms", "rofs-a"), rb = mkreq("nms", "rofs-b");
+    bctx b = {0};
+    cache_entry *e;
+    int hit;
+    cache *c = open_at(dir, NULL, 0, 0, NULL);
+    CHECK(c && fetch(c, &ra, &b, &e, &hit) == OPJIT_OK && hit == 0);
+    cache_entry_release(e);
+    cache_close(c);
+    if (mount(NULL, mnt, NULL, MS_REMOUNT | MS_RDONLY, NULL) != 0)
+        return 77;
+    /* As a read-only layer. */
+    c = open_at(tdir("rofs-top"), dir, 0, 0, NULL);
+    CHECK(fetch(c, &ra, &b, &e, &hit) == OPJIT_OK && hit == 1 && b.calls == 1);
+    CHECK(!strncmp(cache_entry_dir(e), dir, strlen(dir)));
+    cache_entry_release(e);
+    CHECK(fetch(c, &rb, &b, &e, &hit) == OPJIT_OK && hit == 0 && b.calls == 2);
+    cache_entry_release(e);
+    cache_close(c);
+    /* As the writable cache: one warning, its entries still serve, a miss
+     * builds in a private directory. */
+    logcap lc = {0};
+    c = open_at(dir, NULL, 0, 0, &lc);
+    CHECK(lc.nwarn == 1 && !cache_writable(c));
+    CHECK_STR_CONTAINS(lc.last, "Read-only file system");
+    CHECK(fetch(c, &ra, &b, &e, &hit) == OPJIT_OK && hit == 1 && b.calls == 2);
+    cache_entry_release(e);
+    CHECK(fetch(c, &rb, &b, &e, &hit) == OPJIT_OK && hit == 0 && b.calls == 3);
+    CHECK(entry_ok(e, 20000, 0));
+    cache_entry_release(e);
+    CHECK(lc.nwarn == 1);
+    cache_close(c);
+
+    /* A full file system: the build fails with an I/O error there, and
+     * runs again in a private directory (one warning). */
+    char full[1400];
+    snprintf(full, sizeof full, "%s/full", tdir("rofs-top"));
+    CHECK(mkdir(full, 0700) == 0);
+    if (mount("tmpfs", full, "tmpfs", 0, "size=256k,mode=0700") != 0)
+        return 77;
+    lc.nwarn = 0;
+    c = open_at(full, NULL, 0, 0, &lc);
+    CHECK(c && cache_writable(c) && lc.nwarn == 0);
+    char filler[1500];
+    snprintf(filler, sizeof filler, "%s/filler", full);
+    int fd = open(filler, O_WRONLY | O_CREAT, 0600);
+    static char chunk[4096];
+    while (fd >= 0 && write(fd, chunk, sizeof chunk) > 0)
+        ;
+    if (fd >= 0)
+        close(fd);
+    cache_request rc_ = mkreq("nms", "rofs-c");
+    CHECK(fetch(c, &rc_, &b, &e, &hit) == OPJIT_OK && hit == 0 && b.calls == 5);
+    CHECK(e && strncmp(cache_entry_dir(e), full, strlen(full)) != 0 && entry_ok(e, 20000, 0));
+    cache_entry_release(e);
+    CHECK(lc.nwarn == 1);
+    CHECK_STR_CONTAINS(lc.last, "file system full");
+    cache_close(c);
+    return t_failed_checks ? 1 : 0;
+}
+
+static void test_readonly_fs(void)
+{
+    const char *mnt = tdir("rofs-mnt");
+    CHECK(mkdir(mnt, 0700) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(rofs_child(mnt));
+    int st = -1;
+    waitpid(pid, &st, 0);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+        fprintf(stderr, "  (skipped: cannot mount a read-only tmpfs here)\n");
+        return;
+    }
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %#x", st);
 }
 
 static void test_offline(void)
@@ -1148,7 +1276,9 @@ int main(void)
     T_RUN(test_manifest);
     T_RUN(test_corruption);
     T_RUN(test_verify_repair);
+    T_RUN(test_probe);
     T_RUN(test_readonly_layer);
+    T_RUN(test_readonly_fs);
     T_RUN(test_offline);
     T_RUN(test_unwritable_fallback);
     T_RUN(test_untrusted);

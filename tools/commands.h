@@ -23,6 +23,9 @@ int opjit_cmd_call(int argc, char **argv);
 /* tools/cmd_warm.c */
 int opjit_cmd_warm(int argc, char **argv);
 
+/* tools/cmd_cache.c */
+int opjit_cmd_cache(int argc, char **argv);
+
 /* Helpers from tools/opjit.c for every subcommand. */
 
 /* opjit_config_init(cfg), then the global options: --cache (cache_dir),

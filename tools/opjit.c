@@ -570,7 +570,8 @@ static const unsigned char *elem_ptr(const DLTensor *t, int64_t k)
     return base + off * (int64_t)itemsize;
 }
 
-/* Shortest text that reads back as v at the given precision. */
+/* Shortest text that reads back as v at the given precision: positional
+ * for 1e-4 <= |v| < 1e16, else scientific, as numpy prints. */
 static void format_float(char *buf, size_t len, double v, int is_f32)
 {
     if (isnan(v)) {
@@ -581,16 +582,27 @@ static void format_float(char *buf, size_t len, double v, int is_f32)
         snprintf(buf, len, v < 0 ? "-inf" : "inf");
         return;
     }
-    int maxp = is_f32 ? 9 : 17;
-    for (int p = 1; p <= maxp; p++) {
-        snprintf(buf, len, "%.*g", p, v);
-        double back = strtod(buf, NULL);
+    int maxp = is_f32 ? 9 : 17, p;
+    char sci[32];
+    for (p = 1; p <= maxp; p++) {
+        snprintf(sci, sizeof sci, "%.*e", p - 1, v);
+        double back = strtod(sci, NULL);
         if (is_f32 ? (float)back == (float)v : back == v)
             break;
     }
-    /* numpy marks a float that prints like an integer: "2." */
-    if (!strpbrk(buf, ".e") && strlen(buf) + 1 < len)
-        strcat(buf, ".");
+    if (p > maxp)
+        p = maxp;
+    double a = fabs(v);
+    if (v == 0 || (a >= 1e-4 && a < 1e16)) {
+        int exp10 = atoi(strchr(sci, 'e') + 1);
+        int decimals = p - 1 - exp10;
+        snprintf(buf, len, "%.*f", decimals > 0 ? decimals : 0, v);
+        /* numpy marks a float that prints like an integer: "2." */
+        if (!strchr(buf, '.') && strlen(buf) + 1 < len)
+            strcat(buf, ".");
+    } else {
+        snprintf(buf, len, "%s", sci);
+    }
 }
 
 static void format_elem(char *buf, size_t len, const DLTensor *t, int64_t k)
@@ -1169,7 +1181,7 @@ static const cli_command cli_commands[] = {
     {"load", opjit_cmd_load, "compile and register source files, with timings"},
     {"call", opjit_cmd_call, "call an operator on .npy tensors and numbers"},
     {"warm", opjit_cmd_warm, "compile operators into the cache ahead of time"},
-    /* {"cache", opjit_cmd_cache, ...} (tools/cmd_cache.c) goes here. */
+    {"cache", opjit_cmd_cache, "list, verify, prune and clear the cache"},
     {NULL, NULL, NULL},
 };
 

@@ -1,0 +1,795 @@
+#!/usr/bin/python3
+"""bench/bench.py - opjit against its anchors, in one run (bench/run calls it).
+
+Every figure is a ratio of opjit against its anchor measured in the same
+run, on the same inputs, interleaved repetition by repetition, median
+reported. Both sides run on one thread: OMP_NUM_THREADS=1,
+OPENBLAS_NUM_THREADS=1 and MKL_NUM_THREADS=1 for every process, and
+torch.set_num_threads(1) here.
+
+The C side is bench/opjit_bench (built by bench/run): `loads` times loads
+in fresh processes, `serve` is a coprocess that runs opjit calls (and the
+direct cblas_sgemm / direct C anchors) on request, so one repetition of
+opjit and one of torch alternate. Inputs are written once with numpy to
+bench/results/inputs/*.npy and read by both sides.
+
+Writes bench/results/latest.md, latest.json and nms.png (gnuplot).
+
+usage: bench/bench.py --bin build/bench/opjit_bench [--quick]
+"""
+import os
+
+for _k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_k] = "1"
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import glob  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import shutil  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import torchvision  # noqa: E402
+
+torch.set_num_threads(1)
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+RESULTS = os.path.join(ROOT, "bench", "results")
+INPUTS = os.path.join(RESULTS, "inputs")
+
+NMS_SIZES = [500, 1000, 2000, 4000, 7000, 10000]
+NMS_TABLE = [1000, 4000, 10000]
+NMS_IOU = 0.5
+# ResNet-50 layer shapes: name, in channels, out channels, kernel, H=W, stride, padding
+CONV_SHAPES = [
+    ("3x3 64->64 @56", 64, 64, 3, 56, 1, 1),
+    ("1x1 256->64 @56", 256, 64, 1, 56, 1, 0),
+    ("1x1 64->256 @56", 64, 256, 1, 56, 1, 0),
+    ("3x3 128->128 @28", 128, 128, 3, 28, 1, 1),
+    ("1x1 512->2048 @7", 512, 2048, 1, 7, 1, 0),
+]
+CONV_BATCHES = [1, 8]
+MM_SIZES = [256, 512, 1024, 2048]
+INPUT_SPEC = "v1 nms=%s conv=%s b=%s mm=%s" % (NMS_SIZES, CONV_SHAPES, CONV_BATCHES, MM_SIZES)
+
+
+def log(msg):
+    print("bench: " + msg, file=sys.stderr, flush=True)
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+# ---- inputs ------------------------------------------------------------------
+
+def conv_x_name(cin, hw, b):
+    return "x_c%d_h%d_b%d" % (cin, hw, b)
+
+
+def conv_w_name(cout, cin, k):
+    return "w_o%d_c%d_k%d" % (cout, cin, k)
+
+
+def inp(name):
+    return os.path.join(INPUTS, name + ".npy")
+
+
+def gen_inputs():
+    stamp = os.path.join(INPUTS, "SPEC")
+    if os.path.exists(stamp) and open(stamp).read() == INPUT_SPEC:
+        return
+    log("generating inputs in %s" % INPUTS)
+    os.makedirs(INPUTS, exist_ok=True)
+    for n in NMS_SIZES:
+        # Random boxes, as the issue says: x1, y1 uniform in [0, 1000),
+        # w, h uniform in [10, 110), scores uniform in [0, 1).
+        rng = np.random.default_rng([1, n])
+        xy = rng.uniform(0, 1000, size=(n, 2))
+        wh = rng.uniform(10, 110, size=(n, 2))
+        boxes = np.concatenate([xy, xy + wh], axis=1).astype(np.float32)
+        scores = rng.uniform(0, 1, size=n).astype(np.float32)
+        np.save(inp("boxes_%d" % n), boxes)
+        np.save(inp("scores_%d" % n), scores)
+    done = set()
+    for (_, cin, cout, k, hw, _, _) in CONV_SHAPES:
+        for b in CONV_BATCHES:
+            xn = conv_x_name(cin, hw, b)
+            if xn not in done:
+                rng = np.random.default_rng([2, cin, hw, b])
+                np.save(inp(xn), rng.standard_normal((b, cin, hw, hw), dtype=np.float32))
+                done.add(xn)
+        wn = conv_w_name(cout, cin, k)
+        if wn not in done:
+            rng = np.random.default_rng([3, cout, cin, k])
+            w = rng.standard_normal((cout, cin, k, k), dtype=np.float32)
+            np.save(inp(wn), (w * np.float32(math.sqrt(2.0 / (cin * k * k)))).astype(np.float32))
+            done.add(wn)
+    for n in MM_SIZES:
+        rng = np.random.default_rng([4, n])
+        np.save(inp("mm_a_%d" % n), rng.standard_normal((n, n), dtype=np.float32))
+        np.save(inp("mm_b_%d" % n), rng.standard_normal((n, n), dtype=np.float32))
+    with open(stamp, "w") as f:
+        f.write(INPUT_SPEC)
+
+
+# ---- the C coprocess ---------------------------------------------------------
+
+class BenchError(Exception):
+    pass
+
+
+class Serve:
+    def __init__(self, exe, cache):
+        env = dict(os.environ, OPJIT_BENCH_CACHE=cache)
+        self.p = subprocess.Popen([exe, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True, bufsize=1, env=env, cwd=ROOT)
+
+    def cmd(self, *words):
+        self.p.stdin.write(" ".join(str(w) for w in words) + "\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        if not line:
+            raise BenchError("opjit_bench serve died (command: %s)" % " ".join(map(str, words)))
+        line = line.rstrip("\n")
+        if line.startswith("err"):
+            raise BenchError(line[4:])
+        out = {}
+        for tok in line.split()[1:]:
+            if "=" in tok:
+                k, v = tok.split("=", 1)
+                out[k] = v
+        return out
+
+    def close(self):
+        try:
+            self.p.stdin.write("quit\n")
+            self.p.stdin.flush()
+            self.p.wait(timeout=60)
+        except Exception:
+            self.p.kill()
+
+
+# ---- timing ------------------------------------------------------------------
+
+def calibrate(fn, target):
+    """Iterations per repetition so that one repetition lasts about target s.
+    fn(iters) returns the seconds iters calls took. The first call warms up."""
+    fn(1)
+    iters = 1
+    while True:
+        t = fn(iters)
+        if t >= 0.02 or iters >= 10_000_000:
+            break
+        iters = min(10_000_000, iters * max(2, int(0.03 / max(t, 1e-9))))
+    per = t / iters
+    return max(1, int(round(target / per))), per
+
+
+def interleaved(sides, reps, target):
+    """sides: [(name, fn)]. Calibrate each, then `reps` rounds, each timing
+    one repetition of every side (the order rotates each round). Returns
+    {name: [seconds per call, one per repetition]}, {name: iters}."""
+    iters = {}
+    for name, fn in sides:
+        iters[name], _ = calibrate(fn, target)
+    out = {name: [] for name, _ in sides}
+    for r in range(reps):
+        k = r % len(sides)
+        for name, fn in sides[k:] + sides[:k]:
+            out[name].append(fn(iters[name]) / iters[name])
+    return out, iters
+
+
+def torch_timer(call):
+    def fn(iters):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            call()
+        return time.perf_counter() - t0
+    return fn
+
+
+# ---- loads in fresh processes ------------------------------------------------
+
+def parse_rep(line):
+    d = {}
+    for tok in line.split()[2:]:
+        k, v = tok.split("=", 1)
+        try:
+            d[k] = float(v)
+        except ValueError:
+            d[k] = v
+    return d
+
+
+def run_loads(exe, src, reps, with_cc, extra_env=None):
+    env = dict(os.environ)
+    env.update(extra_env or {})
+    args = [exe, "loads", src, str(reps + 1)] + ([] if with_cc else ["nocc"])
+    p = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        raise BenchError("opjit_bench loads %s failed: %s" % (src, p.stderr.strip()))
+    rows = [parse_rep(l) for l in p.stdout.splitlines() if l.startswith("rep ")]
+    rows = rows[1:]  # the first repetition warms the page cache: dropped
+    errs = sorted({str(v) for r in rows for k, v in r.items() if k.endswith("_err")})
+    res = {"reps": len(rows), "raw": rows}
+    for key in ("cold_ms", "cold_wall_ms", "hit_ms", "hit_wall_ms", "cc_ms", "cc_compile_ms",
+                "dlopen_ms", "dlopen_wall_ms", "opthit_ms", "opthit_wall_ms"):
+        vals = [r[key] for r in rows if isinstance(r.get(key), float)]
+        if vals:
+            res[key] = median(vals)
+            res[key + "_all"] = vals
+    for key in ("cold_tier", "hit_tier", "opthit_tier"):
+        vals = sorted({r[key] for r in rows if key in r})
+        if vals:
+            res[key] = ",".join(vals)
+    if errs:
+        res["errors"] = [e.replace("_", " ") for e in errs]
+    return res
+
+
+# ---- the benchmarks ----------------------------------------------------------
+
+def bench_loads(exe, reps):
+    out = {}
+    srcs = sorted(glob.glob(os.path.join(ROOT, "ops-src", "*.c")))
+    cus = sorted(glob.glob(os.path.join(ROOT, "ops-src", "*.cu")))
+    for s in srcs:
+        rel = os.path.relpath(s, ROOT)
+        log("loads: %s (%d reps, fresh processes)" % (rel, reps))
+        try:
+            out[os.path.basename(s)] = run_loads(exe, rel, reps, True)
+        except BenchError as e:
+            out[os.path.basename(s)] = {"errors": [str(e)]}
+    for s in cus:
+        rel = os.path.relpath(s, ROOT)
+        log("loads: %s (%d reps, OPJIT_CUDA_ARCHS=sm_90)" % (rel, reps))
+        try:
+            out[os.path.basename(s)] = run_loads(exe, rel, reps, False,
+                                                 {"OPJIT_CUDA_ARCHS": "sm_90"})
+        except BenchError as e:
+            out[os.path.basename(s)] = {"errors": [str(e)]}
+    return out
+
+
+def load_op(sv, name):
+    src = os.path.join("ops-src", name + ".c")
+    if not os.path.exists(os.path.join(ROOT, src)):
+        return None, "n/a (op missing)"
+    try:
+        r = sv.cmd("load", name, src)
+    except BenchError as e:
+        return None, "n/a (load failed: %s)" % str(e)[:200]
+    if r.get("opt") != "opt":
+        log("%s: optimizing tier did not take over (opt runtime serves %s)" % (name, r.get("opt")))
+    return r, None
+
+
+def bench_call_overhead(sv, reps):
+    log("call overhead")
+    r = sv.cmd("load", "add1", "bench/ops/add1.c")
+    res = {"tiers": r}
+    sides = [("opjit_opt", lambda it: float(sv.cmd("add1", "opt", it)["sec"])),
+             ("opjit_tcc", lambda it: float(sv.cmd("add1", "tcc", it)["sec"])),
+             ("direct", lambda it: float(sv.cmd("direct", it)["sec"]))]
+    t, iters = interleaved(sides, reps, 0.1)
+    for k, v in t.items():
+        res[k + "_ns"] = median(v) * 1e9
+        res[k + "_ns_all"] = [x * 1e9 for x in v]
+    res["iters"] = iters
+    # The overhead per repetition (same round), then the median.
+    res["overhead_ns"] = median([(a - b) * 1e9 for a, b in zip(t["opjit_opt"], t["direct"])])
+    res["overhead_tcc_ns"] = median([(a - b) * 1e9 for a, b in zip(t["opjit_tcc"], t["direct"])])
+    return res
+
+
+def nms_sum(keep):
+    k = keep.numpy().astype(np.int64)
+    return int(len(k)), int(np.sum(k * np.arange(1, len(k) + 1, dtype=np.int64)))
+
+
+def bench_nms(sv, reps):
+    r, missing = load_op(sv, "nms")
+    if missing:
+        return {"missing": missing}
+    res = {"tiers": r, "sizes": {}}
+    for n in NMS_SIZES:
+        log("nms n=%d" % n)
+        bn, sn = "boxes_%d" % n, "scores_%d" % n
+        sv.cmd("input", bn, inp(bn))
+        sv.cmd("input", sn, inp(sn))
+        boxes = torch.from_numpy(np.load(inp(bn)))
+        scores = torch.from_numpy(np.load(inp(sn)))
+        ref = nms_sum(torchvision.ops.nms(boxes, scores, NMS_IOU))
+        facts = {}
+
+        def opjit_side(tier):
+            def fn(it):
+                o = sv.cmd("nms", tier, bn, sn, NMS_IOU, it)
+                facts[tier] = (int(o["kept"]), int(o["sum"]))
+                return float(o["sec"])
+            return fn
+
+        sides = [("tcc", opjit_side("tcc")), ("opt", opjit_side("opt")),
+                 ("torchvision", torch_timer(lambda: torchvision.ops.nms(boxes, scores, NMS_IOU)))]
+        t, iters = interleaved(sides, reps, 0.15)
+        res["sizes"][n] = {
+            "kept": ref[0],
+            "match_tcc": facts.get("tcc") == ref,
+            "match_opt": facts.get("opt") == ref,
+            "iters": iters,
+            **{k + "_ms": median(v) * 1e3 for k, v in t.items()},
+            **{k + "_ms_all": [x * 1e3 for x in v] for k, v in t.items()},
+        }
+    return res
+
+
+def bench_conv(sv, reps, tmp):
+    r, missing = load_op(sv, "conv2d")
+    if missing:
+        return {"missing": missing}
+    res = {"tiers": r, "shapes": []}
+    for (name, cin, cout, k, hw, stride, pad) in CONV_SHAPES:
+        wn = conv_w_name(cout, cin, k)
+        sv.cmd("input", wn, inp(wn))
+        w = torch.from_numpy(np.load(inp(wn)))
+        for b in CONV_BATCHES:
+            label = "%s, batch %d" % (name, b)
+            log("conv2d %s" % label)
+            xn = conv_x_name(cin, hw, b)
+            sv.cmd("input", xn, inp(xn))
+            x = torch.from_numpy(np.load(inp(xn)))
+            row = {"name": name, "batch": b, "label": label,
+                   "flops": 2.0 * b * cout * cin * k * k * ((hw + 2 * pad - k) // stride + 1) ** 2}
+            try:
+                outp = os.path.join(tmp, "conv_out.npy")
+                sv.cmd("conv", "opt", xn, wn, stride, pad, 1, outp)
+                with torch.no_grad():
+                    ref = F.conv2d(x, w, None, stride, pad).numpy()
+                got = np.load(outp)
+                row["max_rel_err"] = float(np.max(np.abs(got - ref)) / max(1e-30, np.max(np.abs(ref))))
+
+                def opjit_side(tier):
+                    return lambda it: float(sv.cmd("conv", tier, xn, wn, stride, pad, it)["sec"])
+
+                def tconv():
+                    with torch.no_grad():
+                        F.conv2d(x, w, None, stride, pad)
+
+                sides = [("opt", opjit_side("opt")), ("tcc", opjit_side("tcc")),
+                         ("torch", torch_timer(tconv))]
+                big = row["flops"] > 1e9
+                t, iters = interleaved(sides, max(3, reps - 2) if big else reps, 0.2)
+                row["iters"] = iters
+                for kk, v in t.items():
+                    row[kk + "_ms"] = median(v) * 1e3
+                    row[kk + "_ms_all"] = [x_ * 1e3 for x_ in v]
+            except BenchError as e:
+                row["error"] = str(e)[:300]
+            res["shapes"].append(row)
+    return res
+
+
+def bench_mm(sv, reps, tmp):
+    r, missing = load_op(sv, "mm")
+    if missing:
+        return {"missing": missing}
+    res = {"tiers": r, "sizes": {}}
+    for n in MM_SIZES:
+        log("mm %d" % n)
+        an, bn = "mm_a_%d" % n, "mm_b_%d" % n
+        sv.cmd("input", an, inp(an))
+        sv.cmd("input", bn, inp(bn))
+        row = {}
+        try:
+            outp = os.path.join(tmp, "mm_out.npy")
+            sv.cmd("mm", "opt", an, bn, 1, outp)
+            a64 = np.load(inp(an)).astype(np.float64)
+            ref = a64 @ np.load(inp(bn)).astype(np.float64)
+            row["max_rel_err"] = float(np.max(np.abs(np.load(outp) - ref)) / np.max(np.abs(ref)))
+            sides = [("opt", lambda it: float(sv.cmd("mm", "opt", an, bn, it)["sec"])),
+                     ("sgemm", lambda it: float(sv.cmd("sgemm", an, bn, it)["sec"])),
+                     ("tcc", lambda it: float(sv.cmd("mm", "tcc", an, bn, it)["sec"]))]
+            t, iters = interleaved(sides, max(3, reps - 2) if n >= 2048 else reps, 0.2)
+            row["iters"] = iters
+            for kk, v in t.items():
+                row[kk + "_ms"] = median(v) * 1e3
+                row[kk + "_ms_all"] = [x * 1e3 for x in v]
+        except BenchError as e:
+            row["error"] = str(e)[:300]
+        res["sizes"][n] = row
+    return res
+
+
+def nvrtc_available():
+    cands = glob.glob("/usr/local/cuda/lib64/libnvrtc.so*") + glob.glob("/usr/local/cuda/lib/libnvrtc.so*")
+    if cands:
+        return True
+    import ctypes.util
+    return ctypes.util.find_library("nvrtc") is not None
+
+
+def gpu_present():
+    return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")
+
+
+# ---- report ------------------------------------------------------------------
+
+def fms(x):
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if x >= 100:
+        return "%.0f ms" % x
+    if x >= 10:
+        return "%.1f ms" % x
+    if x >= 1:
+        return "%.2f ms" % x
+    return "%.3f ms" % x
+
+
+def yesno(b):
+    return "yes" if b else "**no**"
+
+
+def build_rows(R):
+    rows = []  # (metric, opjit, anchor, ratio, goal, met)
+    L = R["loads"]
+    nms = L.get("nms.c", {})
+    if "cold_ms" in nms and "cc_ms" in nms:
+        sp = nms["cc_ms"] / nms["cold_ms"]
+        rows.append(("cold load of nms.c: opjit_create + opjit_load_file, libtcc, fresh process and empty cache",
+                     fms(nms["cold_ms"]), "cc -O2 -shared + dlopen + dlsym: " + fms(nms["cc_ms"]),
+                     "%.1fx faster" % sp, ">= 20x faster, <= 10 ms",
+                     yesno(sp >= 20 and nms["cold_ms"] <= 10)))
+    else:
+        rows.append(("cold load of nms.c", "n/a", "n/a", "n/a", ">= 20x faster, <= 10 ms",
+                     "n/a (%s)" % "; ".join(nms.get("errors", ["nms.c missing" if R["ran_loads"] else "not run"]))[:200]))
+    if "hit_ms" in nms:
+        rows.append(("cache-hit load of nms.c in a fresh process (opjit_create + opjit_load_file, in-process)",
+                     fms(nms["hit_ms"]), "dlopen + dlsym of the cc-built .so: " + fms(nms.get("dlopen_ms")),
+                     "%.1fx" % (nms["hit_ms"] / nms["dlopen_ms"]) if nms.get("dlopen_ms") else "n/a",
+                     "<= 1 ms", yesno(nms["hit_ms"] <= 1.0)))
+        rows.append(("  same, whole process wall time (spawn to exit; information)",
+                     fms(nms["hit_wall_ms"]), "process doing only that dlopen: " + fms(nms.get("dlopen_wall_ms")),
+                     "%.2fx" % (nms["hit_wall_ms"] / nms["dlopen_wall_ms"]) if nms.get("dlopen_wall_ms") else "n/a",
+                     "report", "-"))
+    if "opthit_ms" in nms:
+        rows.append(("  same, the cache holding the optimized (cc -O2) artifact: tier %s" % nms.get("opthit_tier", "?"),
+                     fms(nms["opthit_ms"]), "dlopen + dlsym of the cc-built .so: " + fms(nms.get("dlopen_ms")),
+                     "%.1fx" % (nms["opthit_ms"] / nms["dlopen_ms"]) if nms.get("dlopen_ms") else "n/a",
+                     "<= 1 ms", yesno(nms["opthit_ms"] <= 1.0)))
+    co = R.get("call_overhead", {})
+    if "overhead_ns" in co:
+        rows.append(("opjit_call overhead over a direct C call, trivial op (add1 on 1 float, opt tier)",
+                     "%.0f ns/call" % co["opjit_opt_ns"], "direct C: %.0f ns/call" % co["direct_ns"],
+                     "+%.0f ns" % co["overhead_ns"], "<= 50 ns", yesno(co["overhead_ns"] <= 50)))
+    else:
+        rows.append(("opjit_call overhead", "n/a", "n/a", "n/a", "<= 50 ns", "n/a (%s)" % co.get("error", "?")))
+    N = R.get("nms", {})
+    for n in NMS_TABLE:
+        for tier in ("tcc", "opt"):
+            metric = "nms CPU, %d random boxes, IoU 0.5, %s tier" % (n, tier)
+            s = N.get("sizes", {}).get(n)
+            if not s:
+                rows.append((metric, "n/a", "n/a", "n/a", "<= 0.8x time", N.get("missing", "n/a")))
+                continue
+            ratio = s[tier + "_ms"] / s["torchvision_ms"]
+            ok = s["match_" + tier]
+            goal = "<= 0.8x time" + ("" if tier == "opt" else " (the opt tier must meet it)")
+            rows.append((metric, fms(s[tier + "_ms"]), "torchvision.ops.nms: " + fms(s["torchvision_ms"]),
+                         "%.2fx time" % ratio, goal,
+                         yesno(ratio <= 0.8) + ("" if ok else " (RESULT DIFFERS)")))
+    C = R.get("conv2d", {})
+    if "missing" in C:
+        rows.append(("conv2d CPU, ResNet-50 shapes", "n/a", "n/a", "n/a", ">= 1.0x throughput", C["missing"]))
+    for s in C.get("shapes", []):
+        metric = "conv2d CPU %s (opt tier)" % s["label"]
+        if "error" in s:
+            rows.append((metric, "n/a", "n/a", "n/a", ">= 1.0x throughput", "n/a (%s)" % s["error"][:120]))
+            continue
+        r = s["torch_ms"] / s["opt_ms"]
+        rows.append((metric, fms(s["opt_ms"]), "torch F.conv2d: " + fms(s["torch_ms"]),
+                     "%.2fx throughput" % r, ">= 1.0x throughput", yesno(r >= 1.0)))
+    M = R.get("mm", {})
+    if "missing" in M:
+        rows.append(("mm CPU 256-2048", "n/a", "n/a", "n/a", ">= 0.97x", M["missing"]))
+    for n, s in M.get("sizes", {}).items():
+        metric = "mm CPU %dx%d float32 (opt tier)" % (n, n)
+        if "error" in s:
+            rows.append((metric, "n/a", "n/a", "n/a", ">= 0.97x throughput", "n/a (%s)" % s["error"][:120]))
+            continue
+        r = s["sgemm_ms"] / s["opt_ms"]
+        rows.append((metric, fms(s["opt_ms"]), "cblas_sgemm direct: " + fms(s["sgemm_ms"]),
+                     "%.3fx throughput" % r, ">= 0.97x throughput", yesno(r >= 0.97)))
+    cu = L.get("nms.cu")
+    if cu is None or not R["nvrtc"]:
+        why = ("not run" if not R["ran_loads"] else "n/a: ops-src/nms.cu missing") if cu is None \
+            else "n/a: NVRTC not available"
+        rows.append(("NVRTC cold compile of nms.cu to an sm_90 cubin (fresh process, empty cache)", why, "-", "-", "report", "-"))
+        rows.append(("NVRTC cache hit of nms.cu (fresh process)", why, "-", "-", "<= 2 ms", "-"))
+    elif "cold_ms" not in cu:
+        why = "n/a (load failed: %s)" % "; ".join(cu.get("errors", ["?"]))[:200]
+        rows.append(("NVRTC cold compile of nms.cu to an sm_90 cubin (fresh process, empty cache)", why, "-", "-", "report", "-"))
+        rows.append(("NVRTC cache hit of nms.cu (fresh process)", why, "-", "-", "<= 2 ms", "-"))
+    else:
+        rows.append(("NVRTC cold compile of nms.cu to an sm_90 cubin + libtcc host half (fresh process, empty cache)",
+                     fms(cu["cold_ms"]), "-", "-", "report", "-"))
+        rows.append(("NVRTC cache hit of nms.cu (fresh process)", fms(cu["hit_ms"]), "cold: " + fms(cu["cold_ms"]),
+                     "%.0fx faster" % (cu["cold_ms"] / cu["hit_ms"]), "<= 2 ms", yesno(cu["hit_ms"] <= 2)))
+    gpu = "n/a: no GPU on this machine" if not R["gpu"] else \
+        "n/a: a GPU is present but the anchors (Debian's torch) are CPU-only"
+    rows.append(("GPU rows (nms, conv2d, mm on CUDA vs torch CUDA)", gpu, "-", "-", "-", "-"))
+    for name in sorted(L):
+        l = L[name]
+        metric = "cache-hit vs cold load, %s (fresh processes, in-process time)" % name
+        if "cold_ms" in l and "hit_ms" in l:
+            rows.append((metric, "hit " + fms(l["hit_ms"]), "cold " + fms(l["cold_ms"]),
+                         "%.0fx faster" % (l["cold_ms"] / l["hit_ms"]), "report", "-"))
+        else:
+            rows.append((metric, "n/a", "n/a", "n/a", "report",
+                         "n/a (%s)" % "; ".join(l.get("errors", ["?"]))[:200]))
+    return rows
+
+
+def md_table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |")
+    return "\n".join(out)
+
+
+def write_md(R, path):
+    rows = build_rows(R)
+    env = R["env"]
+    L = R["loads"]
+    lines = []
+    lines.append("# opjit benchmarks: latest run")
+    lines.append("")
+    lines.append("Written by `bench/run` on %s (git %s%s), %s. Every figure is the median of "
+                 "several repetitions; opjit and its anchor run in the same run, interleaved "
+                 "repetition by repetition, on the same inputs (bench/results/inputs/*.npy, "
+                 "written once with numpy and read by both sides), one thread each "
+                 "(OMP/OPENBLAS/MKL_NUM_THREADS=1, torch.set_num_threads(1)). The machine is shared "
+                 "and noisy: read the ratios, not the absolute times."
+                 % (env["date"], env["git"], " + local changes" if env["dirty"] else "", env["cpu"]))
+    lines.append("")
+    lines.append(md_table(["metric", "opjit", "anchor", "ratio", "goal", "met?"], rows))
+    lines.append("")
+    lines.append("![nms time against box count](nms.png)")
+    lines.append("")
+
+    N = R.get("nms", {})
+    if N.get("sizes"):
+        lines.append("## nms: the sweep (plotted in nms.png)")
+        lines.append("")
+        sw = []
+        for n, s in sorted(N["sizes"].items()):
+            sw.append((n, s["kept"], fms(s["tcc_ms"]), fms(s["opt_ms"]), fms(s["torchvision_ms"]),
+                       "%.2fx" % (s["tcc_ms"] / s["torchvision_ms"]),
+                       "%.2fx" % (s["opt_ms"] / s["torchvision_ms"]),
+                       "yes" if s["match_tcc"] and s["match_opt"] else "**no**"))
+        lines.append(md_table(["boxes", "kept", "opjit tcc", "opjit opt", "torchvision",
+                               "tcc/tv time", "opt/tv time", "same indices as torchvision"], sw))
+        lines.append("")
+    C = R.get("conv2d", {})
+    if C.get("shapes"):
+        lines.append("## conv2d: both tiers, and agreement with torch")
+        lines.append("")
+        cw = []
+        for s in C["shapes"]:
+            if "error" in s:
+                cw.append((s["label"], "n/a", "n/a", "n/a", "n/a", "n/a", s["error"][:100]))
+                continue
+            cw.append((s["label"], "%.2f" % (s["flops"] / 1e9), fms(s["opt_ms"]), fms(s["tcc_ms"]),
+                       fms(s["torch_ms"]), "%.1f / %.1f" % (s["flops"] / s["opt_ms"] / 1e6,
+                                                             s["flops"] / s["torch_ms"] / 1e6),
+                       "%.1e" % s["max_rel_err"]))
+        lines.append(md_table(["shape", "GFLOP", "opjit opt", "opjit tcc", "torch",
+                               "GFLOP/s opt / torch", "max rel. error vs torch"], cw))
+        lines.append("")
+    M = R.get("mm", {})
+    if M.get("sizes"):
+        lines.append("## mm: both tiers")
+        lines.append("")
+        mw = []
+        for n, s in M["sizes"].items():
+            if "error" in s:
+                mw.append((n, "n/a", "n/a", "n/a", "n/a", s["error"][:100]))
+                continue
+            mw.append((n, fms(s["opt_ms"]), fms(s["tcc_ms"]), fms(s["sgemm_ms"]),
+                       "%.3fx / %.3fx" % (s["sgemm_ms"] / s["opt_ms"], s["sgemm_ms"] / s["tcc_ms"]),
+                       "%.1e" % s["max_rel_err"]))
+        lines.append(md_table(["n", "opjit opt", "opjit tcc", "cblas_sgemm", "throughput opt / tcc",
+                               "max rel. error vs float64"], mw))
+        lines.append("")
+    lines.append("## loads, per op (fresh processes, medians of %d)" % R["reps_load"])
+    lines.append("")
+    lw = []
+    for name in sorted(L):
+        l = L[name]
+        if "cold_ms" not in l:
+            lw.append((name, "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "; ".join(l.get("errors", ["?"]))[:150]))
+            continue
+        lw.append((name, fms(l["cold_ms"]), fms(l.get("hit_ms")), fms(l.get("hit_wall_ms")),
+                   fms(l.get("opthit_ms")), fms(l.get("cc_ms")), fms(l.get("dlopen_ms")),
+                   "; ".join(l.get("errors", [])) or ""))
+    lines.append(md_table(["source", "cold (libtcc)", "hit", "hit, process wall", "hit, opt artifact",
+                           "cc -O2 + dlopen", "dlopen of that .so", "errors"], lw))
+    lines.append("")
+    co = R.get("call_overhead", {})
+    if "overhead_ns" in co:
+        lines.append("Call overhead, tcc tier kernel: %.0f ns/call, +%.0f ns over the direct call."
+                     % (co["opjit_tcc_ns"], co["overhead_tcc_ns"]))
+        lines.append("")
+    lines.append("## How each figure is measured")
+    lines.append("")
+    lines.append("""- **Cold load**: per repetition, a fresh process (posix_spawn of `opjit_bench load-once`)
+  with an empty `OPJIT_CACHE_DIR` (mkdtemp) and `OPJIT_TIERING=0` times `opjit_create` +
+  `opjit_load_file(ops-src/nms.c)` inside the process (libtcc compile, cache publish, dlopen,
+  module init, registration). The anchor, in another fresh process, times the spawn of
+  `cc -O2 -shared -fPIC -I include -I /usr/include/x86_64-linux-gnu ... -lopenblas -lm` to its
+  exit, `dlopen` of the result and `dlsym(opjit_module_init)`. The first of %d+1 repetitions is
+  dropped (cold page cache); medians of the rest.
+- **Cache-hit load**: right after the cold load, a second fresh process with the same cache
+  (tiering off) times `opjit_create` + `opjit_load_file`, in-process. Its anchor is a fresh
+  process timing `dlopen` + `dlsym` of the cc-built .so (what a prebuilt extension costs). The
+  whole-process wall time (posix_spawn to waitpid) is shown for information, against a process
+  doing only that dlopen. "opt artifact": a process with tiering on first leaves the cc -O2
+  artifact in the cache (untimed); a fresh process then loads it (a hit serving the opt tier).
+- **Call overhead**: `opjit_call` of `bench/ops/add1.c` (`add1(Tensor self) -> Tensor`,
+  float32 contiguous required; the kernel allocates its output with `opjit_output` and writes
+  x + 1) on a 1-element tensor, followed by the output's deleter, against a direct C function
+  compiled with -O2 into the bench program and called through a function pointer, doing the
+  same work: one malloc holding a DLManagedTensor, the shape and 64-byte-aligned data, fields
+  filled in, x + 1, freed by its deleter. The overhead is the difference of the two per-call
+  times, per repetition (same round), median. It includes the schema and requirement checks,
+  argument binding, the kernel and api-table indirections and the output bookkeeping.
+- **nms**: random boxes (x1, y1 uniform in [0, 1000), w, h uniform in [10, 110), scores
+  uniform, float32), IoU 0.5. opjit runs in a coprocess (`opjit_bench serve`) holding two
+  runtimes with separate caches: tiering off (the libtcc code: "tcc") and tiering on after
+  `opjit_wait` (the cc -O2 code: "opt"; `opjit_op_info_get` confirms the tier). torchvision
+  0.14's `torchvision.ops.nms` runs in the Python driver on tensors made from the same .npy
+  files. Per size, each side is calibrated to about 0.15 s per repetition (many calls), then
+  the repetitions alternate between sides; the figure is the median time per call. Both sides
+  include allocating their output. The kept indices are compared with torchvision's.
+- **conv2d**: ResNet-50 layer shapes, batch 1 and 8, NCHW float32, no bias, against
+  `torch.nn.functional.conv2d` under `torch.no_grad()` (torch picks its own algorithm: oneDNN).
+  Throughput ratio = torch time / opjit time. The opjit output is checked against torch's.
+- **mm**: square float32 products through the `mm` op against `cblas_sgemm` called directly
+  from the same C process (OpenBLAS, 1 thread) into a preallocated result; the op also allocates
+  its result on every call.
+- **NVRTC**: `opjit_load_file(ops-src/nms.cu)` with `OPJIT_CUDA_ARCHS=sm_90`, cold (empty cache)
+  and cache hit, fresh processes as for the cold load.
+""" % R["reps_load"])
+    lines.append("## Environment")
+    lines.append("")
+    for k in ("cpu", "cores", "kernel", "python", "torch", "torchvision", "numpy", "cc", "tcc", "reps"):
+        lines.append("- %s: %s" % (k, env.get(k)))
+    lines.append("- run time: %.0f s" % R["elapsed_s"])
+    lines.append("")
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
+def plot_nms(R, path, tmp):
+    N = R.get("nms", {})
+    if not N.get("sizes") or not shutil.which("gnuplot"):
+        log("no nms plot (%s)" % ("gnuplot missing" if N.get("sizes") else N.get("missing", "no data")))
+        return False
+    dat = os.path.join(tmp, "nms.dat")
+    with open(dat, "w") as f:
+        f.write("# boxes tcc_ms opt_ms torchvision_ms\n")
+        for n, s in sorted(N["sizes"].items()):
+            f.write("%d %.6f %.6f %.6f\n" % (n, s["tcc_ms"], s["opt_ms"], s["torchvision_ms"]))
+    terms = subprocess.run(["gnuplot", "-e", "set terminal"], capture_output=True, text=True)
+    listing = terms.stdout + terms.stderr
+    term = "pngcairo size 960,640 font 'Sans,11'" if "pngcairo" in listing else "png size 960,640"
+    script = """
+set terminal %s
+set output '%s'
+set title "nms on the CPU: random boxes, IoU 0.5, one thread (median of %d repetitions)"
+set xlabel "boxes"
+set ylabel "time per call (ms)"
+set logscale xy
+set grid xtics ytics mxtics mytics
+set key top left box opaque
+set xrange [420:12000]
+set xtics (500, 1000, 2000, 4000, 7000, 10000)
+set format y "%%g"
+plot '%s' using 1:2 with linespoints lw 2 pt 7 title "opjit, tcc tier (libtcc)", \\
+     '' using 1:3 with linespoints lw 2 pt 5 title "opjit, opt tier (cc -O2)", \\
+     '' using 1:4 with linespoints lw 2 pt 9 title "torchvision.ops.nms 0.14"
+""" % (term, path, R["reps"], dat)
+    p = subprocess.run(["gnuplot"], input=script, capture_output=True, text=True)
+    if p.returncode != 0:
+        log("gnuplot failed: %s" % p.stderr)
+        return False
+    return True
+
+
+def environment(reps):
+    def cmd(args):
+        try:
+            return subprocess.run(args, capture_output=True, text=True).stdout.splitlines()[0]
+        except Exception:
+            return "?"
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for l in f:
+            if l.startswith("model name"):
+                cpu = l.split(":", 1)[1].strip()
+                break
+    git = cmd(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
+    dirty = bool(subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True).stdout.strip())
+    return {
+        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "git": git, "dirty": dirty, "cpu": cpu, "cores": os.cpu_count(),
+        "kernel": platform.release(), "python": platform.python_version(),
+        "torch": torch.__version__, "torchvision": torchvision.__version__,
+        "numpy": np.__version__, "cc": cmd(["cc", "--version"]), "tcc": cmd(["tcc", "-v"]),
+        "reps": reps,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True, help="opjit_bench")
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="3 repetitions (to try the harness)")
+    ap.add_argument("--only", default="", help="comma list: loads,call,nms,conv2d,mm")
+    a = ap.parse_args()
+    reps = 3 if a.quick else a.reps
+    only = set(a.only.split(",")) if a.only else {"loads", "call", "nms", "conv2d", "mm"}
+    exe = os.path.abspath(a.bin)
+    os.chdir(ROOT)
+    os.makedirs(RESULTS, exist_ok=True)
+    gen_inputs()
+    t_start = time.time()
+    R = {"env": environment(reps), "reps": reps, "reps_load": reps, "nvrtc": nvrtc_available(),
+         "ran_loads": "loads" in only,
+         "gpu": gpu_present(), "loads": {}}
+    tmp = tempfile.mkdtemp(prefix="opjit-bench-")
+    try:
+        if "loads" in only:
+            R["loads"] = bench_loads(exe, reps)
+        sv = Serve(exe, os.path.join(tmp, "cache"))
+        try:
+            if "call" in only:
+                try:
+                    R["call_overhead"] = bench_call_overhead(sv, reps)
+                except BenchError as e:
+                    R["call_overhead"] = {"error": str(e)[:200]}
+            if "nms" in only:
+                R["nms"] = bench_nms(sv, reps)
+            if "conv2d" in only:
+                R["conv2d"] = bench_conv(sv, reps, tmp)
+            if "mm" in only:
+                R["mm"] = bench_mm(sv, reps, tmp)
+        finally:
+            sv.close()
+        R["elapsed_s"] = time.time() - t_start
+        R["table"] = [dict(zip(["metric", "opjit", "anchor", "ratio", "goal", "met"], r))
+                      for r in build_rows(R)]
+        plot_nms(R, os.path.join(RESULTS, "nms.png"), tmp)
+        write_md(R, os.path.join(RESULTS, "latest.md"))
+        with open(os.path.join(RESULTS, "latest.json"), "w") as f:
+            json.dump(R, f, indent=1, sort_keys=True, default=str)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log("wrote bench/results/latest.md, latest.json, nms.png (%.0f s)" % R["elapsed_s"])
+    print(open(os.path.join(RESULTS, "latest.md")).read().split("\n## ")[0])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,735 @@
+/*
+ * bench/opjit_bench.c - the C side of bench/run (bench/bench.py drives it).
+ *
+ * Built by bench/run with cc -O2 against build/libopjit.a; tools/npy.c is
+ * compiled in for the .npy inputs that bench.py writes with numpy, so both
+ * sides read the same bytes.
+ *
+ *   opjit_bench load-once SRC [wait]
+ *       In this (fresh) process: opjit_create + opjit_load_file(SRC), timed
+ *       together; with "wait", opjit_wait afterwards (untimed). Prints one
+ *       line "ok create_ms=.. load_ms=.. total_ms=.. hit=.. tier=.." or
+ *       "err MESSAGE". The environment chooses the cache and the tiering.
+ *
+ *   opjit_bench cc-once SRC OUTDIR
+ *       The anchor of a cold load: spawn `cc -O2 -shared -fPIC -I include
+ *       -I /usr/include/x86_64-linux-gnu -o OUTDIR/cc.so SRC -lopenblas -lm`,
+ *       wait, dlopen the result, dlsym opjit_module_init; timed together.
+ *
+ *   opjit_bench dlopen-once SO
+ *       dlopen + dlsym(opjit_module_init) of a prebuilt shared object.
+ *
+ *   opjit_bench loads SRC REPS [nocc]
+ *       REPS repetitions, each in fresh processes (posix_spawn of this
+ *       program) with a fresh empty cache directory: cold load and then
+ *       cache-hit load (OPJIT_TIERING=0), the cc + dlopen anchor and a
+ *       dlopen of its result, then a tiering run that leaves the optimized
+ *       artifact in the cache (untimed) and a cache-hit load that serves
+ *       it. Prints one "rep ..." line per repetition, process wall times
+ *       included (posix_spawn to waitpid).
+ *
+ *   opjit_bench serve
+ *       A coprocess answering one command per stdin line, so that bench.py
+ *       can interleave repetitions of opjit and of torch in the same run:
+ *         load NAME SRC           load in the tcc runtime (tiering off) and
+ *                                 the opt runtime (tiering on + opjit_wait)
+ *         input NAME FILE.npy     read an input
+ *         nms TIER B S IOU ITERS  ITERS calls; "ok sec=.. kept=.. sum=.."
+ *         conv TIER X W STRIDE PAD ITERS [OUT.npy]
+ *         mm TIER A B ITERS [OUT.npy]
+ *         sgemm A B ITERS         cblas_sgemm directly, preallocated C
+ *         add1 TIER ITERS         opjit_call of bench/ops/add1.c on 1 float
+ *         direct ITERS            the same work as a direct C call
+ *         quit
+ *       TIER is tcc or opt. Replies are one line: "ok ..." or "err ...".
+ */
+#define _GNU_SOURCE
+#include <cblas.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "opjit.h"
+#include "tools/npy.h"
+
+extern char **environ;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* One line, without newlines, for a reply. */
+static void oneline(char *s)
+{
+    for (; *s; s++)
+        if (*s == '\n' || *s == '\r')
+            *s = '|';
+}
+
+static void reply_err(const char *fmt, const char *msg)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, fmt, msg ? msg : "");
+    oneline(buf);
+    printf("err %s\n", buf);
+    fflush(stdout);
+}
+
+/* ---- load-once, cc-once, dlopen-once: run in fresh processes ------------- */
+
+static int cmd_load_once(const char *src, int wait)
+{
+    double t0 = now_ms();
+    opjit_config cfg;
+    opjit_config_init(&cfg);
+    opjit_runtime *rt;
+    int rc = opjit_create(&cfg, &rt);
+    double t1 = now_ms();
+    if (rc) {
+        printf("err opjit_create: %s\n", opjit_errstr(rc));
+        return 1;
+    }
+    opjit_op *op = NULL;
+    opjit_load_info info;
+    rc = opjit_load_file(rt, src, &op, &info);
+    double t2 = now_ms();
+    if (rc) {
+        reply_err("%s", opjit_errmsg(rt));
+        opjit_destroy(rt);
+        return 1;
+    }
+    const char *tier = info.tier;
+    if (wait) {
+        if (opjit_wait(rt)) {
+            reply_err("opjit_wait: %s", opjit_errmsg(rt));
+            opjit_destroy(rt);
+            return 1;
+        }
+        opjit_op_info oi;
+        if (op && !opjit_op_info_get(rt, op, &oi) && oi.tier[OPJIT_CPU])
+            tier = oi.tier[OPJIT_CPU];
+    }
+    printf("ok create_ms=%.4f load_ms=%.4f total_ms=%.4f hit=%d tier=%s compile_ms=%.4f\n",
+           t1 - t0, t2 - t1, t2 - t0, info.cache_hit, tier[0] ? tier : "-", info.compile_ms);
+    fflush(stdout);
+    opjit_destroy(rt);
+    return 0;
+}
+
+static int spawn_wait(char *const argv[], const char *log)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc)
+        return -1;
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int cmd_cc_once(const char *src, const char *outdir)
+{
+    char so[4096], log[4096];
+    snprintf(so, sizeof so, "%s/cc.so", outdir);
+    snprintf(log, sizeof log, "%s/cc.log", outdir);
+    char *argv[] = {"cc", "-O2", "-shared", "-fPIC", "-I", "include",
+                    "-I", "/usr/include/x86_64-linux-gnu", "-o", so, (char *)src,
+                    "-lopenblas", "-lm", NULL};
+    double t0 = now_ms();
+    int rc = spawn_wait(argv, log);
+    double t1 = now_ms();
+    if (rc != 0) {
+        printf("err cc failed (%d), see %s\n", rc, log);
+        return 1;
+    }
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    void *sym = h ? dlsym(h, "opjit_module_init") : NULL;
+    double t2 = now_ms();
+    if (!sym) {
+        reply_err("dlopen/dlsym: %s", dlerror());
+        return 1;
+    }
+    printf("ok cc_ms=%.4f dlopen_ms=%.4f total_ms=%.4f\n", t1 - t0, t2 - t1, t2 - t0);
+    return 0;
+}
+
+static int cmd_dlopen_once(const char *so)
+{
+    double t0 = now_ms();
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    void *sym = h ? dlsym(h, "opjit_module_init") : NULL;
+    double t1 = now_ms();
+    if (!sym) {
+        reply_err("dlopen/dlsym: %s", dlerror());
+        return 1;
+    }
+    printf("ok total_ms=%.4f\n", t1 - t0);
+    return 0;
+}
+
+/* ---- loads: the parent of the fresh processes ----------------------------- */
+
+static char self_path[4096];
+
+/* Run this program with args in a fresh process, environment = ours plus
+ * the overrides (NAME=VALUE, NULL-terminated). Its first output line goes to
+ * line; the wall time (spawn to reaped) to *wall_ms. */
+static int run_child(char *const args[], const char *const overrides[], char *line,
+                     size_t n, double *wall_ms)
+{
+    int nenv = 0, nover = 0;
+    while (environ[nenv])
+        nenv++;
+    while (overrides[nover])
+        nover++;
+    char **env = calloc((size_t)(nenv + nover + 1), sizeof *env);
+    if (!env)
+        return -1;
+    int k = 0;
+    for (int i = 0; i < nenv; i++) {
+        int overridden = 0;
+        for (int j = 0; j < nover; j++) {
+            size_t len = strcspn(overrides[j], "=") + 1;
+            if (!strncmp(environ[i], overrides[j], len))
+                overridden = 1;
+        }
+        if (!overridden)
+            env[k++] = environ[i];
+    }
+    for (int j = 0; j < nover; j++)
+        env[k++] = (char *)overrides[j];
+    env[k] = NULL;
+
+    int fds[2];
+    if (pipe(fds)) {
+        free(env);
+        return -1;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    posix_spawn_file_actions_addclose(&fa, fds[1]);
+    pid_t pid;
+    double t0 = now_ms();
+    int rc = posix_spawn(&pid, self_path, &fa, NULL, args, env);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    free(env);
+    if (rc) {
+        close(fds[0]);
+        return -1;
+    }
+    size_t got = 0;
+    for (;;) {
+        char buf[4096];
+        ssize_t r = read(fds[0], buf, sizeof buf);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        for (ssize_t i = 0; i < r && got + 1 < n; i++)
+            line[got++] = buf[i];
+    }
+    close(fds[0]);
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    *wall_ms = now_ms() - t0;
+    line[got] = '\0';
+    char *nl = strchr(line, '\n');
+    if (nl)
+        *nl = '\0';
+    if (!got)
+        snprintf(line, n, "err no output (status %d)", st);
+    return 0;
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+/* "k=v" from a child's line, as a string after the prefix; "" if none. */
+static void field(const char *line, const char *key, char *out, size_t n)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, " %s=", key);
+    const char *p = strstr(line, pat);
+    out[0] = '\0';
+    if (!p)
+        return;
+    p += strlen(pat);
+    size_t len = strcspn(p, " ");
+    snprintf(out, n, "%.*s", (int)(len < n ? len : n - 1), p);
+}
+
+static void emit(const char *label, const char *line, double wall)
+{
+    if (!strncmp(line, "ok", 2)) {
+        char v[64], hit[16], tier[16];
+        field(line, "total_ms", v, sizeof v);
+        field(line, "hit", hit, sizeof hit);
+        field(line, "tier", tier, sizeof tier);
+        printf(" %s_ms=%s %s_wall_ms=%.4f", label, v, label, wall);
+        if (hit[0])
+            printf(" %s_hit=%s %s_tier=%s", label, hit, label, tier);
+        if (!strcmp(label, "cc")) {
+            field(line, "cc_ms", v, sizeof v);
+            printf(" cc_compile_ms=%s", v);
+        }
+    } else {
+        char buf[2048];
+        snprintf(buf, sizeof buf, "%s", line);
+        for (char *s = buf; *s; s++)
+            if (*s == ' ')
+                *s = '_';
+        printf(" %s_err=%s", label, buf);
+    }
+}
+
+static int cmd_loads(const char *src, int reps, int with_cc)
+{
+    for (int r = 0; r < reps; r++) {
+        char tmpl[] = "/tmp/opjit-bench-XXXXXX";
+        char *dir = mkdtemp(tmpl);
+        if (!dir) {
+            perror("mkdtemp");
+            return 1;
+        }
+        char cache[4200], cachevar[4300], so[4200];
+        snprintf(cache, sizeof cache, "%s/cache", dir);
+        snprintf(cachevar, sizeof cachevar, "OPJIT_CACHE_DIR=%s", cache);
+        snprintf(so, sizeof so, "%s/cc.so", dir);
+        const char *off[] = {cachevar, "OPJIT_TIERING=0", NULL};
+        const char *on[] = {cachevar, "OPJIT_TIERING=1", NULL};
+        char *a_load[] = {self_path, "load-once", (char *)src, NULL};
+        char *a_wait[] = {self_path, "load-once", (char *)src, "wait", NULL};
+        char *a_cc[] = {self_path, "cc-once", (char *)src, dir, NULL};
+        char *a_dl[] = {self_path, "dlopen-once", so, NULL};
+        char line[4096];
+        double wall;
+
+        printf("rep %d", r);
+        if (run_child(a_load, off, line, sizeof line, &wall) == 0)
+            emit("cold", line, wall);
+        if (run_child(a_load, off, line, sizeof line, &wall) == 0)
+            emit("hit", line, wall);
+        if (with_cc) {
+            if (run_child(a_cc, off, line, sizeof line, &wall) == 0)
+                emit("cc", line, wall);
+            if (run_child(a_dl, off, line, sizeof line, &wall) == 0)
+                emit("dlopen", line, wall);
+            if (run_child(a_wait, on, line, sizeof line, &wall) == 0)
+                emit("optbuild", line, wall);
+            if (run_child(a_load, off, line, sizeof line, &wall) == 0)
+                emit("opthit", line, wall);
+        }
+        printf("\n");
+        fflush(stdout);
+        nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    }
+    return 0;
+}
+
+/* ---- serve ------------------------------------------------------------------ */
+
+#define MAXN 64
+
+typedef struct named_op {
+    char name[64];
+    opjit_op *op[2]; /* tcc, opt */
+} named_op;
+
+typedef struct named_in {
+    char name[128];
+    npy_array a;
+} named_in;
+
+static opjit_runtime *rts[2];
+static named_op ops[MAXN];
+static int nops;
+static named_in ins[MAXN];
+static int nins;
+
+static int tier_index(const char *t)
+{
+    return !strcmp(t, "tcc") ? 0 : !strcmp(t, "opt") ? 1 : -1;
+}
+
+static opjit_op *find_op(const char *name, const char *tier)
+{
+    int t = tier_index(tier);
+    if (t < 0)
+        return NULL;
+    for (int i = 0; i < nops; i++)
+        if (!strcmp(ops[i].name, name))
+            return ops[i].op[t];
+    return NULL;
+}
+
+static DLTensor *find_in(const char *name)
+{
+    for (int i = 0; i < nins; i++)
+        if (!strcmp(ins[i].name, name))
+            return &ins[i].a.t;
+    return NULL;
+}
+
+static void serve_load(const char *name, const char *src)
+{
+    if (nops >= MAXN)
+        return reply_err("%s", "too many ops");
+    named_op *no = &ops[nops];
+    memset(no, 0, sizeof *no);
+    snprintf(no->name, sizeof no->name, "%s", name);
+    const char *tier[2] = {"-", "-"};
+    for (int t = 0; t < 2; t++) {
+        opjit_load_info info;
+        if (opjit_load_file(rts[t], src, &no->op[t], &info))
+            return reply_err(t ? "opt runtime: %s" : "tcc runtime: %s", opjit_errmsg(rts[t]));
+        if (t == 1 && opjit_wait(rts[t]))
+            return reply_err("opjit_wait: %s", opjit_errmsg(rts[t]));
+        opjit_op_info oi;
+        if (!opjit_op_info_get(rts[t], no->op[t], &oi) && oi.tier[OPJIT_CPU])
+            tier[t] = oi.tier[OPJIT_CPU];
+    }
+    nops++;
+    printf("ok tcc=%s opt=%s\n", tier[0], tier[1]);
+    fflush(stdout);
+}
+
+static void serve_input(const char *name, const char *path)
+{
+    if (find_in(name)) {
+        printf("ok cached\n");
+        fflush(stdout);
+        return;
+    }
+    if (nins >= MAXN)
+        return reply_err("%s", "too many inputs");
+    char err[512];
+    if (npy_read(path, &ins[nins].a, err, sizeof err))
+        return reply_err("%s", err);
+    snprintf(ins[nins].name, sizeof ins[nins].name, "%s", name);
+    nins++;
+    printf("ok\n");
+    fflush(stdout);
+}
+
+static int write_out(const char *path, DLManagedTensor *mt)
+{
+    char err[512];
+    if (npy_write(path, &mt->dl_tensor, err, sizeof err)) {
+        reply_err("npy_write: %s", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Time iters calls of op; reply "ok sec=.. " plus facts of the last output. */
+static void timed_calls(opjit_op *op, int t, const opjit_value *args, int nargs, long iters,
+                        const char *out, int is_nms)
+{
+    DLManagedTensor *res = NULL;
+    double t0 = now_ms();
+    for (long i = 0; i < iters; i++) {
+        if (res)
+            res->deleter(res);
+        res = NULL;
+        if (opjit_call(rts[t], op, args, nargs, &res, 1))
+            return reply_err("opjit_call: %s", opjit_errmsg(rts[t]));
+    }
+    double t1 = now_ms();
+    if (!res)
+        return reply_err("%s", "no call made");
+    if (out && out[0] && write_out(out, res)) {
+        res->deleter(res);
+        return;
+    }
+    if (is_nms) {
+        const int64_t *idx = res->dl_tensor.data;
+        int64_t kept = res->dl_tensor.shape[0], sum = 0;
+        for (int64_t i = 0; i < kept; i++)
+            sum += idx[i] * (i + 1);
+        printf("ok sec=%.9f kept=%lld sum=%lld\n", (t1 - t0) / 1e3, (long long)kept,
+               (long long)sum);
+    } else {
+        printf("ok sec=%.9f\n", (t1 - t0) / 1e3);
+    }
+    fflush(stdout);
+    res->deleter(res);
+}
+
+static void serve_nms(char **w)
+{
+    int t = tier_index(w[1]);
+    opjit_op *op = find_op("nms", w[1]);
+    DLTensor *b = find_in(w[2]), *s = find_in(w[3]);
+    if (t < 0 || !op || !b || !s)
+        return reply_err("%s", "nms: unknown tier, op or input");
+    opjit_value args[3] = {opjit_tensor(b), opjit_tensor(s), opjit_float(atof(w[4]))};
+    timed_calls(op, t, args, 3, atol(w[5]), NULL, 1);
+}
+
+/* conv2d's arguments by name, so the harness follows the op's schema. */
+static void serve_conv(char **w, int nw)
+{
+    int t = tier_index(w[1]);
+    opjit_op *op = find_op("conv2d", w[1]);
+    DLTensor *x = find_in(w[2]), *wt = find_in(w[3]);
+    if (t < 0 || !op || !x || !wt)
+        return reply_err("%s", "conv: unknown tier, op or input");
+    int64_t stride = atol(w[4]), pad = atol(w[5]);
+    static int64_t sv[2], pv[2];
+    sv[0] = sv[1] = stride;
+    pv[0] = pv[1] = pad;
+    opjit_value args[16];
+    opjit_op_info oi;
+    if (opjit_op_info_get(rts[t], op, &oi))
+        return reply_err("%s", opjit_errmsg(rts[t]));
+    int nargs = oi.nargs < 16 ? oi.nargs : 16, got_s = 0, got_p = 0;
+    for (int i = 0; i < nargs; i++) {
+        opjit_arg_info ai;
+        args[i] = opjit_none();
+        if (opjit_op_arg(rts[t], op, i, &ai))
+            return reply_err("%s", opjit_errmsg(rts[t]));
+        const char *n = ai.name;
+        if (!strcmp(n, "input") || !strcmp(n, "self") || !strcmp(n, "x")) {
+            args[i] = opjit_tensor(x);
+        } else if (!strcmp(n, "weight")) {
+            args[i] = opjit_tensor(wt);
+        } else if (!strcmp(n, "stride") || !strcmp(n, "padding")) {
+            int64_t *v = n[0] == 's' ? sv : pv;
+            args[i] = ai.kind == OPJIT_KIND_INTS ? opjit_ints(v, ai.list_len > 0 ? ai.list_len : 2)
+                                                 : opjit_int(v[0]);
+            if (n[0] == 's')
+                got_s = 1;
+            else
+                got_p = 1;
+        }
+    }
+    if ((stride != 1 && !got_s) || (pad != 0 && !got_p))
+        return reply_err("%s", "conv2d's schema has no stride/padding argument");
+    timed_calls(op, t, args, nargs, atol(w[6]), nw > 7 ? w[7] : NULL, 0);
+}
+
+static void serve_mm(char **w, int nw)
+{
+    int t = tier_index(w[1]);
+    opjit_op *op = find_op("mm", w[1]);
+    DLTensor *a = find_in(w[2]), *b = find_in(w[3]);
+    if (t < 0 || !op || !a || !b)
+        return reply_err("%s", "mm: unknown tier, op or input");
+    opjit_value args[2] = {opjit_tensor(a), opjit_tensor(b)};
+    timed_calls(op, t, args, 2, atol(w[4]), nw > 5 ? w[5] : NULL, 0);
+}
+
+static void serve_sgemm(char **w)
+{
+    DLTensor *a = find_in(w[1]), *b = find_in(w[2]);
+    long iters = atol(w[3]);
+    if (!a || !b || a->ndim != 2 || b->ndim != 2 || a->shape[1] != b->shape[0])
+        return reply_err("%s", "sgemm: bad inputs");
+    int n = (int)a->shape[0], k = (int)a->shape[1], m = (int)b->shape[1];
+    float *c = aligned_alloc(64, ((size_t)n * m * sizeof(float) + 63) & ~(size_t)63);
+    if (!c)
+        return reply_err("%s", "out of memory");
+    double t0 = now_ms();
+    for (long i = 0; i < iters; i++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, m, k, 1.0f, a->data, k,
+                    b->data, m, 0.0f, c, m);
+    double t1 = now_ms();
+    free(c);
+    printf("ok sec=%.9f\n", (t1 - t0) / 1e3);
+    fflush(stdout);
+}
+
+/* ---- call overhead ------------------------------------------------------------ */
+
+/* The direct baseline: what add1's kernel and the runtime's output do, as
+ * one C function compiled -O2 and called through a pointer (so the call is
+ * not inlined away, as a call into a shared object would not be): one
+ * allocation holding a DLManagedTensor, the shape and 64-aligned data,
+ * filled in, x + 1 computed; the caller frees it with its deleter. */
+typedef struct direct_block {
+    DLManagedTensor mt;
+    size_t size;
+    int64_t shape[];
+} direct_block;
+
+static void direct_delete(DLManagedTensor *mt) { free(mt); }
+
+__attribute__((noinline)) static int direct_add1(const DLTensor *x, DLManagedTensor **out)
+{
+    int64_t n = 1;
+    for (int i = 0; i < x->ndim; i++)
+        n *= x->shape[i];
+    size_t head = sizeof(direct_block) + (size_t)x->ndim * sizeof(int64_t);
+    size_t size = head + 64 + (size_t)n * sizeof(float);
+    direct_block *b = malloc(size);
+    if (!b)
+        return -1;
+    memset(b, 0, head);
+    b->size = size;
+    memcpy(b->shape, x->shape, (size_t)x->ndim * sizeof(int64_t));
+    DLTensor *t = &b->mt.dl_tensor;
+    t->data = (void *)(((uintptr_t)b + head + 63) & ~(uintptr_t)63);
+    t->device = x->device;
+    t->ndim = x->ndim;
+    t->dtype = x->dtype;
+    t->shape = b->shape;
+    b->mt.deleter = direct_delete;
+    const float *xs = (const float *)((const char *)x->data + x->byte_offset);
+    float *ys = t->data;
+    for (int64_t i = 0; i < n; i++)
+        ys[i] = xs[i] + 1.0f;
+    *out = &b->mt;
+    return 0;
+}
+
+static int (*volatile direct_fn)(const DLTensor *, DLManagedTensor **) = direct_add1;
+
+static float one_x = 41.0f;
+static int64_t one_shape[1] = {1};
+static DLTensor one_t = {&one_x, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, one_shape, NULL, 0};
+
+static void serve_add1(char **w)
+{
+    int t = tier_index(w[1]);
+    opjit_op *op = find_op("add1", w[1]);
+    long iters = atol(w[2]);
+    if (t < 0 || !op)
+        return reply_err("%s", "add1: unknown tier or op not loaded");
+    opjit_value args[1] = {opjit_tensor(&one_t)};
+    double t0 = now_ms();
+    for (long i = 0; i < iters; i++) {
+        DLManagedTensor *res;
+        if (opjit_call(rts[t], op, args, 1, &res, 1))
+            return reply_err("opjit_call: %s", opjit_errmsg(rts[t]));
+        res->deleter(res);
+    }
+    double t1 = now_ms();
+    printf("ok sec=%.9f\n", (t1 - t0) / 1e3);
+    fflush(stdout);
+}
+
+static void serve_direct(char **w)
+{
+    long iters = atol(w[1]);
+    double t0 = now_ms();
+    for (long i = 0; i < iters; i++) {
+        DLManagedTensor *res;
+        if (direct_fn(&one_t, &res))
+            return reply_err("%s", "direct: out of memory");
+        res->deleter(res);
+    }
+    double t1 = now_ms();
+    printf("ok sec=%.9f\n", (t1 - t0) / 1e3);
+    fflush(stdout);
+}
+
+static int cmd_serve(void)
+{
+    const char *base = getenv("OPJIT_BENCH_CACHE");
+    if (!base || !*base) {
+        fprintf(stderr, "serve: set OPJIT_BENCH_CACHE\n");
+        return 2;
+    }
+    char dirs[2][4096];
+    for (int t = 0; t < 2; t++) {
+        /* Separate caches: an optimized artifact in a cache is served even
+         * with tiering off, and the tcc runtime must keep its libtcc code. */
+        snprintf(dirs[t], sizeof dirs[t], "%s/%s", base, t ? "opt" : "tcc");
+        opjit_config cfg;
+        opjit_config_init(&cfg);
+        cfg.cache_dir = dirs[t];
+        cfg.tiering = t;
+        int rc = opjit_create(&cfg, &rts[t]);
+        if (rc) {
+            fprintf(stderr, "serve: opjit_create: %s\n", opjit_errstr(rc));
+            return 1;
+        }
+    }
+    char line[8192];
+    while (fgets(line, sizeof line, stdin)) {
+        char *w[16];
+        int nw = 0;
+        for (char *p = strtok(line, " \t\r\n"); p && nw < 16; p = strtok(NULL, " \t\r\n"))
+            w[nw++] = p;
+        if (!nw)
+            continue;
+        if (!strcmp(w[0], "quit"))
+            break;
+        else if (!strcmp(w[0], "load") && nw == 3)
+            serve_load(w[1], w[2]);
+        else if (!strcmp(w[0], "input") && nw == 3)
+            serve_input(w[1], w[2]);
+        else if (!strcmp(w[0], "nms") && nw == 6)
+            serve_nms(w);
+        else if (!strcmp(w[0], "conv") && nw >= 7)
+            serve_conv(w, nw);
+        else if (!strcmp(w[0], "mm") && nw >= 5)
+            serve_mm(w, nw);
+        else if (!strcmp(w[0], "sgemm") && nw == 4)
+            serve_sgemm(w);
+        else if (!strcmp(w[0], "add1") && nw == 3)
+            serve_add1(w);
+        else if (!strcmp(w[0], "direct") && nw == 2)
+            serve_direct(w);
+        else
+            reply_err("unknown or malformed command '%s'", w[0]);
+    }
+    for (int t = 0; t < 2; t++)
+        opjit_destroy(rts[t]);
+    for (int i = 0; i < nins; i++)
+        npy_free(&ins[i].a);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    ssize_t n = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
+    if (n <= 0) {
+        perror("readlink /proc/self/exe");
+        return 1;
+    }
+    self_path[n] = '\0';
+    if (argc >= 3 && !strcmp(argv[1], "load-once"))
+        return cmd_load_once(argv[2], argc > 3 && !strcmp(argv[3], "wait"));
+    if (argc == 4 && !strcmp(argv[1], "cc-once"))
+        return cmd_cc_once(argv[2], argv[3]);
+    if (argc == 3 && !strcmp(argv[1], "dlopen-once"))
+        return cmd_dlopen_once(argv[2]);
+    if (argc >= 4 && !strcmp(argv[1], "loads"))
+        return cmd_loads(argv[2], atoi(argv[3]), !(argc > 4 && !strcmp(argv[4], "nocc")));
+    if (argc == 2 && !strcmp(argv[1], "serve"))
+        return cmd_serve();
+    fprintf(stderr,
+            "usage: opjit_bench load-once SRC [wait] | cc-once SRC DIR | dlopen-once SO |\n"
+            "                   loads SRC REPS [nocc] | serve\n");
+    return 2;
+}

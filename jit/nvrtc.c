@@ -1,0 +1,479 @@
+/* jit/nvrtc.c - NVRTC: CUDA device code -> cubin (sm_XX) or PTX (compute_XX).
+ *
+ * libnvrtc is dlopened on first use, so the library builds and runs where no
+ * CUDA toolkit is installed. Search order: $OPJIT_NVRTC_LIBRARY alone when
+ * set (a path or a soname); else $CUDA_HOME, $CUDA_PATH, /usr/local/cuda
+ * (their lib64/ then lib/), then the default library search; in each place
+ * libnvrtc.so.13, .12, .11, then libnvrtc.so. A successful load is kept for
+ * the life of the process; a failed one is retried on the next use (the
+ * environment may have changed).
+ *
+ * NVRTC has no default include path: compiles get the toolkit's include
+ * directory (and its cccl/ subdirectory, where CUDA 13 keeps libcu++).
+ * The NVRTC API is thread-safe; only loading the library takes a lock.
+ *
+ * The types and entry points used are declared here (an ABI-stable subset
+ * of nvrtc.h): this file compiles without the toolkit. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "jit/jit.h"
+#include "opjit.h"
+
+typedef int nvrtcResult; /* NVRTC_SUCCESS == 0 */
+typedef struct _nvrtcProgram *nvrtcProgram;
+
+static struct {
+    pthread_mutex_t lock;
+    int loaded;
+    void *dl;
+    char path[PATH_MAX];     /* where it was found */
+    char identity[PATH_MAX + 96];
+    char include[PATH_MAX];  /* toolkit include dir, "" if none */
+    char cccl[PATH_MAX + 8]; /* include/cccl, "" if none */
+    int major, minor;
+    int *archs;              /* nvrtcGetSupportedArchs, may be NULL */
+    int narchs;
+    const char *(*GetErrorString)(nvrtcResult);
+    nvrtcResult (*Version)(int *, int *);
+    nvrtcResult (*GetNumSupportedArchs)(int *);
+    nvrtcResult (*GetSupportedArchs)(int *);
+    nvrtcResult (*CreateProgram)(nvrtcProgram *, const char *, const char *, int,
+                                 const char *const *, const char *const *);
+    nvrtcResult (*DestroyProgram)(nvrtcProgram *);
+    nvrtcResult (*CompileProgram)(nvrtcProgram, int, const char *const *);
+    nvrtcResult (*GetPTXSize)(nvrtcProgram, size_t *);
+    nvrtcResult (*GetPTX)(nvrtcProgram, char *);
+    nvrtcResult (*GetCUBINSize)(nvrtcProgram, size_t *);
+    nvrtcResult (*GetCUBIN)(nvrtcProgram, char *);
+    nvrtcResult (*GetProgramLogSize)(nvrtcProgram, size_t *);
+    nvrtcResult (*GetProgramLog)(nvrtcProgram, char *);
+} nv = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static const char *const sonames[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11",
+                                      "libnvrtc.so", NULL};
+
+static int is_dir(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int is_file(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The toolkit roots to look in: $CUDA_HOME, $CUDA_PATH, /usr/local/cuda. */
+static int toolkit_roots(const char *roots[4])
+{
+    int n = 0;
+    const char *h = getenv("CUDA_HOME"), *p = getenv("CUDA_PATH");
+    if (h && *h)
+        roots[n++] = h;
+    if (p && *p)
+        roots[n++] = p;
+    roots[n++] = "/usr/local/cuda";
+    roots[n] = NULL;
+    return n;
+}
+
+int jit_cuda_include_dir(char *out, size_t n)
+{
+    const char *roots[4];
+    toolkit_roots(roots);
+    for (int i = 0; roots[i]; i++) {
+        char inc[PATH_MAX], probe[PATH_MAX + 32];
+        snprintf(inc, sizeof inc, "%s/include", roots[i]);
+        snprintf(probe, sizeof probe, "%s/cuda.h", inc);
+        if (is_file(probe)) {
+            snprintf(out, n, "%s", inc);
+            return 1;
+        }
+    }
+    if (n)
+        out[0] = '\0';
+    return 0;
+}
+
+void *jit_cuda_dlopen(const char *const *names, const char *override, int flags, char *path,
+                      size_t pathlen, char *err, size_t errlen)
+{
+    char tried[2048] = "", last[512] = "";
+    size_t t = 0;
+    if (path && pathlen)
+        path[0] = '\0';
+#define TRIED(s)                                                                          \
+    do {                                                                                  \
+        if (t < sizeof tried)                                                             \
+            t += (size_t)snprintf(tried + t, sizeof tried - t, "%s%s", t ? ", " : "", s); \
+    } while (0)
+    if (override && *override) {
+        void *h = dlopen(override, flags);
+        if (h) {
+            if (path)
+                snprintf(path, pathlen, "%s", override);
+            return h;
+        }
+        const char *why = dlerror();
+        snprintf(err, errlen, "cannot load %s: %s", override, why ? why : "dlopen failed");
+        return NULL;
+    }
+    const char *roots[4];
+    toolkit_roots(roots);
+    static const char *const libdirs[] = {"lib64", "lib", NULL};
+    for (int r = 0; roots[r]; r++)
+        for (int d = 0; libdirs[d]; d++) {
+            char dir[PATH_MAX];
+            snprintf(dir, sizeof dir, "%s/%s", roots[r], libdirs[d]);
+            if (!is_dir(dir))
+                continue;
+            TRIED(dir);
+            for (int i = 0; names[i]; i++) {
+                char p[PATH_MAX + 64];
+                snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+                if (!is_file(p))
+                    continue;
+                void *h = dlopen(p, flags);
+                if (h) {
+                    if (path)
+                        snprintf(path, pathlen, "%s", p);
+                    return h;
+                }
+                const char *why = dlerror();
+                snprintf(last, sizeof last, "%.500s", why ? why : p);
+            }
+        }
+    TRIED("the default library path");
+    for (int i = 0; names[i]; i++) {
+        void *h = dlopen(names[i], flags);
+        if (h) {
+            if (path)
+                snprintf(path, pathlen, "%s", names[i]);
+            return h;
+        }
+        const char *why = dlerror();
+        if (!last[0] || strstr(last, "No such file") || !strstr(why ? why : "", "No such file"))
+            snprintf(last, sizeof last, "%.500s", why ? why : names[i]);
+    }
+#undef TRIED
+    snprintf(err, errlen, "%s not found (looked in %s; last error: %s)", names[0], tried,
+             last);
+    return NULL;
+}
+
+/* dlsym into *slot; 0 when missing. */
+static int sym(void *dl, const char *name, void *slot)
+{
+    void *p = dlsym(dl, name);
+    memcpy(slot, &p, sizeof p);
+    return p != NULL;
+}
+
+static void find_include(void)
+{
+    nv.include[0] = nv.cccl[0] = '\0';
+    if (!jit_cuda_include_dir(nv.include, sizeof nv.include)) {
+        /* The library's own toolkit: <lib>/../include. */
+        Dl_info di;
+        char real[PATH_MAX];
+        if (dladdr((void *)nv.Version, &di) && di.dli_fname &&
+            realpath(di.dli_fname, real)) {
+            char *s = strrchr(real, '/');
+            if (s) {
+                *s = '\0';
+                s = strrchr(real, '/');
+                if (s) {
+                    *s = '\0';
+                    char inc[PATH_MAX], probe[PATH_MAX + 32];
+                    snprintf(inc, sizeof inc, "%.4000s/include", real);
+                    snprintf(probe, sizeof probe, "%s/cuda_fp16.h", inc);
+                    if (is_file(probe))
+                        snprintf(nv.include, sizeof nv.include, "%s", inc);
+                }
+            }
+        }
+    }
+    if (nv.include[0]) {
+        char c[PATH_MAX + 8];
+        snprintf(c, sizeof c, "%s/cccl", nv.include);
+        if (is_dir(c))
+            snprintf(nv.cccl, sizeof nv.cccl, "%s", c);
+    }
+}
+
+int jit_nvrtc_load(char *err, size_t errlen)
+{
+    pthread_mutex_lock(&nv.lock);
+    if (nv.loaded) {
+        pthread_mutex_unlock(&nv.lock);
+        return OPJIT_OK;
+    }
+    char why[3072];
+    void *dl = jit_cuda_dlopen(sonames, getenv("OPJIT_NVRTC_LIBRARY"), RTLD_NOW | RTLD_LOCAL,
+                               nv.path, sizeof nv.path, why, sizeof why);
+    if (!dl) {
+        pthread_mutex_unlock(&nv.lock);
+        snprintf(err, errlen,
+                 "no NVRTC library, so CUDA device code cannot be compiled: %s. Install the "
+                 "CUDA toolkit's NVRTC, or point CUDA_HOME (or OPJIT_NVRTC_LIBRARY) at it",
+                 why);
+        return OPJIT_EDEVICE;
+    }
+    int ok = sym(dl, "nvrtcGetErrorString", &nv.GetErrorString) &&
+             sym(dl, "nvrtcVersion", &nv.Version) &&
+             sym(dl, "nvrtcCreateProgram", &nv.CreateProgram) &&
+             sym(dl, "nvrtcDestroyProgram", &nv.DestroyProgram) &&
+             sym(dl, "nvrtcCompileProgram", &nv.CompileProgram) &&
+             sym(dl, "nvrtcGetPTXSize", &nv.GetPTXSize) && sym(dl, "nvrtcGetPTX", &nv.GetPTX) &&
+             sym(dl, "nvrtcGetCUBINSize", &nv.GetCUBINSize) &&
+             sym(dl, "nvrtcGetCUBIN", &nv.GetCUBIN) &&
+             sym(dl, "nvrtcGetProgramLogSize", &nv.GetProgramLogSize) &&
+             sym(dl, "nvrtcGetProgramLog", &nv.GetProgramLog);
+    if (ok && nv.Version(&nv.major, &nv.minor) != 0)
+        ok = 0;
+    if (!ok) {
+        dlclose(dl);
+        pthread_mutex_unlock(&nv.lock);
+        snprintf(err, errlen, "%s is not a usable NVRTC (nvrtcGetCUBIN, nvrtcVersion... "
+                 "missing or failing; NVRTC 11.1 or later is needed)", nv.path);
+        return OPJIT_EDEVICE;
+    }
+    /* Optional (11.2+): the architectures it can compile for. */
+    int n = 0;
+    if (sym(dl, "nvrtcGetNumSupportedArchs", &nv.GetNumSupportedArchs) &&
+        sym(dl, "nvrtcGetSupportedArchs", &nv.GetSupportedArchs) &&
+        nv.GetNumSupportedArchs(&n) == 0 && n > 0 && (nv.archs = calloc((size_t)n, sizeof(int)))) {
+        if (nv.GetSupportedArchs(nv.archs) == 0) {
+            nv.narchs = n;
+        } else {
+            free(nv.archs);
+            nv.archs = NULL;
+        }
+    }
+    /* Identity for cache keys: the version, the file it came from and its
+     * size (a patch release changes the size, not the version). */
+    Dl_info di;
+    char real[PATH_MAX] = "";
+    long long size = -1;
+    if (dladdr((void *)nv.Version, &di) && di.dli_fname && realpath(di.dli_fname, real)) {
+        struct stat st;
+        if (stat(real, &st) == 0)
+            size = (long long)st.st_size;
+    }
+    const char *base = strrchr(real[0] ? real : nv.path, '/');
+    base = base ? base + 1 : (real[0] ? real : nv.path);
+    snprintf(nv.identity, sizeof nv.identity, "nvrtc %d.%d %s %lld", nv.major, nv.minor, base,
+             size);
+    nv.dl = dl;
+    find_include();
+    nv.loaded = 1;
+    pthread_mutex_unlock(&nv.lock);
+    return OPJIT_OK;
+}
+
+const char *jit_nvrtc_identity(void) { return nv.loaded ? nv.identity : NULL; }
+
+const char *jit_nvrtc_path(void) { return nv.loaded ? nv.path : NULL; }
+
+int jit_nvrtc_version(void) { return nv.loaded ? nv.major * 1000 + nv.minor * 10 : 0; }
+
+int jit_nvrtc_supports(int arch_number)
+{
+    if (!nv.loaded)
+        return 0;
+    if (!nv.narchs)
+        return 1; /* unknown: let the compile say */
+    for (int i = 0; i < nv.narchs; i++)
+        if (nv.archs[i] == arch_number)
+            return 1;
+    return 0;
+}
+
+int jit_nvrtc_highest_arch(int at_most)
+{
+    int best = 0;
+    for (int i = 0; i < nv.narchs; i++)
+        if (nv.archs[i] <= at_most && nv.archs[i] > best)
+            best = nv.archs[i];
+    return best;
+}
+
+int jit_cuda_arch_parse(const char *s, int *number, int *ptx)
+{
+    int n = 0;
+    if (!strncmp(s, "sm_", 3)) {
+        *ptx = 0;
+        s += 3;
+    } else if (!strncmp(s, "compute_", 8)) {
+        *ptx = 1;
+        s += 8;
+    } else {
+        return 0;
+    }
+    if (*s < '1' || *s > '9')
+        return 0;
+    while (*s >= '0' && *s <= '9' && n < 10000)
+        n = n * 10 + (*s++ - '0');
+    if (*s == 'a' || *s == 'f')
+        s++; /* arch-specific variants: sm_90a */
+    if (*s || n < 10 || n >= 10000)
+        return 0;
+    *number = n;
+    return 1;
+}
+
+/* ---- diagnostics ------------------------------------------------------------ */
+
+typedef struct sink {
+    char *buf;
+    size_t len, cap;
+} sink;
+
+static void put(sink *d, const char *s, size_t n)
+{
+    if (!d->cap)
+        return;
+    size_t room = d->cap - 1 - d->len;
+    if (n > room)
+        n = room;
+    memcpy(d->buf + d->len, s, n);
+    d->len += n;
+    d->buf[d->len] = '\0';
+}
+
+/* NVRTC says "name(12): error: ..." then quotes the line with a caret; we
+ * say "name:12: error: ..." as libtcc does and keep NVRTC's quote. */
+static void rewrite_log(sink *d, const char *log, const char *name)
+{
+    size_t nl = strlen(name);
+    for (const char *p = log; *p;) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        char *end;
+        long line;
+        if (len > nl + 3 && !strncmp(p, name, nl) && p[nl] == '(' &&
+            (line = strtol(p + nl + 1, &end, 10)) > 0 && *end == ')' && end[1] == ':') {
+            char head[64];
+            put(d, name, nl);
+            int n = snprintf(head, sizeof head, ":%ld:", line);
+            put(d, head, (size_t)n);
+            put(d, end + 2, len - (size_t)(end + 2 - p));
+        } else {
+            put(d, p, len);
+        }
+        if (!e)
+            break;
+        put(d, "\n", 1);
+        p = e + 1;
+    }
+    while (d->len && (d->buf[d->len - 1] == '\n' || d->buf[d->len - 1] == ' '))
+        d->buf[--d->len] = '\0';
+}
+
+/* ---- compile ---------------------------------------------------------------- */
+
+/* Every compile's options besides -arch and the include paths: what goes
+ * into cache keys. */
+#define NVRTC_STD "--std=c++17"
+#define NVRTC_LINEINFO "-lineinfo"
+const char *jit_nvrtc_options(void) { return NVRTC_STD " " NVRTC_LINEINFO; }
+
+int jit_nvrtc_compile(const jit_nvrtc_job *job, char *diag, size_t diaglen)
+{
+    sink d = {diag, 0, diaglen};
+    if (diaglen)
+        diag[0] = '\0';
+    char why[3584];
+    int rc = jit_nvrtc_load(why, sizeof why);
+    if (rc) {
+        snprintf(diag, diaglen, "%s", why);
+        return rc;
+    }
+    int number, ptx;
+    if (!job->arch || !jit_cuda_arch_parse(job->arch, &number, &ptx)) {
+        snprintf(diag, diaglen, "bad CUDA architecture '%s' (expected sm_XY or compute_XY)",
+                 job->arch ? job->arch : "(null)");
+        return OPJIT_EINVAL;
+    }
+    if (!jit_nvrtc_supports(number)) {
+        snprintf(diag, diaglen, "NVRTC %d.%d cannot compile for %s", nv.major, nv.minor,
+                 job->arch);
+        return OPJIT_ECOMPILE;
+    }
+    char arch[64], inc[PATH_MAX + 4], cccl[PATH_MAX + 16];
+    const char *opts[40];
+    int n = 0;
+    snprintf(arch, sizeof arch, "-arch=%s", job->arch);
+    opts[n++] = arch;
+    opts[n++] = NVRTC_STD;
+    opts[n++] = NVRTC_LINEINFO;
+    if (nv.include[0]) {
+        snprintf(inc, sizeof inc, "-I%s", nv.include);
+        opts[n++] = inc;
+    }
+    if (nv.cccl[0]) {
+        snprintf(cccl, sizeof cccl, "-I%s", nv.cccl);
+        opts[n++] = cccl;
+    }
+    for (const char *const *p = job->options; p && *p && n < 39; p++)
+        opts[n++] = *p;
+    opts[n] = NULL;
+
+    nvrtcProgram prog = NULL;
+    nvrtcResult r = nv.CreateProgram(&prog, job->text, job->source_name, 0, NULL, NULL);
+    if (r) {
+        snprintf(diag, diaglen, "nvrtcCreateProgram: %s", nv.GetErrorString(r));
+        return OPJIT_ENOMEM;
+    }
+    r = nv.CompileProgram(prog, n, opts);
+    size_t logsize = 0;
+    if (nv.GetProgramLogSize(prog, &logsize) == 0 && logsize > 1) {
+        char *log = malloc(logsize + 1);
+        if (log && nv.GetProgramLog(prog, log) == 0) {
+            log[logsize] = '\0';
+            if (r)
+                rewrite_log(&d, log, job->source_name);
+        }
+        free(log);
+    }
+    if (r) {
+        if (!d.len)
+            snprintf(diag, diaglen, "%s: %s", job->source_name, nv.GetErrorString(r));
+        nv.DestroyProgram(&prog);
+        return OPJIT_ECOMPILE;
+    }
+    size_t size = 0;
+    r = ptx ? nv.GetPTXSize(prog, &size) : nv.GetCUBINSize(prog, &size);
+    char *bin = r || !size ? NULL : malloc(size);
+    if (!bin || (ptx ? nv.GetPTX(prog, bin) : nv.GetCUBIN(prog, bin))) {
+        free(bin);
+        nv.DestroyProgram(&prog);
+        snprintf(diag, diaglen, "%s: NVRTC produced no %s for %s", job->source_name,
+                 ptx ? "PTX" : "cubin", job->arch);
+        return OPJIT_ECOMPILE;
+    }
+    nv.DestroyProgram(&prog);
+    if (ptx)
+        while (size && bin[size - 1] == '\0')
+            size--; /* the file holds the text; loaders add the NUL */
+    rc = OPJIT_OK;
+    FILE *f = fopen(job->out_path, "wb");
+    if (!f || fwrite(bin, 1, size, f) != size) {
+        snprintf(diag, diaglen, "cannot write %s: %s", job->out_path, strerror(errno));
+        rc = OPJIT_EIO;
+    }
+    if (f && fclose(f) && !rc) {
+        snprintf(diag, diaglen, "cannot write %s: %s", job->out_path, strerror(errno));
+        rc = OPJIT_EIO;
+    }
+    free(bin);
+    return rc;
+}

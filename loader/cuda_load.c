@@ -1,0 +1,377 @@
+/* loader/cuda_load.c - what loading a .cu source adds to loading a .c.
+ *
+ * A .cu holds two halves. The host half (`#ifndef __CUDACC_RTC__`) is C
+ * compiled by libtcc exactly like a .c, with a few macros cudnn.h and
+ * cuda.h need under an unknown compiler, and the toolkit's include
+ * directory. The device half (`#ifdef __CUDACC_RTC__`) is compiled by NVRTC
+ * once per architecture in use; each architecture is a cache entry of its
+ * own (artifact "sm_90.cubin" or "compute_90.ptx"), keyed by the source and
+ * its local headers, the NVRTC identity, the options, the architecture and
+ * the opjit ABI. Every such entry is also reachable through a small index
+ * entry keyed without the NVRTC identity, whose artifact names the full
+ * key: a deployment without NVRTC uses device code warmed elsewhere.
+ *
+ * The images are read into memory and handed to the module (runtime/cuda.h),
+ * which loads the one that suits a device on the first call there.
+ *
+ * cuDNN. libtcc 0.9.27 binds every symbol of the objects it writes at
+ * dlopen time (it emits no lazy PLT relocations), so RTLD_LAZY could not
+ * let a host half that calls cuDNN directly load where cuDNN is missing.
+ * Before dlopening a .cu host half the loader makes libcudnn.so.9 global
+ * (RTLD_GLOBAL, found like NVRTC) when it exists: host halves may call it
+ * directly where it is installed, and ops that should load everywhere
+ * (ours: conv2d.cu) take its entry points with dlsym at their first call.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jit/jit.h"
+#include "loader/loader_int.h"
+#include "runtime/cuda.h"
+
+#define CU_DEFAULT_ARCHS "sm_80,sm_90,compute_90"
+
+/* The host half under libtcc: what cudnn.h / cuda.h ask of an unknown
+ * compiler (crt/host_defines.h), plus the defines every op gets. */
+const char *const cu_host_defines[] = {
+    "FORCE_OPENBLAS_COMPLEX_STRUCT",
+    "OPJIT_TIER_TCC",
+    "OPJIT_CUDA_HOST",
+    "__align__(n)=__attribute__((aligned(n)))",
+    "CUDARTAPI=",
+    "CUDARTAPI_CDECL=",
+    "__location__(a)=",
+    NULL,
+};
+
+/* The include directory, found once per process. */
+static char host_inc[PATH_MAX];
+static pthread_once_t host_inc_once = PTHREAD_ONCE_INIT;
+static void find_host_inc(void) { jit_cuda_include_dir(host_inc, sizeof host_inc); }
+
+const char *cu_toolkit_include(void)
+{
+    pthread_once(&host_inc_once, find_host_inc);
+    return host_inc[0] ? host_inc : NULL;
+}
+
+void cu_host_key(cache_keygen *g)
+{
+    for (int i = 0; cu_host_defines[i]; i++)
+        cache_keygen_add_str(g, "cuda-host-define", cu_host_defines[i]);
+    /* The toolkit headers a host half may include: their versions. */
+    const char *inc = cu_toolkit_include();
+    if (!inc) {
+        cache_keygen_add_str(g, "cuda-toolkit", "none");
+        return;
+    }
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/cudnn_version.h", inc);
+    size_t len;
+    char *text = loader_read_file(p, &len);
+    cache_keygen_add(g, "cudnn_version.h", text ? text : "", text ? len : 0);
+    free(text);
+    snprintf(p, sizeof p, "%s/cuda.h", inc);
+    FILE *f = fopen(p, "rb");
+    char line[256], version[64] = "unknown";
+    for (int i = 0; f && i < 2000 && fgets(line, sizeof line, f); i++)
+        if (sscanf(line, "#define CUDA_VERSION %63s", version) == 1)
+            break;
+    if (f)
+        fclose(f);
+    cache_keygen_add_str(g, "cuda-version", version);
+}
+
+/* ---- cuDNN in the global namespace ----------------------------------------- */
+
+static pthread_once_t preload_once = PTHREAD_ONCE_INIT;
+static char preload_why[1024];
+
+static void preload(void)
+{
+    static const char *const names[] = {"libcudnn.so.9", "libcudnn.so", NULL};
+    char path[PATH_MAX];
+    if (!jit_cuda_dlopen(names, getenv("OPJIT_CUDNN_LIBRARY"), RTLD_NOW | RTLD_GLOBAL, path,
+                         sizeof path, preload_why, sizeof preload_why))
+        return; /* ops that need it say so when called */
+    preload_why[0] = '\0';
+}
+
+void cu_preload(loader *l)
+{
+    pthread_once(&preload_once, preload);
+    if (preload_why[0])
+        rt_log(l->rt, OPJIT_LOG_DEBUG, "cuDNN not loaded: %s", preload_why);
+}
+
+const char *cu_preload_error(void) { return preload_why[0] ? preload_why : NULL; }
+
+/* ---- which sources a name loads ------------------------------------------------ */
+
+int cu_usable(char *why, size_t n) { return cuda_available(why, n); }
+
+/* ---- architectures -------------------------------------------------------------- */
+
+/* The list in use, validated and deduplicated into out ("sm_80,sm_90"). */
+static int resolve_archs(loader *l, char *out, size_t n)
+{
+    const char *from = "config.cuda_archs";
+    const char *list = l->cuda_archs;
+    char def[512];
+    if (!list || !*list) {
+        list = getenv("OPJIT_CUDA_ARCHS");
+        from = "OPJIT_CUDA_ARCHS";
+    }
+    if (!list || !*list) {
+        /* This machine's GPUs; the usual ones without a GPU. */
+        int cc[CUDA_MAX_DEVICES], nd = cuda_device_archs(cc, CUDA_MAX_DEVICES);
+        size_t k = 0;
+        def[0] = '\0';
+        for (int i = 0; i < nd; i++) {
+            char a[32];
+            if (jit_nvrtc_identity() && !jit_nvrtc_supports(cc[i]) &&
+                jit_nvrtc_highest_arch(cc[i]))
+                snprintf(a, sizeof a, "compute_%d", jit_nvrtc_highest_arch(cc[i]));
+            else
+                snprintf(a, sizeof a, "sm_%d", cc[i]);
+            if (!strstr(def, a) && k < sizeof def)
+                k += (size_t)snprintf(def + k, sizeof def - k, "%s%s", k ? "," : "", a);
+        }
+        list = nd ? def : CU_DEFAULT_ARCHS;
+        from = "the default";
+    }
+    size_t k = 0;
+    out[0] = '\0';
+    for (const char *p = list; *p;) {
+        while (*p == ',' || *p == ' ' || *p == '\t')
+            p++;
+        size_t len = strcspn(p, ", \t");
+        if (!len)
+            break;
+        char a[32];
+        int number, ptx;
+        snprintf(a, sizeof a, "%.*s", (int)(len < sizeof a ? len : sizeof a - 1), p);
+        if (len >= sizeof a || !jit_cuda_arch_parse(a, &number, &ptx))
+            return rt_error(l->rt, OPJIT_EINVAL,
+                            "%s: '%.*s' is not a CUDA architecture (expected a comma-separated "
+                            "list of sm_XY for cubins and compute_XY for PTX, e.g. "
+                            "\"sm_80,sm_90,compute_90\")", from, (int)len, p);
+        char padded[40];
+        snprintf(padded, sizeof padded, ",%s,", a);
+        char have[1100];
+        snprintf(have, sizeof have, ",%s,", out);
+        if (!strstr(have, padded)) {
+            if (k + len + 2 > n)
+                return rt_error(l->rt, OPJIT_EINVAL, "%s: too many CUDA architectures", from);
+            k += (size_t)snprintf(out + k, n - k, "%s%s", k ? "," : "", a);
+        }
+        p += len;
+    }
+    if (!out[0])
+        return rt_error(l->rt, OPJIT_EINVAL, "%s: no CUDA architecture in '%s'", from, list);
+    return OPJIT_OK;
+}
+
+/* ---- device code ---------------------------------------------------------------------- */
+
+typedef struct dev_build {
+    const source *src;
+    const char *arch;
+    const char *artifact;
+    char diag[OPJIT_ERRMSG_SIZE - 512];
+} dev_build;
+
+static int build_nvrtc(void *ud, const char *dir, char *err, size_t errlen)
+{
+    dev_build *b = ud;
+    char out[PATH_MAX + 64];
+    snprintf(out, sizeof out, "%s/%s", dir, b->artifact);
+    jit_nvrtc_job job = {
+        .source_name = b->src->path,
+        .text = b->src->text,
+        .arch = b->arch,
+        .out_path = out,
+    };
+    int rc = jit_nvrtc_compile(&job, b->diag, sizeof b->diag);
+    if (rc)
+        snprintf(err, errlen, "%.*s", (int)(errlen > 1 ? errlen - 1 : 0),
+                 rc == OPJIT_ECOMPILE ? "compile error" : b->diag);
+    return rc;
+}
+
+static int build_index(void *ud, const char *dir, char *err, size_t errlen)
+{
+    const char *hex = ud;
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/key", dir);
+    FILE *f = fopen(p, "wb");
+    if (!f || fputs(hex, f) < 0) {
+        if (f)
+            fclose(f);
+        snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
+        return OPJIT_EIO;
+    }
+    if (fclose(f)) {
+        snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
+        return OPJIT_EIO;
+    }
+    return OPJIT_OK;
+}
+
+/* The request for s's device code for arch; identity NULL: its index. */
+static void device_request(const source *s, const char *arch, const char *identity,
+                           cache_request *req)
+{
+    cache_keygen *g = source_keygen(s);
+    if (g) {
+        cache_keygen_add_str(g, "kind", identity ? "cuda-device" : "cuda-device-index");
+        cache_keygen_add_str(g, "options", jit_nvrtc_options());
+        cache_keygen_add_str(g, "target", arch);
+        if (identity)
+            cache_keygen_add_str(g, "compiler", identity);
+    }
+    *req = (cache_request){
+        .op_name = s->stem,
+        .source_name = s->name,
+        .compiler = identity ? identity : "any NVRTC",
+        .options = jit_nvrtc_options(),
+        .target = arch,
+        .tier = identity ? "nvrtc" : "nvrtc-index",
+    };
+    if (g)
+        cache_keygen_finish(g, &req->key);
+    else
+        memset(&req->key, 0, sizeof req->key), memset(req->key.hex, '0', 32);
+}
+
+static int hex_key(const char *hex, cache_key *k)
+{
+    if (!hex || strlen(hex) < 32)
+        return 0;
+    for (int i = 0; i < 16; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return 0;
+        k->bytes[i] = (unsigned char)v;
+    }
+    snprintf(k->hex, sizeof k->hex, "%.32s", hex);
+    return 1;
+}
+
+/* Without NVRTC: the entry an index names, if both are in a cache. */
+static int fetch_by_index(loader *l, const source *s, const char *arch, cache_entry **out)
+{
+    cache_request ireq;
+    device_request(s, arch, NULL, &ireq);
+    cache_entry *idx = NULL;
+    int hit;
+    char err[512];
+    if (cache_fetch(l->cache, &ireq, NULL, NULL, &idx, &hit, err, sizeof err))
+        return OPJIT_ENOTFOUND;
+    size_t len;
+    char *hex = loader_read_file(cache_entry_path(idx, "key"), &len);
+    cache_entry_release(idx);
+    cache_request full = ireq;
+    full.tier = "nvrtc";
+    int ok = hex_key(hex, &full.key);
+    free(hex);
+    if (!ok || cache_fetch(l->cache, &full, NULL, NULL, out, &hit, err, sizeof err))
+        return OPJIT_ENOTFOUND;
+    return OPJIT_OK;
+}
+
+int cu_device_code(loader *l, const source *s, cuda_module **out, int *all_hit)
+{
+    opjit_runtime *rt = l->rt;
+    *out = NULL;
+    *all_hit = 1;
+    char nverr[2048];
+    int nvrc = jit_nvrtc_load(nverr, sizeof nverr);
+    char archs[1024];
+    int rc = resolve_archs(l, archs, sizeof archs);
+    if (rc)
+        return rc;
+    const char *identity = nvrc ? NULL : jit_nvrtc_identity();
+    char producer[96];
+    snprintf(producer, sizeof producer, "%s", identity ? identity : "the NVRTC that warmed the cache");
+    if (identity) { /* "NVRTC 13.0" reads better in messages than the key string */
+        int v = jit_nvrtc_version();
+        snprintf(producer, sizeof producer, "NVRTC %d.%d", v / 1000, v % 1000 / 10);
+    }
+    cuda_module *cm = cuda_module_new(s->path);
+    dev_build *b = calloc(1, sizeof *b);
+    if (!cm || !b) {
+        cuda_module_free(cm);
+        free(b);
+        return rt_error(rt, OPJIT_ENOMEM, "out of memory");
+    }
+    for (char *p = archs; *p;) {
+        size_t len = strcspn(p, ",");
+        char arch[32], artifact[48];
+        snprintf(arch, sizeof arch, "%.*s", (int)len, p);
+        p += len + (p[len] == ',');
+        int number, ptx;
+        jit_cuda_arch_parse(arch, &number, &ptx);
+        snprintf(artifact, sizeof artifact, "%s.%s", arch, ptx ? "ptx" : "cubin");
+
+        cache_entry *entry = NULL;
+        int hit = 0;
+        if (identity) {
+            cache_request req;
+            device_request(s, arch, identity, &req);
+            *b = (dev_build){.src = s, .arch = arch, .artifact = artifact};
+            char err[1024] = "";
+            rc = cache_fetch(l->cache, &req, build_nvrtc, b, &entry, &hit, err, sizeof err);
+            if (rc) {
+                if (rc == OPJIT_ECOMPILE)
+                    rt_error(rt, rc, "%s: compile error (NVRTC, %s):\n%s", s->path, arch,
+                             b->diag);
+                else
+                    rt_error(rt, rc, "%s: device code for %s: %s", s->path, arch,
+                             err[0] ? err : b->diag);
+                goto fail;
+            }
+            /* Findable without NVRTC; best effort. */
+            cache_request ireq;
+            device_request(s, arch, NULL, &ireq);
+            cache_entry *ie = NULL;
+            int ihit;
+            if (!cache_fetch(l->cache, &ireq, build_index, req.key.hex, &ie, &ihit, err,
+                             sizeof err))
+                cache_entry_release(ie);
+        } else if (fetch_by_index(l, s, arch, &entry) == OPJIT_OK) {
+            hit = 1;
+        } else {
+            rc = rt_error(rt, OPJIT_EDEVICE, "%s: %s (and no %s device code for it is in a "
+                          "cache)", s->path, nverr, arch);
+            goto fail;
+        }
+        if (!hit)
+            *all_hit = 0;
+        const char *path = cache_entry_path(entry, artifact);
+        size_t size = 0;
+        char *data = path ? loader_read_file(path, &size) : NULL;
+        cache_entry_release(entry);
+        if (!data) {
+            rc = rt_error(rt, OPJIT_ECACHE, "%s: the cache entry for %s lacks %s", s->path, arch,
+                          artifact);
+            goto fail;
+        }
+        rc = cuda_module_add_image(cm, arch, data, size, producer);
+        free(data);
+        if (rc) {
+            rt_error(rt, rc, "%s: %s: cannot keep the device code", s->path, arch);
+            goto fail;
+        }
+    }
+    free(b);
+    *out = cm;
+    return OPJIT_OK;
+fail:
+    free(b);
+    cuda_module_free(cm);
+    return rc;
+}

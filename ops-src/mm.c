@@ -1,0 +1,138 @@
+/*
+ * mm.c - matrix product on the CPU through OpenBLAS, torch.mm semantics.
+ *
+ *   mm(Tensor self, Tensor mat2) -> Tensor
+ *
+ * self [n, k] times mat2 [k, m] gives a contiguous [n, m] of the same dtype
+ * (float32 through cblas_sgemm, float64 through cblas_dgemm). Zero-size
+ * dimensions work: an empty product when n or m is 0, zeros when k is 0.
+ *
+ * The operands need not be contiguous: a row-major view (unit column
+ * stride) or a column-major one such as a transpose (unit row stride) goes
+ * to BLAS as it is, with the matching transpose flag and leading dimension.
+ * Any other layout is refused with a message.
+ */
+#ifndef FORCE_OPENBLAS_COMPLEX_STRUCT
+#define FORCE_OPENBLAS_COMPLEX_STRUCT
+#endif
+#include <opjit_op.h>
+#include <cblas.h>
+#include <limits.h>
+#include <string.h>
+
+/* How BLAS should read a 2-D operand [r, c]: transpose flag and leading
+ * dimension. Returns 0 when the layout is not one BLAS can read. */
+static int mm_layout(const DLTensor *t, enum CBLAS_TRANSPOSE *trans, int64_t *ld)
+{
+    int64_t r = t->shape[0], c = t->shape[1], s0, s1;
+    if (!t->strides) {
+        *trans = CblasNoTrans;
+        *ld = c > 1 ? c : 1;
+        return 1;
+    }
+    s0 = t->strides[0];
+    s1 = t->strides[1];
+    /* A dimension of size 1 may carry any stride. */
+    if ((s1 == 1 || c <= 1) && (r <= 1 || s0 >= (c > 1 ? c : 1))) {
+        *trans = CblasNoTrans;
+        *ld = r <= 1 ? (c > 1 ? c : 1) : s0;
+        return 1;
+    }
+    if ((s0 == 1 || r <= 1) && (c <= 1 || s1 >= (r > 1 ? r : 1))) {
+        *trans = CblasTrans;
+        *ld = c <= 1 ? (r > 1 ? r : 1) : s1;
+        return 1;
+    }
+    return 0;
+}
+
+static const char *mm_dtype_name(const DLTensor *t)
+{
+    if (opjit_is_dtype(t, kDLFloat, 32))
+        return "float32";
+    if (opjit_is_dtype(t, kDLFloat, 64))
+        return "float64";
+    return "another dtype";
+}
+
+static int mm_cpu(opjit_ctx *ctx, opjit_args *a)
+{
+    DLTensor *x = opjit_arg_tensor(a, 0);
+    DLTensor *y = opjit_arg_tensor(a, 1);
+    DLTensor *out;
+    enum CBLAS_TRANSPOSE ta = CblasNoTrans, tb = CblasNoTrans;
+    int64_t n, k, m, lda = 1, ldb = 1, shape[2];
+    int is64;
+
+    if (!x || !y)
+        return opjit_fail(ctx, "self and mat2 are required");
+    if (x->ndim != 2)
+        return opjit_fail(ctx, "self must be a 2D matrix, got %dD", x->ndim);
+    if (y->ndim != 2)
+        return opjit_fail(ctx, "mat2 must be a 2D matrix, got %dD", y->ndim);
+    is64 = opjit_is_dtype(x, kDLFloat, 64);
+    if (!is64 && !opjit_is_dtype(x, kDLFloat, 32))
+        return opjit_fail(ctx, "self must be float32 or float64");
+    if (y->dtype.code != x->dtype.code || y->dtype.bits != x->dtype.bits ||
+        y->dtype.lanes != x->dtype.lanes)
+        return opjit_fail(ctx, "mat2 dtype (%s) must match self dtype (%s)",
+                          mm_dtype_name(y), mm_dtype_name(x));
+    n = x->shape[0];
+    k = x->shape[1];
+    m = y->shape[1];
+    if (y->shape[0] != k)
+        return opjit_fail(ctx, "self and mat2 shapes cannot be multiplied "
+                               "(%lldx%lld and %lldx%lld)",
+                          (long long)n, (long long)k, (long long)y->shape[0],
+                          (long long)m);
+    if (n > INT_MAX || k > INT_MAX || m > INT_MAX)
+        return opjit_fail(ctx, "dimensions above %d are not supported "
+                               "(%lldx%lld and %lldx%lld)",
+                          INT_MAX, (long long)n, (long long)k, (long long)k,
+                          (long long)m);
+    /* An empty product touches no operand memory: any strides do. */
+    if (n > 0 && m > 0 && k > 0) {
+        if (!mm_layout(x, &ta, &lda))
+            return opjit_fail(ctx, "self has strides [%lld, %lld]: neither rows nor "
+                                   "columns are contiguous",
+                              (long long)x->strides[0], (long long)x->strides[1]);
+        if (!mm_layout(y, &tb, &ldb))
+            return opjit_fail(ctx, "mat2 has strides [%lld, %lld]: neither rows nor "
+                                   "columns are contiguous",
+                              (long long)y->strides[0], (long long)y->strides[1]);
+        if (lda > INT_MAX || ldb > INT_MAX)
+            return opjit_fail(ctx, "a leading dimension above %d is not supported",
+                              INT_MAX);
+    }
+
+    shape[0] = n;
+    shape[1] = m;
+    out = opjit_output(ctx, 0, x->dtype, 2, shape);
+    if (!out)
+        return -1;
+    if (n == 0 || m == 0)
+        return 0;
+    if (k == 0) {
+        memset(opjit_data(out), 0, (size_t)(n * m) * (is64 ? 8 : 4));
+        return 0;
+    }
+    if (is64)
+        cblas_dgemm(CblasRowMajor, ta, tb, (int)n, (int)m, (int)k, 1.0,
+                    (const double *)opjit_data(x), (int)lda,
+                    (const double *)opjit_data(y), (int)ldb, 0.0,
+                    (double *)opjit_data(out), (int)m);
+    else
+        cblas_sgemm(CblasRowMajor, ta, tb, (int)n, (int)m, (int)k, 1.0f,
+                    (const float *)opjit_data(x), (int)lda,
+                    (const float *)opjit_data(y), (int)ldb, 0.0f,
+                    (float *)opjit_data(out), (int)m);
+    return 0;
+}
+
+OPJIT_MODULE(mm, m)
+{
+    opjit_def(m, "mm(Tensor self, Tensor mat2) -> Tensor", OPJIT_CPU, mm_cpu,
+              "Matrix product [n,k] x [k,m] -> [n,m] (OpenBLAS gemm)");
+    opjit_require(m, "self", "float32|float64 rank=2");
+    opjit_require(m, "mat2", "float32|float64 rank=2");
+}

@@ -1,0 +1,93 @@
+/*
+ * runtime/cuda.h - CUDA through the Driver API (runtime/cuda.c); private to
+ * runtime/ and loader/.
+ *
+ * libcuda.so.1 is dlopened on the first CUDA call (or when the loader asks
+ * whether CUDA is usable), never at link time, so a machine without a
+ * driver runs every CPU op. Nothing here knows compilers: a .cu module's
+ * device code arrives as images (cubin or PTX per architecture) that the
+ * loader read from the cache.
+ *
+ * Per runtime and device: a context (the device's primary context,
+ * retained on first use, or the host's from opjit_set_cuda_stream), the
+ * stream calls run on, and a pool of device workspaces. Per module and
+ * context: the CUmodule loaded from the image that suits the device, and
+ * its kernels by name.
+ */
+#ifndef OPJIT_RUNTIME_CUDA_H
+#define OPJIT_RUNTIME_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/runtime.h"
+
+#define CUDA_MAX_DEVICES 64
+
+/* ---- device code of a module ----------------------------------------------- */
+
+typedef struct cuda_module cuda_module;
+
+/* An empty set of images for the module of source (for messages). */
+cuda_module *cuda_module_new(const char *source);
+/* Add the image for arch ("sm_90": a cubin, "compute_90": PTX text);
+ * producer says what made it ("NVRTC 13.0"), for messages. The bytes are
+ * copied. OPJIT_EINVAL for a bad arch, OPJIT_ENOMEM. */
+int cuda_module_add_image(cuda_module *cm, const char *arch, const void *data, size_t size,
+                          const char *producer);
+/* The architectures held, comma-separated, into buf. */
+const char *cuda_module_archs(const cuda_module *cm, char *buf, size_t n);
+/* Unload from every context it was loaded into, and free. NULL is fine. */
+void cuda_module_free(cuda_module *cm);
+
+/* ---- the machine ------------------------------------------------------------- */
+
+/* Load the driver and initialise it (once per process). OPJIT_OK when at
+ * least one device exists; else OPJIT_EDEVICE with why: "no libcuda.so.1:
+ * ...", "no CUDA device ...". */
+int cuda_available(char *why, size_t n);
+/* Compute capabilities (major * 10 + minor) of the devices, up to max;
+ * returns how many (0 without CUDA). */
+int cuda_device_archs(int *cc, int max);
+
+/* ---- per runtime -------------------------------------------------------------- */
+
+typedef struct cuda_rt cuda_rt;
+cuda_rt *cuda_rt_new(void);
+/* After every module is freed: give back workspaces and contexts. */
+void cuda_rt_free(cuda_rt *c);
+
+/* ---- calls ----------------------------------------------------------------------- */
+
+/* Before a CUDA kernel runs: driver, device, context made current, the
+ * module's device code loaded. On failure the message is set on the
+ * runtime (OPJIT_EDEVICE for a missing driver, device or suitable image). */
+int cuda_call_begin(opjit_ctx *ctx);
+/* After it: workspaces back to the pool, the context popped. */
+void cuda_call_end(opjit_ctx *ctx);
+
+/* Device memory of an output: freed with cuda_mem_free, which may run on
+ * any thread, after the runtime is gone. */
+typedef struct cuda_mem {
+    uint64_t ptr;
+    void *cuctx;
+    int device;
+    int primary; /* holds a reference on the device's primary context */
+} cuda_mem;
+/* The message is recorded through fail (the call's error path). */
+int cuda_mem_alloc(opjit_ctx *ctx, size_t bytes, cuda_mem *out, char *err, size_t errlen);
+void cuda_mem_free(const cuda_mem *m);
+
+/* The CUDA entries of the api table. */
+int cuda_api_launch(opjit_ctx *ctx, const char *kernel, const unsigned grid[3],
+                    const unsigned block[3], unsigned shared_bytes, void **params);
+int cuda_api_memcpy(opjit_ctx *ctx, void *dst, const void *src, size_t bytes, int kind);
+void *cuda_api_device_workspace(opjit_ctx *ctx, size_t bytes);
+void *cuda_api_stream(opjit_ctx *ctx);
+int cuda_api_synchronize(opjit_ctx *ctx);
+
+/* From runtime/call.c: record a kernel-side error on the call. */
+int call_error(opjit_ctx *ctx, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,218 @@
+#!/bin/bash
+# tests/test_install.sh - install opjit into a prefix, then build a small
+# host application against the installed copy two ways (CMake's
+# find_package and pkg-config), run both on the installed ops, and run the
+# installed command-line tool.
+#
+# Needs: cmake (else skipped: exit 77), a C compiler, pkg-config for the
+# pkg-config part. Uses OPJIT_BINARY_DIR (the build to install) and
+# OPJIT_TEST_TMP (scratch, wiped first).
+set -u
+
+if ! command -v cmake >/dev/null 2>&1; then
+    echo "cmake not found: skipping"
+    exit 77
+fi
+: "${OPJIT_BINARY_DIR:?OPJIT_BINARY_DIR must name the build directory}"
+: "${OPJIT_TEST_TMP:?OPJIT_TEST_TMP must name a scratch directory}"
+
+passed=0
+failed=0
+ok() { echo "ok   $1"; passed=$((passed + 1)); }
+bad() {
+    echo "FAIL $1"
+    failed=$((failed + 1))
+    if [ -n "${2:-}" ] && [ -f "$2" ]; then
+        sed 's/^/    | /' "$2" | tail -n 40
+    fi
+}
+finish() {
+    echo "$passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+    exit $?
+}
+
+T=$OPJIT_TEST_TMP
+rm -rf "$T"
+mkdir -p "$T"
+PREFIX=$T/prefix
+CC=${OPJIT_CC:-cc}
+command -v "$CC" >/dev/null 2>&1 || CC=cc
+
+# A library built with sanitizers needs them at link time too.
+EXTRA_FLAGS=""
+if grep -q '^OPJIT_SANITIZE:BOOL=ON' "$OPJIT_BINARY_DIR/CMakeCache.txt" 2>/dev/null; then
+    EXTRA_FLAGS="-fsanitize=address,undefined"
+fi
+
+# ---- install ------------------------------------------------------------------
+if cmake --install "$OPJIT_BINARY_DIR" --prefix "$PREFIX" >"$T/install.log" 2>&1; then
+    ok "cmake --install"
+else
+    bad "cmake --install" "$T/install.log"
+    finish
+fi
+
+for f in include/opjit.h include/opjit_op.h bin/opjit share/opjit/ops/mm.c; do
+    if [ -e "$PREFIX/$f" ]; then ok "installed $f"; else bad "installed $f (missing)"; fi
+done
+
+# The library directory: lib, lib64 or lib/<multiarch>, whatever GNUInstallDirs chose.
+LIB=$(find "$PREFIX" -name libopjit.a -print 2>/dev/null | head -n 1)
+if [ -n "$LIB" ]; then
+    LIBDIR=$(dirname "$LIB")
+    ok "installed libopjit.a (in ${LIBDIR#"$PREFIX"/})"
+else
+    LIBDIR=$PREFIX/lib
+    bad "installed libopjit.a (not found under $PREFIX)"
+fi
+for f in cmake/opjit/opjitConfig.cmake cmake/opjit/opjitConfigVersion.cmake pkgconfig/opjit.pc; do
+    if [ -e "$LIBDIR/$f" ]; then ok "installed ${LIBDIR#"$PREFIX"/}/$f"; else bad "installed $f (missing in $LIBDIR)"; fi
+done
+
+# Nothing of the build tree leaks into the installed package files.
+if grep -rqs -- "$OPJIT_BINARY_DIR" "$LIBDIR/cmake/opjit" "$LIBDIR/pkgconfig"; then
+    bad "installed package files do not mention the build directory"
+    grep -rn -- "$OPJIT_BINARY_DIR" "$LIBDIR/cmake/opjit" "$LIBDIR/pkgconfig" | head -n 5
+else
+    ok "installed package files do not mention the build directory"
+fi
+
+# ---- the installed tool ---------------------------------------------------------
+if "$PREFIX/bin/opjit" --version >"$T/version.out" 2>&1; then
+    if grep -q '0\.1\.0\|[0-9]\+\.[0-9]\+\.[0-9]\+' "$T/version.out"; then
+        ok "opjit --version ($(head -n 1 "$T/version.out"))"
+    else
+        bad "opjit --version prints a version" "$T/version.out"
+    fi
+else
+    bad "opjit --version runs" "$T/version.out"
+fi
+
+# ---- a host application ------------------------------------------------------------
+APP=$T/consumer
+mkdir -p "$APP"
+cat >"$APP/app.c" <<'EOF'
+/* A host application: loads mm by name from the installed ops and
+ * multiplies two 2x2 matrices. */
+#include <opjit.h>
+#include <stdio.h>
+#include <string.h>
+
+int main(void)
+{
+    if (opjit_version() != OPJIT_VERSION_NUMBER) {
+        fprintf(stderr, "header %d, library %d\n", OPJIT_VERSION_NUMBER, opjit_version());
+        return 1;
+    }
+    opjit_runtime *rt = NULL;
+    int rc = opjit_create(NULL, &rt);
+    if (rc) {
+        fprintf(stderr, "opjit_create: %s\n", opjit_status_name(rc));
+        return 1;
+    }
+    opjit_op *op = NULL;
+    rc = opjit_load_op(rt, "mm", &op);
+    if (rc) {
+        fprintf(stderr, "load mm: %s: %s\n", opjit_status_name(rc), opjit_errmsg(rt));
+        opjit_destroy(rt);
+        return 1;
+    }
+    float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
+    int64_t shape[2] = {2, 2};
+    DLTensor ta = {a, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, shape, NULL, 0};
+    DLTensor tb = ta;
+    tb.data = b;
+    opjit_value args[2] = {opjit_tensor(&ta), opjit_tensor(&tb)};
+    DLManagedTensor *out = NULL;
+    rc = opjit_call(rt, op, args, 2, &out, 1);
+    if (rc) {
+        fprintf(stderr, "mm: %s: %s\n", opjit_status_name(rc), opjit_errmsg(rt));
+        opjit_destroy(rt);
+        return 1;
+    }
+    const DLTensor *o = &out->dl_tensor;
+    const float want[4] = {19, 22, 43, 50};
+    int good = o->ndim == 2 && o->shape[0] == 2 && o->shape[1] == 2 &&
+               o->dtype.code == kDLFloat && o->dtype.bits == 32;
+    const float *r = (const float *)((const char *)o->data + o->byte_offset);
+    for (int i = 0; good && i < 4; i++)
+        good = r[i] == want[i];
+    printf("mm: [[%g, %g], [%g, %g]]\n", good ? r[0] : -1, good ? r[1] : -1, good ? r[2] : -1,
+           good ? r[3] : -1);
+    out->deleter(out);
+    opjit_destroy(rt);
+    if (!good) {
+        fprintf(stderr, "mm gave the wrong result\n");
+        return 1;
+    }
+    return 0;
+}
+EOF
+cat >"$APP/CMakeLists.txt" <<'EOF'
+cmake_minimum_required(VERSION 3.16)
+project(opjit_consumer C)
+find_package(opjit REQUIRED)
+add_executable(app app.c)
+target_link_libraries(app opjit::opjit)
+EOF
+
+run_app() { # name binary
+    local name=$1 bin=$2
+    if env OPJIT_OPS_PATH="$PREFIX/share/opjit/ops" OPJIT_CACHE_DIR="$T/cache" \
+        "$bin" >"$T/$name.run" 2>&1 && grep -q 'mm: \[\[19, 22\], \[43, 50\]\]' "$T/$name.run"; then
+        ok "$name: runs mm from the installed ops"
+    else
+        bad "$name: runs mm from the installed ops" "$T/$name.run"
+    fi
+}
+
+# CMake: find_package + the exported target.
+if cmake -S "$APP" -B "$APP/build" -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_BUILD_TYPE=Debug \
+    -DCMAKE_C_COMPILER="$CC" -DCMAKE_C_FLAGS="$EXTRA_FLAGS" \
+    -DCMAKE_EXE_LINKER_FLAGS="$EXTRA_FLAGS" >"$T/cmake-configure.log" 2>&1; then
+    ok "cmake consumer: find_package(opjit)"
+    if cmake --build "$APP/build" >"$T/cmake-build.log" 2>&1; then
+        ok "cmake consumer: builds against opjit::opjit"
+        run_app "cmake consumer" "$APP/build/app"
+    else
+        bad "cmake consumer: builds against opjit::opjit" "$T/cmake-build.log"
+    fi
+else
+    bad "cmake consumer: find_package(opjit)" "$T/cmake-configure.log"
+fi
+
+# pkg-config: static linking flags from the installed opjit.pc.
+if command -v pkg-config >/dev/null 2>&1; then
+    if flags=$(PKG_CONFIG_PATH="$LIBDIR/pkgconfig" pkg-config --cflags --libs --static opjit 2>"$T/pkgconfig.log"); then
+        ok "pkg-config finds opjit ($flags)"
+        case " $flags " in
+        *" -I$PREFIX/include "*) ok "pkg-config --cflags points into the prefix" ;;
+        *) bad "pkg-config --cflags points into the prefix (got: $flags)" ;;
+        esac
+        # shellcheck disable=SC2086
+        if "$CC" $EXTRA_FLAGS -o "$APP/app_pc" "$APP/app.c" $flags >"$T/pc-build.log" 2>&1; then
+            ok "pkg-config consumer: builds"
+            run_app "pkg-config consumer" "$APP/app_pc"
+        else
+            bad "pkg-config consumer: builds" "$T/pc-build.log"
+        fi
+    else
+        bad "pkg-config finds opjit" "$T/pkgconfig.log"
+    fi
+else
+    echo "pkg-config not found: its part is skipped"
+fi
+
+# The public headers are usable from C++ hosts too.
+if command -v c++ >/dev/null 2>&1; then
+    printf '#include <opjit.h>\nint main() { opjit_value v = opjit_int(3); return opjit_version() > 0 && v.u.i == 3 ? 0 : 1; }\n' \
+        >"$APP/cxx.cc"
+    if c++ -fsyntax-only -I"$PREFIX/include" "$APP/cxx.cc" >"$T/cxx.log" 2>&1; then
+        ok "opjit.h compiles as C++"
+    else
+        bad "opjit.h compiles as C++" "$T/cxx.log"
+    fi
+fi
+
+finish
