@@ -25,8 +25,11 @@ typedef struct parser {
 
 static int fail(parser *ps, const char *what)
 {
-    snprintf(ps->err, ps->errlen, "bad schema '%s': %s at column %d", ps->text, what,
-             (int)(ps->p - ps->text) + 1);
+    if (!ps->text)
+        snprintf(ps->err, ps->errlen, "bad schema (NULL): %s at column 1", what);
+    else
+        snprintf(ps->err, ps->errlen, "bad schema '%s': %s at column %d", ps->text, what,
+                 (int)(ps->p - ps->text) + 1);
     return OPJIT_ESCHEMA;
 }
 

@@ -21,6 +21,10 @@ rm -rf "$T"
 mkdir -p "$T"
 export OPJIT_CACHE_DIR=${OPJIT_CACHE_DIR:-$T/cache}
 
+# Under -fsanitize a finding must not pass for an expected exit status 1.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}exitcode=86"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}exitcode=86:print_stacktrace=1"
+
 passed=0
 failed=0
 pass() { passed=$((passed + 1)); }
@@ -51,7 +55,9 @@ run() {
 # expect WHAT RC [stdout-substring] [stderr-substring]
 expect() {
     local what=$1 want=$2 out=${3:-} err=${4:-}
-    if [[ "$rc" != "$want" ]]; then
+    if grep -qE 'Sanitizer|runtime error:' "$T/err"; then
+        fail_run "$what: a sanitizer finding"
+    elif [[ "$rc" != "$want" ]]; then
         fail_run "$what: exit $rc, expected $want"
     elif [[ -n "$out" ]] && ! grep -qF -- "$out" "$T/out"; then
         fail_run "$what: stdout lacks '$out'"
@@ -161,7 +167,12 @@ done
 run "$CLI" help
 expect "help" 0 "usage: opjit"
 
-for cmd in list load call; do
+# Every command the top-level help lists has its own --help.
+commands=$("$CLI" --help | sed -n '/^commands:/,/^$/p' | awk 'NF && !/^commands:/ {print $1}' | grep -vx help)
+for c in list load call; do
+    check "--help lists $c" grep -qx "$c" <<<"$commands"
+done
+for cmd in $commands; do
     for h in --help -h; do
         run "$CLI" $cmd $h
         expect "$cmd $h" 0 "usage: opjit $cmd"

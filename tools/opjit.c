@@ -422,7 +422,8 @@ int opjit_cmd_list(int argc, char **argv)
         return OPJIT_EXIT_FAIL;
     }
     int fail = r1 || r2;
-    qsort(names.v, names.n, sizeof *names.v, cmp_str);
+    if (names.n > 1)
+        qsort(names.v, names.n, sizeof *names.v, cmp_str);
 
     for (size_t i = 0; i < names.n; i++) {
         int st = opjit_load_op(rt, names.v[i], NULL);
@@ -553,6 +554,7 @@ int opjit_cmd_load(int argc, char **argv)
 
 #define PRINT_MAX_ELEMENTS 1000
 #define PRINT_LINE_WIDTH 75
+#define ELEM_TEXT 64
 
 /* Pointer to element k (in C order) of t. */
 static const unsigned char *elem_ptr(const DLTensor *t, int64_t k)
@@ -640,9 +642,34 @@ static void format_elem(char *buf, size_t len, const DLTensor *t, int64_t k)
     }
 }
 
+/* Pad positional floats so their decimal points line up, as numpy does:
+ * "[ 1.    2.25 12.5 ]". Left alone when any is scientific, nan or inf. */
+static void align_decimal_points(char (*text)[ELEM_TEXT], int64_t n)
+{
+    int ipart = 0, fpart = 0;
+    for (int64_t k = 0; k < n; k++) {
+        const char *dot = strchr(text[k], '.');
+        if (!dot || strpbrk(text[k], "ein"))
+            return;
+        int i = (int)(dot - text[k]), fr = (int)strlen(dot + 1);
+        ipart = i > ipart ? i : ipart;
+        fpart = fr > fpart ? fr : fpart;
+    }
+    if (ipart + 1 + fpart >= ELEM_TEXT)
+        return;
+    for (int64_t k = 0; k < n; k++) {
+        char tmp[ELEM_TEXT];
+        const char *dot = strchr(text[k], '.');
+        int i = (int)(dot - text[k]);
+        snprintf(tmp, sizeof tmp, "%*s%s%*s", ipart - i, "", text[k],
+                 fpart - (int)strlen(dot + 1), "");
+        memcpy(text[k], tmp, sizeof tmp);
+    }
+}
+
 typedef struct printer {
     FILE *f;
-    char (*text)[32];
+    char (*text)[ELEM_TEXT];
     int width;
     int64_t k;
     int col;
@@ -724,14 +751,17 @@ static void print_tensor(FILE *f, const char *label, const DLTensor *t)
         fprintf(f, "[]\n");
         return;
     }
-    char(*text)[32] = malloc((size_t)numel * sizeof *text);
+    char(*text)[ELEM_TEXT] = malloc((size_t)numel * sizeof *text);
     if (!text) {
         fprintf(f, "(out of memory)\n");
         return;
     }
+    for (int64_t k = 0; k < numel; k++)
+        format_elem(text[k], sizeof text[k], t, k);
+    if (t->dtype.code == kDLFloat)
+        align_decimal_points(text, numel);
     int width = 0;
     for (int64_t k = 0; k < numel; k++) {
-        format_elem(text[k], sizeof text[k], t, k);
         int w = (int)strlen(text[k]);
         if (w > width)
             width = w;
@@ -852,6 +882,10 @@ static int parse_value(call_state *cs, int idx, const opjit_arg_info *ai, const 
             return -1;
         }
         char msg[512];
+        if (text[1] == '\0') {
+            snprintf(err, errlen, "argument '%s': '@' needs a file name: @FILE.npy", ai->name);
+            return -1;
+        }
         if (npy_read(text + 1, &cs->arrays[idx], msg, sizeof msg) != 0) {
             snprintf(err, errlen, "argument '%s': %s", ai->name, msg);
             return -1;
@@ -1034,6 +1068,10 @@ int opjit_cmd_call(int argc, char **argv)
             goto done;
         }
         if (!opname) {
+            if (!*a) {
+                rc = usage_error("call", "the operator name is empty");
+                goto done;
+            }
             opname = a;
             continue;
         }
