@@ -108,8 +108,11 @@ typedef struct opjit_config {
     int verbosity;
     opjit_alloc_fn alloc; /* NULL: malloc-based */
     void *alloc_ud;
-    /* The optimizing tier: 1 on, 0 off, -1 from $OPJIT_TIERING (default on).
-     * It needs a C compiler: cc below, else $OPJIT_CC, else cc on PATH. */
+    /* The optimizing tier: 1 on, 0 off (libtcc code only), -1 from
+     * $OPJIT_TIERING (default on). On: optimized code found in a cache
+     * serves at once; otherwise, when a C compiler is found (cc below, else
+     * $OPJIT_CC, else cc on PATH), it is built in the background and
+     * swapped in. */
     int tiering;
     const char *cc;
     /* CUDA architectures a .cu source's device code is compiled for, each

@@ -40,7 +40,8 @@ typedef struct tier_job {
 } tier_job;
 
 struct tier_state {
-    int enabled;
+    int wanted;  /* optimized code may serve (found in a cache or built) */
+    int enabled; /* ... and may be built here: wanted and a compiler found */
     char cc[PATH_MAX];  /* resolved compiler path, "" when none */
     char identity[64];  /* hash of `cc --version` + path, "" until known */
     const char *levels[4]; /* CPU levels this machine runs, best first */
@@ -206,7 +207,7 @@ int tier_lookup(loader *l, const source *s, cache_entry **out)
 {
     tier_state *t = l->tier;
     *out = NULL;
-    if (s->device != OPJIT_CPU)
+    if (!t->wanted || s->device != OPJIT_CPU)
         return OPJIT_ENOTFOUND;
     for (int i = 0; t->levels[i]; i++) {
         cache_request req;
@@ -487,6 +488,7 @@ int tier_create(loader *l, const opjit_config *cfg)
     int found = find_in_path(cc, t->cc, sizeof t->cc);
     if (!found)
         t->cc[0] = '\0';
+    t->wanted = want;
     t->enabled = want && found;
     if (want && !found && cfg->tiering == 1)
         rt_log(l->rt, OPJIT_LOG_WARN, "tiering: no C compiler '%s' found; libtcc code only", cc);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "opjit.h"
@@ -153,6 +154,18 @@ static const char ops_source[] =
     "        int64_t huge[2] = {(int64_t)1 << 40, (int64_t)1 << 30};\n"
     "        return opjit_output(ctx, 0, OPJIT_FLOAT64, 2, huge) ? 0 : -1;\n"
     "    }\n"
+    "    case 11: { /* a workspace too large to exist */\n"
+    "        void *w = opjit_workspace(ctx, (size_t)-1);\n"
+    "        if (w)\n"
+    "            return opjit_fail(ctx, \"got a workspace of SIZE_MAX bytes\");\n"
+    "        return -1;\n"
+    "    }\n"
+    "    case 12: { /* nearly that large: header + size wraps around */\n"
+    "        void *w = opjit_workspace(ctx, (size_t)-64);\n"
+    "        if (w)\n"
+    "            return opjit_fail(ctx, \"got a workspace of SIZE_MAX - 63 bytes\");\n"
+    "        return -1;\n"
+    "    }\n"
     "    }\n"
     "    return opjit_fail(ctx, \"unknown mode %d\", (int)mode);\n"
     "}\n"
@@ -205,6 +218,11 @@ static const char ops_source[] =
     "}\n";
 
 /* ---- helpers --------------------------------------------------------------------- */
+
+/* Under ASan, an impossible allocation returns NULL as malloc does, rather
+ * than aborting the test. Unused without ASan. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
 
 static char tmp_dir[512];
 static char src_path[1024];
@@ -562,6 +580,53 @@ static void null_tensors_and_devices(void)
     CHECK_STR_CONTAINS(msg, "qac_scale");
 }
 
+/* Call op_add with x made malformed by how, in a child process so that a
+ * crash is a failed check rather than the end of the test; the child's
+ * exit status is the call's status. */
+static int call_in_child(int how)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        float xs[3] = {1, 2, 3}, ys[3] = {1, 1, 1};
+        int64_t n3[1] = {3};
+        tensor x = mk(xs, F32, 1, n3), y = mk(ys, F32, 1, n3);
+        DLTensor *tx = T(&x);
+        if (how == 0)
+            tx->shape = NULL; /* ndim 1 without a shape */
+        else if (how == 1)
+            tx->ndim = -1;
+        else if (how == 2)
+            x.shape[0] = -3;
+        opjit_value a[2] = {opjit_tensor(tx), opjit_tensor(T(&y))};
+        DLManagedTensor *out = NULL;
+        int rc = opjit_call(rt, op_add, a, 2, &out, 1);
+        if (rc == OPJIT_OK)
+            out->deleter(out);
+        _exit(100 + rc);
+    }
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0)
+        ;
+    /* A signal, or a sanitizer's report (exit status 1): a crash. */
+    if (!WIFEXITED(st) || WEXITSTATUS(st) < 100)
+        return 1000;
+    return WEXITSTATUS(st) - 100;
+}
+
+static void malformed_tensors(void)
+{
+    /* A DLTensor that cannot describe any data is a bad call, not a crash. */
+    static const char *what[] = {"NULL shape with ndim 1", "negative ndim", "negative size"};
+    for (int how = 0; how < 3; how++) {
+        int rc = call_in_child(how);
+        CHECKF(rc == OPJIT_ECALL || (how == 2 && rc == OPJIT_EKERNEL), "%s: %s", what[how],
+               rc >= 1000 ? "the call crashed" : opjit_status_name(rc));
+    }
+}
+
 /* ---- defaults and conversions --------------------------------------------------------- */
 
 /* Call qac_defs; fills r[11]; returns the status. */
@@ -728,6 +793,17 @@ static void kernel_failures(void)
     CHECKF(rc == OPJIT_ENOMEM || rc == OPJIT_EKERNEL, "huge output: %s", opjit_status_name(rc));
     CHECK(o10[0] == NULL && o10[1] == NULL);
 
+    /* Workspace sizes that overflow any rounding. */
+    for (int mode = 11; mode <= 12; mode++) {
+        opjit_value am[1] = {opjit_int(mode)};
+        DLManagedTensor *om[2] = {NULL, NULL};
+        rc = opjit_call(rt, op_fail, am, 1, om, 2);
+        CHECKF(rc == OPJIT_ENOMEM, "mode %d: %s: %s", mode, opjit_status_name(rc),
+               opjit_errmsg(rt));
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), "memory");
+        CHECK(om[0] == NULL && om[1] == NULL);
+    }
+
     msg = fail_mode(99, OPJIT_EKERNEL);
     CHECK_STR_CONTAINS(msg, "unknown mode 99");
 
@@ -808,6 +884,7 @@ int main(void)
     T_RUN(wrong_kind_missing_and_too_many);
     T_RUN(tensor_constraints);
     T_RUN(null_tensors_and_devices);
+    T_RUN(malformed_tensors);
     T_RUN(defaults_fill_in);
     T_RUN(several_outputs);
     T_RUN(kernel_failures);

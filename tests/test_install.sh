@@ -186,10 +186,18 @@ fi
 if command -v pkg-config >/dev/null 2>&1; then
     if flags=$(PKG_CONFIG_PATH="$LIBDIR/pkgconfig" pkg-config --cflags --libs --static opjit 2>"$T/pkgconfig.log"); then
         ok "pkg-config finds opjit ($flags)"
-        case " $flags " in
-        *" -I$PREFIX/include "*) ok "pkg-config --cflags points into the prefix" ;;
-        *) bad "pkg-config --cflags points into the prefix (got: $flags)" ;;
-        esac
+        want_inc=$(cd "$PREFIX/include" && pwd -P)
+        inc_ok=0
+        for f in $flags; do
+            case $f in
+            -I*) [ "$(cd "${f#-I}" 2>/dev/null && pwd -P)" = "$want_inc" ] && inc_ok=1 ;;
+            esac
+        done
+        if [ $inc_ok = 1 ]; then
+            ok "pkg-config --cflags points into the prefix"
+        else
+            bad "pkg-config --cflags points into the prefix (got: $flags)"
+        fi
         # shellcheck disable=SC2086
         if "$CC" $EXTRA_FLAGS -o "$APP/app_pc" "$APP/app.c" $flags >"$T/pc-build.log" 2>&1; then
             ok "pkg-config consumer: builds"

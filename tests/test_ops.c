@@ -836,6 +836,9 @@ static const char *setup(int tiering)
     opjit_op_info info;
     opjit_config_init(&cfg);
     cfg.tiering = tiering;
+    /* With tiering off, a private cache: optimized code already in the
+     * shared cache would otherwise be served. */
+    cfg.no_cache = !tiering;
     int rc = opjit_create(&cfg, &rt);
     if (rc != OPJIT_OK) {
         fprintf(stderr, "opjit_create: %s\n", opjit_status_name(rc));
