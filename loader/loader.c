@@ -275,6 +275,8 @@ const char *loader_target(void)
     return triple;
 }
 
+static void source_digest(const source *s, cache_key *out);
+
 int source_read(loader *l, const char *path, source *s)
 {
     opjit_runtime *rt = l->rt;
@@ -301,6 +303,7 @@ int source_read(loader *l, const char *path, source *s)
     *strrchr(s->dir, '/') = '\0';
     s->name = base_name(path);
     snprintf(s->stem, sizeof s->stem, "%.*s", (int)(strrchr(s->name, '.') - s->name), s->name);
+    source_digest(s, &s->digest);
     return OPJIT_OK;
 }
 
@@ -310,11 +313,15 @@ void source_free(source *s)
     s->text = NULL;
 }
 
-cache_keygen *source_keygen(const source *s)
+/* What every artifact of s depends on, hashed: opjit's ABI and op header,
+ * the source's name and bytes, its local headers as they are on disk. */
+static void source_digest(const source *s, cache_key *out)
 {
     cache_keygen *g = cache_keygen_new();
-    if (!g)
-        return NULL;
+    if (!g) {
+        memset(out, 0, sizeof *out); /* the cache refuses an all-zero key */
+        return;
+    }
     char abi[32];
     snprintf(abi, sizeof abi, "%d", OPJIT_ABI_VERSION);
     cache_keygen_add_str(g, "opjit-abi", abi);
@@ -330,7 +337,22 @@ cache_keygen *source_keygen(const source *s)
         /* Never a key that silently lacks the headers. */
         cache_keygen_add_str(g, "headers", "unhashed: out of memory");
     }
+    cache_keygen_finish(g, out);
+}
+
+cache_keygen *source_keygen(const source *s)
+{
+    cache_keygen *g = cache_keygen_new();
+    if (g)
+        cache_keygen_add(g, "source-digest", s->digest.bytes, sizeof s->digest.bytes);
     return g;
+}
+
+int source_unchanged(const source *s)
+{
+    cache_key now;
+    source_digest(s, &now);
+    return !memcmp(now.bytes, s->digest.bytes, sizeof now.bytes);
 }
 
 typedef struct build_ctx {
@@ -379,6 +401,13 @@ static int build_tcc(void *ud, const char *dir, char *err, size_t errlen)
         .out_path = out,
     };
     rc = jit_tcc_compile(&job, b->diag, sizeof b->diag);
+    if (!rc && !source_unchanged(b->src)) {
+        /* A header changed while we compiled: the artifact may not be
+         * what the key says. Never publish it. */
+        snprintf(b->diag, sizeof b->diag, "%s: a local header changed during the compile; "
+                 "load it again", b->src->path);
+        rc = OPJIT_ECOMPILE;
+    }
     if (rc)
         snprintf(err, errlen, "%s", rc == OPJIT_ECOMPILE ? "compile error" : b->diag);
     return rc;
@@ -432,7 +461,7 @@ int load_module(loader *l, const source *s, const char *so, const char *tier, mo
     *out = NULL;
     if (!so) /* the cache entry lacks the artifact */
         return rt_error(rt, OPJIT_ECACHE, "%s: the cache entry has no host.so", s->path);
-    module *m = module_new(rt, s->path, tier, s->device);
+    module *m = module_new(rt, s->path, s->real, tier, s->device);
     if (!m)
         return rt_error(rt, OPJIT_ENOMEM, "out of memory");
     m->dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
@@ -687,6 +716,7 @@ typedef struct by_name {
     int found, loaded, usable;
     char first_dir_found[PATH_MAX];
     int rc;
+    opjit_op *op; /* of the first source loaded */
 } by_name;
 
 static int load_one(void *ud, const char *path)
@@ -709,7 +739,10 @@ static int load_one(void *ud, const char *path)
         return 0;
     }
     bn->usable++;
-    int rc = load_file_locked(bn->rt->loader, path, NULL, NULL);
+    opjit_op *op = NULL;
+    int rc = load_file_locked(bn->rt->loader, path, &op, NULL);
+    if (!rc && !bn->op)
+        bn->op = op;
     if (rc && cu && rc == OPJIT_EDEVICE && bn->loaded) {
         /* No NVRTC (and nothing warmed): the CPU kernels serve. */
         rt_log(bn->rt, OPJIT_LOG_WARN, "%s", opjit_errmsg(bn->rt));
@@ -743,5 +776,7 @@ int opjit_load_op(opjit_runtime *rt, const char *spec, opjit_op **op)
     if (!bn.usable)
         return rt_error(rt, OPJIT_EDEVICE, "op '%s': no source usable on this machine in %s",
                         spec, bn.first_dir_found);
-    return op ? opjit_find_op(rt, spec, op) : OPJIT_OK;
+    if (op)
+        *op = bn.op;
+    return OPJIT_OK;
 }

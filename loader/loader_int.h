@@ -41,16 +41,22 @@ typedef struct source {
     char *text;
     size_t len;
     int device;
+    cache_key digest; /* of everything the artifacts depend on, read once */
 } source;
 
 int source_read(loader *l, const char *path, source *s);
 /* Whether the source calls OpenBLAS (then its artifact links it). */
 int source_uses_blas(const source *s);
 void source_free(source *s);
-/* A keygen holding what every artifact of s depends on: opjit's ABI and op
- * header, the source's name and bytes, its local headers. The caller adds
- * compiler, options and target, then finishes it. NULL when out of memory. */
+/* A keygen holding s->digest: what every artifact of s depends on (opjit's
+ * ABI and op header, the source's name and bytes, its local headers), as
+ * read when the load began. The caller adds compiler, options and target,
+ * then finishes it. NULL when out of memory. */
 cache_keygen *source_keygen(const source *s);
+/* Whether the local headers on disk still hash to s->digest. Build
+ * callbacks check it after compiling, so an artifact is never published
+ * under the key of headers it was not built from. */
+int source_unchanged(const source *s);
 /* dlopen so, run the module init, validate; the module is not published. */
 int load_module(loader *l, const source *s, const char *so, const char *tier, module **out);
 /* Write opjit_op.h into the loader's private directory (once). */

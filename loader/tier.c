@@ -307,6 +307,10 @@ static int build_opt(void *ud, const char *dir, char *err, size_t errlen)
     }
     unlink(srcf); /* the entry holds the artifact only */
     unlink(log);
+    if (!source_unchanged(b->src)) {
+        snprintf(err, errlen, "a local header of %s changed since it was loaded", b->src->path);
+        return OPJIT_ECOMPILE;
+    }
     return OPJIT_OK;
 }
 

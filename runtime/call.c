@@ -147,6 +147,11 @@ struct overflow {
 static void *api_workspace(opjit_ctx *ctx, size_t bytes)
 {
     opjit_runtime *rt = ctx->rt;
+    if (bytes > SIZE_MAX / 4) {
+        kernel_error(ctx, OPJIT_ENOMEM, "opjit_workspace: %zu bytes is too large (out of memory)",
+                     bytes);
+        return NULL;
+    }
     bytes = (bytes + 63) & ~(size_t)63;
     if (!ctx->ws) {
         pthread_mutex_lock(&rt->lock);
@@ -162,6 +167,10 @@ static void *api_workspace(opjit_ctx *ctx, size_t bytes)
         ctx->ws->want = 0;
     }
     workspace *ws = ctx->ws;
+    if (ws->want > SIZE_MAX / 4 - bytes) {
+        kernel_error(ctx, OPJIT_ENOMEM, "opjit_workspace: out of memory: too much workspace in one call");
+        return NULL;
+    }
     ws->want += bytes;
     if (ws->cap - ws->used >= bytes) {
         void *p = ws->base + ws->used;
@@ -310,6 +319,50 @@ static int no_kernel(opjit_runtime *rt, const opjit_op *op, int device)
                     n ? loaded : "nothing");
 }
 
+static const char *dl_device_name(int dl_type)
+{
+    switch (dl_type) {
+    case kDLCPU: return "cpu";
+    case kDLCUDA: return "cuda";
+    case kDLCUDAHost: return "cuda_host";
+    case kDLCUDAManaged: return "cuda_managed";
+    case kDLROCM: return "rocm";
+    case kDLVulkan: return "vulkan";
+    case kDLMetal: return "metal";
+    case kDLOpenCL: return "opencl";
+    }
+    return "unknown-device";
+}
+
+/* Argument i's name for messages, from the op's current schema. */
+static const char *arg_name(const opjit_op *op, int i)
+{
+    const schema *s = atomic_load_explicit(&op->sch, memory_order_acquire);
+    return i < s->nargs ? s->args[i].name : "?";
+}
+
+/* A tensor a kernel can trust: shape present, sizes sane, data present. */
+static int check_dltensor(opjit_runtime *rt, const opjit_op *op, int i, const DLTensor *t)
+{
+    if (!t)
+        return rt_error(rt, OPJIT_ECALL, "%s: argument '%s' is a NULL tensor", op->name,
+                        arg_name(op, i));
+    if (t->ndim < 0 || t->ndim > 64 || (t->ndim > 0 && !t->shape))
+        return rt_error(rt, OPJIT_ECALL, "%s: argument '%s' is a malformed tensor (ndim %d, shape %s)",
+                        op->name, arg_name(op, i), t->ndim, t->shape ? "set" : "NULL");
+    int64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] < 0)
+            return rt_error(rt, OPJIT_ECALL, "%s: argument '%s' has a negative size %lld in dim %d",
+                            op->name, arg_name(op, i), (long long)t->shape[d], d);
+        numel = t->shape[d] && numel > INT64_MAX / t->shape[d] ? INT64_MAX : numel * t->shape[d];
+    }
+    if (numel > 0 && !t->data)
+        return rt_error(rt, OPJIT_ECALL, "%s: argument '%s' has %lld elements but no data",
+                        op->name, arg_name(op, i), (long long)numel);
+    return OPJIT_OK;
+}
+
 static int check_tensor(opjit_runtime *rt, const kernel *k, const arg_check *c,
                         const DLTensor *t)
 {
@@ -346,32 +399,24 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
 {
     if (!rt || !op || nargs < 0 || (nargs && !args) || nouts < 0 || (nouts && !outs))
         return rt_error(rt, OPJIT_EINVAL, "opjit_call: bad arguments");
-    const schema *s = op->sch;
-    if (nargs > s->nargs)
-        return rt_error(rt, OPJIT_ECALL, "%s takes at most %d arguments, got %d", op->name,
-                        s->nargs, nargs);
-    if (nouts < s->nouts)
-        return rt_error(rt, OPJIT_ECALL, "%s returns %d outputs; room was given for %d",
-                        op->name, s->nouts, nouts);
-
     /* The device is that of the tensors; they must agree. */
     const DLTensor *first = NULL;
     for (int i = 0; i < nargs; i++) {
         if (args[i].kind != OPJIT_KIND_TENSOR)
             continue;
         const DLTensor *t = args[i].u.tensor;
-        if (!t)
-            return rt_error(rt, OPJIT_ECALL, "%s: argument '%s' is a NULL tensor", op->name,
-                            s->args[i].name);
+        int rc = check_dltensor(rt, op, i, t);
+        if (rc)
+            return rc;
         if (!first)
             first = t;
         else if (t->device.device_type != first->device.device_type ||
                  t->device.device_id != first->device.device_id)
             return rt_error(rt, OPJIT_ECALL,
-                            "%s: argument '%s' is on device %d:%d but earlier tensors are on "
-                            "%d:%d; tensors of one call must share a device",
-                            op->name, s->args[i].name, t->device.device_type,
-                            t->device.device_id, first->device.device_type,
+                            "%s: argument '%s' is on %s:%d but earlier tensors are on %s:%d; "
+                            "tensors of one call must share a device",
+                            op->name, arg_name(op, i), dl_device_name(t->device.device_type),
+                            t->device.device_id, dl_device_name(first->device.device_type),
                             first->device.device_id);
     }
     int device = first ? device_of(first->device.device_type) : OPJIT_CPU;
@@ -381,6 +426,15 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
     const kernel *k = atomic_load_explicit(&op->kernels[device], memory_order_acquire);
     if (!k)
         return no_kernel(rt, op, device);
+    /* From here on only the kernel's own schema counts: a reload may have
+     * changed the op's since this call began. */
+    const schema *s = &k->sch;
+    if (nargs > s->nargs)
+        return rt_error(rt, OPJIT_ECALL, "%s takes at most %d arguments, got %d", op->name,
+                        s->nargs, nargs);
+    if (nouts < s->nouts)
+        return rt_error(rt, OPJIT_ECALL, "%s returns %d outputs; room was given for %d",
+                        op->name, s->nouts, nouts);
 
     /* Bind every schema argument: given, defaulted, or None. */
     opjit_value v[OPJIT_MAX_ARGS];

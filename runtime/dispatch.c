@@ -45,16 +45,18 @@ const char *dtype_name(DLDataType t, char *buf, size_t n)
     return buf;
 }
 
-module *module_new(opjit_runtime *rt, const char *source, const char *tier, int device)
+module *module_new(opjit_runtime *rt, const char *source, const char *real, const char *tier,
+                   int device)
 {
     module *m = calloc(1, sizeof *m);
     if (!m)
         return NULL;
     m->rt = rt;
     m->source = strdup(source);
+    m->real = strdup(real);
     m->tier = strdup(tier);
     m->device = device;
-    if (!m->source || !m->tier) {
+    if (!m->source || !m->real || !m->tier) {
         module_discard(m);
         return NULL;
     }
@@ -80,6 +82,7 @@ void module_discard(module *m)
     if (m->dl)
         dlclose(m->dl);
     free(m->source);
+    free(m->real);
     free(m->tier);
     free(m);
 }
@@ -198,10 +201,21 @@ int dispatch_require(opjit_module *om, const char *arg, const char *spec)
 
 static opjit_op *find_op_locked(opjit_runtime *rt, const char *name)
 {
-    for (opjit_op *op = rt->ops; op; op = op->next)
+    for (opjit_op *op = rt->ops; op; op = atomic_load(&op->next))
         if (!strcmp(op->name, name))
             return op;
     return NULL;
+}
+
+/* Whether every kernel of op comes from the source at real. */
+static int only_from(const opjit_op *op, const char *real)
+{
+    for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
+        const kernel *k = atomic_load(&op->kernels[d]);
+        if (k && strcmp(k->mod->real, real))
+            return 0;
+    }
+    return 1;
 }
 
 int module_publish(opjit_runtime *rt, module *m)
@@ -212,20 +226,26 @@ int module_publish(opjit_runtime *rt, module *m)
         opjit_op *op = find_op_locked(rt, k->sch.name);
         if (!op)
             continue;
-        if (strcmp(op->sch->canonical, k->sch.canonical)) {
+        const schema *cur = atomic_load(&op->sch);
+        /* A new schema is fine when this source is the op's only one
+         * (an edit and reload); otherwise all sources must agree. */
+        if (strcmp(cur->canonical, k->sch.canonical) && !only_from(op, m->real)) {
             const kernel *other = NULL;
-            for (int d = 0; d < OPJIT_DEVICE_COUNT && !other; d++)
+            for (int d = 0; d < OPJIT_DEVICE_COUNT && !other; d++) {
                 other = atomic_load(&op->kernels[d]);
+                if (other && !strcmp(other->mod->real, m->real))
+                    other = NULL;
+            }
             int rc = rt_error(rt, OPJIT_ESCHEMA,
                               "%s declares %s as '%s' but %s declares it as '%s'; the "
                               "schemas of one op must agree",
                               m->source, k->sch.name, k->sch.text,
-                              other ? other->mod->source : "an earlier module", op->sch->text);
+                              other ? other->mod->source : "an earlier module", cur->text);
             pthread_mutex_unlock(&rt->lock);
             return rc;
         }
         const kernel *held = atomic_load(&op->kernels[k->device]);
-        if (held && strcmp(held->mod->source, m->source)) {
+        if (held && strcmp(held->mod->real, m->real)) {
             int rc = rt_error(rt, OPJIT_EEXIST,
                               "%s: %s already has a %s kernel from %s; a second module may "
                               "not register the same op and device",
@@ -244,17 +264,19 @@ int module_publish(opjit_runtime *rt, module *m)
                 pthread_mutex_unlock(&rt->lock);
                 return rt_error(rt, OPJIT_ENOMEM, "out of memory");
             }
-            op->sch = &k->sch;
+            atomic_init(&op->sch, &k->sch);
+            atomic_store_explicit(&op->kernels[k->device], k, memory_order_release);
+            /* Fully built before it becomes reachable. */
             if (rt->ops_tail)
-                rt->ops_tail->next = op;
+                atomic_store_explicit(&rt->ops_tail->next, op, memory_order_release);
             else
-                rt->ops = op;
+                atomic_store_explicit(&rt->ops, op, memory_order_release);
             rt->ops_tail = op;
+            continue;
         }
         atomic_store_explicit(&op->kernels[k->device], k, memory_order_release);
+        atomic_store_explicit(&op->sch, &k->sch, memory_order_release);
     }
-    /* Schemas are identical (checked above), but keep op->sch pointing at a
-     * kernel that is reachable for info. It stays alive either way. */
     m->next = rt->modules;
     rt->modules = m;
     pthread_mutex_unlock(&rt->lock);
@@ -280,11 +302,10 @@ int opjit_list(opjit_runtime *rt, int (*fn)(void *ud, const opjit_op *op), void 
 {
     if (!rt || !fn)
         return rt_error(rt, OPJIT_EINVAL, "opjit_list: NULL argument");
-    /* Ops are never removed, so walking after unlocking is safe. */
-    pthread_mutex_lock(&rt->lock);
-    opjit_op *first = rt->ops;
-    pthread_mutex_unlock(&rt->lock);
-    for (opjit_op *op = first; op; op = op->next)
+    /* Ops are never removed and are published with release stores, so
+     * walking without the lock is safe. */
+    for (opjit_op *op = atomic_load_explicit(&rt->ops, memory_order_acquire); op;
+         op = atomic_load_explicit(&op->next, memory_order_acquire))
         if (fn(ud, op))
             break;
     return OPJIT_OK;
@@ -296,9 +317,10 @@ int opjit_op_info_get(opjit_runtime *rt, const opjit_op *op, opjit_op_info *info
         return rt_error(rt, OPJIT_EINVAL, "opjit_op_info_get: NULL argument");
     memset(info, 0, sizeof *info);
     info->name = op->name;
-    info->schema = op->sch->text;
-    info->nargs = op->sch->nargs;
-    info->nouts = op->sch->nouts;
+    const schema *sch = atomic_load(&op->sch);
+    info->schema = sch->text;
+    info->nargs = sch->nargs;
+    info->nouts = sch->nouts;
     for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
         const kernel *k = atomic_load(&op->kernels[d]);
         if (k) {
@@ -314,9 +336,10 @@ int opjit_op_arg(opjit_runtime *rt, const opjit_op *op, int i, opjit_arg_info *i
 {
     if (!rt || !op || !info)
         return rt_error(rt, OPJIT_EINVAL, "opjit_op_arg: NULL argument");
-    if (i < 0 || i >= op->sch->nargs)
+    const schema *sch = atomic_load(&op->sch);
+    if (i < 0 || i >= sch->nargs)
         return rt_error(rt, OPJIT_EINVAL, "%s has no argument %d", op->name, i);
-    const schema_arg *a = &op->sch->args[i];
+    const schema_arg *a = &sch->args[i];
     info->name = a->name;
     info->type = a->type;
     info->kind = a->kind;
@@ -329,6 +352,6 @@ int opjit_op_arg(opjit_runtime *rt, const opjit_op *op, int i, opjit_arg_info *i
 
 int opjit_op_arg_index(const opjit_op *op, const char *name)
 {
-    return op && name ? schema_arg_index(op->sch, name) : -1;
+    return op && name ? schema_arg_index(atomic_load(&op->sch), name) : -1;
 }
 

@@ -79,8 +79,8 @@ void opjit_destroy(opjit_runtime *rt)
     if (!rt)
         return;
     loader_destroy(rt->loader);
-    for (opjit_op *op = rt->ops, *next; op; op = next) {
-        next = op->next;
+    for (opjit_op *op = atomic_load(&rt->ops), *next; op; op = next) {
+        next = atomic_load(&op->next);
         free(op->name);
         free(op);
     }

@@ -74,15 +74,18 @@ typedef struct kernel {
 
 struct opjit_op {
     char *name;
-    const schema *sch; /* of the first kernel registered; all must agree */
+    /* The schema all its kernels share. A reload of the only source of an
+     * op may change it; old schemas stay alive with their kernels. */
+    _Atomic(const schema *) sch;
     _Atomic(kernel *) kernels[OPJIT_DEVICE_COUNT];
-    struct opjit_op *next;
+    _Atomic(struct opjit_op *) next; /* ops are appended while others read */
 };
 
 /* A loaded shared object and what its init registered. */
 struct module {
     opjit_runtime *rt;
-    char *source;   /* path of the source file */
+    char *source;   /* path of the source file, as the host named it */
+    char *real;     /* its real path: what identifies "the same source" */
     char *tier;     /* "tcc", ... */
     int device;     /* the device its kernels may register for (.c: CPU) */
     void *dl;       /* dlopen handle */
@@ -106,7 +109,8 @@ typedef struct workspace {
 
 struct opjit_runtime {
     pthread_mutex_t lock; /* ops, modules, workspace pool */
-    opjit_op *ops, *ops_tail;
+    _Atomic(opjit_op *) ops; /* appended under lock, read without */
+    opjit_op *ops_tail;
     module *modules;
     workspace *free_ws;
     opjit_alloc_fn alloc;
@@ -156,7 +160,8 @@ char *rt_strdup(const char *s);
 
 /* ---- modules (runtime/dispatch.c) --------------------------------------- */
 
-module *module_new(opjit_runtime *rt, const char *source, const char *tier, int device);
+module *module_new(opjit_runtime *rt, const char *source, const char *real, const char *tier,
+                   int device);
 /* Publish the module's kernels into the dispatch table, replacing kernels
  * earlier loaded from the same source. On a conflict nothing is published. */
 int module_publish(opjit_runtime *rt, module *m);

@@ -441,3 +441,17 @@ CUresult cuStreamSynchronize(CUstream s)
     need_ctx("cuStreamSynchronize without a current context");
     return 0;
 }
+/* Synchronous copies, for tests that use the driver themselves. */
+CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n)
+{
+    return cuMemcpyHtoDAsync_v2(d, s, n, NULL);
+}
+CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n)
+{
+    return cuMemcpyDtoHAsync_v2(d, s, n, NULL);
+}
+CUresult cuCtxSynchronize(void)
+{
+    need_ctx("cuCtxSynchronize without a current context");
+    return 0;
+}

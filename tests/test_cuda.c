@@ -10,8 +10,10 @@
  * Scenarios that need another process environment (no NVRTC) re-run this
  * program with an argument: NVRTC, once loaded, stays loaded. */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <ftw.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,7 +192,7 @@ static void nvrtc_compiles_every_shipped_op(void)
     static const char *const archs[] = {"sm_80", "sm_90", "compute_90", NULL};
     for (int i = 0; shipped[i]; i++) {
         size_t len;
-        char path[1024];
+        char path[2048];
         snprintf(path, sizeof path, "%s/%s", ops_dir(), shipped[i]);
         FILE *f = fopen(path, "rb");
         CHECKF(f != NULL, "%s: %s", path, strerror(errno));
@@ -270,7 +272,7 @@ static void cache_keeps_each_arch(void)
         return;
     const char *d = tmpdir_new();
     const char *cache = pjoin(d, "cache");
-    char nms[1024];
+    char nms[2048];
     snprintf(nms, sizeof nms, "%s/nms.cu", ops_dir());
 
     opjit_runtime *rt = rt_new(cache, "sm_80,sm_90,compute_90");
@@ -336,7 +338,7 @@ static void default_archs_without_gpu(void)
         return;
     const char *d = tmpdir_new();
     const char *cache = pjoin(d, "cache");
-    char mm[1024];
+    char mm[2048];
     snprintf(mm, sizeof mm, "%s/mm.cu", ops_dir());
     unsetenv("OPJIT_CUDA_ARCHS");
     opjit_runtime *rt = rt_new(cache, NULL);
@@ -357,7 +359,7 @@ static void shipped_ops_load_beside_their_twins(void)
     const char *d = tmpdir_new();
     opjit_runtime *rt = rt_new(pjoin(d, "cache"), "sm_90");
     for (int i = 0; shipped[i]; i++) {
-        char cu[1024], c[1024];
+        char cu[2048], c[2048];
         snprintf(cu, sizeof cu, "%s/%s", ops_dir(), shipped[i]);
         snprintf(c, sizeof c, "%s/%.*s.c", ops_dir(), (int)(strlen(shipped[i]) - 3), shipped[i]);
         opjit_op *a = NULL, *b = NULL;
@@ -441,7 +443,7 @@ static void cuda_call_without_driver_fails_cleanly(void)
     /* Handing over a stream does no CUDA work. */
     CHECK(opjit_set_cuda_stream(rt, 0, NULL, NULL) == OPJIT_OK);
     CHECK(opjit_set_cuda_stream(rt, -1, NULL, NULL) == OPJIT_EINVAL);
-    char nms[1024];
+    char nms[2048];
     snprintf(nms, sizeof nms, "%s/nms.cu", ops_dir());
     opjit_op *op = NULL;
     int rc = opjit_load_file(rt, nms, &op, NULL);
@@ -458,7 +460,7 @@ static void cuda_call_without_driver_fails_cleanly(void)
     CHECK_STR_CONTAINS(opjit_errmsg(rt), "nms");
 
     /* The CPU twin still works, in the same runtime. */
-    char nmsc[1024];
+    char nmsc[2048];
     snprintf(nmsc, sizeof nmsc, "%s/nms.c", ops_dir());
     rc = opjit_load_file(rt, nmsc, NULL, NULL);
     CHECKF(rc == OPJIT_OK, "%s", opjit_errmsg(rt));
@@ -508,7 +510,7 @@ static int child_no_nvrtc(void)
     CHECK_STR_CONTAINS(err, "NVRTC");
     CHECK_STR_CONTAINS(err, "/nonexistent/libnvrtc.so.13");
 
-    char nms[1024], nmsc[1024];
+    char nms[2048], nmsc[1024];
     snprintf(nms, sizeof nms, "%s/nms.cu", ops_dir());
     snprintf(nmsc, sizeof nmsc, "%s/nms.c", ops_dir());
     opjit_runtime *rt = rt_new(cache, "sm_90");
@@ -567,7 +569,7 @@ static void missing_nvrtc_is_a_clear_error(void)
     if (nvrtc_here()) {
         /* Warm a cache here, with NVRTC, for the child to use without. */
         opjit_runtime *rt = rt_new(warm, "sm_90,compute_90");
-        char nms[1024];
+        char nms[2048];
         snprintf(nms, sizeof nms, "%s/nms.cu", ops_dir());
         int rc = opjit_load_file(rt, nms, NULL, NULL);
         CHECKF(rc == OPJIT_OK, "warm: %s", opjit_errmsg(rt));
@@ -580,11 +582,443 @@ static void missing_nvrtc_is_a_clear_error(void)
     CHECKF(st == 0, "the child without NVRTC exited %d", st);
 }
 
+
+/* ---- a fake driver: the runtime's CUDA path and the host halves ---------------------- */
+
+/* What tests/fake_libcuda.c keeps; the same layout. */
+typedef struct fake_stats {
+    int primary_refs, ctx_depth, ctx_depth_max;
+    long live_allocs;
+    int modules_loaded, modules_unloaded, launches, last_image_ptx;
+    char last_image_arch[32];
+    void *last_pushed;
+    int errors;
+    char first_error[256];
+} fake_stats;
+
+static struct {
+    void *dl;
+    fake_stats *(*stats)(void);
+    int (*retain)(void **, int);
+    int (*release)(int);
+    int (*push)(void *);
+    int (*pop)(void **);
+    int (*alloc)(unsigned long long *, size_t);
+    int (*free_)(unsigned long long);
+} fk;
+
+static int fake_open(void)
+{
+    const char *path = getenv("OPJIT_CUDA_DRIVER");
+    fk.dl = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+    CHECKF(fk.dl != NULL, "dlopen %s: %s", path ? path : "(unset)", dlerror());
+    if (!fk.dl)
+        return 0;
+    *(void **)&fk.stats = dlsym(fk.dl, "fake_stats_get");
+    *(void **)&fk.retain = dlsym(fk.dl, "cuDevicePrimaryCtxRetain");
+    *(void **)&fk.release = dlsym(fk.dl, "cuDevicePrimaryCtxRelease_v2");
+    *(void **)&fk.push = dlsym(fk.dl, "cuCtxPushCurrent_v2");
+    *(void **)&fk.pop = dlsym(fk.dl, "cuCtxPopCurrent_v2");
+    *(void **)&fk.alloc = dlsym(fk.dl, "cuMemAlloc_v2");
+    *(void **)&fk.free_ = dlsym(fk.dl, "cuMemFree_v2");
+    return fk.stats && fk.alloc;
+}
+
+/* "Device" memory holding a copy of host data (the fake's device memory
+ * is host memory). */
+static void *fake_dev(const void *host, size_t n)
+{
+    void *ctx, *dummy;
+    unsigned long long p = 0;
+    fk.retain(&ctx, 0);
+    fk.push(ctx);
+    fk.alloc(&p, n ? n : 1);
+    fk.pop(&dummy);
+    fk.release(0);
+    if (n)
+        memcpy((void *)(uintptr_t)p, host, n);
+    return (void *)(uintptr_t)p;
+}
+
+static void fake_dev_free(void *p)
+{
+    void *ctx, *dummy;
+    fk.retain(&ctx, 0);
+    fk.push(ctx);
+    fk.free_((unsigned long long)(uintptr_t)p);
+    fk.pop(&dummy);
+    fk.release(0);
+}
+
+static unsigned long long rng = 88172645463325252ull;
+static double urand(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+/* nms on both devices: identical index lists. */
+static void nms_agrees(opjit_runtime *rt, opjit_op *op, int n, int is64, double thr, int mode)
+{
+    size_t esz = is64 ? 8 : 4;
+    char *boxes = malloc((size_t)n * 4 * esz + 8), *scores = malloc((size_t)n * esz + 8);
+    for (int i = 0; i < n; i++) {
+        double x = urand() * 100, y = urand() * 100, w = urand() * 30, h = urand() * 30;
+        double v[4] = {x, y, x + w, y + h}, sc = urand();
+        if (mode == 1)
+            sc = (double)(int)(urand() * 4); /* many equal scores */
+        if (mode == 2 && i % 7 == 0)
+            sc = NAN;
+        if (mode == 2 && i % 11 == 0)
+            v[2] = v[0]; /* empty boxes */
+        if (mode == 3 && i % 2)
+            memcpy(v, (double[4]){10, 10, 40, 40}, sizeof v); /* duplicates */
+        for (int k = 0; k < 4; k++) {
+            if (is64)
+                ((double *)boxes)[4 * i + k] = v[k];
+            else
+                ((float *)boxes)[4 * i + k] = (float)v[k];
+        }
+        if (is64)
+            ((double *)scores)[i] = sc;
+        else
+            ((float *)scores)[i] = (float)sc;
+    }
+    int64_t bs[2] = {n, 4}, ss[1] = {n};
+    DLDataType dt = {kDLFloat, (uint8_t)(esz * 8), 1};
+    DLTensor hb = tensor(boxes, kDLCPU, dt, 2, bs), hs = tensor(scores, kDLCPU, dt, 1, ss);
+    void *db = fake_dev(boxes, (size_t)n * 4 * esz), *dsc = fake_dev(scores, (size_t)n * esz);
+    DLTensor gb = tensor(db, kDLCUDA, dt, 2, bs), gs = tensor(dsc, kDLCUDA, dt, 1, ss);
+    opjit_value ha[3] = {opjit_tensor(&hb), opjit_tensor(&hs), opjit_float(thr)};
+    opjit_value ga[3] = {opjit_tensor(&gb), opjit_tensor(&gs), opjit_float(thr)};
+    DLManagedTensor *ho = NULL, *go = NULL;
+    int rc = opjit_call(rt, op, ha, 3, &ho, 1);
+    CHECKF(rc == OPJIT_OK, "cpu nms: %s", opjit_errmsg(rt));
+    rc = opjit_call(rt, op, ga, 3, &go, 1);
+    CHECKF(rc == OPJIT_OK, "cuda nms n=%d f%d thr=%g: %s", n, is64 ? 64 : 32, thr,
+           opjit_errmsg(rt));
+    if (ho && go) {
+        CHECK(go->dl_tensor.device.device_type == kDLCUDA);
+        CHECK(go->dl_tensor.dtype.code == kDLInt && go->dl_tensor.dtype.bits == 64);
+        int64_t nh = ho->dl_tensor.shape[0], ng = go->dl_tensor.shape[0];
+        CHECKF(nh == ng && !memcmp(ho->dl_tensor.data, go->dl_tensor.data, (size_t)nh * 8),
+               "nms n=%d f%d thr=%g mode %d: cpu keeps %lld, cuda %lld", n, is64 ? 64 : 32, thr,
+               mode, (long long)nh, (long long)ng);
+    }
+    if (ho)
+        ho->deleter(ho);
+    if (go)
+        go->deleter(go);
+    fake_dev_free(db);
+    fake_dev_free(dsc);
+    free(boxes);
+    free(scores);
+}
+
+static void mm_agrees(opjit_runtime *rt, opjit_op *op, int n, int k, int m, int is64, int trans)
+{
+    size_t esz = is64 ? 8 : 4;
+    char *a = malloc((size_t)n * k * esz + 8), *b = malloc((size_t)k * m * esz + 8);
+    for (int i = 0; i < n * k; i++)
+        is64 ? (((double *)a)[i] = urand() - 0.5) : (((float *)a)[i] = (float)(urand() - 0.5));
+    for (int i = 0; i < k * m; i++)
+        is64 ? (((double *)b)[i] = urand() - 0.5) : (((float *)b)[i] = (float)(urand() - 0.5));
+    DLDataType dt = {kDLFloat, (uint8_t)(esz * 8), 1};
+    /* trans: a holds self transposed ([k, n] memory read as [n, k]). */
+    int64_t as[2] = {n, k}, bs[2] = {k, m}, ast[2] = {1, n};
+    DLTensor ha = tensor(a, kDLCPU, dt, 2, as), hb = tensor(b, kDLCPU, dt, 2, bs);
+    if (trans)
+        ha.strides = ast;
+    void *da = fake_dev(a, (size_t)n * k * esz), *dbp = fake_dev(b, (size_t)k * m * esz);
+    DLTensor ga = tensor(da, kDLCUDA, dt, 2, as), gb = tensor(dbp, kDLCUDA, dt, 2, bs);
+    if (trans)
+        ga.strides = ast;
+    opjit_value hv[2] = {opjit_tensor(&ha), opjit_tensor(&hb)};
+    opjit_value gv[2] = {opjit_tensor(&ga), opjit_tensor(&gb)};
+    DLManagedTensor *ho = NULL, *go = NULL;
+    int rc = opjit_call(rt, op, hv, 2, &ho, 1);
+    CHECKF(rc == OPJIT_OK, "cpu mm: %s", opjit_errmsg(rt));
+    rc = opjit_call(rt, op, gv, 2, &go, 1);
+    CHECKF(rc == OPJIT_OK, "cuda mm %dx%dx%d: %s", n, k, m, opjit_errmsg(rt));
+    if (ho && go) {
+        CHECK(go->dl_tensor.shape[0] == n && go->dl_tensor.shape[1] == m);
+        double worst = 0;
+        for (int i = 0; i < n * m; i++) {
+            double x = is64 ? ((double *)ho->dl_tensor.data)[i] : ((float *)ho->dl_tensor.data)[i];
+            double y = is64 ? ((double *)go->dl_tensor.data)[i] : ((float *)go->dl_tensor.data)[i];
+            double e = fabs(x - y) / (1 + fabs(x));
+            if (e > worst)
+                worst = e;
+        }
+        CHECKF(worst < (is64 ? 1e-12 : 1e-5), "mm %dx%dx%d: relative error %g", n, k, m, worst);
+    }
+    if (ho)
+        ho->deleter(ho);
+    if (go)
+        go->deleter(go);
+    fake_dev_free(da);
+    fake_dev_free(dbp);
+    free(a);
+    free(b);
+}
+
+/* Child: the fake driver, a GPU of FAKE_CUDA_CC. QCU_SCENARIO picks what to
+ * check. */
+static int child_fake_driver(void)
+{
+    const char *scen = getenv("QCU_SCENARIO"), *cache = getenv("QCU_CACHE");
+    if (!fake_open())
+        return 1;
+    fake_stats *st = fk.stats();
+    char why[512];
+    CHECKF(cuda_available(why, sizeof why) == OPJIT_OK, "%s", why);
+    char path[2048];
+    if (!strcmp(scen, "ops")) {
+        /* By name: both sources load where CUDA is. */
+        opjit_runtime *rt = rt_new(cache, "sm_90");
+        opjit_op *nms = NULL, *mm = NULL, *conv = NULL;
+        int rc = opjit_load_op(rt, "nms", &nms);
+        CHECKF(rc == OPJIT_OK && nms, "nms: %s", opjit_errmsg(rt));
+        rc = opjit_load_op(rt, "mm", &mm);
+        CHECKF(rc == OPJIT_OK && mm, "mm: %s", opjit_errmsg(rt));
+        rc = opjit_load_op(rt, "conv2d", &conv);
+        CHECKF(rc == OPJIT_OK && conv, "conv2d: %s", opjit_errmsg(rt));
+        opjit_op_info oi;
+        if (nms && opjit_op_info_get(rt, nms, &oi) == OPJIT_OK)
+            CHECK(oi.source[OPJIT_CPU] && oi.source[OPJIT_CUDA]);
+        if (!nms || !mm || !conv)
+            return 1;
+        long base_allocs = st->live_allocs;
+        int base_refs = st->primary_refs;
+        /* nms */
+        static const double thrs[] = {0.5, 0.0, 0.7, -0.25, 1.0, NAN};
+        static const int sizes[] = {0, 1, 2, 63, 64, 65, 129, 700, 2500};
+        for (int is64 = 0; is64 < 2; is64++)
+            for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++)
+                for (size_t ti = 0; ti < sizeof thrs / sizeof *thrs; ti++)
+                    nms_agrees(rt, nms, sizes[si], is64, thrs[ti], (int)(si + ti) % 4);
+        CHECK(st->launches > 0);
+        /* Workspaces are pooled: one more call allocates nothing that stays. */
+        long allocs = st->live_allocs;
+        nms_agrees(rt, nms, 700, 0, 0.5, 0);
+        CHECKF(st->live_allocs == allocs, "live allocations %ld -> %ld", allocs, st->live_allocs);
+        /* mm */
+        static const int dims[][3] = {{1, 1, 1}, {3, 5, 7}, {64, 64, 64}, {65, 17, 130},
+                                      {200, 300, 100}, {0, 3, 4}, {3, 0, 4}, {3, 4, 0}};
+        for (int is64 = 0; is64 < 2; is64++)
+            for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
+                for (int tr = 0; tr < 2; tr++)
+                    mm_agrees(rt, mm, dims[i][0], dims[i][1], dims[i][2], is64, tr);
+        /* conv2d without input channels: the bias, on the device (no cuDNN). */
+        {
+            float bias[3] = {1.5f, -2, 4}, none = 0;
+            int64_t xs[4] = {2, 0, 5, 5}, ws[4] = {3, 0, 3, 3}, bsz[1] = {3};
+            DLDataType dt = {kDLFloat, 32, 1};
+            void *dx = fake_dev(&none, 4), *dw = fake_dev(&none, 4), *dbias = fake_dev(bias, 12);
+            DLTensor x = tensor(dx, kDLCUDA, dt, 4, xs), w = tensor(dw, kDLCUDA, dt, 4, ws),
+                     b = tensor(dbias, kDLCUDA, dt, 1, bsz);
+            opjit_value args[3] = {opjit_tensor(&x), opjit_tensor(&w), opjit_tensor(&b)};
+            DLManagedTensor *out = NULL;
+            rc = opjit_call(rt, conv, args, 3, &out, 1);
+            CHECKF(rc == OPJIT_OK && out, "conv2d C=0: %s", opjit_errmsg(rt));
+            if (out) {
+                const float *o = out->dl_tensor.data;
+                CHECK(out->dl_tensor.shape[1] == 3 && out->dl_tensor.shape[2] == 3);
+                CHECK(o[0] == 1.5f && o[9] == -2 && o[18] == 4 && o[27] == 1.5f && o[53] == 4);
+                out->deleter(out);
+            }
+            /* With channels it needs cuDNN, which cannot run on a fake
+             * driver: a clean error, whatever it says. */
+            int64_t xs2[4] = {1, 1, 4, 4}, ws2[4] = {1, 1, 3, 3};
+            float data[16] = {0};
+            void *dx2 = fake_dev(data, sizeof data), *dw2 = fake_dev(data, 36);
+            DLTensor x2 = tensor(dx2, kDLCUDA, dt, 4, xs2), w2 = tensor(dw2, kDLCUDA, dt, 4, ws2);
+            opjit_value a2[2] = {opjit_tensor(&x2), opjit_tensor(&w2)};
+            out = NULL;
+            rc = opjit_call(rt, conv, a2, 2, &out, 1);
+            if (rc == OPJIT_OK)
+                out->deleter(out);
+            else
+                CHECK_STR_CONTAINS(opjit_errmsg(rt), "conv2d");
+            fake_dev_free(dx), fake_dev_free(dw), fake_dev_free(dbias);
+            fake_dev_free(dx2), fake_dev_free(dw2);
+        }
+        /* A kernel the device code lacks is a clean error too. */
+        CHECK(st->ctx_depth == 0);
+        opjit_destroy(rt);
+        CHECKF(st->live_allocs == base_allocs, "leaked %ld device allocations",
+               st->live_allocs - base_allocs);
+        CHECKF(st->primary_refs == base_refs - 1 || st->primary_refs == 0,
+               "primary context references %d", st->primary_refs);
+        CHECK(st->modules_loaded == st->modules_unloaded && st->modules_loaded >= 2);
+        CHECK(st->ctx_depth == 0);
+    } else if (!strcmp(scen, "outputs-outlive")) {
+        /* An output keeps its memory and context after opjit_destroy. */
+        opjit_runtime *rt = rt_new(cache, "sm_90");
+        snprintf(path, sizeof path, "%s/mm.cu", ops_dir());
+        opjit_op *mm = NULL;
+        int rc = opjit_load_file(rt, path, &mm, NULL);
+        CHECKF(rc == OPJIT_OK, "%s", opjit_errmsg(rt));
+        float a[4] = {1, 2, 3, 4};
+        int64_t sh[2] = {2, 2};
+        void *da = fake_dev(a, sizeof a);
+        DLTensor t = tensor(da, kDLCUDA, (DLDataType){kDLFloat, 32, 1}, 2, sh);
+        opjit_value v[2] = {opjit_tensor(&t), opjit_tensor(&t)};
+        DLManagedTensor *out = NULL;
+        rc = opjit_call(rt, mm, v, 2, &out, 1);
+        CHECKF(rc == OPJIT_OK && out, "%s", opjit_errmsg(rt));
+        opjit_destroy(rt);
+        CHECK(st->primary_refs >= 1); /* the output's reference */
+        if (out) {
+            const float *o = out->dl_tensor.data;
+            CHECK(o[0] == 7 && o[1] == 10 && o[2] == 15 && o[3] == 22);
+            out->deleter(out);
+        }
+        fake_dev_free(da);
+        CHECKF(st->primary_refs == 0 && st->live_allocs == 0, "refs %d allocs %ld",
+               st->primary_refs, st->live_allocs);
+    } else if (!strcmp(scen, "host-stream")) {
+        /* The host's context and stream: used, never retained or freed. */
+        static char host_ctx;
+        opjit_runtime *rt = rt_new(cache, "sm_90");
+        CHECK(opjit_set_cuda_stream(rt, 0, &host_ctx, (void *)(uintptr_t)0x5151) == OPJIT_OK);
+        snprintf(path, sizeof path, "%s/mm.cu", ops_dir());
+        opjit_op *mm = NULL;
+        int rc = opjit_load_file(rt, path, &mm, NULL);
+        CHECKF(rc == OPJIT_OK, "%s", opjit_errmsg(rt));
+        float a[1] = {3};
+        int64_t sh[2] = {1, 1};
+        void *da = fake_dev(a, sizeof a);
+        int refs = st->primary_refs;
+        DLTensor t = tensor(da, kDLCUDA, (DLDataType){kDLFloat, 32, 1}, 2, sh);
+        opjit_value v[2] = {opjit_tensor(&t), opjit_tensor(&t)};
+        DLManagedTensor *out = NULL;
+        rc = opjit_call(rt, mm, v, 2, &out, 1);
+        CHECKF(rc == OPJIT_OK && out, "%s", opjit_errmsg(rt));
+        CHECK(st->last_pushed == &host_ctx);
+        CHECK(st->primary_refs == refs);
+        if (out) {
+            CHECK(((float *)out->dl_tensor.data)[0] == 9);
+            out->deleter(out);
+        }
+        /* Back to the primary context. */
+        CHECK(opjit_set_cuda_stream(rt, 0, NULL, NULL) == OPJIT_OK);
+        out = NULL;
+        rc = opjit_call(rt, mm, v, 2, &out, 1);
+        CHECKF(rc == OPJIT_OK && out, "%s", opjit_errmsg(rt));
+        CHECK(st->last_pushed != &host_ctx);
+        if (out)
+            out->deleter(out);
+        opjit_destroy(rt);
+        fake_dev_free(da);
+        CHECK(st->primary_refs == 0 && st->live_allocs == 0 && st->ctx_depth == 0);
+    } else if (!strcmp(scen, "arch")) {
+        /* QCU_ARCHS built; QCU_EXPECT: "ptx:<target>", "cubin", or an
+         * error text. */
+        const char *expect = getenv("QCU_EXPECT");
+        opjit_runtime *rt = rt_new(cache, getenv("QCU_ARCHS"));
+        snprintf(path, sizeof path, "%s/mm.cu", ops_dir());
+        opjit_op *mm = NULL;
+        int rc = opjit_load_file(rt, path, &mm, NULL);
+        CHECKF(rc == OPJIT_OK, "%s", opjit_errmsg(rt));
+        float a[1] = {3};
+        int64_t sh[2] = {1, 1};
+        void *da = fake_dev(a, sizeof a);
+        DLTensor t = tensor(da, kDLCUDA, (DLDataType){kDLFloat, 32, 1}, 2, sh);
+        opjit_value v[2] = {opjit_tensor(&t), opjit_tensor(&t)};
+        DLManagedTensor *out = NULL;
+        rc = opjit_call(rt, mm, v, 2, &out, 1);
+        if (!strncmp(expect, "ptx:", 4)) {
+            CHECKF(rc == OPJIT_OK, "%s", opjit_errmsg(rt));
+            CHECK(st->last_image_ptx == 1);
+            CHECKF(!strcmp(st->last_image_arch, expect + 4), "loaded %s", st->last_image_arch);
+        } else if (!strcmp(expect, "cubin")) {
+            CHECKF(rc == OPJIT_OK, "%s", opjit_errmsg(rt));
+            CHECK(st->last_image_ptx == 0);
+        } else {
+            CHECK(rc == OPJIT_EDEVICE);
+            CHECK_STR_CONTAINS(opjit_errmsg(rt), expect);
+        }
+        if (out)
+            out->deleter(out);
+        opjit_destroy(rt);
+        fake_dev_free(da);
+    } else if (!strcmp(scen, "default-archs")) {
+        /* No list given: this GPU's architecture only. */
+        opjit_runtime *rt = rt_new(cache, NULL);
+        snprintf(path, sizeof path, "%s/mm.cu", ops_dir());
+        int rc = opjit_load_file(rt, path, NULL, NULL);
+        CHECKF(rc == OPJIT_OK, "%s", opjit_errmsg(rt));
+        opjit_destroy(rt);
+        CHECK(count_named(cache, "sm_86.cubin") == 1);
+        CHECK(count_named(cache, "sm_90.cubin") == 0);
+        CHECK(count_named(cache, "compute_90.ptx") == 0);
+    }
+    CHECKF(st->errors == 0, "the fake driver saw %d protocol violations; the first: %s",
+           st->errors, st->first_error);
+    tmpdirs_remove();
+    return t_failed_checks ? 1 : 0;
+}
+
+static void fake_driver_runs_the_cuda_path(void)
+{
+    if (!nvrtc_here())
+        return;
+    const char *cc = getenv("OPJIT_CC"), *src = getenv("OPJIT_SOURCE_DIR");
+    if (!cc || !*cc || !src) {
+        fprintf(stderr, "note: no OPJIT_CC/OPJIT_SOURCE_DIR: the fake-driver checks are skipped\n");
+        return;
+    }
+    const char *d = tmpdir_new();
+    char so[1024], cmd[4096];
+    snprintf(so, sizeof so, "%s/libfakecuda.so", d);
+    snprintf(cmd, sizeof cmd, "'%s' -shared -fPIC -O1 -ffp-contract=off -o '%s' '%s/tests/fake_libcuda.c'",
+             cc, so, src);
+    int rc = system(cmd);
+    CHECKF(rc == 0, "cannot build the fake driver: %s", cmd);
+    if (rc)
+        return;
+    char drv[1100], cache[1100], cc_env[64];
+    snprintf(drv, sizeof drv, "OPJIT_CUDA_DRIVER=%s", so);
+    snprintf(cache, sizeof cache, "QCU_CACHE=%s/cache", d);
+    struct {
+        const char *scenario, *cc, *archs, *expect, *extra;
+    } runs[] = {
+        {"ops", "90", NULL, NULL, NULL},
+        {"outputs-outlive", "90", NULL, NULL, NULL},
+        {"host-stream", "90", NULL, NULL, NULL},
+        {"arch", "90", "sm_80,sm_90,compute_80", "cubin", NULL},
+        /* sm_86: no cubin for it; the highest PTX not above it. */
+        {"arch", "86", "sm_80,sm_90,compute_80,compute_90", "ptx:sm_80", NULL},
+        /* ... a same-major cubin when there is no PTX. */
+        {"arch", "86", "sm_80,sm_90", "cubin", NULL},
+        {"arch", "86", "sm_90,compute_90", "no device code this GPU can run", NULL},
+        {"arch", "90", "compute_90", "driver too old for this PTX", "FAKE_CUDA_REJECT_PTX=222"},
+        {"default-archs", "86", NULL, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        char scen[64], archs[128], expect[128];
+        snprintf(cc_env, sizeof cc_env, "FAKE_CUDA_CC=%s", runs[i].cc);
+        snprintf(scen, sizeof scen, "QCU_SCENARIO=%s", runs[i].scenario);
+        snprintf(archs, sizeof archs, "QCU_ARCHS=%s", runs[i].archs ? runs[i].archs : "");
+        snprintf(expect, sizeof expect, "QCU_EXPECT=%s", runs[i].expect ? runs[i].expect : "");
+        if (!strcmp(runs[i].scenario, "default-archs"))
+            snprintf(cache, sizeof cache, "QCU_CACHE=%s/cache-default", d);
+        const char *env[] = {drv, cache, cc_env, scen, archs, expect, "OPJIT_CUDA_ARCHS",
+                             runs[i].extra ? runs[i].extra : "FAKE_CUDA_REJECT_PTX", NULL};
+        int st = run_child("--child-fake-driver", env);
+        CHECKF(st == 0, "fake driver, scenario %s (sm_%s, %s) exited %d", runs[i].scenario,
+               runs[i].cc, runs[i].archs ? runs[i].archs : "default", st);
+    }
+}
+
 int main(int argc, char **argv)
 {
     self_exe = argv[0][0] == '/' ? argv[0] : realpath(argv[0], NULL);
     if (argc > 1 && !strcmp(argv[1], "--child-no-nvrtc"))
         return child_no_nvrtc();
+    if (argc > 1 && !strcmp(argv[1], "--child-fake-driver"))
+        return child_fake_driver();
     T_RUN(nvrtc_compiles_every_shipped_op);
     T_RUN(device_errors_carry_file_and_line);
     T_RUN(cache_keeps_each_arch);
@@ -594,6 +1028,7 @@ int main(int argc, char **argv)
     T_RUN(cuda_call_without_driver_fails_cleanly);
     T_RUN(by_name_loads_cpu_only_without_cuda);
     T_RUN(missing_nvrtc_is_a_clear_error);
+    T_RUN(fake_driver_runs_the_cuda_path);
     tmpdirs_remove();
     if (self_exe != argv[0])
         free((void *)self_exe);

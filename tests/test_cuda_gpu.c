@@ -1,0 +1,368 @@
+/* tests/test_cuda_gpu.c - every CUDA op against its CPU twin, on a real GPU,
+ * on random inputs from empty to large: nms must agree exactly, mm and
+ * conv2d within floating-point tolerance.
+ *
+ * Skips (exit 77) where no GPU is, saying that GPU execution went untested.
+ * Device memory for inputs comes straight from the driver (dlopened here
+ * too); the runtime and the test share the device's primary context.
+ *
+ * Under AddressSanitizer the CUDA driver needs ASAN_OPTIONS=protect_shadow_gap=0. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "opjit.h"
+#include "runtime/cuda.h"
+#include "t.h"
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+
+static struct {
+    void *dl;
+    void *ctx;
+    CUresult (*retain)(void **, int);
+    CUresult (*release)(int);
+    CUresult (*push)(void *);
+    CUresult (*pop)(void **);
+    CUresult (*alloc)(CUdeviceptr *, size_t);
+    CUresult (*free_)(CUdeviceptr);
+    CUresult (*htod)(CUdeviceptr, const void *, size_t);
+    CUresult (*dtoh)(void *, CUdeviceptr, size_t);
+    CUresult (*sync)(void);
+} cu;
+
+static int cu_open(void)
+{
+    const char *path = getenv("OPJIT_CUDA_DRIVER");
+    cu.dl = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!cu.dl)
+        return 0;
+    *(void **)&cu.retain = dlsym(cu.dl, "cuDevicePrimaryCtxRetain");
+    *(void **)&cu.release = dlsym(cu.dl, "cuDevicePrimaryCtxRelease_v2");
+    *(void **)&cu.push = dlsym(cu.dl, "cuCtxPushCurrent_v2");
+    *(void **)&cu.pop = dlsym(cu.dl, "cuCtxPopCurrent_v2");
+    *(void **)&cu.alloc = dlsym(cu.dl, "cuMemAlloc_v2");
+    *(void **)&cu.free_ = dlsym(cu.dl, "cuMemFree_v2");
+    *(void **)&cu.htod = dlsym(cu.dl, "cuMemcpyHtoD_v2");
+    *(void **)&cu.dtoh = dlsym(cu.dl, "cuMemcpyDtoH_v2");
+    *(void **)&cu.sync = dlsym(cu.dl, "cuCtxSynchronize");
+    if (!cu.retain || !cu.push || !cu.alloc || !cu.htod || !cu.dtoh || !cu.sync)
+        return 0;
+    /* cuInit ran in the runtime (cuda_available); keep the context current
+     * on this thread for the test's own copies. */
+    return cu.retain(&cu.ctx, 0) == 0 && cu.push(cu.ctx) == 0;
+}
+
+static void *dev_copy(const void *host, size_t n)
+{
+    CUdeviceptr p = 0;
+    CHECK(cu.alloc(&p, n ? n : 1) == 0);
+    if (n)
+        CHECK(cu.htod(p, host, n) == 0);
+    return (void *)(uintptr_t)p;
+}
+
+static void dev_free(void *p) { cu.free_((CUdeviceptr)(uintptr_t)p); }
+
+/* The output's data on the host (malloc'd). */
+static void *host_copy(const DLManagedTensor *t, size_t elem)
+{
+    size_t n = elem;
+    for (int i = 0; i < t->dl_tensor.ndim; i++)
+        n *= (size_t)t->dl_tensor.shape[i];
+    void *h = malloc(n ? n : 1);
+    CHECK(cu.sync() == 0);
+    if (n)
+        CHECK(cu.dtoh(h, (CUdeviceptr)(uintptr_t)t->dl_tensor.data, n) == 0);
+    return h;
+}
+
+static DLTensor tensor(void *data, int dltype, DLDataType dt, int ndim, int64_t *shape)
+{
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.device.device_type = dltype;
+    t.ndim = ndim;
+    t.dtype = dt;
+    t.shape = shape;
+    return t;
+}
+
+static unsigned long long rng = 0x9E3779B97F4A7C15ull;
+static double urand(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static const char *ops_dir(void)
+{
+    static char d[1024];
+    const char *src = getenv("OPJIT_SOURCE_DIR");
+    snprintf(d, sizeof d, "%s/ops-src", src ? src : ".");
+    return d;
+}
+
+static opjit_runtime *rt;
+
+static opjit_op *load_pair(const char *name)
+{
+    char p[2048];
+    opjit_op *a = NULL, *b = NULL;
+    snprintf(p, sizeof p, "%s/%s.c", ops_dir(), name);
+    int rc = opjit_load_file(rt, p, &a, NULL);
+    CHECKF(rc == OPJIT_OK, "%s: %s", p, opjit_errmsg(rt));
+    snprintf(p, sizeof p, "%s/%s.cu", ops_dir(), name);
+    rc = opjit_load_file(rt, p, &b, NULL);
+    CHECKF(rc == OPJIT_OK, "%s: %s", p, opjit_errmsg(rt));
+    return a == b ? a : NULL;
+}
+
+/* ---- nms: exact agreement ------------------------------------------------------ */
+
+static void nms_case(opjit_op *op, int n, int is64, double thr, int mode)
+{
+    size_t esz = is64 ? 8 : 4;
+    char *boxes = malloc((size_t)n * 4 * esz + 8), *scores = malloc((size_t)n * esz + 8);
+    for (int i = 0; i < n; i++) {
+        double span = mode == 4 ? 2000 : 100;
+        double x = urand() * span, y = urand() * span, w = urand() * 30, h = urand() * 30;
+        double v[4] = {x, y, x + w, y + h}, sc = urand();
+        if (mode == 1)
+            sc = (double)(int)(urand() * 4);
+        if (mode == 2 && i % 7 == 0)
+            sc = NAN;
+        if (mode == 2 && i % 11 == 0)
+            v[2] = v[0];
+        if (mode == 3 && i % 2)
+            v[0] = 10, v[1] = 10, v[2] = 40, v[3] = 40;
+        for (int k = 0; k < 4; k++)
+            is64 ? (((double *)boxes)[4 * i + k] = v[k]) : (((float *)boxes)[4 * i + k] = (float)v[k]);
+        is64 ? (((double *)scores)[i] = sc) : (((float *)scores)[i] = (float)sc);
+    }
+    int64_t bs[2] = {n, 4}, ss[1] = {n};
+    DLDataType dt = {kDLFloat, (uint8_t)(esz * 8), 1};
+    DLTensor hb = tensor(boxes, kDLCPU, dt, 2, bs), hs = tensor(scores, kDLCPU, dt, 1, ss);
+    void *db = dev_copy(boxes, (size_t)n * 4 * esz), *dsc = dev_copy(scores, (size_t)n * esz);
+    DLTensor gb = tensor(db, kDLCUDA, dt, 2, bs), gs = tensor(dsc, kDLCUDA, dt, 1, ss);
+    opjit_value ha[3] = {opjit_tensor(&hb), opjit_tensor(&hs), opjit_float(thr)};
+    opjit_value ga[3] = {opjit_tensor(&gb), opjit_tensor(&gs), opjit_float(thr)};
+    DLManagedTensor *ho = NULL, *go = NULL;
+    int rc = opjit_call(rt, op, ha, 3, &ho, 1);
+    CHECKF(rc == OPJIT_OK, "cpu nms: %s", opjit_errmsg(rt));
+    rc = opjit_call(rt, op, ga, 3, &go, 1);
+    CHECKF(rc == OPJIT_OK, "cuda nms n=%d: %s", n, opjit_errmsg(rt));
+    if (ho && go) {
+        CHECK(go->dl_tensor.device.device_type == kDLCUDA);
+        int64_t *g = host_copy(go, 8);
+        int64_t nh = ho->dl_tensor.shape[0], ng = go->dl_tensor.shape[0];
+        CHECKF(nh == ng && !memcmp(ho->dl_tensor.data, g, (size_t)nh * 8),
+               "nms n=%d f%d thr=%g mode %d: cpu keeps %lld, cuda %lld", n, is64 ? 64 : 32, thr,
+               mode, (long long)nh, (long long)ng);
+        free(g);
+    }
+    if (ho)
+        ho->deleter(ho);
+    if (go)
+        go->deleter(go);
+    dev_free(db);
+    dev_free(dsc);
+    free(boxes);
+    free(scores);
+}
+
+static void nms_matches_cpu(void)
+{
+    opjit_op *op = load_pair("nms");
+    if (!op)
+        return;
+    static const double thrs[] = {0.5, 0.0, 0.7, -0.25, 1.0, NAN};
+    static const int sizes[] = {0, 1, 2, 63, 64, 65, 129, 1000, 5000};
+    for (int is64 = 0; is64 < 2; is64++)
+        for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++)
+            for (size_t ti = 0; ti < sizeof thrs / sizeof *thrs; ti++)
+                nms_case(op, sizes[si], is64, thrs[ti], (int)(si + ti) % 4);
+    nms_case(op, 30000, 0, 0.5, 4); /* large and sparse */
+    nms_case(op, 20000, 1, 0.3, 0);
+}
+
+/* ---- mm and conv2d: within tolerance ----------------------------------------------- */
+
+/* |cpu - gpu| <= tol * (1 + |cpu|) everywhere. */
+static void close_enough(const char *what, const DLManagedTensor *ho, const DLManagedTensor *go,
+                         int is64, double tol)
+{
+    size_t n = 1;
+    for (int i = 0; i < ho->dl_tensor.ndim; i++) {
+        CHECK(ho->dl_tensor.shape[i] == go->dl_tensor.shape[i]);
+        n *= (size_t)ho->dl_tensor.shape[i];
+    }
+    void *g = host_copy(go, is64 ? 8 : 4);
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = is64 ? ((double *)ho->dl_tensor.data)[i] : ((float *)ho->dl_tensor.data)[i];
+        double y = is64 ? ((double *)g)[i] : ((float *)g)[i];
+        double e = fabs(x - y) / (1 + fabs(x));
+        if (!(e <= worst))
+            worst = e;
+    }
+    CHECKF(worst <= tol, "%s: relative error %g > %g", what, worst, tol);
+    free(g);
+}
+
+static void mm_case(opjit_op *op, int n, int k, int m, int is64, int trans)
+{
+    size_t esz = is64 ? 8 : 4;
+    char *a = malloc((size_t)n * k * esz + 8), *b = malloc((size_t)k * m * esz + 8);
+    for (int i = 0; i < n * k; i++)
+        is64 ? (((double *)a)[i] = urand() - 0.5) : (((float *)a)[i] = (float)(urand() - 0.5));
+    for (int i = 0; i < k * m; i++)
+        is64 ? (((double *)b)[i] = urand() - 0.5) : (((float *)b)[i] = (float)(urand() - 0.5));
+    DLDataType dt = {kDLFloat, (uint8_t)(esz * 8), 1};
+    int64_t as[2] = {n, k}, bs[2] = {k, m}, ast[2] = {1, n};
+    DLTensor ha = tensor(a, kDLCPU, dt, 2, as), hb = tensor(b, kDLCPU, dt, 2, bs);
+    void *da = dev_copy(a, (size_t)n * k * esz), *dbp = dev_copy(b, (size_t)k * m * esz);
+    DLTensor ga = tensor(da, kDLCUDA, dt, 2, as), gb = tensor(dbp, kDLCUDA, dt, 2, bs);
+    if (trans)
+        ha.strides = ga.strides = ast;
+    opjit_value hv[2] = {opjit_tensor(&ha), opjit_tensor(&hb)};
+    opjit_value gv[2] = {opjit_tensor(&ga), opjit_tensor(&gb)};
+    DLManagedTensor *ho = NULL, *go = NULL;
+    int rc = opjit_call(rt, op, hv, 2, &ho, 1);
+    CHECKF(rc == OPJIT_OK, "cpu mm: %s", opjit_errmsg(rt));
+    rc = opjit_call(rt, op, gv, 2, &go, 1);
+    CHECKF(rc == OPJIT_OK, "cuda mm: %s", opjit_errmsg(rt));
+    char what[64];
+    snprintf(what, sizeof what, "mm %dx%dx%d f%d%s", n, k, m, is64 ? 64 : 32, trans ? " T" : "");
+    if (ho && go)
+        close_enough(what, ho, go, is64, (is64 ? 1e-13 : 2e-6) * sqrt(k + 1.0));
+    if (ho)
+        ho->deleter(ho);
+    if (go)
+        go->deleter(go);
+    dev_free(da);
+    dev_free(dbp);
+    free(a);
+    free(b);
+}
+
+static void mm_matches_cpu(void)
+{
+    opjit_op *op = load_pair("mm");
+    if (!op)
+        return;
+    static const int dims[][3] = {{1, 1, 1},     {3, 5, 7},        {64, 64, 64}, {65, 17, 130},
+                                  {0, 3, 4},     {3, 0, 4},        {3, 4, 0},    {257, 513, 129},
+                                  {1024, 1024, 1024}, {1, 4096, 1}, {2000, 3, 2000}};
+    for (int is64 = 0; is64 < 2; is64++)
+        for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
+            for (int tr = 0; tr < 2; tr++)
+                mm_case(op, dims[i][0], dims[i][1], dims[i][2], is64, tr);
+}
+
+typedef struct conv_cfg {
+    int n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, g, bias, unbatched;
+} conv_cfg;
+
+static void conv_case(opjit_op *op, conv_cfg f, int is64)
+{
+    size_t esz = is64 ? 8 : 4;
+    size_t nx = (size_t)f.n * f.c * f.h * f.w, nw = (size_t)f.o * (f.c / f.g) * f.kh * f.kw;
+    char *x = malloc(nx * esz + 8), *w = malloc(nw * esz + 8), *b = malloc((size_t)f.o * esz + 8);
+    for (size_t i = 0; i < nx; i++)
+        is64 ? (((double *)x)[i] = urand() - 0.5) : (((float *)x)[i] = (float)(urand() - 0.5));
+    for (size_t i = 0; i < nw; i++)
+        is64 ? (((double *)w)[i] = urand() - 0.5) : (((float *)w)[i] = (float)(urand() - 0.5));
+    for (int i = 0; i < f.o; i++)
+        is64 ? (((double *)b)[i] = urand()) : (((float *)b)[i] = (float)urand());
+    DLDataType dt = {kDLFloat, (uint8_t)(esz * 8), 1};
+    int64_t xs4[4] = {f.n, f.c, f.h, f.w}, ws[4] = {f.o, f.c / f.g, f.kh, f.kw}, bs[1] = {f.o};
+    int64_t *xs = f.unbatched ? xs4 + 1 : xs4;
+    int xnd = f.unbatched ? 3 : 4;
+    void *dx = dev_copy(x, nx * esz), *dw = dev_copy(w, nw * esz), *db = dev_copy(b, (size_t)f.o * esz);
+    DLTensor hx = tensor(x, kDLCPU, dt, xnd, xs), hw = tensor(w, kDLCPU, dt, 4, ws),
+             hb = tensor(b, kDLCPU, dt, 1, bs);
+    DLTensor gx = tensor(dx, kDLCUDA, dt, xnd, xs), gw = tensor(dw, kDLCUDA, dt, 4, ws),
+             gb = tensor(db, kDLCUDA, dt, 1, bs);
+    int64_t st[2] = {f.sh, f.sw}, pd[2] = {f.ph, f.pw}, dl[2] = {f.dh, f.dw};
+    opjit_value hv[7] = {opjit_tensor(&hx), opjit_tensor(&hw), f.bias ? opjit_tensor(&hb) : opjit_none(),
+                         opjit_ints(st, 2), opjit_ints(pd, 2), opjit_ints(dl, 2), opjit_int(f.g)};
+    opjit_value gv[7] = {opjit_tensor(&gx), opjit_tensor(&gw), f.bias ? opjit_tensor(&gb) : opjit_none(),
+                         opjit_ints(st, 2), opjit_ints(pd, 2), opjit_ints(dl, 2), opjit_int(f.g)};
+    DLManagedTensor *ho = NULL, *go = NULL;
+    int rc = opjit_call(rt, op, hv, 7, &ho, 1);
+    CHECKF(rc == OPJIT_OK, "cpu conv2d: %s", opjit_errmsg(rt));
+    rc = opjit_call(rt, op, gv, 7, &go, 1);
+    CHECKF(rc == OPJIT_OK, "cuda conv2d: %s", opjit_errmsg(rt));
+    char what[160];
+    snprintf(what, sizeof what, "conv2d x[%d,%d,%d,%d] w[%d,%d,%d,%d] s%d,%d p%d,%d d%d,%d g%d f%d",
+             f.n, f.c, f.h, f.w, f.o, f.c / f.g, f.kh, f.kw, f.sh, f.sw, f.ph, f.pw, f.dh, f.dw,
+             f.g, is64 ? 64 : 32);
+    if (ho && go)
+        close_enough(what, ho, go, is64,
+                     (is64 ? 1e-13 : 4e-6) * sqrt((double)(f.c / f.g) * f.kh * f.kw + 1));
+    if (ho)
+        ho->deleter(ho);
+    if (go)
+        go->deleter(go);
+    dev_free(dx);
+    dev_free(dw);
+    dev_free(db);
+    free(x);
+    free(w);
+    free(b);
+}
+
+static void conv2d_matches_cpu(void)
+{
+    opjit_op *op = load_pair("conv2d");
+    if (!op)
+        return;
+    static const conv_cfg cfgs[] = {
+        {1, 1, 5, 5, 1, 3, 3, 1, 1, 0, 0, 1, 1, 1, 0, 0},
+        {2, 3, 17, 19, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0},
+        {2, 4, 16, 16, 6, 3, 5, 2, 1, 2, 0, 1, 2, 2, 1, 0},   /* groups, dilation */
+        {1, 8, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 1, 0},     /* depthwise */
+        {3, 16, 8, 8, 32, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0},   /* 1x1 */
+        {1, 3, 7, 7, 4, 3, 3, 3, 3, 0, 0, 1, 1, 1, 1, 1},     /* unbatched, stride 3 */
+        {0, 3, 7, 7, 4, 3, 3, 1, 1, 0, 0, 1, 1, 1, 1, 0},     /* empty batch */
+        {2, 0, 5, 5, 4, 3, 3, 1, 1, 0, 0, 1, 1, 1, 1, 0},     /* no input channels */
+        {8, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0}, /* large */
+    };
+    for (int is64 = 0; is64 < 2; is64++)
+        for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++)
+            conv_case(op, cfgs[i], is64);
+}
+
+int main(void)
+{
+    char why[1024];
+    if (cuda_available(why, sizeof why) != OPJIT_OK) {
+        printf("skipped: %s: GPU execution of the CUDA ops is untested on this machine\n", why);
+        return 77;
+    }
+    if (!cu_open()) {
+        printf("skipped: the CUDA driver could not be used by the test: GPU execution is "
+               "untested on this machine\n");
+        return 77;
+    }
+    opjit_config cfg;
+    opjit_config_init(&cfg);
+    cfg.tiering = 0;
+    if (opjit_create(&cfg, &rt) != OPJIT_OK) {
+        printf("cannot create a runtime\n");
+        return 1;
+    }
+    T_RUN(nms_matches_cpu);
+    T_RUN(mm_matches_cpu);
+    T_RUN(conv2d_matches_cpu);
+    opjit_destroy(rt);
+    void *dummy;
+    cu.pop(&dummy);
+    cu.release(0);
+    return t_done();
+}
