@@ -15,7 +15,8 @@ bench/results/inputs/*.npy and read by both sides.
 
 Writes bench/results/latest.md, latest.json and nms.png (gnuplot).
 
-usage: bench/bench.py --bin build/bench/opjit_bench [--quick]
+usage: bench/bench.py --bin build/bench/opjit_bench [--quick] [--reps N]
+                      [--only loads,call,nms,conv2d,mm] [--results DIR]
 """
 import os
 
@@ -82,6 +83,13 @@ def conv_w_name(cout, cin, k):
 
 def inp(name):
     return os.path.join(INPUTS, name + ".npy")
+
+
+def torch_input(name):
+    """The .npy file as a torch tensor in torch's own (64-byte aligned)
+    memory, as the C side's npy_read gives 64-byte aligned data; np.load's
+    buffers are only 16-byte aligned, which moves oneDNN's timings."""
+    return torch.from_numpy(np.load(inp(name))).clone()
 
 
 def gen_inputs():
@@ -163,39 +171,61 @@ class Serve:
 
 def calibrate(fn, target):
     """Iterations per repetition so that one repetition lasts about target s.
-    fn(iters) returns the seconds iters calls took. The first call warms up."""
+    fn(iters) returns (wall s, thread CPU s) of iters calls. The first call
+    warms up."""
     fn(1)
     iters = 1
     while True:
-        t = fn(iters)
+        t, _ = fn(iters)
         if t >= 0.02 or iters >= 10_000_000:
             break
         iters = min(10_000_000, iters * max(2, int(0.03 / max(t, 1e-9))))
-    per = t / iters
-    return max(1, int(round(target / per))), per
+    return max(1, int(round(target / (t / iters))))
 
 
 def interleaved(sides, reps, target):
     """sides: [(name, fn)]. Calibrate each, then `reps` rounds, each timing
-    one repetition of every side (the order rotates each round). Returns
-    {name: [seconds per call, one per repetition]}, {name: iters}."""
-    iters = {}
-    for name, fn in sides:
-        iters[name], _ = calibrate(fn, target)
-    out = {name: [] for name, _ in sides}
+    one repetition of every side (the order rotates from round to round).
+    Returns {name: {"wall": [s per call, one per round], "cpu": [...]}} and
+    {name: iters per repetition}."""
+    iters = {name: calibrate(fn, target) for name, fn in sides}
+    out = {name: {"wall": [], "cpu": []} for name, _ in sides}
     for r in range(reps):
         k = r % len(sides)
         for name, fn in sides[k:] + sides[:k]:
-            out[name].append(fn(iters[name]) / iters[name])
+            w, c = fn(iters[name])
+            out[name]["wall"].append(w / iters[name])
+            out[name]["cpu"].append(c / iters[name])
     return out, iters
+
+
+def round_ratio(t, num, den, kind="wall"):
+    """Median over rounds of num's time / den's time in the same round: drift
+    and bursts of load on the shared machine hit both sides of a round."""
+    return median([a / b for a, b in zip(t[num][kind], t[den][kind])])
+
+
+def summarize(t, row):
+    for k, v in t.items():
+        row[k + "_ms"] = median(v["wall"]) * 1e3
+        row[k + "_cpu_ms"] = median(v["cpu"]) * 1e3
+        row[k + "_ms_all"] = [x * 1e3 for x in v["wall"]]
+        row[k + "_cpu_ms_all"] = [x * 1e3 for x in v["cpu"]]
 
 
 def torch_timer(call):
     def fn(iters):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         for _ in range(iters):
             call()
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.thread_time() - c0
+    return fn
+
+
+def opjit_timer(sv, *words):
+    def fn(iters):
+        o = sv.cmd(*words, iters)
+        return float(o["sec"]), float(o["cpu"])
     return fn
 
 
@@ -224,11 +254,17 @@ def run_loads(exe, src, reps, with_cc, extra_env=None):
     errs = sorted({str(v) for r in rows for k, v in r.items() if k.endswith("_err")})
     res = {"reps": len(rows), "raw": rows}
     for key in ("cold_ms", "cold_wall_ms", "hit_ms", "hit_wall_ms", "cc_ms", "cc_compile_ms",
-                "dlopen_ms", "dlopen_wall_ms", "opthit_ms", "opthit_wall_ms"):
+                "dlopen_ms", "dlopen_wall_ms", "opthit_ms", "opthit_wall_ms",
+                "cold_create_ms", "cold_key_ms", "cold_compile_ms", "cold_dlopen_init_ms",
+                "hit_create_ms", "hit_key_ms", "hit_dlopen_init_ms"):
         vals = [r[key] for r in rows if isinstance(r.get(key), float)]
         if vals:
             res[key] = median(vals)
             res[key + "_all"] = vals
+    both = [(r["cc_ms"], r["cold_ms"]) for r in rows
+            if isinstance(r.get("cc_ms"), float) and isinstance(r.get("cold_ms"), float)]
+    if both:
+        res["cc_over_cold"] = median([a / b for a, b in both])
     for key in ("cold_tier", "hit_tier", "opthit_tier"):
         vals = sorted({r[key] for r in rows if key in r})
         if vals:
@@ -277,19 +313,22 @@ def load_op(sv, name):
 
 def bench_call_overhead(sv, reps):
     log("call overhead")
-    r = sv.cmd("load", "add1", "bench/ops/add1.c")
-    res = {"tiers": r}
-    sides = [("opjit_opt", lambda it: float(sv.cmd("add1", "opt", it)["sec"])),
-             ("opjit_tcc", lambda it: float(sv.cmd("add1", "tcc", it)["sec"])),
-             ("direct", lambda it: float(sv.cmd("direct", it)["sec"]))]
-    t, iters = interleaved(sides, reps, 0.1)
-    for k, v in t.items():
-        res[k + "_ns"] = median(v) * 1e9
-        res[k + "_ns_all"] = [x * 1e9 for x in v]
+    res = {"tiers": sv.cmd("load", "add1", "bench/ops/add1.c")}
+    sides = [("opjit_opt", opjit_timer(sv, "add1", "opt")),
+             ("opjit_tcc", opjit_timer(sv, "add1", "tcc")),
+             ("direct", opjit_timer(sv, "direct"))]
+    # Cheap rounds (0.1 s each): more of them, as the difference is small.
+    t, iters = interleaved(sides, max(15, 2 * reps), 0.1)
     res["iters"] = iters
-    # The overhead per repetition (same round), then the median.
-    res["overhead_ns"] = median([(a - b) * 1e9 for a, b in zip(t["opjit_opt"], t["direct"])])
-    res["overhead_tcc_ns"] = median([(a - b) * 1e9 for a, b in zip(t["opjit_tcc"], t["direct"])])
+    for k, v in t.items():
+        res[k + "_ns"] = median(v["wall"]) * 1e9
+        res[k + "_cpu_ns"] = median(v["cpu"]) * 1e9
+        res[k + "_ns_all"] = [x * 1e9 for x in v["wall"]]
+    # The difference within each round, then the median.
+    for tier in ("opt", "tcc"):
+        for kind, suf in (("wall", ""), ("cpu", "_cpu")):
+            res["overhead%s_%s_ns" % (suf, tier)] = median(
+                [(a - b) * 1e9 for a, b in zip(t["opjit_" + tier][kind], t["direct"][kind])])
     return res
 
 
@@ -308,8 +347,8 @@ def bench_nms(sv, reps):
         bn, sn = "boxes_%d" % n, "scores_%d" % n
         sv.cmd("input", bn, inp(bn))
         sv.cmd("input", sn, inp(sn))
-        boxes = torch.from_numpy(np.load(inp(bn)))
-        scores = torch.from_numpy(np.load(inp(sn)))
+        boxes = torch_input(bn)
+        scores = torch_input(sn)
         ref = nms_sum(torchvision.ops.nms(boxes, scores, NMS_IOU))
         facts = {}
 
@@ -317,20 +356,19 @@ def bench_nms(sv, reps):
             def fn(it):
                 o = sv.cmd("nms", tier, bn, sn, NMS_IOU, it)
                 facts[tier] = (int(o["kept"]), int(o["sum"]))
-                return float(o["sec"])
+                return float(o["sec"]), float(o["cpu"])
             return fn
 
         sides = [("tcc", opjit_side("tcc")), ("opt", opjit_side("opt")),
                  ("torchvision", torch_timer(lambda: torchvision.ops.nms(boxes, scores, NMS_IOU)))]
         t, iters = interleaved(sides, reps, 0.15)
-        res["sizes"][n] = {
-            "kept": ref[0],
-            "match_tcc": facts.get("tcc") == ref,
-            "match_opt": facts.get("opt") == ref,
-            "iters": iters,
-            **{k + "_ms": median(v) * 1e3 for k, v in t.items()},
-            **{k + "_ms_all": [x * 1e3 for x in v] for k, v in t.items()},
-        }
+        row = {"kept": ref[0], "match_tcc": facts.get("tcc") == ref,
+               "match_opt": facts.get("opt") == ref, "iters": iters}
+        summarize(t, row)
+        for tier in ("tcc", "opt"):
+            row["ratio_" + tier] = round_ratio(t, tier, "torchvision")
+            row["ratio_cpu_" + tier] = round_ratio(t, tier, "torchvision", "cpu")
+        res["sizes"][n] = row
     return res
 
 
@@ -342,13 +380,13 @@ def bench_conv(sv, reps, tmp):
     for (name, cin, cout, k, hw, stride, pad) in CONV_SHAPES:
         wn = conv_w_name(cout, cin, k)
         sv.cmd("input", wn, inp(wn))
-        w = torch.from_numpy(np.load(inp(wn)))
+        w = torch_input(wn)
         for b in CONV_BATCHES:
             label = "%s, batch %d" % (name, b)
             log("conv2d %s" % label)
             xn = conv_x_name(cin, hw, b)
             sv.cmd("input", xn, inp(xn))
-            x = torch.from_numpy(np.load(inp(xn)))
+            x = torch_input(xn)
             row = {"name": name, "batch": b, "label": label,
                    "flops": 2.0 * b * cout * cin * k * k * ((hw + 2 * pad - k) // stride + 1) ** 2}
             try:
@@ -357,23 +395,24 @@ def bench_conv(sv, reps, tmp):
                 with torch.no_grad():
                     ref = F.conv2d(x, w, None, stride, pad).numpy()
                 got = np.load(outp)
+                if got.shape != ref.shape:
+                    raise BenchError("output shape %s, torch's %s" % (got.shape, ref.shape))
                 row["max_rel_err"] = float(np.max(np.abs(got - ref)) / max(1e-30, np.max(np.abs(ref))))
-
-                def opjit_side(tier):
-                    return lambda it: float(sv.cmd("conv", tier, xn, wn, stride, pad, it)["sec"])
 
                 def tconv():
                     with torch.no_grad():
                         F.conv2d(x, w, None, stride, pad)
 
-                sides = [("opt", opjit_side("opt")), ("tcc", opjit_side("tcc")),
+                sides = [("opt", opjit_timer(sv, "conv", "opt", xn, wn, stride, pad)),
+                         ("tcc", opjit_timer(sv, "conv", "tcc", xn, wn, stride, pad)),
                          ("torch", torch_timer(tconv))]
                 big = row["flops"] > 1e9
-                t, iters = interleaved(sides, max(3, reps - 2) if big else reps, 0.2)
+                t, iters = interleaved(sides, max(5, reps - 2) if big else reps, 0.2)
                 row["iters"] = iters
-                for kk, v in t.items():
-                    row[kk + "_ms"] = median(v) * 1e3
-                    row[kk + "_ms_all"] = [x_ * 1e3 for x_ in v]
+                summarize(t, row)
+                for tier in ("opt", "tcc"):
+                    row["ratio_" + tier] = round_ratio(t, "torch", tier)
+                    row["ratio_cpu_" + tier] = round_ratio(t, "torch", tier, "cpu")
             except BenchError as e:
                 row["error"] = str(e)[:300]
             res["shapes"].append(row)
@@ -397,14 +436,15 @@ def bench_mm(sv, reps, tmp):
             a64 = np.load(inp(an)).astype(np.float64)
             ref = a64 @ np.load(inp(bn)).astype(np.float64)
             row["max_rel_err"] = float(np.max(np.abs(np.load(outp) - ref)) / np.max(np.abs(ref)))
-            sides = [("opt", lambda it: float(sv.cmd("mm", "opt", an, bn, it)["sec"])),
-                     ("sgemm", lambda it: float(sv.cmd("sgemm", an, bn, it)["sec"])),
-                     ("tcc", lambda it: float(sv.cmd("mm", "tcc", an, bn, it)["sec"]))]
-            t, iters = interleaved(sides, max(3, reps - 2) if n >= 2048 else reps, 0.2)
+            sides = [("opt", opjit_timer(sv, "mm", "opt", an, bn)),
+                     ("sgemm", opjit_timer(sv, "sgemm", an, bn)),
+                     ("tcc", opjit_timer(sv, "mm", "tcc", an, bn))]
+            t, iters = interleaved(sides, max(5, reps - 2) if n >= 2048 else reps, 0.2)
             row["iters"] = iters
-            for kk, v in t.items():
-                row[kk + "_ms"] = median(v) * 1e3
-                row[kk + "_ms_all"] = [x * 1e3 for x in v]
+            summarize(t, row)
+            for tier in ("opt", "tcc"):
+                row["ratio_" + tier] = round_ratio(t, "sgemm", tier)
+                row["ratio_cpu_" + tier] = round_ratio(t, "sgemm", tier, "cpu")
         except BenchError as e:
             row["error"] = str(e)[:300]
         res["sizes"][n] = row
@@ -446,7 +486,7 @@ def build_rows(R):
     L = R["loads"]
     nms = L.get("nms.c", {})
     if "cold_ms" in nms and "cc_ms" in nms:
-        sp = nms["cc_ms"] / nms["cold_ms"]
+        sp = nms["cc_over_cold"]
         rows.append(("cold load of nms.c: opjit_create + opjit_load_file, libtcc, fresh process and empty cache",
                      fms(nms["cold_ms"]), "cc -O2 -shared + dlopen + dlsym: " + fms(nms["cc_ms"]),
                      "%.1fx faster" % sp, ">= 20x faster, <= 10 ms",
@@ -457,22 +497,22 @@ def build_rows(R):
     if "hit_ms" in nms:
         rows.append(("cache-hit load of nms.c in a fresh process (opjit_create + opjit_load_file, in-process)",
                      fms(nms["hit_ms"]), "dlopen + dlsym of the cc-built .so: " + fms(nms.get("dlopen_ms")),
-                     "%.1fx" % (nms["hit_ms"] / nms["dlopen_ms"]) if nms.get("dlopen_ms") else "n/a",
+                     "%.1fx time" % (nms["hit_ms"] / nms["dlopen_ms"]) if nms.get("dlopen_ms") else "n/a",
                      "<= 1 ms", yesno(nms["hit_ms"] <= 1.0)))
         rows.append(("  same, whole process wall time (spawn to exit; information)",
                      fms(nms["hit_wall_ms"]), "process doing only that dlopen: " + fms(nms.get("dlopen_wall_ms")),
-                     "%.2fx" % (nms["hit_wall_ms"] / nms["dlopen_wall_ms"]) if nms.get("dlopen_wall_ms") else "n/a",
+                     "%.2fx time" % (nms["hit_wall_ms"] / nms["dlopen_wall_ms"]) if nms.get("dlopen_wall_ms") else "n/a",
                      "report", "-"))
     if "opthit_ms" in nms:
         rows.append(("  same, the cache holding the optimized (cc -O2) artifact: tier %s" % nms.get("opthit_tier", "?"),
                      fms(nms["opthit_ms"]), "dlopen + dlsym of the cc-built .so: " + fms(nms.get("dlopen_ms")),
-                     "%.1fx" % (nms["opthit_ms"] / nms["dlopen_ms"]) if nms.get("dlopen_ms") else "n/a",
+                     "%.1fx time" % (nms["opthit_ms"] / nms["dlopen_ms"]) if nms.get("dlopen_ms") else "n/a",
                      "<= 1 ms", yesno(nms["opthit_ms"] <= 1.0)))
     co = R.get("call_overhead", {})
-    if "overhead_ns" in co:
+    if "overhead_opt_ns" in co:
         rows.append(("opjit_call overhead over a direct C call, trivial op (add1 on 1 float, opt tier)",
                      "%.0f ns/call" % co["opjit_opt_ns"], "direct C: %.0f ns/call" % co["direct_ns"],
-                     "+%.0f ns" % co["overhead_ns"], "<= 50 ns", yesno(co["overhead_ns"] <= 50)))
+                     "+%.0f ns" % co["overhead_opt_ns"], "<= 50 ns", yesno(co["overhead_opt_ns"] <= 50)))
     else:
         rows.append(("opjit_call overhead", "n/a", "n/a", "n/a", "<= 50 ns", "n/a (%s)" % co.get("error", "?")))
     N = R.get("nms", {})
@@ -483,7 +523,7 @@ def build_rows(R):
             if not s:
                 rows.append((metric, "n/a", "n/a", "n/a", "<= 0.8x time", N.get("missing", "n/a")))
                 continue
-            ratio = s[tier + "_ms"] / s["torchvision_ms"]
+            ratio = s["ratio_" + tier]
             ok = s["match_" + tier]
             goal = "<= 0.8x time" + ("" if tier == "opt" else " (the opt tier must meet it)")
             rows.append((metric, fms(s[tier + "_ms"]), "torchvision.ops.nms: " + fms(s["torchvision_ms"]),
@@ -497,7 +537,7 @@ def build_rows(R):
         if "error" in s:
             rows.append((metric, "n/a", "n/a", "n/a", ">= 1.0x throughput", "n/a (%s)" % s["error"][:120]))
             continue
-        r = s["torch_ms"] / s["opt_ms"]
+        r = s["ratio_opt"]
         rows.append((metric, fms(s["opt_ms"]), "torch F.conv2d: " + fms(s["torch_ms"]),
                      "%.2fx throughput" % r, ">= 1.0x throughput", yesno(r >= 1.0)))
     M = R.get("mm", {})
@@ -508,7 +548,7 @@ def build_rows(R):
         if "error" in s:
             rows.append((metric, "n/a", "n/a", "n/a", ">= 0.97x throughput", "n/a (%s)" % s["error"][:120]))
             continue
-        r = s["sgemm_ms"] / s["opt_ms"]
+        r = s["ratio_opt"]
         rows.append((metric, fms(s["opt_ms"]), "cblas_sgemm direct: " + fms(s["sgemm_ms"]),
                      "%.3fx throughput" % r, ">= 0.97x throughput", yesno(r >= 0.97)))
     cu = L.get("nms.cu")
@@ -575,11 +615,12 @@ def write_md(R, path):
         sw = []
         for n, s in sorted(N["sizes"].items()):
             sw.append((n, s["kept"], fms(s["tcc_ms"]), fms(s["opt_ms"]), fms(s["torchvision_ms"]),
-                       "%.2fx" % (s["tcc_ms"] / s["torchvision_ms"]),
-                       "%.2fx" % (s["opt_ms"] / s["torchvision_ms"]),
+                       "%.2fx (%.2fx)" % (s["ratio_tcc"], s["ratio_cpu_tcc"]),
+                       "%.2fx (%.2fx)" % (s["ratio_opt"], s["ratio_cpu_opt"]),
                        "yes" if s["match_tcc"] and s["match_opt"] else "**no**"))
         lines.append(md_table(["boxes", "kept", "opjit tcc", "opjit opt", "torchvision",
-                               "tcc/tv time", "opt/tv time", "same indices as torchvision"], sw))
+                               "tcc/tv time (CPU time)", "opt/tv time (CPU time)",
+                               "same indices as torchvision"], sw))
         lines.append("")
     C = R.get("conv2d", {})
     if C.get("shapes"):
@@ -588,15 +629,25 @@ def write_md(R, path):
         cw = []
         for s in C["shapes"]:
             if "error" in s:
-                cw.append((s["label"], "n/a", "n/a", "n/a", "n/a", "n/a", s["error"][:100]))
+                cw.append((s["label"], "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", s["error"][:100]))
                 continue
             cw.append((s["label"], "%.2f" % (s["flops"] / 1e9), fms(s["opt_ms"]), fms(s["tcc_ms"]),
                        fms(s["torch_ms"]), "%.1f / %.1f" % (s["flops"] / s["opt_ms"] / 1e6,
                                                              s["flops"] / s["torch_ms"] / 1e6),
+                       "%.2fx (%.2fx)" % (s["ratio_opt"], s["ratio_cpu_opt"]),
+                       "%.2fx (%.2fx)" % (s["ratio_tcc"], s["ratio_cpu_tcc"]),
                        "%.1e" % s["max_rel_err"]))
         lines.append(md_table(["shape", "GFLOP", "opjit opt", "opjit tcc", "torch",
-                               "GFLOP/s opt / torch", "max rel. error vs torch"], cw))
+                               "GFLOP/s opt / torch", "throughput opt (CPU time)",
+                               "throughput tcc (CPU time)", "max rel. error vs torch"], cw))
         lines.append("")
+        if os.environ.get("OPENBLAS_CORETYPE"):
+            lines.append("Note: this environment sets OPENBLAS_CORETYPE=%s, so OpenBLAS (opjit's conv2d "
+                         "and mm GEMMs, and torch's for some shapes) runs the kernels named under "
+                         "Environment below whatever the CPU offers, while torch's oneDNN convolutions "
+                         "pick their own (AVX-512 here). `env -u OPENBLAS_CORETYPE bench/run` measures "
+                         "with OpenBLAS's own choice." % os.environ["OPENBLAS_CORETYPE"])
+            lines.append("")
     M = R.get("mm", {})
     if M.get("sizes"):
         lines.append("## mm: both tiers")
@@ -604,12 +655,14 @@ def write_md(R, path):
         mw = []
         for n, s in M["sizes"].items():
             if "error" in s:
-                mw.append((n, "n/a", "n/a", "n/a", "n/a", s["error"][:100]))
+                mw.append((n, "n/a", "n/a", "n/a", "n/a", "n/a", s["error"][:100]))
                 continue
             mw.append((n, fms(s["opt_ms"]), fms(s["tcc_ms"]), fms(s["sgemm_ms"]),
-                       "%.3fx / %.3fx" % (s["sgemm_ms"] / s["opt_ms"], s["sgemm_ms"] / s["tcc_ms"]),
+                       "%.3fx (%.3fx)" % (s["ratio_opt"], s["ratio_cpu_opt"]),
+                       "%.3fx (%.3fx)" % (s["ratio_tcc"], s["ratio_cpu_tcc"]),
                        "%.1e" % s["max_rel_err"]))
-        lines.append(md_table(["n", "opjit opt", "opjit tcc", "cblas_sgemm", "throughput opt / tcc",
+        lines.append(md_table(["n", "opjit opt", "opjit tcc", "cblas_sgemm",
+                               "throughput opt (CPU time)", "throughput tcc (CPU time)",
                                "max rel. error vs float64"], mw))
         lines.append("")
     lines.append("## loads, per op (fresh processes, medians of %d)" % R["reps_load"])
@@ -618,18 +671,25 @@ def write_md(R, path):
     for name in sorted(L):
         l = L[name]
         if "cold_ms" not in l:
-            lw.append((name, "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "; ".join(l.get("errors", ["?"]))[:150]))
+            lw.append((name, "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a",
+                       "; ".join(l.get("errors", ["?"]))[:150]))
             continue
-        lw.append((name, fms(l["cold_ms"]), fms(l.get("hit_ms")), fms(l.get("hit_wall_ms")),
-                   fms(l.get("opthit_ms")), fms(l.get("cc_ms")), fms(l.get("dlopen_ms")),
-                   "; ".join(l.get("errors", [])) or ""))
-    lines.append(md_table(["source", "cold (libtcc)", "hit", "hit, process wall", "hit, opt artifact",
-                           "cc -O2 + dlopen", "dlopen of that .so", "errors"], lw))
+        def mm_(k):
+            return "%s (%s)" % (fms(l.get(k)), fms(min(l[k + "_all"]))) if k in l else "n/a"
+        lw.append((name, mm_("cold_ms"), fms(l.get("cold_compile_ms")), mm_("hit_ms"),
+                   fms(l.get("hit_wall_ms")), "%s (%s)" % (mm_("opthit_ms"), l.get("opthit_tier", "-")),
+                   mm_("cc_ms"), fms(l.get("dlopen_ms")), "; ".join(l.get("errors", [])) or ""))
+    lines.append(md_table(["source", "cold (min)", "of which compile + publish", "hit (min)",
+                           "hit, process wall", "hit, opt artifact (min) (tier)", "cc -O2 + dlopen (min)",
+                           "dlopen of that .so", "errors"], lw))
     lines.append("")
     co = R.get("call_overhead", {})
-    if "overhead_ns" in co:
-        lines.append("Call overhead, tcc tier kernel: %.0f ns/call, +%.0f ns over the direct call."
-                     % (co["opjit_tcc_ns"], co["overhead_tcc_ns"]))
+    if "overhead_opt_ns" in co:
+        lines.append("Call overhead: opt tier kernel +%.0f ns (by thread CPU time +%.0f ns); "
+                     "tcc tier kernel %.0f ns/call, +%.0f ns (CPU time +%.0f ns) over the direct "
+                     "call (%.0f ns)."
+                     % (co["overhead_opt_ns"], co["overhead_cpu_opt_ns"], co["opjit_tcc_ns"],
+                        co["overhead_tcc_ns"], co["overhead_cpu_tcc_ns"], co["direct_ns"]))
         lines.append("")
     lines.append("## How each figure is measured")
     lines.append("")
@@ -639,13 +699,15 @@ def write_md(R, path):
   module init, registration). The anchor, in another fresh process, times the spawn of
   `cc -O2 -shared -fPIC -I include -I /usr/include/x86_64-linux-gnu ... -lopenblas -lm` to its
   exit, `dlopen` of the result and `dlsym(opjit_module_init)`. The first of %d+1 repetitions is
-  dropped (cold page cache); medians of the rest.
+  dropped (cold page cache); medians of the rest; the speed-up is the median of the per-repetition
+  ratios.
 - **Cache-hit load**: right after the cold load, a second fresh process with the same cache
   (tiering off) times `opjit_create` + `opjit_load_file`, in-process. Its anchor is a fresh
   process timing `dlopen` + `dlsym` of the cc-built .so (what a prebuilt extension costs). The
   whole-process wall time (posix_spawn to waitpid) is shown for information, against a process
   doing only that dlopen. "opt artifact": a process with tiering on first leaves the cc -O2
-  artifact in the cache (untimed); a fresh process then loads it (a hit serving the opt tier).
+  artifact in the cache (untimed); a fresh process with tiering on then loads it (a hit
+  serving the opt tier).
 - **Call overhead**: `opjit_call` of `bench/ops/add1.c` (`add1(Tensor self) -> Tensor`,
   float32 contiguous required; the kernel allocates its output with `opjit_output` and writes
   x + 1) on a 1-element tensor, followed by the output's deleter, against a direct C function
@@ -659,9 +721,13 @@ def write_md(R, path):
   runtimes with separate caches: tiering off (the libtcc code: "tcc") and tiering on after
   `opjit_wait` (the cc -O2 code: "opt"; `opjit_op_info_get` confirms the tier). torchvision
   0.14's `torchvision.ops.nms` runs in the Python driver on tensors made from the same .npy
-  files. Per size, each side is calibrated to about 0.15 s per repetition (many calls), then
-  the repetitions alternate between sides; the figure is the median time per call. Both sides
-  include allocating their output. The kept indices are compared with torchvision's.
+  files (copied into torch-allocated, 64-byte aligned memory, as the C side's are). Per size, each side is calibrated to about 0.15 s per repetition (many calls), then
+  rounds of one repetition per side follow (the order rotating); times are medians per call,
+  and **every ratio is the median over rounds of the ratio within a round**, so a burst of load
+  from other processes hits both sides of the ratio it lands in. The secondary tables give the
+  same ratio by thread CPU time (CLOCK_THREAD_CPUTIME_ID / time.thread_time(), blind to time the
+  core was taken away) as a cross-check. Both sides include allocating their output. The kept
+  indices are compared with torchvision's (count and an order-weighted sum).
 - **conv2d**: ResNet-50 layer shapes, batch 1 and 8, NCHW float32, no bias, against
   `torch.nn.functional.conv2d` under `torch.no_grad()` (torch picks its own algorithm: oneDNN).
   Throughput ratio = torch time / opjit time. The opjit output is checked against torch's.
@@ -673,7 +739,8 @@ def write_md(R, path):
 """ % R["reps_load"])
     lines.append("## Environment")
     lines.append("")
-    for k in ("cpu", "cores", "kernel", "python", "torch", "torchvision", "numpy", "cc", "tcc", "reps"):
+    for k in ("cpu", "cores", "kernel", "python", "torch", "torchvision", "numpy", "openblas", "cc",
+              "tcc", "reps"):
         lines.append("- %s: %s" % (k, env.get(k)))
     lines.append("- run time: %.0f s" % R["elapsed_s"])
     lines.append("")
@@ -717,18 +784,37 @@ plot '%s' using 1:2 with linespoints lw 2 pt 7 title "opjit, tcc tier (libtcc)",
     return True
 
 
+def openblas_core():
+    """The kernels OpenBLAS picked on this CPU (both sides use the same
+    library and environment: OPENBLAS_CORETYPE, if set, is inherited)."""
+    try:
+        import ctypes
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        lib.openblas_get_config.restype = ctypes.c_char_p
+        return "%s kernels (%s)%s" % (lib.openblas_get_corename().decode(),
+                                      lib.openblas_get_config().decode().strip(),
+                                      ", OPENBLAS_CORETYPE=" + os.environ["OPENBLAS_CORETYPE"]
+                                      if os.environ.get("OPENBLAS_CORETYPE") else "")
+    except Exception as e:  # noqa: BLE001
+        return "? (%s)" % e
+
+
 def environment(reps):
     def cmd(args):
         try:
             return subprocess.run(args, capture_output=True, text=True).stdout.splitlines()[0]
         except Exception:
             return "?"
-    cpu = "?"
+    info = {}
     with open("/proc/cpuinfo") as f:
         for l in f:
-            if l.startswith("model name"):
-                cpu = l.split(":", 1)[1].strip()
-                break
+            if ":" in l:
+                k, v = l.split(":", 1)
+                info.setdefault(k.strip(), v.strip())
+    cpu = "%s (family %s, model %s%s)" % (
+        info.get("model name", "?"), info.get("cpu family", "?"), info.get("model", "?"),
+        ", AVX-512" if "avx512f" in info.get("flags", "").split() else "")
     git = cmd(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
     dirty = bool(subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
                                 capture_output=True, text=True).stdout.strip())
@@ -738,7 +824,7 @@ def environment(reps):
         "kernel": platform.release(), "python": platform.python_version(),
         "torch": torch.__version__, "torchvision": torchvision.__version__,
         "numpy": np.__version__, "cc": cmd(["cc", "--version"]), "tcc": cmd(["tcc", "-v"]),
-        "reps": reps,
+        "openblas": openblas_core(), "reps": reps,
     }
 
 
@@ -748,12 +834,15 @@ def main():
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="3 repetitions (to try the harness)")
     ap.add_argument("--only", default="", help="comma list: loads,call,nms,conv2d,mm")
+    ap.add_argument("--results", default=RESULTS,
+                    help="where latest.md, latest.json and nms.png go (default bench/results)")
     a = ap.parse_args()
     reps = 3 if a.quick else a.reps
     only = set(a.only.split(",")) if a.only else {"loads", "call", "nms", "conv2d", "mm"}
     exe = os.path.abspath(a.bin)
+    out_dir = os.path.abspath(a.results)
     os.chdir(ROOT)
-    os.makedirs(RESULTS, exist_ok=True)
+    os.makedirs(out_dir, exist_ok=True)
     gen_inputs()
     t_start = time.time()
     R = {"env": environment(reps), "reps": reps, "reps_load": reps, "nvrtc": nvrtc_available(),
@@ -781,14 +870,15 @@ def main():
         R["elapsed_s"] = time.time() - t_start
         R["table"] = [dict(zip(["metric", "opjit", "anchor", "ratio", "goal", "met"], r))
                       for r in build_rows(R)]
-        plot_nms(R, os.path.join(RESULTS, "nms.png"), tmp)
-        write_md(R, os.path.join(RESULTS, "latest.md"))
-        with open(os.path.join(RESULTS, "latest.json"), "w") as f:
+        plot_nms(R, os.path.join(out_dir, "nms.png"), tmp)
+        write_md(R, os.path.join(out_dir, "latest.md"))
+        with open(os.path.join(out_dir, "latest.json"), "w") as f:
             json.dump(R, f, indent=1, sort_keys=True, default=str)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    log("wrote bench/results/latest.md, latest.json, nms.png (%.0f s)" % R["elapsed_s"])
-    print(open(os.path.join(RESULTS, "latest.md")).read().split("\n## ")[0])
+    log("wrote %s/latest.md, latest.json, nms.png (%.0f s)"
+        % (os.path.relpath(out_dir, ROOT), R["elapsed_s"]))
+    print(open(os.path.join(out_dir, "latest.md")).read().split("\n## ")[0])
 
 
 if __name__ == "__main__":

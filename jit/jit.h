@@ -41,6 +41,10 @@ int jit_nvrtc_load(char *err, size_t errlen);
 /* "nvrtc 13.0 libnvrtc.so.13 109338064": version, file and size, for cache
  * keys. NULL until loaded. */
 const char *jit_nvrtc_identity(void);
+/* The file jit_nvrtc_load would load first, found without loading it
+ * (what a cache of its identity can be keyed by); 0 when only the default
+ * library search would find one. */
+int jit_nvrtc_locate(char *path, size_t n);
 /* Where the library was found; NULL until loaded. */
 const char *jit_nvrtc_path(void);
 /* major * 1000 + minor * 10 (as CUDA_VERSION), 0 until loaded. */

@@ -169,6 +169,31 @@ void *jit_cuda_dlopen(const char *const *names, const char *override, int flags,
     return NULL;
 }
 
+int jit_nvrtc_locate(char *path, size_t n)
+{
+    const char *override = getenv("OPJIT_NVRTC_LIBRARY");
+    if (override && *override) {
+        if (!strchr(override, '/') || !is_file(override))
+            return 0;
+        snprintf(path, n, "%s", override);
+        return 1;
+    }
+    const char *roots[4];
+    toolkit_roots(roots);
+    static const char *const libdirs[] = {"lib64", "lib", NULL};
+    for (int r = 0; roots[r]; r++)
+        for (int d = 0; libdirs[d]; d++)
+            for (int i = 0; sonames[i]; i++) {
+                char p[PATH_MAX + 64];
+                snprintf(p, sizeof p, "%s/%s/%s", roots[r], libdirs[d], sonames[i]);
+                if (is_file(p)) {
+                    snprintf(path, n, "%s", p);
+                    return 1;
+                }
+            }
+    return 0; /* only the default library search would find it */
+}
+
 /* dlsym into *slot; 0 when missing. */
 static int sym(void *dl, const char *name, void *slot)
 {
@@ -404,8 +429,10 @@ int jit_nvrtc_compile(const jit_nvrtc_job *job, char *diag, size_t diaglen)
         return OPJIT_EINVAL;
     }
     if (!jit_nvrtc_supports(number)) {
-        snprintf(diag, diaglen, "NVRTC %d.%d cannot compile for %s", nv.major, nv.minor,
-                 job->arch);
+        size_t k = (size_t)snprintf(diag, diaglen, "NVRTC %d.%d cannot compile for %s; it "
+                                    "supports", nv.major, nv.minor, job->arch);
+        for (int i = 0; i < nv.narchs && k < diaglen; i++)
+            k += (size_t)snprintf(diag + k, diaglen - k, " %d", nv.archs[i]);
         return OPJIT_ECOMPILE;
     }
     char arch[64], inc[PATH_MAX + 4], cccl[PATH_MAX + 16];

@@ -15,18 +15,24 @@
  * which loads the one that suits a device on the first call there.
  *
  * cuDNN. libtcc 0.9.27 binds every symbol of the objects it writes at
- * dlopen time (it emits no lazy PLT relocations), so RTLD_LAZY could not
- * let a host half that calls cuDNN directly load where cuDNN is missing.
- * Before dlopening a .cu host half the loader makes libcudnn.so.9 global
- * (RTLD_GLOBAL, found like NVRTC) when it exists: host halves may call it
- * directly where it is installed, and ops that should load everywhere
- * (ours: conv2d.cu) take its entry points with dlsym at their first call.
+ * dlopen time (its relocations are not lazy PLT ones: RTLD_LAZY changes
+ * nothing), so a host half that called cuDNN directly could not load where
+ * cuDNN is missing; host halves are dlopened RTLD_NOW | RTLD_LOCAL like any
+ * op. Before dlopening a host half that mentions cuDNN, the loader makes
+ * libcudnn.so.9 global (RTLD_GLOBAL, found like NVRTC: $CUDA_HOME, ...,
+ * the default search) when it exists. Ops that must load and warm
+ * everywhere (ours: conv2d.cu) take cuDNN's entry points with dlsym at
+ * their first call and fail that call with a message where it is missing;
+ * a call never gets that far without a driver and a device anyway.
+ * NVRTC's identity is remembered in the cache (see nvrtc_identity) so a
+ * process whose device code is all cached never loads NVRTC either.
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "jit/jit.h"
 #include "loader/loader_int.h"
@@ -116,7 +122,7 @@ int cu_usable(char *why, size_t n) { return cuda_available(why, n); }
 /* ---- architectures -------------------------------------------------------------- */
 
 /* The list in use, validated and deduplicated into out ("sm_80,sm_90"). */
-static int resolve_archs(loader *l, char *out, size_t n)
+static int resolve_archs(loader *l, char *out, size_t n, int *defaulted)
 {
     const char *from = "config.cuda_archs";
     const char *list = l->cuda_archs;
@@ -142,6 +148,7 @@ static int resolve_archs(loader *l, char *out, size_t n)
         }
         list = nd ? def : CU_DEFAULT_ARCHS;
         from = "the default";
+        *defaulted = nd > 0;
     }
     size_t k = 0;
     out[0] = '\0';
@@ -196,6 +203,12 @@ static int build_nvrtc(void *ud, const char *dir, char *err, size_t errlen)
         .out_path = out,
     };
     int rc = jit_nvrtc_compile(&job, b->diag, sizeof b->diag);
+    if (!rc && !source_unchanged(b->src)) {
+        /* As for the host half: never publish under a stale key. */
+        snprintf(b->diag, sizeof b->diag, "%s: a local header changed during the compile; "
+                 "load it again", b->src->path);
+        rc = OPJIT_ECOMPILE;
+    }
     if (rc)
         snprintf(err, errlen, "%.*s", (int)(errlen > 1 ? errlen - 1 : 0),
                  rc == OPJIT_ECOMPILE ? "compile error" : b->diag);
@@ -283,24 +296,113 @@ static int fetch_by_index(loader *l, const source *s, const char *arch, cache_en
     return OPJIT_OK;
 }
 
+/* ---- NVRTC's identity, without loading it ------------------------------------ */
+
+/* Loading libnvrtc costs 10 to 20 ms, and a cache hit needs only its
+ * identity for the key. So the identity is kept in a small cache entry
+ * keyed by the library file (path, size, mtime, inode): a process whose
+ * device code is all in the cache never loads NVRTC. */
+static int memo_request(const char *real, const struct stat *st, cache_request *req)
+{
+    cache_keygen *g = cache_keygen_new();
+    if (!g)
+        return 0;
+    char buf[128];
+    cache_keygen_add_str(g, "kind", "nvrtc-identity");
+    cache_keygen_add_str(g, "path", real);
+    snprintf(buf, sizeof buf, "%lld %lld.%09ld %llu", (long long)st->st_size,
+             (long long)st->st_mtim.tv_sec, (long)st->st_mtim.tv_nsec,
+             (unsigned long long)st->st_ino);
+    cache_keygen_add_str(g, "stat", buf);
+    const char *base = strrchr(real, '/');
+    *req = (cache_request){
+        .op_name = "nvrtc",
+        .source_name = base ? base + 1 : real,
+        .compiler = "NVRTC identity",
+        .options = "",
+        .target = loader_target(),
+        .tier = "nvrtc-id",
+    };
+    cache_keygen_finish(g, &req->key);
+    return 1;
+}
+
+static int build_memo(void *ud, const char *dir, char *err, size_t errlen)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/identity", dir);
+    FILE *f = fopen(p, "wb");
+    if (!f || fputs(ud, f) < 0) {
+        if (f)
+            fclose(f);
+        snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
+        return OPJIT_EIO;
+    }
+    if (fclose(f)) {
+        snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
+        return OPJIT_EIO;
+    }
+    return OPJIT_OK;
+}
+
+static int nvrtc_identity(loader *l, char *id, size_t n, char *err, size_t errlen)
+{
+    char path[PATH_MAX], real[PATH_MAX];
+    struct stat st;
+    cache_request req;
+    int memo = jit_nvrtc_locate(path, sizeof path) && realpath(path, real) &&
+               stat(real, &st) == 0 && memo_request(real, &st, &req);
+    if (memo) {
+        cache_entry *e = NULL;
+        int hit;
+        char cerr[512];
+        if (cache_fetch(l->cache, &req, NULL, NULL, &e, &hit, cerr, sizeof cerr) == OPJIT_OK) {
+            size_t len;
+            char *text = loader_read_file(cache_entry_path(e, "identity"), &len);
+            cache_entry_release(e);
+            if (text && len && len < n && !strncmp(text, "nvrtc ", 6)) {
+                memcpy(id, text, len + 1);
+                free(text);
+                return OPJIT_OK;
+            }
+            free(text);
+        }
+    }
+    int rc = jit_nvrtc_load(err, errlen); /* at once when loaded already */
+    if (rc)
+        return rc;
+    snprintf(id, n, "%s", jit_nvrtc_identity());
+    char loaded[PATH_MAX];
+    if (memo && jit_nvrtc_path() && realpath(jit_nvrtc_path(), loaded) &&
+        !strcmp(loaded, real)) {
+        cache_entry *e = NULL;
+        int hit;
+        char cerr[512];
+        if (cache_fetch(l->cache, &req, build_memo, id, &e, &hit, cerr, sizeof cerr) ==
+            OPJIT_OK)
+            cache_entry_release(e);
+    }
+    return OPJIT_OK;
+}
+
 int cu_device_code(loader *l, const source *s, cuda_module **out, int *all_hit)
 {
     opjit_runtime *rt = l->rt;
     *out = NULL;
     *all_hit = 1;
-    char nverr[2048];
-    int nvrc = jit_nvrtc_load(nverr, sizeof nverr);
+    char nverr[2048], idbuf[PATH_MAX + 128];
+    int nvrc = nvrtc_identity(l, idbuf, sizeof idbuf, nverr, sizeof nverr);
     char archs[1024];
-    int rc = resolve_archs(l, archs, sizeof archs);
+    int defaulted = 0;
+    int rc = resolve_archs(l, archs, sizeof archs, &defaulted);
     if (rc)
         return rc;
-    const char *identity = nvrc ? NULL : jit_nvrtc_identity();
-    char producer[96];
-    snprintf(producer, sizeof producer, "%s", identity ? identity : "the NVRTC that warmed the cache");
-    if (identity) { /* "NVRTC 13.0" reads better in messages than the key string */
-        int v = jit_nvrtc_version();
-        snprintf(producer, sizeof producer, "NVRTC %d.%d", v / 1000, v % 1000 / 10);
-    }
+    const char *identity = nvrc ? NULL : idbuf;
+    /* "NVRTC 13.0" reads better in messages than the key string. */
+    char producer[96] = "the NVRTC that warmed the cache";
+    int vmaj, vmin;
+    if (identity && sscanf(identity, "nvrtc %d.%d", &vmaj, &vmin) == 2)
+        snprintf(producer, sizeof producer, "NVRTC %d.%d", vmaj, vmin);
     cuda_module *cm = cuda_module_new(s->path);
     dev_build *b = calloc(1, sizeof *b);
     if (!cm || !b) {
@@ -325,6 +427,21 @@ int cu_device_code(loader *l, const source *s, cuda_module **out, int *all_hit)
             *b = (dev_build){.src = s, .arch = arch, .artifact = artifact};
             char err[1024] = "";
             rc = cache_fetch(l->cache, &req, build_nvrtc, b, &entry, &hit, err, sizeof err);
+            if (rc == OPJIT_ECOMPILE && defaulted && !ptx && !jit_nvrtc_supports(number) &&
+                jit_nvrtc_highest_arch(number)) {
+                /* This GPU is newer than NVRTC: its highest PTX instead,
+                 * which the driver compiles for the GPU. */
+                char sub[32];
+                snprintf(sub, sizeof sub, "compute_%d", jit_nvrtc_highest_arch(number));
+                rt_log(rt, OPJIT_LOG_INFO, "%s: NVRTC cannot compile for %s; using %s", s->path,
+                       arch, sub);
+                snprintf(arch, sizeof arch, "%s", sub);
+                jit_cuda_arch_parse(arch, &number, &ptx);
+                snprintf(artifact, sizeof artifact, "%s.ptx", arch);
+                device_request(s, arch, identity, &req);
+                *b = (dev_build){.src = s, .arch = arch, .artifact = artifact};
+                rc = cache_fetch(l->cache, &req, build_nvrtc, b, &entry, &hit, err, sizeof err);
+            }
             if (rc) {
                 if (rc == OPJIT_ECOMPILE)
                     rt_error(rt, rc, "%s: compile error (NVRTC, %s):\n%s", s->path, arch,

@@ -504,8 +504,8 @@ static int publish_entry(loader *l, const source *s, cache_entry *entry, const c
                          struct cuda_module *cm)
 {
     module *m;
-    if (s->device == OPJIT_CUDA)
-        cu_preload(l);
+    if (s->device == OPJIT_CUDA && strstr(s->text, "cudnn"))
+        cu_preload(l); /* only sources that use cuDNN pay for loading it */
     int rc = load_module(l, s, cache_entry_path(entry, "host.so"), tier, &m);
     if (rc) {
         cuda_module_free(cm);

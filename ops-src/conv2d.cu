@@ -383,10 +383,10 @@ static int conv2d_cuda(opjit_ctx *ctx, opjit_args *a)
         return conv_bias(ctx, is64, opjit_data(out), bias, N, O, plane, 1);
 
     if (conv_cudnn_load() < 0)
-        return opjit_fail(ctx, "conv2d: cuDNN is not available: %s", dnn.why);
+        return opjit_fail(ctx, "cuDNN is not available: %s", dnn.why);
     dev = opjit_device_id(ctx);
     if (dev < 0 || dev >= CONV_MAX_DEV)
-        return opjit_fail(ctx, "conv2d: CUDA device %d is beyond this op's table", dev);
+        return opjit_fail(ctx, "CUDA device %d is beyond this op's table", dev);
     dt = is64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
     memset(&d, 0, sizeof d);
     if ((st = conv_handle_get(dev, &h)) != CUDNN_STATUS_SUCCESS) {
@@ -417,7 +417,7 @@ static int conv2d_cuda(opjit_ctx *ctx, opjit_args *a)
     if ((st = dnn.cudnnGetConvolution2dForwardOutputDim(d.c, d.x, d.w, &on, &oc, &oh, &ow)))
         goto cudnn_fail;
     if (on != N || oc != O || oh != ho || ow != wo) {
-        rc = opjit_fail(ctx, "conv2d: cuDNN computes output [%d, %d, %d, %d], expected "
+        rc = opjit_fail(ctx, "cuDNN computes output [%d, %d, %d, %d], expected "
                              "[%lld, %lld, %lld, %lld]",
                         on, oc, oh, ow, (long long)N, (long long)O, (long long)ho,
                         (long long)wo);
@@ -489,7 +489,7 @@ static int conv2d_cuda(opjit_ctx *ctx, opjit_args *a)
     goto done;
 
 cudnn_fail:
-    rc = opjit_fail(ctx, "conv2d: %s: %s", what, dnn.cudnnGetErrorString(st));
+    rc = opjit_fail(ctx, "%s: %s", what, dnn.cudnnGetErrorString(st));
 done:
     conv_descs_free(&d);
     if (h)

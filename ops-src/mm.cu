@@ -12,7 +12,8 @@
  * computes a 64x64 tile of the result, each thread 4x4 values spread 16
  * apart (so the shared-memory reads of a warp hit distinct banks or one
  * broadcast word, and its stores are coalesced), walking k in slices of 16
- * that the block stages in shared memory. Accumulation is in the operands'
+ * that the block stages in shared memory (the A slice transposed, padded
+ * by a column so its staging stores do not collide in one bank). Accumulation is in the operands'
  * dtype with fused multiply-adds, so results differ from the BLAS twin in
  * the last bits.
  */
@@ -27,7 +28,7 @@ __device__ __forceinline__ void mm_body(int n, int m, int k, const T *__restrict
                                         long long sa0, long long sa1,
                                         const T *__restrict__ B, long long sb0,
                                         long long sb1, T *__restrict__ C,
-                                        T (*As)[MM_TILE], T (*Bs)[MM_TILE])
+                                        T (*As)[MM_TILE + 1], T (*Bs)[MM_TILE])
 {
     const int t = threadIdx.x, tx = t % 16, ty = t / 16;
     const int r0 = blockIdx.y * MM_TILE, c0 = blockIdx.x * MM_TILE;
@@ -76,7 +77,7 @@ extern "C" __global__ void __launch_bounds__(MM_THREADS)
     mm_f32(int n, int m, int k, const float *A, long long sa0, long long sa1, const float *B,
            long long sb0, long long sb1, float *C)
 {
-    __shared__ float As[MM_K][MM_TILE], Bs[MM_K][MM_TILE];
+    __shared__ float As[MM_K][MM_TILE + 1], Bs[MM_K][MM_TILE];
     mm_body<float>(n, m, k, A, sa0, sa1, B, sb0, sb1, C, As, Bs);
 }
 
@@ -84,7 +85,7 @@ extern "C" __global__ void __launch_bounds__(MM_THREADS)
     mm_f64(int n, int m, int k, const double *A, long long sa0, long long sa1, const double *B,
            long long sb0, long long sb1, double *C)
 {
-    __shared__ double As[MM_K][MM_TILE], Bs[MM_K][MM_TILE];
+    __shared__ double As[MM_K][MM_TILE + 1], Bs[MM_K][MM_TILE];
     mm_body<double>(n, m, k, A, sa0, sa1, B, sb0, sb1, C, As, Bs);
 }
 

@@ -633,7 +633,9 @@ int cuda_call_begin(opjit_ctx *ctx)
 static void ws_release(cuda_rt *c, cuda_dev *d, cuda_ws *ws)
 {
     if (ws->ovf) {
-        /* It did not fit: size the arena to the whole demand for next time. */
+        /* It did not fit: size the arena to the whole demand for next time,
+         * once the work queued by this call no longer uses it. */
+        drv.StreamSynchronize(d->stream);
         while (ws->ovf) {
             cuda_ovf *o = ws->ovf;
             ws->ovf = o->next;

@@ -4,7 +4,8 @@
  *
  * libcuda.so.1 is dlopened on the first CUDA call (or when the loader asks
  * whether CUDA is usable), never at link time, so a machine without a
- * driver runs every CPU op. Nothing here knows compilers: a .cu module's
+ * driver runs every CPU op. $OPJIT_CUDA_DRIVER names another library to
+ * use instead (tests use a fake driver). Nothing here knows compilers: a .cu module's
  * device code arrives as images (cubin or PTX per architecture) that the
  * loader read from the cache.
  *

@@ -4,8 +4,12 @@
  * them; a missing NVRTC or driver gives a clear error while CPU ops keep
  * working; a .c and a .cu of one op must declare the same schema.
  *
- * Runs on the GPU (every CUDA op against its CPU twin) live in
- * tests/test_cuda_gpu.c, which skips where no GPU is.
+ * The CUDA path itself (driver loading, contexts, image choice, outputs,
+ * copies, workspaces, the host halves of the shipped ops, every error on
+ * the way) runs against tests/fake_libcuda.c, a stand-in driver built here
+ * with $OPJIT_CC whose "kernels" are serial C emulations: the CUDA device
+ * code is not executed. Runs on a real GPU (every CUDA op against its CPU
+ * twin) live in tests/test_cuda_gpu.c, which skips where no GPU is.
  *
  * Scenarios that need another process environment (no NVRTC) re-run this
  * program with an argument: NVRTC, once loaded, stays loaded. */
@@ -498,6 +502,37 @@ static void by_name_loads_cpu_only_without_cuda(void)
     CHECK(count_named(pjoin(d, "cache"), "sm_90.cubin") == 0);
 }
 
+/* ---- a warm cache never loads NVRTC ------------------------------------------------------ */
+
+static int child_warm_hit(void)
+{
+    char nms[2048];
+    snprintf(nms, sizeof nms, "%s/nms.cu", ops_dir());
+    opjit_runtime *rt = rt_new(getenv("QCU_CACHE"), "sm_80,compute_90");
+    opjit_load_info info;
+    int rc = opjit_load_file(rt, nms, NULL, &info);
+    CHECKF(rc == OPJIT_OK && info.cache_hit, "%s", opjit_errmsg(rt));
+    CHECKF(jit_nvrtc_identity() == NULL, "NVRTC was loaded for a cache hit");
+    opjit_destroy(rt);
+    return t_failed_checks ? 1 : 0;
+}
+
+static void warm_hits_do_not_load_nvrtc(void)
+{
+    if (!nvrtc_here())
+        return;
+    const char *d = tmpdir_new();
+    char cache[1100], nms[2048];
+    snprintf(nms, sizeof nms, "%s/nms.cu", ops_dir());
+    opjit_runtime *rt = rt_new(pjoin(d, "cache"), "sm_80,compute_90");
+    int rc = opjit_load_file(rt, nms, NULL, NULL);
+    CHECKF(rc == OPJIT_OK, "%s", opjit_errmsg(rt));
+    opjit_destroy(rt);
+    snprintf(cache, sizeof cache, "QCU_CACHE=%s/cache", d);
+    const char *env[] = {cache, NULL};
+    CHECK(run_child("--child-warm-hit", env) == 0);
+}
+
 /* ---- no NVRTC (in a child process) ---------------------------------------------------- */
 
 /* Child: NVRTC cannot be found. A .cu load says so; CPU ops still work; a
@@ -771,9 +806,78 @@ static int child_fake_driver(void)
         return 1;
     fake_stats *st = fk.stats();
     char why[512];
-    CHECKF(cuda_available(why, sizeof why) == OPJIT_OK, "%s", why);
     char path[2048];
-    if (!strcmp(scen, "ops")) {
+    if (!strcmp(scen, "no-device")) {
+        /* A driver without devices: CPU only by name, a clear error for a
+         * CUDA call. */
+        CHECK(cuda_available(why, sizeof why) == OPJIT_EDEVICE);
+        CHECK_STR_CONTAINS(why, "no CUDA device");
+        opjit_runtime *rt = rt_new(cache, "sm_90");
+        opjit_op *op = NULL;
+        int rc = opjit_load_op(rt, "mm", &op);
+        CHECKF(rc == OPJIT_OK && op, "%s", opjit_errmsg(rt));
+        opjit_op_info oi;
+        if (op && opjit_op_info_get(rt, op, &oi) == OPJIT_OK)
+            CHECK(oi.source[OPJIT_CUDA] == NULL);
+        snprintf(path, sizeof path, "%s/mm.cu", ops_dir());
+        rc = opjit_load_file(rt, path, &op, NULL);
+        CHECKF(rc == OPJIT_OK, "%s", opjit_errmsg(rt));
+        float a[1] = {1};
+        int64_t sh[2] = {1, 1};
+        DLTensor t = tensor(a, kDLCUDA, (DLDataType){kDLFloat, 32, 1}, 2, sh);
+        opjit_value v[2] = {opjit_tensor(&t), opjit_tensor(&t)};
+        DLManagedTensor *out = NULL;
+        rc = opjit_call(rt, op, v, 2, &out, 1);
+        CHECK(rc == OPJIT_EDEVICE && !out);
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), "no CUDA device");
+        opjit_destroy(rt);
+        tmpdirs_remove();
+        return t_failed_checks ? 1 : 0;
+    }
+    CHECKF(cuda_available(why, sizeof why) == OPJIT_OK, "%s", why);
+    if (!strcmp(scen, "bad-kernel")) {
+        /* A launch of a kernel the device code lacks; a device id that
+         * does not exist. */
+        const char *d = tmpdir_new();
+        const char *src = pjoin(d, "qcu_nokernel.cu");
+        write_text(src, "#ifdef __CUDACC_RTC__\n"
+                        "extern \"C\" __global__ void there(float *x) { x[0] = 1; }\n"
+                        "#else\n"
+                        "#include <opjit_op.h>\n"
+                        "static int f(opjit_ctx *c, opjit_args *a)\n"
+                        "{\n"
+                        "    unsigned g[3] = {1, 1, 1}, b[3] = {1, 1, 1};\n"
+                        "    void *p = opjit_data(opjit_arg_tensor(a, 0));\n"
+                        "    void *params[1] = {&p};\n"
+                        "    if (!opjit_output(c, 0, OPJIT_FLOAT32, 0, 0)) return -1;\n"
+                        "    return opjit_launch(c, \"not_there\", g, b, 0, params);\n"
+                        "}\n"
+                        "OPJIT_MODULE(qcu_nokernel, m) { opjit_def(m, \"qcu_nokernel(Tensor x) -> "
+                        "Tensor\", OPJIT_CUDA, f, \"\"); }\n"
+                        "#endif\n");
+        opjit_runtime *rt = rt_new(cache, "sm_90");
+        opjit_op *op = NULL;
+        int rc = opjit_load_file(rt, src, &op, NULL);
+        CHECKF(rc == OPJIT_OK && op, "%s", opjit_errmsg(rt));
+        float one = 1;
+        void *dx = fake_dev(&one, 4);
+        int64_t sh[1] = {1};
+        DLTensor t = tensor(dx, kDLCUDA, (DLDataType){kDLFloat, 32, 1}, 1, sh);
+        opjit_value v[1] = {opjit_tensor(&t)};
+        DLManagedTensor *out = NULL;
+        long allocs = st->live_allocs;
+        rc = opjit_call(rt, op, v, 1, &out, 1);
+        CHECK(rc == OPJIT_EKERNEL && !out);
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), "no kernel 'not_there'");
+        CHECK(st->live_allocs == allocs); /* the output was freed */
+        t.device.device_id = 3;
+        rc = opjit_call(rt, op, v, 1, &out, 1);
+        CHECK(rc == OPJIT_EDEVICE);
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), "CUDA device 3");
+        CHECK(st->ctx_depth == 0);
+        opjit_destroy(rt);
+        fake_dev_free(dx);
+    } else if (!strcmp(scen, "ops")) {
         /* By name: both sources load where CUDA is. */
         opjit_runtime *rt = rt_new(cache, "sm_90");
         opjit_op *nms = NULL, *mm = NULL, *conv = NULL;
@@ -931,7 +1035,8 @@ static int child_fake_driver(void)
         if (!strncmp(expect, "ptx:", 4)) {
             CHECKF(rc == OPJIT_OK, "%s", opjit_errmsg(rt));
             CHECK(st->last_image_ptx == 1);
-            CHECKF(!strcmp(st->last_image_arch, expect + 4), "loaded %s", st->last_image_arch);
+            CHECKF(!strcmp(expect + 4, "*") || !strcmp(st->last_image_arch, expect + 4),
+                   "loaded %s", st->last_image_arch);
         } else if (!strcmp(expect, "cubin")) {
             CHECKF(rc == OPJIT_OK, "%s", opjit_errmsg(rt));
             CHECK(st->last_image_ptx == 0);
@@ -995,6 +1100,10 @@ static void fake_driver_runs_the_cuda_path(void)
         {"arch", "86", "sm_90,compute_90", "no device code this GPU can run", NULL},
         {"arch", "90", "compute_90", "driver too old for this PTX", "FAKE_CUDA_REJECT_PTX=222"},
         {"default-archs", "86", NULL, NULL, NULL},
+        /* A GPU newer than NVRTC: by default, NVRTC's highest PTX. */
+        {"arch", "200", NULL, "ptx:*", NULL},
+        {"bad-kernel", "90", NULL, NULL, NULL},
+        {"no-device", "90", NULL, NULL, "FAKE_CUDA_DEVICES=0"},
     };
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
         char scen[64], archs[128], expect[128];
@@ -1019,6 +1128,8 @@ int main(int argc, char **argv)
         return child_no_nvrtc();
     if (argc > 1 && !strcmp(argv[1], "--child-fake-driver"))
         return child_fake_driver();
+    if (argc > 1 && !strcmp(argv[1], "--child-warm-hit"))
+        return child_warm_hit();
     T_RUN(nvrtc_compiles_every_shipped_op);
     T_RUN(device_errors_carry_file_and_line);
     T_RUN(cache_keeps_each_arch);
@@ -1028,6 +1139,7 @@ int main(int argc, char **argv)
     T_RUN(cuda_call_without_driver_fails_cleanly);
     T_RUN(by_name_loads_cpu_only_without_cuda);
     T_RUN(missing_nvrtc_is_a_clear_error);
+    T_RUN(warm_hits_do_not_load_nvrtc);
     T_RUN(fake_driver_runs_the_cuda_path);
     tmpdirs_remove();
     if (self_exe != argv[0])

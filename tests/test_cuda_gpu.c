@@ -6,7 +6,8 @@
  * Device memory for inputs comes straight from the driver (dlopened here
  * too); the runtime and the test share the device's primary context.
  *
- * Under AddressSanitizer the CUDA driver needs ASAN_OPTIONS=protect_shadow_gap=0. */
+ * Under AddressSanitizer the CUDA driver needs protect_shadow_gap=0: the
+ * default options below say so (ASAN_OPTIONS adds to them). */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +17,9 @@
 #include "opjit.h"
 #include "runtime/cuda.h"
 #include "t.h"
+
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "protect_shadow_gap=0"; }
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;

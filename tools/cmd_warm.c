@@ -3,7 +3,7 @@
  * time, so that a deployment (maybe read-only, maybe offline, maybe without
  * a compiler) only ever hits.
  *
- *   opjit warm [--ops-path DIR] [--cache DIR] [--opt] [OP|FILE...]
+ *   opjit warm [--ops-path DIR] [--cache DIR] [--opt] [--arch LIST] [OP|FILE...]
  *
  * Every source is warmed in a runtime of its own, so two directories that
  * both hold an op of one name do not collide, and one failure does not stop
@@ -30,6 +30,11 @@ static const char warm_help[] =
     "options:\n"
     "  --opt            also build the optimizing tier (needs a C compiler:\n"
     "                   $OPJIT_CC, else cc), so deployments without one get it\n"
+    "  --arch LIST      CUDA architectures to build .cu device code for, comma-\n"
+    "                   separated (repeatable): sm_XY makes a cubin, compute_XY\n"
+    "                   PTX, e.g. --arch sm_80,sm_90,compute_90 (default:\n"
+    "                   $OPJIT_CUDA_ARCHS, else this machine's GPUs, else that list);\n"
+    "                   no GPU is needed\n"
     "  -h, --help       this help\n";
 
 typedef struct list {
@@ -116,6 +121,7 @@ int opjit_cmd_warm(int argc, char **argv)
 {
     int opt = 0;
     list targets = {0}, files = {0};
+    char archs[1024] = "";
     for (int i = 1; i < argc;) {
         int r = opjit_cli_common_option(argc, argv, &i);
         if (r == OPJIT_EXIT_USAGE)
@@ -128,6 +134,18 @@ int opjit_cmd_warm(int argc, char **argv)
             return OPJIT_EXIT_OK;
         } else if (!strcmp(a, "--opt")) {
             opt = 1;
+        } else if (!strcmp(a, "--arch") || !strncmp(a, "--arch=", 7)) {
+            const char *v = a[6] == '=' ? a + 7 : (i < argc ? argv[i++] : NULL);
+            if (!v || !*v) {
+                fprintf(stderr, "opjit warm: --arch needs a list such as sm_80,sm_90,compute_90\n");
+                return OPJIT_EXIT_USAGE;
+            }
+            size_t k = strlen(archs);
+            if (k + strlen(v) + 2 > sizeof archs) {
+                fprintf(stderr, "opjit warm: too many architectures\n");
+                return OPJIT_EXIT_USAGE;
+            }
+            snprintf(archs + k, sizeof archs - k, "%s%s", k ? "," : "", v);
         } else if (a[0] == '-') {
             fprintf(stderr, "opjit warm: unknown option %s (see opjit warm --help)\n", a);
             return OPJIT_EXIT_USAGE;
@@ -140,6 +158,8 @@ int opjit_cmd_warm(int argc, char **argv)
     opjit_config cfg;
     opjit_cli_config(&cfg);
     cfg.tiering = opt;
+    if (archs[0])
+        cfg.cuda_archs = archs; /* checked when a .cu is loaded */
     opjit_runtime *rt;
     int st = opjit_create(&cfg, &rt);
     if (st) {
