@@ -83,14 +83,15 @@ static DLTensor *api_output(opjit_ctx *ctx, int index, DLDataType dtype, int ndi
     }
     size_t numel = 1, elem = dtype.bits / 8;
     for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0 || (shape[i] && numel > SIZE_MAX / 2 / (size_t)shape[i])) {
+        if (shape[i] < 0 || __builtin_mul_overflow(numel, (size_t)shape[i], &numel) ||
+            numel > SIZE_MAX / 2) {
             kernel_error(ctx, OPJIT_EKERNEL, "opjit_output: bad size %lld in dim %d of output %d",
                          (long long)shape[i], i, index);
             return NULL;
         }
-        numel *= (size_t)shape[i];
     }
-    if (numel > (SIZE_MAX / 2) / elem) {
+    size_t bytes;
+    if (__builtin_mul_overflow(numel, elem, &bytes) || bytes > SIZE_MAX / 2) {
         kernel_error(ctx, OPJIT_ENOMEM, "opjit_output: output %d is too large", index);
         return NULL;
     }
@@ -355,7 +356,8 @@ static int check_dltensor(opjit_runtime *rt, const opjit_op *op, int i, const DL
         if (t->shape[d] < 0)
             return rt_error(rt, OPJIT_ECALL, "%s: argument '%s' has a negative size %lld in dim %d",
                             op->name, arg_name(op, i), (long long)t->shape[d], d);
-        numel = t->shape[d] && numel > INT64_MAX / t->shape[d] ? INT64_MAX : numel * t->shape[d];
+        if (__builtin_mul_overflow(numel, t->shape[d], &numel)) /* no division on the hot path */
+            numel = INT64_MAX;
     }
     if (numel > 0 && !t->data)
         return rt_error(rt, OPJIT_ECALL, "%s: argument '%s' has %lld elements but no data",
@@ -481,8 +483,21 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
         }
     }
 
-    opjit_ctx ctx = {.rt = rt, .k = k, .device = device,
-                     .device_id = first ? first->device.device_id : 0};
+    /* Set field by field: zeroing the whole struct (outs[] for the most
+     * outputs any op may have) shows in the 50 ns budget. */
+    opjit_ctx ctx;
+    ctx.rt = rt;
+    ctx.k = k;
+    ctx.device = device;
+    ctx.device_id = first ? first->device.device_id : 0;
+    ctx.status = 0;
+    ctx.ws = NULL;
+    ctx.cdev = NULL;
+    ctx.cmod = NULL;
+    ctx.dws = NULL;
+    ctx.pushed = 0;
+    for (int i = 0; i < s->nouts; i++)
+        ctx.outs[i] = NULL;
     opjit_args kargs = {k->sch.nargs, v};
     int rc;
     if (device == OPJIT_CUDA && (rc = cuda_call_begin(&ctx)))
