@@ -31,79 +31,7 @@
 #include <opjit_op.h>
 #include <string.h>
 
-/* Sort key: ascending key == torch's descending score order. NaN -> 0 (the
- * first), -0.0 -> the key of +0.0, otherwise the IEEE bits made monotone. */
-static uint64_t nms_key(double s)
-{
-    uint64_t u;
-    if (s != s)
-        return 0;
-    if (s == 0)
-        s = 0.0;
-    memcpy(&u, &s, sizeof u);
-    u = (u >> 63) ? ~u : (u | ((uint64_t)1 << 63)); /* ascending in s */
-    return ~u; /* descending in s; never 0 for a number */
-}
-
-/* Stable ascending sort of key[0..n) carrying idx[0..n), using tkey/tidx
- * (n each) as scratch. Insertion sort on runs of NMS_RUN, then bottom-up
- * merges ping-ponging between the two buffers. */
-#define NMS_RUN 16
-static void nms_sort(uint64_t *key, int64_t *idx, uint64_t *tkey,
-                     int64_t *tidx, int64_t n)
-{
-    int64_t lo, i, j, width;
-    uint64_t *ka = key, *kb = tkey, *kt;
-    int64_t *ia = idx, *ib = tidx, *it;
-
-    for (lo = 0; lo < n; lo += NMS_RUN) {
-        int64_t hi = lo + NMS_RUN < n ? lo + NMS_RUN : n;
-        for (i = lo + 1; i < hi; i++) {
-            uint64_t k = key[i];
-            int64_t v = idx[i];
-            j = i;
-            while (j > lo && key[j - 1] > k) { /* strict: stable */
-                key[j] = key[j - 1];
-                idx[j] = idx[j - 1];
-                j--;
-            }
-            key[j] = k;
-            idx[j] = v;
-        }
-    }
-    for (width = NMS_RUN; width < n; width *= 2) {
-        for (lo = 0; lo < n; lo += 2 * width) {
-            int64_t mid = lo + width < n ? lo + width : n;
-            int64_t hi = lo + 2 * width < n ? lo + 2 * width : n;
-            const uint64_t *kl = ka + lo, *kle = ka + mid;
-            const uint64_t *kr = ka + mid, *kre = ka + hi;
-            const int64_t *il = ia + lo, *ir = ia + mid;
-            uint64_t *ko = kb + lo;
-            int64_t *io = ib + lo;
-            while (kl < kle && kr < kre) {
-                if (*kr < *kl) { /* take left on ties: stable */
-                    *ko++ = *kr++;
-                    *io++ = *ir++;
-                } else {
-                    *ko++ = *kl++;
-                    *io++ = *il++;
-                }
-            }
-            while (kl < kle) {
-                *ko++ = *kl++;
-                *io++ = *il++;
-            }
-            while (kr < kre) {
-                *ko++ = *kr++;
-                *io++ = *ir++;
-            }
-        }
-        kt = ka; ka = kb; kb = kt;
-        it = ia; ia = ib; ib = it;
-    }
-    if (ia != idx)
-        memcpy(idx, ia, (size_t)n * sizeof *idx);
-}
+#include "nms_common.h"
 
 /* Everything the suppression loop works on, in sorted order. The
  * per-coordinate arrays are float or double (the boxes' dtype, so every
@@ -378,15 +306,6 @@ static int64_t nms_grid(nms_work *w, int32_t gx, int32_t gy,
     return nk;
 }
 
-static const char *nms_dtype_name(const DLTensor *t)
-{
-    if (opjit_is_dtype(t, kDLFloat, 32))
-        return "float32";
-    if (opjit_is_dtype(t, kDLFloat, 64))
-        return "float64";
-    return "another dtype";
-}
-
 /* Round a byte count up to a multiple of 64. */
 static size_t nms_align(size_t b) { return (b + 63) & ~(size_t)63; }
 
@@ -404,30 +323,8 @@ static int nms_cpu(opjit_ctx *ctx, opjit_args *a)
     nms_work w;
     DLTensor *out;
 
-    if (!boxes || !scores)
-        return opjit_fail(ctx, "boxes and scores are required");
-    if (boxes->ndim != 2 || boxes->shape[1] != 4)
-        return opjit_fail(ctx, "boxes must have shape [N, 4] (x1, y1, x2, y2), "
-                               "got a %dD tensor with %lld columns",
-                          boxes->ndim,
-                          (long long)(boxes->ndim >= 2 ? boxes->shape[1] : -1));
-    if (scores->ndim != 1)
-        return opjit_fail(ctx, "scores must be a 1D tensor [N], got %dD",
-                          scores->ndim);
-    is64 = opjit_is_dtype(boxes, kDLFloat, 64);
-    if (!is64 && !opjit_is_dtype(boxes, kDLFloat, 32))
-        return opjit_fail(ctx, "boxes must be float32 or float64");
-    if (scores->dtype.code != boxes->dtype.code ||
-        scores->dtype.bits != boxes->dtype.bits ||
-        scores->dtype.lanes != boxes->dtype.lanes)
-        return opjit_fail(ctx, "scores dtype (%s) must match boxes dtype (%s)",
-                          nms_dtype_name(scores), nms_dtype_name(boxes));
-    n = boxes->shape[0];
-    if (scores->shape[0] != n)
-        return opjit_fail(ctx, "boxes and scores must have the same number of "
-                               "boxes, got boxes [%lld, 4] and scores [%lld]",
-                          (long long)n, (long long)scores->shape[0]);
-
+    if ((i = nms_check(ctx, boxes, scores, &is64, &n)) != 0)
+        return (int)i;
     if (n == 0) {
         shape[0] = 0;
         return opjit_output(ctx, 0, OPJIT_INT64, 1, shape) ? 0 : -1;

@@ -189,71 +189,12 @@ extern "C" __global__ void nms_reduce(int n, int col_blocks,
 #include <opjit_op.h>
 #include <string.h>
 
+#include "nms_common.h"
+
 #define NMS_TPB 64
 #define NMS_MAX_COLS 65535 /* gridDim.y */
 #define NMS_REDUCE_THREADS 256
 #define NMS_SHARED_MAX (48 * 1024)
-
-/* The sort key of nms.c: ascending key == torch's descending score order.
- * NaN -> 0 (first), -0.0 -> the key of +0.0, else the IEEE bits made
- * monotone and inverted. */
-static uint64_t nmsc_key(double s)
-{
-    uint64_t u;
-    if (s != s)
-        return 0;
-    if (s == 0)
-        s = 0.0;
-    memcpy(&u, &s, sizeof u);
-    u = (u >> 63) ? ~u : (u | ((uint64_t)1 << 63));
-    return ~u;
-}
-
-/* Stable ascending bottom-up merge sort of key[0..n) carrying idx; tkey and
- * tidx are scratch of n each. The result is in key/idx. */
-static void nmsc_sort(uint64_t *key, int64_t *idx, uint64_t *tkey, int64_t *tidx, int64_t n)
-{
-    uint64_t *ka = key, *kb = tkey, *kt;
-    int64_t *ia = idx, *ib = tidx, *it;
-    int64_t width, lo;
-    for (width = 1; width < n; width *= 2) {
-        for (lo = 0; lo < n; lo += 2 * width) {
-            int64_t mid = lo + width < n ? lo + width : n;
-            int64_t hi = lo + 2 * width < n ? lo + 2 * width : n;
-            int64_t l = lo, r = mid, o = lo;
-            while (l < mid && r < hi) {
-                if (ka[r] < ka[l]) { /* ties take the left: stable */
-                    kb[o] = ka[r];
-                    ib[o++] = ia[r++];
-                } else {
-                    kb[o] = ka[l];
-                    ib[o++] = ia[l++];
-                }
-            }
-            while (l < mid) {
-                kb[o] = ka[l];
-                ib[o++] = ia[l++];
-            }
-            while (r < hi) {
-                kb[o] = ka[r];
-                ib[o++] = ia[r++];
-            }
-        }
-        kt = ka; ka = kb; kb = kt;
-        it = ia; ia = ib; ib = it;
-    }
-    if (ia != idx)
-        memcpy(idx, ia, (size_t)n * sizeof *idx);
-}
-
-static const char *nmsc_dtype_name(const DLTensor *t)
-{
-    if (opjit_is_dtype(t, kDLFloat, 32))
-        return "float32";
-    if (opjit_is_dtype(t, kDLFloat, 64))
-        return "float64";
-    return "another dtype";
-}
 
 static size_t nmsc_align(size_t b) { return (b + 255) & ~(size_t)255; }
 
@@ -275,27 +216,8 @@ static int nms_cuda(opjit_ctx *ctx, opjit_args *a)
     unsigned grid[3], block[3], shared;
     DLTensor *out;
 
-    if (!boxes || !scores)
-        return opjit_fail(ctx, "nms: boxes and scores are required");
-    if (boxes->ndim != 2 || boxes->shape[1] != 4)
-        return opjit_fail(ctx, "nms: boxes must have shape [N, 4] (x1, y1, x2, y2), "
-                               "got a %dD tensor with %lld columns",
-                          boxes->ndim,
-                          (long long)(boxes->ndim >= 2 ? boxes->shape[1] : -1));
-    if (scores->ndim != 1)
-        return opjit_fail(ctx, "nms: scores must be a 1D tensor [N], got %dD", scores->ndim);
-    is64 = opjit_is_dtype(boxes, kDLFloat, 64);
-    if (!is64 && !opjit_is_dtype(boxes, kDLFloat, 32))
-        return opjit_fail(ctx, "nms: boxes must be float32 or float64");
-    if (scores->dtype.code != boxes->dtype.code || scores->dtype.bits != boxes->dtype.bits ||
-        scores->dtype.lanes != boxes->dtype.lanes)
-        return opjit_fail(ctx, "nms: scores dtype (%s) must match boxes dtype (%s)",
-                          nmsc_dtype_name(scores), nmsc_dtype_name(boxes));
-    n = boxes->shape[0];
-    if (scores->shape[0] != n)
-        return opjit_fail(ctx, "nms: boxes and scores must have the same number of "
-                               "boxes, got boxes [%lld, 4] and scores [%lld]",
-                          (long long)n, (long long)scores->shape[0]);
+    if ((rc = nms_check(ctx, boxes, scores, &is64, &n)) != 0)
+        return rc;
     if (n == 0) {
         shape[0] = 0;
         return opjit_output(ctx, 0, OPJIT_INT64, 1, shape) ? 0 : -1;
@@ -322,17 +244,17 @@ static int nms_cuda(opjit_ctx *ctx, opjit_args *a)
     if (is64) {
         const double *s = (const double *)(hws + 4 * nmsc_align((size_t)n * 8));
         for (i = 0; i < n; i++) {
-            key[i] = nmsc_key(s[i]);
+            key[i] = nms_key(s[i]);
             order[i] = i;
         }
     } else {
         const float *s = (const float *)(hws + 4 * nmsc_align((size_t)n * 8));
         for (i = 0; i < n; i++) {
-            key[i] = nmsc_key((double)s[i]);
+            key[i] = nms_key((double)s[i]);
             order[i] = i;
         }
     }
-    nmsc_sort(key, order, tkey, tidx, n);
+    nms_sort(key, order, tkey, tidx, n);
 
     if (thr != thr) {
         /* IoU > NaN is always false: every box is kept, in order. */
