@@ -131,8 +131,10 @@ void opjit_config_init(opjit_config *cfg);
  * the status says why (no runtime exists to hold a message). */
 int opjit_create(const opjit_config *cfg, opjit_runtime **out);
 
-/* Destroy the runtime, unloading every module. Outputs already handed to
- * the host stay valid (they own their memory). NULL is fine. */
+/* Destroy the runtime, unloading every module. Optimizing compiles still
+ * queued finish first (they fill the cache for the next process; set
+ * tiering to 0 for a runtime that must exit at once). Outputs already
+ * handed to the host stay valid (they own their memory). NULL is fine. */
 void opjit_destroy(opjit_runtime *rt);
 
 /* The message of the last failure of a call on rt from this thread; "" if

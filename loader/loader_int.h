@@ -70,7 +70,7 @@ double loader_now_ms(void);
 /* cfg->tiering: -1 from $OPJIT_TIERING (default on when a C compiler is
  * found: $OPJIT_CC, else cc on PATH), 0 off, 1 on. */
 int tier_create(loader *l, const opjit_config *cfg);
-/* Stop and join the background compiles. */
+/* Finish the queued background compiles, then stop. */
 void tier_destroy(loader *l);
 /* An optimized artifact of s in the cache, found without running a
  * compiler; OPJIT_ENOTFOUND when none. */

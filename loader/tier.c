@@ -402,7 +402,9 @@ static void *worker_main(void *arg)
     for (;;) {
         while (!t->jobs && !t->stop)
             pthread_cond_wait(&t->cond, &t->lock);
-        if (t->stop)
+        /* On stop, queued jobs still run: a short-lived process leaves the
+         * optimized code in the cache for the next one. */
+        if (!t->jobs)
             break;
         tier_job *job = t->jobs;
         t->jobs = job->next;
