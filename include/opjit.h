@@ -186,6 +186,27 @@ int opjit_wait(opjit_runtime *rt);
  * stream. No CUDA work happens here. OPJIT_EINVAL for a bad device. */
 int opjit_set_cuda_stream(opjit_runtime *rt, int device, void *cu_context, void *cu_stream);
 
+/* Copy src (on the CPU or a CUDA device) to device (OPJIT_CPU, device_id
+ * 0; or OPJIT_CUDA, device_id the GPU) as a new contiguous tensor of the
+ * same dtype and shape, strides NULL. *out is owned by the caller and
+ * freed with its deleter, which may run on any thread, after opjit_destroy:
+ * CPU data comes from cfg.alloc; CUDA data is memory of the context calls
+ * on that device use (opjit_set_cuda_stream's, else the primary context,
+ * which the tensor keeps alive until its deleter runs), as for outputs.
+ * src is read from data + byte_offset and must be contiguous (row-major;
+ * strides NULL, or any stride for a dimension of size 1); an empty tensor
+ * copies nothing. CUDA copies run on the runtime's stream for that device
+ * and have finished when this returns; a copy between two GPUs goes
+ * through host memory. Thread-safe, like opjit_call.
+ * Errors (*out is NULL): OPJIT_EINVAL for a bad device or device_id, a
+ * non-contiguous or malformed src, a src on a device opjit does not know
+ * or a dtype of fractional bytes; OPJIT_EDEVICE when CUDA is needed and
+ * unusable, with the call path's reason ("no libcuda.so.1: ...", "no CUDA
+ * device ...", "there is no CUDA device 3 (1 found)"), or when a copy fails;
+ * OPJIT_ENOMEM. */
+int opjit_tensor_to_device(opjit_runtime *rt, const DLTensor *src, int device, int device_id,
+                           DLManagedTensor **out);
+
 /* Argument of an op's schema. */
 typedef struct opjit_arg_info {
     const char *name;

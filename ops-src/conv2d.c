@@ -23,6 +23,7 @@
 #include <cblas.h>
 #include <limits.h>
 #include <string.h>
+#include <stdlib.h>
 
 typedef struct conv_geom {
     int64_t n, c, h, w;      /* input */
@@ -102,6 +103,516 @@ static int64_t conv_ceil_div(int64_t num, int64_t s)
 CONV_DEFINE(float, f32)
 CONV_DEFINE(double, f64)
 
+/* ---- Winograd F(2x2, 3x3) ------------------------------------------------------
+ *
+ * For a 3x3 kernel with stride 1, dilation 1 and one group, each 2x2 block
+ * of outputs ("tile") is Y = A^T [ sum_c (G g_oc G^T) . (B^T d_c B) ] A,
+ * d_c the 4x4 input patch of channel c: 16 products per tile and channel
+ * pair instead of 36. The 16 element positions xi = 4*i + j of the
+ * transformed tiles make 16 independent matrix products
+ * M[xi] (O x T) = U[xi] (O x C) . V[xi] (C x T) over the T tiles of a chunk.
+ * F(2x2, 3x3) keeps float32 rounding error within a few units of a direct
+ * sum (larger tiles, F(4x4, 3x3), lose about a decimal digit). */
+
+/* ---- the optimizing tier on x86-64 with AVX-512 ----------------------------------
+ *
+ * OpenBLAS as Debian ships it runs Haswell (AVX2) kernels here, about 100
+ * GFLOP/s on a core whose AVX-512 FMA units do twice that. With gcc, the
+ * optimizing tier adds a single-precision GEMM written with vector
+ * extensions (8 rows x 48 columns of accumulators: 24 zmm registers) and
+ * the Winograd transforms, compiled for AVX-512 and chosen at run time
+ * when the CPU has it. libtcc never sees this part. */
+#if defined(OPJIT_TIER_OPT) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__TINYC__) && defined(__x86_64__)
+#define CONV_FAST 1
+
+typedef float conv_v16 __attribute__((vector_size(64), aligned(4), __may_alias__));
+typedef int conv_i16 __attribute__((vector_size(64)));
+/* The tier compiles with -ffp-contract=off (nms needs both tiers to round
+ * alike); here a * b + c may be one FMA. */
+#define CONV_AVX512 __attribute__((target("avx512f"), optimize("fp-contract=fast")))
+#define CONV_LD(p) (*(const conv_v16 *)(const void *)(p))
+#define CONV_ST(p, v) (*(conv_v16 *)(void *)(p) = (v))
+
+static int conv_fast_ok(void)
+{
+    static int ok = -1;
+    if (ok < 0) {
+        __builtin_cpu_init();
+        ok = __builtin_cpu_supports("avx512f") ? 1 : 0;
+    }
+    return ok;
+}
+
+/* Micro-kernels: C[8][16*NV] = A[8][K] . B[K][16*NV], row-major with
+ * leading dimensions lda, ldb, ldc. Rows 0-3 of A are read through p,
+ * rows 4-7 through q = p + 4*lda. */
+#define CONV_R3(r, p, i)                                                      \
+    a = p[(i) * lda]; c##r##0 += a * b0; c##r##1 += a * b1; c##r##2 += a * b2;
+#define CONV_R2(r, p, i) a = p[(i) * lda]; c##r##0 += a * b0; c##r##1 += a * b1;
+#define CONV_R1(r, p, i) a = p[(i) * lda]; c##r##0 += a * b0;
+#define CONV_ROWS(R)                                                          \
+    R(0, p, 0) R(1, p, 1) R(2, p, 2) R(3, p, 3)                               \
+    R(4, q, 0) R(5, q, 1) R(6, q, 2) R(7, q, 3)
+
+CONV_AVX512 static void conv_k8x48(int64_t K, const float *A, int64_t lda, const float *B,
+                                   int64_t ldb, float *C, int64_t ldc)
+{
+    conv_v16 c00 = {0}, c01 = {0}, c02 = {0}, c10 = {0}, c11 = {0}, c12 = {0};
+    conv_v16 c20 = {0}, c21 = {0}, c22 = {0}, c30 = {0}, c31 = {0}, c32 = {0};
+    conv_v16 c40 = {0}, c41 = {0}, c42 = {0}, c50 = {0}, c51 = {0}, c52 = {0};
+    conv_v16 c60 = {0}, c61 = {0}, c62 = {0}, c70 = {0}, c71 = {0}, c72 = {0};
+    const float *p = A, *q = A + 4 * lda;
+    int64_t k;
+    for (k = 0; k < K; k++, p++, q++, B += ldb) {
+        conv_v16 b0 = CONV_LD(B), b1 = CONV_LD(B + 16), b2 = CONV_LD(B + 32);
+        float a;
+        CONV_ROWS(CONV_R3)
+    }
+#define CONV_S3(r) CONV_ST(C + r * ldc, c##r##0); CONV_ST(C + r * ldc + 16, c##r##1); \
+    CONV_ST(C + r * ldc + 32, c##r##2);
+    CONV_S3(0) CONV_S3(1) CONV_S3(2) CONV_S3(3) CONV_S3(4) CONV_S3(5) CONV_S3(6) CONV_S3(7)
+#undef CONV_S3
+}
+
+CONV_AVX512 static void conv_k8x32(int64_t K, const float *A, int64_t lda, const float *B,
+                                   int64_t ldb, float *C, int64_t ldc)
+{
+    conv_v16 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
+    conv_v16 c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
+    conv_v16 c60 = {0}, c61 = {0}, c70 = {0}, c71 = {0};
+    const float *p = A, *q = A + 4 * lda;
+    int64_t k;
+    for (k = 0; k < K; k++, p++, q++, B += ldb) {
+        conv_v16 b0 = CONV_LD(B), b1 = CONV_LD(B + 16);
+        float a;
+        CONV_ROWS(CONV_R2)
+    }
+#define CONV_S2(r) CONV_ST(C + r * ldc, c##r##0); CONV_ST(C + r * ldc + 16, c##r##1);
+    CONV_S2(0) CONV_S2(1) CONV_S2(2) CONV_S2(3) CONV_S2(4) CONV_S2(5) CONV_S2(6) CONV_S2(7)
+#undef CONV_S2
+}
+
+CONV_AVX512 static void conv_k8x16(int64_t K, const float *A, int64_t lda, const float *B,
+                                   int64_t ldb, float *C, int64_t ldc)
+{
+    conv_v16 c00 = {0}, c10 = {0}, c20 = {0}, c30 = {0};
+    conv_v16 c40 = {0}, c50 = {0}, c60 = {0}, c70 = {0};
+    const float *p = A, *q = A + 4 * lda;
+    int64_t k;
+    for (k = 0; k < K; k++, p++, q++, B += ldb) {
+        conv_v16 b0 = CONV_LD(B);
+        float a;
+        CONV_ROWS(CONV_R1)
+    }
+#define CONV_S1(r) CONV_ST(C + r * ldc, c##r##0);
+    CONV_S1(0) CONV_S1(1) CONV_S1(2) CONV_S1(3) CONV_S1(4) CONV_S1(5) CONV_S1(6) CONV_S1(7)
+#undef CONV_S1
+}
+
+/* Scratch conv_sgemm needs: a zero-padded copy of the last rows of A
+ * (8 x K), of the last columns of B (K x 16) and one block of C (8 x 48). */
+static size_t conv_sgemm_scratch(int64_t K)
+{
+    return (size_t)(8 * K + 16 * K + 8 * 48 + 16) * sizeof(float);
+}
+
+/* C (M x N) = A (M x K) . B (K x N), row-major, K >= 1. Panels of 48
+ * columns (64 left: two of 32), blocks of 8 rows; the last M % 8 rows and
+ * N % 16 columns go through zero-padded copies. */
+CONV_AVX512 static void conv_sgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                                   const float *B, int64_t ldb, float *C, int64_t ldc,
+                                   float *scratch)
+{
+    float *at = scratch, *bt = at + 8 * K, *ct = bt + 16 * K;
+    int64_t mfull = M & ~(int64_t)7, nfull = N & ~(int64_t)15, i, j, r, k, w;
+    /* the larger operand outermost: it is read once */
+    int64_t iblk = M > N ? 8 : (M + 7) / 8 * 8, i0;
+    if (M > mfull) {
+        memset(at, 0, (size_t)(8 * K) * sizeof(float));
+        for (r = 0; r < M - mfull; r++)
+            memcpy(at + r * K, A + (mfull + r) * lda, (size_t)K * sizeof(float));
+    }
+    if (N > nfull) {
+        memset(bt, 0, (size_t)(16 * K) * sizeof(float));
+        for (k = 0; k < K; k++)
+            memcpy(bt + 16 * k, B + k * ldb + nfull, (size_t)(N - nfull) * sizeof(float));
+    }
+    for (i0 = 0; i0 < M; i0 += iblk) {
+        for (j = 0; j < N; j += w) {
+            w = N - j;
+            w = w == 64 ? 32 : w >= 48 ? 48 : w >= 32 ? 32 : w >= 16 ? 16 : w;
+            for (i = i0; i < i0 + iblk && i < M; i += 8) {
+                const float *a = i < mfull ? A + i * lda : at;
+                int64_t la = i < mfull ? lda : K, rows = M - i < 8 ? M - i : 8;
+                float *dst = rows == 8 && w >= 16 ? C + i * ldc + j : ct;
+                int64_t ld = dst == ct ? 48 : ldc;
+                if (w == 48)
+                    conv_k8x48(K, a, la, B + j, ldb, dst, ld);
+                else if (w == 32)
+                    conv_k8x32(K, a, la, B + j, ldb, dst, ld);
+                else if (w == 16)
+                    conv_k8x16(K, a, la, B + j, ldb, dst, ld);
+                else
+                    conv_k8x16(K, a, la, bt, 16, dst, ld);
+                if (dst == ct)
+                    for (r = 0; r < rows; r++)
+                        memcpy(C + (i + r) * ldc + j, ct + r * 48, (size_t)w * sizeof(float));
+            }
+        }
+    }
+}
+#endif /* CONV_FAST */
+
+#ifdef CONV_FAST
+/* U[xi][f] = (G g_f G^T)[xi] for the filters g_f = w[f], f = o * C + c,
+ * G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]: the coefficient of tap
+ * 3a + b in U[4i + j] is G[i][a] G[j][b]. One filter's 16 values are a
+ * vector (9 multiply-adds); 16 such vectors are transposed in registers
+ * into 16 vectors of one xi each. */
+CONV_AVX512 static void conv_wino_weights(const float *w, int64_t nf, float *u, int64_t ups)
+{
+    static const float gm[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}};
+    /* transpose stages: rows i and i + h exchange blocks of h lanes */
+    const conv_i16 lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+    const conv_i16 hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+    const conv_i16 lo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
+    const conv_i16 hi4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
+    const conv_i16 lo2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
+    const conv_i16 hi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
+    const conv_i16 lo1 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
+    const conv_i16 hi1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
+    conv_v16 k[9], r[16], p, q;
+    float tv[16], gt[16 * 9];
+    int64_t f0, f, xi;
+    int a;
+    for (a = 0; a < 9; a++) {
+        for (xi = 0; xi < 16; xi++)
+            tv[xi] = gm[xi / 4][a / 3] * gm[xi % 4][a % 3];
+        k[a] = CONV_LD(tv);
+    }
+    for (f0 = 0; f0 < nf; f0 += 16) {
+        int64_t cnt = nf - f0 < 16 ? nf - f0 : 16;
+        const float *g = w + f0 * 9;
+        if (cnt < 16) { /* the last filters, padded with zero filters */
+            memset(gt, 0, sizeof gt);
+            memcpy(gt, g, (size_t)(cnt * 9) * sizeof(float));
+            g = gt;
+        }
+        for (f = 0; f < 16; f++, g += 9)
+            r[f] = (g[0] * k[0] + g[1] * k[1] + g[2] * k[2]) +
+                   (g[3] * k[3] + g[4] * k[4] + g[5] * k[5]) +
+                   (g[6] * k[6] + g[7] * k[7] + g[8] * k[8]);
+#define CONV_TR(i, h, lo, hi)                                                 \
+    p = r[i];                                                                 \
+    q = r[(i) + (h)];                                                         \
+    r[i] = __builtin_shuffle(p, q, lo);                                       \
+    r[(i) + (h)] = __builtin_shuffle(p, q, hi);
+        CONV_TR(0, 8, lo8, hi8) CONV_TR(1, 8, lo8, hi8) CONV_TR(2, 8, lo8, hi8)
+        CONV_TR(3, 8, lo8, hi8) CONV_TR(4, 8, lo8, hi8) CONV_TR(5, 8, lo8, hi8)
+        CONV_TR(6, 8, lo8, hi8) CONV_TR(7, 8, lo8, hi8)
+        CONV_TR(0, 4, lo4, hi4) CONV_TR(1, 4, lo4, hi4) CONV_TR(2, 4, lo4, hi4)
+        CONV_TR(3, 4, lo4, hi4) CONV_TR(8, 4, lo4, hi4) CONV_TR(9, 4, lo4, hi4)
+        CONV_TR(10, 4, lo4, hi4) CONV_TR(11, 4, lo4, hi4)
+        CONV_TR(0, 2, lo2, hi2) CONV_TR(1, 2, lo2, hi2) CONV_TR(4, 2, lo2, hi2)
+        CONV_TR(5, 2, lo2, hi2) CONV_TR(8, 2, lo2, hi2) CONV_TR(9, 2, lo2, hi2)
+        CONV_TR(12, 2, lo2, hi2) CONV_TR(13, 2, lo2, hi2)
+        CONV_TR(0, 1, lo1, hi1) CONV_TR(2, 1, lo1, hi1) CONV_TR(4, 1, lo1, hi1)
+        CONV_TR(6, 1, lo1, hi1) CONV_TR(8, 1, lo1, hi1) CONV_TR(10, 1, lo1, hi1)
+        CONV_TR(12, 1, lo1, hi1) CONV_TR(14, 1, lo1, hi1)
+#undef CONV_TR
+        if (cnt == 16) {
+            for (xi = 0; xi < 16; xi++)
+                CONV_ST(u + xi * ups + f0, r[xi]);
+        } else {
+            for (xi = 0; xi < 16; xi++) {
+                CONV_ST(tv, r[xi]);
+                memcpy(u + xi * ups + f0, tv, (size_t)cnt * sizeof(float));
+            }
+        }
+    }
+}
+
+/* A run of tiles of one tile row: image n, tile row ty, tile columns
+ * tx0 .. tx0 + cnt - 1, at column pos of the chunk's matrices; its four
+ * input rows are rows row .. row + 3 of the chunk's row buffer. */
+typedef struct conv_seg {
+    int64_t n, ty, tx0, cnt, pos, row;
+} conv_seg;
+
+/* Split tiles [p0, p0 + nt) of the batch (th x tw tiles an image) into
+ * runs within tile rows, and list the input rows they read: rows[k] is the
+ * offset of row k in the input, channel 0, or -1 for a padding row
+ * (consecutive tile rows share two). Returns the number of runs. */
+static int64_t conv_wino_segs(const conv_geom *g, int64_t p0, int64_t nt, int64_t th,
+                              int64_t tw, conv_seg *s, int64_t *rows, int64_t *nrows)
+{
+    int64_t pos = 0, p = p0, ns = 0, nr = 0, i;
+    while (pos < nt) {
+        int64_t r = p % (th * tw), first = 0;
+        conv_seg *q = &s[ns];
+        q->n = p / (th * tw);
+        q->ty = r / tw;
+        q->tx0 = r % tw;
+        q->cnt = tw - q->tx0 < nt - pos ? tw - q->tx0 : nt - pos;
+        q->pos = pos;
+        if (ns > 0 && s[ns - 1].n == q->n && s[ns - 1].ty + 1 == q->ty) {
+            q->row = s[ns - 1].row + 2;
+            first = 2;
+        } else {
+            q->row = nr;
+        }
+        for (i = first; i < 4; i++) {
+            int64_t ih = 2 * q->ty - g->ph + i;
+            rows[nr++] = ih >= 0 && ih < g->h ? (q->n * g->c * g->h + ih) * g->w : -1;
+        }
+        pos += q->cnt;
+        p += q->cnt;
+        ns++;
+    }
+    *nrows = nr;
+    return ns;
+}
+
+/* V[xi][c][pos] = (B^T d B)[xi] for the chunk's tiles, with
+ * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], 16 tiles at a time. Per
+ * channel, the rows the runs read are copied into rb (wp floats a row,
+ * input column 0 at rb column pw, the rest zeros from the start), so
+ * padding and partial tiles read zeros. A run's last block may write up
+ * to 15 columns past the run: the next run overwrites them, and ldv
+ * leaves room after the last. */
+CONV_AVX512 static void conv_wino_input(const conv_geom *g, const float *x, const conv_seg *segs,
+                                        int64_t nseg, const int64_t *rows, int64_t nrows,
+                                        float *v, int64_t ldv, int64_t cs, float *rb,
+                                        int64_t wp)
+{
+    const conv_i16 ev = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const conv_i16 od = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+    const int64_t H = g->h, W = g->w, C = g->c;
+    const size_t wb = (size_t)W * sizeof(float);
+    int64_t s, c, l, k;
+    for (c = 0; c <= C; c++) {
+        /* rows of channel c into buffer c % 2, then channel c - 1's tiles
+         * from the other buffer: no load right behind the copy's stores */
+        float *rc = rb + (c & 1) * nrows * wp, *rp = rb + ((c - 1) & 1) * nrows * wp;
+        if (c < C) {
+            const float *plane = x + c * H * W;
+            const conv_v16 zv = {0};
+            for (k = 0; k < nrows; k++) {
+                float *d = rc + k * wp + g->pw;
+                const float *src = plane + rows[k];
+                int64_t q;
+                if (W < 16) {
+                    if (rows[k] >= 0)
+                        memcpy(d, src, wb);
+                    else
+                        memset(d, 0, wb);
+                } else if (rows[k] >= 0) { /* the last vector overlaps */
+                    for (q = 0; q + 16 < W; q += 16)
+                        CONV_ST(d + q, CONV_LD(src + q));
+                    CONV_ST(d + W - 16, CONV_LD(src + W - 16));
+                } else {
+                    for (q = 0; q + 16 < W; q += 16)
+                        CONV_ST(d + q, zv);
+                    CONV_ST(d + W - 16, zv);
+                }
+            }
+        }
+        if (c == 0)
+            continue;
+        for (s = 0; s < nseg; s++) {
+            const conv_seg *sg = &segs[s];
+            const float *r0 = rp + sg->row * wp + 2 * sg->tx0;
+            float *vc = v + (c - 1) * ldv + sg->pos;
+            int64_t nb = (sg->cnt + 15) / 16;
+            for (l = 0; l < nb; l++) {
+                const float *r = r0 + 32 * l;
+                float *o = vc + 16 * l;
+                conv_v16 a0, a1, b0, b1, d0, d1, d2, d3;
+                conv_v16 t00, t01, t02, t03, t10, t11, t12, t13;
+                conv_v16 t20, t21, t22, t23, t30, t31, t32, t33;
+#define CONV_IN_ROW(i)                                                        \
+    a0 = CONV_LD(r + (i) * wp);                                               \
+    a1 = CONV_LD(r + (i) * wp + 16);                                          \
+    b0 = CONV_LD(r + (i) * wp + 2);                                           \
+    b1 = CONV_LD(r + (i) * wp + 18);                                          \
+    d0 = __builtin_shuffle(a0, a1, ev);                                       \
+    d1 = __builtin_shuffle(a0, a1, od);                                       \
+    d2 = __builtin_shuffle(b0, b1, ev);                                       \
+    d3 = __builtin_shuffle(b0, b1, od);                                       \
+    t##i##0 = d0 - d2;                                                        \
+    t##i##1 = d1 + d2;                                                        \
+    t##i##2 = d2 - d1;                                                        \
+    t##i##3 = d1 - d3;
+                CONV_IN_ROW(0)
+                CONV_IN_ROW(1)
+                CONV_IN_ROW(2)
+                CONV_IN_ROW(3)
+#undef CONV_IN_ROW
+#define CONV_IN_COL(j)                                                        \
+    CONV_ST(o + (j) * cs, t0##j - t2##j);                                     \
+    CONV_ST(o + (4 + j) * cs, t1##j + t2##j);                                 \
+    CONV_ST(o + (8 + j) * cs, t2##j - t1##j);                                 \
+    CONV_ST(o + (12 + j) * cs, t1##j - t3##j);
+                CONV_IN_COL(0)
+                CONV_IN_COL(1)
+                CONV_IN_COL(2)
+                CONV_IN_COL(3)
+#undef CONV_IN_COL
+            }
+        }
+    }
+}
+
+/* y = A^T M A (+ bias) for the chunk's tiles, A^T = [1 1 1 0; 0 1 -1 -1],
+ * written to the output rows 2*ty and 2*ty + 1 (those inside it). */
+CONV_AVX512 static void conv_wino_output(const conv_geom *g, const float *m, int64_t ldm, int64_t xs,
+                                         const conv_seg *segs, int64_t nseg, const float *bias,
+                                         float *y)
+{
+    const conv_i16 il = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+    const conv_i16 ih = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const int64_t O = g->o, Ho = g->ho, Wo = g->wo;
+    float tmp[32];
+    int64_t o, s, l;
+    for (o = 0; o < O; o++) {
+        const float *mo = m + o * ldm;
+        float bo = bias ? bias[o] : 0.0f;
+        for (s = 0; s < nseg; s++) {
+            const conv_seg *sg = &segs[s];
+            int64_t nb = (sg->cnt + 15) / 16, oy = 2 * sg->ty;
+            float *y0 = y + ((sg->n * O + o) * Ho + oy) * Wo, *y1 = y0 + Wo;
+            int two = oy + 1 < Ho;
+            for (l = 0; l < nb; l++) {
+                const float *mp = mo + sg->pos + 16 * l;
+                conv_v16 s00, s01, s02, s03, s10, s11, s12, s13, r00, r01, r10, r11, z0, z1;
+                int64_t ox = 2 * (sg->tx0 + 16 * l), nx = Wo - ox;
+                int64_t lim = 2 * (sg->cnt - 16 * l); /* columns of this block's tiles */
+                if (nx > lim)
+                    nx = lim;
+#define CONV_OUT_COL(j)                                                       \
+    {                                                                         \
+        conv_v16 m0 = CONV_LD(mp + (j) * xs), m1 = CONV_LD(mp + (4 + j) * xs); \
+        conv_v16 m2 = CONV_LD(mp + (8 + j) * xs), m3 = CONV_LD(mp + (12 + j) * xs); \
+        s0##j = m0 + m1 + m2;                                                 \
+        s1##j = m1 - m2 - m3;                                                 \
+    }
+                CONV_OUT_COL(0)
+                CONV_OUT_COL(1)
+                CONV_OUT_COL(2)
+                CONV_OUT_COL(3)
+#undef CONV_OUT_COL
+                r00 = s00 + s01 + s02 + bo;
+                r01 = s01 - s02 - s03 + bo;
+                r10 = s10 + s11 + s12 + bo;
+                r11 = s11 - s12 - s13 + bo;
+                z0 = __builtin_shuffle(r00, r01, il);
+                z1 = __builtin_shuffle(r00, r01, ih);
+                if (nx >= 32) {
+                    CONV_ST(y0 + ox, z0);
+                    CONV_ST(y0 + ox + 16, z1);
+                } else {
+                    CONV_ST(tmp, z0);
+                    CONV_ST(tmp + 16, z1);
+                    memcpy(y0 + ox, tmp, (size_t)nx * sizeof(float));
+                }
+                if (!two)
+                    continue;
+                z0 = __builtin_shuffle(r10, r11, il);
+                z1 = __builtin_shuffle(r10, r11, ih);
+                if (nx >= 32) {
+                    CONV_ST(y1 + ox, z0);
+                    CONV_ST(y1 + ox + 16, z1);
+                } else {
+                    CONV_ST(tmp, z0);
+                    CONV_ST(tmp + 16, z1);
+                    memcpy(y1 + ox, tmp, (size_t)nx * sizeof(float));
+                }
+            }
+        }
+    }
+}
+
+/* Tiles per chunk: the chunk's V and M (16 x (C + O) floats a tile) about
+ * 1.5 MB, at least 48 tiles (one GEMM panel); the tiles split evenly over
+ * the chunks, in multiples of 16. */
+static int64_t conv_wino_chunk(const conv_geom *g, int64_t tiles)
+{
+    int64_t t = ((int64_t)1536 * 1024) / (16 * 4 * (g->c + g->o)), chunks;
+    if (t < 48)
+        t = 48;
+    if (t > 1024)
+        t = 1024;
+    chunks = (tiles + t - 1) / t;
+    t = (tiles + chunks - 1) / chunks;
+    return (t + 15) / 16 * 16;
+}
+
+/* The whole convolution, float32, batch included. Returns 0, or -1 when
+ * the workspace could not be had (the runtime recorded why). */
+static int conv_wino_f32(opjit_ctx *ctx, const conv_geom *g, const float *x, const float *w,
+                         const float *bias, float *y)
+{
+    const int64_t C = g->c, O = g->o;
+    const int64_t th = (g->ho + 1) / 2, tw = (g->wo + 1) / 2, tiles = g->n * th * tw;
+    int64_t tc = conv_wino_chunk(g, tiles);
+    int64_t ldv = tc + 16, ldm = tc + 16, wp = (2 * tw + 48 + 15) / 16 * 16;
+    int64_t ups, vps, mps, p0, xi, nseg_max = tc + 2, nrows_max = 4 * nseg_max, nrows, nseg;
+    size_t nu, nv, nm, nr, bytes;
+    float *u, *v, *m, *rb, *scr;
+    int64_t *rows;
+    conv_seg *segs;
+    char *base;
+    /* Leading dimensions that are multiples of 1 KiB alias in the caches. */
+    if (ldv % 256 == 0)
+        ldv += 16;
+    if (ldm % 256 == 0)
+        ldm += 16;
+    /* The 16 planes of U, V and M: 64 bytes more than their size apart, so
+     * that 16 streams a transform reads or writes use different cache sets. */
+    ups = O * C + 16;
+    vps = C * ldv + 16;
+    mps = O * ldm + 16;
+    nu = (size_t)(16 * ups);
+    nv = (size_t)(16 * vps);
+    nm = (size_t)(16 * mps);
+    nr = (size_t)(2 * nrows_max * wp);
+    bytes = (nu + nv + nm + nr) * sizeof(float) + nseg_max * sizeof(conv_seg) +
+            nrows_max * sizeof(int64_t) + 6 * 64 + conv_sgemm_scratch(C);
+    base = (char *)opjit_workspace(ctx, bytes);
+    if (!base)
+        return -1;
+#define CONV_CARVE(ptr, type, n)                                              \
+    ptr = (type *)base;                                                       \
+    base += ((size_t)(n) * sizeof(type) + 63) / 64 * 64;
+    CONV_CARVE(u, float, nu)
+    CONV_CARVE(v, float, nv)
+    CONV_CARVE(m, float, nm)
+    CONV_CARVE(rb, float, nr)
+    CONV_CARVE(segs, conv_seg, nseg_max)
+    CONV_CARVE(rows, int64_t, nrows_max)
+    scr = (float *)base;
+#undef CONV_CARVE
+    memset(rb, 0, nr * sizeof(float));
+    conv_wino_weights(w, O * C, u, ups);
+    for (p0 = 0; p0 < tiles; p0 += tc) {
+        int64_t nt = tiles - p0 < tc ? tiles - p0 : tc, ntp = (nt + 15) / 16 * 16;
+        nseg = conv_wino_segs(g, p0, nt, th, tw, segs, rows, &nrows);
+        conv_wino_input(g, x, segs, nseg, rows, nrows, v, ldv, vps, rb, wp);
+        if (ntp > nt) { /* finite values in the padding columns */
+            int64_t r;
+            for (r = 0; r < 16 * C; r++)
+                memset(v + (r / C) * vps + (r % C) * ldv + nt, 0,
+                       (size_t)(ntp - nt) * sizeof(float));
+        }
+        for (xi = 0; xi < 16; xi++)
+            conv_sgemm(O, ntp, C, u + xi * ups, C, v + xi * vps, ldv, m + xi * mps, ldm, scr);
+        conv_wino_output(g, m, ldm, mps, segs, nseg, bias, y);
+    }
+    return 0;
+}
+#endif /* CONV_FAST */
+
 static const char *conv_dtype_name(const DLTensor *t)
 {
     if (opjit_is_dtype(t, kDLFloat, 32))
@@ -142,8 +653,8 @@ static int conv2d_cpu(opjit_ctx *ctx, opjit_args *a)
     int64_t n, grp;
     conv_geom g;
     DLTensor *out;
-    int is64, batched, direct;
-    size_t esz;
+    int is64, batched, direct, fast = 0;
+    size_t esz, colsz, scrsz = 0;
     void *col = NULL;
     char *outp;
     const char *inp, *wp;
@@ -273,12 +784,30 @@ static int conv2d_cpu(opjit_ctx *ctx, opjit_args *a)
     if (kdim == 0) { /* no input channels: the output is the bias, or 0 */
         memset(outp, 0, (size_t)(g.n * g.o * plane) * esz);
     } else {
+        (void)fast;
+#ifdef CONV_FAST
+        fast = !is64 && conv_fast_ok();
+        if (fast && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
+            g.dw == 1 && grp == 1 && g.o * g.c <= ((int64_t)1 << 22)) {
+            if (conv_wino_f32(ctx, &g, (const float *)opjit_data(input),
+                              (const float *)opjit_data(weight),
+                              bias ? (const float *)opjit_data(bias) : NULL, (float *)outp))
+                return opjit_fail(ctx, "out of memory for the Winograd workspace");
+            return 0; /* bias included */
+        }
+#endif
         direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 &&
                  g.pw == 0;
-        if (!direct) {
-            if ((uint64_t)kdim * (uint64_t)plane > ((uint64_t)1 << 60) / esz)
-                return opjit_fail(ctx, "im2col buffer too large");
-            col = opjit_workspace(ctx, (size_t)(kdim * plane) * esz);
+        if ((uint64_t)kdim * (uint64_t)plane > ((uint64_t)1 << 60) / esz)
+            return opjit_fail(ctx, "im2col buffer too large");
+        colsz = direct ? 0 : (size_t)(kdim * plane) * esz;
+        colsz = (colsz + 63) / 64 * 64;
+#ifdef CONV_FAST
+        if (fast)
+            scrsz = conv_sgemm_scratch(kdim);
+#endif
+        if (colsz + scrsz > 0) {
+            col = opjit_workspace(ctx, colsz + scrsz);
             if (!col)
                 return opjit_fail(ctx, "out of memory for a %lldx%lld im2col "
                                        "buffer", (long long)kdim, (long long)plane);
@@ -304,6 +833,11 @@ static int conv2d_cpu(opjit_ctx *ctx, opjit_args *a)
                                 (int)plane, (int)kdim, 1.0, (const double *)wg,
                                 (int)kdim, (const double *)b, (int)plane, 0.0,
                                 (double *)og, (int)plane);
+#ifdef CONV_FAST
+                else if (fast)
+                    conv_sgemm(g.og, plane, kdim, (const float *)wg, kdim, (const float *)b,
+                               plane, (float *)og, plane, (float *)((char *)col + colsz));
+#endif
                 else
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.og,
                                 (int)plane, (int)kdim, 1.0f, (const float *)wg,

@@ -1,6 +1,7 @@
 /* runtime/call.c - opjit_call: check the arguments against the kernel's
  * schema, run it, hand the outputs over. Also the call-time services of
- * the api table: outputs, workspace, errors.
+ * the api table: outputs, workspace, errors; and opjit_tensor_to_device,
+ * whose copies are blocks like outputs.
  *
  * The hot path takes no lock and allocates nothing unless the kernel asks:
  * one atomic load picks the kernel, the checks read the schema parsed at
@@ -58,6 +59,69 @@ int call_error(opjit_ctx *ctx, int status, const char *fmt, ...)
     return ctx->status;
 }
 
+/* Bytes of a dense tensor of elem-byte elements: 0, 1 + the dim whose size
+ * is bad (negative, or the element count overflows), or -1 when the bytes
+ * overflow. */
+static int dense_bytes(int ndim, const int64_t *shape, size_t elem, size_t *bytes)
+{
+    size_t numel = 1;
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0 || __builtin_mul_overflow(numel, (size_t)shape[i], &numel) ||
+            numel > SIZE_MAX / 2)
+            return i + 1;
+    if (__builtin_mul_overflow(numel, elem, bytes) || *bytes > SIZE_MAX / 2)
+        return -1;
+    return 0;
+}
+
+/* A new dense tensor of bytes bytes in one block from rt's allocator, on
+ * the CPU (the data in the block) or on CUDA device id (cdev's context
+ * current; device memory freed by the deleter). The caller has checked
+ * dtype and shape. On failure the status, and err says why. */
+static int out_block_new(opjit_runtime *rt, int device, int id, cuda_dev *cdev,
+                         DLDataType dtype, int ndim, const int64_t *shape, size_t bytes,
+                         DLManagedTensor **out, char *err, size_t errlen)
+{
+    int cuda = device == OPJIT_CUDA;
+    size_t head = sizeof(out_block) + (size_t)ndim * sizeof(int64_t);
+    size_t size = head + (cuda ? 0 : 64 + bytes);
+    out_block *b = rt->alloc(rt->alloc_ud, NULL, 0, size);
+    if (!b) {
+        snprintf(err, errlen, "out of memory allocating %zu bytes", size);
+        return OPJIT_ENOMEM;
+    }
+    memset(b, 0, head);
+    b->alloc = rt->alloc;
+    b->alloc_ud = rt->alloc_ud;
+    b->size = size;
+    if (ndim)
+        memcpy(b->shape, shape, (size_t)ndim * sizeof(int64_t));
+    uintptr_t data = ((uintptr_t)b + head + 63) & ~(uintptr_t)63;
+    if (cuda) {
+        /* Device memory (cuMemAlloc, at least 256-byte aligned), freed by
+         * the deleter with cuMemFree. */
+        int rc = cuda_mem_alloc(cdev, id, bytes, &b->dev, err, errlen);
+        if (rc) {
+            b->alloc(b->alloc_ud, b, size, 0);
+            return rc;
+        }
+        data = (uintptr_t)b->dev.ptr;
+    }
+    DLTensor *t = &b->mt.dl_tensor;
+    t->data = (void *)data;
+    t->device.device_type = cuda ? kDLCUDA : kDLCPU;
+    t->device.device_id = cuda ? id : 0;
+    t->ndim = ndim;
+    t->dtype = dtype;
+    t->shape = b->shape;
+    t->strides = NULL;
+    t->byte_offset = 0;
+    b->mt.manager_ctx = NULL;
+    b->mt.deleter = out_block_delete;
+    *out = &b->mt;
+    return OPJIT_OK;
+}
+
 static DLTensor *api_output(opjit_ctx *ctx, int index, DLDataType dtype, int ndim,
                             const int64_t *shape)
 {
@@ -81,61 +145,26 @@ static DLTensor *api_output(opjit_ctx *ctx, int index, DLDataType dtype, int ndi
                      opjit_device_name(ctx->device));
         return NULL;
     }
-    size_t numel = 1, elem = dtype.bits / 8;
-    for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0 || __builtin_mul_overflow(numel, (size_t)shape[i], &numel) ||
-            numel > SIZE_MAX / 2) {
-            kernel_error(ctx, OPJIT_EKERNEL, "opjit_output: bad size %lld in dim %d of output %d",
-                         (long long)shape[i], i, index);
-            return NULL;
-        }
-    }
     size_t bytes;
-    if (__builtin_mul_overflow(numel, elem, &bytes) || bytes > SIZE_MAX / 2) {
+    int bad = dense_bytes(ndim, shape, dtype.bits / 8, &bytes);
+    if (bad > 0) {
+        kernel_error(ctx, OPJIT_EKERNEL, "opjit_output: bad size %lld in dim %d of output %d",
+                     (long long)shape[bad - 1], bad - 1, index);
+        return NULL;
+    }
+    if (bad < 0) {
         kernel_error(ctx, OPJIT_ENOMEM, "opjit_output: output %d is too large", index);
         return NULL;
     }
-    int cuda = ctx->device == OPJIT_CUDA;
-    size_t head = sizeof(out_block) + (size_t)ndim * sizeof(int64_t);
-    size_t size = head + (cuda ? 0 : 64 + numel * elem);
-    out_block *b = ctx->rt->alloc(ctx->rt->alloc_ud, NULL, 0, size);
-    if (!b) {
-        kernel_error(ctx, OPJIT_ENOMEM, "out of memory allocating %zu bytes for output %d",
-                     size, index);
+    char err[512];
+    int rc = out_block_new(ctx->rt, ctx->device, ctx->device_id, ctx->cdev, dtype, ndim, shape,
+                           bytes, &ctx->outs[index], err, sizeof err);
+    if (rc) {
+        ctx->outs[index] = NULL;
+        kernel_error(ctx, rc, "opjit_output: output %d: %s", index, err);
         return NULL;
     }
-    memset(b, 0, head);
-    b->alloc = ctx->rt->alloc;
-    b->alloc_ud = ctx->rt->alloc_ud;
-    b->size = size;
-    if (ndim)
-        memcpy(b->shape, shape, (size_t)ndim * sizeof(int64_t));
-    uintptr_t data = ((uintptr_t)b + head + 63) & ~(uintptr_t)63;
-    if (cuda) {
-        /* Device memory (cuMemAlloc, at least 256-byte aligned), freed by
-         * the deleter with cuMemFree. */
-        char err[512];
-        int rc = cuda_mem_alloc(ctx, numel * elem, &b->dev, err, sizeof err);
-        if (rc) {
-            b->alloc(b->alloc_ud, b, size, 0);
-            kernel_error(ctx, rc, "opjit_output: output %d: %s", index, err);
-            return NULL;
-        }
-        data = (uintptr_t)b->dev.ptr;
-    }
-    DLTensor *t = &b->mt.dl_tensor;
-    t->data = (void *)data;
-    t->device.device_type = cuda ? kDLCUDA : kDLCPU;
-    t->device.device_id = cuda ? ctx->device_id : 0;
-    t->ndim = ndim;
-    t->dtype = dtype;
-    t->shape = b->shape;
-    t->strides = NULL;
-    t->byte_offset = 0;
-    b->mt.manager_ctx = NULL;
-    b->mt.deleter = out_block_delete;
-    ctx->outs[index] = &b->mt;
-    return t;
+    return &ctx->outs[index]->dl_tensor;
 }
 
 /* ---- workspace: an arena per call, reused across calls -------------------- */
@@ -526,5 +555,100 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
     }
     for (int i = 0; i < s->nouts; i++)
         outs[i] = ctx.outs[i];
+    return OPJIT_OK;
+}
+
+/* ---- copies between devices ------------------------------------------------- */
+
+int opjit_tensor_to_device(opjit_runtime *rt, const DLTensor *src, int device, int device_id,
+                           DLManagedTensor **out)
+{
+    static const char fn[] = "opjit_tensor_to_device";
+    if (out)
+        *out = NULL;
+    if (!rt || !src || !out)
+        return rt_error(rt, OPJIT_EINVAL, "%s: NULL %s", fn,
+                        !rt ? "runtime" : !src ? "tensor" : "out");
+    if (device != OPJIT_CPU && device != OPJIT_CUDA)
+        return rt_error(rt, OPJIT_EINVAL, "%s: bad device %d (OPJIT_CPU or OPJIT_CUDA)", fn,
+                        device);
+    if (device_id < 0 || (device == OPJIT_CPU && device_id != 0))
+        return rt_error(rt, OPJIT_EINVAL, "%s: bad device id %d for %s", fn, device_id,
+                        opjit_device_name(device));
+    int from = device_of(src->device.device_type);
+    int from_id = src->device.device_id;
+    if (from < 0)
+        return rt_error(rt, OPJIT_EINVAL, "%s: the tensor is on %s (DLPack device type %d), "
+                        "which opjit does not support", fn,
+                        dl_device_name(src->device.device_type), src->device.device_type);
+    if (src->ndim < 0 || src->ndim > 64 || (src->ndim > 0 && !src->shape))
+        return rt_error(rt, OPJIT_EINVAL, "%s: malformed tensor (ndim %d, shape %s)", fn,
+                        src->ndim, src->shape ? "set" : "NULL");
+    DLDataType dt = src->dtype;
+    if (dt.bits == 0 || dt.bits % 8 || dt.lanes == 0)
+        return rt_error(rt, OPJIT_EINVAL, "%s: dtype of %d bits x %d lanes: only whole bytes "
+                        "can be copied", fn, dt.bits, dt.lanes);
+    size_t bytes;
+    int bad = dense_bytes(src->ndim, src->shape, (size_t)dt.bits / 8 * dt.lanes, &bytes);
+    if (bad > 0)
+        return rt_error(rt, OPJIT_EINVAL, "%s: bad size %lld in dim %d", fn,
+                        (long long)src->shape[bad - 1], bad - 1);
+    if (bad < 0)
+        return rt_error(rt, OPJIT_EINVAL, "%s: the tensor is too large", fn);
+    if (bytes && !is_contiguous(src))
+        return rt_error(rt, OPJIT_EINVAL, "%s: the tensor is not contiguous (its strides are "
+                        "not row-major); only contiguous tensors can be copied", fn);
+    if (bytes && !src->data)
+        return rt_error(rt, OPJIT_EINVAL, "%s: the tensor has %zu bytes but no data", fn, bytes);
+    const char *from_data = (const char *)src->data + src->byte_offset;
+
+    /* The destination's context stays current until the end; a CUDA source
+     * on another device is entered on top of it for its part of the copy. */
+    char why[1024], err[1536] = "";
+    cuda_dev *to_dev = NULL;
+    int rc;
+    if (device == OPJIT_CUDA && (rc = cuda_enter(rt, device_id, &to_dev, why, sizeof why)))
+        return rt_error(rt, rc, "%s: cannot copy to CUDA device %d: %s", fn, device_id, why);
+    DLManagedTensor *mt = NULL;
+    rc = out_block_new(rt, device, device_id, to_dev, dt, src->ndim, src->shape, bytes, &mt, err,
+                       sizeof err);
+    if (rc) {
+        cuda_leave(to_dev);
+        return rt_error(rt, rc, "%s: %s", fn, err);
+    }
+    void *to_data = mt->dl_tensor.data;
+    if (!bytes) {
+        /* nothing to copy */
+    } else if (from == OPJIT_CPU && device == OPJIT_CPU) {
+        memcpy(to_data, from_data, bytes);
+    } else if (from == OPJIT_CPU) {
+        rc = cuda_copy(to_dev, to_data, from_data, bytes, OPJIT_COPY_HTOD, err, sizeof err);
+    } else if (device == OPJIT_CUDA && from_id == device_id) {
+        rc = cuda_copy(to_dev, to_data, from_data, bytes, OPJIT_COPY_DTOD, err, sizeof err);
+    } else {
+        /* From a CUDA device to the host, or through the host to another
+         * device. */
+        void *host = device == OPJIT_CPU ? to_data : rt_alloc(rt, bytes);
+        cuda_dev *from_dev = NULL;
+        if (!host) {
+            rc = OPJIT_ENOMEM;
+            snprintf(err, sizeof err, "out of memory allocating %zu bytes", bytes);
+        } else if ((rc = cuda_enter(rt, from_id, &from_dev, why, sizeof why))) {
+            snprintf(err, sizeof err, "cannot copy from CUDA device %d: %s", from_id, why);
+        } else {
+            rc = cuda_copy(from_dev, host, from_data, bytes, OPJIT_COPY_DTOH, err, sizeof err);
+            cuda_leave(from_dev);
+            if (!rc && device == OPJIT_CUDA)
+                rc = cuda_copy(to_dev, to_data, host, bytes, OPJIT_COPY_HTOD, err, sizeof err);
+        }
+        if (host && host != to_data)
+            rt_free(rt, host, bytes);
+    }
+    cuda_leave(to_dev);
+    if (rc) {
+        mt->deleter(mt);
+        return rt_error(rt, rc, "%s: %s", fn, err);
+    }
+    *out = mt;
     return OPJIT_OK;
 }

@@ -672,10 +672,39 @@ void cuda_call_end(opjit_ctx *ctx)
     }
 }
 
-int cuda_mem_alloc(opjit_ctx *ctx, size_t bytes, cuda_mem *out, char *err, size_t errlen)
+/* Queue a copy on s (a device-to-host copy is waited for, as is every
+ * copy when sync). *what names the direction; -1 for a bad kind. */
+static CUresult copy_on(CUstream s, void *dst, const void *src, size_t bytes, int kind, int sync,
+                        const char **what)
+{
+    CUresult r;
+    switch (kind) {
+    case OPJIT_COPY_HTOD:
+        *what = "host to device";
+        r = drv.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, bytes, s);
+        break;
+    case OPJIT_COPY_DTOH:
+        *what = "device to host";
+        r = drv.MemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, bytes, s);
+        sync = 1;
+        break;
+    case OPJIT_COPY_DTOD:
+        *what = "device to device";
+        r = drv.MemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes,
+                                s);
+        break;
+    default:
+        *what = "?";
+        return -1;
+    }
+    if (!r && sync)
+        r = drv.StreamSynchronize(s);
+    return r;
+}
+
+int cuda_mem_alloc(cuda_dev *d, int id, size_t bytes, cuda_mem *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    cuda_dev *d = ctx->cdev;
     if (!d) {
         snprintf(err, errlen, "not a CUDA call");
         return OPJIT_EDEVICE;
@@ -684,18 +713,18 @@ int cuda_mem_alloc(opjit_ctx *ctx, size_t bytes, cuda_mem *out, char *err, size_
     CUresult r = drv.MemAlloc(&p, bytes ? bytes : 1);
     if (r) {
         char e[256];
-        snprintf(err, errlen, "cuMemAlloc(%zu bytes) on CUDA device %d: %s", bytes,
-                 ctx->device_id, cu_err(r, e, sizeof e));
+        snprintf(err, errlen, "cuMemAlloc(%zu bytes) on CUDA device %d: %s", bytes, id,
+                 cu_err(r, e, sizeof e));
         return r == CUDA_ERROR_OUT_OF_MEMORY ? OPJIT_ENOMEM : OPJIT_EKERNEL;
     }
     out->ptr = p;
     out->cuctx = d->ctx;
-    out->device = ctx->device_id;
+    out->device = id;
     /* The memory lives as long as its context: an output keeps the primary
      * context alive after the runtime released it. */
     if (d->ctx == d->primary) {
         CUcontext again;
-        if (drv.PrimaryCtxRetain(&again, drv.dev[ctx->device_id]) == CUDA_SUCCESS)
+        if (drv.PrimaryCtxRetain(&again, drv.dev[id]) == CUDA_SUCCESS)
             out->primary = 1;
     }
     return OPJIT_OK;
@@ -810,29 +839,11 @@ int cuda_api_memcpy(opjit_ctx *ctx, void *dst, const void *src, size_t bytes, in
         return OPJIT_OK;
     if (!dst || !src)
         return call_error(ctx, OPJIT_EKERNEL, "opjit_memcpy: NULL pointer");
-    CUstream s = ctx->cdev->stream;
-    CUresult r;
     const char *what;
-    switch (kind) {
-    case OPJIT_COPY_HTOD:
-        what = "host to device";
-        r = drv.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, bytes, s);
-        break;
-    case OPJIT_COPY_DTOH:
-        what = "device to host";
-        r = drv.MemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, bytes, s);
-        if (!r)
-            r = drv.StreamSynchronize(s);
-        break;
-    case OPJIT_COPY_DTOD:
-        what = "device to device";
-        r = drv.MemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes,
-                                s);
-        break;
-    default:
+    CUresult r = copy_on(ctx->cdev->stream, dst, src, bytes, kind, 0, &what);
+    if (r < 0)
         return call_error(ctx, OPJIT_EKERNEL, "opjit_memcpy: bad direction %d (expected "
                           "OPJIT_COPY_HTOD, _DTOH or _DTOD)", kind);
-    }
     if (r) {
         char e[256];
         return call_error(ctx, OPJIT_EKERNEL, "opjit_memcpy(%zu bytes, %s): %s", bytes, what,
@@ -901,6 +912,60 @@ int cuda_api_synchronize(opjit_ctx *ctx)
         char e[256];
         return call_error(ctx, OPJIT_EKERNEL, "opjit_synchronize: %s (an earlier launch or "
                           "copy failed)", cu_err(r, e, sizeof e));
+    }
+    return OPJIT_OK;
+}
+
+/* ---- outside a call ------------------------------------------------------------------ */
+
+int cuda_enter(opjit_runtime *rt, int id, cuda_dev **out, char *why, size_t n)
+{
+    *out = NULL;
+    int rc = driver(why, n);
+    if (rc)
+        return rc;
+    if (id < 0 || id >= drv.ndev) {
+        snprintf(why, n, "there is no CUDA device %d (%d found)", id, drv.ndev);
+        return OPJIT_EDEVICE;
+    }
+    cuda_dev *d = &rt->cuda->dev[id];
+    if (!atomic_load_explicit(&d->ready, memory_order_acquire) &&
+        (rc = dev_ready(rt, d, id, why, n)))
+        return rc;
+    CUresult r = drv.CtxPushCurrent(d->ctx);
+    if (r) {
+        char e[256];
+        snprintf(why, n, "cannot make the context of CUDA device %d current: %s", id,
+                 cu_err(r, e, sizeof e));
+        return OPJIT_EDEVICE;
+    }
+    *out = d;
+    return OPJIT_OK;
+}
+
+void cuda_leave(cuda_dev *d)
+{
+    if (d) {
+        CUcontext dummy;
+        drv.CtxPopCurrent(&dummy);
+    }
+}
+
+int cuda_copy(cuda_dev *d, void *dst, const void *src, size_t bytes, int kind, char *err,
+              size_t errlen)
+{
+    if (!bytes)
+        return OPJIT_OK;
+    const char *what;
+    CUresult r = copy_on(d->stream, dst, src, bytes, kind, 1, &what);
+    if (r) {
+        char e[256];
+        if (r < 0)
+            snprintf(err, errlen, "bad copy direction %d", kind);
+        else
+            snprintf(err, errlen, "copying %zu bytes %s: %s", bytes, what,
+                     cu_err(r, e, sizeof e));
+        return r == CUDA_ERROR_OUT_OF_MEMORY ? OPJIT_ENOMEM : OPJIT_EDEVICE;
     }
     return OPJIT_OK;
 }

@@ -67,6 +67,9 @@ int cuda_call_begin(opjit_ctx *ctx);
 /* After it: workspaces back to the pool, the context popped. */
 void cuda_call_end(opjit_ctx *ctx);
 
+/* A device's context and stream in a runtime (runtime/cuda.c). */
+typedef struct cuda_dev cuda_dev;
+
 /* Device memory of an output: freed with cuda_mem_free, which may run on
  * any thread, after the runtime is gone. */
 typedef struct cuda_mem {
@@ -75,9 +78,25 @@ typedef struct cuda_mem {
     int device;
     int primary; /* holds a reference on the device's primary context */
 } cuda_mem;
-/* The message is recorded through fail (the call's error path). */
-int cuda_mem_alloc(opjit_ctx *ctx, size_t bytes, cuda_mem *out, char *err, size_t errlen);
+/* bytes of memory (at least 1 allocated) on CUDA device id, in d's context,
+ * which is current. On failure the status, with why in err. */
+int cuda_mem_alloc(cuda_dev *d, int id, size_t bytes, cuda_mem *out, char *err, size_t errlen);
 void cuda_mem_free(const cuda_mem *m);
+
+/* ---- outside a call (opjit_tensor_to_device) -------------------------------------- */
+
+/* Driver, device id, its context (the host's from opjit_set_cuda_stream,
+ * else the primary one) made current on this thread. On failure nothing is
+ * current, and the status (OPJIT_EDEVICE: no driver, no such device) and
+ * why ("no libcuda.so.1: ...", "no CUDA device ...") say what is missing. */
+int cuda_enter(opjit_runtime *rt, int id, cuda_dev **d, char *why, size_t n);
+/* Pop what cuda_enter pushed. NULL is fine. */
+void cuda_leave(cuda_dev *d);
+/* Copy bytes (kind: OPJIT_COPY_*) on d's stream, d's context current, and
+ * wait until it is done. On failure OPJIT_EDEVICE (or OPJIT_ENOMEM) with
+ * err. */
+int cuda_copy(cuda_dev *d, void *dst, const void *src, size_t bytes, int kind, char *err,
+              size_t errlen);
 
 /* The CUDA entries of the api table. */
 int cuda_api_launch(opjit_ctx *ctx, const char *kernel, const unsigned grid[3],

@@ -701,7 +701,7 @@ static int rofs_child(const char *mnt)
     snprintf(dir, sizeof dir, "%s/cache", mnt);
     cache_request ra = mkreq("nms", "rofs-a"), rb = mkreq("nms", "rofs-b");
     bctx b = {0};
-    cache_entry *e;
+    cache_entry *e = NULL;
     int hit;
     cache *c = open_at(dir, NULL, 0, 0, NULL);
     CHECK(c && fetch(c, &ra, &b, &e, &hit) == OPJIT_OK && hit == 0);

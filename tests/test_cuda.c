@@ -797,6 +797,207 @@ static void mm_agrees(opjit_runtime *rt, opjit_op *op, int n, int k, int m, int 
     free(b);
 }
 
+/* ---- opjit_tensor_to_device ------------------------------------------------------------ */
+
+/* One tensor shape and dtype to round-trip, with its layout quirks. */
+typedef struct rt_case {
+    const char *what;
+    DLDataType dt;
+    int ndim;
+    int64_t shape[4];
+    int64_t strides[4]; /* used when strided */
+    int strided;
+    uint64_t byte_offset;
+} rt_case;
+
+static const rt_case round_trip_cases[] = {
+    {"f32 [2,3]", {kDLFloat, 32, 1}, 2, {2, 3}, {0}, 0, 0},
+    {"f64 [5]", {kDLFloat, 64, 1}, 1, {5}, {0}, 0, 0},
+    {"f16 [3,1,4]", {kDLFloat, 16, 1}, 3, {3, 1, 4}, {0}, 0, 0},
+    {"i8 [17]", {kDLInt, 8, 1}, 1, {17}, {0}, 0, 0},
+    {"u8 [4,4]", {kDLUInt, 8, 1}, 2, {4, 4}, {0}, 0, 0},
+    {"i16 [2,2,2,2]", {kDLInt, 16, 1}, 4, {2, 2, 2, 2}, {0}, 0, 0},
+    {"i32 [9]", {kDLInt, 32, 1}, 1, {9}, {0}, 0, 0},
+    {"i64 [3,2]", {kDLInt, 64, 1}, 2, {3, 2}, {0}, 0, 0},
+    {"bool [6]", {OPJIT_DL_BOOL, 8, 1}, 1, {6}, {0}, 0, 0},
+    {"f32x4 lanes [3]", {kDLFloat, 32, 4}, 1, {3}, {0}, 0, 0},
+    {"0-d f64", {kDLFloat, 64, 1}, 0, {0}, {0}, 0, 0},
+    {"empty [0]", {kDLFloat, 32, 1}, 1, {0}, {0}, 0, 0},
+    {"empty [3,0,2]", {kDLInt, 64, 1}, 3, {3, 0, 2}, {0}, 0, 0},
+    {"empty, odd strides", {kDLFloat, 32, 1}, 2, {0, 4}, {1, 7}, 1, 0},
+    {"row-major strides", {kDLFloat, 32, 1}, 2, {2, 3}, {3, 1}, 1, 0},
+    {"size-1 dim, any stride", {kDLInt, 32, 1}, 3, {1, 2, 3}, {99, 3, 1}, 1, 0},
+    {"byte_offset", {kDLFloat, 64, 1}, 1, {4}, {0}, 0, 24},
+};
+
+static size_t case_bytes(const rt_case *c)
+{
+    size_t n = (size_t)c->dt.bits / 8 * c->dt.lanes;
+    for (int i = 0; i < c->ndim; i++)
+        n *= (size_t)c->shape[i];
+    return n;
+}
+
+/* A CPU tensor of random bytes (at data + byte_offset) to device:id and
+ * back: the bytes, dtype and shape survive; each copy is contiguous, on the
+ * device asked for, with shape memory of its own. */
+static void round_trip(opjit_runtime *rt, const rt_case *c, int device, int id)
+{
+    size_t bytes = case_bytes(c);
+    unsigned char *host = malloc(bytes + c->byte_offset + 1);
+    for (size_t i = 0; i < bytes + c->byte_offset; i++)
+        host[i] = (unsigned char)(urand() * 256);
+    int64_t shape[4], strides[4];
+    memcpy(shape, c->shape, sizeof shape);
+    memcpy(strides, c->strides, sizeof strides);
+    DLTensor src = tensor(host, kDLCPU, c->dt, c->ndim, c->ndim ? shape : NULL);
+    if (c->strided)
+        src.strides = strides;
+    src.byte_offset = c->byte_offset;
+    DLManagedTensor *mid = NULL, *back = NULL;
+    int rc = opjit_tensor_to_device(rt, &src, device, id, &mid);
+    CHECKF(rc == OPJIT_OK && mid, "%s to %s:%d: %s", c->what, opjit_device_name(device), id,
+           opjit_errmsg(rt));
+    if (mid) {
+        const DLTensor *m = &mid->dl_tensor;
+        CHECKF(m->device.device_type == (device == OPJIT_CUDA ? kDLCUDA : kDLCPU) &&
+               m->device.device_id == id, "%s: on %d:%d", c->what, m->device.device_type,
+               m->device.device_id);
+        CHECK(m->ndim == c->ndim && m->strides == NULL && m->byte_offset == 0);
+        CHECK(m->dtype.code == c->dt.code && m->dtype.bits == c->dt.bits &&
+              m->dtype.lanes == c->dt.lanes);
+        CHECK(c->ndim == 0 || (m->shape != shape && !memcmp(m->shape, c->shape,
+                                                            (size_t)c->ndim * 8)));
+        CHECK(m->data != NULL);
+        /* The fake's device memory is host memory: the bytes are there. */
+        CHECKF(!bytes || !memcmp(m->data, host + c->byte_offset, bytes), "%s: bytes differ on %s",
+               c->what, opjit_device_name(device));
+        rc = opjit_tensor_to_device(rt, m, OPJIT_CPU, 0, &back);
+        CHECKF(rc == OPJIT_OK && back, "%s back: %s", c->what, opjit_errmsg(rt));
+    }
+    if (back) {
+        const DLTensor *b = &back->dl_tensor;
+        CHECK(b->device.device_type == kDLCPU && b->device.device_id == 0 && !b->strides);
+        CHECK(b->ndim == c->ndim && (c->ndim == 0 || !memcmp(b->shape, c->shape,
+                                                             (size_t)c->ndim * 8)));
+        CHECK(((uintptr_t)b->data & 63) == 0);
+        CHECKF(!bytes || !memcmp(b->data, host + c->byte_offset, bytes), "%s: round trip "
+               "through %s changed the bytes", c->what, opjit_device_name(device));
+        back->deleter(back);
+    }
+    if (mid)
+        mid->deleter(mid);
+    free(host);
+}
+
+/* Fake driver with two devices (FAKE_CUDA_DEVICES=2). */
+static void to_device_round_trips(fake_stats *st, const char *cache)
+{
+    opjit_runtime *rt = rt_new(cache, "sm_90");
+    long allocs = st->live_allocs;
+    size_t ncases = sizeof round_trip_cases / sizeof *round_trip_cases;
+    for (size_t i = 0; i < ncases; i++) {
+        round_trip(rt, &round_trip_cases[i], OPJIT_CUDA, 0);
+        round_trip(rt, &round_trip_cases[i], OPJIT_CUDA, 1);
+        round_trip(rt, &round_trip_cases[i], OPJIT_CPU, 0);
+    }
+    CHECKF(st->live_allocs == allocs, "live device allocations %ld -> %ld", allocs,
+           st->live_allocs);
+    CHECK(st->ctx_depth == 0);
+
+    /* CUDA to CUDA: on one device (device to device), across two (through
+     * the host); the bytes survive. */
+    double v[6] = {1.5, -2, 3.25, 1e300, -0.0, 42};
+    int64_t sh[2] = {2, 3};
+    DLDataType f64 = {kDLFloat, 64, 1};
+    DLTensor h = tensor(v, kDLCPU, f64, 2, sh);
+    DLManagedTensor *g0 = NULL, *g0b = NULL, *g1 = NULL, *back = NULL;
+    CHECK(opjit_tensor_to_device(rt, &h, OPJIT_CUDA, 0, &g0) == OPJIT_OK && g0);
+    if (g0) {
+        CHECK(opjit_tensor_to_device(rt, &g0->dl_tensor, OPJIT_CUDA, 0, &g0b) == OPJIT_OK && g0b);
+        if (g0b) {
+            CHECK(g0b->dl_tensor.data != g0->dl_tensor.data);
+            CHECK(opjit_tensor_to_device(rt, &g0b->dl_tensor, OPJIT_CUDA, 1, &g1) == OPJIT_OK);
+        }
+        if (g1) {
+            CHECK(g1->dl_tensor.device.device_id == 1);
+            CHECK(opjit_tensor_to_device(rt, &g1->dl_tensor, OPJIT_CPU, 0, &back) == OPJIT_OK);
+        }
+        if (back)
+            CHECK(!memcmp(back->dl_tensor.data, v, sizeof v));
+    }
+    /* A view into device memory: read from data + byte_offset, to the
+     * host and to the other device. */
+    DLManagedTensor *vh = NULL, *v1 = NULL, *v1h = NULL;
+    if (g0) {
+        int64_t five[1] = {5};
+        DLTensor view = tensor(g0->dl_tensor.data, kDLCUDA, f64, 1, five);
+        view.byte_offset = 8;
+        CHECK(opjit_tensor_to_device(rt, &view, OPJIT_CPU, 0, &vh) == OPJIT_OK && vh);
+        if (vh)
+            CHECK(vh->dl_tensor.shape[0] == 5 && !memcmp(vh->dl_tensor.data, v + 1, 5 * 8));
+        CHECK(opjit_tensor_to_device(rt, &view, OPJIT_CUDA, 1, &v1) == OPJIT_OK && v1);
+        if (v1)
+            CHECK(opjit_tensor_to_device(rt, &v1->dl_tensor, OPJIT_CPU, 0, &v1h) == OPJIT_OK);
+        if (v1h)
+            CHECK(!memcmp(v1h->dl_tensor.data, v + 1, 5 * 8));
+    }
+    DLManagedTensor *all[7] = {g0, g0b, g1, back, vh, v1, v1h};
+    for (int i = 0; i < 7; i++)
+        if (all[i])
+            all[i]->deleter(all[i]);
+
+    /* Refused before anything is allocated or made current. */
+    long before = st->live_allocs;
+    float m[6] = {0};
+    int64_t mt_strides[2] = {1, 2}; /* a transposed [2, 3] */
+    DLTensor strided = tensor(m, kDLCPU, (DLDataType){kDLFloat, 32, 1}, 2, sh);
+    strided.strides = mt_strides;
+    DLManagedTensor *out = (DLManagedTensor *)&strided;
+    int rc = opjit_tensor_to_device(rt, &strided, OPJIT_CUDA, 0, &out);
+    CHECK(rc == OPJIT_EINVAL && out == NULL);
+    CHECK_STR_CONTAINS(opjit_errmsg(rt), "not contiguous");
+    rc = opjit_tensor_to_device(rt, &strided, OPJIT_CPU, 0, &out);
+    CHECK(rc == OPJIT_EINVAL && out == NULL);
+    CHECK(st->live_allocs == before && st->ctx_depth == 0);
+    /* A device that does not exist. */
+    rc = opjit_tensor_to_device(rt, &h, OPJIT_CUDA, 2, &out);
+    CHECK(rc == OPJIT_EDEVICE && out == NULL);
+    CHECK_STR_CONTAINS(opjit_errmsg(rt), "there is no CUDA device 2 (2 found)");
+    DLTensor on5 = tensor(v, kDLCUDA, f64, 2, sh);
+    on5.device.device_id = 5;
+    rc = opjit_tensor_to_device(rt, &on5, OPJIT_CPU, 0, &out);
+    CHECK(rc == OPJIT_EDEVICE && out == NULL);
+    CHECK_STR_CONTAINS(opjit_errmsg(rt), "cannot copy from CUDA device 5");
+    CHECK(st->live_allocs == before && st->ctx_depth == 0);
+
+    /* A copy outlives the runtime, holding the primary context. */
+    out = NULL;
+    rc = opjit_tensor_to_device(rt, &h, OPJIT_CUDA, 0, &out);
+    CHECKF(rc == OPJIT_OK && out, "%s", opjit_errmsg(rt));
+    opjit_destroy(rt);
+    CHECK(st->primary_refs >= 1);
+    if (out) {
+        CHECK(!memcmp(out->dl_tensor.data, v, sizeof v));
+        out->deleter(out);
+    }
+    CHECKF(st->primary_refs == 0 && st->live_allocs == allocs, "refs %d, allocs %ld",
+           st->primary_refs, st->live_allocs);
+
+    /* The host's context and stream: used, never retained. */
+    static char host_ctx;
+    rt = rt_new(cache, "sm_90");
+    CHECK(opjit_set_cuda_stream(rt, 0, &host_ctx, (void *)(uintptr_t)0x5151) == OPJIT_OK);
+    out = NULL;
+    rc = opjit_tensor_to_device(rt, &h, OPJIT_CUDA, 0, &out);
+    CHECKF(rc == OPJIT_OK && out, "%s", opjit_errmsg(rt));
+    CHECK(st->last_pushed == &host_ctx && st->primary_refs == 0);
+    if (out)
+        out->deleter(out);
+    opjit_destroy(rt);
+    CHECK(st->primary_refs == 0 && st->live_allocs == allocs && st->ctx_depth == 0);
+}
+
 /* Child: the fake driver, a GPU of FAKE_CUDA_CC. QCU_SCENARIO picks what to
  * check. */
 static int child_fake_driver(void)
@@ -834,8 +1035,33 @@ static int child_fake_driver(void)
         tmpdirs_remove();
         return t_failed_checks ? 1 : 0;
     }
+    if (!strcmp(scen, "to-device-nodev")) {
+        /* A driver without devices: the reason the call path gives. */
+        opjit_runtime *rt = rt_new(cache, "sm_90");
+        float a[2] = {1, 2};
+        int64_t sh[1] = {2};
+        DLTensor t = tensor(a, kDLCPU, (DLDataType){kDLFloat, 32, 1}, 1, sh);
+        DLManagedTensor *out = (DLManagedTensor *)&t;
+        int rc = opjit_tensor_to_device(rt, &t, OPJIT_CUDA, 0, &out);
+        CHECKF(rc == OPJIT_EDEVICE && !out, "got %s", opjit_status_name(rc));
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), "no CUDA device");
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), "CUDA device 0");
+        /* CPU to CPU needs no driver. */
+        rc = opjit_tensor_to_device(rt, &t, OPJIT_CPU, 0, &out);
+        CHECKF(rc == OPJIT_OK && out, "%s", opjit_errmsg(rt));
+        if (out)
+            out->deleter(out);
+        opjit_destroy(rt);
+        CHECK(st->live_allocs == 0 && st->ctx_depth == 0);
+        CHECKF(st->errors == 0, "%d protocol violations; the first: %s", st->errors,
+               st->first_error);
+        tmpdirs_remove();
+        return t_failed_checks ? 1 : 0;
+    }
     CHECKF(cuda_available(why, sizeof why) == OPJIT_OK, "%s", why);
-    if (!strcmp(scen, "bad-kernel")) {
+    if (!strcmp(scen, "to-device")) {
+        to_device_round_trips(st, cache);
+    } else if (!strcmp(scen, "bad-kernel")) {
         /* A launch of a kernel the device code lacks; a device id that
          * does not exist. */
         const char *d = tmpdir_new();
@@ -1065,23 +1291,32 @@ static int child_fake_driver(void)
     return t_failed_checks ? 1 : 0;
 }
 
-static void fake_driver_runs_the_cuda_path(void)
+/* Build tests/fake_libcuda.c into dir/libfakecuda.so (so); 0 when it
+ * cannot be (no $OPJIT_CC: skipped with a note; a failed build: a failed
+ * check). */
+static int fake_driver_build(const char *dir, char *so, size_t n)
 {
-    if (!nvrtc_here())
-        return;
     const char *cc = getenv("OPJIT_CC"), *src = getenv("OPJIT_SOURCE_DIR");
     if (!cc || !*cc || !src) {
         fprintf(stderr, "note: no OPJIT_CC/OPJIT_SOURCE_DIR: the fake-driver checks are skipped\n");
-        return;
+        return 0;
     }
-    const char *d = tmpdir_new();
-    char so[1024], cmd[4096];
-    snprintf(so, sizeof so, "%s/libfakecuda.so", d);
+    char cmd[4096];
+    snprintf(so, n, "%s/libfakecuda.so", dir);
     snprintf(cmd, sizeof cmd, "'%s' -shared -fPIC -O1 -ffp-contract=off -o '%s' '%s/tests/fake_libcuda.c'",
              cc, so, src);
     int rc = system(cmd);
     CHECKF(rc == 0, "cannot build the fake driver: %s", cmd);
-    if (rc)
+    return rc == 0;
+}
+
+static void fake_driver_runs_the_cuda_path(void)
+{
+    if (!nvrtc_here())
+        return;
+    const char *d = tmpdir_new();
+    char so[1024];
+    if (!fake_driver_build(d, so, sizeof so))
         return;
     char drv[1100], cache[1100], cc_env[64];
     snprintf(drv, sizeof drv, "OPJIT_CUDA_DRIVER=%s", so);
@@ -1121,6 +1356,138 @@ static void fake_driver_runs_the_cuda_path(void)
     }
 }
 
+/* Counts what cfg.alloc hands out, to see copies come from it. */
+static long counting_live;
+static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    (void)ud, (void)osize;
+    if (!nsize) {
+        if (ptr)
+            counting_live--;
+        free(ptr);
+        return NULL;
+    }
+    if (!ptr)
+        counting_live++;
+    return realloc(ptr, nsize);
+}
+
+/* In this process: no fake driver, so the real one (absent without a GPU). */
+static void tensor_to_device_on_the_host(void)
+{
+    opjit_config cfg;
+    opjit_config_init(&cfg);
+    cfg.alloc = counting_alloc;
+    cfg.tiering = 0;
+    cfg.cache_dir = pjoin(tmpdir_new(), "cache");
+    opjit_runtime *rt = NULL;
+    CHECK(opjit_create(&cfg, &rt) == OPJIT_OK && rt);
+    if (!rt)
+        return;
+    /* CPU to CPU, every case: needs no driver. */
+    size_t ncases = sizeof round_trip_cases / sizeof *round_trip_cases;
+    for (size_t i = 0; i < ncases; i++)
+        round_trip(rt, &round_trip_cases[i], OPJIT_CPU, 0);
+
+    float v[6] = {1, 2, 3, 4, 5, 6};
+    int64_t sh[2] = {2, 3}, tr[2] = {1, 2};
+    DLDataType f32 = {kDLFloat, 32, 1};
+    DLTensor h = tensor(v, kDLCPU, f32, 2, sh);
+    DLManagedTensor *out = NULL;
+    long live = counting_live;
+    CHECK(opjit_tensor_to_device(rt, &h, OPJIT_CPU, 0, &out) == OPJIT_OK && out);
+    CHECK(counting_live == live + 1); /* one block, from cfg.alloc */
+    opjit_destroy(rt);
+    if (out) { /* it outlives the runtime */
+        CHECK(!memcmp(out->dl_tensor.data, v, sizeof v));
+        out->deleter(out);
+    }
+    CHECK(counting_live == live);
+    CHECK(opjit_create(&cfg, &rt) == OPJIT_OK && rt);
+    if (!rt)
+        return;
+
+    /* Refusals: EINVAL with a message, *out NULL. */
+    struct {
+        const char *what, *msg;
+        int device, id, dltype, bits, lanes, strided;
+    } bad[] = {
+        {"strided", "not contiguous", OPJIT_CPU, 0, kDLCPU, 32, 1, 1},
+        {"strided to cuda", "not contiguous", OPJIT_CUDA, 0, kDLCPU, 32, 1, 1},
+        {"bad device", "bad device 7", 7, 0, kDLCPU, 32, 1, 0},
+        {"cpu id 1", "bad device id 1 for cpu", OPJIT_CPU, 1, kDLCPU, 32, 1, 0},
+        {"cuda id -1", "bad device id -1 for cuda", OPJIT_CUDA, -1, kDLCPU, 32, 1, 0},
+        {"rocm source", "rocm", OPJIT_CPU, 0, kDLROCM, 32, 1, 0},
+        {"4-bit dtype", "whole bytes", OPJIT_CPU, 0, kDLCPU, 4, 1, 0},
+        {"0 lanes", "whole bytes", OPJIT_CPU, 0, kDLCPU, 32, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        DLTensor t = tensor(v, bad[i].dltype, (DLDataType){kDLFloat, (uint8_t)bad[i].bits,
+                                                            (uint16_t)bad[i].lanes}, 2, sh);
+        if (bad[i].strided)
+            t.strides = tr;
+        out = (DLManagedTensor *)&t;
+        int rc = opjit_tensor_to_device(rt, &t, bad[i].device, bad[i].id, &out);
+        CHECKF(rc == OPJIT_EINVAL && out == NULL, "%s: got %s", bad[i].what,
+               opjit_status_name(rc));
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), bad[i].msg);
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), "opjit_tensor_to_device");
+    }
+    int64_t neg[2] = {2, -3};
+    DLTensor t = tensor(v, kDLCPU, f32, 2, neg);
+    CHECK(opjit_tensor_to_device(rt, &t, OPJIT_CPU, 0, &out) == OPJIT_EINVAL);
+    CHECK_STR_CONTAINS(opjit_errmsg(rt), "bad size -3 in dim 1");
+    t = tensor(NULL, kDLCPU, f32, 2, sh);
+    CHECK(opjit_tensor_to_device(rt, &t, OPJIT_CPU, 0, &out) == OPJIT_EINVAL);
+    CHECK_STR_CONTAINS(opjit_errmsg(rt), "no data");
+    CHECK(opjit_tensor_to_device(rt, NULL, OPJIT_CPU, 0, &out) == OPJIT_EINVAL);
+    CHECK(opjit_tensor_to_device(rt, &h, OPJIT_CPU, 0, NULL) == OPJIT_EINVAL);
+    CHECK(opjit_tensor_to_device(NULL, &h, OPJIT_CPU, 0, &out) == OPJIT_EINVAL);
+    CHECK(counting_live == live);
+
+    /* No driver: the call path's reason, both ways. */
+    char why[1024] = "";
+    if (cuda_available(why, sizeof why) == OPJIT_OK) {
+        fprintf(stderr, "note: a GPU is here; the no-driver checks are skipped\n");
+    } else {
+        CHECKF(strstr(why, "no libcuda.so.1") || strstr(why, "no CUDA device"), "%s", why);
+        out = (DLManagedTensor *)&h;
+        int rc = opjit_tensor_to_device(rt, &h, OPJIT_CUDA, 0, &out);
+        CHECKF(rc == OPJIT_EDEVICE && out == NULL, "got %s", opjit_status_name(rc));
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), "cannot copy to CUDA device 0");
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), why);
+        DLTensor g = tensor((void *)(uintptr_t)0x100000, kDLCUDA, f32, 2, sh);
+        out = (DLManagedTensor *)&h;
+        rc = opjit_tensor_to_device(rt, &g, OPJIT_CPU, 0, &out);
+        CHECKF(rc == OPJIT_EDEVICE && out == NULL, "got %s", opjit_status_name(rc));
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), "cannot copy from CUDA device 0");
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), why);
+        CHECK(counting_live == live);
+    }
+    opjit_destroy(rt);
+}
+
+/* The fake driver (no NVRTC needed): round trips through two GPUs, the
+ * copies' memory and contexts; and a driver without devices. */
+static void tensor_to_device_with_fake_driver(void)
+{
+    const char *d = tmpdir_new();
+    char so[1024];
+    if (!fake_driver_build(d, so, sizeof so))
+        return;
+    char drv[1100], cache[1100];
+    snprintf(drv, sizeof drv, "OPJIT_CUDA_DRIVER=%s", so);
+    snprintf(cache, sizeof cache, "QCU_CACHE=%s/cache", d);
+    const char *env[] = {drv, cache, "FAKE_CUDA_CC=90", "FAKE_CUDA_DEVICES=2",
+                         "QCU_SCENARIO=to-device", NULL};
+    int st = run_child("--child-fake-driver", env);
+    CHECKF(st == 0, "fake driver, scenario to-device exited %d", st);
+    const char *env0[] = {drv, cache, "FAKE_CUDA_DEVICES=0", "QCU_SCENARIO=to-device-nodev",
+                          NULL};
+    st = run_child("--child-fake-driver", env0);
+    CHECKF(st == 0, "fake driver, scenario to-device-nodev exited %d", st);
+}
+
 int main(int argc, char **argv)
 {
     self_exe = argv[0][0] == '/' ? argv[0] : realpath(argv[0], NULL);
@@ -1141,6 +1508,8 @@ int main(int argc, char **argv)
     T_RUN(missing_nvrtc_is_a_clear_error);
     T_RUN(warm_hits_do_not_load_nvrtc);
     T_RUN(fake_driver_runs_the_cuda_path);
+    T_RUN(tensor_to_device_on_the_host);
+    T_RUN(tensor_to_device_with_fake_driver);
     tmpdirs_remove();
     if (self_exe != argv[0])
         free((void *)self_exe);

@@ -1,6 +1,7 @@
 /* tests/test_cuda_gpu.c - every CUDA op against its CPU twin, on a real GPU,
  * on random inputs from empty to large: nms must agree exactly, mm and
- * conv2d within floating-point tolerance.
+ * conv2d within floating-point tolerance; opjit_tensor_to_device round
+ * trips keep every byte.
  *
  * Skips (exit 77) where no GPU is, saying that GPU execution went untested.
  * Device memory for inputs comes straight from the driver (dlopened here
@@ -342,6 +343,58 @@ static void conv2d_matches_cpu(void)
             conv_case(op, cfgs[i], is64);
 }
 
+/* ---- opjit_tensor_to_device: bytes survive the round trip ---------------------------- */
+
+static void tensor_to_device_round_trips(void)
+{
+    static const struct {
+        DLDataType dt;
+        int ndim;
+        int64_t shape[3];
+    } cases[] = {
+        {{kDLFloat, 32, 1}, 2, {3, 5, 0}}, {{kDLFloat, 64, 1}, 1, {1000, 0, 0}},
+        {{kDLInt, 8, 1}, 3, {2, 3, 7}},    {{kDLInt, 64, 1}, 0, {0, 0, 0}},
+        {{kDLFloat, 32, 1}, 2, {0, 4, 0}}, {{kDLUInt, 16, 1}, 1, {1 << 20, 0, 0}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        size_t n = cases[c].dt.bits / 8;
+        int64_t shape[3];
+        memcpy(shape, cases[c].shape, sizeof shape);
+        for (int i = 0; i < cases[c].ndim; i++)
+            n *= (size_t)shape[i];
+        unsigned char *h = malloc(n + 1);
+        for (size_t i = 0; i < n; i++)
+            h[i] = (unsigned char)(urand() * 256);
+        DLTensor src = tensor(h, kDLCPU, cases[c].dt, cases[c].ndim, shape);
+        DLManagedTensor *g = NULL, *g2 = NULL, *back = NULL;
+        int rc = opjit_tensor_to_device(rt, &src, OPJIT_CUDA, 0, &g);
+        CHECKF(rc == OPJIT_OK && g, "case %zu to cuda: %s", c, opjit_errmsg(rt));
+        if (g) {
+            CHECK(g->dl_tensor.device.device_type == kDLCUDA);
+            void *seen = host_copy(g, cases[c].dt.bits / 8);
+            CHECKF(!n || !memcmp(seen, h, n), "case %zu: the bytes on the GPU differ", c);
+            free(seen);
+            rc = opjit_tensor_to_device(rt, &g->dl_tensor, OPJIT_CUDA, 0, &g2);
+            CHECKF(rc == OPJIT_OK && g2, "case %zu cuda to cuda: %s", c, opjit_errmsg(rt));
+        }
+        if (g2) {
+            rc = opjit_tensor_to_device(rt, &g2->dl_tensor, OPJIT_CPU, 0, &back);
+            CHECKF(rc == OPJIT_OK && back, "case %zu back: %s", c, opjit_errmsg(rt));
+        }
+        if (back) {
+            CHECK(back->dl_tensor.device.device_type == kDLCPU);
+            CHECKF(!n || !memcmp(back->dl_tensor.data, h, n), "case %zu: round trip changed "
+                   "the bytes", c);
+            back->deleter(back);
+        }
+        if (g2)
+            g2->deleter(g2);
+        if (g)
+            g->deleter(g);
+        free(h);
+    }
+}
+
 int main(void)
 {
     char why[1024];
@@ -364,6 +417,7 @@ int main(void)
     T_RUN(nms_matches_cpu);
     T_RUN(mm_matches_cpu);
     T_RUN(conv2d_matches_cpu);
+    T_RUN(tensor_to_device_round_trips);
     opjit_destroy(rt);
     void *dummy;
     cu.pop(&dummy);

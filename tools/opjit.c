@@ -779,7 +779,8 @@ static void print_tensor(FILE *f, const char *label, const DLTensor *t)
 /* ---- call ------------------------------------------------------------------ */
 
 static const char call_help[] =
-    "usage: opjit call [options] OP NAME=VALUE... [--out FILE.npy]...\n"
+    "usage: opjit call [options] OP NAME=VALUE... [--device cpu|cuda]\n"
+    "                  [--out FILE.npy]...\n"
     "\n"
     "Load the operator OP (a name looked up on the search path, or the path of a\n"
     "source file), call it with the named arguments and save or print its outputs.\n"
@@ -796,9 +797,15 @@ static const char call_help[] =
     "Outputs are written to the --out files in order; outputs without a file are\n"
     "printed when they have at most 1000 elements.\n"
     "\n"
+    "With --device cuda every tensor argument is copied to CUDA device 0, the op's\n"
+    "CUDA kernel (its .cu source) runs there, and the outputs are copied back to\n"
+    "the host to be saved or printed. It needs the NVIDIA driver (libcuda.so.1)\n"
+    "and a GPU; without them the call fails, saying which is missing.\n"
+    "\n"
     "options:\n"
     "  --out FILE.npy   save the next output to FILE.npy (repeatable)\n"
-    "  --device DEV     cpu (the default) or cuda: where the tensors are moved\n";
+    "  --device DEV     cpu (the default) or cuda: run on GPU 0, copying the\n"
+    "                   tensors there and the outputs back\n";
 
 /* Everything a call owns, freed at the end. */
 typedef struct call_state {
@@ -809,6 +816,7 @@ typedef struct call_state {
     int *given;
     npy_array *arrays;
     int64_t **ints;
+    DLManagedTensor **dev_args; /* --device cuda: the tensor arguments on the GPU */
     DLManagedTensor **outs;
 } call_state;
 
@@ -820,6 +828,12 @@ static void call_state_free(call_state *cs)
             if (cs->outs[i] && cs->outs[i]->deleter)
                 cs->outs[i]->deleter(cs->outs[i]);
         free(cs->outs);
+    }
+    if (cs->dev_args) {
+        for (int i = 0; i < n; i++)
+            if (cs->dev_args[i] && cs->dev_args[i]->deleter)
+                cs->dev_args[i]->deleter(cs->dev_args[i]);
+        free(cs->dev_args);
     }
     if (cs->arrays)
         for (int i = 0; i < n; i++)
@@ -1086,11 +1100,7 @@ int opjit_cmd_call(int argc, char **argv)
         rc = usage_error("call", "no operator given");
         goto done;
     }
-    if (strcmp(device, "cuda") == 0) {
-        fprintf(stderr, "opjit: --device cuda: CUDA tensors are not supported by this "
-                        "build yet\n");
-        goto done;
-    }
+    int on_cuda = strcmp(device, "cuda") == 0;
 
     if (opjit_cli_create(&cs.rt) != OPJIT_EXIT_OK)
         goto done;
@@ -1107,8 +1117,9 @@ int opjit_cmd_call(int argc, char **argv)
     cs.given = calloc(na, sizeof *cs.given);
     cs.arrays = calloc(na, sizeof *cs.arrays);
     cs.ints = calloc(na, sizeof *cs.ints);
+    cs.dev_args = calloc(na, sizeof *cs.dev_args);
     cs.outs = calloc(nouts > 0 ? (size_t)nouts : 1, sizeof *cs.outs);
-    if (!cs.vals || !cs.given || !cs.arrays || !cs.ints || !cs.outs) {
+    if (!cs.vals || !cs.given || !cs.arrays || !cs.ints || !cs.dev_args || !cs.outs) {
         fprintf(stderr, "opjit: out of memory\n");
         goto done;
     }
@@ -1169,9 +1180,37 @@ int opjit_cmd_call(int argc, char **argv)
         goto done;
     }
 
+    /* --device cuda: every tensor to GPU 0, so that the CUDA kernel runs. */
+    for (int i = 0; on_cuda && i < nargs; i++) {
+        if (cs.vals[i].kind != OPJIT_KIND_TENSOR)
+            continue;
+        if (opjit_tensor_to_device(cs.rt, cs.vals[i].u.tensor, OPJIT_CUDA, 0,
+                                   &cs.dev_args[i]) != OPJIT_OK) {
+            opjit_arg_info ai;
+            const char *name = opjit_op_arg(cs.rt, cs.op, i, &ai) == OPJIT_OK ? ai.name : "?";
+            fprintf(stderr, "opjit: %s: --device cuda: argument '%s': %s\n", cs.info.name, name,
+                    opjit_errmsg(cs.rt));
+            goto done;
+        }
+        cs.vals[i] = opjit_tensor(&cs.dev_args[i]->dl_tensor);
+    }
+
     if (opjit_call(cs.rt, cs.op, cs.vals, nargs, cs.outs, nouts) != OPJIT_OK) {
         rt_error(cs.rt, cs.info.name);
         goto done;
+    }
+
+    /* Outputs on a GPU come back to the host, to be saved or printed. */
+    for (int k = 0; k < nouts; k++) {
+        DLManagedTensor *o = cs.outs[k], *host = NULL;
+        if (!o || host_tensor(&o->dl_tensor))
+            continue;
+        if (opjit_tensor_to_device(cs.rt, &o->dl_tensor, OPJIT_CPU, 0, &host) != OPJIT_OK) {
+            fprintf(stderr, "opjit: %s: output %d: %s\n", cs.info.name, k, opjit_errmsg(cs.rt));
+            goto done;
+        }
+        o->deleter(o);
+        cs.outs[k] = host;
     }
 
     rc = OPJIT_EXIT_OK;

@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# tests/test_cli_cuda.sh - `opjit call --device cuda`: the tensors go to GPU 0
+# and the outputs come back, giving what the CPU gives; without a driver or a
+# device the call fails (exit 1) saying which is missing.
+#
+# The GPU is tests/fake_libcuda.c, a stand-in driver built here with
+# $OPJIT_CC and handed over through OPJIT_CUDA_DRIVER (its "kernels" are
+# serial C emulations of the shipped .cu kernels; see tests/test_cuda.c).
+# Those checks need NVRTC to compile the .cu ops, and are skipped without it.
+#
+# Env (set by ctest): OPJIT_CLI, OPJIT_OPS_PATH, OPJIT_TEST_TMP,
+# OPJIT_CACHE_DIR, OPJIT_CC, OPJIT_SOURCE_DIR.
+set -euo pipefail
+
+if [[ -z "${OPJIT_CLI:-}" || ! -x "${OPJIT_CLI}" ]]; then
+    echo "OPJIT_CLI is not set to the opjit tool; skipping" >&2
+    exit 77
+fi
+CLI=$OPJIT_CLI
+OPS=${OPJIT_OPS_PATH:?OPJIT_OPS_PATH must name ops-src}
+SRC=${OPJIT_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+T=${OPJIT_TEST_TMP:-$(mktemp -d)}
+rm -rf "$T"
+mkdir -p "$T"
+export OPJIT_CACHE_DIR=${OPJIT_CACHE_DIR:-$T/cache}
+unset OPJIT_CUDA_DRIVER FAKE_CUDA_DEVICES FAKE_CUDA_CC OPJIT_CUDA_ARCHS
+
+# Under -fsanitize a finding must not pass for an expected exit status 1.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}exitcode=86"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}exitcode=86:print_stacktrace=1"
+
+passed=0
+failed=0
+pass() { passed=$((passed + 1)); }
+fail() {
+    failed=$((failed + 1))
+    echo "FAIL: $*" >&2
+}
+fail_run() {
+    fail "$@"
+    echo "  command: ${last_cmd:-}" >&2
+    echo "  exit: ${rc:-} stdout:" >&2
+    sed 's/^/    /' "$T/out" >&2 || true
+    echo "  stderr:" >&2
+    sed 's/^/    /' "$T/err" >&2 || true
+}
+run() {
+    last_cmd="$*"
+    set +e
+    "$@" >"$T/out" 2>"$T/err"
+    rc=$?
+    set -e
+}
+# expect WHAT RC [stdout-substring] [stderr-substring]
+expect() {
+    local what=$1 want=$2 out=${3:-} err=${4:-}
+    if grep -qE 'Sanitizer|runtime error:' "$T/err"; then
+        fail_run "$what: a sanitizer finding"
+    elif [[ "$rc" != "$want" ]]; then
+        fail_run "$what: exit $rc, expected $want"
+    elif [[ -n "$out" ]] && ! grep -qF -- "$out" "$T/out"; then
+        fail_run "$what: stdout lacks '$out'"
+    elif [[ -n "$err" ]] && ! grep -qF -- "$err" "$T/err"; then
+        fail_run "$what: stderr lacks '$err'"
+    else
+        pass
+    fi
+}
+check() {
+    local what=$1
+    shift
+    if "$@"; then pass; else fail "$what"; fi
+}
+
+# --- .npy files from the shell (as in test_cli.sh) ------------------------------
+
+le() {
+    local n=$1 v=$2 i s=""
+    for ((i = 0; i < n; i++)); do
+        s+=$(printf '\\x%02x' $(((v >> (8 * i)) & 255)))
+    done
+    printf '%s' "$s"
+}
+f32() { # the float32 bits of the integer N (|N| < 2^24)
+    local n=$1 sign=0 e=0 bits
+    if ((n < 0)); then
+        sign=1
+        n=$((-n))
+    fi
+    if ((n == 0)); then
+        bits=$((sign << 31))
+    else
+        while (((n >> (e + 1)) > 0)); do e=$((e + 1)); done
+        bits=$(((sign << 31) | ((e + 127) << 23) | ((n << (23 - e)) & 0x7fffff)))
+    fi
+    le 4 "$bits"
+}
+npy() { # npy FILE DESCR SHAPE DATA-ESCAPES
+    local file=$1 descr=$2 shape=$3 data=$4
+    local dict="{'descr': '$descr', 'fortran_order': False, 'shape': $shape, }"
+    local total=$((10 + ${#dict} + 1))
+    local pad=$(((64 - total % 64) % 64))
+    local hlen=$((${#dict} + pad + 1))
+    {
+        printf '\x93NUMPY\x01\x00'
+        printf "$(le 2 $hlen)"
+        printf '%s' "$dict"
+        printf "%${pad}s" ''
+        printf '\n'
+        printf "$data"
+    } >"$file"
+}
+npy_f32() { # npy_f32 FILE SHAPE V...
+    local file=$1 shape=$2 data="" v
+    shift 2
+    for v in "$@"; do data+=$(f32 "$v"); done
+    npy "$file" '<f4' "$shape" "$data"
+}
+
+npy_f32 "$T/a.npy" "(2, 2)" 1 2 3 4
+npy_f32 "$T/b.npy" "(2, 2)" 5 6 7 8
+npy_f32 "$T/e.npy" "(0, 2)"
+# boxes 0 and 1 overlap (IoU 0.81), box 2 is apart; scores 9, 8, 7
+npy_f32 "$T/boxes.npy" "(3, 4)" 0 0 10 10 1 1 10 10 20 20 30 30
+npy_f32 "$T/scores.npy" "(3,)" 9 8 7
+MM=(mm self=@"$T/a.npy" mat2=@"$T/b.npy")
+
+# --- no driver ---------------------------------------------------------------------
+
+# A driver library that is not there: exit 1, naming it, nothing written.
+NODRV=$T/no-such-dir/libcuda.so.1
+run env OPJIT_CUDA_DRIVER="$NODRV" "$CLI" call "${MM[@]}" --device cuda --out "$T/nodrv.npy"
+expect "no driver library" 1 "" "no $NODRV: "
+check "no driver: the reason" grep -qF "the NVIDIA driver is not installed" "$T/err"
+check "no driver: the argument is named" grep -qF "argument 'self'" "$T/err"
+check "no driver: nothing on stdout" test ! -s "$T/out"
+check "no driver: no output file" test ! -e "$T/nodrv.npy"
+
+# This machine's own driver: where there is none, the same message the
+# library gives for libcuda.so.1.
+run "$CLI" call "${MM[@]}" --device cuda
+if [[ $rc == 0 ]]; then
+    echo "note: a CUDA driver and device are here; the no-driver check is skipped" >&2
+    expect "--device cuda on this machine's GPU" 0 "[[19. 22.]"
+elif grep -qF "no libcuda.so.1" "$T/err"; then
+    expect "no libcuda.so.1" 1 "" "no libcuda.so.1: "
+    check "no libcuda.so.1: one line" test "$(wc -l <"$T/err")" = 1
+else
+    expect "a driver without a device" 1 "" "no CUDA device"
+fi
+
+# --- the fake driver ----------------------------------------------------------------
+
+FAKE=$T/libfakecuda.so
+if [[ -z "${OPJIT_CC:-}" ]]; then
+    echo "note: no OPJIT_CC: the fake-driver checks are skipped" >&2
+elif ! "$OPJIT_CC" -shared -fPIC -O1 -o "$FAKE" "$SRC/tests/fake_libcuda.c"; then
+    fail "cannot build the fake driver with $OPJIT_CC"
+else
+    export OPJIT_CUDA_DRIVER=$FAKE
+    run "$CLI" load "$OPS/mm.cu"
+    if [[ $rc != 0 ]] && grep -qF "NVRTC" "$T/err"; then
+        echo "note: no NVRTC here: the fake-driver checks are skipped" >&2
+        unset OPJIT_CUDA_DRIVER
+    else
+        expect "load mm.cu with the fake driver" 0 "mm("
+    fi
+fi
+
+if [[ "${OPJIT_CUDA_DRIVER:-}" == "$FAKE" ]]; then
+    # The CPU's answers, for comparison.
+    env -u OPJIT_CUDA_DRIVER "$CLI" call "${MM[@]}" >"$T/cpu.txt"
+    env -u OPJIT_CUDA_DRIVER "$CLI" call "${MM[@]}" --out "$T/cpu.npy" >/dev/null
+
+    run "$CLI" call "${MM[@]}" --device cuda
+    expect "mm --device cuda" 0 "output 0: shape (2, 2), dtype float32"
+    check "mm --device cuda prints the CPU result" cmp -s "$T/out" "$T/cpu.txt"
+    check "mm --device cuda values" grep -qF " [43. 50.]]" "$T/out"
+
+    run "$CLI" call "${MM[@]}" --device cuda --out "$T/cuda.npy"
+    expect "mm --device cuda --out" 0 "$T/cuda.npy"
+    check "mm --device cuda --out: the CPU's file, byte for byte" cmp -s "$T/cuda.npy" "$T/cpu.npy"
+
+    # Only the .cu loaded: the CUDA kernel is what ran.
+    run "$CLI" call "$OPS/mm.cu" self=@"$T/a.npy" mat2=@"$T/b.npy" --device cuda
+    expect "mm.cu alone --device cuda" 0 "[[19. 22.]"
+    run "$CLI" call "$OPS/mm.cu" self=@"$T/a.npy" mat2=@"$T/b.npy"
+    expect "mm.cu alone on the cpu" 1 "" "has no CPU kernel"
+    # ... and a CPU-only op has nothing to run there.
+    run "$CLI" call "$OPS/mm.c" self=@"$T/a.npy" mat2=@"$T/b.npy" --device cuda
+    expect "mm.c alone --device cuda" 1 "" "has no CUDA kernel"
+
+    # An empty operand: an empty result.
+    run "$CLI" call mm self=@"$T/e.npy" mat2=@"$T/b.npy" --device cuda
+    expect "empty mm --device cuda" 0 "output 0: shape (0, 2), dtype float32"
+    check "empty mm --device cuda value" grep -qxF "[]" "$T/out"
+
+    # A float argument and an int64 output.
+    run "$CLI" call nms boxes=@"$T/boxes.npy" scores=@"$T/scores.npy" iou_threshold=0.5 --device cuda
+    expect "nms --device cuda" 0 "dtype int64"
+    check "nms --device cuda keeps boxes 0 and 2" grep -qxF "[0 2]" "$T/out"
+
+    # A driver without devices.
+    run env FAKE_CUDA_DEVICES=0 "$CLI" call "${MM[@]}" --device cuda
+    expect "no CUDA device" 1 "" "no CUDA device"
+    check "no CUDA device: nothing on stdout" test ! -s "$T/out"
+fi
+
+echo "$passed passed, $failed failed"
+[[ $failed == 0 ]]
