@@ -20,6 +20,8 @@
 #include <limits.h>
 #include <string.h>
 
+#include "mm_common.h"
+
 /* How BLAS should read a 2-D operand [r, c]: transpose flag and leading
  * dimension. Returns 0 when the layout is not one BLAS can read. */
 static int mm_layout(const DLTensor *t, enum CBLAS_TRANSPOSE *trans, int64_t *ld)
@@ -46,15 +48,6 @@ static int mm_layout(const DLTensor *t, enum CBLAS_TRANSPOSE *trans, int64_t *ld
     return 0;
 }
 
-static const char *mm_dtype_name(const DLTensor *t)
-{
-    if (opjit_is_dtype(t, kDLFloat, 32))
-        return "float32";
-    if (opjit_is_dtype(t, kDLFloat, 64))
-        return "float64";
-    return "another dtype";
-}
-
 static int mm_cpu(opjit_ctx *ctx, opjit_args *a)
 {
     DLTensor *x = opjit_arg_tensor(a, 0);
@@ -62,29 +55,10 @@ static int mm_cpu(opjit_ctx *ctx, opjit_args *a)
     DLTensor *out;
     enum CBLAS_TRANSPOSE ta = CblasNoTrans, tb = CblasNoTrans;
     int64_t n, k, m, lda = 1, ldb = 1, shape[2];
-    int is64;
+    int is64, rc;
 
-    if (!x || !y)
-        return opjit_fail(ctx, "self and mat2 are required");
-    if (x->ndim != 2)
-        return opjit_fail(ctx, "self must be a 2D matrix, got %dD", x->ndim);
-    if (y->ndim != 2)
-        return opjit_fail(ctx, "mat2 must be a 2D matrix, got %dD", y->ndim);
-    is64 = opjit_is_dtype(x, kDLFloat, 64);
-    if (!is64 && !opjit_is_dtype(x, kDLFloat, 32))
-        return opjit_fail(ctx, "self must be float32 or float64");
-    if (y->dtype.code != x->dtype.code || y->dtype.bits != x->dtype.bits ||
-        y->dtype.lanes != x->dtype.lanes)
-        return opjit_fail(ctx, "mat2 dtype (%s) must match self dtype (%s)",
-                          mm_dtype_name(y), mm_dtype_name(x));
-    n = x->shape[0];
-    k = x->shape[1];
-    m = y->shape[1];
-    if (y->shape[0] != k)
-        return opjit_fail(ctx, "self and mat2 shapes cannot be multiplied "
-                               "(%lldx%lld and %lldx%lld)",
-                          (long long)n, (long long)k, (long long)y->shape[0],
-                          (long long)m);
+    if ((rc = mm_check(ctx, x, y, &is64, &n, &k, &m)) != 0)
+        return rc;
     if (n > INT_MAX || k > INT_MAX || m > INT_MAX)
         return opjit_fail(ctx, "dimensions above %d are not supported "
                                "(%lldx%lld and %lldx%lld)",

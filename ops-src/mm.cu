@@ -94,17 +94,10 @@ extern "C" __global__ void __launch_bounds__(MM_THREADS)
 #include <opjit_op.h>
 #include <limits.h>
 
+#include "mm_common.h"
+
 #define MM_TILE 64
 #define MM_THREADS 256
-
-static const char *mmc_dtype_name(const DLTensor *t)
-{
-    if (opjit_is_dtype(t, kDLFloat, 32))
-        return "float32";
-    if (opjit_is_dtype(t, kDLFloat, 64))
-        return "float64";
-    return "another dtype";
-}
 
 static int mm_cuda(opjit_ctx *ctx, opjit_args *a)
 {
@@ -113,31 +106,13 @@ static int mm_cuda(opjit_ctx *ctx, opjit_args *a)
     DLTensor *out;
     int64_t n, k, m, shape[2];
     long long sa0, sa1, sb0, sb1;
-    int in, ik, im, is64;
+    int in, ik, im, is64, rc;
     void *pa, *pb, *pc;
     void *params[10];
     unsigned grid[3], block[3];
 
-    if (!x || !y)
-        return opjit_fail(ctx, "self and mat2 are required");
-    if (x->ndim != 2)
-        return opjit_fail(ctx, "self must be a 2D matrix, got %dD", x->ndim);
-    if (y->ndim != 2)
-        return opjit_fail(ctx, "mat2 must be a 2D matrix, got %dD", y->ndim);
-    is64 = opjit_is_dtype(x, kDLFloat, 64);
-    if (!is64 && !opjit_is_dtype(x, kDLFloat, 32))
-        return opjit_fail(ctx, "self must be float32 or float64");
-    if (y->dtype.code != x->dtype.code || y->dtype.bits != x->dtype.bits ||
-        y->dtype.lanes != x->dtype.lanes)
-        return opjit_fail(ctx, "mat2 dtype (%s) must match self dtype (%s)",
-                          mmc_dtype_name(y), mmc_dtype_name(x));
-    n = x->shape[0];
-    k = x->shape[1];
-    m = y->shape[1];
-    if (y->shape[0] != k)
-        return opjit_fail(ctx, "self and mat2 shapes cannot be multiplied "
-                               "(%lldx%lld and %lldx%lld)",
-                          (long long)n, (long long)k, (long long)y->shape[0], (long long)m);
+    if ((rc = mm_check(ctx, x, y, &is64, &n, &k, &m)) != 0)
+        return rc;
     if (n > INT_MAX || k > INT_MAX || m > INT_MAX || (n + MM_TILE - 1) / MM_TILE > 65535)
         return opjit_fail(ctx, "dimensions too large for the CUDA kernel (%lldx%lld and "
                                "%lldx%lld; rows at most %d)",

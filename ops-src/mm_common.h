@@ -1,0 +1,51 @@
+/*
+ * ops-src/mm_common.h - the argument checks mm.c and the host half of
+ * mm.cu share, so both accept and refuse the same calls with the same
+ * messages. A local header: both sources' cache keys include it.
+ */
+#ifndef MM_COMMON_H
+#define MM_COMMON_H
+
+#include <opjit_op.h>
+
+static const char *mm_dtype_name(const DLTensor *t)
+{
+    if (opjit_is_dtype(t, kDLFloat, 32))
+        return "float32";
+    if (opjit_is_dtype(t, kDLFloat, 64))
+        return "float64";
+    return "another dtype";
+}
+
+/* self [n, k] and mat2 [k, m], both float32 or both float64. Returns 0
+ * with the sizes set, or the status of opjit_fail. */
+static int mm_check(opjit_ctx *ctx, const DLTensor *x, const DLTensor *y, int *is64,
+                    int64_t *n, int64_t *k, int64_t *m)
+{
+    *is64 = 0;
+    *n = *k = *m = 0;
+    if (!x || !y)
+        return opjit_fail(ctx, "self and mat2 are required");
+    if (x->ndim != 2)
+        return opjit_fail(ctx, "self must be a 2D matrix, got %dD", x->ndim);
+    if (y->ndim != 2)
+        return opjit_fail(ctx, "mat2 must be a 2D matrix, got %dD", y->ndim);
+    *is64 = opjit_is_dtype(x, kDLFloat, 64);
+    if (!*is64 && !opjit_is_dtype(x, kDLFloat, 32))
+        return opjit_fail(ctx, "self must be float32 or float64");
+    if (y->dtype.code != x->dtype.code || y->dtype.bits != x->dtype.bits ||
+        y->dtype.lanes != x->dtype.lanes)
+        return opjit_fail(ctx, "mat2 dtype (%s) must match self dtype (%s)",
+                          mm_dtype_name(y), mm_dtype_name(x));
+    *n = x->shape[0];
+    *k = x->shape[1];
+    *m = y->shape[1];
+    if (y->shape[0] != *k)
+        return opjit_fail(ctx, "self and mat2 shapes cannot be multiplied "
+                               "(%lldx%lld and %lldx%lld)",
+                          (long long)*n, (long long)*k, (long long)y->shape[0],
+                          (long long)*m);
+    return 0;
+}
+
+#endif
