@@ -14,7 +14,15 @@
  * (im2col) and multiply by the group's weights [O/groups, C/groups*kH*kW]
  * with one GEMM straight into the output. A 1x1 kernel with stride 1 and
  * no padding needs no unfolding: the GEMM reads the input directly. The
- * bias is added afterwards.
+ * bias is added afterwards. The GEMM is OpenBLAS's.
+ *
+ * float32 in the optimizing tier (gcc), on a CPU with AVX-512, has faster
+ * paths (see "the optimizing tier on x86-64 with AVX-512" below):
+ *  - 3x3, stride 1, dilation 1, one group (enough tiles): Winograd
+ *    F(2x2, 3x3), 16 GEMMs over the transformed tiles of the whole batch,
+ *    bias added in the output transform;
+ *  - everything else: this file's GEMM instead of OpenBLAS's, and the
+ *    im2col done in blocks of output positions that stay in L2.
  */
 #ifndef FORCE_OPENBLAS_COMPLEX_STRUCT
 #define FORCE_OPENBLAS_COMPLEX_STRUCT
@@ -23,7 +31,6 @@
 #include <cblas.h>
 #include <limits.h>
 #include <string.h>
-#include <stdlib.h>
 
 typedef struct conv_geom {
     int64_t n, c, h, w;      /* input */
@@ -103,25 +110,17 @@ static int64_t conv_ceil_div(int64_t num, int64_t s)
 CONV_DEFINE(float, f32)
 CONV_DEFINE(double, f64)
 
-/* ---- Winograd F(2x2, 3x3) ------------------------------------------------------
- *
- * For a 3x3 kernel with stride 1, dilation 1 and one group, each 2x2 block
- * of outputs ("tile") is Y = A^T [ sum_c (G g_oc G^T) . (B^T d_c B) ] A,
- * d_c the 4x4 input patch of channel c: 16 products per tile and channel
- * pair instead of 36. The 16 element positions xi = 4*i + j of the
- * transformed tiles make 16 independent matrix products
- * M[xi] (O x T) = U[xi] (O x C) . V[xi] (C x T) over the T tiles of a chunk.
- * F(2x2, 3x3) keeps float32 rounding error within a few units of a direct
- * sum (larger tiles, F(4x4, 3x3), lose about a decimal digit). */
-
 /* ---- the optimizing tier on x86-64 with AVX-512 ----------------------------------
  *
- * OpenBLAS as Debian ships it runs Haswell (AVX2) kernels here, about 100
- * GFLOP/s on a core whose AVX-512 FMA units do twice that. With gcc, the
- * optimizing tier adds a single-precision GEMM written with vector
- * extensions (8 rows x 48 columns of accumulators: 24 zmm registers) and
- * the Winograd transforms, compiled for AVX-512 and chosen at run time
- * when the CPU has it. libtcc never sees this part. */
+ * OpenBLAS runs AVX2 kernels on one core at about 100 GFLOP/s (Debian's
+ * 0.3.21 does not know newer CPUs; OPENBLAS_CORETYPE may pin it too),
+ * half of what AVX-512 FMA units do. With gcc, the optimizing tier adds a
+ * single-precision GEMM written with GCC vector extensions (8 rows x 48
+ * columns of accumulators, 24 zmm registers, about 230 GFLOP/s on the
+ * bench machine), the Winograd transforms and a blocked im2col, compiled
+ * for AVX-512 (target attribute) and chosen at run time when the CPU has
+ * it. libtcc never sees this part; other compilers and CPUs keep the
+ * OpenBLAS path. */
 #if defined(OPJIT_TIER_OPT) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(__TINYC__) && defined(__x86_64__)
 #define CONV_FAST 1
@@ -134,15 +133,14 @@ typedef int conv_i16 __attribute__((vector_size(64)));
 #define CONV_LD(p) (*(const conv_v16 *)(const void *)(p))
 #define CONV_ST(p, v) (*(conv_v16 *)(void *)(p) = (v))
 
+/* Whether the CPU (and the OS) runs AVX-512 code. */
 static int conv_fast_ok(void)
 {
-    static int ok = -1;
-    if (ok < 0) {
-        __builtin_cpu_init();
-        ok = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    }
-    return ok;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") ? 1 : 0;
 }
+
+/* ---- GEMM ---------------------------------------------------------------------- */
 
 /* Micro-kernels: C[8][16*NV] = A[8][K] . B[K][16*NV], row-major with
  * leading dimensions lda, ldb, ldc. Rows 0-3 of A are read through p,
@@ -262,18 +260,27 @@ CONV_AVX512 static void conv_sgemm(int64_t M, int64_t N, int64_t K, const float 
         }
     }
 }
-#endif /* CONV_FAST */
 
-#ifdef CONV_FAST
+/* ---- Winograd F(2x2, 3x3) ------------------------------------------------------
+ *
+ * For a 3x3 kernel with stride 1, dilation 1 and one group, each 2x2 block
+ * of outputs ("tile") is Y = A^T [ sum_c (G g_oc G^T) . (B^T d_c B) ] A,
+ * d_c the 4x4 input patch of channel c: 16 products per tile and channel
+ * pair instead of 36. The 16 element positions xi = 4*i + j of the
+ * transformed tiles make 16 independent matrix products
+ * M[xi] (O x T) = U[xi] (O x C) . V[xi] (C x T) over the T tiles of a chunk.
+ * F(2x2, 3x3) keeps float32 rounding error within a few units of a direct
+ * sum (larger tiles, F(4x4, 3x3), lose about a decimal digit). An infinite
+ * input can turn all four outputs of the tiles that read it into NaN (the
+ * transforms subtract), where a direct sum gives +-inf for some. */
+
 /* U[xi][f] = (G g_f G^T)[xi] for the filters g_f = w[f], f = o * C + c,
- * G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]: the coefficient of tap
- * 3a + b in U[4i + j] is G[i][a] G[j][b]. One filter's 16 values are a
- * vector (9 multiply-adds); 16 such vectors are transposed in registers
- * into 16 vectors of one xi each. */
+ * G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], 16 filters at a time:
+ * filter f's 9 taps are the first lanes of a load at w + 9 f; a 16 x 16
+ * transpose in registers makes vectors of one tap across the 16 filters,
+ * which G then combines. The last block reads a zero-padded copy. */
 CONV_AVX512 static void conv_wino_weights(const float *w, int64_t nf, float *u, int64_t ups)
 {
-    static const float gm[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}};
-    /* transpose stages: rows i and i + h exchange blocks of h lanes */
     const conv_i16 lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
     const conv_i16 hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
     const conv_i16 lo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
@@ -282,51 +289,69 @@ CONV_AVX512 static void conv_wino_weights(const float *w, int64_t nf, float *u, 
     const conv_i16 hi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
     const conv_i16 lo1 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
     const conv_i16 hi1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
-    conv_v16 k[9], r[16], p, q;
-    float tv[16], gt[16 * 9];
-    int64_t f0, f, xi;
-    int a;
-    for (a = 0; a < 9; a++) {
-        for (xi = 0; xi < 16; xi++)
-            tv[xi] = gm[xi / 4][a / 3] * gm[xi % 4][a % 3];
-        k[a] = CONV_LD(tv);
-    }
+    float gt[16 * 9 + 16], tv[16];
+    int64_t f0, xi;
     for (f0 = 0; f0 < nf; f0 += 16) {
         int64_t cnt = nf - f0 < 16 ? nf - f0 : 16;
         const float *g = w + f0 * 9;
-        if (cnt < 16) { /* the last filters, padded with zero filters */
+        conv_v16 r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, p, q;
+        conv_v16 s[4][3], o[16];
+        int b, i;
+        if (f0 + 16 >= nf) { /* loads of the last filters would run past w */
             memset(gt, 0, sizeof gt);
             memcpy(gt, g, (size_t)(cnt * 9) * sizeof(float));
             g = gt;
         }
-        for (f = 0; f < 16; f++, g += 9)
-            r[f] = (g[0] * k[0] + g[1] * k[1] + g[2] * k[2]) +
-                   (g[3] * k[3] + g[4] * k[4] + g[5] * k[5]) +
-                   (g[6] * k[6] + g[7] * k[7] + g[8] * k[8]);
-#define CONV_TR(i, h, lo, hi)                                                 \
-    p = r[i];                                                                 \
-    q = r[(i) + (h)];                                                         \
-    r[i] = __builtin_shuffle(p, q, lo);                                       \
-    r[(i) + (h)] = __builtin_shuffle(p, q, hi);
-        CONV_TR(0, 8, lo8, hi8) CONV_TR(1, 8, lo8, hi8) CONV_TR(2, 8, lo8, hi8)
-        CONV_TR(3, 8, lo8, hi8) CONV_TR(4, 8, lo8, hi8) CONV_TR(5, 8, lo8, hi8)
-        CONV_TR(6, 8, lo8, hi8) CONV_TR(7, 8, lo8, hi8)
-        CONV_TR(0, 4, lo4, hi4) CONV_TR(1, 4, lo4, hi4) CONV_TR(2, 4, lo4, hi4)
-        CONV_TR(3, 4, lo4, hi4) CONV_TR(8, 4, lo4, hi4) CONV_TR(9, 4, lo4, hi4)
-        CONV_TR(10, 4, lo4, hi4) CONV_TR(11, 4, lo4, hi4)
-        CONV_TR(0, 2, lo2, hi2) CONV_TR(1, 2, lo2, hi2) CONV_TR(4, 2, lo2, hi2)
-        CONV_TR(5, 2, lo2, hi2) CONV_TR(8, 2, lo2, hi2) CONV_TR(9, 2, lo2, hi2)
-        CONV_TR(12, 2, lo2, hi2) CONV_TR(13, 2, lo2, hi2)
-        CONV_TR(0, 1, lo1, hi1) CONV_TR(2, 1, lo1, hi1) CONV_TR(4, 1, lo1, hi1)
-        CONV_TR(6, 1, lo1, hi1) CONV_TR(8, 1, lo1, hi1) CONV_TR(10, 1, lo1, hi1)
-        CONV_TR(12, 1, lo1, hi1) CONV_TR(14, 1, lo1, hi1)
+        r0 = CONV_LD(g); r1 = CONV_LD(g + 9); r2 = CONV_LD(g + 18); r3 = CONV_LD(g + 27);
+        r4 = CONV_LD(g + 36); r5 = CONV_LD(g + 45); r6 = CONV_LD(g + 54); r7 = CONV_LD(g + 63);
+        r8 = CONV_LD(g + 72); r9 = CONV_LD(g + 81); r10 = CONV_LD(g + 90);
+        r11 = CONV_LD(g + 99); r12 = CONV_LD(g + 108); r13 = CONV_LD(g + 117);
+        r14 = CONV_LD(g + 126); r15 = CONV_LD(g + 135);
+        /* rows a and a + h exchange blocks of h lanes, h = 8, 4, 2, 1 */
+#define CONV_TR(a, c, lo, hi)                                                 \
+    p = a;                                                                    \
+    q = c;                                                                    \
+    a = __builtin_shuffle(p, q, lo);                                          \
+    c = __builtin_shuffle(p, q, hi);
+        CONV_TR(r0, r8, lo8, hi8) CONV_TR(r1, r9, lo8, hi8) CONV_TR(r2, r10, lo8, hi8)
+        CONV_TR(r3, r11, lo8, hi8) CONV_TR(r4, r12, lo8, hi8) CONV_TR(r5, r13, lo8, hi8)
+        CONV_TR(r6, r14, lo8, hi8) CONV_TR(r7, r15, lo8, hi8)
+        CONV_TR(r0, r4, lo4, hi4) CONV_TR(r1, r5, lo4, hi4) CONV_TR(r2, r6, lo4, hi4)
+        CONV_TR(r3, r7, lo4, hi4) CONV_TR(r8, r12, lo4, hi4) CONV_TR(r9, r13, lo4, hi4)
+        CONV_TR(r10, r14, lo4, hi4) CONV_TR(r11, r15, lo4, hi4)
+        CONV_TR(r0, r2, lo2, hi2) CONV_TR(r1, r3, lo2, hi2) CONV_TR(r4, r6, lo2, hi2)
+        CONV_TR(r5, r7, lo2, hi2) CONV_TR(r8, r10, lo2, hi2) CONV_TR(r9, r11, lo2, hi2)
+        CONV_TR(r12, r14, lo2, hi2) CONV_TR(r13, r15, lo2, hi2)
+        CONV_TR(r0, r1, lo1, hi1) CONV_TR(r2, r3, lo1, hi1) CONV_TR(r4, r5, lo1, hi1)
+        CONV_TR(r6, r7, lo1, hi1) CONV_TR(r8, r9, lo1, hi1)
 #undef CONV_TR
+        (void)r10; (void)r11; (void)r12; (void)r13; (void)r14; (void)r15;
+        /* r0 .. r8: taps 3a + b, a the row; s = G g, then (G g) G^T */
+        {
+            conv_v16 t[9];
+            t[0] = r0; t[1] = r1; t[2] = r2; t[3] = r3; t[4] = r4;
+            t[5] = r5; t[6] = r6; t[7] = r7; t[8] = r8;
+            for (b = 0; b < 3; b++) {
+                conv_v16 e = t[b] + t[6 + b];
+                s[0][b] = t[b];
+                s[1][b] = 0.5f * (e + t[3 + b]);
+                s[2][b] = 0.5f * (e - t[3 + b]);
+                s[3][b] = t[6 + b];
+            }
+        }
+        for (i = 0; i < 4; i++) {
+            conv_v16 e = s[i][0] + s[i][2];
+            o[4 * i] = s[i][0];
+            o[4 * i + 1] = 0.5f * (e + s[i][1]);
+            o[4 * i + 2] = 0.5f * (e - s[i][1]);
+            o[4 * i + 3] = s[i][2];
+        }
         if (cnt == 16) {
             for (xi = 0; xi < 16; xi++)
-                CONV_ST(u + xi * ups + f0, r[xi]);
+                CONV_ST(u + xi * ups + f0, o[xi]);
         } else {
             for (xi = 0; xi < 16; xi++) {
-                CONV_ST(tv, r[xi]);
+                CONV_ST(tv, o[xi]);
                 memcpy(u + xi * ups + f0, tv, (size_t)cnt * sizeof(float));
             }
         }
@@ -400,7 +425,7 @@ CONV_AVX512 static void conv_wino_input(const conv_geom *g, const float *x, cons
             const conv_v16 zv = {0};
             for (k = 0; k < nrows; k++) {
                 float *d = rc + k * wp + g->pw;
-                const float *src = plane + rows[k];
+                const float *src = plane + (rows[k] >= 0 ? rows[k] : 0);
                 int64_t q;
                 if (W < 16) {
                     if (rows[k] >= 0)
@@ -467,16 +492,16 @@ CONV_AVX512 static void conv_wino_input(const conv_geom *g, const float *x, cons
 /* y = A^T M A (+ bias) for the chunk's tiles, A^T = [1 1 1 0; 0 1 -1 -1],
  * written to the output rows 2*ty and 2*ty + 1 (those inside it). */
 CONV_AVX512 static void conv_wino_output(const conv_geom *g, const float *m, int64_t ldm, int64_t xs,
-                                         const conv_seg *segs, int64_t nseg, const float *bias,
-                                         float *y)
+                                         const conv_seg *segs, int64_t nseg, int64_t o0,
+                                         int64_t oc, const float *bias, float *y)
 {
     const conv_i16 il = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
     const conv_i16 ih = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     const int64_t O = g->o, Ho = g->ho, Wo = g->wo;
     float tmp[32];
     int64_t o, s, l;
-    for (o = 0; o < O; o++) {
-        const float *mo = m + o * ldm;
+    for (o = o0; o < o0 + oc; o++) {
+        const float *mo = m + (o - o0) * ldm;
         float bo = bias ? bias[o] : 0.0f;
         for (s = 0; s < nseg; s++) {
             const conv_seg *sg = &segs[s];
@@ -533,16 +558,40 @@ CONV_AVX512 static void conv_wino_output(const conv_geom *g, const float *m, int
     }
 }
 
-/* Tiles per chunk: the chunk's V and M (16 x (C + O) floats a tile) about
- * 1.5 MB, at least 48 tiles (one GEMM panel); the tiles split evenly over
- * the chunks, in multiples of 16. */
-static int64_t conv_wino_chunk(const conv_geom *g, int64_t tiles)
+/* Output channels a block: all of them when U (16 O C floats) is at most
+ * 4 MB, transformed once; else blocks of 8k rows, each 4 MB or less of U,
+ * transformed for each chunk of tiles right before its products. */
+static int64_t conv_wino_oblock(const conv_geom *g)
 {
-    int64_t t = ((int64_t)1536 * 1024) / (16 * 4 * (g->c + g->o)), chunks;
+    int64_t ob = ((int64_t)1 << 16) / g->c / 8 * 8;
+    if (ob < 8)
+        ob = 8;
+    return ob < g->o ? ob : g->o;
+}
+
+/* Tiles per chunk, in multiples of 16, spread evenly over the chunks.
+ * With U transformed once: V and M (16 (C + O) floats a tile) about 1.5 MB,
+ * to stay in L2, but enough tiles that U's traffic, once a chunk, is at
+ * most theirs (O C / (C + O)); with U in blocks, transformed once a chunk:
+ * V up to 8 MB. At least 48 tiles (one GEMM panel), V and M at most 64 MB. */
+static int64_t conv_wino_chunk(const conv_geom *g, int64_t tiles, int64_t ob)
+{
+    int64_t per_tile = 16 * 4 * (g->c + ob); /* bytes of V and M */
+    int64_t t, tmax = ((int64_t)1 << 26) / per_tile, chunks;
+    if (ob == g->o) {
+        int64_t tu = g->o * g->c / (g->c + g->o);
+        t = ((int64_t)3 << 19) / per_tile;
+        if (t < tu)
+            t = tu;
+    } else {
+        t = ((int64_t)1 << 23) / (16 * 4 * g->c);
+    }
     if (t < 48)
         t = 48;
-    if (t > 1024)
-        t = 1024;
+    if (t > tmax)
+        t = tmax;
+    if (t < 16)
+        t = 16;
     chunks = (tiles + t - 1) / t;
     t = (tiles + chunks - 1) / chunks;
     return (t + 15) / 16 * 16;
@@ -555,9 +604,11 @@ static int conv_wino_f32(opjit_ctx *ctx, const conv_geom *g, const float *x, con
 {
     const int64_t C = g->c, O = g->o;
     const int64_t th = (g->ho + 1) / 2, tw = (g->wo + 1) / 2, tiles = g->n * th * tw;
-    int64_t tc = conv_wino_chunk(g, tiles);
+    const int64_t ob = conv_wino_oblock(g), tc = conv_wino_chunk(g, tiles, ob);
     int64_t ldv = tc + 16, ldm = tc + 16, wp = (2 * tw + 48 + 15) / 16 * 16;
-    int64_t ups, vps, mps, p0, xi, nseg_max = tc + 2, nrows_max = 4 * nseg_max, nrows, nseg;
+    /* runs a chunk: a partial tile row at each end, whole ones between */
+    int64_t nseg_max = tc / tw + 2, nrows_max = 4 * nseg_max;
+    int64_t ups, vps, mps, p0, o0, xi, nrows, nseg;
     size_t nu, nv, nm, nr, bytes;
     float *u, *v, *m, *rb, *scr;
     int64_t *rows;
@@ -569,10 +620,10 @@ static int conv_wino_f32(opjit_ctx *ctx, const conv_geom *g, const float *x, con
     if (ldm % 256 == 0)
         ldm += 16;
     /* The 16 planes of U, V and M: 64 bytes more than their size apart, so
-     * that 16 streams a transform reads or writes use different cache sets. */
-    ups = O * C + 16;
+     * that the 16 streams a transform reads or writes use different sets. */
+    ups = ob * C + 16;
     vps = C * ldv + 16;
-    mps = O * ldm + 16;
+    mps = ob * ldm + 16;
     nu = (size_t)(16 * ups);
     nv = (size_t)(16 * vps);
     nm = (size_t)(16 * mps);
@@ -594,7 +645,8 @@ static int conv_wino_f32(opjit_ctx *ctx, const conv_geom *g, const float *x, con
     scr = (float *)base;
 #undef CONV_CARVE
     memset(rb, 0, nr * sizeof(float));
-    conv_wino_weights(w, O * C, u, ups);
+    if (ob == O)
+        conv_wino_weights(w, O * C, u, ups);
     for (p0 = 0; p0 < tiles; p0 += tc) {
         int64_t nt = tiles - p0 < tc ? tiles - p0 : tc, ntp = (nt + 15) / 16 * 16;
         nseg = conv_wino_segs(g, p0, nt, th, tw, segs, rows, &nrows);
@@ -605,11 +657,121 @@ static int conv_wino_f32(opjit_ctx *ctx, const conv_geom *g, const float *x, con
                 memset(v + (r / C) * vps + (r % C) * ldv + nt, 0,
                        (size_t)(ntp - nt) * sizeof(float));
         }
-        for (xi = 0; xi < 16; xi++)
-            conv_sgemm(O, ntp, C, u + xi * ups, C, v + xi * vps, ldv, m + xi * mps, ldm, scr);
-        conv_wino_output(g, m, ldm, mps, segs, nseg, bias, y);
+        for (o0 = 0; o0 < O; o0 += ob) {
+            int64_t oc = O - o0 < ob ? O - o0 : ob;
+            if (ob < O)
+                conv_wino_weights(w + o0 * C * 9, oc * C, u, ups);
+            for (xi = 0; xi < 16; xi++)
+                conv_sgemm(oc, ntp, C, u + xi * ups, C, v + xi * vps, ldv, m + xi * mps, ldm,
+                           scr);
+            conv_wino_output(g, m, ldm, mps, segs, nseg, o0, oc, bias, y);
+        }
     }
     return 0;
+}
+
+/* ---- im2col in blocks, for the GEMM above -------------------------------------- */
+
+/* Columns of output positions a block: the block of the unfolded input
+ * (kdim x pb floats) about 512 KB, to stay in L2; a multiple of 16, at
+ * least 48. */
+static int64_t conv_col_block(int64_t kdim, int64_t plane)
+{
+    int64_t pb = ((int64_t)1 << 17) / kdim / 16 * 16;
+    if (pb < 48)
+        pb = 48;
+    if (pb > (plane + 15) / 16 * 16)
+        pb = (plane + 15) / 16 * 16;
+    return pb;
+}
+
+/* The block's leading dimension: 16 columns of slack, and not a multiple
+ * of 1 KiB (those alias in the caches). */
+static int64_t conv_col_ld(int64_t kdim, int64_t plane)
+{
+    int64_t ld = conv_col_block(kdim, plane) + 16;
+    return ld % 256 == 0 ? ld + 16 : ld;
+}
+
+/* Floats of workspace conv_im2col_gemm_f32 needs. */
+static size_t conv_col_floats(int64_t kdim, int64_t plane)
+{
+    return (size_t)(kdim * conv_col_ld(kdim, plane) + 16) +
+           conv_sgemm_scratch(kdim) / sizeof(float);
+}
+
+/* The unfolded input for output positions p0 .. p0 + np - 1 (p = oh * wo
+ * + ow): col[(c * kh + ki) * kw + kj][p - p0], rows ldc >= np + 16 apart.
+ * Each output row's run is zeros, a copy (vector loads for strides 1 and
+ * 2) and zeros, written left to right in whole vectors, so a vector that
+ * runs past a run is overwritten by the next (or lands in the slack). A
+ * copy that could read past the input tensor (xend) is done one by one. */
+CONV_AVX512 static void conv_im2col_blk(const conv_geom *g, const float *im, const float *xend,
+                                        int64_t p0, int64_t np, float *col, int64_t ldc)
+{
+    const conv_i16 ev = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const conv_v16 zv = {0};
+    const int64_t H = g->h, W = g->w, wo = g->wo, sh = g->sh, sw = g->sw;
+    const int64_t oh0 = p0 / wo, oh1 = (p0 + np - 1) / wo;
+    int64_t c, ki, kj, oh, q;
+    float *row = col;
+    for (c = 0; c < g->cg; c++) {
+        const float *plane = im + c * H * W;
+        for (ki = 0; ki < g->kh; ki++) {
+            int64_t ih0 = ki * g->dh - g->ph;
+            for (kj = 0; kj < g->kw; kj++, row += ldc) {
+                int64_t iw0 = kj * g->dw - g->pw;
+                int64_t lo = conv_ceil_div(-iw0, sw), hi = conv_ceil_div(W - iw0, sw);
+                if (hi > wo)
+                    hi = wo;
+                if (lo > hi)
+                    lo = hi;
+                for (oh = oh0; oh <= oh1; oh++) {
+                    int64_t owa = oh == oh0 ? p0 - oh * wo : 0;
+                    int64_t owb = oh == oh1 ? p0 + np - oh * wo : wo;
+                    int64_t ih = oh * sh + ih0, a = lo > owa ? lo : owa, b = hi < owb ? hi : owb;
+                    float *d = row + oh * wo - p0;
+                    const float *s;
+                    if (ih < 0 || ih >= H || a >= b) {
+                        for (q = owa; q < owb; q += 16)
+                            CONV_ST(d + q, zv);
+                        continue;
+                    }
+                    for (q = owa; q < a; q += 16)
+                        CONV_ST(d + q, zv);
+                    s = plane + ih * W + (a * sw + iw0); /* ow = a */
+                    if (sw == 1 && s + (b - a) + 16 <= xend) {
+                        for (q = a; q < b; q += 16)
+                            CONV_ST(d + q, CONV_LD(s + (q - a)));
+                    } else if (sw == 2 && s + 2 * (b - a) + 32 <= xend) {
+                        for (q = a; q < b; q += 16)
+                            CONV_ST(d + q, __builtin_shuffle(CONV_LD(s + 2 * (q - a)),
+                                                             CONV_LD(s + 2 * (q - a) + 16), ev));
+                    } else {
+                        for (q = a; q < b; q++)
+                            d[q] = s[(q - a) * sw];
+                    }
+                    for (q = b; q < owb; q += 16)
+                        CONV_ST(d + q, zv);
+                }
+            }
+        }
+    }
+}
+
+/* One image and group: out (og x plane) = w (og x kdim) . im2col(im), a
+ * block of output positions at a time. ws: conv_col_floats() floats. */
+static void conv_im2col_gemm_f32(const conv_geom *g, const float *im, const float *xend,
+                                 const float *w, float *out, float *ws)
+{
+    const int64_t kdim = g->cg * g->kh * g->kw, plane = g->ho * g->wo;
+    const int64_t pb = conv_col_block(kdim, plane), ldc = conv_col_ld(kdim, plane);
+    int64_t p0;
+    for (p0 = 0; p0 < plane; p0 += pb) {
+        int64_t np = plane - p0 < pb ? plane - p0 : pb;
+        conv_im2col_blk(g, im, xend, p0, np, ws, ldc);
+        conv_sgemm(g->og, np, kdim, w, kdim, ws, ldc, out + p0, plane, ws + kdim * ldc + 16);
+    }
 }
 #endif /* CONV_FAST */
 
@@ -658,6 +820,9 @@ static int conv2d_cpu(opjit_ctx *ctx, opjit_args *a)
     void *col = NULL;
     char *outp;
     const char *inp, *wp;
+#ifdef CONV_FAST
+    const float *xend;
+#endif
 
     if (!input || !weight)
         return opjit_fail(ctx, "input and weight are required");
@@ -784,17 +949,23 @@ static int conv2d_cpu(opjit_ctx *ctx, opjit_args *a)
     if (kdim == 0) { /* no input channels: the output is the bias, or 0 */
         memset(outp, 0, (size_t)(g.n * g.o * plane) * esz);
     } else {
-        (void)fast;
 #ifdef CONV_FAST
         fast = !is64 && conv_fast_ok();
+        /* Winograd for 3x3, stride 1, dilation 1, one group, with enough
+         * tiles (2x2 outputs) to repay transforming the weights; channels
+         * bounded so the workspace stays within about 64 MB. im2col and
+         * GEMM otherwise. */
         if (fast && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
-            g.dw == 1 && grp == 1 && g.o * g.c <= ((int64_t)1 << 22)) {
+            g.dw == 1 && grp == 1 && g.c <= 4096 && g.o * g.c <= ((int64_t)1 << 20) &&
+            g.n * ((g.ho + 1) / 2) * ((g.wo + 1) / 2) >= 32) {
             if (conv_wino_f32(ctx, &g, (const float *)opjit_data(input),
                               (const float *)opjit_data(weight),
                               bias ? (const float *)opjit_data(bias) : NULL, (float *)outp))
                 return opjit_fail(ctx, "out of memory for the Winograd workspace");
             return 0; /* bias included */
         }
+#else
+        (void)fast;
 #endif
         direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 &&
                  g.pw == 0;
@@ -803,8 +974,11 @@ static int conv2d_cpu(opjit_ctx *ctx, opjit_args *a)
         colsz = direct ? 0 : (size_t)(kdim * plane) * esz;
         colsz = (colsz + 63) / 64 * 64;
 #ifdef CONV_FAST
-        if (fast)
+        if (fast) { /* im2col in blocks; the GEMM's scratch */
+            if (!direct)
+                colsz = conv_col_floats(kdim, plane) * sizeof(float);
             scrsz = conv_sgemm_scratch(kdim);
+        }
 #endif
         if (colsz + scrsz > 0) {
             col = opjit_workspace(ctx, colsz + scrsz);
@@ -814,6 +988,9 @@ static int conv2d_cpu(opjit_ctx *ctx, opjit_args *a)
         }
         inp = (const char *)opjit_data(input);
         wp = (const char *)opjit_data(weight);
+#ifdef CONV_FAST
+        xend = (const float *)inp + g.n * g.c * g.h * g.w;
+#endif
         for (n = 0; n < g.n; n++) {
             int64_t gi;
             for (gi = 0; gi < grp; gi++) {
@@ -821,6 +998,13 @@ static int conv2d_cpu(opjit_ctx *ctx, opjit_args *a)
                 const char *wg = wp + (size_t)(gi * g.og * kdim) * esz;
                 char *og = outp + (size_t)((n * g.o + gi * g.og) * plane) * esz;
                 const void *b = im;
+#ifdef CONV_FAST
+                if (fast && !direct) {
+                    conv_im2col_gemm_f32(&g, (const float *)im, xend, (const float *)wg,
+                                         (float *)og, (float *)col);
+                    continue;
+                }
+#endif
                 if (!direct) {
                     if (is64)
                         conv_im2col_f64(&g, (const double *)im, (double *)col);
@@ -861,7 +1045,8 @@ OPJIT_MODULE(conv2d, m)
               "conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1, "
               "int[2] padding=0, int[2] dilation=1, int groups=1) -> Tensor",
               OPJIT_CPU, conv2d_cpu,
-              "2-D convolution, NCHW (torch.nn.functional.conv2d): im2col + GEMM");
+              "2-D convolution, NCHW (torch.nn.functional.conv2d): im2col + GEMM, "
+              "Winograd F(2x2, 3x3) for 3x3 stride 1 (optimizing tier, AVX-512)");
     opjit_require(m, "input", "float32|float64 contiguous");
     opjit_require(m, "weight", "float32|float64 rank=4 contiguous");
     opjit_require(m, "bias", "float32|float64 rank=1 contiguous");

@@ -551,25 +551,32 @@ static void test_conv2d_cases(void)
         {1, 3, 8, 9, 5, 3, 3, 1, 2, 1, 1, 1, 1, 1, 0, 1},     /* unbatched [C,H,W] */
         {0, 3, 5, 5, 4, 3, 3, 1, 1, 0, 0, 1, 1, 1, 1, 0},     /* empty batch */
         {1, 3, 28, 28, 8, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1, 0},   /* stem-like */
-        /* 3x3, stride 1, dilation 1, one group: Winograd F(2x2, 3x3) in the
-         * optimizing tier on AVX-512 (odd sizes leave partial tiles) */
-        {1, 1, 5, 5, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0},     /* C = O = 1 */
+        /* 3x3, stride 1, dilation 1, one group, 32 tiles (2x2 outputs) or
+         * more: Winograd F(2x2, 3x3) in the optimizing tier on AVX-512
+         * (odd sizes leave partial tiles) */
+        {4, 1, 9, 9, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0},     /* C = O = 1 */
         {3, 4, 7, 9, 5, 3, 3, 1, 1, 0, 0, 1, 1, 1, 0, 0},     /* batch 3, no padding */
         {2, 5, 6, 11, 9, 3, 3, 1, 1, 2, 2, 1, 1, 1, 1, 0},    /* padding 2 */
-        {1, 3, 4, 4, 7, 3, 3, 1, 1, 2, 1, 1, 1, 1, 0, 0},     /* padding 2, 1 */
-        {1, 2, 3, 3, 2, 3, 3, 1, 1, 4, 4, 1, 1, 1, 1, 0},     /* tiles all padding */
-        {2, 3, 3, 3, 4, 3, 3, 1, 1, 0, 0, 1, 1, 1, 1, 0},     /* one output */
-        {1, 2, 1, 1, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0},     /* 1x1 image */
+        {6, 3, 4, 4, 7, 3, 3, 1, 1, 2, 1, 1, 1, 1, 0, 0},     /* padding 2, 1 */
+        {2, 2, 3, 3, 2, 3, 3, 1, 1, 4, 4, 1, 1, 1, 1, 0},     /* tiles all padding */
+        {33, 3, 3, 3, 4, 3, 3, 1, 1, 0, 0, 1, 1, 1, 1, 0},    /* one output an image */
+        {40, 2, 1, 1, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0},    /* 1x1 images */
         {2, 16, 13, 17, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0}, /* C 16, O 24 */
         {1, 40, 30, 30, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0}, /* O % 8 = 1, 2 chunks */
         {2, 3, 66, 66, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0},   /* chunks split rows */
         {5, 2, 5, 7, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0},     /* O = 1, images share chunks */
-        {1, 6, 9, 10, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},    /* unbatched */
+        {1, 600, 11, 11, 120, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0}, /* weights in 2 blocks */
+        {1, 6, 13, 14, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},   /* unbatched */
+        {1, 5, 8, 8, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0},     /* 16 tiles: im2col */
         /* the optimizing tier's float32 GEMM: row and column tails */
         {2, 12, 9, 9, 13, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0},   /* 1x1, O 13, 81 columns */
         {1, 16, 3, 3, 40, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0},   /* more rows than columns */
         {1, 70, 6, 50, 20, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1, 0},  /* K 630, N 150 */
         {1, 8, 8, 8, 8, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0},     /* N 64 */
+        /* ... and its im2col in blocks of output positions */
+        {1, 200, 20, 21, 10, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 0}, /* stride 2, 2 blocks */
+        {1, 100, 13, 14, 9, 3, 3, 1, 1, 2, 1, 2, 1, 1, 0, 0},  /* dilation 2, 1, 2 blocks */
+        {1, 60, 32, 32, 4, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 0},  /* blocks of 240, rows 272 apart */
     };
     char what[64];
     for (int bits = 32; bits <= 64; bits += 32)
