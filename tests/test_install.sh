@@ -212,6 +212,35 @@ else
     echo "pkg-config not found: its part is skipped"
 fi
 
+# The shipped sample, built against the installed package as a host would,
+# finds nms among the installed ops, compiles it and runs it.
+SAMPLE=$T/sample
+mkdir -p "$SAMPLE"
+cp "${OPJIT_SOURCE_DIR:?}/samples/nms_demo.c" "$SAMPLE/"
+cat >"$SAMPLE/CMakeLists.txt" <<'EOF2'
+cmake_minimum_required(VERSION 3.16)
+project(opjit_sample C)
+find_package(opjit REQUIRED)
+add_executable(nms_demo nms_demo.c)
+target_link_libraries(nms_demo opjit::opjit)
+EOF2
+if cmake -S "$SAMPLE" -B "$SAMPLE/build" -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_C_COMPILER="$CC" \
+    -DCMAKE_C_FLAGS="$EXTRA_FLAGS" -DCMAKE_EXE_LINKER_FLAGS="$EXTRA_FLAGS" >"$T/sample-configure.log" 2>&1 &&
+    cmake --build "$SAMPLE/build" >"$T/sample-build.log" 2>&1; then
+    ok "samples/nms_demo.c builds against the installed package"
+    # The built-in ops directory is the configure-time prefix's; this
+    # install went elsewhere (--prefix), so name it as a deployer would.
+    if env OPJIT_OPS_PATH="$PREFIX/share/opjit/ops" OPJIT_CACHE_DIR="$T/sample-cache" OPJIT_TIERING=0 \
+        "$SAMPLE/build/nms_demo" 500 0.5 >"$T/sample.run" 2>&1 &&
+        grep -q '500 boxes, IoU threshold 0.50 -> kept [1-9]' "$T/sample.run"; then
+        ok "the installed sample runs nms from the installed ops ($(grep -o 'kept [0-9]*' "$T/sample.run"))"
+    else
+        bad "the installed sample runs nms from the installed ops" "$T/sample.run"
+    fi
+else
+    bad "samples/nms_demo.c builds against the installed package" "$T/sample-build.log"
+fi
+
 # The public headers are usable from C++ hosts too.
 if command -v c++ >/dev/null 2>&1; then
     printf '#include <opjit.h>\nint main() { opjit_value v = opjit_int(3); return opjit_version() > 0 && v.u.i == 3 ? 0 : 1; }\n' \
