@@ -532,6 +532,10 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
     if (device == OPJIT_CUDA && (rc = cuda_call_begin(&ctx)))
         return rc;
     rc = k->fn(&ctx, &kargs);
+    /* Which code served the call, for verbose hosts; one branch otherwise. */
+    if (rt->log && rt->verbosity >= OPJIT_LOG_DEBUG)
+        rt_log(rt, OPJIT_LOG_DEBUG, "%s: %s kernel, %s tier, from %s%s", op->name,
+               opjit_device_name(device), k->mod->tier, k->mod->source, rc ? " (failed)" : "");
     if (rc && !ctx.status)
         ctx.status = rt_error(rt, OPJIT_EKERNEL, "%s: the kernel failed (returned %d) without "
                               "a message", op->name, rc);
