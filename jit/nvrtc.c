@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,7 @@ typedef struct _nvrtcProgram *nvrtcProgram;
 
 static struct {
     pthread_mutex_t lock;
-    int loaded;
+    atomic_int loaded; /* set last (release): what it guards is read without the lock */
     void *dl;
     char path[PATH_MAX];     /* where it was found */
     char identity[PATH_MAX + 96];
@@ -237,7 +238,7 @@ static void find_include(void)
 int jit_nvrtc_load(char *err, size_t errlen)
 {
     pthread_mutex_lock(&nv.lock);
-    if (nv.loaded) {
+    if (atomic_load_explicit(&nv.loaded, memory_order_relaxed)) {
         pthread_mutex_unlock(&nv.lock);
         return OPJIT_OK;
     }
@@ -299,20 +300,22 @@ int jit_nvrtc_load(char *err, size_t errlen)
              size);
     nv.dl = dl;
     find_include();
-    nv.loaded = 1;
+    atomic_store_explicit(&nv.loaded, 1, memory_order_release);
     pthread_mutex_unlock(&nv.lock);
     return OPJIT_OK;
 }
 
-const char *jit_nvrtc_identity(void) { return nv.loaded ? nv.identity : NULL; }
+static int nv_loaded(void) { return atomic_load_explicit(&nv.loaded, memory_order_acquire); }
 
-const char *jit_nvrtc_path(void) { return nv.loaded ? nv.path : NULL; }
+const char *jit_nvrtc_identity(void) { return nv_loaded() ? nv.identity : NULL; }
 
-int jit_nvrtc_version(void) { return nv.loaded ? nv.major * 1000 + nv.minor * 10 : 0; }
+const char *jit_nvrtc_path(void) { return nv_loaded() ? nv.path : NULL; }
+
+int jit_nvrtc_version(void) { return nv_loaded() ? nv.major * 1000 + nv.minor * 10 : 0; }
 
 int jit_nvrtc_supports(int arch_number)
 {
-    if (!nv.loaded)
+    if (!nv_loaded())
         return 0;
     if (!nv.narchs)
         return 1; /* unknown: let the compile say */
@@ -325,6 +328,8 @@ int jit_nvrtc_supports(int arch_number)
 int jit_nvrtc_highest_arch(int at_most)
 {
     int best = 0;
+    if (!nv_loaded())
+        return 0;
     for (int i = 0; i < nv.narchs; i++)
         if (nv.archs[i] <= at_most && nv.archs[i] > best)
             best = nv.archs[i];
@@ -480,12 +485,16 @@ int jit_nvrtc_compile(const jit_nvrtc_job *job, char *diag, size_t diaglen)
     size_t size = 0;
     r = ptx ? nv.GetPTXSize(prog, &size) : nv.GetCUBINSize(prog, &size);
     char *bin = r || !size ? NULL : malloc(size);
-    if (!bin || (ptx ? nv.GetPTX(prog, bin) : nv.GetCUBIN(prog, bin))) {
+    if (bin && (r = ptx ? nv.GetPTX(prog, bin) : nv.GetCUBIN(prog, bin)) != 0) {
         free(bin);
+        bin = NULL;
+    }
+    if (!bin) {
         nv.DestroyProgram(&prog);
-        snprintf(diag, diaglen, "%s: NVRTC produced no %s for %s", job->source_name,
-                 ptx ? "PTX" : "cubin", job->arch);
-        return OPJIT_ECOMPILE;
+        snprintf(diag, diaglen, "%s: NVRTC produced no %s for %s (%s)", job->source_name,
+                 ptx ? "PTX" : "cubin", job->arch,
+                 r ? nv.GetErrorString(r) : size ? "out of memory" : "it is empty");
+        return r || !size ? OPJIT_ECOMPILE : OPJIT_ENOMEM;
     }
     nv.DestroyProgram(&prog);
     if (ptx)

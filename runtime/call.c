@@ -525,6 +525,7 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
     ctx.cmod = NULL;
     ctx.dws = NULL;
     ctx.pushed = 0;
+    ctx.htod_pending = 0;
     for (int i = 0; i < s->nouts; i++)
         ctx.outs[i] = NULL;
     opjit_args kargs = {k->sch.nargs, v};
@@ -547,10 +548,11 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
                 break;
             }
     }
-    if (ctx.ws)
-        workspace_release(rt, ctx.ws);
+    /* CUDA first: it waits for copies that still read the host workspace. */
     if (device == OPJIT_CUDA)
         cuda_call_end(&ctx);
+    if (ctx.ws)
+        workspace_release(rt, ctx.ws);
     if (ctx.status) {
         for (int i = 0; i < s->nouts; i++)
             if (ctx.outs[i])

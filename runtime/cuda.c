@@ -69,6 +69,7 @@ enum {
     X(ModuleUnload, "cuModuleUnload", CUresult, (CUmodule))                             \
     X(ModuleGetFunction, "cuModuleGetFunction", CUresult,                               \
       (CUfunction *, CUmodule, const char *))                                           \
+    X(FuncGetAttribute, "cuFuncGetAttribute", CUresult, (int *, int, CUfunction))       \
     X(FuncSetAttribute, "cuFuncSetAttribute", CUresult, (CUfunction, int, int))         \
     X(LaunchKernel, "cuLaunchKernel", CUresult,                                         \
       (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, \
@@ -661,6 +662,12 @@ static void ws_release(cuda_rt *c, cuda_dev *d, cuda_ws *ws)
 
 void cuda_call_end(opjit_ctx *ctx)
 {
+    /* The kernel may have copied from host memory the runtime reuses (its
+     * workspace): with pinned memory the copy reads it asynchronously. */
+    if (ctx->htod_pending && ctx->cdev) {
+        drv.StreamSynchronize(ctx->cdev->stream);
+        ctx->htod_pending = 0;
+    }
     if (ctx->dws) {
         ws_release(ctx->rt->cuda, ctx->cdev, ctx->dws);
         ctx->dws = NULL;
@@ -752,8 +759,9 @@ static int not_cuda(opjit_ctx *ctx, const char *what)
 }
 
 /* The kernel called name in the call's module, looked up once; with at
- * least shared_bytes of dynamic shared memory allowed (opting in above the
- * 48 KiB every device grants; beyond the device's limit it fails). */
+ * least shared_bytes of dynamic shared memory allowed (opting in above what
+ * the driver grants by default: 48 KiB less the kernel's static __shared__
+ * arrays; beyond the device's limit it fails). */
 static int get_fn(opjit_ctx *ctx, const char *name, unsigned shared_bytes, CUfunction *out)
 {
     cuda_loaded *l = ctx->cmod;
@@ -782,8 +790,12 @@ static int get_fn(opjit_ctx *ctx, const char *name, unsigned shared_bytes, CUfun
             pthread_mutex_unlock(&l->lock);
             return call_error(ctx, OPJIT_ENOMEM, "out of memory");
         }
+        int dyn = 0;
+        if (drv.FuncGetAttribute(&dyn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fn) ||
+            dyn < 0)
+            dyn = 0; /* unknown: opt in for any dynamic shared memory */
         f->f = fn;
-        f->dyn_shared = 48 << 10;
+        f->dyn_shared = (unsigned)dyn;
         f->next = l->fns;
         l->fns = f;
     }
@@ -841,6 +853,10 @@ int cuda_api_memcpy(opjit_ctx *ctx, void *dst, const void *src, size_t bytes, in
         return call_error(ctx, OPJIT_EKERNEL, "opjit_memcpy: NULL pointer");
     const char *what;
     CUresult r = copy_on(ctx->cdev->stream, dst, src, bytes, kind, 0, &what);
+    if (kind == OPJIT_COPY_HTOD)
+        ctx->htod_pending = 1;
+    else if (kind == OPJIT_COPY_DTOH)
+        ctx->htod_pending = 0; /* waited for, with all before it */
     if (r < 0)
         return call_error(ctx, OPJIT_EKERNEL, "opjit_memcpy: bad direction %d (expected "
                           "OPJIT_COPY_HTOD, _DTOH or _DTOD)", kind);
@@ -908,6 +924,7 @@ int cuda_api_synchronize(opjit_ctx *ctx)
     if (!ctx || !ctx->cdev)
         return not_cuda(ctx, "opjit_synchronize");
     CUresult r = drv.StreamSynchronize(ctx->cdev->stream);
+    ctx->htod_pending = 0;
     if (r) {
         char e[256];
         return call_error(ctx, OPJIT_EKERNEL, "opjit_synchronize: %s (an earlier launch or "

@@ -137,6 +137,7 @@ struct opjit_ctx {
     struct cuda_loaded *cmod;     /* the module's device code in that context */
     struct cuda_ws *dws;          /* device workspace of this call */
     int pushed;                   /* the context was pushed */
+    int htod_pending;             /* a host-to-device copy may still read host memory */
 };
 
 extern const opjit_api runtime_api;

@@ -191,7 +191,13 @@ typedef void (*emu_fn)(const unsigned grid[3], const unsigned block[3], unsigned
 typedef struct kern {
     const char *name;
     emu_fn fn;
+    int static_shared; /* bytes of __shared__ arrays, as ptxas would report */
+    int dyn_max;       /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES; 0: the default */
 } kern;
+
+/* The per-block shared memory limits of an sm_90 device. */
+#define FAKE_SHARED_PER_BLOCK (48 << 10)
+#define FAKE_SHARED_OPTIN (227 << 10)
 
 #define PTR(i) (*(void **)p[i])
 #define CHECK_DEV(ptr, n)                                                     \
@@ -341,27 +347,65 @@ MM_EMU(double, f64)
 BIAS_EMU(float, f32)
 BIAS_EMU(double, f64)
 
-static const kern kernels[] = {
-    {"nms_gather_f32", nms_gather_f32}, {"nms_gather_f64", nms_gather_f64},
-    {"nms_mask_f32", nms_mask_f32},     {"nms_mask_f64", nms_mask_f64},
-    {"nms_reduce", nms_reduce},         {"mm_f32", mm_f32},
-    {"mm_f64", mm_f64},                 {"conv2d_bias_f32", conv2d_bias_f32},
-    {"conv2d_bias_f64", conv2d_bias_f64}, {NULL, NULL},
+/* A kernel with 16 KiB of static shared memory that takes dynamic shared
+ * memory too: writes the dynamic size it got to x[0] (tests/test_cuda.c). */
+static void qcu_shared(const unsigned g[3], const unsigned b[3], unsigned shm, void **p)
+{
+    float *x = PTR(0);
+    (void)g, (void)b;
+    CHECK_DEV(x, sizeof(float));
+    x[0] = (float)shm;
+}
+
+static kern kernels[] = {
+    {"nms_gather_f32", nms_gather_f32, 0, 0},
+    {"nms_gather_f64", nms_gather_f64, 0, 0},
+    {"nms_mask_f32", nms_mask_f32, 64 * 5 * 4, 0},
+    {"nms_mask_f64", nms_mask_f64, 64 * 5 * 8, 0},
+    {"nms_reduce", nms_reduce, 0, 0},
+    {"mm_f32", mm_f32, 16 * (65 + 64) * 4, 0},
+    {"mm_f64", mm_f64, 16 * (65 + 64) * 8, 0},
+    {"conv2d_bias_f32", conv2d_bias_f32, 0, 0},
+    {"conv2d_bias_f64", conv2d_bias_f64, 0, 0},
+    {"qcu_shared", qcu_shared, 16 << 10, 0},
+    {NULL, NULL, 0, 0},
 };
+
+/* The dynamic shared memory a launch of k may use: by default what the
+ * static arrays leave of the 48 KiB every block gets (cuda.h). */
+static int dyn_limit(const kern *k)
+{
+    return k->dyn_max ? k->dyn_max : FAKE_SHARED_PER_BLOCK - k->static_shared;
+}
 
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
 {
     (void)m;
-    for (const kern *k = kernels; k->name; k++)
+    for (kern *k = kernels; k->name; k++)
         if (!strcmp(k->name, name)) {
             *f = (CUfunction)k;
             return 0;
         }
     return 500;
 }
+CUresult cuFuncGetAttribute(int *v, int attr, CUfunction f)
+{
+    if (attr == 1) /* CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES */
+        *v = ((kern *)f)->static_shared;
+    else if (attr == 8) /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+        *v = dyn_limit((kern *)f);
+    else
+        return 1;
+    return 0;
+}
 CUresult cuFuncSetAttribute(CUfunction f, int attr, int v)
 {
-    (void)f, (void)attr, (void)v;
+    kern *k = f;
+    if (attr == 8) {
+        if (v < 0 || k->static_shared + v > FAKE_SHARED_OPTIN)
+            return 1; /* CUDA_ERROR_INVALID_VALUE */
+        k->dyn_max = v;
+    }
     return 0;
 }
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
@@ -372,6 +416,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     need_ctx("cuLaunchKernel without a current context");
     if (!gx || !gy || !gz || !bx || !by || !bz || (unsigned long)bx * by * bz > 1024 ||
         gy > 65535 || gz > 65535)
+        return 1;
+    if ((long)shm > dyn_limit(f)) /* not opted in: the launch fails */
         return 1;
     const unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
     st.launches++;

@@ -1103,6 +1103,67 @@ static int child_fake_driver(void)
         CHECK(st->ctx_depth == 0);
         opjit_destroy(rt);
         fake_dev_free(dx);
+    } else if (!strcmp(scen, "shared")) {
+        /* Dynamic shared memory beside static: a kernel with 16 KiB of
+         * __shared__ arrays may take only 32 KiB more without opting in,
+         * so 40 KiB must be opted in although it is below 48 KiB. */
+        const char *d = tmpdir_new();
+        const char *src = pjoin(d, "qcu_shared.cu");
+        write_text(src, "#ifdef __CUDACC_RTC__\n"
+                        "extern \"C\" __global__ void qcu_shared(float *x)\n"
+                        "{\n"
+                        "    __shared__ float s[4096];\n"
+                        "    extern __shared__ float dyn[];\n"
+                        "    s[threadIdx.x] = 1;\n"
+                        "    dyn[threadIdx.x] = 2;\n"
+                        "    __syncthreads();\n"
+                        "    x[0] = s[0] + dyn[0];\n"
+                        "}\n"
+                        "#else\n"
+                        "#include <opjit_op.h>\n"
+                        "static int f(opjit_ctx *c, opjit_args *a)\n"
+                        "{\n"
+                        "    unsigned g[3] = {1, 1, 1}, b[3] = {1, 1, 1};\n"
+                        "    unsigned shm = (unsigned)opjit_arg_int(a, 1);\n"
+                        "    DLTensor *o = opjit_output(c, 0, OPJIT_FLOAT32, 0, 0);\n"
+                        "    void *p, *params[1];\n"
+                        "    if (!o) return -1;\n"
+                        "    p = opjit_data(o);\n"
+                        "    params[0] = &p;\n"
+                        "    return opjit_launch(c, \"qcu_shared\", g, b, shm, params);\n"
+                        "}\n"
+                        "OPJIT_MODULE(qcu_shared, m) { opjit_def(m, \"qcu_shared(Tensor x, int "
+                        "shm) -> Tensor\", OPJIT_CUDA, f, \"\"); }\n"
+                        "#endif\n");
+        opjit_runtime *rt = rt_new(cache, "sm_90");
+        opjit_op *op = NULL;
+        int rc = opjit_load_file(rt, src, &op, NULL);
+        CHECKF(rc == OPJIT_OK && op, "%s", opjit_errmsg(rt));
+        float one = 1;
+        void *dx = fake_dev(&one, 4);
+        int64_t sh[1] = {1};
+        DLTensor t = tensor(dx, kDLCUDA, (DLDataType){kDLFloat, 32, 1}, 1, sh);
+        static const long sizes[] = {16 << 10, 40 << 10, 100 << 10, 40 << 10};
+        for (size_t i = 0; op && i < sizeof sizes / sizeof *sizes; i++) {
+            opjit_value v[2] = {opjit_tensor(&t), opjit_int(sizes[i])};
+            DLManagedTensor *out = NULL;
+            rc = opjit_call(rt, op, v, 2, &out, 1);
+            CHECKF(rc == OPJIT_OK && out, "%ld bytes of dynamic shared memory: %s", sizes[i],
+                   opjit_errmsg(rt));
+            if (out) {
+                CHECK(*(float *)out->dl_tensor.data == (float)sizes[i]);
+                out->deleter(out);
+            }
+        }
+        /* Beyond what the device allows: a clean error naming the size. */
+        opjit_value v[2] = {opjit_tensor(&t), opjit_int(300 << 10)};
+        DLManagedTensor *out = NULL;
+        rc = opjit_call(rt, op, v, 2, &out, 1);
+        CHECK(rc == OPJIT_EKERNEL && !out);
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), "307200 bytes of dynamic shared memory");
+        CHECK(st->ctx_depth == 0);
+        opjit_destroy(rt);
+        fake_dev_free(dx);
     } else if (!strcmp(scen, "ops")) {
         /* By name: both sources load where CUDA is. */
         opjit_runtime *rt = rt_new(cache, "sm_90");
@@ -1338,6 +1399,7 @@ static void fake_driver_runs_the_cuda_path(void)
         /* A GPU newer than NVRTC: by default, NVRTC's highest PTX. */
         {"arch", "200", NULL, "ptx:*", NULL},
         {"bad-kernel", "90", NULL, NULL, NULL},
+        {"shared", "90", NULL, NULL, NULL},
         {"no-device", "90", NULL, NULL, "FAKE_CUDA_DEVICES=0"},
     };
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
