@@ -333,7 +333,9 @@ int cache_check(const cache *c, const char *dir, const char *hex, int flags,
         rc = cache_damaged(why, whylen, "the directory holding the entry is %s", bad);
         goto out;
     }
-    mfd = openat(dfd, "manifest", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO put where a file should be must not hang us (it
+     * fails the regular-file check below); reads of files ignore it. */
+    mfd = openat(dfd, "manifest", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (mfd < 0) {
         rc = cache_damaged(why, whylen, "manifest: %s", strerror(errno));
         goto out;
@@ -381,7 +383,7 @@ int cache_check(const cache *c, const char *dir, const char *hex, int flags,
     m->size = (uint64_t)st.st_size;
     for (int i = 0; i < m->nart; i++) {
         const cache_artifact *a = &m->art[i];
-        int afd = openat(dfd, a->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        int afd = openat(dfd, a->name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         if (afd < 0) {
             rc = cache_damaged(why, whylen, "artifact %s: %s", a->name, strerror(errno));
             goto out;

@@ -150,6 +150,15 @@ const char *opjit_errmsg(const opjit_runtime *rt);
  * loaded and unchanged is a no-op; a changed source is reloaded. */
 int opjit_load_op(opjit_runtime *rt, const char *spec, opjit_op **op);
 
+/* Unload what was loaded from a source path ("ops-src/nms.c"), or every
+ * source of a loaded op ("nms"): its kernels leave the dispatch table at
+ * once, and a later opjit_load_op loads it afresh (a cache hit when it is
+ * unchanged). Calls already running finish safely: the code stays mapped
+ * until opjit_destroy. An op left with no kernel is no longer found or
+ * listed; handles to it stay valid and their calls fail with
+ * OPJIT_ENOKERNEL. OPJIT_ENOTFOUND when nothing was loaded from spec. */
+int opjit_unload(opjit_runtime *rt, const char *spec);
+
 /* The op registered under name, owned by rt; OPJIT_ENOTFOUND if none. */
 int opjit_find_op(opjit_runtime *rt, const char *name, opjit_op **op);
 

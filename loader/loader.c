@@ -190,22 +190,60 @@ char *loader_read_file(const char *path, size_t *len)
 
 /* Local headers: every `#include "x"` resolved against the including
  * file's directory, transitively, as the compiler finds them. Each goes
- * into the key as (name relative to the source's directory, contents). */
-#define MAX_HEADERS 64
+ * into the key as (name relative to the source's directory, contents).
+ * Every one counts, however many and however deep (each is visited once,
+ * which ends include cycles): one left out would make its edits stale
+ * cache hits. The buffers live on the heap, as the recursion may be deep. */
+#define MAX_INCLUDE_DEPTH 1024
 
-static void add_local_headers(cache_keygen *g, const char *dir, const char *text,
-                              const char *rel_prefix, char seen[][PATH_MAX], int *nseen,
+typedef struct header_set {
+    char **real; /* realpaths already hashed */
+    int n, cap;
+    int oom;
+} header_set;
+
+typedef struct header_bufs {
+    char name[512], path[PATH_MAX], rel[PATH_MAX], real[PATH_MAX], hdir[PATH_MAX],
+        hprefix[PATH_MAX];
+} header_bufs;
+
+static int header_seen(header_set *hs, const char *real)
+{
+    for (int i = 0; i < hs->n; i++)
+        if (!strcmp(hs->real[i], real))
+            return 1;
+    if (hs->n == hs->cap) {
+        int cap = hs->cap ? hs->cap * 2 : 16;
+        char **p = realloc(hs->real, (size_t)cap * sizeof *p);
+        if (!p)
+            return hs->oom = 1;
+        hs->real = p;
+        hs->cap = cap;
+    }
+    if (!(hs->real[hs->n] = strdup(real)))
+        return hs->oom = 1;
+    hs->n++;
+    return 0;
+}
+
+/* dir: the including file's directory; src_dir: the source's, which the
+ * compilers also search first (-I) for "x.h" and <x.h> alike. */
+static void add_local_headers(cache_keygen *g, const char *src_dir, const char *dir,
+                              const char *text, const char *rel_prefix, header_set *hs,
                               int depth)
 {
-    if (depth > 16)
+    if (depth > MAX_INCLUDE_DEPTH) {
+        hs->oom = 1; /* never a key that silently lacks headers */
         return;
+    }
+    header_bufs *b = NULL;
     for (const char *p = text; (p = strstr(p, "#")); p++) {
         const char *q = p + 1;
         /* must be at the start of a line, maybe indented */
-        const char *b = p;
-        while (b > text && (b[-1] == ' ' || b[-1] == '\t'))
-            b--;
-        if (b > text && b[-1] != '\n')
+        const char *bl = p;
+        while (bl > text && (bl[-1] == ' ' || bl[-1] == '\t'))
+            bl--;
+        if (bl > text && bl[-1] != '\n')
             continue;
         while (*q == ' ' || *q == '\t')
             q++;
@@ -214,41 +252,51 @@ static void add_local_headers(cache_keygen *g, const char *dir, const char *text
         q += 7;
         while (*q == ' ' || *q == '\t')
             q++;
-        if (*q != '"')
+        if (*q != '"' && *q != '<')
             continue;
-        const char *e = strchr(q + 1, '"');
+        int quoted = *q == '"';
+        const char *e = strchr(q + 1, quoted ? '"' : '>');
         const char *nl = strchr(q + 1, '\n');
         if (!e || (nl && nl < e) || e - q - 1 >= 512)
             continue;
-        char name[512], path[PATH_MAX], rel[PATH_MAX];
-        snprintf(name, sizeof name, "%.*s", (int)(e - q - 1), q + 1);
-        snprintf(path, sizeof path, "%s/%s", dir, name);
-        snprintf(rel, sizeof rel, "%s%s", rel_prefix, name);
-        char real[PATH_MAX];
-        if (!realpath(path, real))
-            continue; /* not local: the compiler will find it elsewhere or fail */
-        int dup = 0;
-        for (int i = 0; i < *nseen; i++)
-            dup |= !strcmp(seen[i], real);
-        if (dup || *nseen == MAX_HEADERS)
+        if (!b && !(b = malloc(sizeof *b))) {
+            hs->oom = 1;
+            return;
+        }
+        snprintf(b->name, sizeof b->name, "%.*s", (int)(e - q - 1), q + 1);
+        /* Where the compiler looks first: "x.h" next to the including
+         * file, then (like <x.h>) in the source's directory. */
+        int found = 0;
+        if (quoted && (size_t)snprintf(b->path, sizeof b->path, "%s/%s", dir, b->name) <
+                          sizeof b->path && realpath(b->path, b->real)) {
+            found = 1;
+            snprintf(b->rel, sizeof b->rel, "%s%s", rel_prefix, b->name);
+        } else if ((size_t)snprintf(b->path, sizeof b->path, "%s/%s", src_dir, b->name) <
+                       sizeof b->path && realpath(b->path, b->real)) {
+            found = 1;
+            snprintf(b->rel, sizeof b->rel, "%s", b->name);
+        }
+        if (!found)
+            continue; /* not local: a system header, or the compiler will fail */
+        if (header_seen(hs, b->real))
             continue;
-        snprintf(seen[(*nseen)++], PATH_MAX, "%s", real);
         size_t len;
-        char *h = loader_read_file(real, &len);
+        char *h = loader_read_file(b->real, &len);
         if (!h)
             continue;
-        cache_keygen_add_str(g, "header-name", rel);
+        cache_keygen_add_str(g, "header-name", b->rel);
         cache_keygen_add(g, "header", h, len);
-        char hdir[PATH_MAX], hprefix[PATH_MAX];
-        snprintf(hdir, sizeof hdir, "%s", real);
-        char *slash = strrchr(hdir, '/');
+        snprintf(b->hdir, sizeof b->hdir, "%s", b->real);
+        char *slash = strrchr(b->hdir, '/');
         if (slash)
             *slash = '\0';
-        const char *rslash = strrchr(rel, '/');
-        snprintf(hprefix, sizeof hprefix, "%.*s", rslash ? (int)(rslash - rel + 1) : 0, rel);
-        add_local_headers(g, hdir, h, hprefix, seen, nseen, depth + 1);
+        const char *rslash = strrchr(b->rel, '/');
+        snprintf(b->hprefix, sizeof b->hprefix, "%.*s", rslash ? (int)(rslash - b->rel + 1) : 0,
+                 b->rel);
+        add_local_headers(g, src_dir, b->hdir, h, b->hprefix, hs, depth + 1);
         free(h);
     }
+    free(b);
 }
 
 /* ---- one source file ------------------------------------------------------ */
@@ -328,20 +376,29 @@ static void source_digest(const source *s, cache_key *out)
     cache_keygen_add(g, "opjit_op.h", opjit_op_h_text, sizeof opjit_op_h_text);
     cache_keygen_add_str(g, "source-name", s->name);
     cache_keygen_add(g, "source", s->text, s->len);
-    char(*seen)[PATH_MAX] = malloc(MAX_HEADERS * sizeof *seen);
-    if (seen) {
-        int nseen = 0;
-        add_local_headers(g, s->dir, s->text, "", seen, &nseen, 0);
-        free(seen);
-    } else {
-        /* Never a key that silently lacks the headers. */
-        cache_keygen_add_str(g, "headers", "unhashed: out of memory");
+    header_set hs = {0};
+    add_local_headers(g, s->dir, s->dir, s->text, "", &hs, 0);
+    for (int i = 0; i < hs.n; i++)
+        free(hs.real[i]);
+    free(hs.real);
+    if (hs.oom) {
+        /* Never a key that silently lacks headers: the all-zero key, which
+         * the cache refuses (out of memory). */
+        cache_keygen_finish(g, out);
+        memset(out, 0, sizeof *out);
+        return;
     }
     cache_keygen_finish(g, out);
 }
 
 cache_keygen *source_keygen(const source *s)
 {
+    static const unsigned char zero[sizeof s->digest.bytes];
+    /* An all-zero digest is one that could not be computed (out of
+     * memory): no key may be made of it, or every such source would share
+     * one. */
+    if (!memcmp(s->digest.bytes, zero, sizeof zero))
+        return NULL;
     cache_keygen *g = cache_keygen_new();
     if (g)
         cache_keygen_add(g, "source-digest", s->digest.bytes, sizeof s->digest.bytes);
@@ -688,8 +745,10 @@ int loader_each_source(opjit_runtime *rt, const char *name,
             char path[PATH_MAX];
             static const char *const suffixes[] = {".c", ".cu"};
             for (int i = 0; i < 2; i++) {
-                snprintf(path, sizeof path, "%.*s/%s%s", (int)n, p, name, suffixes[i]);
-                if (access(path, R_OK) == 0) {
+                /* A truncated path is another file (".cu" cut to ".c"). */
+                if ((size_t)snprintf(path, sizeof path, "%.*s/%s%s", (int)n, p, name,
+                                     suffixes[i]) < sizeof path &&
+                    access(path, R_OK) == 0) {
                     int rc = fn(ud, path);
                     if (rc)
                         return rc;
@@ -707,8 +766,58 @@ int opjit_wait(opjit_runtime *rt)
 {
     if (!rt)
         return OPJIT_EINVAL;
-    int rc = tier_wait(rt->loader);
-    return rc ? rt_error(rt, rc, "an optimizing compile failed; see the log") : OPJIT_OK;
+    char msg[1024];
+    int rc = tier_wait(rt->loader, msg, sizeof msg);
+    return rc ? rt_error(rt, rc, "an optimizing compile failed: %s", msg) : OPJIT_OK;
+}
+
+/* Forget the source at real: the next load of it compiles or hits the
+ * cache again instead of being a no-op. */
+static void forget_loaded(loader *l, const char *real)
+{
+    for (loaded **pe = &l->loaded; *pe; pe = &(*pe)->next)
+        if (!strcmp((*pe)->path, real)) {
+            loaded *e = *pe;
+            *pe = e->next;
+            free(e->path);
+            free(e->op_name);
+            free(e);
+            return;
+        }
+}
+
+int opjit_unload(opjit_runtime *rt, const char *spec)
+{
+    if (!rt || !spec || !*spec)
+        return rt_error(rt, OPJIT_EINVAL, "opjit_unload: NULL or empty spec");
+    loader *l = rt->loader;
+    char reals[OPJIT_DEVICE_COUNT][PATH_MAX];
+    int nreal = 0;
+    if (is_path_spec(spec)) {
+        if (!realpath(spec, reals[0]))
+            return rt_error(rt, OPJIT_ENOTFOUND, "%s: %s", spec, strerror(errno));
+        nreal = 1;
+    } else {
+        opjit_op *op;
+        if (opjit_find_op(rt, spec, &op))
+            return rt_error(rt, OPJIT_ENOTFOUND, "no op named '%s' is loaded", spec);
+        for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
+            const kernel *k = atomic_load(&op->kernels[d]);
+            if (k)
+                snprintf(reals[nreal++], PATH_MAX, "%s", k->mod->real);
+        }
+    }
+    pthread_mutex_lock(&l->lock);
+    int n = 0;
+    for (int i = 0; i < nreal; i++) {
+        n += module_unpublish(rt, reals[i]);
+        forget_loaded(l, reals[i]);
+    }
+    pthread_mutex_unlock(&l->lock);
+    if (!n)
+        return rt_error(rt, OPJIT_ENOTFOUND, "%s: nothing loaded from it", spec);
+    rt_log(rt, OPJIT_LOG_INFO, "unloaded %s (%d kernel%s)", spec, n, n == 1 ? "" : "s");
+    return OPJIT_OK;
 }
 
 typedef struct by_name {

@@ -52,6 +52,7 @@ struct tier_state {
     int stop;
     int started;
     int first_error;
+    char first_msg[1024]; /* its message, for opjit_wait */
     pthread_t worker;
 };
 
@@ -140,8 +141,10 @@ static int compiler_identity(loader *l, tier_state *t)
     char log[PATH_MAX + 32];
     snprintf(log, sizeof log, "%s/cc-version.txt", l->scratch);
     char *argv[] = {t->cc, "--version", NULL};
-    if (run_logged(argv, log) != 0)
+    if (run_logged(argv, log) != 0) {
+        unlink(log); /* else the scratch directory outlives the runtime */
         return rt_error(l->rt, OPJIT_ECOMPILE, "%s --version failed", t->cc);
+    }
     size_t len;
     char *out = loader_read_file(log, &len);
     unlink(log);
@@ -220,7 +223,8 @@ int tier_lookup(loader *l, const source *s, cache_entry **out)
         if (cache_fetch(l->cache, &req, NULL, NULL, &idx, &hit, err, sizeof err))
             continue;
         size_t len;
-        char *hex = loader_read_file(cache_entry_path(idx, "key"), &len);
+        const char *kp = cache_entry_path(idx, "key"); /* NULL: a bad index */
+        char *hex = kp ? loader_read_file(kp, &len) : NULL;
         cache_entry_release(idx);
         cache_request full = req;
         full.tier = "opt";
@@ -255,9 +259,14 @@ static int build_opt(void *ud, const char *dir, char *err, size_t errlen)
         return OPJIT_EIO;
     }
     /* #line keeps diagnostics pointing at the op's own file. */
+    errno = 0;
     fprintf(f, "#line 1 \"%s\"\n", b->src->path);
-    fwrite(b->src->text, 1, b->src->len, f);
-    if (fclose(f)) {
+    /* A short write (a full disk) must not compile a truncated source,
+     * which could still be valid C, into an artifact under the key. */
+    int werr = fwrite(b->src->text, 1, b->src->len, f) != b->src->len || ferror(f);
+    if (fclose(f) || werr) {
+        if (!errno)
+            errno = EIO;
         snprintf(err, errlen, "cannot write %s: %s", srcf, strerror(errno));
         return OPJIT_EIO;
     }
@@ -417,8 +426,10 @@ static void *worker_main(void *arg)
             rt_log(l->rt, OPJIT_LOG_WARN, "%s; libtcc code keeps serving it", opjit_errmsg(l->rt));
         job_free(job);
         pthread_mutex_lock(&t->lock);
-        if (rc && !t->first_error)
+        if (rc && !t->first_error) {
             t->first_error = rc;
+            snprintf(t->first_msg, sizeof t->first_msg, "%s", opjit_errmsg(l->rt));
+        }
         t->busy = 0;
         pthread_cond_broadcast(&t->cond);
     }
@@ -463,13 +474,15 @@ void tier_schedule(loader *l, const source *s, const cache_key *tcc_key)
     pthread_mutex_unlock(&t->lock);
 }
 
-int tier_wait(loader *l)
+int tier_wait(loader *l, char *msg, size_t n)
 {
     tier_state *t = l->tier;
     pthread_mutex_lock(&t->lock);
     while (t->jobs || t->busy)
         pthread_cond_wait(&t->cond, &t->lock);
     int rc = t->first_error;
+    if (n)
+        snprintf(msg, n, "%s", rc ? t->first_msg : "");
     t->first_error = 0;
     pthread_mutex_unlock(&t->lock);
     return rc;

@@ -283,6 +283,34 @@ int module_publish(opjit_runtime *rt, module *m)
     return OPJIT_OK;
 }
 
+int module_unpublish(opjit_runtime *rt, const char *real)
+{
+    int n = 0;
+    pthread_mutex_lock(&rt->lock);
+    for (opjit_op *op = rt->ops; op; op = atomic_load(&op->next))
+        for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
+            const kernel *k = atomic_load(&op->kernels[d]);
+            if (k && !strcmp(k->mod->real, real)) {
+                /* The module stays mapped until opjit_destroy: calls that
+                 * already picked this kernel finish on it. */
+                atomic_store_explicit(&op->kernels[d], NULL, memory_order_release);
+                n++;
+            }
+        }
+    pthread_mutex_unlock(&rt->lock);
+    return n;
+}
+
+/* An op whose every source was unloaded stays in the list (readers walk it
+ * without a lock) but is no longer found or listed. */
+static int op_has_kernels(const opjit_op *op)
+{
+    for (int d = 0; d < OPJIT_DEVICE_COUNT; d++)
+        if (atomic_load(&op->kernels[d]))
+            return 1;
+    return 0;
+}
+
 int opjit_find_op(opjit_runtime *rt, const char *name, opjit_op **out)
 {
     if (out)
@@ -292,7 +320,7 @@ int opjit_find_op(opjit_runtime *rt, const char *name, opjit_op **out)
     pthread_mutex_lock(&rt->lock);
     opjit_op *op = find_op_locked(rt, name);
     pthread_mutex_unlock(&rt->lock);
-    if (!op)
+    if (!op || !op_has_kernels(op))
         return rt_error(rt, OPJIT_ENOTFOUND, "no op named '%s' is loaded", name);
     *out = op;
     return OPJIT_OK;
@@ -306,7 +334,7 @@ int opjit_list(opjit_runtime *rt, int (*fn)(void *ud, const opjit_op *op), void 
      * walking without the lock is safe. */
     for (opjit_op *op = atomic_load_explicit(&rt->ops, memory_order_acquire); op;
          op = atomic_load_explicit(&op->next, memory_order_acquire))
-        if (fn(ud, op))
+        if (op_has_kernels(op) && fn(ud, op))
             break;
     return OPJIT_OK;
 }

@@ -166,6 +166,9 @@ module *module_new(opjit_runtime *rt, const char *source, const char *real, cons
 /* Publish the module's kernels into the dispatch table, replacing kernels
  * earlier loaded from the same source. On a conflict nothing is published. */
 int module_publish(opjit_runtime *rt, module *m);
+/* Take every kernel loaded from the source at real out of the dispatch
+ * table; returns how many. Their modules stay mapped until destroy. */
+int module_unpublish(opjit_runtime *rt, const char *real);
 /* Free a module that was never published (its dl handle is closed). */
 void module_discard(module *m);
 /* The registration entries of the api table. */

@@ -1257,6 +1257,60 @@ static void test_kill9(void)
     cache_close(c);
 }
 
+/* A FIFO where the manifest or an artifact should be (a hostile or broken
+ * cache) is damage, not a hang: opening it must not wait for a writer. Run
+ * in a child with an alarm, so a regression fails instead of hanging. */
+static void test_fifo_is_damage_not_a_hang(void)
+{
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        int bad = 0;
+        for (int what = 0; what < 2; what++) {
+            cache *c = open_at(tdir("fifo"), NULL, 0, 0, NULL);
+            char tag[16];
+            snprintf(tag, sizeof tag, "fifo%d", what);
+            cache_request r = mkreq("mm", tag);
+            bctx b = {0};
+            cache_entry *e = NULL;
+            int hit = -1;
+            bad += fetch(c, &r, &b, &e, &hit) != OPJIT_OK;
+            char p[1500];
+            snprintf(p, sizeof p, "%s/%s", cache_entry_dir(e), what ? "host.so" : "manifest");
+            cache_entry_release(e);
+            bad += unlink(p) != 0 || mkfifo(p, 0600) != 0;
+            /* verify sees it, fetch evicts and rebuilds it */
+            bad += verify_count(c) != 1;
+            bad += fetch(c, &r, &b, &e, &hit) != OPJIT_OK || hit != 0 || b.calls != 2;
+            bad += !e || !entry_ok(e, 20000, 0);
+            cache_entry_release(e);
+            cache_close(c);
+        }
+        /* The same in a read-only layer: skipped, built in the writable cache. */
+        cache *w = open_at(tdir("fifo-ro"), NULL, 0, 0, NULL);
+        cache_request r = mkreq("mm", "fifo-ro");
+        bctx b = {0};
+        cache_entry *e = NULL;
+        int hit = -1;
+        bad += fetch(w, &r, &b, &e, &hit) != OPJIT_OK;
+        char p[1500];
+        snprintf(p, sizeof p, "%s/manifest", cache_entry_dir(e));
+        cache_entry_release(e);
+        cache_close(w);
+        bad += unlink(p) != 0 || mkfifo(p, 0600) != 0;
+        cache *c = open_at(tdir("fifo-2"), tdir("fifo-ro"), 0, 0, NULL);
+        bad += fetch(c, &r, &b, &e, &hit) != OPJIT_OK || hit != 0 || b.calls != 2;
+        cache_entry_release(e);
+        cache_close(c);
+        _exit(bad || t_failed_checks ? 1 : 0);
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %s %d",
+           WIFSIGNALED(st) ? "killed by signal" : "exited", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+}
+
 int main(void)
 {
     const char *env = getenv("OPJIT_CACHE_DIR");
@@ -1288,6 +1342,7 @@ int main(void)
     T_RUN(test_processes_race);
     T_RUN(test_threads_race);
     T_RUN(test_kill9);
+    T_RUN(test_fifo_is_damage_not_a_hang);
     if (!t_failed_tests)
         rm_rf(base);
     return t_done();

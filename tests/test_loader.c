@@ -417,6 +417,83 @@ static void reloading_through_another_spelling_of_the_path(void)
     ops_path_restore();
 }
 
+static void angle_bracket_headers_next_to_the_source_are_in_the_key(void)
+{
+    /* <x.h> resolves in the source's directory first (it is on the include
+     * path), so editing such a header must recompile too; and a quoted
+     * include inside a subdirectory header that names a file next to the
+     * source resolves there as well. */
+    const char *d = tmpdir_new();
+    CHECK(mkdir(pjoin(d, "sub"), 0700) == 0);
+    write_text(d, "angle.h", "#include \"sub/deep.h\"\n#define ANGLE_VALUE (30 + DEEP_VALUE)\n");
+    write_text(d, "sub/deep.h", "#include \"top.h\"\n#define DEEP_VALUE TOP_VALUE\n");
+    write_text(d, "top.h", "#define TOP_VALUE 1\n");
+    write_const_op_ex(d, "qal_angle.c", "qal_angle", "ANGLE_VALUE", "#include <angle.h>");
+    const char *p = pjoin(d, "qal_angle.c");
+    opjit_runtime *rt = rt_new();
+    opjit_op *op = NULL;
+    opjit_load_info info;
+    int rc = opjit_load_file(rt, p, &op, &info);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK_VALUE(call_value(rt, op), 31);
+    write_text(d, "angle.h", "#include \"sub/deep.h\"\n#define ANGLE_VALUE (40 + DEEP_VALUE)\n");
+    rc = opjit_load_file(rt, p, &op, &info);
+    CHECK(rc == OPJIT_OK && info.cache_hit == 0);
+    CHECK_VALUE(call_value(rt, op), 41);
+    write_text(d, "top.h", "#define TOP_VALUE 5\n");
+    rc = opjit_load_file(rt, p, &op, &info);
+    CHECK(rc == OPJIT_OK && info.cache_hit == 0);
+    CHECK_VALUE(call_value(rt, op), 45);
+    opjit_destroy(rt);
+}
+
+static int count_ops(void *ud, const opjit_op *op)
+{
+    (void)op;
+    (*(int *)ud)++;
+    return 0;
+}
+
+static void unload_and_load_again(void)
+{
+    const char *d = tmpdir_new();
+    write_const_op(d, "qal_unl.c", "qal_unl", 12);
+    write_const_op(d, "qal_keep.c", "qal_keep", 13);
+    const char *p = pjoin(d, "qal_unl.c");
+    opjit_runtime *rt = rt_new();
+    opjit_op *op = NULL, *keep = NULL, *found = NULL;
+    CHECK(opjit_load_op(rt, p, &op) == OPJIT_OK);
+    CHECK(opjit_load_op(rt, pjoin(d, "qal_keep.c"), &keep) == OPJIT_OK);
+    CHECK_VALUE(call_value(rt, op), 12);
+
+    /* By path: gone from lookups and lists; the old handle fails cleanly. */
+    CHECK(opjit_unload(rt, p) == OPJIT_OK);
+    CHECK(opjit_find_op(rt, "qal_unl", &found) == OPJIT_ENOTFOUND);
+    int n = 0;
+    opjit_list(rt, count_ops, &n);
+    CHECK(n == 1);
+    DLManagedTensor *out = NULL;
+    CHECK(opjit_call(rt, op, NULL, 0, &out, 1) == OPJIT_ENOKERNEL && out == NULL);
+    CHECK_VALUE(call_value(rt, keep), 13);
+    CHECK(opjit_unload(rt, p) == OPJIT_ENOTFOUND);
+
+    /* Loading again registers it afresh, from the cache, into the same op. */
+    opjit_load_info info;
+    opjit_op *again = NULL;
+    CHECK(opjit_load_file(rt, p, &again, &info) == OPJIT_OK);
+    CHECK(again == op && info.cache_hit == 1 && info.load_ms > 0);
+    CHECK_VALUE(call_value(rt, op), 12);
+
+    /* By name. */
+    CHECK(opjit_unload(rt, "qal_unl") == OPJIT_OK);
+    CHECK(opjit_find_op(rt, "qal_unl", &found) == OPJIT_ENOTFOUND);
+    CHECK(opjit_unload(rt, "qal_nothing") == OPJIT_ENOTFOUND);
+    CHECK_STR_CONTAINS(opjit_errmsg(rt), "qal_nothing");
+    CHECK(opjit_unload(rt, NULL) == OPJIT_EINVAL);
+    CHECK_VALUE(call_value(rt, keep), 13);
+    opjit_destroy(rt);
+}
+
 static void editing_a_local_header_changes_the_op(void)
 {
     const char *d = tmpdir_new();
@@ -460,6 +537,51 @@ static void editing_a_local_header_changes_the_op(void)
     write_text(d2, "sub/v.h", "#define SUB_VALUE 2\n");
     CHECK(opjit_load_op(rt, pjoin(d2, "qal_sub.c"), &op) == OPJIT_OK);
     CHECK_VALUE(call_value(rt, op), 2);
+    opjit_destroy(rt);
+}
+
+/* Every local header is part of the key, however many there are and
+ * however deep they nest: an edit to the 70th header, or to the end of a
+ * chain 24 deep, must recompile, never hit the old artifact. */
+static void many_and_deep_local_headers_are_all_in_the_key(void)
+{
+    const char *d = tmpdir_new();
+    char extra[2048] = "", name[32], text[128];
+    for (int i = 0; i < 70; i++) {
+        snprintf(name, sizeof name, "h%02d.h", i);
+        snprintf(text, sizeof text, "#define H%02d %d\n", i, i == 69 ? 5 : 0);
+        write_text(d, name, text);
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "#include \"%s\"\n", name);
+    }
+    for (int i = 0; i < 24; i++) {
+        snprintf(name, sizeof name, "c%02d.h", i);
+        if (i < 23)
+            snprintf(text, sizeof text, "#include \"c%02d.h\"\n", i + 1);
+        else
+            snprintf(text, sizeof text, "#define CHAIN 10\n");
+        write_text(d, name, text);
+    }
+    snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "#include \"c00.h\"\n");
+    write_const_op_ex(d, "qal_many.c", "qal_many", "H69 + CHAIN", extra);
+    const char *p = pjoin(d, "qal_many.c");
+    opjit_runtime *rt = rt_new();
+    opjit_op *op = NULL;
+    opjit_load_info info;
+    int rc = opjit_load_file(rt, p, &op, &info);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK_VALUE(call_value(rt, op), 15);
+
+    write_text(d, "h69.h", "#define H69 6\n");
+    rc = opjit_load_file(rt, p, &op, &info);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(info.cache_hit == 0);
+    CHECK_VALUE(call_value(rt, op), 16);
+
+    write_text(d, "c23.h", "#define CHAIN 20\n");
+    rc = opjit_load_file(rt, p, &op, &info);
+    CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
+    CHECK(info.cache_hit == 0);
+    CHECK_VALUE(call_value(rt, op), 26);
     opjit_destroy(rt);
 }
 
@@ -1119,6 +1241,9 @@ int main(void)
     T_RUN(editing_the_source_swaps_the_kernel);
     T_RUN(reloading_through_another_spelling_of_the_path);
     T_RUN(editing_a_local_header_changes_the_op);
+    T_RUN(angle_bracket_headers_next_to_the_source_are_in_the_key);
+    T_RUN(unload_and_load_again);
+    T_RUN(many_and_deep_local_headers_are_all_in_the_key);
     T_RUN(touching_without_change_does_not_recompile);
     T_RUN(header_edits_racing_the_optimizer);
     T_RUN(syntax_error_reports_file_line_and_the_line);

@@ -2,9 +2,12 @@
  * compile with the system C compiler, atomic swap, the index that lets a
  * machine without a compiler use optimized artifacts, failures that leave
  * the libtcc code serving. */
+#include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "opjit.h"
@@ -154,6 +157,53 @@ static void stale_job_is_not_swapped_in(void)
     opjit_destroy(rt);
 }
 
+/* A compiler whose --version fails: the optimizing compile fails with a
+ * message opjit_wait passes on, and the runtime's private temporary
+ * directory is still removed by opjit_destroy. */
+static void failing_compiler_leaves_no_temporary_directory(void)
+{
+    char tmpd[PATH_MAX + 16], badcc[PATH_MAX + 16];
+    snprintf(tmpd, sizeof tmpd, "%s/tmpdir", dir);
+    snprintf(badcc, sizeof badcc, "%s/badcc", dir);
+    CHECK(mkdir(tmpd, 0700) == 0);
+    FILE *f = fopen(badcc, "w");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    fputs("#!/bin/sh\necho broken\nexit 3\n", f);
+    fclose(f);
+    CHECK(chmod(badcc, 0755) == 0);
+    const char *old = getenv("TMPDIR");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("TMPDIR", tmpd, 1);
+    write_op("45.0f"); /* not in the cache yet: libtcc compiles it */
+    opjit_runtime *rt = make_rt(1, badcc);
+    opjit_op *op;
+    CHECK(opjit_load_file(rt, src, &op, NULL) == OPJIT_OK);
+    CHECK(opjit_wait(rt) == OPJIT_ECOMPILE);
+    CHECK_STR_CONTAINS(opjit_errmsg(rt), "optimizing compile failed");
+    CHECK_STR_CONTAINS(opjit_errmsg(rt), "--version failed"); /* the worker's reason */
+    CHECK(first(rt, op, NULL) == 3.1f);
+    opjit_destroy(rt);
+    if (saved) {
+        setenv("TMPDIR", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("TMPDIR");
+    }
+    DIR *d = opendir(tmpd);
+    int left = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        if (de->d_name[0] != '.') {
+            fprintf(stderr, "  left behind: %s/%s\n", tmpd, de->d_name);
+            left++;
+        }
+    if (d)
+        closedir(d);
+    CHECK(d != NULL && left == 0);
+}
+
 int main(void)
 {
     cc = getenv("OPJIT_CC");
@@ -172,6 +222,7 @@ int main(void)
     T_RUN(tiering_off_serves_libtcc);
     T_RUN(failed_optimizing_compile_keeps_libtcc);
     T_RUN(stale_job_is_not_swapped_in);
+    T_RUN(failing_compiler_leaves_no_temporary_directory);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
