@@ -90,7 +90,19 @@ int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen)
         snprintf(diag, diaglen, "out of memory");
         return OPJIT_ENOMEM;
     }
-    snprintf(text, n, "#line 1 \"%s\"\n%s", job->source_name, job->text);
+    /* A name with a quote, backslash or newline would break the directive:
+     * those characters become '_' (in diagnostics too). */
+    char *name = strdup(job->source_name);
+    if (!name) {
+        free(text);
+        snprintf(diag, diaglen, "out of memory");
+        return OPJIT_ENOMEM;
+    }
+    for (char *c = name; *c; c++)
+        if (*c == '"' || *c == '\\' || *c == '\n' || *c == '\r')
+            *c = '_';
+    d.name = name;
+    snprintf(text, n, "#line 1 \"%s\"\n%s", name, job->text);
 
     pthread_mutex_lock(&tcc_lock);
     int rc = OPJIT_OK;
@@ -145,5 +157,6 @@ out:
     free(text);
     if (rc == OPJIT_ECOMPILE && !d.len)
         snprintf(diag, diaglen, "%s: compile failed", job->source_name);
+    free(name);
     return rc;
 }

@@ -260,7 +260,10 @@ static int build_opt(void *ud, const char *dir, char *err, size_t errlen)
     }
     /* #line keeps diagnostics pointing at the op's own file. */
     errno = 0;
-    fprintf(f, "#line 1 \"%s\"\n", b->src->path);
+    fputs("#line 1 \"", f);
+    for (const char *c = b->src->path; *c; c++) /* as jit/tcc.c names it */
+        fputc(*c == '"' || *c == '\\' || *c == '\n' || *c == '\r' ? '_' : *c, f);
+    fputs("\"\n", f);
     /* A short write (a full disk) must not compile a truncated source,
      * which could still be valid C, into an artifact under the key. */
     int werr = fwrite(b->src->text, 1, b->src->len, f) != b->src->len || ferror(f);

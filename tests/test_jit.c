@@ -55,6 +55,17 @@ static void syntax_error_has_file_line_and_source(void)
     CHECK(access(out, F_OK) != 0);
 }
 
+static void odd_characters_in_the_name_are_harmless(void)
+{
+    char out[PATH_MAX + 16], diag[4096];
+    snprintf(out, sizeof out, "%s/odd.so", tmpdir);
+    CHECK(compile("we\"ird\\dir/ok.c", good, out, diag, sizeof diag) == OPJIT_OK);
+    CHECK(compile("we\"ird\\dir/bad.c", "int f(void) { return 1 +; }\n", out, diag,
+                  sizeof diag) == OPJIT_ECOMPILE);
+    CHECK_STR_CONTAINS(diag, "we_ird_dir/bad.c:1:");
+    CHECK_STR_CONTAINS(diag, "    1 | int f(void) { return 1 +; }");
+}
+
 static void missing_header_is_a_compile_error(void)
 {
     char out[PATH_MAX + 16], diag[4096];
@@ -107,6 +118,7 @@ int main(void)
     }
     T_RUN(compiles_a_shared_object);
     T_RUN(syntax_error_has_file_line_and_source);
+    T_RUN(odd_characters_in_the_name_are_harmless);
     T_RUN(missing_header_is_a_compile_error);
     T_RUN(unwritable_output_is_an_io_error);
     T_RUN(concurrent_compiles_are_serialised);
