@@ -32,13 +32,8 @@
 #include <limits.h>
 #include <string.h>
 
-typedef struct conv_geom {
-    int64_t n, c, h, w;      /* input */
-    int64_t o, kh, kw;       /* weight */
-    int64_t sh, sw, ph, pw, dh, dw, groups;
-    int64_t ho, wo;          /* output */
-    int64_t cg, og;          /* channels per group in and out */
-} conv_geom;
+#include "conv2d_common.h"
+
 
 /* Smallest q >= 0 with q * s >= num (s > 0). */
 static int64_t conv_ceil_div(int64_t num, int64_t s)
@@ -775,47 +770,16 @@ static void conv_im2col_gemm_f32(const conv_geom *g, const float *im, const floa
 }
 #endif /* CONV_FAST */
 
-static const char *conv_dtype_name(const DLTensor *t)
-{
-    if (opjit_is_dtype(t, kDLFloat, 32))
-        return "float32";
-    if (opjit_is_dtype(t, kDLFloat, 64))
-        return "float64";
-    return "another dtype";
-}
-
-static int conv_same_dtype(const DLTensor *a, const DLTensor *b)
-{
-    return a->dtype.code == b->dtype.code && a->dtype.bits == b->dtype.bits &&
-           a->dtype.lanes == b->dtype.lanes;
-}
-
-/* Read an int[2] argument into v[0], v[1]; a single value applies to both. */
-static int conv_pair(opjit_args *a, int i, int64_t v[2])
-{
-    const int64_t *p = opjit_arg_ints(a, i);
-    int len = opjit_arg_len(a, i);
-    if (!p || len < 1 || len > 2)
-        return 0;
-    v[0] = p[0];
-    v[1] = len == 2 ? p[1] : p[0];
-    return 1;
-}
-
-/* Largest stride, padding or dilation accepted: keeps every size product
- * below 2^63. */
-#define CONV_MAX_PARAM ((int64_t)1 << 30)
-
 static int conv2d_cpu(opjit_ctx *ctx, opjit_args *a)
 {
     DLTensor *input = opjit_arg_tensor(a, 0);
     DLTensor *weight = opjit_arg_tensor(a, 1);
     DLTensor *bias = opjit_arg_tensor(a, 2);
-    int64_t stride[2], pad[2], dil[2], shape[4], num_h, num_w, kdim, plane;
+    int64_t shape[4], kdim, plane;
     int64_t n, grp;
     conv_geom g;
     DLTensor *out;
-    int is64, batched, direct, fast = 0;
+    int is64, batched, direct, fast = 0, rc;
     size_t esz, colsz, scrsz = 0;
     void *col = NULL;
     char *outp;
@@ -824,106 +788,11 @@ static int conv2d_cpu(opjit_ctx *ctx, opjit_args *a)
     const float *xend;
 #endif
 
-    if (!input || !weight)
-        return opjit_fail(ctx, "input and weight are required");
-    if (input->ndim != 4 && input->ndim != 3)
-        return opjit_fail(ctx, "input must be 4D [N, C, H, W] or 3D "
-                               "[C, H, W], got %dD", input->ndim);
-    if (weight->ndim != 4)
-        return opjit_fail(ctx, "weight must be 4D [O, C/groups, kH, kW], "
-                               "got %dD", weight->ndim);
-    is64 = opjit_is_dtype(input, kDLFloat, 64);
-    if (!is64 && !opjit_is_dtype(input, kDLFloat, 32))
-        return opjit_fail(ctx, "input must be float32 or float64");
-    if (!conv_same_dtype(weight, input))
-        return opjit_fail(ctx, "weight dtype (%s) must match input dtype (%s)",
-                          conv_dtype_name(weight), conv_dtype_name(input));
-    if (bias && !conv_same_dtype(bias, input))
-        return opjit_fail(ctx, "bias dtype (%s) must match input dtype (%s)",
-                          conv_dtype_name(bias), conv_dtype_name(input));
-    if (!conv_pair(a, 3, stride))
-        return opjit_fail(ctx, "stride must be 2 integers");
-    if (!conv_pair(a, 4, pad))
-        return opjit_fail(ctx, "padding must be 2 integers");
-    if (!conv_pair(a, 5, dil))
-        return opjit_fail(ctx, "dilation must be 2 integers");
-    grp = opjit_arg_int(a, 6);
-
-    if (stride[0] < 1 || stride[1] < 1)
-        return opjit_fail(ctx, "stride must be positive, got [%lld, %lld]",
-                          (long long)stride[0], (long long)stride[1]);
-    if (pad[0] < 0 || pad[1] < 0)
-        return opjit_fail(ctx, "padding must be non-negative, got [%lld, %lld]",
-                          (long long)pad[0], (long long)pad[1]);
-    if (dil[0] < 1 || dil[1] < 1)
-        return opjit_fail(ctx, "dilation must be positive, got [%lld, %lld]",
-                          (long long)dil[0], (long long)dil[1]);
-    if (stride[0] > CONV_MAX_PARAM || stride[1] > CONV_MAX_PARAM ||
-        pad[0] > CONV_MAX_PARAM || pad[1] > CONV_MAX_PARAM ||
-        dil[0] > CONV_MAX_PARAM || dil[1] > CONV_MAX_PARAM)
-        return opjit_fail(ctx, "stride, padding and dilation must be at most %lld",
-                          (long long)CONV_MAX_PARAM);
-    if (grp < 1 || grp > CONV_MAX_PARAM)
-        return opjit_fail(ctx, "groups must be between 1 and %lld, got %lld",
-                          (long long)CONV_MAX_PARAM, (long long)grp);
-
-    batched = input->ndim == 4;
-    memset(&g, 0, sizeof g);
-    g.n = batched ? input->shape[0] : 1;
-    g.c = input->shape[batched ? 1 : 0];
-    g.h = input->shape[batched ? 2 : 1];
-    g.w = input->shape[batched ? 3 : 2];
-    g.o = weight->shape[0];
-    g.kh = weight->shape[2];
-    g.kw = weight->shape[3];
-    g.sh = stride[0]; g.sw = stride[1];
-    g.ph = pad[0]; g.pw = pad[1];
-    g.dh = dil[0]; g.dw = dil[1];
-    g.groups = grp;
-
-    if (g.o < 1)
-        return opjit_fail(ctx, "weight must have at least one output channel, "
-                               "got weight [%lld, %lld, %lld, %lld]",
-                          (long long)weight->shape[0], (long long)weight->shape[1],
-                          (long long)weight->shape[2], (long long)weight->shape[3]);
-    if (weight->shape[1] > CONV_MAX_PARAM)
-        return opjit_fail(ctx, "weight has too many input channels (%lld)",
-                          (long long)weight->shape[1]);
-    if (g.o % grp != 0)
-        return opjit_fail(ctx, "weight has %lld output channels, not divisible "
-                               "by groups=%lld", (long long)g.o, (long long)grp);
-    if (weight->shape[1] * grp != g.c)
-        return opjit_fail(ctx, "weight [%lld, %lld, %lld, %lld] with groups=%lld "
-                               "expects input with %lld channels, got %lld",
-                          (long long)weight->shape[0], (long long)weight->shape[1],
-                          (long long)weight->shape[2], (long long)weight->shape[3],
-                          (long long)grp, (long long)(weight->shape[1] * grp),
-                          (long long)g.c);
-    if (g.kh < 1 || g.kw < 1)
-        return opjit_fail(ctx, "weight kernel size must be positive, got %lldx%lld",
-                          (long long)g.kh, (long long)g.kw);
-    if (bias && (bias->ndim != 1 || bias->shape[0] != g.o))
-        return opjit_fail(ctx, "bias must be 1D with %lld elements (one per "
-                               "output channel), got %dD with %lld",
-                          (long long)g.o, bias->ndim,
-                          (long long)(bias->ndim >= 1 ? bias->shape[0] : 0));
-    if (g.h > CONV_MAX_PARAM || g.w > CONV_MAX_PARAM || g.kh > CONV_MAX_PARAM ||
-        g.kw > CONV_MAX_PARAM)
-        return opjit_fail(ctx, "spatial sizes must be at most %lld",
-                          (long long)CONV_MAX_PARAM);
-
-    num_h = g.h + 2 * g.ph - g.dh * (g.kh - 1) - 1;
-    num_w = g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1;
-    if (num_h < 0 || num_w < 0)
-        return opjit_fail(ctx, "padded input %lldx%lld is smaller than the "
-                               "dilated kernel %lldx%lld",
-                          (long long)(g.h + 2 * g.ph), (long long)(g.w + 2 * g.pw),
-                          (long long)(g.dh * (g.kh - 1) + 1),
-                          (long long)(g.dw * (g.kw - 1) + 1));
-    g.ho = num_h / g.sh + 1;
-    g.wo = num_w / g.sw + 1;
-    g.cg = g.c / grp;
-    g.og = g.o / grp;
+    if ((rc = conv_check(ctx, a, input, weight, bias, &g)) != 0)
+        return rc;
+    is64 = g.is64;
+    batched = g.batched;
+    grp = g.groups;
 
     kdim = g.cg * g.kh * g.kw;
     plane = g.ho * g.wo;

@@ -61,6 +61,8 @@ extern "C" __global__ void conv2d_bias_f64(long long total, long long plane, int
 #include <stdlib.h>
 #include <string.h>
 
+#include "conv2d_common.h"
+
 /* ---- cuDNN, resolved at the first call ------------------------------------ */
 
 #define CONV_CUDNN_FUNCS(X)                                                    \
@@ -186,34 +188,6 @@ static void conv_algo_store(const conv_key *k, cudnnConvolutionFwdAlgo_t algo)
 
 /* ---- the op ----------------------------------------------------------------- */
 
-#define CONV_MAX_PARAM ((int64_t)1 << 30)
-
-static const char *convc_dtype_name(const DLTensor *t)
-{
-    if (opjit_is_dtype(t, kDLFloat, 32))
-        return "float32";
-    if (opjit_is_dtype(t, kDLFloat, 64))
-        return "float64";
-    return "another dtype";
-}
-
-static int convc_same_dtype(const DLTensor *a, const DLTensor *b)
-{
-    return a->dtype.code == b->dtype.code && a->dtype.bits == b->dtype.bits &&
-           a->dtype.lanes == b->dtype.lanes;
-}
-
-static int convc_pair(opjit_args *a, int i, int64_t v[2])
-{
-    const int64_t *p = opjit_arg_ints(a, i);
-    int len = opjit_arg_len(a, i);
-    if (!p || len < 1 || len > 2)
-        return 0;
-    v[0] = p[0];
-    v[1] = len == 2 ? p[1] : p[0];
-    return 1;
-}
-
 typedef struct conv_descs {
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
@@ -261,7 +235,8 @@ static int conv2d_cuda(opjit_ctx *ctx, opjit_args *a)
     DLTensor *input = opjit_arg_tensor(a, 0);
     DLTensor *weight = opjit_arg_tensor(a, 1);
     DLTensor *bias = opjit_arg_tensor(a, 2);
-    int64_t stride[2], pad[2], dil[2], shape[4], num_h, num_w, plane;
+    int64_t stride[2], pad[2], dil[2], shape[4], plane;
+    conv_geom g;
     int64_t N, C, H, W, O, kh, kw, grp, ho, wo, cg;
     int is64, batched, dev, rc = 0, i, nalgo = 0, on, oc, oh, ow;
     DLTensor *out;
@@ -276,91 +251,20 @@ static int conv2d_cuda(opjit_ctx *ctx, opjit_args *a)
     double one_d = 1.0, zero_d = 0.0;
     const char *what = "";
 
-    /* The checks of conv2d.c, with its messages. */
-    if (!input || !weight)
-        return opjit_fail(ctx, "input and weight are required");
-    if (input->ndim != 4 && input->ndim != 3)
-        return opjit_fail(ctx, "input must be 4D [N, C, H, W] or 3D [C, H, W], got %dD",
-                          input->ndim);
-    if (weight->ndim != 4)
-        return opjit_fail(ctx, "weight must be 4D [O, C/groups, kH, kW], got %dD", weight->ndim);
-    is64 = opjit_is_dtype(input, kDLFloat, 64);
-    if (!is64 && !opjit_is_dtype(input, kDLFloat, 32))
-        return opjit_fail(ctx, "input must be float32 or float64");
-    if (!convc_same_dtype(weight, input))
-        return opjit_fail(ctx, "weight dtype (%s) must match input dtype (%s)",
-                          convc_dtype_name(weight), convc_dtype_name(input));
-    if (bias && !convc_same_dtype(bias, input))
-        return opjit_fail(ctx, "bias dtype (%s) must match input dtype (%s)",
-                          convc_dtype_name(bias), convc_dtype_name(input));
-    if (!convc_pair(a, 3, stride))
-        return opjit_fail(ctx, "stride must be 2 integers");
-    if (!convc_pair(a, 4, pad))
-        return opjit_fail(ctx, "padding must be 2 integers");
-    if (!convc_pair(a, 5, dil))
-        return opjit_fail(ctx, "dilation must be 2 integers");
-    grp = opjit_arg_int(a, 6);
-    if (stride[0] < 1 || stride[1] < 1)
-        return opjit_fail(ctx, "stride must be positive, got [%lld, %lld]",
-                          (long long)stride[0], (long long)stride[1]);
-    if (pad[0] < 0 || pad[1] < 0)
-        return opjit_fail(ctx, "padding must be non-negative, got [%lld, %lld]",
-                          (long long)pad[0], (long long)pad[1]);
-    if (dil[0] < 1 || dil[1] < 1)
-        return opjit_fail(ctx, "dilation must be positive, got [%lld, %lld]",
-                          (long long)dil[0], (long long)dil[1]);
-    if (stride[0] > CONV_MAX_PARAM || stride[1] > CONV_MAX_PARAM || pad[0] > CONV_MAX_PARAM ||
-        pad[1] > CONV_MAX_PARAM || dil[0] > CONV_MAX_PARAM || dil[1] > CONV_MAX_PARAM)
-        return opjit_fail(ctx, "stride, padding and dilation must be at most %lld",
-                          (long long)CONV_MAX_PARAM);
-    if (grp < 1 || grp > CONV_MAX_PARAM)
-        return opjit_fail(ctx, "groups must be between 1 and %lld, got %lld",
-                          (long long)CONV_MAX_PARAM, (long long)grp);
-    batched = input->ndim == 4;
-    N = batched ? input->shape[0] : 1;
-    C = input->shape[batched ? 1 : 0];
-    H = input->shape[batched ? 2 : 1];
-    W = input->shape[batched ? 3 : 2];
-    O = weight->shape[0];
-    kh = weight->shape[2];
-    kw = weight->shape[3];
-    if (O < 1)
-        return opjit_fail(ctx, "weight must have at least one output channel, "
-                               "got weight [%lld, %lld, %lld, %lld]",
-                          (long long)weight->shape[0], (long long)weight->shape[1],
-                          (long long)weight->shape[2], (long long)weight->shape[3]);
-    if (weight->shape[1] > CONV_MAX_PARAM)
-        return opjit_fail(ctx, "weight has too many input channels (%lld)",
-                          (long long)weight->shape[1]);
-    if (O % grp != 0)
-        return opjit_fail(ctx, "weight has %lld output channels, not divisible by groups=%lld",
-                          (long long)O, (long long)grp);
-    if (weight->shape[1] * grp != C)
-        return opjit_fail(ctx, "weight [%lld, %lld, %lld, %lld] with groups=%lld "
-                               "expects input with %lld channels, got %lld",
-                          (long long)weight->shape[0], (long long)weight->shape[1],
-                          (long long)weight->shape[2], (long long)weight->shape[3],
-                          (long long)grp, (long long)(weight->shape[1] * grp), (long long)C);
-    if (kh < 1 || kw < 1)
-        return opjit_fail(ctx, "weight kernel size must be positive, got %lldx%lld",
-                          (long long)kh, (long long)kw);
-    if (bias && (bias->ndim != 1 || bias->shape[0] != O))
-        return opjit_fail(ctx, "bias must be 1D with %lld elements (one per output channel), "
-                               "got %dD with %lld",
-                          (long long)O, bias->ndim,
-                          (long long)(bias->ndim >= 1 ? bias->shape[0] : 0));
-    if (H > CONV_MAX_PARAM || W > CONV_MAX_PARAM || kh > CONV_MAX_PARAM || kw > CONV_MAX_PARAM)
-        return opjit_fail(ctx, "spatial sizes must be at most %lld", (long long)CONV_MAX_PARAM);
-    num_h = H + 2 * pad[0] - dil[0] * (kh - 1) - 1;
-    num_w = W + 2 * pad[1] - dil[1] * (kw - 1) - 1;
-    if (num_h < 0 || num_w < 0)
-        return opjit_fail(ctx, "padded input %lldx%lld is smaller than the dilated kernel "
-                               "%lldx%lld",
-                          (long long)(H + 2 * pad[0]), (long long)(W + 2 * pad[1]),
-                          (long long)(dil[0] * (kh - 1) + 1), (long long)(dil[1] * (kw - 1) + 1));
-    ho = num_h / stride[0] + 1;
-    wo = num_w / stride[1] + 1;
-    cg = C / grp;
+    /* The checks of conv2d.c, shared through conv2d_common.h. */
+    if ((rc = conv_check(ctx, a, input, weight, bias, &g)) != 0)
+        return rc;
+    is64 = g.is64;
+    batched = g.batched;
+    N = g.n; C = g.c; H = g.h; W = g.w;
+    O = g.o; kh = g.kh; kw = g.kw;
+    stride[0] = g.sh; stride[1] = g.sw;
+    pad[0] = g.ph; pad[1] = g.pw;
+    dil[0] = g.dh; dil[1] = g.dw;
+    grp = g.groups;
+    ho = g.ho;
+    wo = g.wo;
+    cg = g.cg;
     plane = ho * wo;
     /* cuDNN's legacy API takes int sizes and tensors below 2^31 elements. */
     if (N * C * H * W > INT_MAX || N * O * plane > INT_MAX || O * cg * kh * kw > INT_MAX ||
