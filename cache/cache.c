@@ -399,6 +399,9 @@ void cache_keygen_finish(cache_keygen *g, cache_key *out)
 
 /* ---- entries ------------------------------------------------------------ */
 
+/* What a private build directory holds besides its lock file. */
+static const char *const cache_private_files[] = {"out/", NULL};
+
 static cache_entry *cache_entry_new(const char *dir, int nart)
 {
     cache_entry *e = calloc(1, sizeof *e);
@@ -460,8 +463,8 @@ void cache_entry_release(cache_entry *e)
 {
     if (!e)
         return;
-    if (e->owns_dir && e->dir)
-        cache_rm_rf(e->dir);
+    if (e->owned)
+        cache_private_rmdir(e->owned, cache_private_files);
     /* Closing (not unlocking) drops our use lock: a child forked while we
      * held it shares the lock and must not release it for us. */
     if (e->lockfd >= 0)
@@ -473,23 +476,35 @@ void cache_entry_release(cache_entry *e)
     free(e->names);
     free(e->paths);
     free(e->dir);
+    free(e->owned);
     free(e);
 }
 
 /* ---- fetch -------------------------------------------------------------- */
 
-/* Build into a private temporary directory, owned by the entry. */
+/* Build into a private temporary directory, owned by the entry:
+ * $TMPDIR/opjit-build-XXXXXX/out, the directory above swept once we are
+ * dead (see cache_private_mkdir). */
 static int cache_build_private(cache_build_fn build, void *ud, cache_entry **out, char *err,
                                size_t errlen)
 {
     const char *t = getenv("TMPDIR");
-    char tmpl[PATH_MAX];
-    snprintf(tmpl, sizeof tmpl, "%s/opjit-build-XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(tmpl)) {
-        snprintf(tmpl, sizeof tmpl, "/tmp/opjit-build-XXXXXX");
-        if (!mkdtemp(tmpl))
-            return cache_errf(err, errlen, OPJIT_EIO,
-                              "cache: cannot create a temporary build directory: %s", strerror(errno));
+    char root[PATH_MAX], tmpl[PATH_MAX + 8];
+    int lockfd = -1;
+    int e = cache_private_mkdir(t && *t ? t : "/tmp", "opjit-build-", cache_private_files, root,
+                                sizeof root, &lockfd);
+    if (e && t && *t && strcmp(t, "/tmp") != 0)
+        e = cache_private_mkdir("/tmp", "opjit-build-", cache_private_files, root, sizeof root,
+                                &lockfd);
+    if (e)
+        return cache_errf(err, errlen, OPJIT_EIO,
+                          "cache: cannot create a temporary build directory: %s", strerror(e));
+    snprintf(tmpl, sizeof tmpl, "%s/out", root);
+    if (mkdir(tmpl, 0700) != 0) {
+        e = errno;
+        cache_private_rmdir(root, cache_private_files);
+        close(lockfd);
+        return cache_errf(err, errlen, OPJIT_EIO, "cache: cannot create %s: %s", tmpl, strerror(e));
     }
     int rc = build(ud, tmpl, err, errlen);
     cache_artifact *a = NULL;
@@ -503,14 +518,20 @@ static int cache_build_private(cache_build_fn build, void *ud, cache_entry **out
     }
     if (rc == OPJIT_OK) {
         *out = cache_entry_from(tmpl, a, n);
-        if (*out)
-            (*out)->owns_dir = 1;
-        else
+        if (*out && ((*out)->owned = strdup(root))) {
+            (*out)->lockfd = lockfd;
+            lockfd = -1;
+        } else {
+            cache_entry_release(*out);
+            *out = NULL;
             rc = cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
+        }
     }
     cache_artifacts_free(a, n);
-    if (rc != OPJIT_OK)
-        cache_rm_rf(tmpl);
+    if (rc != OPJIT_OK) {
+        cache_private_rmdir(root, cache_private_files);
+        close(lockfd);
+    }
     return rc;
 }
 
@@ -537,8 +558,22 @@ static void cache_warn_damaged(cache *c, const cache_request *req, const char *w
                action);
 }
 
-/* Look in the read-only layers. Returns 1 and *out on a hit. */
-static int cache_fetch_readonly(cache *c, const cache_request *req, cache_entry **out)
+/* An entry that could not be checked for a transient reason (see
+ * CACHE_TRANSIENT) is left as is: an error, or for a probe not found. */
+static int cache_unchecked(const cache_request *req, const char *where, const char *why,
+                           int probe, char *err, size_t errlen)
+{
+    return cache_errf(err, errlen, probe ? OPJIT_ENOTFOUND : OPJIT_EIO,
+                      "cache: cannot check entry %s (op %s, source %s) in %s: %s "
+                      "(not damage: the entry is left as is; try again)",
+                      req->key.hex, cache_str(req->op_name), cache_str(req->source_name), where,
+                      why);
+}
+
+/* Look in the read-only layers. Returns 1 and *out on a hit, -1 (err
+ * filled, as cache_unchecked) when an entry could not be checked. */
+static int cache_fetch_readonly(cache *c, const cache_request *req, int probe, cache_entry **out,
+                                char *err, size_t errlen)
 {
     char dir[PATH_MAX], why[512];
     for (int i = 0; i < c->nro; i++) {
@@ -547,6 +582,10 @@ static int cache_fetch_readonly(cache *c, const cache_request *req, cache_entry 
         int r = cache_check(c, dir, req->key.hex, CACHE_CHK_SUMS, &m, why, sizeof why);
         if (r == CACHE_DAMAGED)
             cache_warn_damaged(c, req, c->ro[i], why, "skipping it (read-only layer, left as is)");
+        if (r == CACHE_TRANSIENT) {
+            cache_unchecked(req, c->ro[i], why, probe, err, errlen);
+            return -1;
+        }
         if (r != CACHE_OK)
             continue;
         *out = cache_entry_from(dir, m.art, m.nart);
@@ -622,7 +661,9 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *
             return cache_offline_miss(req, err, errlen);
         return cache_build_private(build, ud, out, err, errlen);
     }
-    if (cache_fetch_readonly(c, req, out)) {
+    if ((r = cache_fetch_readonly(c, req, !build, out, err, errlen)) != 0) {
+        if (r < 0)
+            return build ? OPJIT_EIO : OPJIT_ENOTFOUND;
         if (hit)
             *hit = 1;
         return OPJIT_OK;
@@ -642,12 +683,16 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *
     /* The use lock first: from now on nobody evicts the entry under us. */
     if ((e = cache_lock(c, req->key.hex, CACHE_LOCK_USE, 0, 1, &usefd)) != 0) {
         snprintf(why, sizeof why, "cannot lock %s/%s: %s", c->locks, req->key.hex, strerror(e));
+        if (cache_transient_errno(e))
+            goto unchecked;
         goto fallback;
     }
     r = cache_check(c, dir, req->key.hex, CACHE_CHK_SUMS | CACHE_CHK_OWNER | CACHE_CHK_TOUCH, &m,
                     why, sizeof why);
     if (r == CACHE_OK)
         goto hit;
+    if (r == CACHE_TRANSIENT)
+        goto unchecked;
     if (r == CACHE_DAMAGED) {
         cache_warn_damaged(c, req, c->root, why,
                            c->offline || !build ? "evicting it" : "evicting and rebuilding it");
@@ -662,6 +707,8 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *
                             sizeof why);
             if (r == CACHE_OK)
                 goto hit;
+            if (r == CACHE_TRANSIENT)
+                goto unchecked;
             if (r == CACHE_DAMAGED)
                 cache_discard_entry(c, dir, req->key.hex, 0);
         }
@@ -672,12 +719,16 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *
      * hold the build lock, as the previous holder may have built it. */
     if ((e = cache_lock(c, req->key.hex, CACHE_LOCK_BUILD, 1, 1, &buildfd)) != 0) {
         snprintf(why, sizeof why, "cannot lock %s/%s: %s", c->locks, req->key.hex, strerror(e));
+        if (cache_transient_errno(e))
+            goto unchecked;
         goto fallback;
     }
     r = cache_check(c, dir, req->key.hex, CACHE_CHK_SUMS | CACHE_CHK_OWNER | CACHE_CHK_TOUCH, &m,
                     why, sizeof why);
     if (r == CACHE_OK)
         goto hit;
+    if (r == CACHE_TRANSIENT)
+        goto unchecked;
     if (r == CACHE_DAMAGED) {
         if (!damaged)
             cache_warn_damaged(c, req, c->root, why, c->offline ? "evicting it" : "evicting and rebuilding it");
@@ -760,6 +811,10 @@ hit:
     usefd = -1;
     if (hit)
         *hit = 1;
+    goto done;
+
+unchecked:
+    rc = cache_unchecked(req, c->root, why, !build, err, errlen);
     goto done;
 
 fallback:

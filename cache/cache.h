@@ -88,7 +88,9 @@ typedef int (*cache_build_fn)(void *ud, const char *dir, char *err, size_t errle
 
 /* Find the entry for req->key in the read-only layers, then the writable
  * cache; verify it (manifest and checksums: a damaged one is evicted and
- * rebuilt, with a warning); on a miss take the key's cross-process lock,
+ * rebuilt, with a warning; one that cannot be checked for a reason that
+ * says nothing about it, like EMFILE, ENOMEM or EIO, is left as is and the
+ * fetch fails with OPJIT_EIO saying why); on a miss take the key's cross-process lock,
  * look again, then call build and publish atomically. When the cache cannot
  * be written, builds into a private temporary directory instead (one
  * warning). *hit tells whether build was skipped. The entry stays protected
@@ -107,6 +109,20 @@ const char *cache_entry_dir(const cache_entry *e);
  * private temporary build, remove its directory. An entry does not refer
  * to its cache: it may be released after cache_close. NULL is fine. */
 void cache_entry_release(cache_entry *e);
+
+/* A private directory base/<prefix>XXXXXX (mode 0700) that outlives no
+ * process: it holds the file "lock", locked (OFD, exclusive) for as long as
+ * *lockfd stays open. First removes the directories of this prefix in base
+ * that are ours and whose owner died (a process killed with kill -9): only
+ * the names in files (NULL-terminated; one ending in '/' is a directory,
+ * removed with everything below it) and the lock file, then the directory;
+ * never following a symbolic link. Cheap: one readdir of base. path
+ * receives the directory. Returns 0 or an errno. */
+int cache_private_mkdir(const char *base, const char *prefix, const char *const *files,
+                        char *path, size_t pathlen, int *lockfd);
+/* Remove such a directory (files as given to cache_private_mkdir); the
+ * caller closes its lockfd afterwards. */
+void cache_private_rmdir(const char *path, const char *const *files);
 
 /* ---- administration (the `opjit cache` command) ----------------------- */
 
@@ -154,7 +170,9 @@ int cache_get_totals(cache *c, cache_totals *t, char *err, size_t errlen);
 /* Verify every entry of every layer (manifests and checksums). fn (may be
  * NULL) is called for each entry, problem set for damaged ones. repair:
  * evict damaged entries of the writable cache (read-only layers are never
- * touched). *ndamaged receives the number of damaged entries. */
+ * touched). *ndamaged receives the number of damaged entries. Entries that
+ * could not be checked (EMFILE, EIO...) are not damaged: fn is not called
+ * for them and the walk goes on, then returns OPJIT_EIO saying why. */
 int cache_verify_all(cache *c, int repair, cache_entry_fn fn, void *ud, int *ndamaged,
                      char *err, size_t errlen);
 

@@ -47,8 +47,12 @@ static int cache_list_keys(const char *entries, cache_keylist *kl)
         char shard[PATH_MAX];
         snprintf(shard, sizeof shard, "%s/%s", entries, sd->d_name);
         DIR *s = opendir(shard);
-        if (!s)
+        if (!s) {
+            /* Out of file descriptors, say: not an empty shard. */
+            if (cache_transient_errno(errno))
+                rc = errno;
             continue;
+        }
         struct dirent *ed;
         while ((ed = readdir(s))) {
             const char *n = ed->d_name;
@@ -120,7 +124,8 @@ static int cache_walk(cache *c, int flags, int repair, cache_entry_fn fn, void *
                       int *ndamaged, char *err, size_t errlen)
 {
     int nlayers = c->disabled ? 0 : c->nro + (c->writable ? 1 : 0);
-    int damaged = 0, stop = 0, rc = OPJIT_OK;
+    int damaged = 0, unchecked = 0, stop = 0, rc = OPJIT_OK;
+    char first[PATH_MAX + 600] = "";
     for (int li = 0; li < nlayers && !stop; li++) {
         int writable = li == c->nro;
         const char *root = writable ? c->root : c->ro[li];
@@ -146,7 +151,11 @@ static int cache_walk(cache *c, int flags, int repair, cache_entry_fn fn, void *
             cache_manifest m;
             int r = cache_check(c, dir, hex, flags | (writable ? CACHE_CHK_OWNER : 0), &m, why,
                                 sizeof why);
-            if (r == CACHE_MISSING) {
+            if (r == CACHE_MISSING || r == CACHE_TRANSIENT) {
+                /* Could not be checked (out of file descriptors, an I/O
+                 * error...): an error, not damage; never evicted for it. */
+                if (r == CACHE_TRANSIENT && !unchecked++)
+                    snprintf(first, sizeof first, "%s: %s", dir, why);
                 if (fd >= 0)
                     close(fd);
                 continue;
@@ -190,6 +199,11 @@ static int cache_walk(cache *c, int flags, int repair, cache_entry_fn fn, void *
         }
         free(kl.hex);
     }
+    if (unchecked && rc == OPJIT_OK)
+        rc = cache_errf(err, errlen, OPJIT_EIO,
+                        "cache: %d entr%s could not be checked (not damage: left as is; try "
+                        "again); %s",
+                        unchecked, unchecked == 1 ? "y" : "ies", first);
     if (ndamaged)
         *ndamaged = damaged;
     return rc;

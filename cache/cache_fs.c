@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache/cache_int.h"
@@ -183,4 +184,137 @@ int cache_lock(const cache *c, const char *hex, int which, int exclusive, int wa
         close(f);
     }
     return EAGAIN;
+}
+
+/* ---- private temporary directories ---------------------------------------
+ *
+ * base/<prefix>XXXXXX, made by a process for itself (the loader's scratch
+ * directory, a build when the cache cannot be written). Its owner holds an
+ * OFD lock on the file "lock" inside for as long as the directory lives, and
+ * writes its pid there once it holds it. A process killed with the
+ * directory still there leaves the lock free: the next process that makes
+ * one of the same prefix removes it. */
+
+#define CACHE_PRIVATE_LOCK "lock"
+#define CACHE_PRIVATE_YOUNG 60 /* seconds: an empty lock file is being set up */
+
+/* Remove what the owner puts in the directory name of parentfd (open as
+ * dfd): the names in files (one ending in '/' is a directory, removed with
+ * everything below it), the lock file, then the directory itself. Never
+ * follows a symbolic link; leaves anything else (and so the directory). */
+static void cache_private_clean(int parentfd, const char *name, int dfd,
+                                const char *const *files)
+{
+    for (; files && *files; files++) {
+        size_t n = strlen(*files);
+        if (n > 1 && (*files)[n - 1] == '/') {
+            char sub[256];
+            snprintf(sub, sizeof sub, "%.*s", (int)(n - 1), *files);
+            int sfd = openat(dfd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sfd >= 0)
+                cache_rm_below(sfd, 0); /* closes sfd */
+            unlinkat(dfd, sub, AT_REMOVEDIR);
+        } else {
+            unlinkat(dfd, *files, 0);
+        }
+    }
+    unlinkat(dfd, CACHE_PRIVATE_LOCK, 0);
+    unlinkat(parentfd, name, AT_REMOVEDIR);
+}
+
+static int cache_private_name(const char *n, const char *prefix, size_t plen)
+{
+    if (strncmp(n, prefix, plen) != 0 || strlen(n) != plen + 6)
+        return 0;
+    for (const char *s = n + plen; *s; s++)
+        if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
+            return 0;
+    return 1;
+}
+
+/* One readdir of base: remove the directories of this prefix that are ours
+ * and whose owner died (the lock can be taken). An empty lock file is left
+ * alone while young (its owner is about to lock it); a directory without a
+ * lock file always (being created, or made by an older opjit that may
+ * still be using it). */
+static void cache_private_sweep(const char *base, const char *prefix, const char *const *files)
+{
+    int bfd = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = bfd < 0 ? NULL : fdopendir(bfd);
+    if (!d) {
+        if (bfd >= 0)
+            close(bfd);
+        return;
+    }
+    uid_t euid = geteuid();
+    size_t plen = strlen(prefix);
+    time_t now = time(NULL);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *n = de->d_name;
+        if ((de->d_type != DT_DIR && de->d_type != DT_UNKNOWN) || !cache_private_name(n, prefix, plen))
+            continue;
+        int dfd = openat(bfd, n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dfd < 0)
+            continue;
+        struct stat st, ls;
+        int dead = 0;
+        if (fstat(dfd, &st) == 0 && st.st_uid == euid) {
+            int lfd = openat(dfd, CACHE_PRIVATE_LOCK, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+            if (lfd >= 0)
+                dead = cache_setlk(lfd, CACHE_LOCK_FILE, 1, 0) == 0 && fstat(lfd, &ls) == 0 &&
+                       S_ISREG(ls.st_mode) && ls.st_uid == euid &&
+                       (ls.st_size > 0 || now - ls.st_mtime >= CACHE_PRIVATE_YOUNG);
+            if (dead)
+                cache_private_clean(bfd, n, dfd, files); /* holding the lock */
+            if (lfd >= 0)
+                close(lfd);
+        }
+        close(dfd);
+    }
+    closedir(d);
+}
+
+int cache_private_mkdir(const char *base, const char *prefix, const char *const *files,
+                        char *path, size_t pathlen, int *lockfd)
+{
+    cache_private_sweep(base, prefix, files);
+    int n = snprintf(path, pathlen, "%s/%sXXXXXX", base, prefix);
+    if (n < 0 || (size_t)n + sizeof CACHE_PRIVATE_LOCK + 1 > pathlen) {
+        path[0] = '\0';
+        return ENAMETOOLONG;
+    }
+    if (!mkdtemp(path)) {
+        int e = errno;
+        path[0] = '\0';
+        return e;
+    }
+    char lp[PATH_MAX + 16], pid[32];
+    snprintf(lp, sizeof lp, "%s/%s", path, CACHE_PRIVATE_LOCK);
+    int fd = open(lp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int e = fd < 0 ? errno : cache_setlk(fd, CACHE_LOCK_FILE, 1, 0);
+    if (!e) {
+        int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+        ssize_t w = write(fd, pid, (size_t)len);
+        e = w == len ? 0 : w < 0 ? errno : ENOSPC;
+    }
+    if (e) {
+        if (fd >= 0)
+            close(fd);
+        unlink(lp);
+        rmdir(path);
+        path[0] = '\0';
+        return e;
+    }
+    *lockfd = fd;
+    return 0;
+}
+
+void cache_private_rmdir(const char *path, const char *const *files)
+{
+    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    cache_private_clean(AT_FDCWD, path, dfd, files);
+    close(dfd);
 }

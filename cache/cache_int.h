@@ -50,8 +50,10 @@ struct cache {
 
 struct cache_entry {
     char *dir;
-    int lockfd;   /* holds the shared use lock; -1 when none */
-    int owns_dir; /* a private temporary build: removed on release */
+    int lockfd;   /* holds the shared use lock (a private build: its
+                   * directory's lock); -1 when none */
+    char *owned;  /* a private temporary build: the directory holding dir,
+                   * removed on release; else NULL */
     int nart;
     char **names; /* artifact names and their paths, parallel */
     char **paths;
@@ -74,8 +76,10 @@ typedef struct cache_manifest {
     uint64_t size; /* manifest + artifacts, bytes */
 } cache_manifest;
 
-/* cache_check results */
-enum { CACHE_OK = 0, CACHE_MISSING = 1, CACHE_DAMAGED = 2 };
+/* cache_check results. CACHE_TRANSIENT: the entry could not be checked
+ * for a reason that says nothing about it (out of file descriptors or
+ * memory, an I/O error): never evict it for that. */
+enum { CACHE_OK = 0, CACHE_MISSING = 1, CACHE_DAMAGED = 2, CACHE_TRANSIENT = 3 };
 /* cache_check flags */
 enum {
     CACHE_CHK_SUMS = 1,  /* hash every artifact */
@@ -103,6 +107,9 @@ int cache_lock(const cache *c, const char *hex, int which, int exclusive, int wa
 int cache_relock(int fd, int which, int exclusive, int wait);
 
 /* cache_manifest.c */
+/* 1 for an errno that says nothing about the file it came from (EMFILE,
+ * ENOMEM, EIO...): see CACHE_TRANSIENT. */
+int cache_transient_errno(int e);
 int cache_check(const cache *c, const char *dir, const char *hex, int flags,
                 cache_manifest *m, char *why, size_t whylen);
 void cache_manifest_free(cache_manifest *m);

@@ -195,7 +195,10 @@ out:
     return rc;
 }
 
-/* Parse m->buf (NUL-terminated, len bytes). Returns NULL or what is wrong. */
+static const char cache_manifest_oom[] = "out of memory reading the manifest";
+
+/* Parse m->buf (NUL-terminated, len bytes). Returns NULL or what is wrong
+ * (cache_manifest_oom: nothing is, memory ran out). */
 static const char *cache_manifest_parse(cache_manifest *m, size_t len)
 {
     char *buf = m->buf;
@@ -269,7 +272,7 @@ static const char *cache_manifest_parse(cache_manifest *m, size_t len)
                 cap = cap ? cap * 2 : 4;
                 cache_artifact *na = realloc(m->art, (size_t)cap * sizeof *na);
                 if (!na)
-                    return "out of memory reading the manifest";
+                    return cache_manifest_oom;
                 m->art = na;
             }
             m->art[m->nart++] = a;
@@ -304,25 +307,43 @@ static int cache_damaged(char *why, size_t whylen, const char *fmt, ...)
     return CACHE_DAMAGED;
 }
 
+/* Errors that say nothing about the entry: out of file descriptors or
+ * memory, interrupted, or an I/O error of the disk (the data may well be
+ * good; deleting it would not help and might lose it). */
+int cache_transient_errno(int e)
+{
+    return e == EMFILE || e == ENFILE || e == ENOMEM || e == ENOBUFS || e == EINTR ||
+           e == EAGAIN || e == EIO;
+}
+
+/* why = "<what>: strerror(e)"; CACHE_TRANSIENT when e is transient, else
+ * CACHE_DAMAGED. */
+static int cache_failed(char *why, size_t whylen, int e, const char *what)
+{
+    snprintf(why, whylen, "%s: %s", what, strerror(e));
+    return cache_transient_errno(e) ? CACHE_TRANSIENT : CACHE_DAMAGED;
+}
+
 /* Check the entry in dir against its manifest. Returns CACHE_OK (m filled:
- * free it with cache_manifest_free), CACHE_MISSING or CACHE_DAMAGED (why
- * says what). */
+ * free it with cache_manifest_free), CACHE_MISSING, CACHE_DAMAGED or
+ * CACHE_TRANSIENT (why says what). */
 int cache_check(const cache *c, const char *dir, const char *hex, int flags,
                 cache_manifest *m, char *why, size_t whylen)
 {
     int owner = (flags & CACHE_CHK_OWNER) != 0;
     int rc = CACHE_OK, mfd = -1;
     const char *bad;
+    char what[320];
     struct stat st;
     memset(m, 0, sizeof *m);
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0) {
         if (errno == ENOENT)
             return CACHE_MISSING;
-        return cache_damaged(why, whylen, "cannot open the entry: %s", strerror(errno));
+        return cache_failed(why, whylen, errno, "cannot open the entry");
     }
     if (fstat(dfd, &st) != 0) {
-        rc = cache_damaged(why, whylen, "cannot stat the entry: %s", strerror(errno));
+        rc = cache_failed(why, whylen, errno, "cannot stat the entry");
         goto out;
     }
     if ((bad = cache_untrusted(&st, owner, c->euid))) {
@@ -337,10 +358,14 @@ int cache_check(const cache *c, const char *dir, const char *hex, int flags,
      * fails the regular-file check below); reads of files ignore it. */
     mfd = openat(dfd, "manifest", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (mfd < 0) {
-        rc = cache_damaged(why, whylen, "manifest: %s", strerror(errno));
+        rc = cache_failed(why, whylen, errno, "manifest");
         goto out;
     }
-    if (fstat(mfd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(mfd, &st) != 0) {
+        rc = cache_failed(why, whylen, errno, "cannot stat the manifest");
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
         rc = cache_damaged(why, whylen, "manifest is not a regular file");
         goto out;
     }
@@ -355,14 +380,18 @@ int cache_check(const cache *c, const char *dir, const char *hex, int flags,
     size_t len = (size_t)st.st_size, got = 0;
     m->buf = malloc(len + 1);
     if (!m->buf) {
-        rc = cache_damaged(why, whylen, "out of memory reading the manifest");
+        rc = cache_failed(why, whylen, ENOMEM, "reading the manifest");
         goto out;
     }
     while (got < len) {
         ssize_t n = read(mfd, m->buf + got, len - got);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0)
+        if (n < 0) {
+            rc = cache_failed(why, whylen, errno, "cannot read the manifest");
+            goto out;
+        }
+        if (n == 0)
             break;
         got += (size_t)n;
     }
@@ -372,7 +401,8 @@ int cache_check(const cache *c, const char *dir, const char *hex, int flags,
         goto out;
     }
     if ((bad = cache_manifest_parse(m, len))) {
-        rc = cache_damaged(why, whylen, "%s", bad);
+        rc = bad == cache_manifest_oom ? cache_failed(why, whylen, ENOMEM, "reading the manifest")
+                                       : cache_damaged(why, whylen, "%s", bad);
         goto out;
     }
     if (strcmp(m->key, hex) != 0) {
@@ -385,20 +415,28 @@ int cache_check(const cache *c, const char *dir, const char *hex, int flags,
         const cache_artifact *a = &m->art[i];
         int afd = openat(dfd, a->name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         if (afd < 0) {
-            rc = cache_damaged(why, whylen, "artifact %s: %s", a->name, strerror(errno));
+            int e = errno;
+            snprintf(what, sizeof what, "artifact %s", a->name);
+            rc = cache_failed(why, whylen, e, what);
             goto out;
         }
         uint64_t sum = 0, n = 0;
         int e = 0;
-        if (fstat(afd, &st) != 0 || !S_ISREG(st.st_mode))
+        if (fstat(afd, &st) != 0) {
+            e = errno;
+            snprintf(what, sizeof what, "cannot stat artifact %s", a->name);
+            rc = cache_failed(why, whylen, e, what);
+        } else if (!S_ISREG(st.st_mode))
             rc = cache_damaged(why, whylen, "artifact %s is not a regular file", a->name);
         else if ((bad = cache_untrusted(&st, owner, c->euid)))
             rc = cache_damaged(why, whylen, "artifact %s is %s", a->name, bad);
         else if ((uint64_t)st.st_size != a->size)
             rc = cache_damaged(why, whylen, "artifact %s has %lld bytes, the manifest says %" PRIu64,
                                a->name, (long long)st.st_size, a->size);
-        else if ((flags & CACHE_CHK_SUMS) && (e = cache_hash_fd(afd, &sum, &n)) != 0)
-            rc = cache_damaged(why, whylen, "artifact %s: %s", a->name, strerror(e));
+        else if ((flags & CACHE_CHK_SUMS) && (e = cache_hash_fd(afd, &sum, &n)) != 0) {
+            snprintf(what, sizeof what, "cannot read artifact %s", a->name);
+            rc = cache_failed(why, whylen, e, what);
+        }
         else if ((flags & CACHE_CHK_SUMS) && (n != a->size || sum != a->sum))
             rc = cache_damaged(why, whylen, "artifact %s: checksum mismatch", a->name);
         close(afd);

@@ -77,14 +77,18 @@ int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **ou
     return OPJIT_OK;
 }
 
+/* What the scratch directory may hold: opjit_op.h, and cc-version.txt
+ * while the tier asks the compiler for its version. A process killed with
+ * it still there leaves it to the next one that makes one (see
+ * cache_private_mkdir). */
+static const char *const scratch_files[] = {"opjit_op.h", "cc-version.txt", NULL};
+
 static void remove_scratch(loader *l)
 {
     if (!l->scratch[0])
         return;
-    char p[PATH_MAX + 32];
-    snprintf(p, sizeof p, "%s/opjit_op.h", l->scratch);
-    unlink(p);
-    rmdir(l->scratch);
+    cache_private_rmdir(l->scratch, scratch_files);
+    close(l->scratch_lock); /* after: nobody sweeps it under us */
     l->scratch[0] = '\0';
 }
 
@@ -125,9 +129,9 @@ int loader_scratch(loader *l)
 static int make_scratch(loader *l)
 {
     const char *tmp = getenv("TMPDIR");
-    snprintf(l->scratch, sizeof l->scratch, "%s/opjit-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(l->scratch)) {
-        int e = errno;
+    int e = cache_private_mkdir(tmp && *tmp ? tmp : "/tmp", "opjit-", scratch_files, l->scratch,
+                                sizeof l->scratch, &l->scratch_lock);
+    if (e) {
         l->scratch[0] = '\0';
         return rt_error(l->rt, OPJIT_EIO, "cannot create a temporary directory in %s: %s",
                         tmp && *tmp ? tmp : "/tmp", strerror(e));
@@ -136,14 +140,14 @@ static int make_scratch(loader *l)
     snprintf(p, sizeof p, "%s/opjit_op.h", l->scratch);
     FILE *f = fopen(p, "wb");
     if (!f || fwrite(opjit_op_h_text, 1, sizeof opjit_op_h_text, f) != sizeof opjit_op_h_text) {
-        int e = errno;
+        e = errno;
         if (f)
             fclose(f);
         remove_scratch(l);
         return rt_error(l->rt, OPJIT_EIO, "cannot write %s: %s", p, strerror(e));
     }
     if (fclose(f)) {
-        int e = errno;
+        e = errno;
         remove_scratch(l);
         return rt_error(l->rt, OPJIT_EIO, "cannot write %s: %s", p, strerror(e));
     }

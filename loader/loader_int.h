@@ -26,6 +26,7 @@ typedef struct loader {
     char *ops_path;       /* colon-separated: config, $OPJIT_OPS_PATH, installed */
     cache *cache;
     char scratch[PATH_MAX]; /* private temp dir holding opjit_op.h */
+    int scratch_lock;       /* its lock (cache_private_mkdir), while scratch[0] */
     loaded *loaded;
     tier_state *tier;
     char *cuda_archs;     /* config.cuda_archs, or NULL */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1311,6 +1312,203 @@ static void test_fifo_is_damage_not_a_hang(void)
            WIFSIGNALED(st) ? "killed by signal" : "exited", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 }
 
+/* Running out of file descriptors (like memory, or an I/O error) while
+ * checking an entry says nothing about it: the fetch fails saying why (a
+ * probe: not found), the entry is neither evicted nor rebuilt, and verify
+ * (even --repair) reports an error, not damage. In a child whose
+ * RLIMIT_NOFILE leaves k descriptors free, k = 0, 1, 2...: each open of a
+ * fetch fails in turn until one succeeds. */
+static void test_transient_is_not_damage(void)
+{
+    cache *c = open_at(tdir("emfile"), NULL, 0, 0, NULL);
+    if (!c)
+        return;
+    cache_request r = mkreq("mm", "emfile");
+    bctx b = {0};
+    cache_entry *e = NULL;
+    int hit;
+    char man[1500];
+    struct stat before, after;
+    CHECK(fetch(c, &r, &b, &e, &hit) == OPJIT_OK);
+    snprintf(man, sizeof man, "%s", manifest_of(cache_entry_dir(e)));
+    cache_entry_release(e);
+    CHECK(stat(man, &before) == 0);
+
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        int failed = t_failed_checks;
+        alarm(60);
+        logcap lc = {0};
+        cache *cc = open_at(tdir("emfile"), NULL, 0, 0, &lc);
+        bctx cb = {0};
+        int lowest = dup(2), nfail = 0, ok = 0;
+        close(lowest);
+        struct rlimit orig, rl;
+        CHECK(getrlimit(RLIMIT_NOFILE, &orig) == 0);
+        for (int k = 0; k < 16 && !ok; k++) {
+            for (int probe = 1; probe >= 0; probe--) {
+                char err[1024] = "", verr[1024] = "";
+                cache_entry *ce = NULL;
+                int h = -1, nd = -1;
+                rl = orig;
+                rl.rlim_cur = (rlim_t)(lowest + k);
+                CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+                int rc = cache_fetch(cc, &r, probe ? NULL : build_cb, &cb, &ce, &h, err, sizeof err);
+                int vrc = cache_verify_all(cc, 1, NULL, NULL, &nd, verr, sizeof verr);
+                CHECK(setrlimit(RLIMIT_NOFILE, &orig) == 0);
+                if (rc == OPJIT_OK) {
+                    CHECKF(ce && h == 1, "k %d probe %d: hit %d", k, probe, h);
+                    ok += !probe;
+                } else {
+                    nfail++;
+                    CHECKF(rc == (probe ? OPJIT_ENOTFOUND : OPJIT_EIO), "k %d probe %d: %d %s", k,
+                           probe, rc, err);
+                    CHECK_STR_CONTAINS(err, strerror(EMFILE));
+                    CHECK_STR_CONTAINS(err, r.key.hex);
+                }
+                cache_entry_release(ce);
+                CHECKF(nd == 0, "k %d: verify says %d damaged", k, nd);
+                if (vrc != OPJIT_OK)
+                    CHECK_STR_CONTAINS(verr, strerror(EMFILE));
+            }
+        }
+        CHECK(ok == 1 && nfail > 0);
+        CHECKF(cb.calls == 0, "rebuilt %d times", cb.calls);
+        CHECKF(lc.nwarn == 0, "%d warnings, the last: %s", lc.nwarn, lc.last);
+        cache_close(cc);
+        _exit(t_failed_checks != failed);
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %s %d",
+           WIFSIGNALED(st) ? "killed by signal" : "exited", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    /* The very same entry is still there, and good. */
+    CHECK(stat(man, &after) == 0 && after.st_ino == before.st_ino && after.st_dev == before.st_dev);
+    CHECK(verify_count(c) == 0);
+    CHECK(fetch(c, &r, &b, &e, &hit) == OPJIT_OK && hit == 1 && b.calls == 1);
+    cache_entry_release(e);
+    cache_close(c);
+}
+
+/* The names in dir starting with prefix; the first one in first. */
+static int count_prefixed(const char *dir, const char *prefix, char *first, size_t firstlen)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, strlen(prefix)) != 0)
+            continue;
+        if (!n++ && first)
+            snprintf(first, firstlen, "%s/%s", dir, de->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
+/* The private build directories of a cache that cannot be written are
+ * removed by the next process that makes one when their owner was killed
+ * (kill -9 leaves them), never while their owner lives. */
+static void test_fallback_dirs_swept(void)
+{
+    char cdir[1400], tmp[1200], dead[1500] = "", live[1500] = "", mine[1500];
+    snprintf(tmp, sizeof tmp, "%s", tdir("fb-tmp"));
+    snprintf(cdir, sizeof cdir, "%s/cache", tdir("a-file"));
+    CHECK(write_file(tdir("a-file"), "x", 1) == 0);
+    rm_rf(tmp);
+    mkdir(tmp, 0700);
+    char *old = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+    setenv("TMPDIR", tmp, 1);
+    cache_request r = mkreq("nms", "fb-sweep");
+    cache *c = open_at(cdir, NULL, 0, 0, NULL);
+    bctx b = {0};
+    cache_entry *e1 = NULL, *e2 = NULL, *e3 = NULL;
+    int hit;
+
+    /* A process alive holding its build. */
+    int go[2];
+    CHECK(pipe(go) == 0);
+    pid_t alive = fork();
+    if (alive == 0) {
+        close(go[1]);
+        int rc = fetch(c, &r, &b, &e1, &hit);
+        char ch;
+        if (read(go[0], &ch, 1) < 0) { /* EOF: the parent says go */ }
+        _exit(rc == OPJIT_OK ? 0 : 1);
+    }
+    close(go[0]);
+    for (int i = 0; i < 5000 && count_prefixed(tmp, "opjit-build-", NULL, 0) < 1; i++)
+        usleep(1000);
+    CHECK(count_prefixed(tmp, "opjit-build-", live, sizeof live) == 1);
+
+    /* A process killed holding its build: it keeps the live one. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        _exit(fetch(c, &r, &b, &e1, &hit) == OPJIT_OK ? 0 : 1); /* e1 not released */
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(count_prefixed(tmp, "opjit-build-", NULL, 0) == 2);
+    {
+        DIR *d = opendir(tmp);
+        struct dirent *de;
+        while (d && (de = readdir(d)))
+            if (!strncmp(de->d_name, "opjit-build-", 12) && !strstr(live, de->d_name))
+                snprintf(dead, sizeof dead, "%s/%s", tmp, de->d_name);
+        if (d)
+            closedir(d);
+    }
+    CHECK(*dead && exists(live));
+
+    /* This process: its first build sweeps the dead one only; a second
+     * one (also alive, in this very process) keeps the first. */
+    CHECK(fetch(c, &r, &b, &e2, &hit) == OPJIT_OK);
+    CHECKF(!exists(dead), "%s is left", dead);
+    CHECKF(*live && exists(live), "%s was removed under its owner", live);
+    snprintf(mine, sizeof mine, "%s", e2 ? cache_entry_dir(e2) : "");
+    CHECK(fetch(c, &r, &b, &e3, &hit) == OPJIT_OK);
+    CHECK(exists(mine) && exists(live));
+    CHECK(e2 && e3 && entry_ok(e2, 20000, 0) && entry_ok(e3, 20000, 0));
+
+    /* Nothing that is not ours to remove goes: a symbolic link, a file, a
+     * directory without a lock file (an older opjit's, or being made). */
+    char p[1600];
+    mkdir(tdir("fb-target"), 0700);
+    CHECK(write_file(tdir("fb-target/lock"), "1\n", 2) == 0);
+    snprintf(p, sizeof p, "%s/opjit-build-LINKxx", tmp);
+    CHECK(symlink(tdir("fb-target"), p) == 0);
+    snprintf(p, sizeof p, "%s/opjit-build-FILExx", tmp);
+    CHECK(write_file(p, "x", 1) == 0);
+    snprintf(p, sizeof p, "%s/opjit-build-NOLOCK", tmp);
+    CHECK(mkdir(p, 0700) == 0);
+    set_mtime(p, time(NULL) - 3600);
+
+    /* The live process is killed (kill -9): the next build sweeps it. */
+    kill(alive, SIGKILL);
+    CHECK(waitpid(alive, &st, 0) == alive);
+    close(go[1]);
+    cache_entry_release(e3);
+    CHECK(fetch(c, &r, &b, &e3, &hit) == OPJIT_OK);
+    CHECKF(!exists(live), "%s is left", live);
+    CHECK(exists(mine) && exists(tdir("fb-target/lock")) && exists(p));
+    cache_entry_release(e2);
+    cache_entry_release(e3);
+    CHECK(!exists(mine));
+    /* Left: the link, the file and the directory without a lock. */
+    CHECKF(count_prefixed(tmp, "opjit-build-", NULL, 0) == 3, "%d left",
+           count_prefixed(tmp, "opjit-build-", NULL, 0));
+    cache_close(c);
+    if (old) {
+        setenv("TMPDIR", old, 1);
+        free(old);
+    } else {
+        unsetenv("TMPDIR");
+    }
+}
+
 int main(void)
 {
     const char *env = getenv("OPJIT_CACHE_DIR");
@@ -1343,6 +1541,8 @@ int main(void)
     T_RUN(test_threads_race);
     T_RUN(test_kill9);
     T_RUN(test_fifo_is_damage_not_a_hang);
+    T_RUN(test_transient_is_not_damage);
+    T_RUN(test_fallback_dirs_swept);
     if (!t_failed_tests)
         rm_rf(base);
     return t_done();

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_cache_e2e.sh - the cache through real processes and the CLI:
-# hits across processes, what changes a key, 8 racing processes on a cold
-# cache, kill -9 at random moments, read-only layers, offline mode, an
-# unwritable cache directory.
+# hits across processes, what changes a key, running out of file
+# descriptors, 8 racing processes on a cold cache, kill -9 at random
+# moments, read-only layers, offline mode, an unwritable cache directory.
 set -uo pipefail
 CLI=${OPJIT_CLI:?}
 SRC=${OPJIT_SOURCE_DIR:?}
@@ -56,6 +56,26 @@ cp -r "$ops" "$T/ops-moved"
 out=$(load "$T/ops-moved/twice.c")
 check "the same files elsewhere hit (no paths in keys)" grep -q "cache hit" <<<"$out"
 check "cache verify passes" env OPJIT_CACHE_DIR="$C1" "$CLI" cache verify
+
+# --- out of file descriptors is not damage --------------------------------
+# With only a few descriptors left, opening a manifest or an artifact fails
+# (EMFILE): a load fails saying why, verify reports an error, and no entry
+# is called damaged, evicted or rebuilt.
+snap_entries() { find "$C1/v1/entries" -name manifest -printf '%p %i %s\n' | sort; }
+before=$(snap_entries)
+said=0 damage=0
+for n in 3 4 5 6 7 8 9 10 11 12 14 16; do
+    out=$( (ulimit -n $n; OPJIT_CACHE_DIR=$C1 "$CLI" load "$ops/twice.c"; \
+            OPJIT_CACHE_DIR=$C1 "$CLI" cache verify --repair) 2>&1)
+    grep -q "Too many open files" <<<"$out" && said=$((said + 1))
+    if grep -Eq "DAMAGED|is damaged|[1-9][0-9]* damaged|compiled" <<<"$out"; then
+        damage=$((damage + 1)); echo "ulimit -n $n: $out"
+    fi
+done
+check "EMFILE: no entry called damaged or rebuilt" test "$damage" = 0
+check "EMFILE: the errors say why ($said)" test "$said" -gt 0
+check "EMFILE: every entry is still there, unchanged" test "$before" = "$(snap_entries)"
+check "EMFILE: cache verify passes afterwards" env OPJIT_CACHE_DIR="$C1" "$CLI" cache verify
 
 # --- 8 processes on a cold cache -------------------------------------------
 C2=$T/c2
