@@ -29,61 +29,16 @@
 #include "opjit.h"
 #include "runtime/cuda.h"
 #include "t.h"
+#include "t_files.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-#define MAX_TMP 64
-static char *tmp_dirs[MAX_TMP];
-static int ntmp;
 static const char *self_exe;
+static const char *tmpdir_new(void) { return t_tmpdir("cuda"); }
+#define pjoin t_path
+#define tmpdirs_remove t_tmpdirs_remove
 
-static const char *tmpdir_new(void)
-{
-    const char *base = getenv("TMPDIR");
-    char tmpl[512];
-    snprintf(tmpl, sizeof tmpl, "%s/opjit-test-cuda-XXXXXX", base && *base ? base : "/tmp");
-    char *d = mkdtemp(tmpl);
-    if (!d || ntmp == MAX_TMP) {
-        fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
-        exit(1);
-    }
-    return tmp_dirs[ntmp++] = strdup(d);
-}
-
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)st, (void)flag, (void)f;
-    remove(p);
-    return 0;
-}
-
-static void tmpdirs_remove(void)
-{
-    for (int i = 0; i < ntmp; i++) {
-        nftw(tmp_dirs[i], rm_one, 16, FTW_DEPTH | FTW_PHYS);
-        free(tmp_dirs[i]);
-    }
-    ntmp = 0;
-}
-
-static const char *pjoin(const char *dir, const char *name)
-{
-    static char bufs[32][1024];
-    static int i;
-    char *b = bufs[i++ % 32];
-    snprintf(b, 1024, "%s/%s", dir, name);
-    return b;
-}
-
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "wb");
-    CHECKF(f != NULL, "fopen %s: %s", path, strerror(errno));
-    if (!f)
-        return;
-    fputs(text, f);
-    CHECK(fclose(f) == 0);
-}
+static void write_text(const char *path, const char *text) { t_write(path, text, strlen(text)); }
 
 static const char *ops_dir(void)
 {

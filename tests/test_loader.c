@@ -16,66 +16,14 @@
 
 #include "opjit.h"
 #include "t.h"
+#include "t_files.h"
 
 /* ---- helpers ----------------------------------------------------------------- */
 
-#define MAX_TMP 64
-static char *tmp_dirs[MAX_TMP];
-static int ntmp;
-
-/* A fresh empty directory, removed at exit. */
-static const char *tmpdir_new(void)
-{
-    const char *base = getenv("TMPDIR");
-    char tmpl[512];
-    snprintf(tmpl, sizeof tmpl, "%s/opjit-test-loader-XXXXXX", base && *base ? base : "/tmp");
-    char *d = mkdtemp(tmpl);
-    if (!d) {
-        fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
-        exit(1);
-    }
-    if (ntmp == MAX_TMP) {
-        fprintf(stderr, "too many temporary directories\n");
-        exit(1);
-    }
-    return tmp_dirs[ntmp++] = strdup(d);
-}
-
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)st, (void)flag, (void)f;
-    remove(p);
-    return 0;
-}
-
-static void tmpdirs_remove(void)
-{
-    for (int i = 0; i < ntmp; i++) {
-        nftw(tmp_dirs[i], rm_one, 16, FTW_DEPTH | FTW_PHYS);
-        free(tmp_dirs[i]);
-    }
-    ntmp = 0;
-}
-
-/* dir/name in one of a few rotating buffers: copy it to keep it. */
-static const char *pjoin(const char *dir, const char *name)
-{
-    static char bufs[32][1024];
-    static int i;
-    char *b = bufs[i++ % 32];
-    snprintf(b, 1024, "%s/%s", dir, name);
-    return b;
-}
-
-static void write_bytes(const char *path, const char *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    CHECKF(f != NULL, "fopen %s: %s", path, strerror(errno));
-    if (!f)
-        return;
-    CHECK(fwrite(data, 1, len, f) == len);
-    CHECK(fclose(f) == 0);
-}
+static const char *tmpdir_new(void) { return t_tmpdir("loader"); }
+#define pjoin t_path
+#define write_bytes t_write
+#define tmpdirs_remove t_tmpdirs_remove
 
 static void write_text(const char *dir, const char *name, const char *text)
 {
