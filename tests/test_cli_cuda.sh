@@ -166,5 +166,15 @@ if [[ "${OPJIT_CUDA_DRIVER:-}" == "$FAKE" ]]; then
     check "no CUDA device: nothing on stdout" test ! -s "$T/out"
 fi
 
+# Warming without NVRTC: .cu sources are skipped, unless device code is
+# asked for with --arch, which makes them failures.
+run env OPJIT_NVRTC_LIBRARY=/nonexistent/libnvrtc.so OPJIT_CUDA_ARCHS= \
+    OPJIT_CACHE_DIR="$T/warm-cache" "$CLI" warm --ops-path "$OPS" mm
+expect "warm without NVRTC skips mm.cu" 0 "skipped  "
+check "... and compiles mm.c" grep -q "compiled .*mm.c" "$T/out"
+run env OPJIT_NVRTC_LIBRARY=/nonexistent/libnvrtc.so OPJIT_CUDA_ARCHS= \
+    OPJIT_CACHE_DIR="$T/warm-cache" "$CLI" warm --ops-path "$OPS" --arch sm_90 mm
+expect "warm --arch without NVRTC fails" 1 "1 failed" "no NVRTC"
+
 echo "$passed passed, $failed failed"
 [[ $failed == 0 ]]

@@ -25,7 +25,8 @@ static const char warm_help[] =
     "Compile operators into the cache: every source on the search path, or the\n"
     "named ops (every source of each name) and files. Prints a summary of cache\n"
     "hits, compiles and failures; exits 1 if any source failed, after warming\n"
-    "the rest.\n"
+    "the rest. Without NVRTC, .cu sources are skipped, unless --arch or\n"
+    "$OPJIT_CUDA_ARCHS asks for device code: then they fail.\n"
     "\n"
     "options:\n"
     "  --opt            also build the optimizing tier (needs a C compiler:\n"
@@ -187,7 +188,11 @@ int opjit_cmd_warm(int argc, char **argv)
     }
     opjit_destroy(rt);
 
-    int tty = isatty(2), hits = 0, compiled = 0, failed = 0;
+    /* Without NVRTC, .cu sources are skipped like loads by name skip them,
+     * unless architectures were asked for: then it is a failure. */
+    const char *env_archs = getenv("OPJIT_CUDA_ARCHS");
+    int cuda_wanted = archs[0] || (env_archs && *env_archs);
+    int tty = isatty(2), hits = 0, compiled = 0, failed = 0, skipped = 0;
     double t0 = now_s();
     for (int i = 0; i < files.n; i++) {
         const char *f = files.v[i];
@@ -202,7 +207,11 @@ int opjit_cmd_warm(int argc, char **argv)
             s = opjit_wait(rt);
         if (tty)
             fprintf(stderr, "\r%*s\r", 80, "");
-        if (s) {
+        size_t flen = strlen(f);
+        if (s == OPJIT_EDEVICE && !cuda_wanted && flen > 3 && !strcmp(f + flen - 3, ".cu")) {
+            skipped++;
+            printf("skipped  %s: %s\n", f, opjit_errmsg(rt));
+        } else if (s) {
             failed++;
             fprintf(stderr, "FAILED   %s: %s\n", f, rt ? opjit_errmsg(rt) : opjit_errstr(s));
         } else if (info.cache_hit && !opt) {
@@ -220,8 +229,11 @@ int opjit_cmd_warm(int argc, char **argv)
         opjit_destroy(rt);
         rt = NULL;
     }
-    printf("warm: %d sources: %d cache hits, %d compiled, %d failed in %.2f s\n", files.n, hits,
-           compiled, failed, now_s() - t0);
+    printf("warm: %d sources: %d cache hits, %d compiled, %d failed", files.n, hits, compiled,
+           failed);
+    if (skipped)
+        printf(", %d skipped (no CUDA compiler; --arch makes that a failure)", skipped);
+    printf(" in %.2f s\n", now_s() - t0);
     for (int i = 0; i < targets.n; i++)
         free(targets.v[i]);
     for (int i = 0; i < files.n; i++)
