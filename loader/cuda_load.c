@@ -215,24 +215,6 @@ static int build_nvrtc(void *ud, const char *dir, char *err, size_t errlen)
     return rc;
 }
 
-static int build_index(void *ud, const char *dir, char *err, size_t errlen)
-{
-    const char *hex = ud;
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s/key", dir);
-    FILE *f = fopen(p, "wb");
-    if (!f || fputs(hex, f) < 0) {
-        if (f)
-            fclose(f);
-        snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
-        return OPJIT_EIO;
-    }
-    if (fclose(f)) {
-        snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
-        return OPJIT_EIO;
-    }
-    return OPJIT_OK;
-}
 
 /* The request for s's device code for arch; identity NULL: its index. */
 static void device_request(const source *s, const char *arch, const char *identity,
@@ -456,8 +438,8 @@ int cu_device_code(loader *l, const source *s, cuda_module **out, int *all_hit)
             device_request(s, arch, NULL, &ireq);
             cache_entry *ie = NULL;
             int ihit;
-            if (!cache_fetch(l->cache, &ireq, build_index, req.key.hex, &ie, &ihit, err,
-                             sizeof err))
+            if (!cache_fetch(l->cache, &ireq, loader_build_index, req.key.hex, &ie, &ihit,
+                             err, sizeof err))
                 cache_entry_release(ie);
         } else if (fetch_by_index(l, s, arch, &entry) == OPJIT_OK) {
             hit = 1;

@@ -326,28 +326,6 @@ static int build_opt(void *ud, const char *dir, char *err, size_t errlen)
     return OPJIT_OK;
 }
 
-typedef struct index_build {
-    const char *hex;
-} index_build;
-
-static int build_index(void *ud, const char *dir, char *err, size_t errlen)
-{
-    index_build *b = ud;
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s/key", dir);
-    FILE *f = fopen(p, "wb");
-    if (!f || fputs(b->hex, f) < 0) {
-        if (f)
-            fclose(f);
-        snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
-        return OPJIT_EIO;
-    }
-    if (fclose(f)) {
-        snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
-        return OPJIT_EIO;
-    }
-    return OPJIT_OK;
-}
 
 static int run_job(loader *l, tier_job *job)
 {
@@ -373,9 +351,8 @@ static int run_job(loader *l, tier_job *job)
     cache_request ireq;
     char icomp[96];
     if (!opt_request(&job->src, level, NULL, &ireq, icomp, sizeof icomp)) {
-        index_build ib = {req.key.hex};
         cache_entry *ie = NULL;
-        if (!cache_fetch(l->cache, &ireq, build_index, &ib, &ie, &hit, err, sizeof err))
+        if (!cache_fetch(l->cache, &ireq, loader_build_index, req.key.hex, &ie, &hit, err, sizeof err))
             cache_entry_release(ie);
     }
 
