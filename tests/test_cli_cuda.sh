@@ -26,57 +26,6 @@ export OPJIT_CACHE_DIR=${OPJIT_CACHE_DIR:-$T/cache}
 unset OPJIT_CUDA_DRIVER FAKE_CUDA_DEVICES FAKE_CUDA_CC OPJIT_CUDA_ARCHS
 
 . "$(dirname "$0")/cli_lib.sh"
-check() {
-    local what=$1
-    shift
-    if "$@"; then pass; else fail "$what"; fi
-}
-
-# --- .npy files from the shell (as in test_cli.sh) ------------------------------
-
-le() {
-    local n=$1 v=$2 i s=""
-    for ((i = 0; i < n; i++)); do
-        s+=$(printf '\\x%02x' $(((v >> (8 * i)) & 255)))
-    done
-    printf '%s' "$s"
-}
-f32() { # the float32 bits of the integer N (|N| < 2^24)
-    local n=$1 sign=0 e=0 bits
-    if ((n < 0)); then
-        sign=1
-        n=$((-n))
-    fi
-    if ((n == 0)); then
-        bits=$((sign << 31))
-    else
-        while (((n >> (e + 1)) > 0)); do e=$((e + 1)); done
-        bits=$(((sign << 31) | ((e + 127) << 23) | ((n << (23 - e)) & 0x7fffff)))
-    fi
-    le 4 "$bits"
-}
-npy() { # npy FILE DESCR SHAPE DATA-ESCAPES
-    local file=$1 descr=$2 shape=$3 data=$4
-    local dict="{'descr': '$descr', 'fortran_order': False, 'shape': $shape, }"
-    local total=$((10 + ${#dict} + 1))
-    local pad=$(((64 - total % 64) % 64))
-    local hlen=$((${#dict} + pad + 1))
-    {
-        printf '\x93NUMPY\x01\x00'
-        printf "$(le 2 $hlen)"
-        printf '%s' "$dict"
-        printf "%${pad}s" ''
-        printf '\n'
-        printf "$data"
-    } >"$file"
-}
-npy_f32() { # npy_f32 FILE SHAPE V...
-    local file=$1 shape=$2 data="" v
-    shift 2
-    for v in "$@"; do data+=$(f32 "$v"); done
-    npy "$file" '<f4' "$shape" "$data"
-}
-
 npy_f32 "$T/a.npy" "(2, 2)" 1 2 3 4
 npy_f32 "$T/b.npy" "(2, 2)" 5 6 7 8
 npy_f32 "$T/e.npy" "(0, 2)"
