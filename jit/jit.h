@@ -47,8 +47,6 @@ const char *jit_nvrtc_identity(void);
 int jit_nvrtc_locate(char *path, size_t n);
 /* Where the library was found; NULL until loaded. */
 const char *jit_nvrtc_path(void);
-/* major * 1000 + minor * 10 (as CUDA_VERSION), 0 until loaded. */
-int jit_nvrtc_version(void);
 /* The options every compile gets besides -arch and include paths. */
 const char *jit_nvrtc_options(void);
 /* 1 if the loaded NVRTC compiles for architecture number (90 for sm_90). */

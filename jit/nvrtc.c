@@ -311,7 +311,6 @@ const char *jit_nvrtc_identity(void) { return nv_loaded() ? nv.identity : NULL; 
 
 const char *jit_nvrtc_path(void) { return nv_loaded() ? nv.path : NULL; }
 
-int jit_nvrtc_version(void) { return nv_loaded() ? nv.major * 1000 + nv.minor * 10 : 0; }
 
 int jit_nvrtc_supports(int arch_number)
 {

@@ -85,7 +85,6 @@ void tier_schedule(loader *l, const source *s, const cache_key *tcc_key);
 /* Wait until no background compile is pending; the status of the first
  * that failed since the last wait, and its message in msg. */
 int tier_wait(loader *l, char *msg, size_t n);
-int tier_enabled(const loader *l);
 
 /* ---- CUDA sources (loader/cuda_load.c) ---------------------------------- */
 

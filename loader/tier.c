@@ -517,4 +517,3 @@ void tier_destroy(loader *l)
     l->tier = NULL;
 }
 
-int tier_enabled(const loader *l) { return l->tier && l->tier->enabled; }

@@ -60,15 +60,6 @@ static _Thread_local struct {
     char msg[OPJIT_ERRMSG_SIZE];
 } tls_err;
 
-char *rt_error_buffer(const opjit_runtime *rt)
-{
-    if (tls_err.rt != rt) {
-        tls_err.rt = rt;
-        tls_err.msg[0] = '\0';
-    }
-    return tls_err.msg;
-}
-
 void rt_clear_error(const opjit_runtime *rt)
 {
     tls_err.rt = rt;

@@ -148,8 +148,6 @@ void workspace_free_all(opjit_runtime *rt);
 /* Set this thread's message for rt and return status. */
 int rt_error(const opjit_runtime *rt, int status, const char *fmt, ...);
 int rt_verror(const opjit_runtime *rt, int status, const char *fmt, va_list ap);
-/* This thread's message buffer, for appending (e.g. compiler logs). */
-char *rt_error_buffer(const opjit_runtime *rt);
 void rt_clear_error(const opjit_runtime *rt);
 void rt_log(const opjit_runtime *rt, int level, const char *fmt, ...);
 
