@@ -14,16 +14,22 @@
  * The images are read into memory and handed to the module (runtime/cuda.h),
  * which loads the one that suits a device on the first call there.
  *
- * cuDNN. libtcc 0.9.27 binds every symbol of the objects it writes at
- * dlopen time (its relocations are not lazy PLT ones: RTLD_LAZY changes
- * nothing), so a host half that called cuDNN directly could not load where
- * cuDNN is missing; host halves are dlopened RTLD_NOW | RTLD_LOCAL like any
- * op. Before dlopening a host half that mentions cuDNN, the loader makes
- * libcudnn.so.9 global (RTLD_GLOBAL, found like NVRTC: $CUDA_HOME, ...,
- * the default search) when it exists. Ops that must load and warm
- * everywhere (ours: conv2d.cu) take cuDNN's entry points with dlsym at
- * their first call and fail that call with a message where it is missing;
- * a call never gets that far without a driver and a device anyway.
+ * cuDNN and cuBLAS. libtcc 0.9.27 binds every symbol of the objects it
+ * writes at dlopen time (its relocations are not lazy PLT ones: RTLD_LAZY
+ * changes nothing), so a host half that called such a library directly
+ * could not load where it is missing; host halves are dlopened RTLD_NOW |
+ * RTLD_LOCAL like any op. One table, cu_libs, says which library a host
+ * half that mentions cudnn (cublas) wants: libcudnn.so.9 (libcublas.so.13,
+ * .12), found like NVRTC ($CUDA_HOME, ..., the default search) or named
+ * exactly by $OPJIT_CUDNN_LIBRARY ($OPJIT_CUBLAS_LIBRARY). Where a driver
+ * (libcuda.so.1) and a device are, the loader makes those libraries
+ * global (RTLD_GLOBAL) before dlopening the host half, when they exist.
+ * Elsewhere it does not (cuBLAS alone takes 0.3 s to load, and no call
+ * could use it) unless that dlopen fails on one of their symbols: then it
+ * loads them and tries again. Ops that must load and warm everywhere
+ * (ours: conv2d.cu, mm.cu) take the entry points with dlsym at their first
+ * call; where the library is missing, conv2d fails that call with a
+ * message and mm runs its own kernel.
  * NVRTC's identity is remembered in the cache (see nvrtc_identity) so a
  * process whose device code is all cached never loads NVRTC either.
  */
@@ -64,6 +70,42 @@ const char *cu_toolkit_include(void)
     return host_inc[0] ? host_inc : NULL;
 }
 
+/* cuDNN's headers when the toolkit's include directory lacks them, as where
+ * pip installs cuDNN apart from the toolkit: the include directory beside
+ * the library $OPJIT_CUDNN_LIBRARY names (.../lib/libcudnn.so.9 ->
+ * .../include/cudnn.h). Found once per process. */
+static char cudnn_inc[PATH_MAX];
+static pthread_once_t cudnn_inc_once = PTHREAD_ONCE_INIT;
+static void find_cudnn_inc(void)
+{
+    char p[PATH_MAX + 32];
+    const char *tk = cu_toolkit_include(), *lib = getenv("OPJIT_CUDNN_LIBRARY");
+    struct stat st;
+    if (tk && (snprintf(p, sizeof p, "%s/cudnn.h", tk), stat(p, &st) == 0))
+        return;
+    if (!lib || !*lib || strlen(lib) >= sizeof cudnn_inc)
+        return;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", lib);
+    for (int up = 0; up < 2; up++) { /* drop the file, then lib/ */
+        char *slash = strrchr(dir, '/');
+        if (!slash)
+            return;
+        *slash = '\0';
+    }
+    snprintf(p, sizeof p, "%s/include/cudnn.h", dir);
+    if (stat(p, &st) == 0 && S_ISREG(st.st_mode) && strlen(p) - 8 < sizeof cudnn_inc) {
+        p[strlen(p) - 8] = '\0'; /* drop "/cudnn.h" */
+        memcpy(cudnn_inc, p, strlen(p) + 1);
+    }
+}
+
+const char *cu_cudnn_include(void)
+{
+    pthread_once(&cudnn_inc_once, find_cudnn_inc);
+    return cudnn_inc[0] ? cudnn_inc : NULL;
+}
+
 void cu_host_key(cache_keygen *g)
 {
     for (int i = 0; cu_host_defines[i]; i++)
@@ -75,7 +117,8 @@ void cu_host_key(cache_keygen *g)
         return;
     }
     char p[PATH_MAX + 32];
-    snprintf(p, sizeof p, "%s/cudnn_version.h", inc);
+    const char *dnn = cu_cudnn_include();
+    snprintf(p, sizeof p, "%s/cudnn_version.h", dnn ? dnn : inc);
     size_t len;
     char *text = loader_read_file(p, &len);
     cache_keygen_add(g, "cudnn_version.h", text ? text : "", text ? len : 0);
@@ -91,29 +134,91 @@ void cu_host_key(cache_keygen *g)
     cache_keygen_add_str(g, "cuda-version", version);
 }
 
-/* ---- cuDNN in the global namespace ----------------------------------------- */
+/* ---- NVIDIA libraries in the global namespace ------------------------------- */
 
-static pthread_once_t preload_once = PTHREAD_ONCE_INIT;
-static char preload_why[1024];
+/* A host half whose text mentions `mention` gets the library made global
+ * before its dlopen: $env names the exact file, else the first of names
+ * in the toolkit or on the default path (jit_cuda_dlopen). Tried once per
+ * process; a library that is missing is no error here. */
+static struct cu_lib {
+    const char *mention, *what, *env;
+    const char *const names[4];
+    int tried;
+    char why[1024]; /* "" when loaded */
+} cu_libs[] = {
+    {"cudnn", "cuDNN", "OPJIT_CUDNN_LIBRARY", {"libcudnn.so.9", "libcudnn.so", NULL}, 0, ""},
+    {"cublas", "cuBLAS", "OPJIT_CUBLAS_LIBRARY",
+     {"libcublas.so.13", "libcublas.so.12", "libcublas.so", NULL}, 0, ""},
+};
+#define CU_NLIBS (sizeof cu_libs / sizeof *cu_libs)
+static pthread_mutex_t cu_libs_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void preload(void)
+/* c made global (once); 1 when this call loaded it. */
+static int cu_lib_load(loader *l, struct cu_lib *c)
 {
-    static const char *const names[] = {"libcudnn.so.9", "libcudnn.so", NULL};
-    char path[PATH_MAX];
-    if (!jit_cuda_dlopen(names, getenv("OPJIT_CUDNN_LIBRARY"), RTLD_NOW | RTLD_GLOBAL, path,
-                         sizeof path, preload_why, sizeof preload_why))
-        return; /* ops that need it say so when called */
-    preload_why[0] = '\0';
+    char why[sizeof c->why];
+    int now = 0;
+    pthread_mutex_lock(&cu_libs_lock);
+    if (!c->tried) {
+        char path[PATH_MAX];
+        if (jit_cuda_dlopen(c->names, getenv(c->env), RTLD_NOW | RTLD_GLOBAL, path, sizeof path,
+                            c->why, sizeof c->why))
+            c->why[0] = '\0', now = 1;
+        else if (!c->why[0])
+            snprintf(c->why, sizeof c->why, "%s not found", c->names[0]);
+        c->tried = 1; /* ops that need it say so when called */
+    }
+    memcpy(why, c->why, sizeof why);
+    pthread_mutex_unlock(&cu_libs_lock);
+    if (why[0])
+        rt_log(l->rt, OPJIT_LOG_DEBUG, "%s not loaded: %s", c->what, why);
+    return now;
 }
 
-void cu_preload(loader *l)
+void cu_preload(loader *l, const source *s)
 {
-    pthread_once(&preload_once, preload);
-    if (preload_why[0])
-        rt_log(l->rt, OPJIT_LOG_DEBUG, "cuDNN not loaded: %s", preload_why);
+    int usable = -1;
+    for (size_t i = 0; i < CU_NLIBS; i++) {
+        if (!strstr(s->text, cu_libs[i].mention))
+            continue; /* only sources that use it pay for loading it */
+        /* Where no CUDA call can run, ops that take the library at their
+         * first call never need it (loading cuBLAS alone takes 0.3 s);
+         * nor where calls run on a driver other than libcuda.so.1 (a
+         * stand-in for tests), the one these libraries would run on. */
+        if (usable < 0) {
+            void *drv = NULL;
+            usable = cu_usable(NULL, 0) == OPJIT_OK &&
+                     (drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD)) != NULL;
+            if (drv)
+                dlclose(drv);
+        }
+        if (usable)
+            cu_lib_load(l, &cu_libs[i]);
+    }
 }
 
-const char *cu_preload_error(void) { return preload_why[0] ? preload_why : NULL; }
+int cu_preload_missing(loader *l, const char *msg)
+{
+    int now = 0;
+    if (!strstr(msg, "undefined symbol"))
+        return 0;
+    for (size_t i = 0; i < CU_NLIBS; i++)
+        if (strstr(msg, cu_libs[i].mention))
+            now |= cu_lib_load(l, &cu_libs[i]);
+    return now;
+}
+
+void cu_preload_explain(const char *msg, char *out, size_t n)
+{
+    size_t k = 0;
+    if (n)
+        out[0] = '\0';
+    pthread_mutex_lock(&cu_libs_lock);
+    for (size_t i = 0; i < CU_NLIBS && k < n; i++)
+        if (cu_libs[i].tried && cu_libs[i].why[0] && strstr(msg, cu_libs[i].mention))
+            k += (size_t)snprintf(out + k, n - k, " (%s: %s)", cu_libs[i].what, cu_libs[i].why);
+    pthread_mutex_unlock(&cu_libs_lock);
+}
 
 /* ---- which sources a name loads ------------------------------------------------ */
 

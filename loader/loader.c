@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,40 @@ static void cache_log(void *ud, int level, const char *msg)
     rt_log(ud, level, "%s", msg);
 }
 
+/* The ops shipped with this copy of the library, found from where it is
+ * loaded: <directory of libopjit.so>/<libdir to datadir>/opjit/ops, or from
+ * the executable's bindir when libopjit.a is linked into it. NULL when that
+ * directory does not exist or is the configure-time one. */
+static char *relocated_ops_dir(void)
+{
+    Dl_info info;
+    struct link_map *map = NULL;
+    char self[PATH_MAX], dir[PATH_MAX], real[PATH_MAX], conf[PATH_MAX];
+    const char *rel = OPJIT_DATADIR_FROM_LIBDIR;
+    if (!dladdr1((void *)&loader_create, &info, (void **)&map, RTLD_DL_LINKMAP) || !map)
+        return NULL;
+    if (map->l_name && map->l_name[0]) { /* a shared object: libopjit.so */
+        if (!realpath(map->l_name, self))
+            return NULL;
+    } else { /* the executable */
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n <= 0 || (size_t)n >= sizeof self - 1)
+            return NULL;
+        self[n] = '\0';
+        rel = OPJIT_DATADIR_FROM_BINDIR;
+    }
+    char *slash = strrchr(self, '/');
+    if (!slash)
+        return NULL;
+    *slash = '\0';
+    if ((size_t)snprintf(dir, sizeof dir, "%s/%s/opjit/ops", self, rel) >= sizeof dir ||
+        !realpath(dir, real) || strchr(real, ':'))
+        return NULL;
+    if (realpath(OPJIT_INSTALLED_OPS_DIR, conf) && strcmp(real, conf) == 0)
+        return NULL;
+    return strdup(real);
+}
+
 int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **out)
 {
     loader *l = calloc(1, sizeof *l);
@@ -41,16 +76,20 @@ int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **ou
     l->rt = rt;
     pthread_mutex_init(&l->lock, NULL);
     const char *env = getenv("OPJIT_OPS_PATH");
+    char *moved = relocated_ops_dir();
     size_t n = (cfg->ops_path ? strlen(cfg->ops_path) : 0) + (env ? strlen(env) : 0) +
-               strlen(OPJIT_INSTALLED_OPS_DIR) + 3;
+               (moved ? strlen(moved) : 0) + strlen(OPJIT_INSTALLED_OPS_DIR) + 4;
     l->ops_path = malloc(n);
     if (!l->ops_path) {
+        free(moved);
         free(l);
         return OPJIT_ENOMEM;
     }
-    snprintf(l->ops_path, n, "%s%s%s%s%s", cfg->ops_path ? cfg->ops_path : "",
+    snprintf(l->ops_path, n, "%s%s%s%s%s%s%s", cfg->ops_path ? cfg->ops_path : "",
              cfg->ops_path && *cfg->ops_path ? ":" : "", env ? env : "",
-             env && *env ? ":" : "", OPJIT_INSTALLED_OPS_DIR);
+             env && *env ? ":" : "", moved ? moved : "", moved ? ":" : "",
+             OPJIT_INSTALLED_OPS_DIR);
+    free(moved);
     cache_config cc = {
         .dir = cfg->cache_dir,
         .readonly = cfg->readonly_caches,
@@ -439,11 +478,13 @@ static int build_tcc(void *ud, const char *dir, char *err, size_t errlen)
     }
     snprintf(out, sizeof out, "%s/host.so", dir);
     const char *includes[] = {b->src->dir, b->l->scratch, OPJIT_DLPACK_INCLUDE_DIR,
-                              OPJIT_CBLAS_INCLUDE_DIR, NULL, NULL};
+                              OPJIT_CBLAS_INCLUDE_DIR, NULL, NULL, NULL};
     const char *defines[] = {"FORCE_OPENBLAS_COMPLEX_STRUCT", "OPJIT_TIER_TCC", NULL};
     int cuda = b->src->device == OPJIT_CUDA; /* a .cu host half: cuda.h, cudnn.h */
-    if (cuda)
+    if (cuda) {
         includes[4] = cu_toolkit_include();
+        includes[includes[4] ? 5 : 4] = cu_cudnn_include();
+    }
     const char *libs[] = {"m", source_uses_blas(b->src) ? "openblas" : NULL, NULL};
     char libdir[PATH_MAX];
     snprintf(libdir, sizeof libdir, "%s", OPJIT_OPENBLAS_LIBRARY);
@@ -583,15 +624,19 @@ static int publish_entry(loader *l, const source *s, cache_entry *entry, const c
                          struct cuda_module *cm)
 {
     module *m;
-    if (s->device == OPJIT_CUDA && strstr(s->text, "cudnn"))
-        cu_preload(l); /* only sources that use cuDNN pay for loading it */
+    if (s->device == OPJIT_CUDA)
+        cu_preload(l, s); /* cuDNN, cuBLAS: for the sources that mention them */
     int rc = load_module(l, s, cache_entry_path(entry, "host.so"), tier, &m);
+    if (rc && s->device == OPJIT_CUDA && cu_preload_missing(l, opjit_errmsg(l->rt)))
+        rc = load_module(l, s, cache_entry_path(entry, "host.so"), tier, &m); /* links one */
     if (rc) {
         cuda_module_free(cm);
-        if (s->device == OPJIT_CUDA && cu_preload_error() && strstr(opjit_errmsg(l->rt), "cudnn")) {
-            char msg[2048];
+        if (s->device == OPJIT_CUDA) {
+            char why[2300], msg[2048];
+            cu_preload_explain(opjit_errmsg(l->rt), why, sizeof why);
             snprintf(msg, sizeof msg, "%s", opjit_errmsg(l->rt));
-            rc = rt_error(l->rt, rc, "%s (cuDNN: %s)", msg, cu_preload_error());
+            if (why[0])
+                rc = rt_error(l->rt, rc, "%s%s", msg, why);
         }
         return rc;
     }

@@ -93,17 +93,26 @@ struct cuda_module;
 extern const char *const cu_host_defines[];
 /* The CUDA toolkit's include directory for host halves, or NULL. */
 const char *cu_toolkit_include(void);
+/* cuDNN's include directory when apart from the toolkit's, else NULL. */
+const char *cu_cudnn_include(void);
 /* Add to a .cu host key: its defines and the toolkit headers' versions. */
 void cu_host_key(cache_keygen *g);
 /* The device code of s for every architecture in use (config, else
  * $OPJIT_CUDA_ARCHS, else this machine's GPUs, else the default), from
  * the cache or NVRTC; *all_hit when nothing was compiled. */
 int cu_device_code(loader *l, const source *s, struct cuda_module **out, int *all_hit);
-/* Before dlopening a host half: libcudnn.so.9 RTLD_GLOBAL when available
- * (once per process). */
-void cu_preload(loader *l);
-/* Why libcudnn could not be loaded, or NULL. */
-const char *cu_preload_error(void);
+/* Before dlopening s's host half, where CUDA can run: each NVIDIA library
+ * its text mentions (cudnn: libcudnn.so.9; cublas: libcublas.so.13) made
+ * RTLD_GLOBAL when available (tried once per process). */
+void cu_preload(loader *l, const source *s);
+/* After a host half failed to load with msg (an undefined symbol): the
+ * libraries msg names made global if not tried yet; 1 when one was
+ * loaded now (then a second dlopen may succeed). */
+int cu_preload_missing(loader *l, const char *msg);
+/* After a host half failed to load with msg: " (cuDNN: why it could not
+ * be loaded)" into out for each library msg mentions that is missing;
+ * "" when none. */
+void cu_preload_explain(const char *msg, char *out, size_t n);
 /* OPJIT_OK when .cu sources can run here (a driver and a device); else
  * why not. */
 int cu_usable(char *why, size_t n);

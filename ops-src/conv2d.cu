@@ -11,9 +11,11 @@
  * cuDNN's legacy API: tensor, filter and convolution descriptors (groups
  * through cudnnSetConvolutionGroupCount), FMA math only (no TF32, so
  * float32 results stay close to the CPU twin), the forward algorithm
- * chosen by cuDNN's heuristic (cudnnGetConvolutionForwardAlgorithm_v7), or
- * by measuring them (cudnnFindConvolutionForwardAlgorithm) when
- * $OPJIT_CUDNN_FIND=1, and remembered per shape; its workspace from
+ * chosen by measuring them (cudnnFindConvolutionForwardAlgorithm, at the
+ * first call of each shape), or by cuDNN's heuristic
+ * (cudnnGetConvolutionForwardAlgorithm_v7) when $OPJIT_CUDNN_FIND=0 (measured
+ * on an H100: the heuristic's picks ran up to 10x slower than PyTorch's
+ * for small batches), and remembered per shape; its workspace from
  * opjit_device_workspace. The bias is added by a kernel of this file.
  *
  * cuDNN is taken at the first call by dlsym (the runtime makes
@@ -62,6 +64,7 @@ extern "C" __global__ void conv2d_bias_f64(long long total, long long plane, int
 #include <string.h>
 
 #include "conv2d_common.h"
+#include "cuda_handles.h"
 
 /* ---- cuDNN, resolved at the first call ------------------------------------ */
 
@@ -121,32 +124,20 @@ static int conv_cudnn_load(void)
     return 1;
 }
 
-/* Handles per device, one per call in flight. */
-#define CONV_MAX_DEV 64
-#define CONV_MAX_HANDLES 16
-static cudnnHandle_t conv_free_handles[CONV_MAX_DEV][CONV_MAX_HANDLES];
-static int conv_nfree[CONV_MAX_DEV];
+/* Handles per device, one per call in flight (cuda_handles.h). */
+static handle_pool conv_handles = HANDLE_POOL_INIT;
 
 static cudnnStatus_t conv_handle_get(int dev, cudnnHandle_t *h)
 {
-    pthread_mutex_lock(&dnn_lock);
-    if (conv_nfree[dev] > 0) {
-        *h = conv_free_handles[dev][--conv_nfree[dev]];
-        pthread_mutex_unlock(&dnn_lock);
+    *h = (cudnnHandle_t)handle_pool_take(&conv_handles, dev);
+    if (*h)
         return CUDNN_STATUS_SUCCESS;
-    }
-    pthread_mutex_unlock(&dnn_lock);
     return dnn.cudnnCreate(h); /* in the call's context, which is current */
 }
 
 static void conv_handle_put(int dev, cudnnHandle_t h)
 {
-    pthread_mutex_lock(&dnn_lock);
-    if (conv_nfree[dev] < CONV_MAX_HANDLES)
-        conv_free_handles[dev][conv_nfree[dev]++] = h;
-    pthread_mutex_unlock(&dnn_lock);
-    /* beyond CONV_MAX_HANDLES concurrent calls a handle is leaked rather
-     * than destroyed under a running stream */
+    handle_pool_give(&conv_handles, dev, (void *)h);
 }
 
 /* ---- the algorithm, remembered per shape -------------------------------- */
@@ -238,7 +229,7 @@ static int conv2d_cuda(opjit_ctx *ctx, opjit_args *a)
     int64_t stride[2], pad[2], dil[2], shape[4], plane;
     conv_geom g;
     int64_t N, C, H, W, O, kh, kw, grp, ho, wo, cg;
-    int is64, batched, dev, rc = 0, i, nalgo = 0, on, oc, oh, ow;
+    int is64, batched, dev, rc = 0, i, nalgo = 0, remembered = 0, on, oc, oh, ow;
     DLTensor *out;
     cudnnDataType_t dt;
     cudnnHandle_t h = NULL;
@@ -289,7 +280,7 @@ static int conv2d_cuda(opjit_ctx *ctx, opjit_args *a)
     if (conv_cudnn_load() < 0)
         return opjit_fail(ctx, "cuDNN is not available: %s", dnn.why);
     dev = opjit_device_id(ctx);
-    if (dev < 0 || dev >= CONV_MAX_DEV)
+    if (!handle_pool_has_device(dev))
         return opjit_fail(ctx, "CUDA device %d is beyond this op's table", dev);
     dt = is64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
     memset(&d, 0, sizeof d);
@@ -340,10 +331,15 @@ static int conv2d_cuda(opjit_ctx *ctx, opjit_args *a)
     key.v[14] = dil[1]; key.v[15] = grp;
     if (conv_algo_lookup(&key, &algos[0])) {
         nalgo = 1;
+        remembered = 1;
     } else {
         int returned = 0;
         const char *find = getenv("OPJIT_CUDNN_FIND");
-        if (find && find[0] == '1') {
+        if (!find || find[0] != '0') {
+            /* Find runs every algorithm into the output: give it defined
+             * bytes (compute-sanitizer's initcheck), once per shape. */
+            if ((rc = conv_bias(ctx, is64, opjit_data(out), NULL, N, O, plane, 1)))
+                goto done;
             what = "cudnnFindConvolutionForwardAlgorithm";
             st = dnn.cudnnFindConvolutionForwardAlgorithm(h, d.x, d.w, d.c, d.y,
                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
@@ -382,7 +378,8 @@ static int conv2d_cuda(opjit_ctx *ctx, opjit_args *a)
                                          is64 ? (void *)&zero_d : (void *)&zero_f, d.y,
                                          opjit_data(out));
         if (st == CUDNN_STATUS_SUCCESS) {
-            conv_algo_store(&key, algos[i]);
+            if (!remembered)
+                conv_algo_store(&key, algos[i]);
             break;
         }
     }

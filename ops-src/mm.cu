@@ -8,14 +8,38 @@
  * transpose needs no copy); zero-size dimensions work (an empty product,
  * or zeros when k is 0).
  *
- * The kernel is the classic shared-memory tiling: a 256-thread block
- * computes a 64x64 tile of the result, each thread 4x4 values spread 16
- * apart (so the shared-memory reads of a warp hit distinct banks or one
- * broadcast word, and its stores are coalesced), walking k in slices of 16
- * that the block stages in shared memory (the A slice transposed, padded
- * by a column so its staging stores do not collide in one bank). Accumulation is in the operands'
- * dtype with fused multiply-adds, so results differ from the BLAS twin in
- * the last bits.
+ * What runs:
+ *
+ * - cuBLAS (cublasSgemm / cublasDgemm, the GEMMs torch.mm calls) when it
+ *   is there and can express the operands: each one row-major or
+ *   transposed (a unit stride in one dimension and the other at least the
+ *   row length, within int range), and k > 0. The row-major product
+ *   C = A B is computed as the column-major C^T = B^T A^T, on the call's
+ *   stream, with CUBLAS_DEFAULT_MATH: float32 stays true FP32 (no TF32),
+ *   like torch.mm by default. cuBLAS is taken at the first call by dlsym
+ *   (where a GPU is, the runtime makes libcublas.so.13 global before
+ *   loading .cu host code that mentions it, $OPJIT_CUBLAS_LIBRARY naming
+ *   the exact file; else this file dlopens it by that name or soname), so
+ *   the op loads and runs where it is missing. It is not used when the
+ *   runtime's driver is not libcuda.so.1 (a stand-in for tests). Handles
+ *   are kept per device for the life of the process, one per call in
+ *   flight (cuda_handles.h), with cuBLAS's own workspace.
+ *
+ * - Otherwise the kernel below: other strides (broadcast, both
+ *   non-unit), k == 0 (zeros), no cuBLAS, or a device where cuBLAS
+ *   cannot start (its runtime finds no driver, an unsupported GPU). It is
+ *   the classic shared-memory tiling: a 256-thread block computes a 64x64
+ *   tile of the result, each thread 4x4 values spread 16 apart (so the
+ *   shared-memory reads of a warp hit distinct banks or one broadcast
+ *   word, and its stores are coalesced), walking k in slices of 16 that
+ *   the block stages in shared memory (the A slice transposed, padded by a
+ *   column so its staging stores do not collide in one bank).
+ *
+ * $OPJIT_MM_KERNEL=own forces the kernel below; =cublas makes a call that
+ * cuBLAS cannot serve fail with the reason instead of falling back (both
+ * read at every call, for tests and comparisons). Either way accumulation
+ * is in the operands' dtype with fused multiply-adds, so results differ
+ * from the BLAS twin in the last bits.
  */
 #ifdef __CUDACC_RTC__
 
@@ -91,51 +115,211 @@ extern "C" __global__ void __launch_bounds__(MM_THREADS)
 
 #else /* the host half, compiled by libtcc */
 
+#define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <opjit_op.h>
+#include <dlfcn.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "cuda_handles.h"
 #include "mm_common.h"
 
 #define MM_TILE 64
 #define MM_THREADS 256
 
-static int mm_cuda(opjit_ctx *ctx, opjit_args *a)
+/* ---- cuBLAS, resolved at the first call --------------------------------- */
+
+/* The little of cublas_api.h this file needs, so that it builds without
+ * cuBLAS's headers: enums are ints, a handle is a pointer. */
+enum {
+    MM_CUBLAS_SUCCESS = 0,
+    MM_CUBLAS_NOT_INITIALIZED = 1,
+    MM_CUBLAS_ARCH_MISMATCH = 8,
+    MM_CUBLAS_NOT_SUPPORTED = 15,
+    MM_CUBLAS_OP_N = 0,
+    MM_CUBLAS_OP_T = 1,
+    MM_CUBLAS_DEFAULT_MATH = 0
+};
+
+static const char *mm_cublas_status(int st)
 {
-    DLTensor *x = opjit_arg_tensor(a, 0);
-    DLTensor *y = opjit_arg_tensor(a, 1);
-    DLTensor *out;
-    int64_t n, k, m, shape[2];
-    long long sa0, sa1, sb0, sb1;
-    int in, ik, im, is64, rc;
-    void *pa, *pb, *pc;
+    static const struct {
+        int st;
+        const char *name;
+    } names[] = {
+        {0, "CUBLAS_STATUS_SUCCESS"},          {1, "CUBLAS_STATUS_NOT_INITIALIZED"},
+        {3, "CUBLAS_STATUS_ALLOC_FAILED"},     {7, "CUBLAS_STATUS_INVALID_VALUE"},
+        {8, "CUBLAS_STATUS_ARCH_MISMATCH"},    {11, "CUBLAS_STATUS_MAPPING_ERROR"},
+        {13, "CUBLAS_STATUS_EXECUTION_FAILED"}, {14, "CUBLAS_STATUS_INTERNAL_ERROR"},
+        {15, "CUBLAS_STATUS_NOT_SUPPORTED"},   {16, "CUBLAS_STATUS_LICENSE_ERROR"},
+    };
+    size_t i;
+    for (i = 0; i < sizeof names / sizeof *names; i++)
+        if (names[i].st == st)
+            return names[i].name;
+    return "an unknown cuBLAS status";
+}
+
+static struct {
+    int state; /* 0 not tried, 1 ready, -1 unavailable */
+    char why[512];
+    int (*create)(void **handle);
+    int (*destroy)(void *handle);
+    int (*set_stream)(void *handle, void *stream);
+    int (*set_math_mode)(void *handle, int mode);
+    int (*sgemm)(void *handle, int transa, int transb, int m, int n, int k, const float *alpha,
+                 const float *A, int lda, const float *B, int ldb, const float *beta, float *C,
+                 int ldc);
+    int (*dgemm)(void *handle, int transa, int transb, int m, int n, int k, const double *alpha,
+                 const double *A, int lda, const double *B, int ldb, const double *beta,
+                 double *C, int ldc);
+    /* Devices where cuBLAS cannot start, and why (the first one). */
+    char dead[HANDLE_POOL_DEVICES];
+    char dead_why[256];
+} blas;
+static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
+static handle_pool blas_handles = HANDLE_POOL_INIT;
+
+static void mm_why(const char *what, const char *detail)
+{
+    snprintf(blas.why, sizeof blas.why, "%s%s", what, detail ? detail : "");
+}
+
+/* 1 when cuBLAS is ready, -1 (blas.why says why) when it cannot be. */
+static int mm_cublas_load(void)
+{
+    static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so",
+                                        NULL};
+    static const char *const syms[] = {"cublasCreate_v2", "cublasDestroy_v2",
+                                       "cublasSetStream_v2", "cublasSetMathMode",
+                                       "cublasSgemm_v2", "cublasDgemm_v2"};
+    void *fns[6];
+    void *h = RTLD_DEFAULT;
+    const char *lib;
+    int i;
+    pthread_mutex_lock(&blas_lock);
+    if (blas.state) {
+        pthread_mutex_unlock(&blas_lock);
+        return blas.state;
+    }
+    /* cuBLAS drives the GPU through libcuda.so.1, which its runtime loads
+     * by that name: where calls run on another driver library
+     * ($OPJIT_CUDA_DRIVER: the tests' stand-in), it would not see their
+     * contexts and memory. */
+    if (!(h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD))) {
+        mm_why("the CUDA driver in use is not libcuda.so.1, which cuBLAS runs on", NULL);
+        blas.state = -1;
+        pthread_mutex_unlock(&blas_lock);
+        return -1;
+    }
+    dlclose(h);
+    h = RTLD_DEFAULT;
+    /* Normally the runtime made it global before loading this file. */
+    if (!dlsym(RTLD_DEFAULT, "cublasCreate_v2")) {
+        lib = getenv("OPJIT_CUBLAS_LIBRARY");
+        if (lib && *lib) {
+            h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+        } else {
+            h = NULL;
+            for (i = 0; !h && names[i]; i++)
+                h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        }
+        if (!h) {
+            const char *e = dlerror();
+            mm_why(e ? e : "libcublas.so.13 not found", NULL);
+            blas.state = -1;
+            pthread_mutex_unlock(&blas_lock);
+            return -1;
+        }
+    }
+    for (i = 0; i < 6; i++)
+        if (!(fns[i] = dlsym(h, syms[i]))) {
+            mm_why("libcublas lacks ", syms[i]);
+            blas.state = -1;
+            pthread_mutex_unlock(&blas_lock);
+            return -1;
+        }
+    memcpy(&blas.create, &fns[0], sizeof fns[0]);
+    memcpy(&blas.destroy, &fns[1], sizeof fns[1]);
+    memcpy(&blas.set_stream, &fns[2], sizeof fns[2]);
+    memcpy(&blas.set_math_mode, &fns[3], sizeof fns[3]);
+    memcpy(&blas.sgemm, &fns[4], sizeof fns[4]);
+    memcpy(&blas.dgemm, &fns[5], sizeof fns[5]);
+    blas.state = 1;
+    pthread_mutex_unlock(&blas_lock);
+    return 1;
+}
+
+/* cuBLAS cannot run on dev in this process (a failure that calling again
+ * will not cure): the kernel of this file from now on. */
+static void mm_cublas_dead(int dev, const char *what, int st)
+{
+    pthread_mutex_lock(&blas_lock);
+    if (!blas.dead_why[0])
+        snprintf(blas.dead_why, sizeof blas.dead_why, "%s: %s", what, mm_cublas_status(st));
+    blas.dead[dev] = 1;
+    pthread_mutex_unlock(&blas_lock);
+}
+
+/* A handle of dev for this call: 0, or the status of cublasCreate or
+ * cublasSetMathMode (then *h is NULL). */
+static int mm_handle_get(int dev, void **h, const char **what)
+{
+    int st;
+    *h = handle_pool_take(&blas_handles, dev);
+    if (*h)
+        return 0;
+    *what = "cublasCreate";
+    if ((st = blas.create(h)) != MM_CUBLAS_SUCCESS) { /* in the call's context */
+        *h = NULL;
+        return st;
+    }
+    /* FP32 stays FP32: no TF32, whatever the library's default becomes. */
+    *what = "cublasSetMathMode";
+    if ((st = blas.set_math_mode(*h, MM_CUBLAS_DEFAULT_MATH)) != MM_CUBLAS_SUCCESS) {
+        blas.destroy(*h);
+        *h = NULL;
+    }
+    return st;
+}
+
+/* One operand as cuBLAS sees it: rows x cols with strides s0, s1 is, in
+ * column-major terms, its transpose (cols x rows, leading dimension s0)
+ * when rows are contiguous, or itself (rows x cols, leading dimension s1)
+ * when columns are. *op is what turns that into the transpose cuBLAS must
+ * multiply (C^T = B^T A^T). 0 when neither layout fits. */
+static int mm_blas_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1, int *op, int *ld)
+{
+    /* The stride of a dimension of size 1 means nothing: pick one that
+     * fits. */
+    if (cols == 1)
+        s1 = 1;
+    if (rows == 1)
+        s0 = s1 == 1 ? cols : 1;
+    if (s1 == 1 && s0 >= cols && s0 >= 1 && s0 <= INT_MAX) {
+        *op = MM_CUBLAS_OP_N;
+        *ld = (int)s0;
+        return 1;
+    }
+    if (s0 == 1 && s1 >= rows && s1 >= 1 && s1 <= INT_MAX) {
+        *op = MM_CUBLAS_OP_T;
+        *ld = (int)s1;
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- the op ---------------------------------------------------------------- */
+
+static int mm_own(opjit_ctx *ctx, int is64, int64_t n, int64_t k, int64_t m, void *pa,
+                  long long sa0, long long sa1, void *pb, long long sb0, long long sb1, void *pc)
+{
+    int in = (int)n, ik = (int)k, im = (int)m;
     void *params[10];
     unsigned grid[3], block[3];
-
-    if ((rc = mm_check(ctx, x, y, &is64, &n, &k, &m)) != 0)
-        return rc;
-    if (n > INT_MAX || k > INT_MAX || m > INT_MAX || (n + MM_TILE - 1) / MM_TILE > 65535)
-        return opjit_fail(ctx, "dimensions too large for the CUDA kernel (%lldx%lld and "
-                               "%lldx%lld; rows at most %d)",
-                          (long long)n, (long long)k, (long long)k, (long long)m,
-                          65535 * MM_TILE);
-    shape[0] = n;
-    shape[1] = m;
-    out = opjit_output(ctx, 0, x->dtype, 2, shape);
-    if (!out)
-        return -1;
-    if (n == 0 || m == 0)
-        return 0;
-    /* Element strides; DLPack's NULL strides mean row-major. */
-    sa0 = x->strides ? x->strides[0] : k;
-    sa1 = x->strides ? x->strides[1] : 1;
-    sb0 = y->strides ? y->strides[0] : m;
-    sb1 = y->strides ? y->strides[1] : 1;
-    in = (int)n;
-    ik = (int)k;
-    im = (int)m;
-    pa = opjit_data(x);
-    pb = opjit_data(y);
-    pc = opjit_data(out);
     params[0] = &in;
     params[1] = &im;
     params[2] = &ik;
@@ -154,10 +338,144 @@ static int mm_cuda(opjit_ctx *ctx, opjit_args *a)
     return opjit_launch(ctx, is64 ? "mm_f64" : "mm_f32", grid, block, 0, params);
 }
 
+/* Whether cuBLAS serves this call: 1 with a handle of dev in *h, or 0
+ * with the reason in no. */
+static int mm_use_cublas(int dev, void **h, char *no, size_t len)
+{
+    const char *what = "";
+    int st, dead;
+    *h = NULL;
+    if (!handle_pool_has_device(dev)) {
+        snprintf(no, len, "CUDA device %d is beyond this op's table", dev);
+        return 0;
+    }
+    if (mm_cublas_load() < 0) {
+        snprintf(no, len, "cuBLAS is not available: %s", blas.why);
+        return 0;
+    }
+    pthread_mutex_lock(&blas_lock);
+    dead = blas.dead[dev];
+    if (dead)
+        snprintf(no, len, "cuBLAS cannot start on device %d: %s", dev, blas.dead_why);
+    pthread_mutex_unlock(&blas_lock);
+    if (dead)
+        return 0;
+    if ((st = mm_handle_get(dev, h, &what)) != MM_CUBLAS_SUCCESS) {
+        if (st == MM_CUBLAS_NOT_INITIALIZED || st == MM_CUBLAS_ARCH_MISMATCH)
+            mm_cublas_dead(dev, what, st);
+        snprintf(no, len, "%s: %s", what, mm_cublas_status(st));
+        return 0;
+    }
+    return 1;
+}
+
+static int mm_cuda(opjit_ctx *ctx, opjit_args *a)
+{
+    DLTensor *x = opjit_arg_tensor(a, 0);
+    DLTensor *y = opjit_arg_tensor(a, 1);
+    DLTensor *out;
+    int64_t n, k, m, shape[2];
+    long long sa0, sa1, sb0, sb1;
+    int is64, rc, st, dev, opa, opb, lda, ldb, want; /* want: 0 auto, 1 own, 2 cuBLAS */
+    int blas_ok = 0;
+    const char *env = getenv("OPJIT_MM_KERNEL"), *what;
+    char no[400];
+    void *h = NULL;
+    float one_f = 1.0f, zero_f = 0.0f;
+    double one_d = 1.0, zero_d = 0.0;
+
+    if ((rc = mm_check(ctx, x, y, &is64, &n, &k, &m)) != 0)
+        return rc;
+    if (!env || !*env)
+        want = 0;
+    else if (!strcmp(env, "own"))
+        want = 1;
+    else if (!strcmp(env, "cublas"))
+        want = 2;
+    else
+        return opjit_fail(ctx, "OPJIT_MM_KERNEL is '%s': expected own, cublas or nothing", env);
+    if (n > INT_MAX || k > INT_MAX || m > INT_MAX)
+        return opjit_fail(ctx, "dimensions too large for the CUDA kernels (%lldx%lld and "
+                               "%lldx%lld; each at most %d)",
+                          (long long)n, (long long)k, (long long)k, (long long)m, INT_MAX);
+    /* Element strides; DLPack's NULL strides mean row-major. */
+    sa0 = x->strides ? x->strides[0] : k;
+    sa1 = x->strides ? x->strides[1] : 1;
+    sb0 = y->strides ? y->strides[0] : m;
+    sb1 = y->strides ? y->strides[1] : 1;
+    dev = opjit_device_id(ctx);
+
+    /* cuBLAS, unless something rules it out. */
+    no[0] = '\0';
+    if (n == 0 || m == 0 || k == 0)
+        ; /* nothing to multiply: the kernel below writes the zeros */
+    else if (want == 1)
+        snprintf(no, sizeof no, "OPJIT_MM_KERNEL=own");
+    else if (!mm_blas_layout(n, k, sa0, sa1, &opa, &lda) ||
+             !mm_blas_layout(k, m, sb0, sb1, &opb, &ldb))
+        snprintf(no, sizeof no, "operand strides cuBLAS cannot express (self %lld, %lld; "
+                                "mat2 %lld, %lld)", sa0, sa1, sb0, sb1);
+    else
+        blas_ok = mm_use_cublas(dev, &h, no, sizeof no);
+    if (want == 2 && no[0])
+        return opjit_fail(ctx, "OPJIT_MM_KERNEL=cublas, but cuBLAS cannot serve this call: %s",
+                          no);
+    if (!blas_ok && (n + MM_TILE - 1) / MM_TILE > 65535)
+        return opjit_fail(ctx, "dimensions too large for the CUDA kernel (%lldx%lld and "
+                               "%lldx%lld; rows at most %d without cuBLAS)",
+                          (long long)n, (long long)k, (long long)k, (long long)m,
+                          65535 * MM_TILE);
+
+    shape[0] = n;
+    shape[1] = m;
+    out = opjit_output(ctx, 0, x->dtype, 2, shape);
+    if (!out) {
+        rc = -1;
+        goto done;
+    }
+    if (n == 0 || m == 0)
+        goto done;
+    if (!blas_ok) {
+        rc = mm_own(ctx, is64, n, k, m, opjit_data(x), sa0, sa1, opjit_data(y), sb0, sb1,
+                    opjit_data(out));
+        goto done;
+    }
+
+    /* C [n, m] row-major is C^T [m, n] column-major: C^T = B^T A^T. */
+    what = "cublasSetStream";
+    if ((st = blas.set_stream(h, opjit_stream(ctx))) != MM_CUBLAS_SUCCESS)
+        goto blas_fail;
+    what = is64 ? "cublasDgemm" : "cublasSgemm";
+    if (is64)
+        st = blas.dgemm(h, opb, opa, (int)m, (int)n, (int)k, &one_d, opjit_data(y), ldb,
+                        opjit_data(x), lda, &zero_d, opjit_data(out), (int)m);
+    else
+        st = blas.sgemm(h, opb, opa, (int)m, (int)n, (int)k, &one_f, opjit_data(y), ldb,
+                        opjit_data(x), lda, &zero_f, opjit_data(out), (int)m);
+    if (st == MM_CUBLAS_SUCCESS)
+        goto done;
+    if ((st == MM_CUBLAS_ARCH_MISMATCH || st == MM_CUBLAS_NOT_SUPPORTED) && want != 2 &&
+        (n + MM_TILE - 1) / MM_TILE <= 65535) {
+        /* Nothing ran: this file's kernel instead. */
+        if (st == MM_CUBLAS_ARCH_MISMATCH)
+            mm_cublas_dead(dev, what, st);
+        rc = mm_own(ctx, is64, n, k, m, opjit_data(x), sa0, sa1, opjit_data(y), sb0, sb1,
+                    opjit_data(out));
+        goto done;
+    }
+blas_fail:
+    rc = opjit_fail(ctx, "%s: %s", what, mm_cublas_status(st));
+done:
+    if (h)
+        handle_pool_give(&blas_handles, dev, h);
+    return rc;
+}
+
 OPJIT_MODULE(mm_cuda, m)
 {
     opjit_def(m, "mm(Tensor self, Tensor mat2) -> Tensor", OPJIT_CUDA, mm_cuda,
-              "Matrix product [n,k] x [k,m] -> [n,m] on CUDA (shared-memory tiles)");
+              "Matrix product [n,k] x [k,m] -> [n,m] on CUDA (cuBLAS, else shared-memory "
+              "tiles)");
     opjit_require(m, "self", "float32|float64 rank=2");
     opjit_require(m, "mat2", "float32|float64 rank=2");
 }

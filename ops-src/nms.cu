@@ -8,11 +8,15 @@
  * float32 or both float64. Returns the int64 indices of the kept boxes, in
  * decreasing score order, on the same device.
  *
- * Steps (torchvision's CUDA algorithm, with the final reduce on the device):
- *   1. order: the scores are copied to the host and sorted there (a stable
- *      descending sort with nms.c's keys: NaN first, -0.0 == 0.0), and the
- *      order is copied back: N is at most a few hundred thousand, so the
- *      copy costs less than a device sort would take to write here;
+ * Steps (torchvision's CUDA algorithm, with the sort and the final reduce
+ * on the device; the host only launches and reads the count):
+ *   1. order: nms_keys makes nms.c's sort keys on the device (descending
+ *      score, NaN first, -0.0 == 0.0) paired with their indices, padded to
+ *      a power of two; a bitonic sort of (key, index) pairs orders them.
+ *      Comparing the index too makes equal scores keep their input order:
+ *      the stable sort of nms.c, without a stable algorithm. Stages whose
+ *      partners lie within 2048 elements run in shared memory
+ *      (nms_sort_local), the wider ones over global memory (nms_sort_wide);
  *   2. nms_gather: boxes gathered in sorted order with their areas;
  *   3. nms_mask: a 2-D grid of 64-thread blocks over pairs of 64-box tiles,
  *      upper triangle only; the column tile sits in shared memory and each
@@ -22,8 +26,8 @@
  *      an earlier kept one suppressed it, and ORs the kept box's mask row
  *      into a "removed" bit set held in shared memory (global memory past
  *      48 KiB); it writes the kept indices and their count;
- *   5. the count comes to the host, the output is allocated and the kept
- *      indices copied into it on the device.
+ *   5. the count comes to the host (the call's one wait), the output is
+ *      allocated and the kept indices copied into it on the device.
  * The IoU is computed as nms.c does, operation for operation, with
  * round-to-nearest intrinsics so no multiply-add is fused, and compared
  * with the threshold in double.
@@ -45,6 +49,104 @@ template <> struct nms_arith<double> {
     static __device__ __forceinline__ double mul(double a, double b) { return __dmul_rn(a, b); }
     static __device__ __forceinline__ double div(double a, double b) { return __ddiv_rn(a, b); }
 };
+
+/* ---- 1. the order: keys, then a bitonic sort of (key, index) pairs ---------- */
+
+#define NMS_SORT_CHUNK 2048 /* elements a block sorts in shared memory */
+
+/* nms_common.h's nms_key: ascending key == descending score, NaN first. */
+__device__ __forceinline__ unsigned long long nms_key_of(double s)
+{
+    if (s != s)
+        return 0;
+    if (s == 0)
+        s = 0.0;
+    unsigned long long u = (unsigned long long)__double_as_longlong(s);
+    u = (u >> 63) ? ~u : (u | (1ULL << 63));
+    return ~u;
+}
+
+/* keys[i], idx[i] for i < npad; the padding sorts after every real key. */
+template <typename T>
+__device__ __forceinline__ void nms_keys_body(int n, int npad, const T *__restrict__ scores,
+                                              unsigned long long *__restrict__ keys,
+                                              long long *__restrict__ idx)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= npad)
+        return;
+    keys[i] = i < n ? nms_key_of((double)scores[i]) : ~0ULL;
+    idx[i] = i;
+}
+
+extern "C" __global__ void nms_keys_f32(int n, int npad, const float *scores,
+                                        unsigned long long *keys, long long *idx)
+{
+    nms_keys_body<float>(n, npad, scores, keys, idx);
+}
+
+extern "C" __global__ void nms_keys_f64(int n, int npad, const double *scores,
+                                        unsigned long long *keys, long long *idx)
+{
+    nms_keys_body<double>(n, npad, scores, keys, idx);
+}
+
+/* Order elements a < b (positions) for the stage (k, j) of element a. */
+__device__ __forceinline__ void nms_sort_pair(unsigned long long *ka, long long *ia,
+                                              unsigned long long *kb, long long *ib,
+                                              bool ascending)
+{
+    bool greater = *ka > *kb || (*ka == *kb && *ia > *ib);
+    if (greater == ascending) {
+        unsigned long long tk = *ka;
+        long long ti = *ia;
+        *ka = *kb;
+        *ia = *ib;
+        *kb = tk;
+        *ib = ti;
+    }
+}
+
+/* One stage (k, j) with j >= NMS_SORT_CHUNK: a thread per pair. */
+extern "C" __global__ void nms_sort_wide(int npad, int k, int j, unsigned long long *keys,
+                                         long long *idx)
+{
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= npad / 2)
+        return;
+    int a = 2 * j * (t / j) + t % j, b = a + j;
+    nms_sort_pair(&keys[a], &idx[a], &keys[b], &idx[b], (a & k) == 0);
+}
+
+/* Each block sorts one NMS_SORT_CHUNK slice in shared memory: every stage
+ * k <= chunk when k == 0, else the stages (k, j) of one k for j < chunk.
+ * NMS_SORT_CHUNK / 2 threads. */
+extern "C" __global__ void __launch_bounds__(NMS_SORT_CHUNK / 2)
+    nms_sort_local(int k, unsigned long long *keys, long long *idx)
+{
+    __shared__ unsigned long long sk[NMS_SORT_CHUNK];
+    __shared__ long long si[NMS_SORT_CHUNK];
+    const int base = blockIdx.x * NMS_SORT_CHUNK, t = threadIdx.x;
+    sk[t] = keys[base + t];
+    si[t] = idx[base + t];
+    sk[t + NMS_SORT_CHUNK / 2] = keys[base + t + NMS_SORT_CHUNK / 2];
+    si[t + NMS_SORT_CHUNK / 2] = idx[base + t + NMS_SORT_CHUNK / 2];
+    __syncthreads();
+    const int k0 = k ? k : 2, k1 = k ? k : NMS_SORT_CHUNK;
+    for (int kk = k0; kk <= k1; kk <<= 1) {
+        for (int j = min(kk, NMS_SORT_CHUNK) >> 1; j > 0; j >>= 1) {
+            int a = 2 * j * (t / j) + t % j, b = a + j;
+            nms_sort_pair(&sk[a], &si[a], &sk[b], &si[b], ((base + a) & kk) == 0);
+            __syncthreads();
+        }
+    }
+    keys[base + t] = sk[t];
+    idx[base + t] = si[t];
+    keys[base + t + NMS_SORT_CHUNK / 2] = sk[t + NMS_SORT_CHUNK / 2];
+    idx[base + t + NMS_SORT_CHUNK / 2] = si[t + NMS_SORT_CHUNK / 2];
+}
+
+/* ---- 2. to 4. ---------------------------------------------------------------- */
 
 /* sorted[5 * i ..] = x1, y1, x2, y2, area of box order[i]. */
 template <typename T>
@@ -143,45 +245,83 @@ extern "C" __global__ void __launch_bounds__(NMS_TPB)
     nms_mask_body<double>(n, thr, sorted, mask, col_blocks, tile);
 }
 
-/* One block. removed: col_blocks words, in dynamic shared memory, or
- * removed_global when that is too big. Every thread takes the same
- * decisions (they read the same words between barriers); thread 0 writes
- * the kept indices, keep[k] = order[i], and finally their count. */
-extern "C" __global__ void nms_reduce(int n, int col_blocks,
-                                      const unsigned long long *__restrict__ mask,
-                                      const long long *__restrict__ order,
-                                      unsigned long long *removed_global,
-                                      long long *__restrict__ keep, long long *count)
+/* One block of NMS_REDUCE_THREADS. removed: col_blocks words, in dynamic
+ * shared memory, or removed_global when that is too big. Per 64-box tile
+ * blk, in tile order:
+ *   - the tile's diagonal mask words and indices come to shared memory (one
+ *     load each, in parallel);
+ *   - thread 0 decides the tile's boxes in order from removed[blk] and the
+ *     diagonal words alone (on-chip: no global load in this serial part),
+ *     writing keep[] and the tile's kept bits;
+ *   - every thread ORs the kept boxes' mask rows into its later words of
+ *     removed, the loads of one word independent of each other.
+ * The same decisions as walking box by box: box i is kept unless a kept
+ * box before it overlaps it. Finally thread 0 writes the count. */
+#define NMS_REDUCE_THREADS 1024
+extern "C" __global__ void __launch_bounds__(NMS_REDUCE_THREADS)
+    nms_reduce(int n, int col_blocks, const unsigned long long *__restrict__ mask,
+               const long long *__restrict__ order, unsigned long long *removed_global,
+               long long *__restrict__ keep, long long *count)
 {
     extern __shared__ unsigned long long removed_shared[];
+    __shared__ unsigned long long diag[NMS_TPB], kept_bits;
+    __shared__ long long tile_order[NMS_TPB], kept;
     unsigned long long *removed = removed_global ? removed_global : removed_shared;
     const int t = threadIdx.x;
     for (int j = t; j < col_blocks; j += blockDim.x)
         removed[j] = 0;
+    if (t == 0)
+        kept = 0;
     __syncthreads();
-    long long nk = 0;
     for (int blk = 0; blk < col_blocks; blk++) {
-        unsigned long long rv = removed[blk];
-        __syncthreads(); /* everyone has read it before anyone adds to it */
-        const int base = blk * NMS_TPB;
-        const int lim = min(NMS_TPB, n - base);
-        for (int b = 0; b < lim; b++) {
-            if (rv >> b & 1ULL)
-                continue;
-            const int i = base + b;
-            if (t == 0)
-                keep[nk] = order[i];
-            nk++;
-            const unsigned long long *p = mask + (long long)i * col_blocks;
-            for (int j = blk + t; j < col_blocks; j += blockDim.x)
-                removed[j] |= p[j];
-            __syncthreads();
-            rv = removed[blk];
-            __syncthreads();
+        const int base = blk * NMS_TPB, lim = min(NMS_TPB, n - base);
+        if (t < lim) {
+            diag[t] = mask[(long long)(base + t) * col_blocks + blk];
+            tile_order[t] = order[base + t];
         }
+        __syncthreads();
+        if (t == 0) {
+            unsigned long long rv = removed[blk], kb = 0;
+            long long nk = kept;
+            for (int b = 0; b < lim; b++) {
+                if (rv >> b & 1ULL)
+                    continue;
+                kb |= 1ULL << b;
+                keep[nk++] = tile_order[b];
+                rv |= diag[b]; /* the upper triangle: only later boxes of the tile */
+            }
+            kept_bits = kb;
+            kept = nk;
+        }
+        __syncthreads();
+        const unsigned long long kb = kept_bits;
+        for (int j = blk + 1 + t; kb && j < col_blocks; j += blockDim.x) {
+            unsigned long long acc = removed[j], bits = kb;
+            const unsigned long long *col = mask + (long long)base * col_blocks + j;
+            while (bits) { /* four loads in flight per round */
+                unsigned long long v0, v1 = 0, v2 = 0, v3 = 0;
+                v0 = col[(long long)(__ffsll((long long)bits) - 1) * col_blocks];
+                bits &= bits - 1;
+                if (bits) {
+                    v1 = col[(long long)(__ffsll((long long)bits) - 1) * col_blocks];
+                    bits &= bits - 1;
+                }
+                if (bits) {
+                    v2 = col[(long long)(__ffsll((long long)bits) - 1) * col_blocks];
+                    bits &= bits - 1;
+                }
+                if (bits) {
+                    v3 = col[(long long)(__ffsll((long long)bits) - 1) * col_blocks];
+                    bits &= bits - 1;
+                }
+                acc |= v0 | v1 | v2 | v3;
+            }
+            removed[j] = acc;
+        }
+        __syncthreads();
     }
     if (t == 0)
-        *count = nk;
+        *count = kept;
 }
 
 #else /* the host half, compiled by libtcc */
@@ -192,27 +332,78 @@ extern "C" __global__ void nms_reduce(int n, int col_blocks,
 #include "nms_common.h"
 
 #define NMS_TPB 64
+#define NMS_SORT_CHUNK 2048 /* as in the device half */
 #define NMS_MAX_COLS 65535 /* gridDim.y */
-#define NMS_REDUCE_THREADS 256
-#define NMS_SHARED_MAX (48 * 1024)
+#define NMS_REDUCE_THREADS 1024 /* as in the device half */
+#define NMS_SHARED_MAX (46 * 1024) /* with the kernel's static 1 KiB: within 48 KiB */
 
 static size_t nmsc_align(size_t b) { return (b + 255) & ~(size_t)255; }
+
+static int nmsc_launch(opjit_ctx *ctx, const char *kernel, unsigned blocks, unsigned threads,
+                       unsigned shared, void **params)
+{
+    unsigned grid[3], block[3];
+    grid[0] = blocks;
+    grid[1] = grid[2] = 1;
+    block[0] = threads;
+    block[1] = block[2] = 1;
+    return opjit_launch(ctx, kernel, grid, block, shared, params);
+}
+
+/* Step 1: order[0..n) (in idx) = the box indices by descending score, on
+ * the device. keys and idx hold npad (a power of two >= NMS_SORT_CHUNK). */
+static int nmsc_sort(opjit_ctx *ctx, int is64, int n32, int npad, void *scores, void *keys,
+                     void *idx)
+{
+    void *p[5];
+    int rc, k, j, zero = 0;
+    p[0] = &n32;
+    p[1] = &npad;
+    p[2] = &scores;
+    p[3] = &keys;
+    p[4] = &idx;
+    if ((rc = nmsc_launch(ctx, is64 ? "nms_keys_f64" : "nms_keys_f32",
+                          (unsigned)((npad + 255) / 256), 256, 0, p)))
+        return rc;
+    p[0] = &zero;
+    p[1] = &keys;
+    p[2] = &idx;
+    if ((rc = nmsc_launch(ctx, "nms_sort_local", (unsigned)(npad / NMS_SORT_CHUNK),
+                          NMS_SORT_CHUNK / 2, 0, p)))
+        return rc;
+    for (k = 2 * NMS_SORT_CHUNK; k <= npad; k <<= 1) {
+        for (j = k / 2; j >= NMS_SORT_CHUNK; j /= 2) {
+            p[0] = &npad;
+            p[1] = &k;
+            p[2] = &j;
+            p[3] = &keys;
+            p[4] = &idx;
+            if ((rc = nmsc_launch(ctx, "nms_sort_wide", (unsigned)((npad / 2 + 255) / 256), 256,
+                                  0, p)))
+                return rc;
+        }
+        p[0] = &k;
+        p[1] = &keys;
+        p[2] = &idx;
+        if ((rc = nmsc_launch(ctx, "nms_sort_local", (unsigned)(npad / NMS_SORT_CHUNK),
+                              NMS_SORT_CHUNK / 2, 0, p)))
+            return rc;
+    }
+    return 0;
+}
 
 static int nms_cuda(opjit_ctx *ctx, opjit_args *a)
 {
     DLTensor *boxes = opjit_arg_tensor(a, 0);
     DLTensor *scores = opjit_arg_tensor(a, 1);
     double thr = opjit_arg_float(a, 2);
-    int is64, n32, cols, rc;
-    int64_t n, i, shape[1];
+    int is64, n32, cols, npad, rc;
+    int64_t n, shape[1];
     long long count = 0;
     size_t esz, mask_bytes;
-    unsigned char *hws;
-    uint64_t *key, *tkey;
-    int64_t *order, *tidx;
     char *dws;
-    void *d_order, *d_sorted, *d_mask, *d_keep, *d_count, *d_removed;
-    void *d_boxes;
+    void *d_keys, *d_order, *d_sorted, *d_mask, *d_keep, *d_count, *d_removed;
+    void *d_boxes, *d_scores;
     unsigned grid[3], block[3], shared;
     DLTensor *out;
 
@@ -228,62 +419,42 @@ static int nms_cuda(opjit_ctx *ctx, opjit_args *a)
     n32 = (int)n;
     cols = (int)((n + NMS_TPB - 1) / NMS_TPB);
     esz = is64 ? sizeof(double) : sizeof(float);
+    for (npad = NMS_SORT_CHUNK; npad < n32; npad <<= 1)
+        ;
 
-    /* 1. The order, on the host. */
-    hws = (unsigned char *)opjit_workspace(ctx, 4 * nmsc_align((size_t)n * 8) +
-                                                    nmsc_align((size_t)n * esz));
-    if (!hws)
-        return opjit_fail(ctx, "nms: out of memory for %lld boxes", (long long)n);
-    key = (uint64_t *)hws;
-    tkey = (uint64_t *)(hws + nmsc_align((size_t)n * 8));
-    order = (int64_t *)(hws + 2 * nmsc_align((size_t)n * 8));
-    tidx = (int64_t *)(hws + 3 * nmsc_align((size_t)n * 8));
-    if ((rc = opjit_memcpy(ctx, hws + 4 * nmsc_align((size_t)n * 8), opjit_data(scores),
-                           (size_t)n * esz, OPJIT_COPY_DTOH)))
+    /* Device memory: sort keys, the order (sort indices), sorted boxes,
+     * the mask, kept indices, count, and the removed set when it does not
+     * fit in shared memory. */
+    mask_bytes = (size_t)n * (size_t)cols * 8;
+    shared = (unsigned)((size_t)cols * 8);
+    if (shared > NMS_SHARED_MAX)
+        shared = 0;
+    dws = (char *)opjit_device_workspace(
+        ctx, 2 * nmsc_align((size_t)npad * 8) + nmsc_align((size_t)n * 5 * esz) +
+                 nmsc_align(mask_bytes) + nmsc_align((size_t)n * 8) + 256 +
+                 (shared ? 0 : nmsc_align((size_t)cols * 8)));
+    if (!dws)
+        return -1;
+    d_keys = dws;
+    d_order = dws + nmsc_align((size_t)npad * 8);
+    d_sorted = (char *)d_order + nmsc_align((size_t)npad * 8);
+    d_mask = (char *)d_sorted + nmsc_align((size_t)n * 5 * esz);
+    d_keep = (char *)d_mask + nmsc_align(mask_bytes);
+    d_count = (char *)d_keep + nmsc_align((size_t)n * 8);
+    d_removed = shared ? NULL : (char *)d_count + 256;
+
+    /* 1. The order. */
+    d_scores = opjit_data(scores);
+    if ((rc = nmsc_sort(ctx, is64, n32, npad, d_scores, d_keys, d_order)))
         return rc;
-    if (is64) {
-        const double *s = (const double *)(hws + 4 * nmsc_align((size_t)n * 8));
-        for (i = 0; i < n; i++) {
-            key[i] = nms_key(s[i]);
-            order[i] = i;
-        }
-    } else {
-        const float *s = (const float *)(hws + 4 * nmsc_align((size_t)n * 8));
-        for (i = 0; i < n; i++) {
-            key[i] = nms_key((double)s[i]);
-            order[i] = i;
-        }
-    }
-    nms_sort(key, order, tkey, tidx, n);
-
     if (thr != thr) {
         /* IoU > NaN is always false: every box is kept, in order. */
         shape[0] = n;
         out = opjit_output(ctx, 0, OPJIT_INT64, 1, shape);
         if (!out)
             return -1;
-        return opjit_memcpy(ctx, opjit_data(out), order, (size_t)n * 8, OPJIT_COPY_HTOD);
+        return opjit_memcpy(ctx, opjit_data(out), d_order, (size_t)n * 8, OPJIT_COPY_DTOD);
     }
-
-    /* Device memory: order, sorted boxes, the mask, kept indices, count,
-     * and the removed set when it does not fit in shared memory. */
-    mask_bytes = (size_t)n * (size_t)cols * 8;
-    shared = (unsigned)((size_t)cols * 8);
-    if (shared > NMS_SHARED_MAX)
-        shared = 0;
-    dws = (char *)opjit_device_workspace(
-        ctx, nmsc_align((size_t)n * 8) + nmsc_align((size_t)n * 5 * esz) + nmsc_align(mask_bytes) +
-                 nmsc_align((size_t)n * 8) + 256 + (shared ? 0 : nmsc_align((size_t)cols * 8)));
-    if (!dws)
-        return -1;
-    d_order = dws;
-    d_sorted = dws + nmsc_align((size_t)n * 8);
-    d_mask = (char *)d_sorted + nmsc_align((size_t)n * 5 * esz);
-    d_keep = (char *)d_mask + nmsc_align(mask_bytes);
-    d_count = (char *)d_keep + nmsc_align((size_t)n * 8);
-    d_removed = shared ? NULL : (char *)d_count + 256;
-    if ((rc = opjit_memcpy(ctx, d_order, order, (size_t)n * 8, OPJIT_COPY_HTOD)))
-        return rc;
 
     /* 2. Gather. */
     d_boxes = opjit_data(boxes);
@@ -293,12 +464,8 @@ static int nms_cuda(opjit_ctx *ctx, opjit_args *a)
         p[1] = &d_boxes;
         p[2] = &d_order;
         p[3] = &d_sorted;
-        grid[0] = (unsigned)((n + 255) / 256);
-        grid[1] = grid[2] = 1;
-        block[0] = 256;
-        block[1] = block[2] = 1;
-        if ((rc = opjit_launch(ctx, is64 ? "nms_gather_f64" : "nms_gather_f32", grid, block, 0,
-                               p)))
+        if ((rc = nmsc_launch(ctx, is64 ? "nms_gather_f64" : "nms_gather_f32",
+                              (unsigned)((n + 255) / 256), 256, 0, p)))
             return rc;
     }
     /* 3. The mask. */
@@ -327,10 +494,7 @@ static int nms_cuda(opjit_ctx *ctx, opjit_args *a)
         p[4] = &d_removed;
         p[5] = &d_keep;
         p[6] = &d_count;
-        grid[0] = grid[1] = grid[2] = 1;
-        block[0] = NMS_REDUCE_THREADS;
-        block[1] = block[2] = 1;
-        if ((rc = opjit_launch(ctx, "nms_reduce", grid, block, shared, p)))
+        if ((rc = nmsc_launch(ctx, "nms_reduce", 1, NMS_REDUCE_THREADS, shared, p)))
             return rc;
     }
     /* 5. The output. */

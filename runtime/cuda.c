@@ -34,6 +34,15 @@ typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef unsigned long long CUdeviceptr;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+/* CUmemPoolProps: the same size and leading fields in CUDA 11.2 to 13. */
+typedef struct {
+    int alloc_type;   /* CU_MEM_ALLOCATION_TYPE_PINNED */
+    int handle_types; /* none */
+    int location_type, location_id;
+    void *win32_security_attributes;
+    unsigned char reserved[64];
+} cuda_pool_props;
 
 enum {
     CUDA_SUCCESS = 0,
@@ -49,6 +58,10 @@ enum {
     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
     CU_JIT_ERROR_LOG_BUFFER = 5,
     CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
+    CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115,
+    CU_MEM_ALLOCATION_TYPE_PINNED = 1,
+    CU_MEM_LOCATION_TYPE_DEVICE = 1,
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
 };
 
 /* X(field, symbol, return, parameters) */
@@ -84,6 +97,15 @@ enum {
       (CUdeviceptr, CUdeviceptr, size_t, CUstream))                                     \
     X(StreamSynchronize, "cuStreamSynchronize", CUresult, (CUstream))
 
+/* Optional (CUDA 11.2+): stream-ordered allocation of outputs from a pool. */
+#define CUDA_DRIVER_OPTIONAL_FUNCS(X)                                                   \
+    X(MemPoolCreate, "cuMemPoolCreate", CUresult, (CUmemoryPool *, const cuda_pool_props *)) \
+    X(MemPoolSetAttribute, "cuMemPoolSetAttribute", CUresult, (CUmemoryPool, int, void *)) \
+    X(MemPoolTrimTo, "cuMemPoolTrimTo", CUresult, (CUmemoryPool, size_t))               \
+    X(MemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", CUresult,                       \
+      (CUdeviceptr *, size_t, CUmemoryPool, CUstream))                                  \
+    X(MemFreeAsync, "cuMemFreeAsync", CUresult, (CUdeviceptr, CUstream))
+
 static struct {
     pthread_once_t once;
     int status; /* OPJIT_OK, or OPJIT_EDEVICE with why */
@@ -95,8 +117,14 @@ static struct {
     int cc[CUDA_MAX_DEVICES]; /* major * 10 + minor */
 #define X(field, symbol, ret, params) ret(*field) params;
     CUDA_DRIVER_FUNCS(X)
+    CUDA_DRIVER_OPTIONAL_FUNCS(X)
 #undef X
-} drv = {.once = PTHREAD_ONCE_INIT};
+    /* Per device: the pool outputs come from (pool_state 1), or none
+     * (-1: plain cuMemAlloc); 0 until the first output. */
+    pthread_mutex_t pool_lock;
+    int pool_state[CUDA_MAX_DEVICES];
+    CUmemoryPool pool[CUDA_MAX_DEVICES];
+} drv = {.once = PTHREAD_ONCE_INIT, .pool_lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* "CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected" */
 static const char *cu_err(CUresult r, char *buf, size_t n)
@@ -140,6 +168,11 @@ static void driver_load(void)
     }                                                                                    \
     memcpy(&drv.field, &p, sizeof p);
     CUDA_DRIVER_FUNCS(X)
+#undef X
+#define X(field, symbol, ret, params)                                                    \
+    p = dlsym(drv.dl, symbol);                                                           \
+    memcpy(&drv.field, &p, sizeof p);
+    CUDA_DRIVER_OPTIONAL_FUNCS(X)
 #undef X
     char e[256];
     CUresult r = drv.Init(0);
@@ -539,6 +572,12 @@ void cuda_rt_free(cuda_rt *c)
         if (d->primary)
             drv.PrimaryCtxRelease(drv.dev[i]);
     }
+    /* Give back what the output pools keep unused. */
+    pthread_mutex_lock(&drv.pool_lock);
+    for (int i = 0; i < CUDA_MAX_DEVICES; i++)
+        if (drv.pool_state[i] > 0)
+            drv.MemPoolTrimTo(drv.pool[i], 0);
+    pthread_mutex_unlock(&drv.pool_lock);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -709,6 +748,39 @@ static CUresult copy_on(CUstream s, void *dst, const void *src, size_t bytes, in
     return r;
 }
 
+/* Device id's pool for outputs, made on first use: memory freed by an
+ * output's deleter goes back to it (cuMemFreeAsync, no device-wide
+ * synchronisation as cuMemFree has) and is reused by later outputs on the
+ * same stream. It keeps what it holds (the release threshold is unlimited,
+ * as PyTorch's caching allocator does) until opjit_destroy trims it. NULL
+ * where the driver or device has no memory pools. */
+static CUmemoryPool output_pool(int id)
+{
+    pthread_mutex_lock(&drv.pool_lock);
+    if (!drv.pool_state[id]) {
+        int ok = 0;
+        drv.pool_state[id] = -1;
+        if (drv.MemPoolCreate && drv.MemPoolSetAttribute && drv.MemPoolTrimTo &&
+            drv.MemAllocFromPoolAsync && drv.MemFreeAsync &&
+            drv.DeviceGetAttribute(&ok, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+                                   drv.dev[id]) == CUDA_SUCCESS && ok) {
+            cuda_pool_props props;
+            memset(&props, 0, sizeof props);
+            props.alloc_type = CU_MEM_ALLOCATION_TYPE_PINNED;
+            props.location_type = CU_MEM_LOCATION_TYPE_DEVICE;
+            props.location_id = drv.dev[id];
+            unsigned long long keep = ~0ull;
+            if (drv.MemPoolCreate(&drv.pool[id], &props) == CUDA_SUCCESS) {
+                drv.MemPoolSetAttribute(drv.pool[id], CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+                drv.pool_state[id] = 1;
+            }
+        }
+    }
+    CUmemoryPool pool = drv.pool_state[id] > 0 ? drv.pool[id] : NULL;
+    pthread_mutex_unlock(&drv.pool_lock);
+    return pool;
+}
+
 int cuda_mem_alloc(cuda_dev *d, int id, size_t bytes, cuda_mem *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
@@ -717,7 +789,17 @@ int cuda_mem_alloc(cuda_dev *d, int id, size_t bytes, cuda_mem *out, char *err, 
         return OPJIT_EDEVICE;
     }
     CUdeviceptr p = 0;
-    CUresult r = drv.MemAlloc(&p, bytes ? bytes : 1);
+    CUmemoryPool pool = output_pool(id);
+    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (pool && (r = drv.MemAllocFromPoolAsync(&p, bytes ? bytes : 1, pool, d->stream)) ==
+                    CUDA_SUCCESS) {
+        out->pooled = 1;
+        out->stream = d->stream;
+    } else {
+        if (pool) /* what the pool keeps may be what is missing */
+            drv.MemPoolTrimTo(pool, 0);
+        r = drv.MemAlloc(&p, bytes ? bytes : 1);
+    }
     if (r) {
         char e[256];
         snprintf(err, errlen, "cuMemAlloc(%zu bytes) on CUDA device %d: %s", bytes, id,
@@ -743,7 +825,10 @@ void cuda_mem_free(const cuda_mem *m)
         return;
     CUcontext dummy;
     if (drv.CtxPushCurrent((CUcontext)m->cuctx) == CUDA_SUCCESS) {
-        drv.MemFree(m->ptr);
+        /* Pooled: back to the pool in the order of the stream it was made
+         * on, after the work queued there that uses it. */
+        if (!m->pooled || drv.MemFreeAsync(m->ptr, (CUstream)m->stream) != CUDA_SUCCESS)
+            drv.MemFree(m->ptr);
         drv.CtxPopCurrent(&dummy);
     }
     if (m->primary)

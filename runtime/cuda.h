@@ -75,11 +75,15 @@ typedef struct cuda_dev cuda_dev;
 typedef struct cuda_mem {
     uint64_t ptr;
     void *cuctx;
+    void *stream; /* pooled: the CUstream it was allocated on, and is freed on */
     int device;
     int primary; /* holds a reference on the device's primary context */
+    int pooled;  /* from the device's output pool (stream-ordered) */
 } cuda_mem;
 /* bytes of memory (at least 1 allocated) on CUDA device id, in d's context,
- * which is current. On failure the status, with why in err. */
+ * which is current: from the device's output pool, in the order of d's
+ * stream, where the driver has memory pools; else cuMemAlloc. On failure
+ * the status, with why in err. */
 int cuda_mem_alloc(cuda_dev *d, int id, size_t bytes, cuda_mem *out, char *err, size_t errlen);
 void cuda_mem_free(const cuda_mem *m);
 

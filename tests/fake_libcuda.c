@@ -270,6 +270,92 @@ typedef struct kern {
 NMS_EMU(float, f32)
 NMS_EMU(double, f64)
 
+/* nms.cu's sort: keys (nms_key of nms_common.h), then bitonic stages over
+ * (key, index) pairs, each launch emulated stage by stage as the device
+ * runs it, so a wrong launch sequence gives a wrong order. */
+static unsigned long long nms_key_emu(double s)
+{
+    unsigned long long u;
+    if (s != s)
+        return 0;
+    if (s == 0)
+        s = 0.0;
+    memcpy(&u, &s, sizeof u);
+    u = (u >> 63) ? ~u : (u | (1ULL << 63));
+    return ~u;
+}
+
+#define NMS_KEYS_EMU(T, SUF)                                                                 \
+    static void nms_keys_##SUF(const unsigned g[3], const unsigned b[3], unsigned shm,       \
+                               void **p)                                                     \
+    {                                                                                        \
+        int n = *(int *)p[0], npad = *(int *)p[1];                                           \
+        const T *scores = PTR(2);                                                            \
+        unsigned long long *keys = PTR(3);                                                   \
+        long long *idx = PTR(4);                                                             \
+        (void)shm;                                                                           \
+        if ((long long)g[0] * b[0] < npad || npad < n)                                       \
+            violation("nms_keys: the grid does not cover the padded length");               \
+        CHECK_DEV(scores, (size_t)n * sizeof(T));                                            \
+        CHECK_DEV(keys, (size_t)npad * 8);                                                   \
+        CHECK_DEV(idx, (size_t)npad * 8);                                                    \
+        for (int i = 0; i < npad; i++) {                                                     \
+            keys[i] = i < n ? nms_key_emu((double)scores[i]) : ~0ULL;                        \
+            idx[i] = i;                                                                      \
+        }                                                                                    \
+    }
+NMS_KEYS_EMU(float, f32)
+NMS_KEYS_EMU(double, f64)
+
+static void sort_pair_emu(unsigned long long *keys, long long *idx, int a, int b, int ascending)
+{
+    int greater = keys[a] > keys[b] || (keys[a] == keys[b] && idx[a] > idx[b]);
+    if (greater == ascending) {
+        unsigned long long tk = keys[a];
+        long long ti = idx[a];
+        keys[a] = keys[b], idx[a] = idx[b];
+        keys[b] = tk, idx[b] = ti;
+    }
+}
+
+static void nms_sort_wide(const unsigned g[3], const unsigned b[3], unsigned shm, void **p)
+{
+    int npad = *(int *)p[0], k = *(int *)p[1], j = *(int *)p[2];
+    unsigned long long *keys = PTR(3);
+    long long *idx = PTR(4);
+    (void)shm;
+    if ((long long)g[0] * b[0] < npad / 2 || j < 2048 || j >= k || k > npad)
+        violation("nms_sort_wide: bad stage or grid");
+    CHECK_DEV(keys, (size_t)npad * 8);
+    CHECK_DEV(idx, (size_t)npad * 8);
+    for (int t = 0; t < npad / 2; t++) {
+        int a = 2 * j * (t / j) + t % j;
+        sort_pair_emu(keys, idx, a, a + j, (a & k) == 0);
+    }
+}
+
+static void nms_sort_local(const unsigned g[3], const unsigned b[3], unsigned shm, void **p)
+{
+    int k = *(int *)p[0];
+    unsigned long long *keys = PTR(1);
+    long long *idx = PTR(2);
+    (void)shm;
+    if (b[0] != 1024)
+        violation("nms_sort_local: expected 1024 threads");
+    CHECK_DEV(keys, (size_t)g[0] * 2048 * 8);
+    CHECK_DEV(idx, (size_t)g[0] * 2048 * 8);
+    for (unsigned blk = 0; blk < g[0]; blk++) {
+        int base = (int)blk * 2048;
+        int k0 = k ? k : 2, k1 = k ? k : 2048;
+        for (int kk = k0; kk <= k1; kk <<= 1)
+            for (int j = (kk < 2048 ? kk : 2048) >> 1; j > 0; j >>= 1)
+                for (int t = 0; t < 1024; t++) {
+                    int a = 2 * j * (t / j) + t % j;
+                    sort_pair_emu(keys + base, idx + base, a, a + j, ((base + a) & kk) == 0);
+                }
+    }
+}
+
 static void nms_reduce(const unsigned g[3], const unsigned b[3], unsigned shm, void **p)
 {
     int n = *(int *)p[0], cols = *(int *)p[1];
@@ -362,7 +448,11 @@ static kern kernels[] = {
     {"nms_gather_f64", nms_gather_f64, 0, 0},
     {"nms_mask_f32", nms_mask_f32, 64 * 5 * 4, 0},
     {"nms_mask_f64", nms_mask_f64, 64 * 5 * 8, 0},
-    {"nms_reduce", nms_reduce, 0, 0},
+    {"nms_reduce", nms_reduce, 64 * 16 + 16, 0},
+    {"nms_keys_f32", nms_keys_f32, 0, 0},
+    {"nms_keys_f64", nms_keys_f64, 0, 0},
+    {"nms_sort_wide", nms_sort_wide, 0, 0},
+    {"nms_sort_local", nms_sort_local, 2048 * 16, 0},
     {"mm_f32", mm_f32, 16 * (65 + 64) * 4, 0},
     {"mm_f64", mm_f64, 16 * (65 + 64) * 8, 0},
     {"conv2d_bias_f32", conv2d_bias_f32, 0, 0},

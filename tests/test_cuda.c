@@ -11,8 +11,9 @@
  * code is not executed. Runs on a real GPU (every CUDA op against its CPU
  * twin) live in tests/test_cuda_gpu.c, which skips where no GPU is.
  *
- * Scenarios that need another process environment (no NVRTC) re-run this
- * program with an argument: NVRTC, once loaded, stays loaded. */
+ * Scenarios that need another process environment (no NVRTC, cuBLAS or
+ * not) re-run this program with an argument: NVRTC and cuBLAS, once
+ * loaded, stay loaded. */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -573,6 +574,66 @@ static void missing_nvrtc_is_a_clear_error(void)
 }
 
 
+/* ---- host halves that call cuBLAS directly ------------------------------------------- */
+
+/* Child: a host half that links cuBLAS (libtcc binds its symbols at
+ * dlopen). QCU_EXPECT=load: it loads where cuBLAS is, GPU or not (the
+ * loader makes libcublas global first, or after the first dlopen names a
+ * missing cublas symbol); =error: $OPJIT_CUBLAS_LIBRARY names no file and
+ * the error says why. */
+static int child_cublas_direct(void)
+{
+    const char *expect = getenv("QCU_EXPECT");
+    const char *d = tmpdir_new();
+    const char *src = pjoin(d, "qcu_cublas.cu");
+    write_text(src, "#ifdef __CUDACC_RTC__\n"
+                    "extern \"C\" __global__ void qcu_cublas_k(float *x) { x[0] = 1; }\n"
+                    "#else\n"
+                    "#include <opjit_op.h>\n"
+                    "int cublasCreate_v2(void **handle);\n"
+                    "static int f(opjit_ctx *c, opjit_args *a)\n"
+                    "{\n"
+                    "    void *h;\n"
+                    "    (void)a;\n"
+                    "    return cublasCreate_v2(&h) ? opjit_fail(c, \"no handle\") : 0;\n"
+                    "}\n"
+                    "OPJIT_MODULE(qcu_cublas, m) { opjit_def(m, \"qcu_cublas(Tensor x) -> "
+                    "Tensor\", OPJIT_CUDA, f, \"\"); }\n"
+                    "#endif\n");
+    opjit_runtime *rt = rt_new(getenv("QCU_CACHE"), "sm_90");
+    int rc = opjit_load_file(rt, src, NULL, NULL);
+    if (!strcmp(expect, "error")) {
+        CHECK(rc == OPJIT_EMODULE);
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), "cublasCreate_v2");
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), "(cuBLAS: cannot load /nonexistent/libcublas.so.13");
+    } else if (rc && strstr(opjit_errmsg(rt), "(cuBLAS: ") &&
+               strstr(opjit_errmsg(rt), "not found")) {
+        fprintf(stderr, "note: no cuBLAS here: the direct-call check is skipped\n");
+    } else {
+        CHECKF(rc == OPJIT_OK, "%s", opjit_errmsg(rt));
+        CHECK(dlsym(RTLD_DEFAULT, "cublasCreate_v2") != NULL);
+    }
+    opjit_destroy(rt);
+    tmpdirs_remove();
+    return t_failed_checks ? 1 : 0;
+}
+
+static void cublas_callers_load(void)
+{
+    if (!nvrtc_here())
+        return;
+    const char *d = tmpdir_new();
+    char cache[1100];
+    snprintf(cache, sizeof cache, "QCU_CACHE=%s/cache", d);
+    const char *fail[] = {cache, "QCU_EXPECT=error",
+                          "OPJIT_CUBLAS_LIBRARY=/nonexistent/libcublas.so.13", NULL};
+    int st = run_child("--child-cublas-direct", fail);
+    CHECKF(st == 0, "a cuBLAS caller without cuBLAS: the child exited %d", st);
+    const char *load[] = {cache, "QCU_EXPECT=load", "OPJIT_CUBLAS_LIBRARY", NULL};
+    st = run_child("--child-cublas-direct", load);
+    CHECKF(st == 0, "a cuBLAS caller: the child exited %d", st);
+}
+
 /* ---- a fake driver: the runtime's CUDA path and the host halves ---------------------- */
 
 /* What tests/fake_libcuda.c keeps; the same layout. */
@@ -953,6 +1014,43 @@ static void to_device_round_trips(fake_stats *st, const char *cache)
     CHECK(st->primary_refs == 0 && st->live_allocs == allocs && st->ctx_depth == 0);
 }
 
+/* mm on the fake device: a [2, 3] (a0, a1: its strides) times [3, 2];
+ * OPJIT_OK or the failure, the launches it made in *launches. */
+static int fake_mm(opjit_runtime *rt, opjit_op *mm, fake_stats *st, int64_t a0, int64_t a1,
+                   int *launches)
+{
+    static const float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 0, 2, 1, 0, 3};
+    int64_t as[2] = {2, 3}, bs[2] = {3, 2}, ast[2] = {a0, a1};
+    DLDataType dt = {kDLFloat, 32, 1};
+    void *da = fake_dev(a, sizeof a), *db = fake_dev(b, sizeof b);
+    DLTensor ta = tensor(da, kDLCUDA, dt, 2, as), tb = tensor(db, kDLCUDA, dt, 2, bs);
+    ta.strides = ast;
+    opjit_value v[2] = {opjit_tensor(&ta), opjit_tensor(&tb)};
+    DLManagedTensor *out = NULL;
+    int before = st->launches;
+    int rc = opjit_call(rt, mm, v, 2, &out, 1);
+    *launches = st->launches - before;
+    if (rc == OPJIT_OK) {
+        /* Row i of self is a[i*a0 + j*a1]. */
+        float want[4];
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++) {
+                want[2 * i + j] = 0;
+                for (int k = 0; k < 3; k++)
+                    want[2 * i + j] += a[i * a0 + k * a1] * b[2 * k + j];
+            }
+        CHECKF(out && !memcmp(out->dl_tensor.data, want, sizeof want),
+               "mm with strides %lld, %lld: wrong values", (long long)a0, (long long)a1);
+    } else {
+        CHECK(out == NULL);
+    }
+    if (out)
+        out->deleter(out);
+    fake_dev_free(da);
+    fake_dev_free(db);
+    return rc;
+}
+
 /* Child: the fake driver, a GPU of FAKE_CUDA_CC. QCU_SCENARIO picks what to
  * check. */
 static int child_fake_driver(void)
@@ -1143,6 +1241,10 @@ static int child_fake_driver(void)
             for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++)
                 for (size_t ti = 0; ti < sizeof thrs / sizeof *thrs; ti++)
                     nms_agrees(rt, nms, sizes[si], is64, thrs[ti], (int)(si + ti) % 4);
+        /* Sorted in 2048-element slices and 3 wide bitonic stages; tied
+         * scores (mode 1) must keep their input order. */
+        nms_agrees(rt, nms, 9000, 0, 0.5, 1);
+        nms_agrees(rt, nms, 4097, 1, 0.3, 2);
         CHECK(st->launches > 0);
         /* Workspaces are pooled: one more call allocates nothing that stays. */
         long allocs = st->live_allocs;
@@ -1290,6 +1392,82 @@ static int child_fake_driver(void)
             out->deleter(out);
         opjit_destroy(rt);
         fake_dev_free(da);
+    } else if (!strcmp(scen, "mm-own")) {
+        /* No cuBLAS ($OPJIT_CUBLAS_LIBRARY names no file, and the fake
+         * driver is not libcuda.so.1 anyway): mm.cu runs its own kernel
+         * without complaint, unless OPJIT_MM_KERNEL=cublas demands cuBLAS. */
+        opjit_runtime *rt = rt_new(cache, "sm_90");
+        snprintf(path, sizeof path, "%s/mm.cu", ops_dir());
+        opjit_op *mm = NULL;
+        int rc = opjit_load_file(rt, path, &mm, NULL), launches = 0;
+        CHECKF(rc == OPJIT_OK && mm, "%s", opjit_errmsg(rt));
+        long allocs = st->live_allocs;
+        static const char *const modes[] = {NULL, "", "own"};
+        for (size_t i = 0; mm && i < sizeof modes / sizeof *modes; i++) {
+            if (modes[i])
+                setenv("OPJIT_MM_KERNEL", modes[i], 1);
+            else
+                unsetenv("OPJIT_MM_KERNEL");
+            /* row-major, transposed, broadcast rows */
+            static const int64_t strides[][2] = {{3, 1}, {1, 2}, {0, 1}};
+            for (size_t j = 0; j < sizeof strides / sizeof *strides; j++) {
+                rc = fake_mm(rt, mm, st, strides[j][0], strides[j][1], &launches);
+                CHECKF(rc == OPJIT_OK && launches == 1, "OPJIT_MM_KERNEL=%s: %s",
+                       modes[i] ? modes[i] : "(unset)", opjit_errmsg(rt));
+            }
+        }
+        setenv("OPJIT_MM_KERNEL", "cublas", 1);
+        rc = mm ? fake_mm(rt, mm, st, 3, 1, &launches) : OPJIT_OK;
+        CHECK(rc != OPJIT_OK && launches == 0);
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), "cuBLAS is not available");
+        /* ... which an empty product does not need. */
+        {
+            float none = 0;
+            int64_t as[2] = {2, 0}, bs[2] = {0, 2};
+            void *d0 = fake_dev(&none, 4);
+            DLTensor ta = tensor(d0, kDLCUDA, (DLDataType){kDLFloat, 32, 1}, 2, as);
+            DLTensor tb = tensor(d0, kDLCUDA, (DLDataType){kDLFloat, 32, 1}, 2, bs);
+            opjit_value v[2] = {opjit_tensor(&ta), opjit_tensor(&tb)};
+            DLManagedTensor *out = NULL;
+            rc = mm ? opjit_call(rt, mm, v, 2, &out, 1) : OPJIT_EINVAL;
+            CHECKF(rc == OPJIT_OK && out, "k = 0: %s", opjit_errmsg(rt));
+            if (out) {
+                const float *o = out->dl_tensor.data;
+                CHECK(out->dl_tensor.shape[0] == 2 && out->dl_tensor.shape[1] == 2);
+                CHECK(o[0] == 0 && o[1] == 0 && o[2] == 0 && o[3] == 0);
+                out->deleter(out);
+            }
+            fake_dev_free(d0);
+        }
+        setenv("OPJIT_MM_KERNEL", "tf32", 1);
+        rc = mm ? fake_mm(rt, mm, st, 3, 1, &launches) : OPJIT_OK;
+        CHECK(rc != OPJIT_OK);
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), "OPJIT_MM_KERNEL");
+        unsetenv("OPJIT_MM_KERNEL");
+        CHECK(st->live_allocs == allocs);
+        opjit_destroy(rt);
+    } else if (!strcmp(scen, "mm-foreign-driver")) {
+        /* cuBLAS may be installed, but calls run on a driver that is not
+         * libcuda.so.1 (the fake): cuBLAS would run on another one (the
+         * GPU's, where there is one) and could not see the fake's memory.
+         * The loader does not load it and mm.cu runs its own kernel. */
+        opjit_runtime *rt = rt_new(cache, "sm_90");
+        snprintf(path, sizeof path, "%s/mm.cu", ops_dir());
+        opjit_op *mm = NULL;
+        int rc = opjit_load_file(rt, path, &mm, NULL), launches = 0;
+        CHECKF(rc == OPJIT_OK && mm, "%s", opjit_errmsg(rt));
+        CHECK(dlsym(RTLD_DEFAULT, "cublasCreate_v2") == NULL);
+        for (int i = 0; mm && i < 2; i++) {
+            rc = fake_mm(rt, mm, st, 3, 1, &launches);
+            CHECKF(rc == OPJIT_OK && launches == 1, "call %d: %s", i, opjit_errmsg(rt));
+        }
+        setenv("OPJIT_MM_KERNEL", "cublas", 1);
+        rc = mm ? fake_mm(rt, mm, st, 3, 1, &launches) : OPJIT_OK;
+        CHECK(rc != OPJIT_OK && launches == 0);
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), "not libcuda.so.1");
+        unsetenv("OPJIT_MM_KERNEL");
+        CHECK(dlsym(RTLD_DEFAULT, "cublasCreate_v2") == NULL);
+        opjit_destroy(rt);
     } else if (!strcmp(scen, "default-archs")) {
         /* No list given: this GPU's architecture only. */
         opjit_runtime *rt = rt_new(cache, NULL);
@@ -1356,6 +1534,8 @@ static void fake_driver_runs_the_cuda_path(void)
         {"bad-kernel", "90", NULL, NULL, NULL},
         {"shared", "90", NULL, NULL, NULL},
         {"no-device", "90", NULL, NULL, "FAKE_CUDA_DEVICES=0"},
+        {"mm-own", "90", NULL, NULL, NULL},
+        {"mm-foreign-driver", "90", NULL, NULL, "OPJIT_CUBLAS_LIBRARY"},
     };
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
         char scen[64], archs[128], expect[128];
@@ -1365,7 +1545,9 @@ static void fake_driver_runs_the_cuda_path(void)
         snprintf(expect, sizeof expect, "QCU_EXPECT=%s", runs[i].expect ? runs[i].expect : "");
         if (!strcmp(runs[i].scenario, "default-archs"))
             snprintf(cache, sizeof cache, "QCU_CACHE=%s/cache-default", d);
+        /* No real cuBLAS beside the fake GPU, unless extra says otherwise. */
         const char *env[] = {drv, cache, cc_env, scen, archs, expect, "OPJIT_CUDA_ARCHS",
+                             "OPJIT_MM_KERNEL", "OPJIT_CUBLAS_LIBRARY=/nonexistent/libcublas.so.13",
                              runs[i].extra ? runs[i].extra : "FAKE_CUDA_REJECT_PTX", NULL};
         int st = run_child("--child-fake-driver", env);
         CHECKF(st == 0, "fake driver, scenario %s (sm_%s, %s) exited %d", runs[i].scenario,
@@ -1514,6 +1696,8 @@ int main(int argc, char **argv)
         return child_fake_driver();
     if (argc > 1 && !strcmp(argv[1], "--child-warm-hit"))
         return child_warm_hit();
+    if (argc > 1 && !strcmp(argv[1], "--child-cublas-direct"))
+        return child_cublas_direct();
     T_RUN(nvrtc_compiles_every_shipped_op);
     T_RUN(device_errors_carry_file_and_line);
     T_RUN(cache_keeps_each_arch);
@@ -1524,6 +1708,7 @@ int main(int argc, char **argv)
     T_RUN(by_name_loads_cpu_only_without_cuda);
     T_RUN(missing_nvrtc_is_a_clear_error);
     T_RUN(warm_hits_do_not_load_nvrtc);
+    T_RUN(cublas_callers_load);
     T_RUN(fake_driver_runs_the_cuda_path);
     T_RUN(tensor_to_device_on_the_host);
     T_RUN(tensor_to_device_with_fake_driver);

@@ -1,7 +1,14 @@
 /* tests/test_cuda_gpu.c - every CUDA op against its CPU twin, on a real GPU,
- * on random inputs from empty to large: nms must agree exactly, mm and
- * conv2d within floating-point tolerance; opjit_tensor_to_device round
- * trips keep every byte.
+ * on random inputs from empty to large and adversarial (NaN/Inf boxes): nms
+ * must agree exactly, mm and conv2d within floating-point tolerance;
+ * opjit_tensor_to_device round trips keep every byte. Also: the PTX
+ * fallback (a runtime whose cache has only compute_XX device code), a
+ * host-provided stream (opjit_set_cuda_stream) whose queued work the op
+ * must wait for, several threads calling CUDA ops at once, and device
+ * memory stable over 10,000 calls.
+ *
+ * OPJIT_GPU_QUICK=1 runs one small call of each op and nothing else: what
+ * scripts/gpu-check runs under compute-sanitizer.
  *
  * Skips (exit 77) where no GPU is, saying that GPU execution went untested.
  * Device memory for inputs comes straight from the driver (dlopened here
@@ -10,10 +17,12 @@
  * Under AddressSanitizer the CUDA driver needs protect_shadow_gap=0: the
  * default options below say so (ASAN_OPTIONS adds to them). */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "opjit.h"
 #include "runtime/cuda.h"
@@ -37,6 +46,12 @@ static struct {
     CUresult (*htod)(CUdeviceptr, const void *, size_t);
     CUresult (*dtoh)(void *, CUdeviceptr, size_t);
     CUresult (*sync)(void);
+    CUresult (*stream_create)(void **, unsigned);
+    CUresult (*stream_destroy)(void *);
+    CUresult (*stream_sync)(void *);
+    CUresult (*host_func)(void *, void (*)(void *), void *);
+    CUresult (*memset32)(CUdeviceptr, unsigned, size_t, void *);
+    CUresult (*mem_info)(size_t *, size_t *);
 } cu;
 
 static int cu_open(void)
@@ -54,7 +69,15 @@ static int cu_open(void)
     *(void **)&cu.htod = dlsym(cu.dl, "cuMemcpyHtoD_v2");
     *(void **)&cu.dtoh = dlsym(cu.dl, "cuMemcpyDtoH_v2");
     *(void **)&cu.sync = dlsym(cu.dl, "cuCtxSynchronize");
-    if (!cu.retain || !cu.push || !cu.alloc || !cu.htod || !cu.dtoh || !cu.sync)
+    *(void **)&cu.stream_create = dlsym(cu.dl, "cuStreamCreate");
+    *(void **)&cu.stream_destroy = dlsym(cu.dl, "cuStreamDestroy_v2");
+    *(void **)&cu.stream_sync = dlsym(cu.dl, "cuStreamSynchronize");
+    *(void **)&cu.host_func = dlsym(cu.dl, "cuLaunchHostFunc");
+    *(void **)&cu.memset32 = dlsym(cu.dl, "cuMemsetD32Async");
+    *(void **)&cu.mem_info = dlsym(cu.dl, "cuMemGetInfo_v2");
+    if (!cu.retain || !cu.push || !cu.alloc || !cu.htod || !cu.dtoh || !cu.sync ||
+        !cu.stream_create || !cu.stream_destroy || !cu.stream_sync || !cu.host_func ||
+        !cu.memset32 || !cu.mem_info)
         return 0;
     /* cuInit ran in the runtime (cuda_available); keep the context current
      * on this thread for the test's own copies. */
@@ -97,7 +120,7 @@ static DLTensor tensor(void *data, int dltype, DLDataType dt, int ndim, int64_t 
     return t;
 }
 
-static unsigned long long rng = 0x9E3779B97F4A7C15ull;
+static _Thread_local unsigned long long rng = 0x9E3779B97F4A7C15ull;
 static double urand(void)
 {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
@@ -145,6 +168,21 @@ static void nms_case(opjit_op *op, int n, int is64, double thr, int mode)
             v[2] = v[0];
         if (mode == 3 && i % 2)
             v[0] = 10, v[1] = 10, v[2] = 40, v[3] = 40;
+        if (mode == 5) { /* adversarial coordinates */
+            static const double bad[] = {NAN, INFINITY, -INFINITY, -5, 1e30, -1e30};
+            if (i % 3 == 0)
+                v[(i / 3) % 4] = bad[(i / 12) % 6];
+            if (i % 5 == 0)
+                v[2] = v[0] - 3; /* negative width */
+            if (i % 13 == 0)
+                sc = (i / 13) % 2 ? INFINITY : -INFINITY;
+        }
+        if (mode == 6) { /* a detector's output: clusters of jittered boxes */
+            double cx = 50 + 900 * ((i / 40) % 25) / 25.0, cy = 50 + 900 * ((i / 1000) % 25) / 25.0;
+            double s = 20 + 60 * urand();
+            x = cx + 8 * (urand() - 0.5), y = cy + 8 * (urand() - 0.5);
+            v[0] = x, v[1] = y, v[2] = x + s, v[3] = y + s * (0.5 + urand());
+        }
         for (int k = 0; k < 4; k++)
             is64 ? (((double *)boxes)[4 * i + k] = v[k]) : (((float *)boxes)[4 * i + k] = (float)v[k]);
         is64 ? (((double *)scores)[i] = sc) : (((float *)scores)[i] = (float)sc);
@@ -193,6 +231,14 @@ static void nms_matches_cpu(void)
                 nms_case(op, sizes[si], is64, thrs[ti], (int)(si + ti) % 4);
     nms_case(op, 30000, 0, 0.5, 4); /* large and sparse */
     nms_case(op, 20000, 1, 0.3, 0);
+    nms_case(op, 100000, 0, 0.5, 4); /* 100k boxes: 1563 mask tiles, removed set in global memory */
+    nms_case(op, 100000, 0, 0.7, 0);
+    for (int is64 = 0; is64 < 2; is64++) {
+        nms_case(op, 10000, is64, 0.5, 6); /* clustered, detector-like */
+        nms_case(op, 2000, is64, 0.5, 5);  /* NaN / Inf / negative-size boxes */
+        nms_case(op, 2000, is64, 0.0, 5);
+        nms_case(op, 4097, is64, 0.3, 2);  /* NaN scores, degenerate boxes */
+    }
 }
 
 /* ---- mm and conv2d: within tolerance ----------------------------------------------- */
@@ -228,12 +274,14 @@ static void mm_case(opjit_op *op, int n, int k, int m, int is64, int trans)
     for (int i = 0; i < k * m; i++)
         is64 ? (((double *)b)[i] = urand() - 0.5) : (((float *)b)[i] = (float)(urand() - 0.5));
     DLDataType dt = {kDLFloat, (uint8_t)(esz * 8), 1};
-    int64_t as[2] = {n, k}, bs[2] = {k, m}, ast[2] = {1, n};
+    int64_t as[2] = {n, k}, bs[2] = {k, m}, ast[2] = {1, n}, bst[2] = {1, k};
     DLTensor ha = tensor(a, kDLCPU, dt, 2, as), hb = tensor(b, kDLCPU, dt, 2, bs);
     void *da = dev_copy(a, (size_t)n * k * esz), *dbp = dev_copy(b, (size_t)k * m * esz);
     DLTensor ga = tensor(da, kDLCUDA, dt, 2, as), gb = tensor(dbp, kDLCUDA, dt, 2, bs);
-    if (trans)
+    if (trans & 1) /* self transposed */
         ha.strides = ga.strides = ast;
+    if (trans & 2) /* mat2 transposed */
+        hb.strides = gb.strides = bst;
     opjit_value hv[2] = {opjit_tensor(&ha), opjit_tensor(&hb)};
     opjit_value gv[2] = {opjit_tensor(&ga), opjit_tensor(&gb)};
     DLManagedTensor *ho = NULL, *go = NULL;
@@ -242,7 +290,8 @@ static void mm_case(opjit_op *op, int n, int k, int m, int is64, int trans)
     rc = opjit_call(rt, op, gv, 2, &go, 1);
     CHECKF(rc == OPJIT_OK, "cuda mm: %s", opjit_errmsg(rt));
     char what[64];
-    snprintf(what, sizeof what, "mm %dx%dx%d f%d%s", n, k, m, is64 ? 64 : 32, trans ? " T" : "");
+    snprintf(what, sizeof what, "mm %dx%dx%d f%d T%d kernel %s", n, k, m, is64 ? 64 : 32, trans,
+             getenv("OPJIT_MM_KERNEL") ? getenv("OPJIT_MM_KERNEL") : "default");
     if (ho && go)
         close_enough(what, ho, go, is64, (is64 ? 1e-13 : 2e-6) * sqrt(k + 1.0));
     if (ho)
@@ -262,11 +311,24 @@ static void mm_matches_cpu(void)
         return;
     static const int dims[][3] = {{1, 1, 1},     {3, 5, 7},        {64, 64, 64}, {65, 17, 130},
                                   {0, 3, 4},     {3, 0, 4},        {3, 4, 0},    {257, 513, 129},
-                                  {1024, 1024, 1024}, {1, 4096, 1}, {2000, 3, 2000}};
-    for (int is64 = 0; is64 < 2; is64++)
-        for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
-            for (int tr = 0; tr < 2; tr++)
-                mm_case(op, dims[i][0], dims[i][1], dims[i][2], is64, tr);
+                                  {1024, 1024, 1024}, {1, 4096, 1}, {2000, 3, 2000},
+                                  {1, 1024, 4096},    {4096, 1024, 1}, {1000, 37, 3000},
+                                  {1, 1, 5000},       {3000, 2048, 17}};
+    /* The default (cuBLAS where it can), cuBLAS forced (a case it cannot
+     * serve fails: k == 0 is skipped), and the own kernel. */
+    static const char *const kernels[] = {NULL, "cublas", "own"};
+    for (int kn = 0; kn < 3; kn++) {
+        if (kernels[kn])
+            setenv("OPJIT_MM_KERNEL", kernels[kn], 1);
+        else
+            unsetenv("OPJIT_MM_KERNEL");
+        for (int is64 = 0; is64 < 2; is64++)
+            for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
+                for (int tr = 0; tr < 4; tr++)
+                    if (kn != 1 || dims[i][1] > 0)
+                        mm_case(op, dims[i][0], dims[i][1], dims[i][2], is64, tr);
+    }
+    unsetenv("OPJIT_MM_KERNEL");
 }
 
 typedef struct conv_cfg {
@@ -337,6 +399,9 @@ static void conv2d_matches_cpu(void)
         {0, 3, 7, 7, 4, 3, 3, 1, 1, 0, 0, 1, 1, 1, 1, 0},     /* empty batch */
         {2, 0, 5, 5, 4, 3, 3, 1, 1, 0, 0, 1, 1, 1, 1, 0},     /* no input channels */
         {8, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0}, /* large */
+        {4, 32, 30, 28, 64, 3, 3, 2, 2, 2, 2, 2, 2, 4, 1, 0}, /* groups + dilation + stride + bias */
+        {2, 64, 14, 14, 256, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0}, /* ResNet-50 1x1 expand */
+        {1, 3, 64, 64, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1, 0, 0},  /* stem-like 7x7 stride 2 */
     };
     for (int is64 = 0; is64 < 2; is64++)
         for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++)
@@ -395,6 +460,251 @@ static void tensor_to_device_round_trips(void)
     }
 }
 
+/* ---- the PTX fallback: a cache with only compute_XX device code ----------------------- */
+
+static int device_cc(void)
+{
+    int cc[4];
+    return cuda_device_archs(cc, 4) > 0 ? cc[0] : 0;
+}
+
+static void ptx_fallback_runs(void)
+{
+    int cc = device_cc();
+    CHECK(cc > 0);
+    char archs[32];
+    snprintf(archs, sizeof archs, "compute_%d", cc);
+    opjit_config cfg;
+    opjit_config_init(&cfg);
+    cfg.tiering = 0;
+    cfg.cuda_archs = archs; /* no cubin at all: the driver JIT-compiles the PTX */
+    opjit_runtime *saved = rt, *prt = NULL;
+    CHECK(opjit_create(&cfg, &prt) == OPJIT_OK);
+    if (!prt)
+        return;
+    rt = prt;
+    opjit_op *op = load_pair("nms");
+    if (op) {
+        nms_case(op, 1000, 0, 0.5, 0);
+        nms_case(op, 300, 1, 0.3, 2);
+    }
+    op = load_pair("mm");
+    if (op)
+        mm_case(op, 65, 33, 129, 0, 1);
+    op = load_pair("conv2d");
+    if (op) {
+        conv_cfg f = {2, 3, 17, 19, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0};
+        conv_case(op, f, 0);
+    }
+    /* The cache now holds a PTX entry for this arch. */
+    char cmd[2048];
+    const char *dir = getenv("OPJIT_CACHE_DIR");
+    if (dir) {
+        snprintf(cmd, sizeof cmd, "find '%s' -name '%s.ptx' | grep -q .", dir, archs);
+        CHECKF(system(cmd) == 0, "no %s.ptx in the cache %s", archs, dir);
+        snprintf(cmd, sizeof cmd, "find '%s' -name 'sm_%d.cubin' | grep -q .", dir, cc);
+        CHECKF(system(cmd) == 0, "no sm_%d.cubin in the cache %s (the default runtime should "
+               "have built one for this GPU)", cc, dir);
+    }
+    opjit_destroy(prt);
+    rt = saved;
+}
+
+/* ---- a host stream: the op queues behind the host's work on it ----------------------- */
+
+static void slow_host_func(void *ud)
+{
+    (void)ud;
+    usleep(200 * 1000); /* the stream stalls here; a call on another stream would not wait */
+}
+
+static void host_stream_orders_work(void)
+{
+    opjit_op *op = load_pair("mm");
+    if (!op)
+        return;
+    void *stream = NULL;
+    CHECK(cu.stream_create(&stream, 1 /* CU_STREAM_NON_BLOCKING */) == 0);
+    if (!stream)
+        return;
+    CHECK(opjit_set_cuda_stream(rt, 0, NULL, stream) == OPJIT_OK);
+    enum { N = 512 };
+    float *a = malloc(sizeof(float) * N * N), *b = malloc(sizeof(float) * N * N);
+    for (int i = 0; i < N * N; i++)
+        a[i] = (float)(urand() - 0.5), b[i] = (float)(int)(urand() * 8);
+    void *da = dev_copy(a, sizeof(float) * N * N), *db = dev_copy(b, sizeof(float) * N * N);
+    /* Queue on the host's stream: a 200 ms stall, then A := all ones. An op
+     * that runs on this stream multiplies ones; one that does not reads the
+     * random A before the memset lands. */
+    CHECK(cu.host_func(stream, slow_host_func, NULL) == 0);
+    CHECK(cu.memset32((CUdeviceptr)(uintptr_t)da, 0x3f800000u, (size_t)N * N, stream) == 0);
+    int64_t sh[2] = {N, N};
+    DLDataType dt = {kDLFloat, 32, 1};
+    DLTensor ga = tensor(da, kDLCUDA, dt, 2, sh), gb = tensor(db, kDLCUDA, dt, 2, sh);
+    opjit_value v[2] = {opjit_tensor(&ga), opjit_tensor(&gb)};
+    DLManagedTensor *go = NULL;
+    int rc = opjit_call(rt, op, v, 2, &go, 1);
+    CHECKF(rc == OPJIT_OK, "mm on the host stream: %s", opjit_errmsg(rt));
+    if (go) {
+        CHECK(cu.stream_sync(stream) == 0);
+        float *c = host_copy(go, 4);
+        int bad = 0;
+        for (int j = 0; j < N; j++) { /* every row of ones·B is B's column sums */
+            double col = 0;
+            for (int k = 0; k < N; k++)
+                col += b[k * N + j];
+            for (int i = 0; i < N; i += 97)
+                bad += c[i * N + j] != (float)col;
+        }
+        CHECKF(!bad, "%d results did not see the host stream's memset: the op did not run on "
+               "the stream handed over", bad);
+        free(c);
+        go->deleter(go);
+    }
+    /* nms on the same stream, against the CPU. */
+    opjit_op *nms = load_pair("nms");
+    if (nms)
+        nms_case(nms, 3000, 0, 0.5, 0);
+    CHECK(opjit_set_cuda_stream(rt, 0, NULL, NULL) == OPJIT_OK);
+    dev_free(da);
+    dev_free(db);
+    cu.stream_destroy(stream);
+    free(a);
+    free(b);
+}
+
+/* ---- threads: CUDA calls at once on one runtime -------------------------------------- */
+
+enum { NTHREADS = 8, THREAD_ITERS = 40 };
+static opjit_op *th_nms, *th_mm;
+
+static void *thread_caller(void *arg)
+{
+    rng ^= (unsigned long long)(uintptr_t)arg * 0x2545F4914F6CDD1Dull; /* own inputs per thread */
+    if (cu.push(cu.ctx) != 0) /* for the test's own copies */
+        return (void *)1;
+    for (int it = 0; it < THREAD_ITERS; it++) {
+        if (it % 2)
+            nms_case(th_nms, 500 + 37 * it, it % 4 == 1, 0.5, it % 4);
+        else
+            mm_case(th_mm, 33 + it, 17 + 2 * it, 65, it % 4 == 0, it % 3 == 0);
+    }
+    void *dummy;
+    cu.pop(&dummy);
+    return NULL;
+}
+
+static void threads_call_at_once(void)
+{
+    th_nms = load_pair("nms");
+    th_mm = load_pair("mm");
+    if (!th_nms || !th_mm)
+        return;
+    pthread_t th[NTHREADS];
+    int started = 0;
+    for (int i = 0; i < NTHREADS; i++)
+        started += pthread_create(&th[i], NULL, thread_caller, (void *)(uintptr_t)(i + 1)) == 0;
+    CHECK(started == NTHREADS);
+    for (int i = 0; i < started; i++) {
+        void *r = NULL;
+        pthread_join(th[i], &r);
+        CHECK(r == NULL);
+    }
+}
+
+/* ---- device memory over 10,000 calls -------------------------------------------------- */
+
+static size_t free_device_memory(void)
+{
+    size_t fr = 0, total = 0;
+    CHECK(cu.sync() == 0);
+    CHECK(cu.mem_info(&fr, &total) == 0);
+    return fr;
+}
+
+static void run_calls(opjit_op *op, opjit_value *v, int nargs, int times)
+{
+    for (int i = 0; i < times; i++) {
+        DLManagedTensor *o = NULL;
+        int rc = opjit_call(rt, op, v, nargs, &o, 1);
+        if (rc != OPJIT_OK) {
+            CHECKF(0, "call %d: %s", i, opjit_errmsg(rt));
+            return;
+        }
+        o->deleter(o);
+    }
+}
+
+static void device_memory_stable(void)
+{
+    opjit_op *nms = load_pair("nms"), *mm = load_pair("mm"), *conv = load_pair("conv2d");
+    if (!nms || !mm || !conv)
+        return;
+    enum { NB = 300 };
+    float boxes[NB * 4], scores[NB], a[32 * 32], x[2 * 3 * 12 * 12], w[4 * 3 * 3 * 3];
+    for (int i = 0; i < NB; i++) {
+        float x0 = (float)(urand() * 100), y0 = (float)(urand() * 100);
+        boxes[4 * i] = x0, boxes[4 * i + 1] = y0;
+        boxes[4 * i + 2] = x0 + (float)(urand() * 30), boxes[4 * i + 3] = y0 + (float)(urand() * 30);
+        scores[i] = (float)urand();
+    }
+    for (int i = 0; i < 32 * 32; i++)
+        a[i] = (float)urand();
+    for (size_t i = 0; i < sizeof x / sizeof *x; i++)
+        x[i] = (float)urand();
+    for (size_t i = 0; i < sizeof w / sizeof *w; i++)
+        w[i] = (float)urand();
+    DLDataType dt = {kDLFloat, 32, 1};
+    int64_t bs[2] = {NB, 4}, ss[1] = {NB}, as[2] = {32, 32}, xs[4] = {2, 3, 12, 12},
+            ws[4] = {4, 3, 3, 3};
+    void *db = dev_copy(boxes, sizeof boxes), *ds = dev_copy(scores, sizeof scores),
+         *da = dev_copy(a, sizeof a), *dx = dev_copy(x, sizeof x), *dw = dev_copy(w, sizeof w);
+    DLTensor gb = tensor(db, kDLCUDA, dt, 2, bs), gs = tensor(ds, kDLCUDA, dt, 1, ss),
+             ga = tensor(da, kDLCUDA, dt, 2, as), gx = tensor(dx, kDLCUDA, dt, 4, xs),
+             gw = tensor(dw, kDLCUDA, dt, 4, ws);
+    int64_t one[2] = {1, 1}, zero[2] = {0, 0};
+    opjit_value nv[3] = {opjit_tensor(&gb), opjit_tensor(&gs), opjit_float(0.5)};
+    opjit_value mv[2] = {opjit_tensor(&ga), opjit_tensor(&ga)};
+    opjit_value cv[7] = {opjit_tensor(&gx), opjit_tensor(&gw), opjit_none(), opjit_ints(one, 2),
+                         opjit_ints(zero, 2), opjit_ints(one, 2), opjit_int(1)};
+    /* Warm up: modules loaded, pools and cuDNN/cuBLAS handles made. */
+    run_calls(nms, nv, 3, 100);
+    run_calls(mm, mv, 2, 100);
+    run_calls(conv, cv, 7, 100);
+    size_t before = free_device_memory();
+    run_calls(nms, nv, 3, 10000);
+    run_calls(mm, mv, 2, 10000);
+    run_calls(conv, cv, 7, 10000);
+    size_t after = free_device_memory();
+    long long lost = (long long)before - (long long)after;
+    printf("device memory over 30,000 calls: %lld bytes less free\n", lost);
+    CHECKF(lost <= 2 << 20, "device memory grew by %lld bytes over 30,000 calls", lost);
+    dev_free(db);
+    dev_free(ds);
+    dev_free(da);
+    dev_free(dx);
+    dev_free(dw);
+}
+
+/* ---- one small call of each op (for compute-sanitizer) ------------------------------ */
+
+static void one_call_of_each(void)
+{
+    opjit_op *op = load_pair("nms");
+    if (op) {
+        nms_case(op, 200, 0, 0.5, 0);
+        nms_case(op, 4000, 0, 0.5, 4); /* removed set in shared memory, several tiles */
+    }
+    op = load_pair("mm");
+    if (op)
+        mm_case(op, 65, 33, 129, 0, 0);
+    op = load_pair("conv2d");
+    if (op) {
+        conv_cfg f = {2, 4, 16, 16, 6, 3, 5, 2, 1, 2, 0, 1, 2, 2, 1, 0};
+        conv_case(op, f, 0);
+    }
+}
+
 int main(void)
 {
     char why[1024];
@@ -414,10 +724,19 @@ int main(void)
         printf("cannot create a runtime\n");
         return 1;
     }
-    T_RUN(nms_matches_cpu);
-    T_RUN(mm_matches_cpu);
-    T_RUN(conv2d_matches_cpu);
-    T_RUN(tensor_to_device_round_trips);
+    const char *quick = getenv("OPJIT_GPU_QUICK");
+    if (quick && !strcmp(quick, "1")) {
+        T_RUN(one_call_of_each);
+    } else {
+        T_RUN(nms_matches_cpu);
+        T_RUN(mm_matches_cpu);
+        T_RUN(conv2d_matches_cpu);
+        T_RUN(tensor_to_device_round_trips);
+        T_RUN(ptx_fallback_runs);
+        T_RUN(host_stream_orders_work);
+        T_RUN(threads_call_at_once);
+        T_RUN(device_memory_stable);
+    }
     opjit_destroy(rt);
     void *dummy;
     cu.pop(&dummy);

@@ -1,12 +1,15 @@
 #!/bin/bash
 # tests/test_install.sh - install opjit into a prefix, then build a small
 # host application against the installed copy two ways (CMake's
-# find_package and pkg-config), run both on the installed ops, and run the
-# installed command-line tool.
+# find_package and pkg-config), against libopjit.a and, when it was built,
+# libopjit.so, run them on the installed ops, and run the installed
+# command-line tool. Last, the prefix moves: the installed tool and a host of
+# libopjit.so still find the installed ops, with no OPJIT_OPS_PATH.
 #
 # Needs: cmake (else skipped: exit 77), a C compiler, pkg-config for the
-# pkg-config part. Uses OPJIT_BINARY_DIR (the build to install) and
-# OPJIT_TEST_TMP (scratch, wiped first).
+# pkg-config part. Uses OPJIT_BINARY_DIR (the build to install),
+# OPJIT_SHARED_LIB (set when libopjit.so was built) and OPJIT_TEST_TMP
+# (scratch, wiped first).
 set -u
 
 if ! command -v cmake >/dev/null 2>&1; then
@@ -65,6 +68,13 @@ if [ -n "$LIB" ]; then
 else
     LIBDIR=$PREFIX/lib
     bad "installed libopjit.a (not found under $PREFIX)"
+fi
+SHARED=0
+if [ -n "${OPJIT_SHARED_LIB:-}" ]; then
+    SHARED=1
+    for f in libopjit.so libopjit.so.0 libopjit.so.0.1.0; do
+        if [ -e "$LIBDIR/$f" ]; then ok "installed $f"; else bad "installed $f (missing in $LIBDIR)"; fi
+    done
 fi
 for f in cmake/opjit/opjitConfig.cmake cmake/opjit/opjitConfigVersion.cmake pkgconfig/opjit.pc; do
     if [ -e "$LIBDIR/$f" ]; then ok "installed ${LIBDIR#"$PREFIX"/}/$f"; else bad "installed $f (missing in $LIBDIR)"; fi
@@ -155,7 +165,13 @@ project(opjit_consumer C)
 find_package(opjit REQUIRED)
 add_executable(app app.c)
 target_link_libraries(app opjit::opjit)
+if(TARGET opjit::opjit_shared)
+  add_executable(app_shared app.c)
+  target_link_libraries(app_shared opjit::opjit_shared)
+endif()
 EOF
+
+needs_so() { readelf -d "$1" 2>/dev/null | grep -q 'NEEDED.*\[libopjit\.so\.0\]'; }
 
 run_app() { # name binary
     local name=$1 bin=$2
@@ -174,7 +190,18 @@ if cmake -S "$APP" -B "$APP/build" -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_BUILD_T
     ok "cmake consumer: find_package(opjit)"
     if cmake --build "$APP/build" >"$T/cmake-build.log" 2>&1; then
         ok "cmake consumer: builds against opjit::opjit"
+        if needs_so "$APP/build/app"; then
+            bad "cmake consumer: opjit::opjit is libopjit.a (the app needs libopjit.so)"
+        fi
         run_app "cmake consumer" "$APP/build/app"
+        if [ $SHARED = 1 ]; then
+            if [ -x "$APP/build/app_shared" ] && needs_so "$APP/build/app_shared"; then
+                ok "cmake consumer: builds against opjit::opjit_shared (needs libopjit.so.0)"
+                run_app "cmake consumer (shared)" "$APP/build/app_shared"
+            else
+                bad "cmake consumer: builds against opjit::opjit_shared" "$T/cmake-build.log"
+            fi
+        fi
     else
         bad "cmake consumer: builds against opjit::opjit" "$T/cmake-build.log"
     fi
@@ -198,12 +225,30 @@ if command -v pkg-config >/dev/null 2>&1; then
         else
             bad "pkg-config --cflags points into the prefix (got: $flags)"
         fi
+        # With libopjit.so next to it, -lopjit would pick the .so: a static
+        # host names the archive.
+        [ $SHARED = 1 ] && flags=$(printf '%s\n' "$flags" | sed 's/-lopjit\b/-l:libopjit.a/')
         # shellcheck disable=SC2086
         if "$CC" $EXTRA_FLAGS -o "$APP/app_pc" "$APP/app.c" $flags >"$T/pc-build.log" 2>&1; then
-            ok "pkg-config consumer: builds"
+            ok "pkg-config consumer: builds (static)"
+            if needs_so "$APP/app_pc"; then
+                bad "pkg-config consumer: linked libopjit.a, yet needs libopjit.so"
+            fi
             run_app "pkg-config consumer" "$APP/app_pc"
         else
-            bad "pkg-config consumer: builds" "$T/pc-build.log"
+            bad "pkg-config consumer: builds (static)" "$T/pc-build.log"
+        fi
+        # pkg-config --libs (no --static): the shared library.
+        if [ $SHARED = 1 ]; then
+            shflags=$(PKG_CONFIG_PATH="$LIBDIR/pkgconfig" pkg-config --cflags --libs opjit 2>>"$T/pkgconfig.log")
+            # shellcheck disable=SC2086
+            if "$CC" $EXTRA_FLAGS -o "$APP/app_pc_shared" "$APP/app.c" $shflags -Wl,-rpath,"$LIBDIR" \
+                >"$T/pc-shared-build.log" 2>&1 && needs_so "$APP/app_pc_shared"; then
+                ok "pkg-config consumer: builds against libopjit.so ($shflags)"
+                run_app "pkg-config consumer (shared)" "$APP/app_pc_shared"
+            else
+                bad "pkg-config consumer: builds against libopjit.so" "$T/pc-shared-build.log"
+            fi
         fi
     else
         bad "pkg-config finds opjit" "$T/pkgconfig.log"
@@ -228,8 +273,8 @@ if cmake -S "$SAMPLE" -B "$SAMPLE/build" -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_C
     -DCMAKE_C_FLAGS="$EXTRA_FLAGS" -DCMAKE_EXE_LINKER_FLAGS="$EXTRA_FLAGS" >"$T/sample-configure.log" 2>&1 &&
     cmake --build "$SAMPLE/build" >"$T/sample-build.log" 2>&1; then
     ok "samples/nms_demo.c builds against the installed package"
-    # The built-in ops directory is the configure-time prefix's; this
-    # install went elsewhere (--prefix), so name it as a deployer would.
+    # This host lives outside the prefix: the ops next to it are not the
+    # installed ones, so name them as a deployer would.
     if env OPJIT_OPS_PATH="$PREFIX/share/opjit/ops" OPJIT_CACHE_DIR="$T/sample-cache" OPJIT_TIERING=0 \
         "$SAMPLE/build/nms_demo" 500 0.5 >"$T/sample.run" 2>&1 &&
         grep -q '500 boxes, IoU threshold 0.50 -> kept [1-9]' "$T/sample.run"; then
@@ -250,6 +295,31 @@ if command -v c++ >/dev/null 2>&1; then
     else
         bad "opjit.h compiles as C++" "$T/cxx.log"
     fi
+fi
+
+# ---- the prefix moves -----------------------------------------------------------------
+# The installed tool (libopjit.a) and a host of libopjit.so find the ops
+# relative to where they are, with no OPJIT_OPS_PATH.
+MOVED=$T/moved
+if mv "$PREFIX" "$MOVED"; then
+    env -u OPJIT_OPS_PATH OPJIT_CACHE_DIR="$T/moved-cache" OPJIT_TIERING=0 \
+        "$MOVED/bin/opjit" list >"$T/moved-list.run" 2>&1
+    if grep -q '^nms(' "$T/moved-list.run" && grep -qF "$MOVED/share/opjit/ops/nms.c" "$T/moved-list.run"; then
+        ok "moved prefix: the installed opjit lists nms from $MOVED/share/opjit/ops"
+    else
+        bad "moved prefix: the installed opjit lists nms from $MOVED/share/opjit/ops" "$T/moved-list.run"
+    fi
+    if [ $SHARED = 1 ] && [ -x "$APP/build/app_shared" ]; then
+        if env -u OPJIT_OPS_PATH LD_LIBRARY_PATH="$MOVED/${LIBDIR#"$PREFIX"/}" OPJIT_CACHE_DIR="$T/moved-cache" \
+            "$APP/build/app_shared" >"$T/moved-app.run" 2>&1 &&
+            grep -q 'mm: \[\[19, 22\], \[43, 50\]\]' "$T/moved-app.run"; then
+            ok "moved prefix: a host of libopjit.so runs mm from the moved ops"
+        else
+            bad "moved prefix: a host of libopjit.so runs mm from the moved ops" "$T/moved-app.run"
+        fi
+    fi
+else
+    bad "mv $PREFIX $MOVED"
 fi
 
 finish

@@ -1,0 +1,421 @@
+#!/usr/bin/env python3
+"""bench/gpu_bench.py - opjit's CUDA ops against PyTorch on a real GPU.
+
+Run by scripts/gpu-check (which builds libopjit.so, the opjit CLI and
+bench/gpu_helper.so first):
+
+    python3 bench/gpu_bench.py --build BUILD --helper gpu_helper.so --out DIR [--quick]
+
+Both sides run in this process, on the same stream (opjit is handed
+torch's current stream with opjit_set_cuda_stream) and the same input
+tensors, interleaved repetition by repetition; each figure is the median
+over repetitions of CUDA-event time per call (the loop of opjit calls runs
+in C, bench/gpu_helper.c; torch's loop is Python calling the op, as a torch
+user would). Every opjit result is checked against the anchor's before it
+is timed. Writes DIR/gpu-latest.md and DIR/gpu-latest.json.
+"""
+import argparse
+import ctypes
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+import torchvision
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Opjit:
+    """The few opjit entry points the bench needs, through ctypes."""
+
+    def __init__(self, lib, helper, cache_dir, stream):
+        self.lib = ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+        self.h = ctypes.CDLL(helper)
+        L = self.lib
+        L.opjit_errmsg.restype = ctypes.c_char_p
+        L.opjit_errmsg.argtypes = [ctypes.c_void_p]
+        L.opjit_create.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+        L.opjit_load_file.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
+                                      ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        L.opjit_set_cuda_stream.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                            ctypes.c_void_p]
+        L.opjit_destroy.argtypes = [ctypes.c_void_p]
+        vp, i64, dbl, ci = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_int
+        self.h.gb_nms.argtypes = [vp, vp, vp, vp, i64, ci, dbl, ci, ctypes.POINTER(vp)]
+        self.h.gb_mm.argtypes = [vp, vp, vp, vp, i64, i64, i64, ci, ci, ctypes.POINTER(vp)]
+        self.h.gb_conv.argtypes = [vp, vp, vp, vp, vp, ctypes.POINTER(i64), ci, ci,
+                                   ctypes.POINTER(vp)]
+        os.environ["OPJIT_CACHE_DIR"] = cache_dir
+        os.environ["OPJIT_TIERING"] = "0"
+        self.rt = ctypes.c_void_p()
+        self.check(L.opjit_create(None, ctypes.byref(self.rt)), "opjit_create")
+        self.check(L.opjit_set_cuda_stream(self.rt, 0, None, ctypes.c_void_p(stream)),
+                   "opjit_set_cuda_stream")
+        self.capsule_new = ctypes.pythonapi.PyCapsule_New
+        self.capsule_new.restype = ctypes.py_object
+        self.capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+    def check(self, rc, what):
+        if rc:
+            msg = self.lib.opjit_errmsg(self.rt) if self.rt else b""
+            raise RuntimeError("%s: status %d: %s" % (what, rc, (msg or b"").decode()))
+
+    def load(self, path):
+        op = ctypes.c_void_p()
+        t0 = time.perf_counter()
+        self.check(self.lib.opjit_load_file(self.rt, path.encode(), ctypes.byref(op), None), path)
+        return op, (time.perf_counter() - t0) * 1e3
+
+    def to_torch(self, managed):
+        """An opjit output (DLManagedTensor *) as a torch tensor, zero-copy."""
+        return torch.utils.dlpack.from_dlpack(self.capsule_new(managed, b"dltensor", None))
+
+    def nms(self, op, boxes, scores, iou, iters, keep_last=False):
+        last = ctypes.c_void_p()
+        bits = 64 if boxes.dtype == torch.float64 else 32
+        self.check(self.h.gb_nms(self.rt, op, boxes.data_ptr(), scores.data_ptr(), boxes.shape[0],
+                                 bits, iou, iters, ctypes.byref(last) if keep_last else None),
+                   "nms")
+        return self.to_torch(last) if keep_last else None
+
+    def mm(self, op, a, b, iters, keep_last=False):
+        last = ctypes.c_void_p()
+        bits = 64 if a.dtype == torch.float64 else 32
+        self.check(self.h.gb_mm(self.rt, op, a.data_ptr(), b.data_ptr(), a.shape[0], a.shape[1],
+                                b.shape[1], bits, iters,
+                                ctypes.byref(last) if keep_last else None), "mm")
+        return self.to_torch(last) if keep_last else None
+
+    def conv(self, op, x, w, bias, stride, pad, dil, groups, iters, keep_last=False):
+        last = ctypes.c_void_p()
+        g = (ctypes.c_int64 * 14)(x.shape[0], x.shape[1], x.shape[2], x.shape[3], w.shape[0],
+                                  w.shape[2], w.shape[3], stride, stride, pad, pad, dil, dil,
+                                  groups)
+        self.check(self.h.gb_conv(self.rt, op, x.data_ptr(), w.data_ptr(),
+                                  bias.data_ptr() if bias is not None else None, g, 32, iters,
+                                  ctypes.byref(last) if keep_last else None), "conv2d")
+        return self.to_torch(last) if keep_last else None
+
+
+def event_time(fn, iters):
+    """Milliseconds per call of fn (which runs `iters` calls), CUDA events on
+    the current stream, after the work queued before it has finished."""
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    fn(iters)
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e) / iters
+
+
+def compare(sides, reps, iters):
+    """sides: name -> fn(iters). Interleaved repetitions; medians (ms/call)."""
+    for fn in sides.values():  # warm-up: modules, handles, pools, algorithms
+        fn(max(1, iters // 4))
+    times = {k: [] for k in sides}
+    for _ in range(reps):
+        for k, fn in sides.items():
+            times[k].append(event_time(fn, iters))
+    return {k: statistics.median(v) for k, v in times.items()}, times
+
+
+def nms_boxes(n, clustered, gen):
+    if clustered:  # a detector's output: ~25 boxes per object, jittered around it
+        objs = max(1, n // 25)
+        centers = torch.rand(objs, 2, generator=gen, dtype=torch.float64) * 1000
+        sizes = 20 + torch.rand(objs, 2, generator=gen, dtype=torch.float64) * 150
+        idx = torch.randint(0, objs, (n,), generator=gen)
+        c = centers[idx] + torch.randn(n, 2, generator=gen, dtype=torch.float64) * 6
+        wh = sizes[idx] * (0.85 + 0.3 * torch.rand(n, 2, generator=gen, dtype=torch.float64))
+    else:
+        c = torch.rand(n, 2, generator=gen, dtype=torch.float64) * 1000
+        wh = 10 + torch.rand(n, 2, generator=gen, dtype=torch.float64) * 50
+    boxes = torch.cat([c - wh / 2, c + wh / 2], 1).float()
+    scores = torch.rand(n, generator=gen, dtype=torch.float64).float()
+    return boxes.cuda(), scores.cuda()
+
+
+RESNET50 = [  # (C, H, O, k, stride, pad) of ResNet-50 layers
+    (64, 56, 64, 1, 1, 0),
+    (64, 56, 64, 3, 1, 1),
+    (64, 56, 256, 1, 1, 0),
+    (128, 28, 128, 3, 1, 1),
+    (256, 14, 256, 3, 1, 1),
+    (512, 7, 512, 3, 1, 1),
+    (256, 56, 512, 1, 2, 0),
+]
+
+
+def cli_load(cli, src, cache, archs):
+    """One fresh `opjit load SRC` process: (in-process total ms, process wall ms, hit?)."""
+    env = dict(os.environ, OPJIT_CACHE_DIR=cache, OPJIT_TIERING="0")
+    if archs:
+        env["OPJIT_CUDA_ARCHS"] = archs
+    else:
+        env.pop("OPJIT_CUDA_ARCHS", None)
+    t0 = time.perf_counter()
+    p = subprocess.run([cli, "load", src], env=env, capture_output=True, text=True)
+    wall = (time.perf_counter() - t0) * 1e3
+    if p.returncode:
+        raise RuntimeError("opjit load %s: %s" % (src, p.stderr.strip()))
+    total = float(p.stdout.split("total ")[1].split(" ms")[0])
+    return total, wall, "cache hit" in p.stdout
+
+
+LOAD_INLINE = r'''
+import sys, time, torch
+from torch.utils.cpp_extension import load_inline
+src = open(sys.argv[1]).read()
+dev = src.split("#ifdef __CUDACC_RTC__", 1)[1].split("#else", 1)[0]
+cuda = dev + r"""
+#include <torch/extension.h>
+torch::Tensor nms_mask_only(torch::Tensor sorted, double thr) {
+    int n = sorted.size(0), cols = (n + 63) / 64;
+    auto mask = torch::empty({n, cols}, sorted.options().dtype(torch::kInt64));
+    nms_mask_f32<<<dim3(cols, cols), 64>>>(n, thr, sorted.data_ptr<float>(),
+        (unsigned long long *)mask.data_ptr<int64_t>(), cols);
+    return mask;
+}
+"""
+t0 = time.perf_counter()
+m = load_inline("opjit_nms_anchor", cpp_sources="torch::Tensor nms_mask_only(torch::Tensor sorted, double thr);",
+                cuda_sources=cuda, functions=["nms_mask_only"], verbose=False,
+                extra_cuda_cflags=["-arch=sm_%s" % sys.argv[2]])
+print("ms %.1f" % ((time.perf_counter() - t0) * 1e3))
+'''
+
+
+def load_rows(args, R):
+    cc = "%d%d" % torch.cuda.get_device_capability()
+    src = os.path.join(ROOT, "ops-src", "nms.cu")
+    cold, hit, hit_drv = [], [], []
+    for _ in range(3 if args.quick else 5):
+        d = tempfile.mkdtemp(prefix="gb-load-")
+        cold.append(cli_load(args.cli, src, d, "sm_" + cc))
+        hit.append(cli_load(args.cli, src, d, "sm_" + cc))
+        hit_drv.append(cli_load(args.cli, src, d, None))
+        shutil.rmtree(d, ignore_errors=True)
+    R["nvrtc_load"] = {"arch": "sm_" + cc, "cold": cold, "hit": hit, "hit_driver_archs": hit_drv}
+    # The anchor: torch cpp_extension's load_inline of the same kernel with nvcc.
+    li = {"cold_ms": None, "hit_ms": None, "error": None}
+    d = tempfile.mkdtemp(prefix="gb-inline-")
+    try:
+        script = os.path.join(d, "li.py")
+        open(script, "w").write(LOAD_INLINE)
+        env = dict(os.environ, TORCH_EXTENSIONS_DIR=os.path.join(d, "ext"))
+        for key in ("cold_ms", "hit_ms"):
+            t0 = time.perf_counter()
+            p = subprocess.run([sys.executable, script, src, cc], env=env, capture_output=True,
+                               text=True, timeout=600)
+            wall = (time.perf_counter() - t0) * 1e3
+            if p.returncode:
+                li["error"] = (p.stderr or p.stdout).strip()[-600:]
+                break
+            li[key] = {"in_process": float(p.stdout.split("ms ")[-1]), "wall": wall}
+    except Exception as e:  # the anchor is reported as missing, not fatal
+        li["error"] = str(e)
+    shutil.rmtree(d, ignore_errors=True)
+    R["load_inline"] = li
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True, help="the build dir with libopjit.so and opjit")
+    ap.add_argument("--helper", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    args.cli = os.path.join(args.build, "opjit")
+    reps = 5 if args.quick else 15
+    torch.backends.cuda.matmul.allow_tf32 = False  # torch's default: true float32 GEMMs
+    stream = torch.cuda.current_stream()
+    cache = tempfile.mkdtemp(prefix="gb-cache-")
+    oj = Opjit(os.path.join(args.build, "libopjit.so"), args.helper, cache, stream.cuda_stream)
+    R = {"env": {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                 "torchvision": torchvision.__version__, "cuda": torch.version.cuda,
+                 "cudnn": torch.backends.cudnn.version(), "host": platform.node(),
+                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "reps": reps}}
+    ops = {}
+    for name in ("nms", "mm", "conv2d"):
+        op, ms = oj.load(os.path.join(ROOT, "ops-src", name + ".cu"))
+        ops[name] = op
+        R.setdefault("first_load_ms", {})[name] = ms
+    gen = torch.Generator().manual_seed(1234)
+
+    # ---- nms ----
+    R["nms"] = []
+    for n, clustered in [(1000, False), (10000, False), (100000, False), (10000, True)]:
+        boxes, scores = nms_boxes(n, clustered, gen)
+        ref = torchvision.ops.nms(boxes, scores, 0.5)
+        got = oj.nms(ops["nms"], boxes, scores, 0.5, 1, keep_last=True)
+        same = torch.equal(ref.cpu(), got.cpu())
+        iters = 3 if n >= 100000 else 20
+        med, _ = compare({"opjit": lambda it: oj.nms(ops["nms"], boxes, scores, 0.5, it),
+                          "torchvision": lambda it: [torchvision.ops.nms(boxes, scores, 0.5)
+                                                     for _ in range(it)]}, reps, iters)
+        R["nms"].append({"n": n, "clustered": clustered, "kept": int(ref.numel()),
+                         "identical": bool(same), "opjit_ms": med["opjit"],
+                         "torchvision_ms": med["torchvision"]})
+        print("nms %6d %s: opjit %.3f ms, torchvision %.3f ms, identical %s" % (
+            n, "clustered" if clustered else "random", med["opjit"], med["torchvision"], same),
+            flush=True)
+
+    # ---- conv2d ----
+    R["conv2d"] = []
+    for batch in (1, 8, 32):
+        for (c, h, o, k, s, p) in RESNET50:
+            x = torch.randn(batch, c, h, h, device="cuda", generator=None)
+            w = torch.randn(o, c, k, k, device="cuda") * (1.0 / (c * k * k) ** 0.5)
+            b = torch.randn(o, device="cuda")
+            torch.backends.cudnn.allow_tf32 = False
+            ref = F.conv2d(x, w, b, s, p)
+            got = oj.conv(ops["conv2d"], x, w, b, s, p, 1, 1, 1, keep_last=True)
+            err = ((got - ref).norm() / ref.norm()).item()
+            iters = 10
+
+            def torch_fp32(it):
+                torch.backends.cudnn.allow_tf32 = False
+                for _ in range(it):
+                    F.conv2d(x, w, b, s, p)
+
+            def torch_default(it):
+                torch.backends.cudnn.allow_tf32 = True  # torch's default for convolutions
+                for _ in range(it):
+                    F.conv2d(x, w, b, s, p)
+
+            med, _ = compare({"opjit": lambda it: oj.conv(ops["conv2d"], x, w, b, s, p, 1, 1, it),
+                              "torch_fp32": torch_fp32, "torch_tf32": torch_default}, reps, iters)
+            torch.backends.cudnn.allow_tf32 = True
+            R["conv2d"].append({"batch": batch, "shape": [c, h, o, k, s, p], "rel_err": err,
+                                "opjit_ms": med["opjit"], "torch_fp32_ms": med["torch_fp32"],
+                                "torch_tf32_ms": med["torch_tf32"]})
+            print("conv2d b%d C%d H%d O%d k%d s%d: opjit %.3f, torch fp32 %.3f, torch tf32 %.3f ms,"
+                  " err %.1e" % (batch, c, h, o, k, s, med["opjit"], med["torch_fp32"],
+                                 med["torch_tf32"], err), flush=True)
+
+    # ---- mm ----
+    R["mm"] = []
+    for n in (1024, 4096, 8192):
+        a = torch.randn(n, n, device="cuda")
+        b = torch.randn(n, n, device="cuda")
+        ref = torch.mm(a.double(), b.double())
+        got = oj.mm(ops["mm"], a, b, 1, keep_last=True)
+        err = ((got.double() - ref).norm() / ref.norm()).item()
+        terr = ((torch.mm(a, b).double() - ref).norm() / ref.norm()).item()
+        iters = 20 if n <= 4096 else 5
+        med, _ = compare({"opjit": lambda it: oj.mm(ops["mm"], a, b, it),
+                          "torch": lambda it: [torch.mm(a, b) for _ in range(it)]}, reps, iters)
+        flops = 2.0 * n * n * n
+        R["mm"].append({"n": n, "rel_err": err, "torch_rel_err": terr, "opjit_ms": med["opjit"],
+                        "torch_ms": med["torch"],
+                        "opjit_tflops": flops / med["opjit"] / 1e9,
+                        "torch_tflops": flops / med["torch"] / 1e9})
+        print("mm %d: opjit %.3f ms (%.1f TFLOP/s), torch %.3f ms, err %.1e (torch %.1e)" % (
+            n, med["opjit"], flops / med["opjit"] / 1e9, med["torch"], err, terr), flush=True)
+
+    # ---- per-call overhead on tiny inputs ----
+    R["overhead"] = {}
+    a4 = torch.randn(4, 4, device="cuda")
+    bx, sc = nms_boxes(8, False, gen)
+    med, _ = compare({"opjit": lambda it: oj.mm(ops["mm"], a4, a4, it),
+                      "torch": lambda it: [torch.mm(a4, a4) for _ in range(it)]}, reps, 2000)
+    R["overhead"]["mm4"] = med
+    med, _ = compare({"opjit": lambda it: oj.nms(ops["nms"], bx, sc, 0.5, it),
+                      "torchvision": lambda it: [torchvision.ops.nms(bx, sc, 0.5)
+                                                 for _ in range(it)]}, reps, 500)
+    R["overhead"]["nms8"] = med
+    print("overhead:", R["overhead"], flush=True)
+
+    load_rows(args, R)
+    oj.lib.opjit_destroy(oj.rt)
+    shutil.rmtree(cache, ignore_errors=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "gpu-latest.json"), "w") as f:
+        json.dump(R, f, indent=1)
+    md = render(R)
+    with open(os.path.join(args.out, "gpu-latest.md"), "w") as f:
+        f.write(md)
+    print(md)
+
+
+def fms(ms):
+    return "%.3f ms" % ms if ms < 10 else "%.1f ms" % ms
+
+
+def render(R):
+    E = R["env"]
+    L = ["# opjit on a GPU: bench/gpu_bench.py", "",
+         "%s, torch %s (CUDA %s, cuDNN %s), torchvision %s; %s; medians of %d interleaved "
+         "repetitions, CUDA-event time per call, both sides in one process on torch's current "
+         "stream." % (E["gpu"], E["torch"], E["cuda"], E["cudnn"], E["torchvision"], E["date"],
+                      E["reps"]), "",
+         "| metric | opjit | anchor | ratio | goal | met |", "|---|---|---|---|---|---|"]
+    for r in R["nms"]:
+        ratio = r["opjit_ms"] / r["torchvision_ms"]
+        L.append("| nms.cu, %dk %s boxes, IoU 0.5 (%d kept, identical: %s) | %s | torchvision.ops.nms: %s "
+                 "| %.2fx time | <= 1.0x | %s |" % (
+                     r["n"] // 1000, "clustered" if r["clustered"] else "random", r["kept"],
+                     "yes" if r["identical"] else "NO", fms(r["opjit_ms"]), fms(r["torchvision_ms"]),
+                     ratio, "yes" if ratio <= 1.0 and r["identical"] else "no"))
+    for r in R["conv2d"]:
+        c, h, o, k, s, p = r["shape"]
+        ratio = r["opjit_ms"] / r["torch_fp32_ms"]
+        L.append("| conv2d.cu b%d x[%d,%d,%d] w[%d,%d,%d,%d] s%d, fp32 (rel. err %.1e) | %s | F.conv2d fp32: %s "
+                 "(TF32, torch's default: %s) | %.2fx time | <= 1.05x | %s |" % (
+                     r["batch"], c, h, h, o, c, k, k, s, r["rel_err"], fms(r["opjit_ms"]),
+                     fms(r["torch_fp32_ms"]), fms(r["torch_tf32_ms"]), ratio,
+                     "yes" if ratio <= 1.05 else "no"))
+    for r in R["mm"]:
+        ratio = r["opjit_tflops"] / r["torch_tflops"]
+        L.append("| mm.cu %d^3 fp32 (rel. err %.1e; torch %.1e) | %.1f TFLOP/s | torch.mm: %.1f TFLOP/s "
+                 "| %.3fx throughput | >= 0.95x | %s |" % (
+                     r["n"], r["rel_err"], r["torch_rel_err"], r["opjit_tflops"],
+                     r["torch_tflops"], ratio, "yes" if ratio >= 0.95 else "no"))
+    o = R["overhead"]
+    L.append("| per call, mm 4x4 (opjit loop in C) | %.2f us | torch.mm from Python: %.2f us | %.2fx "
+             "| <= 1.0x | %s |" % (o["mm4"]["opjit"] * 1e3, o["mm4"]["torch"] * 1e3,
+                                  o["mm4"]["opjit"] / o["mm4"]["torch"],
+                                  "yes" if o["mm4"]["opjit"] <= o["mm4"]["torch"] else "no"))
+    L.append("| per call, nms 8 boxes | %.2f us | torchvision.ops.nms: %.2f us | %.2fx | <= 1.0x "
+             "| %s |" % (o["nms8"]["opjit"] * 1e3, o["nms8"]["torchvision"] * 1e3,
+                         o["nms8"]["opjit"] / o["nms8"]["torchvision"],
+                         "yes" if o["nms8"]["opjit"] <= o["nms8"]["torchvision"] else "no"))
+    nl = R["nvrtc_load"]
+    med = lambda xs, i: statistics.median(x[i] for x in xs)
+    li = R["load_inline"]
+    anchor = ("load_inline (nvcc + ninja): %s in process, %s process" % (
+        fms(li["cold_ms"]["in_process"]), fms(li["cold_ms"]["wall"]))
+        if li.get("cold_ms") else "load_inline: n/a (%s)" % (li.get("error") or "?")[-200:].replace("\n", " ").replace("|", "/"))
+    cold = med(nl["cold"], 0)
+    ratio = ("%.0fx faster" % (li["cold_ms"]["in_process"] / cold)) if li.get("cold_ms") else "-"
+    L.append("| NVRTC cold load of nms.cu for %s (fresh process, empty cache; in process / process wall) "
+             "| %s / %s | %s | %s | report | - |" % (nl["arch"], fms(cold), fms(med(nl["cold"], 1)),
+                                                  anchor, ratio))
+    hit = med(nl["hit"], 0)
+    anchor = ("load_inline hit: %s in process, %s process" % (
+        fms(li["hit_ms"]["in_process"]), fms(li["hit_ms"]["wall"])) if li.get("hit_ms") else "-")
+    L.append("| cache hit of nms.cu, fresh process, OPJIT_CUDA_ARCHS=%s (in process / process wall) "
+             "| %s / %s | %s | | <= 2 ms | %s |" % (nl["arch"], fms(hit), fms(med(nl["hit"], 1)),
+                                                   anchor, "yes" if hit <= 2 else "no"))
+    L.append("| same, the arch found by asking the driver (cuInit in the process) | %s / %s | | | "
+             "report | - |" % (fms(med(nl["hit_driver_archs"], 0)), fms(med(nl["hit_driver_archs"], 1))))
+    L.append("")
+    L.append("Notes: conv2d.cu runs cuDNN with FMA math (true float32, like its CPU twin), so its "
+             "anchor is F.conv2d with `torch.backends.cudnn.allow_tf32 = False`; torch's default "
+             "(TF32 tensor cores, lower precision) is shown beside it. torch.mm runs true float32 "
+             "by default (`allow_tf32 = False`). The per-call rows time a loop of calls on tiny "
+             "inputs, each including its device work and, for nms, its device-to-host copies.")
+    return "\n".join(L) + "\n"
+
+
+if __name__ == "__main__":
+    main()
