@@ -193,8 +193,8 @@ int opjit_wait(opjit_runtime *rt);
  * that copy results to the host. CUDA outputs come from a stream-ordered
  * pool (where the driver has one) and their deleters give the memory back
  * in the order of the stream they were made on, as PyTorch's allocator
- * does: keep that stream alive until the outputs made on it are freed. Call it before calls on that device, not
- * concurrently with them; switching waits for work queued on the previous
+ * does: keep that stream alive until the outputs made on it are freed.
+ * Call it before calls on that device, not concurrently with them; switching waits for work queued on the previous
  * stream. No CUDA work happens here. OPJIT_EINVAL for a bad device. */
 int opjit_set_cuda_stream(opjit_runtime *rt, int device, void *cu_context, void *cu_stream);
 

@@ -78,26 +78,26 @@ static char cudnn_inc[PATH_MAX];
 static pthread_once_t cudnn_inc_once = PTHREAD_ONCE_INIT;
 static void find_cudnn_inc(void)
 {
-    char p[PATH_MAX + 32];
+    char probe[PATH_MAX + 32], inc[PATH_MAX];
     const char *tk = cu_toolkit_include(), *lib = getenv("OPJIT_CUDNN_LIBRARY");
     struct stat st;
-    if (tk && (snprintf(p, sizeof p, "%s/cudnn.h", tk), stat(p, &st) == 0))
+    if (tk && (snprintf(probe, sizeof probe, "%s/cudnn.h", tk), stat(probe, &st) == 0))
         return;
-    if (!lib || !*lib || strlen(lib) >= sizeof cudnn_inc)
+    if (!lib || !*lib || strlen(lib) >= sizeof inc)
         return;
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", lib);
+    memcpy(inc, lib, strlen(lib) + 1);
     for (int up = 0; up < 2; up++) { /* drop the file, then lib/ */
-        char *slash = strrchr(dir, '/');
+        char *slash = strrchr(inc, '/');
         if (!slash)
             return;
         *slash = '\0';
     }
-    snprintf(p, sizeof p, "%s/include/cudnn.h", dir);
-    if (stat(p, &st) == 0 && S_ISREG(st.st_mode) && strlen(p) - 8 < sizeof cudnn_inc) {
-        p[strlen(p) - 8] = '\0'; /* drop "/cudnn.h" */
-        memcpy(cudnn_inc, p, strlen(p) + 1);
-    }
+    if (strlen(inc) + sizeof "/include" > sizeof inc)
+        return;
+    strcat(inc, "/include");
+    snprintf(probe, sizeof probe, "%s/cudnn.h", inc);
+    if (stat(probe, &st) == 0 && S_ISREG(st.st_mode))
+        memcpy(cudnn_inc, inc, sizeof inc);
 }
 
 const char *cu_cudnn_include(void)

@@ -336,10 +336,6 @@ static int conv2d_cuda(opjit_ctx *ctx, opjit_args *a)
         int returned = 0;
         const char *find = getenv("OPJIT_CUDNN_FIND");
         if (!find || find[0] != '0') {
-            /* Find runs every algorithm into the output: give it defined
-             * bytes (compute-sanitizer's initcheck), once per shape. */
-            if ((rc = conv_bias(ctx, is64, opjit_data(out), NULL, N, O, plane, 1)))
-                goto done;
             what = "cudnnFindConvolutionForwardAlgorithm";
             st = dnn.cudnnFindConvolutionForwardAlgorithm(h, d.x, d.w, d.c, d.y,
                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT,

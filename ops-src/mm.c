@@ -22,38 +22,13 @@
 
 #include "mm_common.h"
 
-/* How BLAS should read a 2-D operand [r, c]: transpose flag and leading
- * dimension. Returns 0 when the layout is not one BLAS can read. */
-static int mm_layout(const DLTensor *t, enum CBLAS_TRANSPOSE *trans, int64_t *ld)
-{
-    int64_t r = t->shape[0], c = t->shape[1], s0, s1;
-    if (!t->strides) {
-        *trans = CblasNoTrans;
-        *ld = c > 1 ? c : 1;
-        return 1;
-    }
-    s0 = t->strides[0];
-    s1 = t->strides[1];
-    /* A dimension of size 1 may carry any stride. */
-    if ((s1 == 1 || c <= 1) && (r <= 1 || s0 >= (c > 1 ? c : 1))) {
-        *trans = CblasNoTrans;
-        *ld = r <= 1 ? (c > 1 ? c : 1) : s0;
-        return 1;
-    }
-    if ((s0 == 1 || r <= 1) && (c <= 1 || s1 >= (r > 1 ? r : 1))) {
-        *trans = CblasTrans;
-        *ld = c <= 1 ? (r > 1 ? r : 1) : s1;
-        return 1;
-    }
-    return 0;
-}
-
 static int mm_cpu(opjit_ctx *ctx, opjit_args *a)
 {
     DLTensor *x = opjit_arg_tensor(a, 0);
     DLTensor *y = opjit_arg_tensor(a, 1);
     DLTensor *out;
     enum CBLAS_TRANSPOSE ta = CblasNoTrans, tb = CblasNoTrans;
+    int xt = 0, yt = 0;
     int64_t n, k, m, lda = 1, ldb = 1, shape[2];
     int is64, rc;
 
@@ -66,14 +41,16 @@ static int mm_cpu(opjit_ctx *ctx, opjit_args *a)
                           (long long)m);
     /* An empty product touches no operand memory: any strides do. */
     if (n > 0 && m > 0 && k > 0) {
-        if (!mm_layout(x, &ta, &lda))
+        if (!mm_layout(x, &xt, &lda))
             return opjit_fail(ctx, "self has strides [%lld, %lld]: neither rows nor "
                                    "columns are contiguous",
                               (long long)x->strides[0], (long long)x->strides[1]);
-        if (!mm_layout(y, &tb, &ldb))
+        if (!mm_layout(y, &yt, &ldb))
             return opjit_fail(ctx, "mat2 has strides [%lld, %lld]: neither rows nor "
                                    "columns are contiguous",
                               (long long)y->strides[0], (long long)y->strides[1]);
+        ta = xt ? CblasTrans : CblasNoTrans;
+        tb = yt ? CblasTrans : CblasNoTrans;
         if (lda > INT_MAX || ldb > INT_MAX)
             return opjit_fail(ctx, "a leading dimension above %d is not supported",
                               INT_MAX);

@@ -286,32 +286,6 @@ static int mm_handle_get(int dev, void **h, const char **what)
     return st;
 }
 
-/* One operand as cuBLAS sees it: rows x cols with strides s0, s1 is, in
- * column-major terms, its transpose (cols x rows, leading dimension s0)
- * when rows are contiguous, or itself (rows x cols, leading dimension s1)
- * when columns are. *op is what turns that into the transpose cuBLAS must
- * multiply (C^T = B^T A^T). 0 when neither layout fits. */
-static int mm_blas_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1, int *op, int *ld)
-{
-    /* The stride of a dimension of size 1 means nothing: pick one that
-     * fits. */
-    if (cols == 1)
-        s1 = 1;
-    if (rows == 1)
-        s0 = s1 == 1 ? cols : 1;
-    if (s1 == 1 && s0 >= cols && s0 >= 1 && s0 <= INT_MAX) {
-        *op = MM_CUBLAS_OP_N;
-        *ld = (int)s0;
-        return 1;
-    }
-    if (s0 == 1 && s1 >= rows && s1 >= 1 && s1 <= INT_MAX) {
-        *op = MM_CUBLAS_OP_T;
-        *ld = (int)s1;
-        return 1;
-    }
-    return 0;
-}
-
 /* ---- the op ---------------------------------------------------------------- */
 
 static int mm_own(opjit_ctx *ctx, int is64, int64_t n, int64_t k, int64_t m, void *pa,
@@ -376,7 +350,9 @@ static int mm_cuda(opjit_ctx *ctx, opjit_args *a)
     DLTensor *out;
     int64_t n, k, m, shape[2];
     long long sa0, sa1, sb0, sb1;
-    int is64, rc, st, dev, opa, opb, lda, ldb, want; /* want: 0 auto, 1 own, 2 cuBLAS */
+    int64_t lda, ldb;
+    int is64, rc, st, dev, opa, opb, want; /* want: 0 auto, 1 own, 2 cuBLAS */
+    int xt = 0, yt = 0; /* operands column-major (mm_layout) */
     int blas_ok = 0;
     const char *env = getenv("OPJIT_MM_KERNEL"), *what;
     char no[400];
@@ -411,8 +387,8 @@ static int mm_cuda(opjit_ctx *ctx, opjit_args *a)
         ; /* nothing to multiply: the kernel below writes the zeros */
     else if (want == 1)
         snprintf(no, sizeof no, "OPJIT_MM_KERNEL=own");
-    else if (!mm_blas_layout(n, k, sa0, sa1, &opa, &lda) ||
-             !mm_blas_layout(k, m, sb0, sb1, &opb, &ldb))
+    else if (!mm_layout(x, &xt, &lda) || !mm_layout(y, &yt, &ldb) || lda > INT_MAX ||
+             ldb > INT_MAX)
         snprintf(no, sizeof no, "operand strides cuBLAS cannot express (self %lld, %lld; "
                                 "mat2 %lld, %lld)", sa0, sa1, sb0, sb1);
     else
@@ -441,17 +417,20 @@ static int mm_cuda(opjit_ctx *ctx, opjit_args *a)
         goto done;
     }
 
-    /* C [n, m] row-major is C^T [m, n] column-major: C^T = B^T A^T. */
+    /* C [n, m] row-major is C^T [m, n] column-major: C^T = B^T A^T, where a
+     * row-major operand is, to cuBLAS, its own transpose already. */
+    opa = xt ? MM_CUBLAS_OP_T : MM_CUBLAS_OP_N;
+    opb = yt ? MM_CUBLAS_OP_T : MM_CUBLAS_OP_N;
     what = "cublasSetStream";
     if ((st = blas.set_stream(h, opjit_stream(ctx))) != MM_CUBLAS_SUCCESS)
         goto blas_fail;
     what = is64 ? "cublasDgemm" : "cublasSgemm";
     if (is64)
-        st = blas.dgemm(h, opb, opa, (int)m, (int)n, (int)k, &one_d, opjit_data(y), ldb,
-                        opjit_data(x), lda, &zero_d, opjit_data(out), (int)m);
+        st = blas.dgemm(h, opb, opa, (int)m, (int)n, (int)k, &one_d, opjit_data(y), (int)ldb,
+                        opjit_data(x), (int)lda, &zero_d, opjit_data(out), (int)m);
     else
-        st = blas.sgemm(h, opb, opa, (int)m, (int)n, (int)k, &one_f, opjit_data(y), ldb,
-                        opjit_data(x), lda, &zero_f, opjit_data(out), (int)m);
+        st = blas.sgemm(h, opb, opa, (int)m, (int)n, (int)k, &one_f, opjit_data(y), (int)ldb,
+                        opjit_data(x), (int)lda, &zero_f, opjit_data(out), (int)m);
     if (st == MM_CUBLAS_SUCCESS)
         goto done;
     if ((st == MM_CUBLAS_ARCH_MISMATCH || st == MM_CUBLAS_NOT_SUPPORTED) && want != 2 &&

@@ -1,6 +1,6 @@
 /*
- * ops-src/mm_common.h - the argument checks mm.c and the host half of
- * mm.cu share, so both accept and refuse the same calls with the same
+ * ops-src/mm_common.h - the argument checks and the operand layout rule
+ * mm.c and the host half of mm.cu share, so both accept and refuse the same calls with the same
  * messages. A local header: both sources' cache keys include it.
  */
 #ifndef MM_COMMON_H
@@ -45,6 +45,34 @@ static int mm_check(opjit_ctx *ctx, const DLTensor *x, const DLTensor *y, int *i
                                "(%lldx%lld and %lldx%lld)",
                           (long long)*n, (long long)*k, (long long)y->shape[0],
                           (long long)*m);
+    return 0;
+}
+
+/* How a BLAS reads the 2-D operand t [r, c]: *transposed 0 when it is
+ * row-major (unit column stride; *ld the row stride), 1 when it is
+ * column-major (unit row stride; *ld the column stride), the first when
+ * both fit. A dimension of size 1 may carry any stride; NULL strides are
+ * row-major. Returns 0 when neither fits. */
+static int mm_layout(const DLTensor *t, int *transposed, int64_t *ld)
+{
+    int64_t r = t->shape[0], c = t->shape[1], s0, s1;
+    if (!t->strides) {
+        *transposed = 0;
+        *ld = c > 1 ? c : 1;
+        return 1;
+    }
+    s0 = t->strides[0];
+    s1 = t->strides[1];
+    if ((s1 == 1 || c <= 1) && (r <= 1 || s0 >= (c > 1 ? c : 1))) {
+        *transposed = 0;
+        *ld = r <= 1 ? (c > 1 ? c : 1) : s0;
+        return 1;
+    }
+    if ((s0 == 1 || r <= 1) && (c <= 1 || s1 >= (r > 1 ? r : 1))) {
+        *transposed = 1;
+        *ld = c <= 1 ? (r > 1 ? r : 1) : s1;
+        return 1;
+    }
     return 0;
 }
 

@@ -460,6 +460,30 @@ static void tensor_to_device_round_trips(void)
     }
 }
 
+/* ---- a few small calls of each op (compute-sanitizer runs only these) --------------- */
+
+static void one_call_of_each(void)
+{
+    opjit_op *op = load_pair("nms");
+    if (op) {
+        nms_case(op, 200, 0, 0.5, 0);
+        nms_case(op, 4000, 0, 0.5, 4); /* removed set in shared memory, several tiles */
+        nms_case(op, 300, 1, 0.3, 2);  /* float64, NaN scores */
+    }
+    op = load_pair("mm");
+    if (op) {
+        mm_case(op, 65, 33, 129, 0, 0);
+        mm_case(op, 65, 33, 129, 0, 1); /* self transposed */
+    }
+    op = load_pair("conv2d");
+    if (op) {
+        conv_cfg f = {2, 4, 16, 16, 6, 3, 5, 2, 1, 2, 0, 1, 2, 2, 1, 0};
+        conv_cfg g = {2, 3, 17, 19, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0};
+        conv_case(op, f, 0);
+        conv_case(op, g, 0);
+    }
+}
+
 /* ---- the PTX fallback: a cache with only compute_XX device code ----------------------- */
 
 static int device_cc(void)
@@ -483,19 +507,10 @@ static void ptx_fallback_runs(void)
     if (!prt)
         return;
     rt = prt;
+    one_call_of_each();
     opjit_op *op = load_pair("nms");
-    if (op) {
-        nms_case(op, 1000, 0, 0.5, 0);
-        nms_case(op, 300, 1, 0.3, 2);
-    }
-    op = load_pair("mm");
     if (op)
-        mm_case(op, 65, 33, 129, 0, 1);
-    op = load_pair("conv2d");
-    if (op) {
-        conv_cfg f = {2, 3, 17, 19, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0};
-        conv_case(op, f, 0);
-    }
+        nms_case(op, 1000, 0, 0.5, 0);
     /* The cache now holds a PTX entry for this arch. */
     char cmd[2048];
     const char *dir = getenv("OPJIT_CACHE_DIR");
@@ -684,25 +699,6 @@ static void device_memory_stable(void)
     dev_free(da);
     dev_free(dx);
     dev_free(dw);
-}
-
-/* ---- one small call of each op (for compute-sanitizer) ------------------------------ */
-
-static void one_call_of_each(void)
-{
-    opjit_op *op = load_pair("nms");
-    if (op) {
-        nms_case(op, 200, 0, 0.5, 0);
-        nms_case(op, 4000, 0, 0.5, 4); /* removed set in shared memory, several tiles */
-    }
-    op = load_pair("mm");
-    if (op)
-        mm_case(op, 65, 33, 129, 0, 0);
-    op = load_pair("conv2d");
-    if (op) {
-        conv_cfg f = {2, 4, 16, 16, 6, 3, 5, 2, 1, 2, 0, 1, 2, 2, 1, 0};
-        conv_case(op, f, 0);
-    }
 }
 
 int main(void)
