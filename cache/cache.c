@@ -20,6 +20,7 @@
 
 #include "opjit.h"
 #include "cache/cache_int.h"
+#include "runtime/env.h"
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -242,7 +243,13 @@ int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen)
     atomic_init(&c->warned_fallback, 0);
     if (cfg->offline == -1) {
         const char *e = getenv("OPJIT_OFFLINE");
-        c->offline = e && (!strcmp(e, "1") || !strcmp(e, "true") || !strcmp(e, "yes"));
+        c->offline = env_bool_parse(e, 0);
+        if (c->offline < 0) {
+            cache_logf(c, OPJIT_LOG_WARN,
+                       "cache: OPJIT_OFFLINE='%s' is not a boolean (1/0, true/false, yes/no, "
+                       "on/off); compiling stays on", e);
+            c->offline = 0;
+        }
     } else {
         c->offline = cfg->offline == 1;
     }

@@ -85,10 +85,16 @@ static void cache_dir_usage(const char *dir, uint64_t *size, int64_t *mtime, int
     *size = 0;
     *mtime = 0;
     *has_manifest = 0;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return;
     struct stat st;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        /* A file or link where the entry should be: damage, of its size. */
+        if (lstat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+            *size = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+            *mtime = (int64_t)st.st_mtim.tv_sec;
+        }
+        return;
+    }
     if (fstat(fd, &st) == 0)
         *mtime = (int64_t)st.st_mtim.tv_sec;
     DIR *d = fdopendir(fd);
@@ -192,8 +198,12 @@ static int cache_walk(cache *c, int flags, int repair, cache_entry_fn fn, void *
             if (r == CACHE_DAMAGED && repair && writable) {
                 /* Evict it, unless someone uses it right now. */
                 if (cache_lock(c, hex, CACHE_LOCK_USE, 1, 0, &fd) == 0) {
-                    cache_discard_entry(c, dir, hex, 1);
+                    int e = cache_discard_entry(c, dir, hex, 1);
                     close(fd);
+                    if (e && rc == OPJIT_OK)
+                        rc = cache_errf(err, errlen, OPJIT_EIO,
+                                        "cache: cannot evict the damaged entry %s: %s", dir,
+                                        strerror(e));
                 }
             }
         }
@@ -268,6 +278,13 @@ int cache_get_totals(cache *c, cache_totals *t, char *err, size_t errlen)
 
 int cache_discard_entry(cache *c, const char *dir, const char *hex, int have_use)
 {
+    struct stat st;
+    if (lstat(dir, &st) != 0)
+        return errno == ENOENT ? 0 : errno;
+    /* A file or symbolic link where an entry should be never served a
+     * load, so nobody uses it: unlinking it is atomic already. */
+    if (!S_ISDIR(st.st_mode))
+        return unlink(dir) == 0 || errno == ENOENT ? 0 : errno;
     char trash[PATH_MAX];
     snprintf(trash, sizeof trash, "%s/%s.t.XXXXXX", c->tmp, hex);
     if (!mkdtemp(trash))

@@ -78,6 +78,9 @@ const char *opjit_device_name(int device);
 typedef struct opjit_runtime opjit_runtime;
 typedef struct opjit_op opjit_op;
 
+/* The longest op name a schema may declare; a longer one fails the load. */
+#define OPJIT_NAME_MAX 255
+
 /* Log levels for the log callback. */
 enum { OPJIT_LOG_ERROR = 0, OPJIT_LOG_WARN = 1, OPJIT_LOG_INFO = 2, OPJIT_LOG_DEBUG = 3 };
 typedef void (*opjit_log_fn)(void *ud, int level, const char *msg);

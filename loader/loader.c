@@ -356,14 +356,21 @@ static int has_suffix(const char *s, const char *suf)
     return n >= m && !strcmp(s + n - m, suf);
 }
 
+static char target_triple[128];
+static pthread_once_t target_once = PTHREAD_ONCE_INIT;
+
+static void target_init(void)
+{
+    struct utsname u;
+    snprintf(target_triple, sizeof target_triple, "%s-linux",
+             uname(&u) == 0 ? u.machine : "unknown");
+}
+
+/* Once per process: runtimes on other threads read it at the same time. */
 const char *loader_target(void)
 {
-    static char triple[128];
-    if (!triple[0]) {
-        struct utsname u;
-        snprintf(triple, sizeof triple, "%s-linux", uname(&u) == 0 ? u.machine : "unknown");
-    }
-    return triple;
+    pthread_once(&target_once, target_init);
+    return target_triple;
 }
 
 static void source_digest(const source *s, cache_key *out);

@@ -27,6 +27,7 @@
 
 #include "loader/loader_int.h"
 #include "opjit_build_config.h"
+#include "runtime/env.h"
 
 extern char **environ;
 
@@ -479,7 +480,12 @@ int tier_create(loader *l, const opjit_config *cfg)
     int want = cfg->tiering;
     if (want < 0) {
         const char *e = getenv("OPJIT_TIERING");
-        want = e && *e ? strcmp(e, "0") != 0 : 1;
+        want = env_bool_parse(e, 1);
+        if (want < 0) {
+            rt_log(l->rt, OPJIT_LOG_WARN, "OPJIT_TIERING='%s' is not a boolean (1/0, true/false, "
+                   "yes/no, on/off); tiering stays on", e);
+            want = 1;
+        }
     }
     const char *cc = cfg->cc ? cfg->cc : getenv("OPJIT_CC");
     if (!cc || !*cc)

@@ -218,6 +218,28 @@ static int only_from(const opjit_op *op, const char *real)
     return 1;
 }
 
+static int module_defines(const module *m, const char *name, int device)
+{
+    for (const kernel *k = m->kernels; k; k = k->next_in_module)
+        if (k->device == device && !strcmp(k->sch.name, name))
+            return 1;
+    return 0;
+}
+
+/* A reload (m from a source already loaded): the ops the source's earlier
+ * module registered and m does not (removed or renamed) are gone, so a
+ * module's ops are exactly what its latest init registered. Their old code
+ * stays mapped, as for an unload. Called with rt->lock held. */
+static void retire_dropped(opjit_runtime *rt, const module *m)
+{
+    for (opjit_op *op = rt->ops; op; op = atomic_load(&op->next)) {
+        const kernel *k = atomic_load(&op->kernels[m->device]);
+        if (k && k->mod != m && !strcmp(k->mod->real, m->real) &&
+            !module_defines(m, op->name, m->device))
+            atomic_store_explicit(&op->kernels[m->device], NULL, memory_order_release);
+    }
+}
+
 int module_publish(opjit_runtime *rt, module *m)
 {
     pthread_mutex_lock(&rt->lock);
@@ -277,6 +299,7 @@ int module_publish(opjit_runtime *rt, module *m)
         atomic_store_explicit(&op->kernels[k->device], k, memory_order_release);
         atomic_store_explicit(&op->sch, &k->sch, memory_order_release);
     }
+    retire_dropped(rt, m);
     m->next = rt->modules;
     rt->modules = m;
     pthread_mutex_unlock(&rt->lock);

@@ -249,6 +249,13 @@ int schema_parse(const char *text, schema *s, char *err, size_t errlen)
         rc = fail(&ps, "expected the operator name");
         goto bad;
     }
+    if (strlen(s->name) > OPJIT_NAME_MAX) {
+        char why[96];
+        snprintf(why, sizeof why, "the operator name has %zu characters, more than %d",
+                 strlen(s->name), OPJIT_NAME_MAX);
+        rc = fail(&ps, why);
+        goto bad;
+    }
     if (!accept(&ps, '(')) {
         rc = fail(&ps, "expected '('");
         goto bad;

@@ -42,13 +42,13 @@ static const char cache_help[] =
     "  --repair           verify: also evict damaged entries of the writable cache\n"
     "  -h, --help         this help\n";
 
-static int cmd_verbosity = -1; /* -1: warnings and errors only */
+static int cmd_verbosity = OPJIT_LOG_WARN;
 
 static void cmd_log(void *ud, int level, const char *msg)
 {
     static const char *const names[] = {"error", "warning", "info", "debug"};
     (void)ud;
-    if (level > OPJIT_LOG_WARN && level > cmd_verbosity)
+    if (level > cmd_verbosity)
         return;
     fprintf(stderr, "opjit: %s: %s\n",
             level >= 0 && level <= OPJIT_LOG_DEBUG ? names[level] : "log", msg);
@@ -373,14 +373,13 @@ int opjit_cmd_cache(int argc, char **argv)
 
     opjit_config ocfg;
     opjit_cli_config(&ocfg);
-    if (ocfg.log)
-        cmd_verbosity = ocfg.verbosity;
+    cmd_verbosity = ocfg.verbosity;
     cache_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.dir = ocfg.cache_dir;
     cfg.readonly = readonly ? readonly : ocfg.readonly_caches;
     cfg.offline = -1;
-    cfg.log = cmd_log;
+    cfg.log = ocfg.log ? cmd_log : NULL; /* NULL: -q */
     cache *c = NULL;
     char err[1024];
     if (cache_open(&cfg, &c, err, sizeof err) != OPJIT_OK) {

@@ -13,11 +13,13 @@
 #include "tools/npy.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "opjit.h"
 
@@ -700,6 +702,79 @@ int npy_write_mem(const DLTensor *t, unsigned char **buf, size_t *len, char *err
     return 0;
 }
 
+/* Where npy_write puts the bytes. A regular file (or a new one) is written
+ * beside the target and renamed over it on success, so a failed write
+ * leaves what was there; anything else (a device node, a FIFO, /dev/stdout)
+ * is written in place and never removed or replaced: renaming over
+ * /dev/null would replace the device itself. */
+typedef struct npy_out {
+    FILE *f;
+    char tmp[PATH_MAX];   /* "" when writing in place */
+    char final[PATH_MAX]; /* what tmp is renamed to */
+} npy_out;
+
+static int npy_in_place(const char *path)
+{
+    struct stat st;
+    if (!strncmp(path, "/dev/", 5) || !strncmp(path, "/proc/", 6))
+        return 1;
+    return stat(path, &st) == 0 && !S_ISREG(st.st_mode);
+}
+
+static int npy_out_open(npy_out *o, const char *path)
+{
+    o->tmp[0] = '\0';
+    if (npy_in_place(path)) {
+        o->f = fopen(path, "wb");
+        return o->f ? 0 : -1;
+    }
+    /* An existing file's real path, so a symbolic link stays a link. */
+    struct stat st;
+    int exists = stat(path, &st) == 0;
+    if (!(exists ? realpath(path, o->final) != NULL
+                 : (size_t)snprintf(o->final, sizeof o->final, "%s", path) < sizeof o->final))
+        return -1;
+    const char *slash = strrchr(o->final, '/');
+    int dirlen = slash ? (int)(slash - o->final) + 1 : 0;
+    if ((size_t)snprintf(o->tmp, sizeof o->tmp, "%.*s.%s.XXXXXX", dirlen, o->final,
+                         o->final + dirlen) >= sizeof o->tmp) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    int fd = mkstemp(o->tmp);
+    if (fd < 0)
+        return -1;
+    mode_t mask = umask(0);
+    umask(mask);
+    if (fchmod(fd, exists ? (st.st_mode & 07777) : (0666 & ~mask)) != 0 ||
+        !(o->f = fdopen(fd, "wb"))) {
+        int e = errno;
+        close(fd);
+        unlink(o->tmp);
+        errno = e;
+        return -1;
+    }
+    return 0;
+}
+
+/* Finish: ok says every write succeeded. Returns 0, or -1 with errno. */
+static int npy_out_close(npy_out *o, int ok)
+{
+    int e = errno;
+    if (fclose(o->f) != 0 && ok) {
+        ok = 0;
+        e = errno;
+    }
+    if (ok && o->tmp[0] && rename(o->tmp, o->final) != 0) {
+        ok = 0;
+        e = errno;
+    }
+    if (!ok && o->tmp[0])
+        unlink(o->tmp);
+    errno = e;
+    return ok ? 0 : -1;
+}
+
 int npy_write(const char *path, const DLTensor *t, char *err, size_t errlen)
 {
     npy_plan p;
@@ -723,23 +798,20 @@ int npy_write(const char *path, const DLTensor *t, char *err, size_t errlen)
         npy_gather(t, &p, gathered);
         data = gathered;
     }
-    FILE *f = fopen(path, "wb");
-    if (!f) {
+    npy_out o;
+    if (npy_out_open(&o, path) != 0) {
         npy_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
         free(gathered);
         return -1;
     }
-    int ok = fwrite(p.header, 1, p.hlen, f) == p.hlen &&
-             (p.nbytes == 0 || fwrite(data, 1, p.nbytes, f) == p.nbytes);
-    int saved = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = 0;
-        saved = errno;
-    }
+    errno = 0;
+    int ok = fwrite(p.header, 1, p.hlen, o.f) == p.hlen &&
+             (p.nbytes == 0 || fwrite(data, 1, p.nbytes, o.f) == p.nbytes);
+    if (!ok && !errno)
+        errno = EIO;
     free(gathered);
-    if (!ok) {
-        npy_err(err, errlen, "%s: write failed: %s", path, strerror(saved));
-        remove(path);
+    if (npy_out_close(&o, ok) != 0) {
+        npy_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
         return -1;
     }
     return 0;

@@ -54,7 +54,9 @@ int npy_read_mem(const void *buf, size_t len, npy_array *out, char *err,
 void npy_free(npy_array *a);
 
 /* Write t (on the CPU; any strides and byte_offset) to path as a .npy 1.0
- * file in C order. On failure, a partly written file is removed. */
+ * file in C order. A regular file is written beside path and renamed over
+ * it on success; a device node, FIFO or /dev/... is written in place. On
+ * failure whatever was at path stays, and nothing is left beside it. */
 int npy_write(const char *path, const DLTensor *t, char *err, size_t errlen);
 
 /* Serialize t into a malloc'ed buffer (*buf, *len), as npy_write would

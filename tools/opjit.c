@@ -34,7 +34,8 @@ const char opjit_cli_common_help[] =
     "                   else $XDG_CACHE_HOME/opjit, else ~/.cache/opjit)\n"
     "  --ops-path DIR   look for operator sources in DIR, before $OPJIT_OPS_PATH\n"
     "                   (repeatable; DIR may itself be a colon-separated list)\n"
-    "  -v, --verbose    log what the runtime does to stderr (-vv: debug)\n";
+    "  -v, --verbose    log what the runtime does to stderr (-vv: debug)\n"
+    "  -q, --quiet      no warnings on stderr (errors are still reported)\n";
 
 static void cli_log(void *ud, int level, const char *msg)
 {
@@ -51,10 +52,14 @@ void opjit_cli_config(opjit_config *cfg)
         cfg->cache_dir = g_opt.cache_dir;
     if (g_opt.ops_path)
         cfg->ops_path = g_opt.ops_path;
-    if (g_opt.verbose > 0) {
+    /* Warnings reach stderr unless -q: a cache that stopped caching, a
+     * failed optimizing compile. */
+    if (g_opt.verbose >= 0) {
         cfg->log = cli_log;
         cfg->log_ud = NULL;
-        cfg->verbosity = g_opt.verbose >= 2 ? OPJIT_LOG_DEBUG : OPJIT_LOG_INFO;
+        cfg->verbosity = g_opt.verbose >= 2   ? OPJIT_LOG_DEBUG
+                         : g_opt.verbose == 1 ? OPJIT_LOG_INFO
+                                              : OPJIT_LOG_WARN;
     }
 }
 
@@ -100,6 +105,11 @@ int opjit_cli_common_option(int argc, char **argv, int *i)
     int r;
     if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
         g_opt.verbose++;
+        (*i)++;
+        return 1;
+    }
+    if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
+        g_opt.verbose = -1;
         (*i)++;
         return 1;
     }
