@@ -168,7 +168,7 @@ static const char *cache_setup_dir(cache *c, char *why, size_t whylen, int *untr
             res = why;
             goto out;
         }
-        if ((bad = cache_untrusted(&st, 1, c->euid))) {
+        if ((bad = cache_untrusted(&st, CACHE_OWNER_SELF, c->euid))) {
             snprintf(why, whylen, "%s is %s", dirs[i], bad);
             *untrusted = 1;
             res = why;
@@ -180,9 +180,30 @@ static const char *cache_setup_dir(cache *c, char *why, size_t whylen, int *untr
             goto out;
         }
     }
+    /* And nobody else can move or replace it from above. */
+    if (cache_trusted_path(c->root, c->euid, why, whylen) != 0) {
+        *untrusted = 1;
+        res = why;
+    }
 out:
     free(v1);
     return res;
+}
+
+/* Whether a read-only layer may serve: its entries directory and every
+ * directory above it are ours or root's and writable by nobody else.
+ * NULL, or why not (malloc'd; "" when out of memory). */
+static char *cache_layer_distrust(const cache *c, const char *root)
+{
+    char entries[PATH_MAX], why[PATH_MAX + 128];
+    struct stat st;
+    snprintf(entries, sizeof entries, "%s/v1/entries", root);
+    if (stat(entries, &st) != 0 && errno == ENOENT)
+        snprintf(why, sizeof why, "%s does not exist", entries);
+    else if (cache_trusted_path(entries, c->euid, why, sizeof why) == 0)
+        return NULL;
+    char *r = strdup(why);
+    return r ? r : strdup("");
 }
 
 static int cache_add_readonly(cache *c, const char *dir, size_t n)
@@ -191,14 +212,30 @@ static int cache_add_readonly(cache *c, const char *dir, size_t n)
     if (!ro)
         return -1;
     c->ro = ro;
-    char *d = strndup(dir, n);
+    char **why = realloc(c->ro_why, (size_t)(c->nro + 1) * sizeof *why);
+    if (!why)
+        return -1;
+    c->ro_why = why;
+    char *d = cache_absolute(strndup(dir, n));
     if (!d)
         return -1;
     /* Trailing slashes would make two spellings of one layer. */
     while (strlen(d) > 1 && d[strlen(d) - 1] == '/')
         d[strlen(d) - 1] = '\0';
+    c->ro_why[c->nro] = cache_layer_distrust(c, d);
     c->ro[c->nro++] = d;
     return 0;
+}
+
+/* One warning per layer that exists but is not trusted. */
+static void cache_warn_layers(const cache *c)
+{
+    for (int i = 0; i < c->nro; i++)
+        if (c->ro_why[i] && !strstr(c->ro_why[i], "does not exist"))
+            cache_logf(c, OPJIT_LOG_WARN,
+                       "cache: read-only layer %s is not used: %s (only directories that "
+                       "you or root own and nobody else can write are trusted)",
+                       c->ro[i], *c->ro_why[i] ? c->ro_why[i] : "out of memory");
 }
 
 static int cache_split_readonly(cache *c, const char *list)
@@ -289,7 +326,7 @@ int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen)
                 int as_ro = 0;
                 struct stat st;
                 if (!untrusted && c->entries && stat(c->entries, &st) == 0 && S_ISDIR(st.st_mode) &&
-                    !cache_untrusted(&st, 1, c->euid))
+                    !cache_untrusted(&st, CACHE_OWNER_SELF, c->euid))
                     as_ro = cache_add_readonly(c, c->root, strlen(c->root)) == 0;
                 char msg[1400];
                 snprintf(msg, sizeof msg, "cache directory %s is unusable (%s)%s", c->root, bad,
@@ -306,6 +343,7 @@ int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen)
     }
     if (c->writable)
         cache_clean_tmp(c, NULL);
+    cache_warn_layers(c);
     *out = c;
     return OPJIT_OK;
 }
@@ -314,9 +352,12 @@ void cache_close(cache *c)
 {
     if (!c)
         return;
-    for (int i = 0; i < c->nro; i++)
+    for (int i = 0; i < c->nro; i++) {
         free(c->ro[i]);
+        free(c->ro_why[i]);
+    }
     free(c->ro);
+    free(c->ro_why);
     free(c->root);
     free(c->entries);
     free(c->tmp);
@@ -585,6 +626,8 @@ static int cache_fetch_readonly(cache *c, const cache_request *req, int probe, c
     char dir[PATH_MAX], why[512];
     for (int i = 0; i < c->nro; i++) {
         cache_manifest m;
+        if (c->ro_why[i])
+            continue;
         snprintf(dir, sizeof dir, "%s/v1/entries/%.2s/%s", c->ro[i], req->key.hex, req->key.hex);
         int r = cache_check(c, dir, req->key.hex, CACHE_CHK_SUMS, &m, why, sizeof why);
         if (r == CACHE_DAMAGED)
@@ -632,7 +675,7 @@ static int cache_publish(cache *c, const cache_request *req, const char *tmp, co
         return cache_errf(err, errlen, OPJIT_EIO, "cache: cannot create %s: %s", shard, strerror(errno));
     if (stat(shard, &st) != 0 || !S_ISDIR(st.st_mode))
         return cache_errf(err, errlen, OPJIT_EIO, "cache: %s is not a directory", shard);
-    if ((bad = cache_untrusted(&st, 1, c->euid)))
+    if ((bad = cache_untrusted(&st, CACHE_OWNER_SELF, c->euid)))
         return cache_errf(err, errlen, OPJIT_ECACHE, "cache: %s is %s", shard, bad);
     /* rename() of a directory is atomic: others see no entry or all of it. */
     if (rename(tmp, dir) != 0)

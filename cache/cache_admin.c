@@ -124,6 +124,21 @@ static int cache_need_writable(const cache *c, char *err, size_t errlen)
                       c->disabled ? "" : (*c->root ? c->root : "(none)"));
 }
 
+static int cache_report_layer(const cache *c, int li, cache_entry_fn fn, void *ud, int *damaged)
+{
+    char why[PATH_MAX + 160];
+    snprintf(why, sizeof why, "the layer is not trusted: %s", c->ro_why[li]);
+    cache_entry_info info;
+    memset(&info, 0, sizeof info);
+    info.key = "-";
+    info.dir = c->ro[li];
+    info.layer = li + 1;
+    info.layer_dir = c->ro[li];
+    info.problem = why;
+    (*damaged)++;
+    return fn && fn(ud, &info);
+}
+
 /* Walk every entry of every layer: ro layers, then the writable cache.
  * flags as cache_check; fn gets the info. repair: see cache_verify_all. */
 static int cache_walk(cache *c, int flags, int repair, cache_entry_fn fn, void *ud,
@@ -135,6 +150,12 @@ static int cache_walk(cache *c, int flags, int repair, cache_entry_fn fn, void *
     for (int li = 0; li < nlayers && !stop; li++) {
         int writable = li == c->nro;
         const char *root = writable ? c->root : c->ro[li];
+        if (!writable && c->ro_why[li]) {
+            /* A layer that is not trusted is never read: one problem. */
+            if (!strstr(c->ro_why[li], "does not exist"))
+                stop = cache_report_layer(c, li, fn, ud, &damaged);
+            continue;
+        }
         char entries[PATH_MAX];
         snprintf(entries, sizeof entries, "%s/v1/entries", root);
         cache_keylist kl;
@@ -250,6 +271,8 @@ int cache_get_totals(cache *c, cache_totals *t, char *err, size_t errlen)
     int nlayers = c->disabled ? 0 : c->nro + (c->writable ? 1 : 0);
     for (int li = 0; li < nlayers; li++) {
         int writable = li == c->nro;
+        if (!writable && c->ro_why[li])
+            continue; /* not trusted: never read */
         char entries[PATH_MAX];
         snprintf(entries, sizeof entries, "%s/v1/entries", writable ? c->root : c->ro[li]);
         cache_keylist kl;

@@ -120,16 +120,76 @@ int cache_fsync_path(const char *path, int dir)
 }
 
 /* Anyone able to write what we are about to dlopen could run code in our
- * process: refuse what others own or may write. */
+ * process: refuse what others own or may write. owner: CACHE_OWNER_SELF
+ * (our writable cache: ours only) or CACHE_OWNER_TRUSTED (ours or root's,
+ * as a read-only layer a package installed may be). */
 const char *cache_untrusted(const struct stat *st, int owner, uid_t euid)
 {
     static const char *const why_owner = "owned by another user";
     static const char *const why_mode = "writable by group or others";
-    if (owner && st->st_uid != euid)
+    if (st->st_uid != euid && (owner == CACHE_OWNER_SELF || st->st_uid != 0))
         return why_owner;
     if (st->st_mode & (S_IWGRP | S_IWOTH))
         return why_mode;
     return NULL;
+}
+
+/* One directory above a cache: ours or root's, and not writable by others
+ * unless sticky (like /tmp: others cannot rename or remove what they do not
+ * own, and what we use below is checked for its owner). A symbolic link's
+ * own mode means nothing; its owner and its directory do. */
+static const char *cache_untrusted_above(const struct stat *st, uid_t euid)
+{
+    if (st->st_uid != euid && st->st_uid != 0)
+        return "owned by another user";
+    if (S_ISDIR(st->st_mode) && (st->st_mode & (S_IWGRP | S_IWOTH)) && !(st->st_mode & S_ISVTX))
+        return "writable by group or others";
+    return NULL;
+}
+
+/* Check path and every directory above it, "/" included. */
+static int cache_walk_up(const char *path, uid_t euid, char *why, size_t whylen)
+{
+    char p[PATH_MAX];
+    if ((size_t)snprintf(p, sizeof p, "%s", path) >= sizeof p) {
+        snprintf(why, whylen, "%s: path too long", path);
+        return -1;
+    }
+    for (;;) {
+        struct stat st;
+        const char *bad;
+        const char *at = *p ? p : "/";
+        if (lstat(at, &st) != 0) {
+            snprintf(why, whylen, "cannot stat %s: %s", at, strerror(errno));
+            return -1;
+        }
+        if ((bad = cache_untrusted_above(&st, euid))) {
+            snprintf(why, whylen, "%s is %s", at, bad);
+            return -1;
+        }
+        char *slash = strrchr(p, '/');
+        if (!*p || !slash)
+            return 0;
+        *slash = '\0';
+    }
+}
+
+int cache_trusted_path(const char *path, uid_t euid, char *why, size_t whylen)
+{
+    char real[PATH_MAX];
+    if (path[0] != '/') {
+        snprintf(why, whylen, "%s is not an absolute path", path);
+        return -1;
+    }
+    /* As spelled (whoever can change a link on the way could redirect us)
+     * and as resolved (where the files really are). */
+    if (cache_walk_up(path, euid, why, whylen) != 0)
+        return -1;
+    if (!realpath(path, real)) {
+        snprintf(why, whylen, "cannot resolve %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return strcmp(real, path) ? cache_walk_up(real, euid, why, whylen) : 0;
 }
 
 static int cache_setlk(int fd, int which, int exclusive, int wait)

@@ -19,6 +19,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "cache/cache.h"
@@ -38,6 +39,7 @@ struct cache {
     char *locks;
     int writable;    /* root is usable (created, trusted) */
     char **ro;       /* read-only layer roots */
+    char **ro_why;   /* per layer: NULL, or why it is not used (untrusted) */
     int nro;
     int offline;
     int disabled;
@@ -83,7 +85,8 @@ enum { CACHE_OK = 0, CACHE_MISSING = 1, CACHE_DAMAGED = 2, CACHE_TRANSIENT = 3 }
 /* cache_check flags */
 enum {
     CACHE_CHK_SUMS = 1,  /* hash every artifact */
-    CACHE_CHK_OWNER = 2, /* must be owned by the euid (writable cache) */
+    CACHE_CHK_OWNER = 2, /* owned by the euid (writable cache); else by
+                          * the euid or root (read-only layers) */
     CACHE_CHK_TOUCH = 4, /* update the last-use time */
 };
 
@@ -100,8 +103,16 @@ int cache_is_hex(const char *s, size_t n);
 int cache_mkdir_p(const char *path, char *why, size_t whylen);
 int cache_rm_rf(const char *path);
 int cache_fsync_path(const char *path, int dir);
-/* NULL when st is trustworthy, else why not. owner: check st_uid. */
+/* Whose files a layer may hold: the writable cache only ours, a read-only
+ * layer ours or root's. */
+enum { CACHE_OWNER_SELF = 1, CACHE_OWNER_TRUSTED = 2 };
+/* NULL when st is trustworthy (owner rule, not writable by group or
+ * others), else why not. */
 const char *cache_untrusted(const struct stat *st, int owner, uid_t euid);
+/* 0 when path (absolute) and every directory above it, as spelled and as
+ * resolved, are ours or root's and writable by nobody else (a sticky
+ * directory may be); else -1 and why. */
+int cache_trusted_path(const char *path, uid_t euid, char *why, size_t whylen);
 /* Returns 0 with *fd holding the lock, or an errno (EAGAIN: busy). */
 int cache_lock(const cache *c, const char *hex, int which, int exclusive, int wait, int *fd);
 int cache_relock(int fd, int which, int exclusive, int wait);
@@ -119,6 +130,12 @@ int cache_scan_artifacts(int dirfd, int sync, cache_artifact **out, int *n,
 void cache_artifacts_free(cache_artifact *a, int n);
 int cache_manifest_write(int dirfd, const cache_request *req, const cache_artifact *a,
                          int n, int64_t created, char *err, size_t errlen);
+
+/* cache_elf.c */
+/* An artifact that starts like ELF must hold every byte its headers point
+ * at (a truncated write is caught here). 0: complete, or not ELF; -1:
+ * incomplete, why filled; else an errno from reading it. */
+int cache_elf_check(int fd, uint64_t size, char *why, size_t whylen);
 
 /* cache_admin.c */
 void cache_clean_tmp(cache *c, uint64_t *removed);

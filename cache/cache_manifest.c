@@ -330,10 +330,10 @@ static int cache_failed(char *why, size_t whylen, int e, const char *what)
 int cache_check(const cache *c, const char *dir, const char *hex, int flags,
                 cache_manifest *m, char *why, size_t whylen)
 {
-    int owner = (flags & CACHE_CHK_OWNER) != 0;
+    int owner = flags & CACHE_CHK_OWNER ? CACHE_OWNER_SELF : CACHE_OWNER_TRUSTED;
     int rc = CACHE_OK, mfd = -1;
     const char *bad;
-    char what[320];
+    char what[320], elf[160];
     struct stat st;
     memset(m, 0, sizeof *m);
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -350,7 +350,11 @@ int cache_check(const cache *c, const char *dir, const char *hex, int flags,
         rc = cache_damaged(why, whylen, "entry directory is %s", bad);
         goto out;
     }
-    if (owner && fstatat(dfd, "..", &st, 0) == 0 && (bad = cache_untrusted(&st, owner, c->euid))) {
+    if (fstatat(dfd, "..", &st, 0) != 0) {
+        rc = cache_failed(why, whylen, errno, "cannot stat the directory holding the entry");
+        goto out;
+    }
+    if ((bad = cache_untrusted(&st, owner, c->euid))) {
         rc = cache_damaged(why, whylen, "the directory holding the entry is %s", bad);
         goto out;
     }
@@ -439,6 +443,11 @@ int cache_check(const cache *c, const char *dir, const char *hex, int flags,
         }
         else if ((flags & CACHE_CHK_SUMS) && (n != a->size || sum != a->sum))
             rc = cache_damaged(why, whylen, "artifact %s: checksum mismatch", a->name);
+        else if ((flags & CACHE_CHK_SUMS) && (e = cache_elf_check(afd, a->size, elf, sizeof elf))) {
+            snprintf(what, sizeof what, "cannot read artifact %s", a->name);
+            rc = e < 0 ? cache_damaged(why, whylen, "artifact %s is incomplete: %s", a->name, elf)
+                       : cache_failed(why, whylen, e, what);
+        }
         close(afd);
         if (rc != CACHE_OK)
             goto out;
@@ -532,10 +541,19 @@ int cache_scan_artifacts(int dirfd, int sync, cache_artifact **out, int *nout,
             e = fchmod(fd, (st.st_mode & 07755 & ~(mode_t)022) | S_IRUSR) == 0 ? 0 : errno;
         if (!e)
             e = cache_hash_fd(fd, &x->sum, &x->size);
+        char elf[160];
+        int incomplete = !e && (e = cache_elf_check(fd, x->size, elf, sizeof elf)) < 0;
         if (!e && sync && fsync(fd) != 0)
             e = errno;
         if (fd >= 0)
             close(fd);
+        if (incomplete) {
+            /* A short write the compiler did not notice (a full disk, a
+             * file-size limit): never an entry. */
+            rc = cache_errf(err, errlen, OPJIT_EIO,
+                            "cache: the build wrote an incomplete %s (%s); not cached", name, elf);
+            break;
+        }
         if (e) {
             rc = cache_errf(err, errlen, e == ENOMEM ? OPJIT_ENOMEM : OPJIT_EIO,
                             "cache: artifact %s: %s", name, strerror(e));

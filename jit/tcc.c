@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <fcntl.h>
 
 #include "jit/jit.h"
 #include "opjit.h"
@@ -76,6 +78,19 @@ static void on_diag(void *opaque, const char *msg)
             sink_append(d, src, len);
         }
     }
+}
+
+/* libtcc does not check its writes: a file cut short by a full disk or a
+ * file-size limit must at least start as ELF (the cache checks the rest). */
+static int jit_output_looks_elf(const char *path)
+{
+    unsigned char head[4];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int ok = fd >= 0 && read(fd, head, sizeof head) == (ssize_t)sizeof head &&
+             !memcmp(head, "\177ELF", 4);
+    if (fd >= 0)
+        close(fd);
+    return ok;
 }
 
 int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen)
@@ -149,6 +164,11 @@ int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen)
         if (!d.len)
             snprintf(diag, diaglen, "libtcc: cannot write %s", job->out_path);
         goto out;
+    }
+    if (!jit_output_looks_elf(job->out_path)) {
+        rc = OPJIT_EIO;
+        snprintf(diag, diaglen, "libtcc: %s was not written whole (disk full or a file-size "
+                 "limit?)", job->out_path);
     }
 out:
     if (s)
