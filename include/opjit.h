@@ -118,6 +118,10 @@ typedef struct opjit_config {
      * swapped in. */
     int tiering;
     const char *cc;
+    /* Time limit of one optimizing compile, in milliseconds: a compiler
+     * still running then is killed (with what it started) and libtcc code
+     * keeps serving. 0: $OPJIT_CC_TIMEOUT (seconds), else 120 s. */
+    int cc_timeout_ms;
     /* CUDA architectures a .cu source's device code is compiled for, each
      * its own cache entry: "sm_XY" makes a cubin, "compute_XY" PTX, e.g.
      * "sm_80,sm_90,compute_90". NULL: $OPJIT_CUDA_ARCHS, else the GPUs of

@@ -9,14 +9,19 @@
  * Keys. The optimized artifact's key holds the source inputs, the compiler
  * identity (its --version output and path) and the CPU level it targets
  * (-march=x86-64-v3/v2/x86-64), so it is never loaded on a CPU that lacks
- * those features: a machine only looks for levels it supports. A machine
- * without a compiler cannot know a compiler identity, so every optimized
- * entry is also reachable through a small index entry keyed without it,
- * whose artifact names the full key; that is how a deployment uses the
- * optimized code shipped in a read-only cache (`opjit warm --opt`).
+ * those features: a machine only looks for levels it supports. Running
+ * `cc --version` costs milliseconds, too much for a load, so loads find
+ * the artifact through small index entries whose artifact names the full
+ * key: on a machine with a compiler, one keyed by that compiler's file
+ * (path, inode, size, modification time: another compiler or an upgrade is
+ * a miss, and the background compile then checks the full key); on a
+ * machine without one, one keyed without any compiler, which is how a
+ * deployment uses the optimized code shipped in a read-only cache
+ * (`opjit warm --opt`).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +50,8 @@ struct tier_state {
     int enabled; /* ... and may be built here: wanted and a compiler found */
     char cc[PATH_MAX];  /* resolved compiler path, "" when none */
     char identity[64];  /* hash of `cc --version` + path, "" until known */
+    char file_id[64];   /* hash of the compiler's file: path, inode, size, mtime */
+    long timeout_ms;    /* of one compile */
     const char *levels[4]; /* CPU levels this machine runs, best first */
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -111,22 +118,46 @@ static const char *march_flag(const char *level, char *buf, size_t n)
     return NULL;
 }
 
-/* Run argv with stdout and stderr into log; the exit status, or -1. */
-static int run_logged(char *const argv[], const char *log)
+#define TIER_DEFAULT_TIMEOUT_MS 120000
+
+/* Run argv with stdout and stderr into log, in a process group of its own;
+ * the exit status, -1 when it could not run, or -2 when it ran past
+ * timeout_ms and was killed with everything it started (cc runs cc1, as,
+ * ld). */
+static int run_logged(char *const argv[], const char *log, long timeout_ms)
 {
     posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawnattr_init(&at);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&at, 0);
     pid_t pid;
-    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    int rc = posix_spawn(&pid, argv[0], &fa, &at, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
     if (rc)
         return -1;
+    double deadline = loader_now_ms() + (double)timeout_ms;
+    long nap_us = 1000;
     int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
+    for (;;) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            break;
+        if (r < 0 && errno != EINTR)
             return -1;
+        if (loader_now_ms() >= deadline) {
+            kill(-pid, SIGKILL);
+            while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+                ;
+            return -2;
+        }
+        usleep((useconds_t)nap_us); /* 1 ms, doubling up to 10 ms */
+        nap_us = nap_us < 10000 ? nap_us * 2 : 10000;
+    }
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
@@ -142,7 +173,7 @@ static int compiler_identity(loader *l, tier_state *t)
     char log[PATH_MAX + 32];
     snprintf(log, sizeof log, "%s/cc-version.txt", l->scratch);
     char *argv[] = {t->cc, "--version", NULL};
-    if (run_logged(argv, log) != 0) {
+    if (run_logged(argv, log, t->timeout_ms) != 0) {
         unlink(log); /* else the scratch directory outlives the runtime */
         return rt_error(l->rt, OPJIT_ECOMPILE, "%s --version failed", t->cc);
     }
@@ -167,30 +198,56 @@ static int compiler_identity(loader *l, tier_state *t)
 
 /* ---- keys ------------------------------------------------------------------ */
 
-static int opt_request(const source *s, const char *level, const char *identity,
-                       cache_request *req, char *compiler_buf, size_t n)
+/* The request of s's optimized artifact at level: kind "opt" with the
+ * compiler's identity, or "opt-index" keyed by compiler (a file id, or
+ * NULL for the index of machines without one). */
+static int opt_request(const source *s, const char *level, const char *kind,
+                       const char *compiler, cache_request *req, char *compiler_buf, size_t n)
 {
     cache_keygen *g = source_keygen(s);
     if (!g)
         return OPJIT_ENOMEM;
-    cache_keygen_add_str(g, "tier", identity ? "opt" : "opt-index");
+    cache_keygen_add_str(g, "tier", kind);
     cache_keygen_add_str(g, "options", OPT_OPTIONS);
     cache_keygen_add_str(g, "link-blas", source_uses_blas(s) ? "yes" : "no");
     cache_keygen_add_str(g, "target", loader_target());
     cache_keygen_add_str(g, "cpu", level);
-    if (identity)
-        cache_keygen_add_str(g, "compiler", identity);
-    snprintf(compiler_buf, n, "%s", identity ? identity : "any C compiler");
+    if (compiler)
+        cache_keygen_add_str(g, "compiler", compiler);
+    snprintf(compiler_buf, n, "%s", compiler ? compiler : "any C compiler");
     *req = (cache_request){
         .op_name = s->stem,
         .source_name = s->name,
         .compiler = compiler_buf,
         .options = OPT_OPTIONS,
         .target = level,
-        .tier = identity ? "opt" : "opt-index",
+        .tier = kind,
     };
     cache_keygen_finish(g, &req->key);
     return OPJIT_OK;
+}
+
+/* Who the compiler's file is, cheaply (no process): where it resolves to
+ * and that file's inode, size and modification time. */
+static void compiler_file_id(tier_state *t)
+{
+    char real[PATH_MAX], buf[128];
+    struct stat st;
+    t->file_id[0] = '\0';
+    if (!t->cc[0] || !realpath(t->cc, real) || stat(real, &st) != 0)
+        return;
+    cache_keygen *g = cache_keygen_new();
+    if (!g)
+        return;
+    snprintf(buf, sizeof buf, "%llu %llu %lld %lld.%09ld", (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino, (long long)st.st_size,
+             (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+    cache_keygen_add_str(g, "cc-path", t->cc);
+    cache_keygen_add_str(g, "cc-real", real);
+    cache_keygen_add_str(g, "cc-stat", buf);
+    cache_key k;
+    cache_keygen_finish(g, &k);
+    snprintf(t->file_id, sizeof t->file_id, "cc-file:%.32s", k.hex);
 }
 
 static int hex_to_key(const char *hex, cache_key *k)
@@ -213,10 +270,14 @@ int tier_lookup(loader *l, const source *s, cache_entry **out)
     *out = NULL;
     if (!t->wanted || s->device != OPJIT_CPU)
         return OPJIT_ENOTFOUND;
+    /* With a compiler here, only what that compiler built serves. */
+    const char *by = t->cc[0] ? t->file_id : NULL;
+    if (by && !by[0])
+        return OPJIT_ENOTFOUND; /* its file could not be read: compile */
     for (int i = 0; t->levels[i]; i++) {
         cache_request req;
         char comp[96];
-        if (opt_request(s, t->levels[i], NULL, &req, comp, sizeof comp))
+        if (opt_request(s, t->levels[i], "opt-index", by, &req, comp, sizeof comp))
             return OPJIT_ENOMEM;
         cache_entry *idx = NULL;
         int hit;
@@ -310,7 +371,12 @@ static int build_opt(void *ud, const char *dir, char *err, size_t errlen)
     }
     argv[n++] = "-lm";
     argv[n] = NULL;
-    int rc = run_logged((char *const *)argv, log);
+    int rc = run_logged((char *const *)argv, log, t->timeout_ms);
+    if (rc == -2) {
+        snprintf(err, errlen, "%s ran past its time limit of %.1f s and was killed "
+                 "(OPJIT_CC_TIMEOUT)", t->cc, (double)t->timeout_ms / 1000.0);
+        return OPJIT_ECOMPILE;
+    }
     if (rc != 0) {
         size_t len;
         char *text = loader_read_file(log, &len);
@@ -338,7 +404,7 @@ static int run_job(loader *l, tier_job *job)
     const char *level = t->levels[0];
     cache_request req;
     char comp[96];
-    if (opt_request(&job->src, level, t->identity, &req, comp, sizeof comp))
+    if (opt_request(&job->src, level, "opt", t->identity, &req, comp, sizeof comp))
         return rt_error(rt, OPJIT_ENOMEM, "out of memory");
     opt_build b = {.l = l, .src = &job->src, .level = level};
     cache_entry *entry = NULL;
@@ -348,12 +414,14 @@ static int run_job(loader *l, tier_job *job)
     if (rc)
         return rt_error(rt, rc, "%s: optimizing compile: %s", job->path, err);
 
-    /* Make it findable without a compiler. */
-    cache_request ireq;
-    char icomp[96];
-    if (!opt_request(&job->src, level, NULL, &ireq, icomp, sizeof icomp)) {
+    /* Make it findable without running the compiler, and without one. */
+    const char *index_by[] = {t->file_id[0] ? t->file_id : NULL, NULL};
+    for (int i = index_by[0] ? 0 : 1; i < 2; i++) {
+        cache_request ireq;
+        char icomp[96];
         cache_entry *ie = NULL;
-        if (!cache_fetch(l->cache, &ireq, loader_build_index, req.key.hex, &ie, &hit, err, sizeof err))
+        if (!opt_request(&job->src, level, "opt-index", index_by[i], &ireq, icomp, sizeof icomp) &&
+            !cache_fetch(l->cache, &ireq, loader_build_index, req.key.hex, &ie, &hit, err, sizeof err))
             cache_entry_release(ie);
     }
 
@@ -493,6 +561,17 @@ int tier_create(loader *l, const opjit_config *cfg)
     int found = find_in_path(cc, t->cc, sizeof t->cc);
     if (!found)
         t->cc[0] = '\0';
+    compiler_file_id(t);
+    t->timeout_ms = cfg->cc_timeout_ms > 0 ? cfg->cc_timeout_ms : TIER_DEFAULT_TIMEOUT_MS;
+    if (cfg->cc_timeout_ms <= 0) {
+        const char *e = getenv("OPJIT_CC_TIMEOUT");
+        long ms = env_seconds_parse(e, TIER_DEFAULT_TIMEOUT_MS);
+        if (ms <= 0)
+            rt_log(l->rt, OPJIT_LOG_WARN, "OPJIT_CC_TIMEOUT='%s' is not a positive number of "
+                   "seconds; using %d", e, TIER_DEFAULT_TIMEOUT_MS / 1000);
+        else
+            t->timeout_ms = ms;
+    }
     t->wanted = want;
     t->enabled = want && found;
     if (want && !found && cfg->tiering == 1)
