@@ -260,6 +260,37 @@ int opjit_op_arg_index(const opjit_op *op, const char *name);
  * non-zero. */
 int opjit_list(opjit_runtime *rt, int (*fn)(void *ud, const opjit_op *op), void *ud);
 
+/* One op source on the search path and the ops its OPJIT_MODULE registers. */
+typedef struct opjit_source_ops {
+    const char *path;    /* the source file */
+    int device;          /* OPJIT_CPU (.c) or OPJIT_CUDA (.cu) */
+    int status;          /* OPJIT_OK, or why its ops are not known: a
+                          * compile error, an init that failed, exited,
+                          * crashed or ran past the time limit
+                          * (OPJIT_EMODULE), not a regular file
+                          * (OPJIT_EINVAL), CUDA not usable here
+                          * (OPJIT_EDEVICE) */
+    const char *error;   /* the message when status != OPJIT_OK, else "" */
+    const char *tier;    /* what serves it when loaded: "tcc", "opt", "nvrtc" */
+    int nops;
+    const char *const *schemas; /* each registered op's schema, in order */
+    const char *const *docs;    /* and its description */
+} opjit_source_ops;
+
+/* Find the op sources on the search path (every *.c and *.cu file of each
+ * directory, by name; a name an earlier directory has is shadowed) and
+ * what each registers, calling fn once per source in search order; stops
+ * early if fn returns non-zero. Nothing is loaded into rt: each source is
+ * compiled (or taken from the cache) and its init run in a child process
+ * with a time limit ($OPJIT_DISCOVER_TIMEOUT seconds, default 60), so a
+ * source that does not compile, or whose init crashes, exits or never
+ * returns, is reported in its status and the others are still found.
+ * Returns OPJIT_OK when every source was listed (a .cu skipped because
+ * CUDA cannot run here counts as listed), else the status of the first
+ * that was not; every source is still passed to fn. */
+int opjit_discover(opjit_runtime *rt, int (*fn)(void *ud, const opjit_source_ops *src),
+                   void *ud);
+
 /* Value constructors. */
 static inline opjit_value opjit_tensor(DLTensor *t)
 {

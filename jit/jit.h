@@ -21,6 +21,10 @@ typedef struct jit_tcc_job {
  * puts the diagnostics into diag: "file:line: error: ..." followed by the
  * offending source line. libtcc is not reentrant: calls are serialised. */
 int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen);
+/* Around a fork() whose child compiles: hold libtcc's lock so the child
+ * never starts with it taken by a thread it does not have. */
+void jit_tcc_fork_prepare(void);
+void jit_tcc_fork_done(void);
 
 /* ---- NVRTC (jit/nvrtc.c): CUDA device code -> cubin or PTX ---------------- */
 

@@ -180,3 +180,6 @@ out:
     free(name);
     return rc;
 }
+
+void jit_tcc_fork_prepare(void) { pthread_mutex_lock(&tcc_lock); }
+void jit_tcc_fork_done(void) { pthread_mutex_unlock(&tcc_lock); }

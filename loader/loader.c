@@ -7,6 +7,7 @@
  * serialised anyway); calls never take it. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <link.h>
 #include <stdio.h>
@@ -102,7 +103,13 @@ int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **ou
     int rc = cache_open(&cc, &l->cache, err, sizeof err);
     if (!rc && (rc = tier_create(l, cfg)))
         cache_close(l->cache);
-    if (!rc && cfg->cuda_archs && !(l->cuda_archs = strdup(cfg->cuda_archs))) {
+    l->cfg_offline = cfg->offline;
+    l->cfg_no_cache = cfg->no_cache;
+    if (!rc && ((cfg->cuda_archs && !(l->cuda_archs = strdup(cfg->cuda_archs))) ||
+                (cfg->cache_dir && !(l->cfg_cache_dir = strdup(cfg->cache_dir))) ||
+                (cfg->readonly_caches && !(l->cfg_readonly = strdup(cfg->readonly_caches))))) {
+        free(l->cuda_archs);
+        free(l->cfg_cache_dir);
         tier_destroy(l);
         cache_close(l->cache);
         rc = OPJIT_ENOMEM;
@@ -146,6 +153,8 @@ void loader_destroy(struct loader *l)
     remove_scratch(l);
     free(l->ops_path);
     free(l->cuda_archs);
+    free(l->cfg_cache_dir);
+    free(l->cfg_readonly);
     pthread_mutex_destroy(&l->lock);
     free(l);
 }
@@ -197,32 +206,48 @@ static int make_scratch(loader *l)
 
 char *loader_read_file(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is then
+     * refused as not a regular file. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
         return NULL;
-    size_t cap = 8192, n = 0;
+    struct stat st;
+    int bad = fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) ? EINVAL : 0;
+    if (bad) {
+        close(fd);
+        errno = bad;
+        return NULL;
+    }
+    size_t cap = (size_t)st.st_size + 4096, n = 0;
     char *buf = malloc(cap);
     while (buf) {
-        n += fread(buf + n, 1, cap - n - 1, f);
-        if (n < cap - 1)
-            break;
-        char *nb = realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
+        ssize_t r = read(fd, buf + n, cap - n - 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (r < 0) {
+                free(buf);
+                buf = NULL;
+                errno = EIO;
+            }
             break;
         }
-        buf = nb;
-        cap *= 2;
+        n += (size_t)r;
+        if (n == cap - 1) { /* it grew while we read */
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
     }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) {
-        free(buf);
-        if (bad)
-            errno = EIO;
-        else
-            errno = ENOMEM;
+    int e = errno;
+    close(fd);
+    if (!buf) {
+        errno = e == EIO ? EIO : ENOMEM;
         return NULL;
     }
     buf[n] = '\0';
@@ -243,6 +268,7 @@ typedef struct header_set {
     char **real; /* realpaths already hashed */
     int n, cap;
     int oom;
+    char *bad;   /* the first local header that is not a regular file */
 } header_set;
 
 typedef struct header_bufs {
@@ -325,6 +351,8 @@ static void add_local_headers(cache_keygen *g, const char *src_dir, const char *
             continue;
         size_t len;
         char *h = loader_read_file(b->real, &len);
+        if (!h && errno == EINVAL && !hs->bad) /* a FIFO or device: the compiler would hang */
+            hs->bad = strdup(b->real);
         if (!h)
             continue;
         cache_keygen_add_str(g, "header-name", b->rel);
@@ -373,7 +401,7 @@ const char *loader_target(void)
     return target_triple;
 }
 
-static void source_digest(const source *s, cache_key *out);
+static void source_digest(const source *s, cache_key *out, char **bad_header);
 
 int source_read(loader *l, const char *path, source *s)
 {
@@ -391,6 +419,8 @@ int source_read(loader *l, const char *path, source *s)
         return rt_error(rt, errno == ENOENT ? OPJIT_ENOTFOUND : OPJIT_EIO, "%s: %s", path,
                         strerror(errno));
     s->text = loader_read_file(s->real, &s->len);
+    if (!s->text && errno == EINVAL)
+        return rt_error(rt, OPJIT_EINVAL, "%s: not a regular file", path);
     if (!s->text)
         return rt_error(rt, OPJIT_EIO, "%s: cannot read: %s", path, strerror(errno));
     if (strlen(s->text) != s->len) {
@@ -401,7 +431,14 @@ int source_read(loader *l, const char *path, source *s)
     *strrchr(s->dir, '/') = '\0';
     s->name = base_name(path);
     snprintf(s->stem, sizeof s->stem, "%.*s", (int)(strrchr(s->name, '.') - s->name), s->name);
-    source_digest(s, &s->digest);
+    char *bad = NULL;
+    source_digest(s, &s->digest, &bad);
+    if (bad) {
+        rt_error(rt, OPJIT_EINVAL, "%s: the local header %s is not a regular file", path, bad);
+        free(bad);
+        source_free(s);
+        return OPJIT_EINVAL;
+    }
     return OPJIT_OK;
 }
 
@@ -412,8 +449,10 @@ void source_free(source *s)
 }
 
 /* What every artifact of s depends on, hashed: opjit's ABI and op header,
- * the source's name and bytes, its local headers as they are on disk. */
-static void source_digest(const source *s, cache_key *out)
+ * the source's name and bytes, its local headers as they are on disk.
+ * *bad_header (NULL: not wanted) receives a local header that is not a
+ * regular file (malloc'd), which no compile may be asked to open. */
+static void source_digest(const source *s, cache_key *out, char **bad_header)
 {
     cache_keygen *g = cache_keygen_new();
     if (!g) {
@@ -431,7 +470,11 @@ static void source_digest(const source *s, cache_key *out)
     for (int i = 0; i < hs.n; i++)
         free(hs.real[i]);
     free(hs.real);
-    if (hs.oom) {
+    if (bad_header)
+        *bad_header = hs.bad;
+    else
+        free(hs.bad);
+    if (hs.oom || hs.bad) {
         /* Never a key that silently lacks headers: the all-zero key, which
          * the cache refuses (out of memory). */
         cache_keygen_finish(g, out);
@@ -458,7 +501,7 @@ cache_keygen *source_keygen(const source *s)
 int source_unchanged(const source *s)
 {
     cache_key now;
-    source_digest(s, &now);
+    source_digest(s, &now, NULL);
     return !memcmp(now.bytes, s->digest.bytes, sizeof now.bytes);
 }
 

@@ -30,6 +30,9 @@ typedef struct loader {
     loaded *loaded;
     tier_state *tier;
     char *cuda_archs;     /* config.cuda_archs, or NULL */
+    /* What a discovery child needs to open the same caches. */
+    char *cfg_cache_dir, *cfg_readonly;
+    int cfg_offline, cfg_no_cache;
 } loader;
 
 /* A source file read into memory. */
@@ -82,6 +85,11 @@ void tier_destroy(loader *l);
 int tier_lookup(loader *l, const source *s, cache_entry **out);
 /* Compile s optimized in the background, then swap its kernels in. */
 void tier_schedule(loader *l, const source *s, const cache_key *tcc_key);
+/* Never build optimized code (a discovery child: it only looks). */
+void tier_never_build(loader *l);
+/* The tier a load of s would be served by now: "opt" when an optimized
+ * artifact is in a cache, else "tcc". */
+const char *tier_would_serve(loader *l, const source *s);
 /* Wait until no background compile is pending; the status of the first
  * that failed since the last wait, and its message in msg. */
 int tier_wait(loader *l, char *msg, size_t n);

@@ -523,6 +523,17 @@ void tier_schedule(loader *l, const source *s, const cache_key *tcc_key)
     pthread_mutex_unlock(&t->lock);
 }
 
+void tier_never_build(loader *l) { l->tier->enabled = 0; }
+
+const char *tier_would_serve(loader *l, const source *s)
+{
+    cache_entry *e = NULL;
+    if (tier_lookup(l, s, &e) != OPJIT_OK)
+        return "tcc";
+    cache_entry_release(e);
+    return "opt";
+}
+
 int tier_wait(loader *l, char *msg, size_t n)
 {
     tier_state *t = l->tier;

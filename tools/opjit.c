@@ -234,10 +234,12 @@ static void rt_error(opjit_runtime *rt, const char *what)
 static const char list_help[] =
     "usage: opjit list [--ops-path DIR] [options]\n"
     "\n"
-    "Load every operator source (*.c, *.cu) found on the search path and list\n"
-    "the operators: schema, devices, the source of each device's kernel and its\n"
-    "description. A source that fails to load is reported on stderr and the\n"
-    "others are still listed; the exit status is then 1.\n"
+    "Find every operator source (*.c, *.cu) on the search path and list the\n"
+    "operators: schema, devices, the tier a load would get, the source of each\n"
+    "device's kernel and its description. Each source is compiled and its init\n"
+    "run in a child process with a time limit ($OPJIT_DISCOVER_TIMEOUT seconds,\n"
+    "default 60): one that fails to compile, crashes, exits or hangs is reported\n"
+    "on stderr and the others are still listed; the exit status is then 1.\n"
     "\n"
     "The search path: the --ops-path directories, then $OPJIT_OPS_PATH.\n"
     "\n"
@@ -276,11 +278,6 @@ static void name_set_free(name_set *s)
         free(s->v[i]);
     free(s->v);
     memset(s, 0, sizeof *s);
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* The op name of a source file name: "nms.c" -> "nms" (length), else 0. */
@@ -373,31 +370,72 @@ static int collect_op(void *ud, const opjit_op *op)
     return 0;
 }
 
-static void print_op(opjit_runtime *rt, const opjit_op *op, FILE *f)
+/* What `opjit list` prints: one row per (op, source). */
+typedef struct listed_op {
+    char *name, *schema, *path, *doc;
+    const char *tier;
+    int device;
+} listed_op;
+
+typedef struct listed_ops {
+    listed_op *v;
+    size_t n, cap;
+    int sources, oom;
+} listed_ops;
+
+static int listed_add(listed_ops *ops, const opjit_source_ops *src, int i)
 {
-    opjit_op_info info;
-    if (opjit_op_info_get(rt, op, &info) != OPJIT_OK) {
-        fprintf(stderr, "opjit: cannot describe an op: %s\n", opjit_errmsg(rt));
-        return;
+    if (ops->n == ops->cap) {
+        size_t cap = ops->cap ? ops->cap * 2 : 16;
+        listed_op *v = realloc(ops->v, cap * sizeof *v);
+        if (!v)
+            return -1;
+        ops->v = v;
+        ops->cap = cap;
     }
-    fprintf(f, "%s\n", info.schema ? info.schema : info.name);
-    int width = 0;
-    for (int d = 0; d < OPJIT_DEVICE_COUNT; d++)
-        if (info.source[d] && (int)strlen(info.source[d]) > width)
-            width = (int)strlen(info.source[d]);
-    for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
-        if (!info.source[d])
-            continue;
-        const char *dev = opjit_device_name(d);
-        const char *doc = info.doc[d];
-        char where[64];
-        snprintf(where, sizeof where, "%s%s%s", dev ? dev : "?", info.tier[d] ? "/" : "",
-                 info.tier[d] ? info.tier[d] : "");
-        if (doc && *doc)
-            fprintf(f, "    %-9s %-*s  %s\n", where, width, info.source[d], doc);
-        else
-            fprintf(f, "    %-9s %s\n", where, info.source[d]);
+    const char *schema = src->schemas[i], *paren = strchr(schema, '(');
+    listed_op *o = &ops->v[ops->n];
+    o->name = strndup(schema, paren ? (size_t)(paren - schema) : strlen(schema));
+    o->schema = strdup(schema);
+    o->path = strdup(src->path);
+    o->doc = strdup(src->docs[i]);
+    o->tier = src->tier;
+    o->device = src->device;
+    ops->n++;
+    return o->name && o->schema && o->path && o->doc ? 0 : -1;
+}
+
+static int collect_source(void *ud, const opjit_source_ops *src)
+{
+    listed_ops *ops = ud;
+    ops->sources++;
+    if (src->status == OPJIT_EDEVICE) { /* no CUDA here: not an error */
+        if (g_opt.verbose > 0)
+            fprintf(stderr, "opjit: %s\n", src->error);
+    } else if (src->status != OPJIT_OK)
+        fprintf(stderr, "opjit: %s\n", src->error);
+    for (int i = 0; i < src->nops && !ops->oom; i++)
+        if (listed_add(ops, src, i) != 0)
+            ops->oom = 1;
+    return 0;
+}
+
+static int cmp_listed(const void *pa, const void *pb)
+{
+    const listed_op *a = pa, *b = pb;
+    int c = strcmp(a->name, b->name);
+    return c ? c : a->device - b->device;
+}
+
+static void listed_free(listed_ops *ops)
+{
+    for (size_t i = 0; i < ops->n; i++) {
+        free(ops->v[i].name);
+        free(ops->v[i].schema);
+        free(ops->v[i].path);
+        free(ops->v[i].doc);
     }
+    free(ops->v);
 }
 
 int opjit_cmd_list(int argc, char **argv)
@@ -417,50 +455,38 @@ int opjit_cmd_list(int argc, char **argv)
     opjit_runtime *rt;
     if (opjit_cli_create(&rt) != OPJIT_EXIT_OK)
         return OPJIT_EXIT_FAIL;
-    /* The --ops-path directories must exist; then every directory of the
-     * runtime's search path (--ops-path, $OPJIT_OPS_PATH, the installed
-     * ops) is scanned. */
-    name_set names = {0};
+    /* The --ops-path directories must exist. */
     name_set ignored = {0};
     int r1 = scan_path(g_opt.ops_path, 1, &ignored);
-    int r2 = scan_path(loader_ops_path(rt), 0, &names);
     name_set_free(&ignored);
-    if (r1 < 0 || r2 < 0) {
+    if (r1 < 0) {
         fprintf(stderr, "opjit: out of memory\n");
-        name_set_free(&names);
         opjit_destroy(rt);
         return OPJIT_EXIT_FAIL;
     }
-    int fail = r1 || r2;
-    if (names.n > 1)
-        qsort(names.v, names.n, sizeof *names.v, cmp_str);
-
-    for (size_t i = 0; i < names.n; i++) {
-        int st = opjit_load_op(rt, names.v[i], NULL);
-        if (st == OPJIT_EDEVICE) {
-            /* e.g. only a .cu source, on a build without CUDA: not an error */
-            fprintf(stderr, "opjit: skipped: %s\n", opjit_errmsg(rt));
-        } else if (st != OPJIT_OK) {
-            rt_error(rt, names.v[i]);
-            fail = 1;
-        }
-    }
-    name_set_free(&names);
-
-    op_vec ops = {0};
-    if (opjit_list(rt, collect_op, &ops) != OPJIT_OK) {
-        fprintf(stderr, "opjit: %s\n", opjit_errmsg(rt));
-        fail = 1;
-    }
+    /* Every source is loaded in a child process: one that crashes, exits
+     * or hangs is reported and the others are still listed. */
+    listed_ops ops = {0};
+    int st = opjit_discover(rt, collect_source, &ops);
+    int fail = r1 || (st != OPJIT_OK && st != OPJIT_EDEVICE) || ops.oom;
+    if (ops.n > 1)
+        qsort(ops.v, ops.n, sizeof *ops.v, cmp_listed);
     for (size_t i = 0; i < ops.n; i++) {
-        if (i)
-            putchar('\n');
-        print_op(rt, ops.v[i], stdout);
+        if (i == 0 || strcmp(ops.v[i].name, ops.v[i - 1].name)) {
+            printf("%s%s\n", i ? "\n" : "", ops.v[i].schema);
+        }
+        char where[64];
+        snprintf(where, sizeof where, "%s/%s", opjit_device_name(ops.v[i].device),
+                 ops.v[i].tier);
+        if (*ops.v[i].doc)
+            printf("    %-9s %s  %s\n", where, ops.v[i].path, ops.v[i].doc);
+        else
+            printf("    %-9s %s\n", where, ops.v[i].path);
     }
-    if (ops.n == 0)
+    if (ops.n == 0 && !ops.sources)
         fprintf(stderr, "opjit: no operator sources found on the search path %s (give "
                         "--ops-path DIR or set OPJIT_OPS_PATH)\n", loader_ops_path(rt));
-    free(ops.v);
+    listed_free(&ops);
     opjit_destroy(rt);
     return fail ? OPJIT_EXIT_FAIL : OPJIT_EXIT_OK;
 }
