@@ -21,7 +21,8 @@
 #include <unistd.h>
 
 #include "opjit.h"
-#include "cache/cache.h"
+#include "cache/cache_int.h"
+#include <xxhash.h>
 #include "t.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -1509,6 +1510,93 @@ static void test_fallback_dirs_swept(void)
     }
 }
 
+/* ---- ELF artifacts are complete, or they are no entry ------------------------ */
+
+typedef struct elf_build {
+    unsigned char *elf;
+    size_t len, write;
+} elf_build;
+
+/* Writes the first `write` bytes of a real ELF file as host.so, as a
+ * compiler that hit a full disk without noticing would. */
+static int build_elf(void *ud, const char *dir, char *err, size_t errlen)
+{
+    elf_build *b = ud;
+    char path[1400];
+    snprintf(path, sizeof path, "%s/host.so", dir);
+    if (write_file(path, b->elf, b->write) != 0) {
+        snprintf(err, errlen, "cannot write %s", path);
+        return OPJIT_EIO;
+    }
+    return OPJIT_OK;
+}
+
+static void test_incomplete_elf_is_never_an_entry(void)
+{
+    elf_build b = {0};
+    FILE *f = fopen("/proc/self/exe", "rb");
+    b.elf = malloc(1 << 24);
+    b.len = f && b.elf ? fread(b.elf, 1, 1 << 24, f) : 0;
+    if (f)
+        fclose(f);
+    CHECK(b.len > 4096);
+    logcap lc = {0};
+    cache *c = open_at(tdir("elf"), NULL, 0, 0, &lc);
+    if (!c || b.len <= 4096) {
+        free(b.elf);
+        return;
+    }
+    cache_request r = mkreq("nms", "elf-cut");
+    cache_entry *e = NULL;
+    char err[1024];
+    int hit;
+    b.write = b.len / 2;
+    CHECK(cache_fetch(c, &r, build_elf, &b, &e, &hit, err, sizeof err) == OPJIT_EIO && !e);
+    CHECK_STR_CONTAINS(err, "incomplete host.so");
+    CHECK(count_dir(tdir("elf/v1/entries")) == 0);
+    /* Whole, it is an entry. */
+    b.write = b.len;
+    CHECK(cache_fetch(c, &r, build_elf, &b, &e, &hit, err, sizeof err) == OPJIT_OK && !hit);
+    char dir[1400];
+    snprintf(dir, sizeof dir, "%s", cache_entry_dir(e));
+    cache_entry_release(e);
+    CHECK(verify_count(c) == 0);
+    /* An entry cut short whose manifest agrees (what an older opjit could
+     * publish) is damage: found by verify, rebuilt by a fetch. */
+    char so[1500];
+    snprintf(so, sizeof so, "%s/host.so", dir);
+    CHECK(chmod(so, 0600) == 0 && truncate(so, (off_t)(b.len / 3)) == 0);
+    CHECK(unlink(manifest_of(dir)) == 0);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    cache_artifact *a = NULL;
+    int n = 0;
+    CHECK(cache_scan_artifacts(dfd, 0, &a, &n, err, sizeof err) == OPJIT_EIO);
+    CHECK(write_file(so, b.elf, b.len) == 0 && cache_scan_artifacts(dfd, 0, &a, &n, err, sizeof err) == OPJIT_OK);
+    CHECK(truncate(so, (off_t)(b.len / 3)) == 0);
+    for (int i = 0; i < n; i++) /* the sizes and sums of the cut file */
+        if (!strcmp(a[i].name, "host.so")) {
+            int fd = open(so, O_RDONLY);
+            a[i].size = (uint64_t)(b.len / 3);
+            unsigned char *buf = malloc(b.len / 3);
+            CHECK(fd >= 0 && read(fd, buf, b.len / 3) == (ssize_t)(b.len / 3));
+            a[i].sum = XXH3_64bits(buf, b.len / 3);
+            free(buf);
+            close(fd);
+        }
+    CHECK(cache_manifest_write(dfd, &r, a, n, 1, err, sizeof err) == OPJIT_OK);
+    cache_artifacts_free(a, n);
+    close(dfd);
+    CHECK(verify_count(c) == 1);
+    lc.nwarn = 0;
+    CHECK(cache_fetch(c, &r, build_elf, &b, &e, &hit, err, sizeof err) == OPJIT_OK && !hit);
+    CHECK(lc.nwarn == 1);
+    CHECK_STR_CONTAINS(lc.last, "incomplete");
+    cache_entry_release(e);
+    CHECK(verify_count(c) == 0);
+    cache_close(c);
+    free(b.elf);
+}
+
 int main(void)
 {
     const char *env = getenv("OPJIT_CACHE_DIR");
@@ -1543,6 +1631,7 @@ int main(void)
     T_RUN(test_fifo_is_damage_not_a_hang);
     T_RUN(test_transient_is_not_damage);
     T_RUN(test_fallback_dirs_swept);
+    T_RUN(test_incomplete_elf_is_never_an_entry);
     if (!t_failed_tests)
         rm_rf(base);
     return t_done();

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "opjit.h"
+#include "cache/cache_int.h"
 #include "t.h"
 #include "t_files.h"
 
@@ -1157,6 +1158,252 @@ static void by_name_and_by_path_agree(void)
     ops_path_restore();
 }
 
+/* ---- reloads drop what the new init no longer registers -------------------- */
+
+static void write_multi(const char *dir, const char *second)
+{
+    char src[2048];
+    snprintf(src, sizeof src,
+             "#include <opjit_op.h>\n"
+             "static int k(opjit_ctx *ctx, opjit_args *a)\n"
+             "{\n"
+             "    int64_t shape[1] = {1};\n"
+             "    DLTensor *t = opjit_output(ctx, 0, OPJIT_INT64, 1, shape);\n"
+             "    if (!t)\n"
+             "        return -1;\n"
+             "    ((int64_t *)opjit_data(t))[0] = 7 + opjit_arg_int(a, 0);\n"
+             "    return 0;\n"
+             "}\n"
+             "OPJIT_MODULE(qal_multi, m)\n"
+             "{\n"
+             "    opjit_def(m, \"qal_multi(int add=0) -> Tensor\", OPJIT_CPU, k, \"\");\n"
+             "    opjit_def(m, \"%s(int add=0) -> Tensor\", OPJIT_CPU, k, \"\");\n"
+             "}\n/* %s */\n",
+             second, run_nonce);
+    write_text(dir, "qal_multi.c", src);
+}
+
+static void reload_drops_ops_the_new_init_no_longer_registers(void)
+{
+    const char *d = tmpdir_new();
+    write_multi(d, "qal_old_name");
+    opjit_runtime *rt = rt_new();
+    CHECK(opjit_load_file(rt, pjoin(d, "qal_multi.c"), NULL, NULL) == OPJIT_OK);
+    CHECK_VALUE(call_named(rt, "qal_old_name"), 7);
+    opjit_op *old = NULL;
+    CHECK(opjit_find_op(rt, "qal_old_name", &old) == OPJIT_OK);
+    write_multi(d, "qal_new_name"); /* renamed in the source */
+    CHECK(opjit_load_file(rt, pjoin(d, "qal_multi.c"), NULL, NULL) == OPJIT_OK);
+    CHECK_VALUE(call_named(rt, "qal_new_name"), 7);
+    CHECK_VALUE(call_named(rt, "qal_multi"), 7);
+    opjit_op *gone = NULL;
+    CHECK(opjit_find_op(rt, "qal_old_name", &gone) == OPJIT_ENOTFOUND && !gone);
+    int n = 0;
+    opjit_list(rt, count_ops, &n);
+    CHECK(n == 2);
+    /* A handle kept from before is refused, not run on the old code. */
+    DLManagedTensor *out = NULL;
+    CHECK(opjit_call(rt, old, NULL, 0, &out, 1) != OPJIT_OK && !out);
+    opjit_destroy(rt);
+}
+
+/* ---- discovery: each source in a child ------------------------------------- */
+
+typedef struct seen_sources {
+    int n, ok, failed;
+    char errors[4096];
+    char schemas[2048];
+} seen_sources;
+
+static int note_source(void *ud, const opjit_source_ops *src)
+{
+    seen_sources *s = ud;
+    s->n++;
+    if (src->status == OPJIT_OK)
+        s->ok++;
+    else
+        s->failed++;
+    size_t e = strlen(s->errors), c = strlen(s->schemas);
+    snprintf(s->errors + e, sizeof s->errors - e, "%s\n", src->error);
+    for (int i = 0; i < src->nops; i++) {
+        c = strlen(s->schemas);
+        snprintf(s->schemas + c, sizeof s->schemas - c, "%s [%s]\n", src->schemas[i],
+                 src->docs[i]);
+    }
+    return 0;
+}
+
+static void discover_survives_sources_that_exit_or_crash(void)
+{
+    const char *d = tmpdir_new();
+    write_const_op(d, "qal_fine.c", "qal_fine", 1);
+    write_text(d, "qal_exits.c",
+               "#include <stdlib.h>\n#include <opjit_op.h>\n"
+               "OPJIT_MODULE(qal_exits, m) { (void)m; exit(3); }\n");
+    write_text(d, "qal_aborts.c",
+               "#include <stdlib.h>\n#include <opjit_op.h>\n"
+               "OPJIT_MODULE(qal_aborts, m) { (void)m; abort(); }\n");
+    write_text(d, "qal_broken.c", "#include <opjit_op.h>\nint x = ;\n");
+    opjit_config cfg;
+    opjit_config_init(&cfg);
+    cfg.ops_path = d;
+    cfg.tiering = 0;
+    opjit_runtime *rt = rt_new_cfg(&cfg);
+    seen_sources s = {0};
+    int rc = opjit_discover(rt, note_source, &s);
+    CHECK(rc == OPJIT_EMODULE || rc == OPJIT_ECOMPILE);
+    /* The shipped ops are on the path too (the environment's directory). */
+    CHECK(s.failed == 3 && s.ok >= 1);
+    CHECK_STR_CONTAINS(s.schemas, "qal_fine(int add=0) -> Tensor [constant 1]");
+    CHECK_STR_CONTAINS(s.errors, "qal_exits.c: loading it exited with status 3");
+    CHECK_STR_CONTAINS(s.errors, "qal_aborts.c: loading it crashed (signal 6");
+    CHECK_STR_CONTAINS(s.errors, "qal_broken.c: compile error");
+    /* Nothing was loaded into the host's runtime. */
+    int n = 0;
+    opjit_list(rt, count_ops, &n);
+    CHECK(n == 0);
+    opjit_destroy(rt);
+}
+
+/* ---- a shared read-only layer: nobody else's code reaches dlopen ------------ */
+
+/* The one entry directory under root's v1/entries. */
+static int only_entry(const char *root, char *out, size_t n)
+{
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "find '%s/v1/entries' -mindepth 2 -maxdepth 2 -type d", root);
+    FILE *f = popen(cmd, "r");
+    int got = f && fgets(out, (int)n, f) != NULL;
+    if (f)
+        pclose(f);
+    if (got)
+        out[strcspn(out, "\n")] = '\0';
+    return got;
+}
+
+/* Replace the entry's host.so with evil and write a manifest that matches,
+ * as someone able to write the entry could. */
+static void forge_entry(const char *entry, const char *evil_so)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/host.so' && rm -f '%s/manifest'", evil_so, entry,
+             entry);
+    CHECK(system(cmd) == 0);
+    int dfd = open(entry, O_RDONLY | O_DIRECTORY);
+    cache_artifact *a = NULL;
+    int n = 0;
+    char err[512];
+    cache_request req;
+    memset(&req, 0, sizeof req);
+    snprintf(req.key.hex, sizeof req.key.hex, "%s", strrchr(entry, '/') + 1);
+    req.op_name = req.source_name = req.compiler = req.options = req.target = req.tier = "x";
+    CHECK(dfd >= 0 && cache_scan_artifacts(dfd, 0, &a, &n, err, sizeof err) == OPJIT_OK);
+    CHECK(cache_manifest_write(dfd, &req, a, n, 1, err, sizeof err) == OPJIT_OK);
+    cache_artifacts_free(a, n);
+    close(dfd);
+}
+
+static int loads_from_layer(const char *layer, const char *src, int offline)
+{
+    opjit_config cfg;
+    opjit_config_init(&cfg);
+    cfg.cache_dir = tmpdir_new();
+    cfg.readonly_caches = layer;
+    cfg.offline = offline;
+    cfg.tiering = 0;
+    opjit_runtime *rt = rt_new_cfg(&cfg);
+    opjit_op *op = NULL;
+    int rc = opjit_load_file(rt, src, &op, NULL);
+    if (rc == OPJIT_OK)
+        CHECK_VALUE(call_value(rt, op), 5);
+    opjit_destroy(rt);
+    return rc;
+}
+
+static void a_forged_entry_in_a_readonly_layer_never_runs(void)
+{
+    const char *layer = tmpdir_new(), *d = tmpdir_new(), *evil_cache = tmpdir_new();
+    char marker[1100], victim[1100], evil[1100], entry[1400], evil_entry[1400], so[1500];
+    snprintf(marker, sizeof marker, "%s/evil-ran", d);
+    write_const_op(d, "qal_victim.c", "qal_victim", 5);
+    snprintf(victim, sizeof victim, "%s", pjoin(d, "qal_victim.c"));
+    /* The attacker's module: its init leaves a mark, then registers the op. */
+    char text[3000];
+    snprintf(text, sizeof text,
+             "#include <stdio.h>\n#include <opjit_op.h>\n"
+             "static int k(opjit_ctx *c, opjit_args *a) { (void)a; int64_t s[1] = {1};\n"
+             "  DLTensor *t = opjit_output(c, 0, OPJIT_INT64, 1, s); if (!t) return -1;\n"
+             "  ((int64_t *)opjit_data(t))[0] = 5; return 0; }\n"
+             "OPJIT_MODULE(qal_victim, m) { FILE *f = fopen(\"%s\", \"w\"); if (f) fclose(f);\n"
+             "  opjit_def(m, \"qal_victim(int add=0) -> Tensor\", OPJIT_CPU, k, \"\"); }\n"
+             "/* %s */\n", marker, run_nonce);
+    write_text(d, "evil.c", text);
+    snprintf(evil, sizeof evil, "%s", pjoin(d, "evil.c"));
+    opjit_config cfg;
+    opjit_config_init(&cfg);
+    cfg.tiering = 0;
+    cfg.cache_dir = layer; /* the layer, filled by its owner */
+    opjit_runtime *rt = rt_new_cfg(&cfg);
+    CHECK(opjit_load_file(rt, victim, NULL, NULL) == OPJIT_OK);
+    opjit_destroy(rt);
+    cfg.cache_dir = evil_cache;
+    rt = rt_new_cfg(&cfg);
+    CHECK(opjit_load_file(rt, evil, NULL, NULL) == OPJIT_OK);
+    opjit_destroy(rt);
+    unlink(marker);
+    if (!only_entry(layer, entry, sizeof entry) || !only_entry(evil_cache, evil_entry, sizeof evil_entry)) {
+        CHECK(!"entries not found");
+        return;
+    }
+    snprintf(so, sizeof so, "%s/host.so", evil_entry);
+    forge_entry(entry, so);
+    char cmd[1500];
+    snprintf(cmd, sizeof cmd, "chmod -R go-w '%s'", layer);
+    CHECK(system(cmd) == 0);
+    /* The forgery is good: from a layer its owner controls it runs (the
+     * owner is trusted), so the refusals below are the trust rule's. */
+    CHECK(loads_from_layer(layer, victim, 1) == OPJIT_OK);
+    CHECK(access(marker, F_OK) == 0);
+    unlink(marker);
+
+    char shard[1400];
+    snprintf(shard, sizeof shard, "%s", entry);
+    *strrchr(shard, '/') = '\0';
+    /* Someone else may write the shard: the entry is refused. */
+    CHECK(chmod(shard, 0777) == 0);
+    CHECK(loads_from_layer(layer, victim, 1) == OPJIT_EOFFLINE);
+    CHECK(loads_from_layer(layer, victim, 0) == OPJIT_OK); /* compiled here instead */
+    CHECK(access(marker, F_OK) != 0);
+    CHECK(chmod(shard, 0755) == 0);
+    if (geteuid() == 0) {
+        /* Another user owns the shard (as nobody would, having made it). */
+        CHECK(chown(shard, 65534, 65534) == 0);
+        CHECK(loads_from_layer(layer, victim, 1) == OPJIT_EOFFLINE);
+        CHECK(access(marker, F_OK) != 0);
+        CHECK(chown(shard, 0, 0) == 0);
+        CHECK(chown(entry, 65534, 65534) == 0);
+        CHECK(loads_from_layer(layer, victim, 1) == OPJIT_EOFFLINE);
+        CHECK(access(marker, F_OK) != 0);
+        CHECK(chown(entry, 0, 0) == 0);
+    }
+    /* The layer itself, or a directory above it, writable by others. */
+    CHECK(chmod(layer, 0777) == 0);
+    CHECK(loads_from_layer(layer, victim, 1) == OPJIT_EOFFLINE);
+    CHECK(chmod(layer, 0755) == 0);
+    char above[1100];
+    snprintf(above, sizeof above, "%s/above", d);
+    CHECK(mkdir(above, 0755) == 0);
+    snprintf(cmd, sizeof cmd, "cp -a '%s' '%s/layer'", layer, above);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "%s/layer", above);
+    CHECK(chmod(above, 0777) == 0);
+    CHECK(loads_from_layer(cmd, victim, 1) == OPJIT_EOFFLINE);
+    CHECK(chmod(above, 01777) == 0); /* sticky, like /tmp: fine */
+    CHECK(loads_from_layer(cmd, victim, 1) == OPJIT_OK);
+    CHECK(access(marker, F_OK) == 0); /* (the forgery, from a trusted layer) */
+    CHECK(chmod(above, 0755) == 0);
+}
+
 static void status_strings(void)
 {
     for (int s = 0; s < OPJIT_STATUS_COUNT; s++) {
@@ -1205,6 +1452,9 @@ int main(void)
     T_RUN(bad_paths);
     T_RUN(list_info_args_and_find);
     T_RUN(by_name_and_by_path_agree);
+    T_RUN(reload_drops_ops_the_new_init_no_longer_registers);
+    T_RUN(discover_survives_sources_that_exit_or_crash);
+    T_RUN(a_forged_entry_in_a_readonly_layer_never_runs);
     T_RUN(status_strings);
     tmpdirs_remove();
     return t_done();
