@@ -30,6 +30,11 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* The library is built with hidden visibility: what this header declares
+ * is all it exports. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
 
 #define OPJIT_VERSION_MAJOR 0
 #define OPJIT_VERSION_MINOR 1
@@ -325,6 +330,9 @@ static inline opjit_value opjit_none(void)
 int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args,
                int nargs, DLManagedTensor **outs, int nouts);
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #ifdef __cplusplus
 }
 #endif
