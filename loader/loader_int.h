@@ -48,6 +48,10 @@ typedef struct source {
     cache_key digest; /* of everything the artifacts depend on, read once */
 } source;
 
+/* The loader of rt, built from cfg (opjit_create), and its end. */
+int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **out);
+void loader_destroy(struct loader *l);
+
 int source_read(loader *l, const char *path, source *s);
 /* Whether the source calls OpenBLAS (then its artifact links it). */
 int source_uses_blas(const source *s);

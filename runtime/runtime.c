@@ -1,4 +1,5 @@
-/* runtime/runtime.c - create and destroy the runtime; its allocator. */
+/* runtime/runtime.c - the runtime's own parts, made and freed; its
+ * allocator. opjit_create (loader/create.c) assembles the layers. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,16 +37,9 @@ void opjit_config_init(opjit_config *cfg)
     cfg->verbosity = OPJIT_LOG_WARN;
 }
 
-int opjit_create(const opjit_config *cfg, opjit_runtime **out)
+int runtime_new(const opjit_config *cfg, opjit_runtime **out)
 {
-    if (!out)
-        return OPJIT_EINVAL;
     *out = NULL;
-    opjit_config defaults;
-    if (!cfg) {
-        opjit_config_init(&defaults);
-        cfg = &defaults;
-    }
     opjit_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return OPJIT_ENOMEM;
@@ -63,22 +57,12 @@ int opjit_create(const opjit_config *cfg, opjit_runtime **out)
         free(rt);
         return OPJIT_ENOMEM;
     }
-    int rc = loader_create(rt, cfg, &rt->loader);
-    if (rc) {
-        cuda_rt_free(rt->cuda);
-        pthread_mutex_destroy(&rt->lock);
-        free(rt);
-        return rc;
-    }
     *out = rt;
     return OPJIT_OK;
 }
 
-void opjit_destroy(opjit_runtime *rt)
+void runtime_free(opjit_runtime *rt)
 {
-    if (!rt)
-        return;
-    loader_destroy(rt->loader);
     for (opjit_op *op = atomic_load(&rt->ops), *next; op; op = next) {
         next = atomic_load(&op->next);
         free(op->name);

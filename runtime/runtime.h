@@ -118,7 +118,7 @@ struct opjit_runtime {
     opjit_log_fn log;
     void *log_ud;
     int verbosity;
-    struct loader *loader;
+    struct loader *loader; /* set and freed by loader/create.c; opaque here */
     struct cuda_rt *cuda; /* contexts, streams, device workspaces (runtime/cuda.h) */
 };
 
@@ -176,9 +176,11 @@ int dispatch_require(opjit_module *m, const char *arg, const char *spec);
 int dtype_parse(const char *s, DLDataType *out);
 const char *dtype_name(DLDataType t, char *buf, size_t n);
 
-/* ---- loader hooks -------------------------------------------------------- */
-struct loader;
-int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **out);
-void loader_destroy(struct loader *l);
+/* ---- lifetime (runtime/runtime.c) --------------------------------------- */
+/* The runtime's own parts (allocator, log, CUDA bookkeeping); the loader is
+ * attached and detached by opjit_create/opjit_destroy (loader/create.c),
+ * which assemble the layers: nothing here calls upward. */
+int runtime_new(const opjit_config *cfg, opjit_runtime **out);
+void runtime_free(opjit_runtime *rt);
 
 #endif

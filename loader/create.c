@@ -1,0 +1,37 @@
+/* loader/create.c - opjit_create and opjit_destroy: the top of the library,
+ * where the layers are assembled. The runtime (calls, dispatch) is made
+ * first; the loader (sources, compilers through jit/, the cache) is built on
+ * it and taken down before it. */
+#include <stdlib.h>
+
+#include "loader/loader_int.h"
+
+int opjit_create(const opjit_config *cfg, opjit_runtime **out)
+{
+    if (!out)
+        return OPJIT_EINVAL;
+    *out = NULL;
+    opjit_config defaults;
+    if (!cfg) {
+        opjit_config_init(&defaults);
+        cfg = &defaults;
+    }
+    opjit_runtime *rt;
+    int rc = runtime_new(cfg, &rt);
+    if (rc)
+        return rc;
+    if ((rc = loader_create(rt, cfg, &rt->loader))) {
+        runtime_free(rt);
+        return rc;
+    }
+    *out = rt;
+    return OPJIT_OK;
+}
+
+void opjit_destroy(opjit_runtime *rt)
+{
+    if (!rt)
+        return;
+    loader_destroy(rt->loader); /* first: its tier worker publishes into rt */
+    runtime_free(rt);
+}
