@@ -124,6 +124,21 @@ int cache_private_mkdir(const char *base, const char *prefix, const char *const 
  * caller closes its lockfd afterwards. */
 void cache_private_rmdir(const char *path, const char *const *files);
 
+/* ---- notes and index entries (cache_note.c) ---------------------------- */
+
+/* A small text value (at most 4 KiB) kept as the one artifact name of the
+ * entry of req: put publishes it (first writer wins, like any entry), get
+ * gives a malloc'd copy or OPJIT_ENOTFOUND. Never builds anything else. */
+int cache_note_put(cache *c, const cache_request *req, const char *name, const char *text);
+int cache_note_get(cache *c, const cache_request *req, const char *name, char **text);
+/* Index entries: the entry of index names target's key, so an entry can be
+ * found by a key that leaves out what a machine cannot know cheaply (a
+ * compiler's identity where there is no compiler). fetch probes the entry
+ * the index names, described by target (whose key is replaced). */
+int cache_index_put(cache *c, const cache_request *index, const cache_key *target);
+int cache_index_fetch(cache *c, const cache_request *index, const cache_request *target,
+                      cache_entry **out);
+
 /* ---- administration (the `opjit cache` command) ----------------------- */
 
 /* The resolved writable directory, even when it could not be used; ""

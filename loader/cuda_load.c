@@ -347,40 +347,15 @@ static void device_request(const source *s, const char *arch, const char *identi
         memset(&req->key, 0, sizeof req->key), memset(req->key.hex, '0', 32);
 }
 
-static int hex_key(const char *hex, cache_key *k)
-{
-    if (!hex || strlen(hex) < 32)
-        return 0;
-    for (int i = 0; i < 16; i++) {
-        unsigned v;
-        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
-            return 0;
-        k->bytes[i] = (unsigned char)v;
-    }
-    snprintf(k->hex, sizeof k->hex, "%.32s", hex);
-    return 1;
-}
-
 /* Without NVRTC: the entry an index names, if both are in a cache. */
 static int fetch_by_index(loader *l, const source *s, const char *arch, cache_entry **out)
 {
-    cache_request ireq;
+    cache_request ireq, full;
     device_request(s, arch, NULL, &ireq);
-    cache_entry *idx = NULL;
-    int hit;
-    char err[512];
-    if (cache_fetch(l->cache, &ireq, NULL, NULL, &idx, &hit, err, sizeof err))
-        return OPJIT_ENOTFOUND;
-    size_t len;
-    char *hex = loader_read_file(cache_entry_path(idx, "key"), &len);
-    cache_entry_release(idx);
-    cache_request full = ireq;
+    full = ireq;
     full.tier = "nvrtc";
-    int ok = hex_key(hex, &full.key);
-    free(hex);
-    if (!ok || cache_fetch(l->cache, &full, NULL, NULL, out, &hit, err, sizeof err))
-        return OPJIT_ENOTFOUND;
-    return OPJIT_OK;
+    return cache_index_fetch(l->cache, &ireq, &full, out) == OPJIT_OK ? OPJIT_OK
+                                                                      : OPJIT_ENOTFOUND;
 }
 
 /* ---- NVRTC's identity, without loading it ------------------------------------ */
@@ -414,24 +389,6 @@ static int memo_request(const char *real, const struct stat *st, cache_request *
     return 1;
 }
 
-static int build_memo(void *ud, const char *dir, char *err, size_t errlen)
-{
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s/identity", dir);
-    FILE *f = fopen(p, "wb");
-    if (!f || fputs(ud, f) < 0) {
-        if (f)
-            fclose(f);
-        snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
-        return OPJIT_EIO;
-    }
-    if (fclose(f)) {
-        snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
-        return OPJIT_EIO;
-    }
-    return OPJIT_OK;
-}
-
 static int nvrtc_identity(loader *l, char *id, size_t n, char *err, size_t errlen)
 {
     char path[PATH_MAX], real[PATH_MAX];
@@ -439,36 +396,22 @@ static int nvrtc_identity(loader *l, char *id, size_t n, char *err, size_t errle
     cache_request req;
     int memo = jit_nvrtc_locate(path, sizeof path) && realpath(path, real) &&
                stat(real, &st) == 0 && memo_request(real, &st, &req);
-    if (memo) {
-        cache_entry *e = NULL;
-        int hit;
-        char cerr[512];
-        if (cache_fetch(l->cache, &req, NULL, NULL, &e, &hit, cerr, sizeof cerr) == OPJIT_OK) {
-            size_t len;
-            char *text = loader_read_file(cache_entry_path(e, "identity"), &len);
-            cache_entry_release(e);
-            if (text && len && len < n && !strncmp(text, "nvrtc ", 6)) {
-                memcpy(id, text, len + 1);
-                free(text);
-                return OPJIT_OK;
-            }
-            free(text);
-        }
+    char *text = NULL;
+    if (memo && cache_note_get(l->cache, &req, "identity", &text) == OPJIT_OK &&
+        strlen(text) < n && !strncmp(text, "nvrtc ", 6)) {
+        memcpy(id, text, strlen(text) + 1);
+        free(text);
+        return OPJIT_OK;
     }
+    free(text);
     int rc = jit_nvrtc_load(err, errlen); /* at once when loaded already */
     if (rc)
         return rc;
     snprintf(id, n, "%s", jit_nvrtc_identity());
     char loaded[PATH_MAX];
     if (memo && jit_nvrtc_path() && realpath(jit_nvrtc_path(), loaded) &&
-        !strcmp(loaded, real)) {
-        cache_entry *e = NULL;
-        int hit;
-        char cerr[512];
-        if (cache_fetch(l->cache, &req, build_memo, id, &e, &hit, cerr, sizeof cerr) ==
-            OPJIT_OK)
-            cache_entry_release(e);
-    }
+        !strcmp(loaded, real))
+        cache_note_put(l->cache, &req, "identity", id);
     return OPJIT_OK;
 }
 
@@ -541,11 +484,7 @@ int cu_device_code(loader *l, const source *s, cuda_module **out, int *all_hit)
             /* Findable without NVRTC; best effort. */
             cache_request ireq;
             device_request(s, arch, NULL, &ireq);
-            cache_entry *ie = NULL;
-            int ihit;
-            if (!cache_fetch(l->cache, &ireq, loader_build_index, req.key.hex, &ie, &ihit,
-                             err, sizeof err))
-                cache_entry_release(ie);
+            cache_index_put(l->cache, &ireq, &req.key);
         } else if (fetch_by_index(l, s, arch, &entry) == OPJIT_OK) {
             hit = 1;
         } else {

@@ -606,24 +606,6 @@ static const char *module_op_name(const module *m, const char *stem)
     return m->kernels->sch.name;
 }
 
-int loader_build_index(void *hex, const char *dir, char *err, size_t errlen)
-{
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s/key", dir);
-    FILE *f = fopen(p, "wb");
-    if (!f || fputs(hex, f) < 0) {
-        if (f)
-            fclose(f);
-        snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
-        return OPJIT_EIO;
-    }
-    if (fclose(f)) {
-        snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
-        return OPJIT_EIO;
-    }
-    return OPJIT_OK;
-}
-
 int load_module(loader *l, const source *s, const char *so, const char *tier, module **out)
 {
     opjit_runtime *rt = l->rt;

@@ -65,10 +65,6 @@ cache_keygen *source_keygen(const source *s);
  * callbacks check it after compiling, so an artifact is never published
  * under the key of headers it was not built from. */
 int source_unchanged(const source *s);
-/* Build callback of an index entry: its one artifact, "key", holds hex,
- * the key of the entry it points to (the optimized tier's, the device
- * code's), so machines without that compiler still find it. */
-int loader_build_index(void *hex, const char *dir, char *err, size_t errlen);
 /* dlopen so, run the module init, validate; the module is not published. */
 int load_module(loader *l, const source *s, const char *so, const char *tier, module **out);
 /* Write opjit_op.h into the loader's private directory (once). */

@@ -250,20 +250,6 @@ static void compiler_file_id(tier_state *t)
     snprintf(t->file_id, sizeof t->file_id, "cc-file:%.32s", k.hex);
 }
 
-static int hex_to_key(const char *hex, cache_key *k)
-{
-    if (strlen(hex) < 32)
-        return 0;
-    for (int i = 0; i < 16; i++) {
-        unsigned v;
-        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
-            return 0;
-        k->bytes[i] = (unsigned char)v;
-    }
-    snprintf(k->hex, sizeof k->hex, "%.32s", hex);
-    return 1;
-}
-
 int tier_lookup(loader *l, const source *s, cache_entry **out)
 {
     tier_state *t = l->tier;
@@ -279,20 +265,9 @@ int tier_lookup(loader *l, const source *s, cache_entry **out)
         char comp[96];
         if (opt_request(s, t->levels[i], "opt-index", by, &req, comp, sizeof comp))
             return OPJIT_ENOMEM;
-        cache_entry *idx = NULL;
-        int hit;
-        char err[512];
-        if (cache_fetch(l->cache, &req, NULL, NULL, &idx, &hit, err, sizeof err))
-            continue;
-        size_t len;
-        const char *kp = cache_entry_path(idx, "key"); /* NULL: a bad index */
-        char *hex = kp ? loader_read_file(kp, &len) : NULL;
-        cache_entry_release(idx);
         cache_request full = req;
         full.tier = "opt";
-        int ok = hex && hex_to_key(hex, &full.key);
-        free(hex);
-        if (ok && !cache_fetch(l->cache, &full, NULL, NULL, out, &hit, err, sizeof err))
+        if (cache_index_fetch(l->cache, &req, &full, out) == OPJIT_OK)
             return OPJIT_OK;
     }
     return OPJIT_ENOTFOUND;
@@ -419,10 +394,8 @@ static int run_job(loader *l, tier_job *job)
     for (int i = index_by[0] ? 0 : 1; i < 2; i++) {
         cache_request ireq;
         char icomp[96];
-        cache_entry *ie = NULL;
-        if (!opt_request(&job->src, level, "opt-index", index_by[i], &ireq, icomp, sizeof icomp) &&
-            !cache_fetch(l->cache, &ireq, loader_build_index, req.key.hex, &ie, &hit, err, sizeof err))
-            cache_entry_release(ie);
+        if (!opt_request(&job->src, level, "opt-index", index_by[i], &ireq, icomp, sizeof icomp))
+            cache_index_put(l->cache, &ireq, &req.key);
     }
 
     /* Swap in, unless the source changed since this job was queued. */
