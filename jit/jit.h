@@ -26,6 +26,32 @@ int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen);
 void jit_tcc_fork_prepare(void);
 void jit_tcc_fork_done(void);
 
+/* ---- the optimizing C compiler (jit/cc.c): cc -O2 as a child process ------ */
+
+typedef struct jit_cc_job {
+    const char *cc;          /* the compiler (jit_cc_find) */
+    const char *source_name; /* for diagnostics (#line) */
+    const char *text;        /* the source */
+    size_t len;
+    const char *march;       /* "x86-64-v3", or NULL for the compiler's default */
+    const char *const *defines;      /* "-DNAME", NULL-terminated */
+    const char *const *include_dirs; /* NULL-terminated, at most 8 */
+    const char *blas_dir;    /* link OpenBLAS from here, or NULL */
+    const char *dir;         /* where it works; the artifact is dir/out_name */
+    const char *out_name;
+    long timeout_ms;         /* then killed with everything it started */
+} jit_cc_job;
+
+/* name (a path, or looked up on $PATH) as an executable; 1 and out, or 0. */
+int jit_cc_find(const char *name, char *out, size_t n);
+/* What `cc --version` prints (malloc'd, *len bytes), using scratch for
+ * its log; NULL when it fails. */
+char *jit_cc_version(const char *cc, const char *scratch, long timeout_ms, size_t *len);
+/* Compile job->text with -O2 -fPIC -shared into dir/out_name. OPJIT_OK, or
+ * OPJIT_ECOMPILE (failed, or killed at the time limit) / OPJIT_EIO with
+ * diag saying why. */
+int jit_cc_compile(const jit_cc_job *job, char *diag, size_t diaglen);
+
 /* ---- NVRTC (jit/nvrtc.c): CUDA device code -> cubin or PTX ---------------- */
 
 typedef struct jit_nvrtc_job {

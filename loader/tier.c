@@ -20,21 +20,16 @@
  * (`opjit warm --opt`).
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include "jit/jit.h"
 #include "loader/loader_int.h"
 #include "opjit_build_config.h"
 #include "runtime/env.h"
-
-extern char **environ;
 
 #define OPT_OPTIONS "-O2 -ffp-contract=off -fPIC -shared -std=gnu99 -DFORCE_OPENBLAS_COMPLEX_STRUCT -DOPJIT_TIER_OPT -lm"
 
@@ -66,32 +61,6 @@ struct tier_state {
 
 /* ---- the machine: compiler and CPU level ---------------------------------- */
 
-static int find_in_path(const char *name, char *out, size_t n)
-{
-    if (strchr(name, '/')) {
-        if (access(name, X_OK) != 0)
-            return 0;
-        snprintf(out, n, "%s", name);
-        return 1;
-    }
-    const char *path = getenv("PATH");
-    if (!path)
-        path = "/usr/local/bin:/usr/bin:/bin";
-    while (*path) {
-        const char *e = strchr(path, ':');
-        size_t len = e ? (size_t)(e - path) : strlen(path);
-        char cand[PATH_MAX];
-        snprintf(cand, sizeof cand, "%.*s/%s", (int)len, len ? path : ".", name);
-        struct stat st;
-        if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0) {
-            snprintf(out, n, "%s", cand);
-            return 1;
-        }
-        path += len + (e ? 1 : 0);
-    }
-    return 0;
-}
-
 static void cpu_levels(tier_state *t)
 {
     int i = 0;
@@ -109,57 +78,7 @@ static void cpu_levels(tier_state *t)
     t->levels[i] = NULL;
 }
 
-static const char *march_flag(const char *level, char *buf, size_t n)
-{
-    if (!strncmp(level, "x86-64", 6)) {
-        snprintf(buf, n, "-march=%s", level);
-        return buf;
-    }
-    return NULL;
-}
-
 #define TIER_DEFAULT_TIMEOUT_MS 120000
-
-/* Run argv with stdout and stderr into log, in a process group of its own;
- * the exit status, -1 when it could not run, or -2 when it ran past
- * timeout_ms and was killed with everything it started (cc runs cc1, as,
- * ld). */
-static int run_logged(char *const argv[], const char *log, long timeout_ms)
-{
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t at;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawnattr_init(&at);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
-    posix_spawnattr_setpgroup(&at, 0);
-    pid_t pid;
-    int rc = posix_spawn(&pid, argv[0], &fa, &at, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&at);
-    if (rc)
-        return -1;
-    double deadline = loader_now_ms() + (double)timeout_ms;
-    long nap_us = 1000;
-    int st;
-    for (;;) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid)
-            break;
-        if (r < 0 && errno != EINTR)
-            return -1;
-        if (loader_now_ms() >= deadline) {
-            kill(-pid, SIGKILL);
-            while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-                ;
-            return -2;
-        }
-        usleep((useconds_t)nap_us); /* 1 ms, doubling up to 10 ms */
-        nap_us = nap_us < 10000 ? nap_us * 2 : 10000;
-    }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 /* The compiler's identity: a hash of what `cc --version` says and where it
  * lives. Computed once, in the worker (it forks). */
@@ -170,18 +89,10 @@ static int compiler_identity(loader *l, tier_state *t)
     int rc = loader_scratch(l);
     if (rc)
         return rc;
-    char log[PATH_MAX + 32];
-    snprintf(log, sizeof log, "%s/cc-version.txt", l->scratch);
-    char *argv[] = {t->cc, "--version", NULL};
-    if (run_logged(argv, log, t->timeout_ms) != 0) {
-        unlink(log); /* else the scratch directory outlives the runtime */
-        return rt_error(l->rt, OPJIT_ECOMPILE, "%s --version failed", t->cc);
-    }
     size_t len;
-    char *out = loader_read_file(log, &len);
-    unlink(log);
+    char *out = jit_cc_version(t->cc, l->scratch, t->timeout_ms, &len);
     if (!out)
-        return rt_error(l->rt, OPJIT_EIO, "cannot read %s", log);
+        return rt_error(l->rt, OPJIT_ECOMPILE, "%s --version failed", t->cc);
     cache_keygen *g = cache_keygen_new();
     if (!g) {
         free(out);
@@ -286,88 +197,34 @@ static int build_opt(void *ud, const char *dir, char *err, size_t errlen)
 {
     opt_build *b = ud;
     tier_state *t = b->l->tier;
-    char srcf[PATH_MAX], out[PATH_MAX], log[PATH_MAX];
-    snprintf(srcf, sizeof srcf, "%s/source.c", dir);
-    snprintf(out, sizeof out, "%s/host.so", dir);
-    snprintf(log, sizeof log, "%s/cc.log", dir);
-    FILE *f = fopen(srcf, "wb");
-    if (!f) {
-        snprintf(err, errlen, "cannot write %s: %s", srcf, strerror(errno));
-        return OPJIT_EIO;
-    }
-    /* #line keeps diagnostics pointing at the op's own file. */
-    errno = 0;
-    fputs("#line 1 \"", f);
-    for (const char *c = b->src->path; *c; c++) /* as jit/tcc.c names it */
-        fputc(*c == '"' || *c == '\\' || *c == '\n' || *c == '\r' ? '_' : *c, f);
-    fputs("\"\n", f);
-    /* A short write (a full disk) must not compile a truncated source,
-     * which could still be valid C, into an artifact under the key. */
-    int werr = fwrite(b->src->text, 1, b->src->len, f) != b->src->len || ferror(f);
-    if (fclose(f) || werr) {
-        if (!errno)
-            errno = EIO;
-        snprintf(err, errlen, "cannot write %s: %s", srcf, strerror(errno));
-        return OPJIT_EIO;
-    }
-    char libdir[PATH_MAX], march[64];
-    snprintf(libdir, sizeof libdir, "-L%s", OPJIT_OPENBLAS_LIBRARY);
-    char *slash = strrchr(libdir, '/');
+    char blas[PATH_MAX];
+    snprintf(blas, sizeof blas, "%s", OPJIT_OPENBLAS_LIBRARY);
+    char *slash = strrchr(blas, '/');
     if (slash)
         *slash = '\0';
-    char inc_src[PATH_MAX + 2], inc_scratch[PATH_MAX + 2];
-    snprintf(inc_src, sizeof inc_src, "-I%s", b->src->dir);
-    snprintf(inc_scratch, sizeof inc_scratch, "-I%s", b->l->scratch);
-    const char *argv[32];
-    int n = 0;
-    argv[n++] = t->cc;
-    argv[n++] = "-O2";
-    /* No fused multiply-add: both tiers must round alike, or a box at an
-     * IoU threshold could be kept by one and dropped by the other. */
-    argv[n++] = "-ffp-contract=off";
-    const char *m = march_flag(b->level, march, sizeof march);
-    if (m)
-        argv[n++] = m;
-    argv[n++] = "-fPIC";
-    argv[n++] = "-shared";
-    argv[n++] = "-std=gnu99";
-    argv[n++] = "-DFORCE_OPENBLAS_COMPLEX_STRUCT";
-    argv[n++] = "-DOPJIT_TIER_OPT";
-    argv[n++] = inc_src;
-    argv[n++] = inc_scratch;
-    argv[n++] = "-I" OPJIT_DLPACK_INCLUDE_DIR;
-    argv[n++] = "-I" OPJIT_CBLAS_INCLUDE_DIR;
-    argv[n++] = "-o";
-    argv[n++] = out;
-    argv[n++] = srcf;
-    if (source_uses_blas(b->src)) {
-        argv[n++] = libdir;
-        argv[n++] = "-lopenblas";
-    }
-    argv[n++] = "-lm";
-    argv[n] = NULL;
-    int rc = run_logged((char *const *)argv, log, t->timeout_ms);
-    if (rc == -2) {
-        snprintf(err, errlen, "%s ran past its time limit of %.1f s and was killed "
-                 "(OPJIT_CC_TIMEOUT)", t->cc, (double)t->timeout_ms / 1000.0);
-        return OPJIT_ECOMPILE;
-    }
-    if (rc != 0) {
-        size_t len;
-        char *text = loader_read_file(log, &len);
-        snprintf(err, errlen, "%s failed (%d): %.3000s", t->cc, rc, text ? text : "");
-        free(text);
-        return OPJIT_ECOMPILE;
-    }
-    unlink(srcf); /* the entry holds the artifact only */
-    unlink(log);
-    if (!source_unchanged(b->src)) {
+    const char *defines[] = {"-DFORCE_OPENBLAS_COMPLEX_STRUCT", "-DOPJIT_TIER_OPT", NULL};
+    const char *includes[] = {b->src->dir, b->l->scratch, OPJIT_DLPACK_INCLUDE_DIR,
+                              OPJIT_CBLAS_INCLUDE_DIR, NULL};
+    jit_cc_job job = {
+        .cc = t->cc,
+        .source_name = b->src->path,
+        .text = b->src->text,
+        .len = b->src->len,
+        .march = strncmp(b->level, "x86-64", 6) ? NULL : b->level,
+        .defines = defines,
+        .include_dirs = includes,
+        .blas_dir = source_uses_blas(b->src) ? blas : NULL,
+        .dir = dir,
+        .out_name = "host.so",
+        .timeout_ms = t->timeout_ms,
+    };
+    int rc = jit_cc_compile(&job, err, errlen);
+    if (!rc && !source_unchanged(b->src)) {
         snprintf(err, errlen, "a local header of %s changed since it was loaded", b->src->path);
-        return OPJIT_ECOMPILE;
+        rc = OPJIT_ECOMPILE;
     }
-    return OPJIT_OK;
+    return rc;
 }
-
 
 static int run_job(loader *l, tier_job *job)
 {
@@ -542,7 +399,7 @@ int tier_create(loader *l, const opjit_config *cfg)
     const char *cc = cfg->cc ? cfg->cc : getenv("OPJIT_CC");
     if (!cc || !*cc)
         cc = "cc";
-    int found = find_in_path(cc, t->cc, sizeof t->cc);
+    int found = jit_cc_find(cc, t->cc, sizeof t->cc);
     if (!found)
         t->cc[0] = '\0';
     compiler_file_id(t);

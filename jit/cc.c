@@ -1,0 +1,196 @@
+/* jit/cc.c - the optimizing C compiler (the system's cc, gcc or clang) as a
+ * child process: finding it, asking its version, compiling one source into
+ * a shared object with a time limit. Knows nothing of the cache: the
+ * optimizing tier (loader/tier.c) keys and stores what it makes. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "jit/jit.h"
+#include "opjit.h"
+
+extern char **environ;
+
+int jit_cc_find(const char *name, char *out, size_t n)
+{
+    if (strchr(name, '/')) {
+        if (access(name, X_OK) != 0)
+            return 0;
+        snprintf(out, n, "%s", name);
+        return 1;
+    }
+    const char *path = getenv("PATH");
+    if (!path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    while (*path) {
+        const char *e = strchr(path, ':');
+        size_t len = e ? (size_t)(e - path) : strlen(path);
+        char cand[PATH_MAX];
+        snprintf(cand, sizeof cand, "%.*s/%s", (int)len, len ? path : ".", name);
+        struct stat st;
+        if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0) {
+            snprintf(out, n, "%s", cand);
+            return 1;
+        }
+        path += len + (e ? 1 : 0);
+    }
+    return 0;
+}
+
+static double jit_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Run argv with stdout and stderr into log, in a process group of its own;
+ * the exit status, -1 when it could not run, or -2 when it ran past
+ * timeout_ms and was killed with everything it started (cc runs cc1, as,
+ * ld). */
+static int jit_run_logged(char *const argv[], const char *log, long timeout_ms)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawnattr_init(&at);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&at, 0);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, &at, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    if (rc)
+        return -1;
+    double deadline = jit_now_ms() + (double)timeout_ms;
+    long nap_us = 1000;
+    int st;
+    for (;;) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            break;
+        if (r < 0 && errno != EINTR)
+            return -1;
+        if (jit_now_ms() >= deadline) {
+            kill(-pid, SIGKILL);
+            while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+                ;
+            return -2;
+        }
+        usleep((useconds_t)nap_us); /* 1 ms, doubling up to 10 ms */
+        nap_us = nap_us < 10000 ? nap_us * 2 : 10000;
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A small text file (a compiler's log), NUL-terminated; NULL on failure. */
+static char *jit_read_log(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = f ? malloc(65537) : NULL;
+    size_t n = buf ? fread(buf, 1, 65536, f) : 0;
+    if (f)
+        fclose(f);
+    if (buf) {
+        buf[n] = '\0';
+        *len = n;
+    }
+    return buf;
+}
+
+char *jit_cc_version(const char *cc, const char *scratch, long timeout_ms, size_t *len)
+{
+    char log[PATH_MAX + 32];
+    snprintf(log, sizeof log, "%s/cc-version.txt", scratch);
+    char *argv[] = {(char *)cc, "--version", NULL};
+    char *out = jit_run_logged(argv, log, timeout_ms) == 0 ? jit_read_log(log, len) : NULL;
+    unlink(log); /* else the scratch directory outlives the runtime */
+    return out;
+}
+
+/* source.c in the job's directory: #line keeps diagnostics pointing at the
+ * op's own file. A short write (a full disk) must not compile a truncated
+ * source, which could still be valid C. */
+static int jit_cc_write_source(const jit_cc_job *job, const char *path, char *diag, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        snprintf(diag, n, "cannot write %s: %s", path, strerror(errno));
+        return OPJIT_EIO;
+    }
+    errno = 0;
+    fputs("#line 1 \"", f);
+    for (const char *c = job->source_name; *c; c++) /* as jit/tcc.c names it */
+        fputc(*c == '"' || *c == '\\' || *c == '\n' || *c == '\r' ? '_' : *c, f);
+    fputs("\"\n", f);
+    int werr = fwrite(job->text, 1, job->len, f) != job->len || ferror(f);
+    if (fclose(f) || werr) {
+        snprintf(diag, n, "cannot write %s: %s", path, strerror(errno ? errno : EIO));
+        return OPJIT_EIO;
+    }
+    return OPJIT_OK;
+}
+
+int jit_cc_compile(const jit_cc_job *job, char *diag, size_t diaglen)
+{
+    char srcf[PATH_MAX], out[PATH_MAX], log[PATH_MAX], march[64], libdir[PATH_MAX + 2];
+    char inc[8][PATH_MAX + 2];
+    snprintf(srcf, sizeof srcf, "%s/source.c", job->dir);
+    snprintf(out, sizeof out, "%s/%s", job->dir, job->out_name);
+    snprintf(log, sizeof log, "%s/cc.log", job->dir);
+    int rc = jit_cc_write_source(job, srcf, diag, diaglen);
+    if (rc)
+        return rc;
+    const char *argv[48];
+    int n = 0, ni = 0;
+    argv[n++] = job->cc;
+    /* No fused multiply-add: both tiers must round alike, or a box at an
+     * IoU threshold could be kept by one and dropped by the other. */
+    static const char *const fixed[] = {"-O2", "-ffp-contract=off", "-fPIC", "-shared",
+                                        "-std=gnu99", NULL};
+    for (int i = 0; fixed[i]; i++)
+        argv[n++] = fixed[i];
+    if (job->march) {
+        snprintf(march, sizeof march, "-march=%s", job->march);
+        argv[n++] = march;
+    }
+    for (int i = 0; job->defines && job->defines[i] && n < 30; i++)
+        argv[n++] = job->defines[i];
+    for (int i = 0; job->include_dirs && job->include_dirs[i] && ni < 8; i++) {
+        snprintf(inc[ni], sizeof inc[ni], "-I%s", job->include_dirs[i]);
+        argv[n++] = inc[ni++];
+    }
+    argv[n++] = "-o";
+    argv[n++] = out;
+    argv[n++] = srcf;
+    if (job->blas_dir) {
+        snprintf(libdir, sizeof libdir, "-L%s", job->blas_dir);
+        argv[n++] = libdir;
+        argv[n++] = "-lopenblas";
+    }
+    argv[n++] = "-lm";
+    argv[n] = NULL;
+    int st = jit_run_logged((char *const *)argv, log, job->timeout_ms);
+    size_t len = 0;
+    char *text = st ? jit_read_log(log, &len) : NULL;
+    if (st == -2)
+        snprintf(diag, diaglen, "%s ran past its time limit of %.1f s and was killed "
+                 "(OPJIT_CC_TIMEOUT)", job->cc, (double)job->timeout_ms / 1000.0);
+    else if (st)
+        snprintf(diag, diaglen, "%s failed (%d): %.3000s", job->cc, st, text ? text : "");
+    free(text);
+    unlink(srcf); /* the directory holds the artifact only */
+    unlink(log);
+    return st ? OPJIT_ECOMPILE : OPJIT_OK;
+}
