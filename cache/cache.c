@@ -646,6 +646,18 @@ static int cache_fetch_readonly(cache *c, const cache_request *req, int probe, c
     return 0;
 }
 
+/* After publishing a build: say so, and keep the cache under its cap. */
+static void cache_after_build(cache *c, const cache_request *req)
+{
+    cache_logf(c, OPJIT_LOG_DEBUG, "cache: built and published %s (op %s)", req->key.hex,
+               cache_str(req->op_name));
+    if (c->max_size != UINT64_MAX) {
+        char eerr[256];
+        if (cache_evict_to(c, c->max_size, 0, NULL, eerr, sizeof eerr) != OPJIT_OK)
+            cache_logf(c, OPJIT_LOG_WARN, "%s", eerr);
+    }
+}
+
 /* Make the built directory tmp the entry dir: hash and sync the artifacts
  * (*a, *n), write the manifest, rename. *fault is set when the build wrote
  * something that cannot be an artifact (its bug, not the cache's). */
@@ -684,13 +696,192 @@ static int cache_publish(cache *c, const cache_request *req, const char *tmp, co
     return OPJIT_OK;
 }
 
+/* ---- fetch from the writable cache ---------------------------------------
+ *
+ * The steps hold the key's use lock (nobody evicts the entry under us), then
+ * for a build its build lock (one builder per key), and end in one of:
+ * a hit, a build published, a fallback to a private build (the cache cannot
+ * be used for this key), an entry that could not be checked, or an error. */
+
+typedef struct fetch {
+    cache *c;
+    const cache_request *req;
+    cache_build_fn build; /* NULL: a probe */
+    void *ud;
+    char dir[PATH_MAX];
+    char why[PATH_MAX + 512];
+    int usefd, buildfd;
+    int damaged; /* warned about already */
+    cache_manifest m;
+} fetch;
+
+enum { FETCH_HIT, FETCH_BUILT, FETCH_FALLBACK, FETCH_UNCHECKED, FETCH_ERROR };
+
+/* Take the key's lock which; FETCH_* on failure (why set), else -1. */
+static int fetch_lock(fetch *f, int which, int exclusive, int *fd)
+{
+    int e = cache_lock(f->c, f->req->key.hex, which, exclusive, 1, fd);
+    if (!e)
+        return -1;
+    snprintf(f->why, sizeof f->why, "cannot lock %s/%s: %s", f->c->locks, f->req->key.hex,
+             strerror(e));
+    return cache_transient_errno(e) ? FETCH_UNCHECKED : FETCH_FALLBACK;
+}
+
+/* Check the entry: CACHE_OK (f->m filled) or another cache_check result;
+ * damage is warned about once per fetch. */
+static int fetch_check(fetch *f, int touch)
+{
+    int flags = CACHE_CHK_SUMS | CACHE_CHK_OWNER | (touch ? CACHE_CHK_TOUCH : 0);
+    int r = cache_check(f->c, f->dir, f->req->key.hex, flags, &f->m, f->why, sizeof f->why);
+    if (r == CACHE_DAMAGED && !f->damaged) {
+        cache_warn_damaged(f->c, f->req, f->c->root, f->why,
+                           f->c->offline || !f->build ? "evicting it" : "evicting and rebuilding it");
+        f->damaged = 1;
+    }
+    return r;
+}
+
+/* A probe never waits for a builder: it evicts a damaged entry only when
+ * nobody is building the key right now. */
+static int fetch_probe(fetch *f, char *err, size_t errlen)
+{
+    if (f->damaged && cache_lock(f->c, f->req->key.hex, CACHE_LOCK_BUILD, 1, 0, &f->buildfd) == 0) {
+        int r = fetch_check(f, 0);
+        if (r == CACHE_OK)
+            return FETCH_HIT;
+        if (r == CACHE_TRANSIENT)
+            return FETCH_UNCHECKED;
+        if (r == CACHE_DAMAGED)
+            cache_discard_entry(f->c, f->dir, f->req->key.hex, 0);
+    }
+    cache_probe_miss(f->req, err, errlen);
+    return FETCH_ERROR;
+}
+
+/* Build into tmp/ and publish. FETCH_BUILT (*a, *n: the artifacts),
+ * FETCH_HIT when another process published it meanwhile, else why not. */
+static int fetch_build(fetch *f, cache_artifact **a, int *n, int *rc, char *err, size_t errlen)
+{
+    cache *c = f->c;
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s/%s.b%ld.XXXXXX", c->tmp, f->req->key.hex, (long)getpid());
+    if (!mkdtemp(tmp)) {
+        snprintf(f->why, sizeof f->why, "cannot create a build directory in %s: %s", c->tmp,
+                 strerror(errno));
+        return FETCH_FALLBACK;
+    }
+    if ((*rc = f->build(f->ud, tmp, err, errlen)) != OPJIT_OK) {
+        cache_rm_rf(tmp);
+        /* An I/O error because the cache's file system is full or
+         * read-only: try once more away from it. */
+        struct statvfs fs;
+        if (*rc != OPJIT_EIO || statvfs(c->tmp, &fs) != 0 ||
+            !(fs.f_bavail == 0 || (fs.f_flag & ST_RDONLY)))
+            return FETCH_ERROR;
+        snprintf(f->why, sizeof f->why, "building in %s failed (%s): %s", c->tmp,
+                 fs.f_bavail == 0 ? "file system full" : "read-only file system",
+                 err && *err ? err : "I/O error");
+        return FETCH_FALLBACK;
+    }
+    int fault = 0;
+    if ((*rc = cache_publish(c, f->req, tmp, f->dir, a, n, &fault, err, errlen)) == OPJIT_OK)
+        return FETCH_BUILT;
+    cache_rm_rf(tmp);
+    cache_artifacts_free(*a, *n);
+    *a = NULL;
+    *n = 0;
+    if (fault)
+        return FETCH_ERROR;
+    /* Someone else won (a process that published without our lock)? Then
+     * theirs is as good as ours. */
+    if (cache_check(c, f->dir, f->req->key.hex, CACHE_CHK_SUMS | CACHE_CHK_OWNER, &f->m, f->why,
+                    sizeof f->why) == CACHE_OK) {
+        *rc = OPJIT_OK;
+        if (err && errlen)
+            err[0] = '\0';
+        return FETCH_HIT;
+    }
+    snprintf(f->why, sizeof f->why, "%s", err && *err ? err : "cannot publish");
+    return FETCH_FALLBACK;
+}
+
+/* The steps up to a result: FETCH_* (*rc set for FETCH_ERROR). */
+static int fetch_steps(fetch *f, cache_artifact **a, int *n, int *rc, char *err, size_t errlen)
+{
+    int step, r;
+    if ((step = fetch_lock(f, CACHE_LOCK_USE, 0, &f->usefd)) >= 0)
+        return step;
+    if ((r = fetch_check(f, 1)) == CACHE_OK)
+        return FETCH_HIT;
+    if (r == CACHE_TRANSIENT)
+        return FETCH_UNCHECKED;
+    if (!f->build) {
+        *rc = OPJIT_ENOTFOUND;
+        return fetch_probe(f, err, errlen);
+    }
+    /* A miss: look again once we hold the build lock, as the previous
+     * holder may have built it. */
+    if ((step = fetch_lock(f, CACHE_LOCK_BUILD, 1, &f->buildfd)) >= 0)
+        return step;
+    if ((r = fetch_check(f, 1)) == CACHE_OK)
+        return FETCH_HIT;
+    if (r == CACHE_TRANSIENT)
+        return FETCH_UNCHECKED;
+    int e;
+    if (r == CACHE_DAMAGED && (e = cache_discard_entry(f->c, f->dir, f->req->key.hex, 0))) {
+        snprintf(f->why, sizeof f->why, "cannot evict the damaged entry %s: %s", f->dir,
+                 strerror(e));
+        return FETCH_FALLBACK;
+    }
+    if (f->c->offline) {
+        *rc = cache_offline_miss(f->req, err, errlen);
+        return FETCH_ERROR;
+    }
+    return fetch_build(f, a, n, rc, err, errlen);
+}
+
+/* Turn a result into the entry handed back, releasing the locks (the use
+ * lock goes with the entry). */
+static int fetch_end(fetch *f, int step, int rc, cache_artifact *a, int n, cache_entry **out,
+                     int *hit, char *err, size_t errlen)
+{
+    if (f->buildfd >= 0)
+        close(f->buildfd);
+    if (step == FETCH_HIT || step == FETCH_BUILT) {
+        *out = step == FETCH_HIT ? cache_entry_from(f->dir, f->m.art, f->m.nart)
+                                 : cache_entry_from(f->dir, a, n);
+        cache_manifest_free(&f->m);
+        cache_artifacts_free(a, n);
+        if (*out) {
+            (*out)->lockfd = f->usefd;
+            if (hit)
+                *hit = step == FETCH_HIT;
+            if (step == FETCH_BUILT)
+                cache_after_build(f->c, f->req);
+            return OPJIT_OK;
+        }
+        rc = cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
+    }
+    if (f->usefd >= 0)
+        close(f->usefd);
+    if (step == FETCH_UNCHECKED)
+        return cache_unchecked(f->req, f->c->root, f->why, !f->build, err, errlen);
+    if (step != FETCH_FALLBACK)
+        return rc;
+    if (!f->build)
+        return cache_probe_miss(f->req, err, errlen);
+    if (f->c->offline)
+        return cache_offline_miss(f->req, err, errlen);
+    cache_warn_fallback(f->c, f->why);
+    if (err && errlen)
+        err[0] = '\0';
+    return cache_build_private(f->build, f->ud, out, err, errlen);
+}
+
 int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *ud,
                 cache_entry **out, int *hit, char *err, size_t errlen)
 {
-    char dir[PATH_MAX], why[PATH_MAX + 512], tmp[PATH_MAX];
-    int usefd = -1, buildfd = -1, rc = OPJIT_OK, r, e;
-    int damaged = 0;
-    cache_manifest m;
     *out = NULL;
     if (hit)
         *hit = 0;
@@ -702,190 +893,34 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *
      * cache_keygen_new ran out of memory: never a real one. */
     if (strspn(req->key.hex, "0") == 32)
         return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: no key (out of memory while hashing)");
-
-    /* build == NULL: a probe, which finds an entry or says ENOTFOUND. */
-    if (c->disabled) {
-        if (!build)
-            return cache_probe_miss(req, err, errlen);
-        if (c->offline)
-            return cache_offline_miss(req, err, errlen);
-        return cache_build_private(build, ud, out, err, errlen);
-    }
-    if ((r = cache_fetch_readonly(c, req, !build, out, err, errlen)) != 0) {
-        if (r < 0)
-            return build ? OPJIT_EIO : OPJIT_ENOTFOUND;
+    int r = c->disabled ? 0 : cache_fetch_readonly(c, req, !build, out, err, errlen);
+    if (r < 0)
+        return build ? OPJIT_EIO : OPJIT_ENOTFOUND;
+    if (r > 0) {
         if (hit)
             *hit = 1;
         return OPJIT_OK;
     }
-    if (!c->writable) {
+    if (c->disabled || !c->writable) {
         if (!build)
             return cache_probe_miss(req, err, errlen);
         if (c->offline)
             return cache_offline_miss(req, err, errlen);
         return cache_build_private(build, ud, out, err, errlen);
     }
-
-    cache_entry_dir_of(c->entries, req->key.hex, dir, sizeof dir);
+    fetch *f = calloc(1, sizeof *f);
+    if (!f)
+        return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
+    *f = (fetch){.c = c, .req = req, .build = build, .ud = ud, .usefd = -1, .buildfd = -1};
+    cache_entry_dir_of(c->entries, req->key.hex, f->dir, sizeof f->dir);
     struct stat st;
-    if (!build && lstat(dir, &st) != 0) /* a probe miss creates no lock file */
-        return cache_probe_miss(req, err, errlen);
-    /* The use lock first: from now on nobody evicts the entry under us. */
-    if ((e = cache_lock(c, req->key.hex, CACHE_LOCK_USE, 0, 1, &usefd)) != 0) {
-        snprintf(why, sizeof why, "cannot lock %s/%s: %s", c->locks, req->key.hex, strerror(e));
-        if (cache_transient_errno(e))
-            goto unchecked;
-        goto fallback;
-    }
-    r = cache_check(c, dir, req->key.hex, CACHE_CHK_SUMS | CACHE_CHK_OWNER | CACHE_CHK_TOUCH, &m,
-                    why, sizeof why);
-    if (r == CACHE_OK)
-        goto hit;
-    if (r == CACHE_TRANSIENT)
-        goto unchecked;
-    if (r == CACHE_DAMAGED) {
-        cache_warn_damaged(c, req, c->root, why,
-                           c->offline || !build ? "evicting it" : "evicting and rebuilding it");
-        damaged = 1;
-    }
-
-    if (!build) {
-        /* A probe never waits for a builder: it evicts a damaged entry
-         * only when nobody is building the key right now. */
-        if (damaged && cache_lock(c, req->key.hex, CACHE_LOCK_BUILD, 1, 0, &buildfd) == 0) {
-            r = cache_check(c, dir, req->key.hex, CACHE_CHK_SUMS | CACHE_CHK_OWNER, &m, why,
-                            sizeof why);
-            if (r == CACHE_OK)
-                goto hit;
-            if (r == CACHE_TRANSIENT)
-                goto unchecked;
-            if (r == CACHE_DAMAGED)
-                cache_discard_entry(c, dir, req->key.hex, 0);
-        }
-        rc = cache_probe_miss(req, err, errlen);
-        goto done;
-    }
-    /* A miss: only one process builds a key at a time; look again once we
-     * hold the build lock, as the previous holder may have built it. */
-    if ((e = cache_lock(c, req->key.hex, CACHE_LOCK_BUILD, 1, 1, &buildfd)) != 0) {
-        snprintf(why, sizeof why, "cannot lock %s/%s: %s", c->locks, req->key.hex, strerror(e));
-        if (cache_transient_errno(e))
-            goto unchecked;
-        goto fallback;
-    }
-    r = cache_check(c, dir, req->key.hex, CACHE_CHK_SUMS | CACHE_CHK_OWNER | CACHE_CHK_TOUCH, &m,
-                    why, sizeof why);
-    if (r == CACHE_OK)
-        goto hit;
-    if (r == CACHE_TRANSIENT)
-        goto unchecked;
-    if (r == CACHE_DAMAGED) {
-        if (!damaged)
-            cache_warn_damaged(c, req, c->root, why, c->offline ? "evicting it" : "evicting and rebuilding it");
-        if ((e = cache_discard_entry(c, dir, req->key.hex, 0)) != 0) {
-            snprintf(why, sizeof why, "cannot evict the damaged entry %s: %s", dir, strerror(e));
-            goto fallback;
-        }
-    }
-    if (c->offline) {
-        rc = cache_offline_miss(req, err, errlen);
-        goto done;
-    }
-
-    snprintf(tmp, sizeof tmp, "%s/%s.b%ld.XXXXXX", c->tmp, req->key.hex, (long)getpid());
-    if (!mkdtemp(tmp)) {
-        snprintf(why, sizeof why, "cannot create a build directory in %s: %s", c->tmp, strerror(errno));
-        goto fallback;
-    }
-    rc = build(ud, tmp, err, errlen);
-    if (rc != OPJIT_OK) {
-        cache_rm_rf(tmp);
-        /* An I/O error because the cache's file system is full or
-         * read-only: try once more away from it. */
-        struct statvfs fs;
-        if (rc != OPJIT_EIO || statvfs(c->tmp, &fs) != 0 ||
-            !(fs.f_bavail == 0 || (fs.f_flag & ST_RDONLY)))
-            goto done;
-        snprintf(why, sizeof why, "building in %s failed (%s): %s", c->tmp,
-                 fs.f_bavail == 0 ? "file system full" : "read-only file system",
-                 err && *err ? err : "I/O error");
-        goto fallback;
-    }
+    int rc = OPJIT_OK, n = 0, step;
     cache_artifact *a = NULL;
-    int n = 0, fault = 0;
-    rc = cache_publish(c, req, tmp, dir, &a, &n, &fault, err, errlen);
-    if (rc != OPJIT_OK) {
-        cache_rm_rf(tmp);
-        cache_artifacts_free(a, n);
-        if (fault)
-            goto done;
-        /* Someone else won (a process that published without our lock)?
-         * Then theirs is as good as ours. */
-        r = cache_check(c, dir, req->key.hex, CACHE_CHK_SUMS | CACHE_CHK_OWNER, &m, why, sizeof why);
-        if (r == CACHE_OK) {
-            rc = OPJIT_OK;
-            if (err && errlen)
-                err[0] = '\0';
-            goto hit;
-        }
-        snprintf(why, sizeof why, "%s", err && *err ? err : "cannot publish");
-        goto fallback;
-    }
-    close(buildfd);
-    buildfd = -1;
-    *out = cache_entry_from(dir, a, n);
-    cache_artifacts_free(a, n);
-    if (!*out) {
-        rc = cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
-        goto done;
-    }
-    (*out)->lockfd = usefd;
-    usefd = -1;
-    cache_logf(c, OPJIT_LOG_DEBUG, "cache: built and published %s (op %s)", req->key.hex,
-               cache_str(req->op_name));
-    if (c->max_size != UINT64_MAX) {
-        char eerr[256];
-        if (cache_evict_to(c, c->max_size, 0, NULL, eerr, sizeof eerr) != OPJIT_OK)
-            cache_logf(c, OPJIT_LOG_WARN, "%s", eerr);
-    }
-    goto done;
-
-hit:
-    *out = cache_entry_from(dir, m.art, m.nart);
-    cache_manifest_free(&m);
-    if (!*out) {
-        rc = cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
-        goto done;
-    }
-    (*out)->lockfd = usefd;
-    usefd = -1;
-    if (hit)
-        *hit = 1;
-    goto done;
-
-unchecked:
-    rc = cache_unchecked(req, c->root, why, !build, err, errlen);
-    goto done;
-
-fallback:
-    if (buildfd >= 0)
-        close(buildfd);
-    if (usefd >= 0)
-        close(usefd);
-    buildfd = usefd = -1;
-    if (!build)
-        return cache_probe_miss(req, err, errlen);
-    if (c->offline)
-        return cache_offline_miss(req, err, errlen);
-    cache_warn_fallback(c, why);
-    if (err && errlen)
-        err[0] = '\0';
-    return cache_build_private(build, ud, out, err, errlen);
-
-done:
-    if (buildfd >= 0)
-        close(buildfd);
-    if (usefd >= 0)
-        close(usefd);
+    if (!build && lstat(f->dir, &st) != 0) /* a probe miss creates no lock file */
+        step = (rc = cache_probe_miss(req, err, errlen), FETCH_ERROR);
+    else
+        step = fetch_steps(f, &a, &n, &rc, err, errlen);
+    rc = fetch_end(f, step, rc, a, n, out, hit, err, errlen);
+    free(f);
     return rc;
 }
