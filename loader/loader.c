@@ -683,134 +683,145 @@ static int publish_entry(loader *l, const source *s, cache_entry *entry, const c
     return OPJIT_OK;
 }
 
-static int load_file_locked(loader *l, const char *path, opjit_op **op, opjit_load_info *info)
+/* The request of s's libtcc artifact: everything that goes into it,
+ * nothing else. OPJIT_ENOMEM when the key cannot be made. */
+static int tcc_request(const source *s, cache_request *req)
 {
-    opjit_runtime *rt = l->rt;
-    double t0 = loader_now_ms();
-    if (info) {
-        memset(info, 0, sizeof *info);
-        snprintf(info->source, sizeof info->source, "%s", path);
-    }
-    source src;
-    int rc = source_read(l, path, &src);
-    if (rc)
-        return rc;
-
-    /* The key: everything that goes into the artifact, nothing else. */
-    cache_keygen *g = source_keygen(&src);
-    if (!g) {
-        source_free(&src);
-        return rt_error(rt, OPJIT_ENOMEM, "out of memory");
-    }
+    cache_keygen *g = source_keygen(s);
+    if (!g)
+        return OPJIT_ENOMEM;
     cache_keygen_add_str(g, "compiler", OPJIT_TCC_IDENTITY);
     cache_keygen_add_str(g, "options", TCC_OPTIONS);
-    cache_keygen_add_str(g, "link-blas", source_uses_blas(&src) ? "yes" : "no");
+    cache_keygen_add_str(g, "link-blas", source_uses_blas(s) ? "yes" : "no");
     cache_keygen_add_str(g, "target", loader_target());
-    if (src.device == OPJIT_CUDA)
+    if (s->device == OPJIT_CUDA)
         cu_host_key(g);
-    cache_request req = {
-        .op_name = src.stem,
-        .source_name = src.name,
+    *req = (cache_request){
+        .op_name = s->stem,
+        .source_name = s->name,
         .compiler = OPJIT_TCC_IDENTITY,
         .options = TCC_OPTIONS,
         .target = loader_target(),
         .tier = "tcc",
     };
-    cache_keygen_finish(g, &req.key);
-    double t_key = loader_now_ms();
-    if (info)
-        info->key_ms = t_key - t0;
+    cache_keygen_finish(g, &req->key);
+    return OPJIT_OK;
+}
 
-    char opname[256];
-    loaded *prev = loader_find_loaded(l, src.real);
-    if (prev && !memcmp(prev->key.bytes, req.key.bytes, sizeof req.key.bytes)) {
-        /* Unchanged since it was loaded: nothing to do. */
-        source_free(&src);
-        snprintf(opname, sizeof opname, "%s", prev->op_name);
-        if (info) {
-            info->cache_hit = 1;
-            snprintf(info->tier, sizeof info->tier, "%s", prev->tier);
-            info->total_ms = loader_now_ms() - t0;
-        }
-        return op ? opjit_find_op(rt, opname, op) : OPJIT_OK;
-    }
+/* One load in progress: what load_file_locked's steps share. */
+typedef struct load_job {
+    loader *l;
+    const char *path;
+    source src;
+    cache_request req;
+    opjit_load_info *info; /* may be NULL */
+    double t0, t_key;
+    char opname[OPJIT_NAME_MAX + 1];
+} load_job;
 
-    /* An optimized artifact already in a cache serves at once. */
+/* Fill the timings and the outcome into info. */
+static void load_report(load_job *j, int hit, const char *tier, double t_fetch)
+{
+    opjit_load_info *info = j->info;
+    double now = loader_now_ms();
+    if (!info)
+        return;
+    info->key_ms = j->t_key - j->t0;
+    info->cache_hit = hit;
+    info->compile_ms = hit || t_fetch <= 0 ? 0 : t_fetch - j->t_key;
+    info->load_ms = t_fetch > 0 ? now - t_fetch : 0;
+    info->total_ms = now - j->t0;
+    snprintf(info->tier, sizeof info->tier, "%s", tier);
+}
+
+/* An optimized artifact already in a cache serves at once: OPJIT_OK when
+ * it did (else the libtcc path runs). */
+static int load_optimized(load_job *j)
+{
     cache_entry *entry = NULL;
-    if (tier_lookup(l, &src, &entry) == OPJIT_OK) {
-        double t_fetch = loader_now_ms();
-        rc = publish_entry(l, &src, entry, "opt", &req.key, opname, sizeof opname, NULL);
-        cache_entry_release(entry);
-        if (!rc) {
-            source_free(&src);
-            if (info) {
-                info->cache_hit = 1;
-                snprintf(info->tier, sizeof info->tier, "opt");
-                info->load_ms = loader_now_ms() - t_fetch;
-                info->total_ms = loader_now_ms() - t0;
-            }
-            rt_log(rt, OPJIT_LOG_INFO, "loaded %s (optimized tier from the cache, %.2f ms)",
-                   path, loader_now_ms() - t0);
-            return op ? opjit_find_op(rt, opname, op) : OPJIT_OK;
-        }
-        rt_log(rt, OPJIT_LOG_WARN, "%s: the optimized artifact did not load (%s); using libtcc",
-               path, opjit_errmsg(rt));
-    }
-
-    build_ctx *b = calloc(1, sizeof *b);
-    if (!b) {
-        source_free(&src);
-        return rt_error(rt, OPJIT_ENOMEM, "out of memory");
-    }
-    *b = (build_ctx){.l = l, .src = &src};
-    int hit = 0;
-    char err[1024] = "";
-    rc = cache_fetch(l->cache, &req, build_tcc, b, &entry, &hit, err, sizeof err);
+    if (tier_lookup(j->l, &j->src, &entry) != OPJIT_OK)
+        return OPJIT_ENOTFOUND;
     double t_fetch = loader_now_ms();
-    if (rc) {
-        if (rc == OPJIT_ECOMPILE)
-            rt_error(rt, rc, "%s: compile error:\n%s", path, b->diag);
-        else
-            rt_error(rt, rc, "%s: %s", path, err);
-        free(b);
-        source_free(&src);
-        return rc;
-    }
-    free(b);
-    /* A .cu: its device code, per architecture. */
-    struct cuda_module *cm = NULL;
-    const char *tier = "tcc";
-    if (src.device == OPJIT_CUDA) {
-        int dev_hit;
-        if ((rc = cu_device_code(l, &src, &cm, &dev_hit))) {
-            cache_entry_release(entry);
-            source_free(&src);
-            return rc;
-        }
-        hit = hit && dev_hit;
-        tier = "nvrtc";
-        t_fetch = loader_now_ms();
-    }
-    if (info) {
-        info->cache_hit = hit;
-        info->compile_ms = hit ? 0 : t_fetch - t_key;
-        snprintf(info->tier, sizeof info->tier, "%s", tier);
-    }
-    rc = publish_entry(l, &src, entry, tier, &req.key, opname, sizeof opname, cm);
+    int rc = publish_entry(j->l, &j->src, entry, "opt", &j->req.key, j->opname,
+                           sizeof j->opname, NULL);
     cache_entry_release(entry);
     if (rc) {
-        source_free(&src);
+        rt_log(j->l->rt, OPJIT_LOG_WARN, "%s: the optimized artifact did not load (%s); "
+               "using libtcc", j->path, opjit_errmsg(j->l->rt));
         return rc;
     }
-    tier_schedule(l, &src, &req.key);
-    source_free(&src);
+    load_report(j, 1, "opt", t_fetch);
+    rt_log(j->l->rt, OPJIT_LOG_INFO, "loaded %s (optimized tier from the cache, %.2f ms)",
+           j->path, loader_now_ms() - j->t0);
+    return OPJIT_OK;
+}
+
+/* The libtcc artifact from the cache or the compiler, a .cu's device code,
+ * then the module published and the optimizing compile queued. */
+static int load_compiled(load_job *j)
+{
+    loader *l = j->l;
+    build_ctx *b = calloc(1, sizeof *b);
+    if (!b)
+        return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
+    *b = (build_ctx){.l = l, .src = &j->src};
+    cache_entry *entry = NULL;
+    char err[1024] = "";
+    int hit = 0, rc = cache_fetch(l->cache, &j->req, build_tcc, b, &entry, &hit, err, sizeof err);
+    if (rc == OPJIT_ECOMPILE)
+        rt_error(l->rt, rc, "%s: compile error:\n%s", j->path, b->diag);
+    else if (rc)
+        rt_error(l->rt, rc, "%s: %s", j->path, err);
+    free(b);
+    struct cuda_module *cm = NULL;
+    const char *tier = j->src.device == OPJIT_CUDA ? "nvrtc" : "tcc";
+    int dev_hit = 1;
+    if (!rc && j->src.device == OPJIT_CUDA) /* its device code, per architecture */
+        rc = cu_device_code(l, &j->src, &cm, &dev_hit);
+    double t_fetch = loader_now_ms();
+    if (!rc)
+        rc = publish_entry(l, &j->src, entry, tier, &j->req.key, j->opname, sizeof j->opname, cm);
+    cache_entry_release(entry);
+    if (rc)
+        return rc;
+    tier_schedule(l, &j->src, &j->req.key);
+    load_report(j, hit && dev_hit, tier, t_fetch);
+    rt_log(l->rt, OPJIT_LOG_INFO, "loaded %s (%s, %.2f ms)", j->path,
+           hit && dev_hit ? "cache hit" : "compiled", loader_now_ms() - j->t0);
+    return OPJIT_OK;
+}
+
+static int load_file_locked(loader *l, const char *path, opjit_op **op, opjit_load_info *info)
+{
+    load_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
+    *j = (load_job){.l = l, .path = path, .info = info, .t0 = loader_now_ms()};
     if (info) {
-        info->load_ms = loader_now_ms() - t_fetch;
-        info->total_ms = loader_now_ms() - t0;
+        memset(info, 0, sizeof *info);
+        snprintf(info->source, sizeof info->source, "%s", path);
     }
-    rt_log(rt, OPJIT_LOG_INFO, "loaded %s (%s, %.2f ms)", path, hit ? "cache hit" : "compiled",
-           loader_now_ms() - t0);
-    return op ? opjit_find_op(rt, opname, op) : OPJIT_OK;
+    int rc = source_read(l, path, &j->src);
+    if (rc) {
+        free(j);
+        return rc;
+    }
+    if ((rc = tcc_request(&j->src, &j->req)))
+        rc = rt_error(l->rt, rc, "out of memory");
+    j->t_key = loader_now_ms();
+    loaded *prev = rc ? NULL : loader_find_loaded(l, j->src.real);
+    if (prev && !memcmp(prev->key.bytes, j->req.key.bytes, sizeof j->req.key.bytes)) {
+        /* Unchanged since it was loaded: nothing to do. */
+        snprintf(j->opname, sizeof j->opname, "%s", prev->op_name);
+        load_report(j, 1, prev->tier, 0);
+    } else if (!rc && load_optimized(j) != OPJIT_OK) {
+        rc = load_compiled(j);
+    }
+    source_free(&j->src);
+    if (!rc && op)
+        rc = opjit_find_op(l->rt, j->opname, op);
+    free(j);
+    return rc;
 }
 
 /* ---- names ---------------------------------------------------------------- */
