@@ -324,6 +324,47 @@ static int cache_failed(char *why, size_t whylen, int e, const char *what)
     return cache_transient_errno(e) ? CACHE_TRANSIENT : CACHE_DAMAGED;
 }
 
+/* One artifact of the entry open as dfd against its manifest line a: a
+ * regular file, trusted, of the size it says, and with CACHE_CHK_SUMS its
+ * checksum and (ELF) completeness. CACHE_OK or why not. */
+static int cache_check_artifact(const cache *c, int dfd, const cache_artifact *a, int owner,
+                                int flags, char *why, size_t whylen)
+{
+    char what[320], elf[160];
+    const char *bad;
+    struct stat st;
+    int afd = openat(dfd, a->name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (afd < 0) {
+        snprintf(what, sizeof what, "artifact %s", a->name);
+        return cache_failed(why, whylen, errno, what);
+    }
+    uint64_t sum = 0, n = 0;
+    int e = 0, rc = CACHE_OK;
+    if (fstat(afd, &st) != 0) {
+        e = errno;
+        snprintf(what, sizeof what, "cannot stat artifact %s", a->name);
+        rc = cache_failed(why, whylen, e, what);
+    } else if (!S_ISREG(st.st_mode))
+        rc = cache_damaged(why, whylen, "artifact %s is not a regular file", a->name);
+    else if ((bad = cache_untrusted(&st, owner, c->euid)))
+        rc = cache_damaged(why, whylen, "artifact %s is %s", a->name, bad);
+    else if ((uint64_t)st.st_size != a->size)
+        rc = cache_damaged(why, whylen, "artifact %s has %lld bytes, the manifest says %" PRIu64,
+                           a->name, (long long)st.st_size, a->size);
+    else if ((flags & CACHE_CHK_SUMS) && (e = cache_hash_fd(afd, &sum, &n)) != 0) {
+        snprintf(what, sizeof what, "cannot read artifact %s", a->name);
+        rc = cache_failed(why, whylen, e, what);
+    } else if ((flags & CACHE_CHK_SUMS) && (n != a->size || sum != a->sum))
+        rc = cache_damaged(why, whylen, "artifact %s: checksum mismatch", a->name);
+    else if ((flags & CACHE_CHK_SUMS) && (e = cache_elf_check(afd, a->size, elf, sizeof elf))) {
+        snprintf(what, sizeof what, "cannot read artifact %s", a->name);
+        rc = e < 0 ? cache_damaged(why, whylen, "artifact %s is incomplete: %s", a->name, elf)
+                   : cache_failed(why, whylen, e, what);
+    }
+    close(afd);
+    return rc;
+}
+
 /* Check the entry in dir against its manifest. Returns CACHE_OK (m filled:
  * free it with cache_manifest_free), CACHE_MISSING, CACHE_DAMAGED or
  * CACHE_TRANSIENT (why says what). */
@@ -333,7 +374,6 @@ int cache_check(const cache *c, const char *dir, const char *hex, int flags,
     int owner = flags & CACHE_CHK_OWNER ? CACHE_OWNER_SELF : CACHE_OWNER_TRUSTED;
     int rc = CACHE_OK, mfd = -1;
     const char *bad;
-    char what[320], elf[160];
     struct stat st;
     memset(m, 0, sizeof *m);
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -415,44 +455,12 @@ int cache_check(const cache *c, const char *dir, const char *hex, int flags,
     }
     m->last_use = (int64_t)st.st_mtim.tv_sec;
     m->size = (uint64_t)st.st_size;
-    for (int i = 0; i < m->nart; i++) {
-        const cache_artifact *a = &m->art[i];
-        int afd = openat(dfd, a->name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        if (afd < 0) {
-            int e = errno;
-            snprintf(what, sizeof what, "artifact %s", a->name);
-            rc = cache_failed(why, whylen, e, what);
-            goto out;
-        }
-        uint64_t sum = 0, n = 0;
-        int e = 0;
-        if (fstat(afd, &st) != 0) {
-            e = errno;
-            snprintf(what, sizeof what, "cannot stat artifact %s", a->name);
-            rc = cache_failed(why, whylen, e, what);
-        } else if (!S_ISREG(st.st_mode))
-            rc = cache_damaged(why, whylen, "artifact %s is not a regular file", a->name);
-        else if ((bad = cache_untrusted(&st, owner, c->euid)))
-            rc = cache_damaged(why, whylen, "artifact %s is %s", a->name, bad);
-        else if ((uint64_t)st.st_size != a->size)
-            rc = cache_damaged(why, whylen, "artifact %s has %lld bytes, the manifest says %" PRIu64,
-                               a->name, (long long)st.st_size, a->size);
-        else if ((flags & CACHE_CHK_SUMS) && (e = cache_hash_fd(afd, &sum, &n)) != 0) {
-            snprintf(what, sizeof what, "cannot read artifact %s", a->name);
-            rc = cache_failed(why, whylen, e, what);
-        }
-        else if ((flags & CACHE_CHK_SUMS) && (n != a->size || sum != a->sum))
-            rc = cache_damaged(why, whylen, "artifact %s: checksum mismatch", a->name);
-        else if ((flags & CACHE_CHK_SUMS) && (e = cache_elf_check(afd, a->size, elf, sizeof elf))) {
-            snprintf(what, sizeof what, "cannot read artifact %s", a->name);
-            rc = e < 0 ? cache_damaged(why, whylen, "artifact %s is incomplete: %s", a->name, elf)
-                       : cache_failed(why, whylen, e, what);
-        }
-        close(afd);
-        if (rc != CACHE_OK)
-            goto out;
-        m->size += a->size;
+    for (int i = 0; i < m->nart && rc == CACHE_OK; i++) {
+        rc = cache_check_artifact(c, dfd, &m->art[i], owner, flags, why, whylen);
+        m->size += m->art[i].size;
     }
+    if (rc != CACHE_OK)
+        goto out;
     if (flags & CACHE_CHK_TOUCH) {
         /* Last use is the manifest's mtime, updated at most once a minute
          * so a hit stays a read-only operation almost always. */
