@@ -286,6 +286,8 @@ int opjit_warm(opjit_runtime *rt, const opjit_warm_options *opts,
                int (*fn)(void *ud, const opjit_warm_event *ev), void *ud, opjit_warm_result *res)
 {
     opjit_warm_options none;
+    if (res)
+        memset(res, 0, sizeof *res);
     if (!rt)
         return OPJIT_EINVAL;
     if (!opts) {

@@ -20,7 +20,7 @@ static const char call_help[] =
     "source file), call it with the named arguments and save or print its outputs.\n"
     "\n"
     "Each NAME is an argument of OP's schema ('opjit list' shows them); VALUE is\n"
-    "  @FILE.npy     a tensor (float32, float64, int8..int64, uint8..uint64, bool)\n"
+    "  @FILE.npy     a tensor (float16/32/64, int8..int64, uint8..uint64, bool)\n"
     "  3, -1         an int\n"
     "  0.5, 1, 1e-3  a float\n"
     "  true, false   a bool\n"
