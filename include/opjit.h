@@ -357,12 +357,12 @@ const char *opjit_ops_path(opjit_runtime *rt);
 
 /* Call fn with the path of every op source (*.c, *.cu files) on the search
  * path: directory by directory in search order (a directory listed twice
- * once), sorted by file name within one; name non-NULL: only the sources
- * of op name (name.c, name.cu). Sources an earlier directory shadows are
- * included (a load by name takes the first directory's). Nothing is read
- * or compiled; a directory that cannot be read has no sources. Stops when
- * fn returns non-zero. OPJIT_EINVAL for a NULL rt or fn, or a name holding
- * '/'; OPJIT_ENOMEM. */
+ * is read once), sorted by file name within one; name non-NULL: only the
+ * sources of op name (name.c, name.cu). Sources an earlier directory
+ * shadows are included (a load by name takes the first directory's).
+ * Nothing is read or compiled; a directory that cannot be read has no
+ * sources. Stops when fn returns non-zero. OPJIT_EINVAL for a NULL rt or
+ * fn, or an empty name or one holding '/'; OPJIT_ENOMEM. */
 int opjit_sources(opjit_runtime *rt, const char *name,
                   int (*fn)(void *ud, const char *path), void *ud);
 
@@ -387,7 +387,9 @@ typedef struct opjit_warm_options {
 
 /* What became of one source. */
 enum {
-    OPJIT_WARM_HIT = 0,      /* everything was in a cache already */
+    OPJIT_WARM_HIT = 0,      /* its libtcc artifact was in a cache already
+                              * (with opt, the optimized one may still
+                              * have been built) */
     OPJIT_WARM_COMPILED = 1, /* built and stored */
     OPJIT_WARM_SKIPPED = 2,  /* a .cu without a CUDA compiler, when no
                               * architectures were asked for (cuda_archs,

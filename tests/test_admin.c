@@ -84,7 +84,8 @@ static void test_dtype_in_schema(void)
 {
     const char *d = t_tmpdir("admin-schema");
     const char *text = "#include <opjit_op.h>\n"
-                       "static int f(opjit_ctx *ctx, opjit_args *a) { (void)ctx; (void)a; return 0; }\n"
+                       "static int f(opjit_ctx *ctx, opjit_args *a)\n"
+                       "{ (void)ctx; (void)a; return 0; }\n"
                        "OPJIT_MODULE(qad_u, m) {\n"
                        "    opjit_def(m, \"qad_u(Tensor x) -> Tensor\", OPJIT_CPU, f, \"\");\n"
                        "    opjit_require(m, \"x\", \"uint32|float16|bfloat16\");\n"
@@ -99,7 +100,8 @@ static void test_dtype_in_schema(void)
     opjit_value v = opjit_tensor(&t);
     DLManagedTensor *out = NULL;
     CHECK(op && opjit_call(rt, op, &v, 1, &out, 1) == OPJIT_ECALL && !out);
-    CHECK_STR_CONTAINS(opjit_errmsg(rt), "expected dtype uint32 or float16 or bfloat16, got float32");
+    CHECK_STR_CONTAINS(opjit_errmsg(rt),
+                       "expected dtype uint32 or float16 or bfloat16, got float32");
     opjit_destroy(rt);
 }
 
@@ -413,7 +415,8 @@ static void test_layers(void)
     char *own = strdup(t_path(d, "own")), layers[3 * PATH_MAX];
     fill(d, ro, 2);
     CHECK(mkdir(bad, 0700) == 0 && mkdir(t_path(bad, "v1"), 0700) == 0);
-    CHECK(mkdir(t_path(bad, "v1/entries"), 0777) == 0 && chmod(t_path(bad, "v1/entries"), 0777) == 0);
+    const char *entries = t_path(bad, "v1/entries");
+    CHECK(mkdir(entries, 0777) == 0 && chmod(entries, 0777) == 0); /* others may write */
     snprintf(layers, sizeof layers, "%s:%s", ro, bad);
     opjit_runtime *rt = make_rt(d, own, layers);
 
