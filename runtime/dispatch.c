@@ -14,37 +14,6 @@
 #include "runtime/cuda.h"
 #include "runtime/runtime.h"
 
-static const struct {
-    const char *name;
-    uint8_t code, bits;
-} dtype_table[] = {
-    {"float32", kDLFloat, 32}, {"float64", kDLFloat, 64}, {"float16", kDLFloat, 16},
-    {"bfloat16", kDLBfloat, 16}, {"int8", kDLInt, 8},     {"int16", kDLInt, 16},
-    {"int32", kDLInt, 32},     {"int64", kDLInt, 64},     {"uint8", kDLUInt, 8},
-    {"bool", OPJIT_DL_BOOL, 8},
-};
-
-int dtype_parse(const char *s, DLDataType *out)
-{
-    for (size_t i = 0; i < sizeof dtype_table / sizeof dtype_table[0]; i++)
-        if (!strcmp(s, dtype_table[i].name)) {
-            out->code = dtype_table[i].code;
-            out->bits = dtype_table[i].bits;
-            out->lanes = 1;
-            return 1;
-        }
-    return 0;
-}
-
-const char *dtype_name(DLDataType t, char *buf, size_t n)
-{
-    for (size_t i = 0; i < sizeof dtype_table / sizeof dtype_table[0]; i++)
-        if (t.code == dtype_table[i].code && t.bits == dtype_table[i].bits && t.lanes == 1)
-            return dtype_table[i].name;
-    snprintf(buf, n, "dtype(code=%u, bits=%u, lanes=%u)", t.code, t.bits, t.lanes);
-    return buf;
-}
-
 module *module_new(opjit_runtime *rt, const char *source, const char *real, const char *tier,
                    int device)
 {

@@ -173,6 +173,7 @@ void module_discard(module *m);
 int dispatch_def(opjit_module *m, const char *schema, int device, opjit_kernel_fn fn,
                  const char *doc);
 int dispatch_require(opjit_module *m, const char *arg, const char *spec);
+/* runtime/dtype.c: the dtype table (opjit_dtype_parse/_name) */
 int dtype_parse(const char *s, DLDataType *out);
 const char *dtype_name(DLDataType t, char *buf, size_t n);
 

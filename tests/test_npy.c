@@ -71,9 +71,16 @@ static void test_roundtrip(void)
 {
     static int64_t shapes[][4] = {{0}, {0}, {5}, {2, 3}, {2, 0, 4}, {1, 1, 1, 1}, {3, 1, 2}};
     static const int ndims[] = {0, 1, 1, 2, 3, 4, 3};
-    for (size_t d = 0; d < NPY_NDTYPES; d++) {
-        DLDataType dt = dtype(npy_dtypes[d].code, npy_dtypes[d].bits);
-        size_t item = npy_dtypes[d].bits / 8;
+    DLDataType dt;
+    int ndtypes = 0;
+    for (int d = 0; opjit_dtype_at(d, &dt); d++) {
+        npy_dtype nd;
+        if (npy_dtype_of(dt, &nd) != 0) { /* bfloat16: numpy has no such dtype */
+            CHECK(dt.code == kDLBfloat);
+            continue;
+        }
+        ndtypes++;
+        size_t item = dt.bits / 8;
         for (size_t s = 0; s < sizeof ndims / sizeof ndims[0]; s++) {
             int64_t numel = 1;
             for (int i = 0; i < ndims[s]; i++)
@@ -91,7 +98,7 @@ static void test_roundtrip(void)
             CHECK(len % 64 == nbytes % 64);
             npy_array a;
             CHECKF(npy_read_mem(buf, len, &a, err, sizeof err) == 0, "%s %s dim %d",
-                   err, npy_dtypes[d].name, ndims[s]);
+                   err, nd.name, ndims[s]);
             CHECK(a.t.ndim == ndims[s]);
             CHECK(a.t.dtype.code == dt.code && a.t.dtype.bits == dt.bits &&
                   a.t.dtype.lanes == 1);
@@ -124,6 +131,8 @@ static void test_roundtrip(void)
             free(data);
         }
     }
+    /* float16, float32, float64, int8..int64, uint8..uint64, bool */
+    CHECK(ndtypes == 12);
 }
 
 /* Byte for byte what numpy 1.24+ writes for
@@ -326,8 +335,14 @@ static void test_errors(void)
     expect_dict_error("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000, 1000,)}",
                       "truncated");
     expect_dict_error("{'descr': '>f4', 'fortran_order': False, 'shape': (4,)}", "big-endian");
-    expect_dict_error("{'descr': '<f2', 'fortran_order': False, 'shape': (4,)}",
-                      "unsupported dtype '<f2'");
+    expect_dict_error("{'descr': '<f16', 'fortran_order': False, 'shape': (4,)}",
+                      "unsupported dtype '<f16'");
+    expect_dict_error("{'descr': '<V2', 'fortran_order': False, 'shape': (4,)}",
+                      "supported: float32 '<f4', float64 '<f8', float16 '<f2', int8 '|i1'");
+    expect_dict_error("{'descr': '<i01', 'fortran_order': False, 'shape': (4,)}",
+                      "unsupported dtype");
+    expect_dict_error("{'descr': '>f2', 'fortran_order': False, 'shape': (4,)}",
+                      "a.astype('<f2')");
     expect_dict_error("{'descr': '<c8', 'fortran_order': False, 'shape': (4,)}",
                       "unsupported dtype");
     expect_dict_error("{'descr': '|O', 'fortran_order': False, 'shape': (4,)}",
@@ -346,6 +361,32 @@ static void test_errors(void)
     expect_dict_error(dict, "more than 64 dimensions");
     free(b);
     free(good);
+}
+
+/* float16 is numpy's '<f2', read and written with opjit's dtype table. */
+static void test_float16(void)
+{
+    static const uint16_t halves[3] = {0x3c00, 0xc000, 0x3800}; /* 1, -2, 0.5 */
+    size_t len;
+    char err[512] = "";
+    unsigned char *buf = make_npy(1, "{'descr': '<f2', 'fortran_order': False, 'shape': (3,), }",
+                                  halves, sizeof halves, &len);
+    npy_array a;
+    CHECKF(npy_read_mem(buf, len, &a, err, sizeof err) == 0, "%s", err);
+    CHECK(a.t.dtype.code == kDLFloat && a.t.dtype.bits == 16 && a.t.dtype.lanes == 1);
+    CHECK(a.numel == 3 && a.nbytes == 6 && memcmp(a.t.data, halves, 6) == 0);
+    CHECK(npy_dtype_name(a.t.dtype) && !strcmp(npy_dtype_name(a.t.dtype), "float16"));
+    unsigned char *out;
+    size_t olen;
+    CHECKF(npy_write_mem(&a.t, &out, &olen, err, sizeof err) == 0, "%s", err);
+    CHECK(olen > 10 && memmem(out, olen, "'descr': '<f2'", 14) != NULL);
+    CHECK(olen >= 6 && memcmp(out + olen - 6, halves, 6) == 0);
+    free(out);
+    npy_free(&a);
+    free(buf);
+    DLDataType bf = dtype(kDLBfloat, 16);
+    CHECK(npy_dtype_name(bf) == NULL); /* opjit knows it; .npy cannot hold it */
+    CHECK(opjit_dtype_name(bf) && !strcmp(opjit_dtype_name(bf), "bfloat16"));
 }
 
 static void test_file_errors(void)
@@ -374,7 +415,7 @@ static void test_file_errors(void)
     CHECK(npy_write(path, &t, err, sizeof err) == -1);
     CHECK_STR_CONTAINS(err, "cannot create");
     tmp_path(path, sizeof path, "bad.npy");
-    t.dtype = dtype(kDLFloat, 16);
+    t.dtype = dtype(kDLBfloat, 16); /* numpy has no bfloat16 */
     CHECK(npy_write(path, &t, err, sizeof err) == -1);
     CHECK_STR_CONTAINS(err, "cannot save dtype");
     CHECK(access(path, F_OK) != 0);
@@ -496,6 +537,7 @@ int main(void)
     T_RUN(test_reads_variants);
     T_RUN(test_write_strided);
     T_RUN(test_errors);
+    T_RUN(test_float16);
     T_RUN(test_file_errors);
     T_RUN(test_fuzz);
 

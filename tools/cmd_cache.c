@@ -3,6 +3,9 @@
  *
  *   opjit cache ls|info|verify|prune|clear [--cache DIR] [--json] ...
  *
+ * A client of opjit.h's cache functions (opjit_cache_list, _info_get,
+ * _verify, _prune, _clear) on a runtime made for the purpose.
+ *
  * Exit status: 0 success, 1 a failure (verify: any damaged entry), 2 a
  * usage error. Results go to stdout, warnings and errors to stderr.
  */
@@ -12,9 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "opjit.h"
-#include "cache/cache.h"
-#include "tools/commands.h"
+#include "tools/cli.h"
 
 static const char cache_help[] =
     "usage: opjit cache COMMAND [options]\n"
@@ -42,24 +43,12 @@ static const char cache_help[] =
     "  --repair           verify: also evict damaged entries of the writable cache\n"
     "  -h, --help         this help\n";
 
-static int cmd_verbosity = OPJIT_LOG_WARN;
-
-static void cmd_log(void *ud, int level, const char *msg)
-{
-    static const char *const names[] = {"error", "warning", "info", "debug"};
-    (void)ud;
-    if (level > cmd_verbosity)
-        return;
-    fprintf(stderr, "opjit: %s: %s\n",
-            level >= 0 && level <= OPJIT_LOG_DEBUG ? names[level] : "log", msg);
-}
-
 static int cmd_usage(const char *fmt, const char *arg)
 {
     fprintf(stderr, "opjit cache: ");
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\nTry 'opjit cache --help'.\n");
-    return OPJIT_EXIT_USAGE;
+    return CLI_EXIT_USAGE;
 }
 
 /* ---- output helpers ----------------------------------------------------- */
@@ -107,7 +96,7 @@ static const char *human_time(int64_t t, char *buf, size_t len)
     return buf;
 }
 
-static const char *layer_name(const cache_entry_info *e, char *buf, size_t len)
+static const char *layer_name(const opjit_cache_entry *e, char *buf, size_t len)
 {
     if (e->layer == 0)
         snprintf(buf, len, "writable");
@@ -116,7 +105,7 @@ static const char *layer_name(const cache_entry_info *e, char *buf, size_t len)
     return buf;
 }
 
-static void json_entry(const cache_entry_info *e)
+static void json_entry(const opjit_cache_entry *e)
 {
     printf("{\"key\": ");
     json_str(e->key);
@@ -155,7 +144,7 @@ typedef struct walk_state {
     int verbose_ok; /* verify: print the good ones too */
 } walk_state;
 
-static int ls_one(void *ud, const cache_entry_info *e)
+static int ls_one(void *ud, const opjit_cache_entry *e)
 {
     walk_state *w = ud;
     char sz[32], tm[32], layer[1100];
@@ -173,75 +162,82 @@ static int ls_one(void *ud, const cache_entry_info *e)
     return 0;
 }
 
-static int cmd_ls(cache *c, int json)
+static int cmd_ls(opjit_runtime *rt, int json)
 {
     walk_state w = {json, 0, 0, 0};
-    char err[1024];
     if (json)
         printf("[");
     else
         printf("%-32s  %-14s %-16s %-14s %-5s %10s  %-16s  %s\n", "KEY", "OP", "SOURCE",
                "TARGET", "TIER", "SIZE", "LAST USE", "LAYER");
-    int rc = cache_foreach(c, ls_one, &w, err, sizeof err);
+    int rc = opjit_cache_list(rt, ls_one, &w);
     if (json)
         printf("%s]\n", w.n ? "\n" : "");
     if (rc != OPJIT_OK) {
-        fprintf(stderr, "opjit cache ls: %s\n", err);
-        return OPJIT_EXIT_FAIL;
+        fprintf(stderr, "opjit cache ls: %s\n", opjit_errmsg(rt));
+        return CLI_EXIT_FAIL;
     }
-    return OPJIT_EXIT_OK;
+    return CLI_EXIT_OK;
 }
 
 /* ---- info --------------------------------------------------------------- */
 
-static int cmd_info(cache *c, int json)
+static void info_json(opjit_runtime *rt, const opjit_cache_info *t)
 {
-    cache_totals t;
-    char err[1024], a[32], b[32];
-    if (cache_get_totals(c, &t, err, sizeof err) != OPJIT_OK) {
-        fprintf(stderr, "opjit cache info: %s\n", err);
-        return OPJIT_EXIT_FAIL;
+    printf("{\"dir\": ");
+    json_str(t->dir);
+    printf(", \"writable\": %s, \"readonly\": [", t->writable ? "true" : "false");
+    for (int i = 0; i < t->nreadonly; i++) {
+        printf("%s", i ? ", " : "");
+        json_str(opjit_cache_readonly_dir(rt, i));
     }
-    uint64_t cap = cache_max_size(c);
-    int nro = cache_readonly_count(c);
-    if (json) {
-        printf("{\"dir\": ");
-        json_str(cache_root_dir(c));
-        printf(", \"writable\": %s, \"readonly\": [", cache_writable(c) ? "true" : "false");
-        for (int i = 0; i < nro; i++) {
-            printf("%s", i ? ", " : "");
-            json_str(cache_readonly_dir(c, i));
-        }
-        printf("], \"entries\": %" PRIu64 ", \"bytes\": %" PRIu64, t.entries, t.bytes);
-        printf(", \"readonly_entries\": %" PRIu64 ", \"readonly_bytes\": %" PRIu64, t.ro_entries,
-               t.ro_bytes);
-        if (cap == UINT64_MAX)
-            printf(", \"max_size\": null");
-        else
-            printf(", \"max_size\": %" PRIu64, cap);
-        printf(", \"tmp_dirs\": %" PRIu64 ", \"offline\": %s}\n", t.tmp_dirs,
-               cache_offline(c) ? "true" : "false");
-        return OPJIT_EXIT_OK;
+    printf("], \"entries\": %" PRIu64 ", \"bytes\": %" PRIu64, t->entries, t->bytes);
+    printf(", \"readonly_entries\": %" PRIu64 ", \"readonly_bytes\": %" PRIu64,
+           t->readonly_entries, t->readonly_bytes);
+    if (t->max_size == UINT64_MAX)
+        printf(", \"max_size\": null");
+    else
+        printf(", \"max_size\": %" PRIu64, t->max_size);
+    printf(", \"tmp_dirs\": %" PRIu64 ", \"offline\": %s}\n", t->tmp_dirs,
+           t->offline ? "true" : "false");
+}
+
+static void info_text(opjit_runtime *rt, const opjit_cache_info *t)
+{
+    char a[32], b[32];
+    printf("cache directory:  %s%s\n", *t->dir ? t->dir : "(none)",
+           t->writable ? "" : " (unusable: operators compile into temporary directories)");
+    printf("entries:          %" PRIu64 " (%s)\n", t->entries, human_size(t->bytes, a, sizeof a));
+    printf("size cap:         %s\n",
+           t->max_size == UINT64_MAX ? "none" : human_size(t->max_size, b, sizeof b));
+    printf("read-only layers: %s\n", t->nreadonly ? "" : "none");
+    for (int i = 0; i < t->nreadonly; i++)
+        printf("  %s\n", opjit_cache_readonly_dir(rt, i));
+    if (t->nreadonly)
+        printf("read-only entries: %" PRIu64 " (%s)\n", t->readonly_entries,
+               human_size(t->readonly_bytes, a, sizeof a));
+    printf("temporary dirs:   %" PRIu64 "%s\n", t->tmp_dirs,
+           t->tmp_dirs ? " (builds in progress, or left over: prune removes those)" : "");
+    printf("offline:          %s\n", t->offline ? "yes" : "no");
+}
+
+static int cmd_info(opjit_runtime *rt, int json)
+{
+    opjit_cache_info t;
+    if (opjit_cache_info_get(rt, &t) != OPJIT_OK) {
+        fprintf(stderr, "opjit cache info: %s\n", opjit_errmsg(rt));
+        return CLI_EXIT_FAIL;
     }
-    printf("cache directory:  %s%s\n", *cache_root_dir(c) ? cache_root_dir(c) : "(none)",
-           cache_writable(c) ? "" : " (unusable: operators compile into temporary directories)");
-    printf("entries:          %" PRIu64 " (%s)\n", t.entries, human_size(t.bytes, a, sizeof a));
-    printf("size cap:         %s\n", cap == UINT64_MAX ? "none" : human_size(cap, b, sizeof b));
-    printf("read-only layers: %s\n", nro ? "" : "none");
-    for (int i = 0; i < nro; i++)
-        printf("  %s\n", cache_readonly_dir(c, i));
-    if (nro)
-        printf("read-only entries: %" PRIu64 " (%s)\n", t.ro_entries,
-               human_size(t.ro_bytes, a, sizeof a));
-    printf("temporary dirs:   %" PRIu64 "%s\n", t.tmp_dirs,
-           t.tmp_dirs ? " (builds in progress, or left over: prune removes those)" : "");
-    printf("offline:          %s\n", cache_offline(c) ? "yes" : "no");
-    return OPJIT_EXIT_OK;
+    if (json)
+        info_json(rt, &t);
+    else
+        info_text(rt, &t);
+    return CLI_EXIT_OK;
 }
 
 /* ---- verify ------------------------------------------------------------- */
 
-static int verify_one(void *ud, const cache_entry_info *e)
+static int verify_one(void *ud, const opjit_cache_entry *e)
 {
     walk_state *w = ud;
     char layer[1100];
@@ -264,43 +260,42 @@ static int verify_one(void *ud, const cache_entry_info *e)
     return 0;
 }
 
-static int cmd_verify(cache *c, int json, int repair)
+static int cmd_verify(opjit_runtime *rt, int json, int repair)
 {
     walk_state w = {json, 0, 0, 0};
-    char err[1024];
     int nd = 0;
     if (json)
         printf("{\"damaged\": [");
-    int rc = cache_verify_all(c, repair, verify_one, &w, &nd, err, sizeof err);
+    int rc = opjit_cache_verify(rt, repair, verify_one, &w, &nd);
     if (json)
-        printf("%s], \"checked\": %d, \"ndamaged\": %d, \"repaired\": %s}\n", w.damaged ? "\n  " : "",
-               w.n, nd, repair && nd ? "true" : "false");
+        printf("%s], \"checked\": %d, \"ndamaged\": %d, \"repaired\": %s}\n",
+               w.damaged ? "\n  " : "", w.n, nd, repair && nd ? "true" : "false");
     else
         printf("verified %d entr%s: %d damaged%s\n", w.n, w.n == 1 ? "y" : "ies", nd,
                nd && repair ? " (those in the writable cache evicted, unless in use)" : "");
     if (rc != OPJIT_OK) {
-        fprintf(stderr, "opjit cache verify: %s\n", err);
-        return OPJIT_EXIT_FAIL;
+        fprintf(stderr, "opjit cache verify: %s\n", opjit_errmsg(rt));
+        return CLI_EXIT_FAIL;
     }
-    return nd ? OPJIT_EXIT_FAIL : OPJIT_EXIT_OK;
+    return nd ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }
 
 /* ---- prune, clear ------------------------------------------------------- */
 
-static int cmd_prune(cache *c, int json, int clear, uint64_t max)
+static int cmd_prune(opjit_runtime *rt, int json, int clear, uint64_t max)
 {
-    cache_prune_result r;
-    char err[1024], a[32], b[32];
-    int rc = clear ? cache_clear(c, &r, err, sizeof err) : cache_prune(c, max, &r, err, sizeof err);
+    opjit_cache_prune_result r;
+    char a[32], b[32];
+    int rc = clear ? opjit_cache_clear(rt, &r) : opjit_cache_prune(rt, max, &r);
     if (rc != OPJIT_OK) {
-        fprintf(stderr, "opjit cache %s: %s\n", clear ? "clear" : "prune", err);
-        return OPJIT_EXIT_FAIL;
+        fprintf(stderr, "opjit cache %s: %s\n", clear ? "clear" : "prune", opjit_errmsg(rt));
+        return CLI_EXIT_FAIL;
     }
     if (json) {
         printf("{\"removed\": %" PRIu64 ", \"removed_bytes\": %" PRIu64 ", \"busy\": %" PRIu64
                ", \"tmp_removed\": %" PRIu64 ", \"bytes\": %" PRIu64 "}\n",
                r.removed, r.removed_bytes, r.busy, r.tmp_removed, r.bytes_after);
-        return OPJIT_EXIT_OK;
+        return CLI_EXIT_OK;
     }
     printf("removed %" PRIu64 " entr%s (%s)", r.removed, r.removed == 1 ? "y" : "ies",
            human_size(r.removed_bytes, a, sizeof a));
@@ -310,89 +305,108 @@ static int cmd_prune(cache *c, int json, int clear, uint64_t max)
         printf(", removed %" PRIu64 " leftover temporary director%s", r.tmp_removed,
                r.tmp_removed == 1 ? "y" : "ies");
     printf("; the cache now holds %s\n", human_size(r.bytes_after, b, sizeof b));
-    return OPJIT_EXIT_OK;
+    return CLI_EXIT_OK;
 }
 
 /* ---- main --------------------------------------------------------------- */
 
-int opjit_cmd_cache(int argc, char **argv)
+typedef struct cache_args {
+    const char *verb, *readonly;
+    int json, repair;
+    uint64_t max;
+} cache_args;
+
+/* --readonly DIRS / --max-size SIZE (or =VALUE): 1 consumed, 0 not one of
+ * them, else CLI_EXIT_USAGE (reported). */
+static int cache_value_option(int argc, char **argv, int *i, cache_args *ca)
 {
-    const char *verb = NULL, *readonly = NULL;
-    int json = 0, repair = 0;
-    uint64_t max = 0;
+    const char *a = argv[*i - 1], *v;
+    int ro = !strcmp(a, "--readonly") || !strncmp(a, "--readonly=", 11);
+    if (!ro && strcmp(a, "--max-size") != 0 && strncmp(a, "--max-size=", 11) != 0)
+        return 0;
+    v = a[10] == '=' ? a + 11 : *i < argc ? argv[(*i)++] : NULL;
+    if (!v)
+        return cmd_usage("%s needs a value", a);
+    if (ro)
+        ca->readonly = v;
+    else if (opjit_parse_size(v, &ca->max) != OPJIT_OK)
+        return cmd_usage("'%s' is not a size (like 100M or 2G)", v);
+    return 1;
+}
+
+/* argv into ca: -1 to go on, else the exit status to end with. */
+static int parse_cache_args(int argc, char **argv, cache_args *ca)
+{
     for (int i = 1; i < argc;) {
-        int r = opjit_cli_common_option(argc, argv, &i);
-        if (r == OPJIT_EXIT_USAGE)
+        int r = cli_common_option(argc, argv, &i);
+        if (r == CLI_EXIT_USAGE)
             return r;
         if (r)
             continue;
         const char *a = argv[i++];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("%s\ncommon options:\n%s", cache_help, opjit_cli_common_help);
-            return OPJIT_EXIT_OK;
+        if (cli_is_help(a)) {
+            printf("%s\ncommon options:\n%s", cache_help, cli_common_help);
+            return CLI_EXIT_OK;
         } else if (!strcmp(a, "--json")) {
-            json = 1;
+            ca->json = 1;
         } else if (!strcmp(a, "--repair")) {
-            repair = 1;
-        } else if (!strcmp(a, "--readonly") || !strncmp(a, "--readonly=", 11)) {
-            if (a[10] == '=')
-                readonly = a + 11;
-            else if (i < argc)
-                readonly = argv[i++];
-            else
-                return cmd_usage("%s needs a value", a);
-        } else if (!strcmp(a, "--max-size") || !strncmp(a, "--max-size=", 11)) {
-            const char *v = a[10] == '=' ? a + 11 : i < argc ? argv[i++] : NULL;
-            if (!v)
-                return cmd_usage("%s needs a value", a);
-            if (cache_parse_size(v, &max) != 0)
-                return cmd_usage("'%s' is not a size (like 100M or 2G)", v);
+            ca->repair = 1;
+        } else if ((r = cache_value_option(argc, argv, &i, ca)) != 0) {
+            if (r != 1)
+                return r;
         } else if (a[0] == '-') {
             return cmd_usage("unknown option '%s'", a);
-        } else if (!verb) {
-            verb = a;
+        } else if (!ca->verb) {
+            ca->verb = a;
         } else {
             return cmd_usage("unexpected argument '%s'", a);
         }
     }
-    if (!verb) {
-        fputs(cache_help, stderr);
-        return OPJIT_EXIT_USAGE;
-    }
-    static const char *const verbs[] = {"ls", "info", "verify", "prune", "clear"};
-    size_t v;
-    for (v = 0; v < sizeof verbs / sizeof verbs[0]; v++)
-        if (!strcmp(verb, verbs[v]))
-            break;
-    if (v == sizeof verbs / sizeof verbs[0])
-        return cmd_usage("unknown command '%s'", verb);
-    if (max && strcmp(verb, "prune") != 0)
-        return cmd_usage("--max-size is for prune, not %s", verb);
-    if (repair && strcmp(verb, "verify") != 0)
-        return cmd_usage("--repair is for verify, not %s", verb);
+    return -1;
+}
 
-    opjit_config ocfg;
-    opjit_cli_config(&ocfg);
-    cmd_verbosity = ocfg.verbosity;
-    cache_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.dir = ocfg.cache_dir;
-    cfg.readonly = readonly ? readonly : ocfg.readonly_caches;
-    cfg.offline = -1;
-    cfg.log = ocfg.log ? cmd_log : NULL; /* NULL: -q */
-    cache *c = NULL;
-    char err[1024];
-    if (cache_open(&cfg, &c, err, sizeof err) != OPJIT_OK) {
-        fprintf(stderr, "opjit cache: %s\n", err);
-        return OPJIT_EXIT_FAIL;
+/* The verb's index into *v: -1 to go on, else the exit status of a usage
+ * error (reported). */
+static int check_verb(const cache_args *ca, int *v)
+{
+    static const char *const verbs[] = {"ls", "info", "verify", "prune", "clear"};
+    int n = (int)(sizeof verbs / sizeof verbs[0]);
+    if (!ca->verb) {
+        fputs(cache_help, stderr);
+        return CLI_EXIT_USAGE;
     }
-    int rc;
+    for (*v = 0; *v < n && strcmp(ca->verb, verbs[*v]); ++*v)
+        ;
+    if (*v == n)
+        return cmd_usage("unknown command '%s'", ca->verb);
+    if (ca->max && *v != 3)
+        return cmd_usage("--max-size is for prune, not %s", ca->verb);
+    if (ca->repair && *v != 2)
+        return cmd_usage("--repair is for verify, not %s", ca->verb);
+    return -1;
+}
+
+int cmd_cache(int argc, char **argv)
+{
+    cache_args ca = {0};
+    int v, rc = parse_cache_args(argc, argv, &ca);
+    if (rc >= 0 || (rc = check_verb(&ca, &v)) >= 0)
+        return rc;
+    /* A runtime for its cache only: no optimizing compiler is looked for. */
+    opjit_config cfg;
+    opjit_runtime *rt;
+    cli_config(&cfg);
+    cfg.tiering = 0;
+    if (ca.readonly)
+        cfg.readonly_caches = ca.readonly;
+    if (cli_create_with(&cfg, &rt) != CLI_EXIT_OK)
+        return CLI_EXIT_FAIL;
     switch (v) {
-    case 0: rc = cmd_ls(c, json); break;
-    case 1: rc = cmd_info(c, json); break;
-    case 2: rc = cmd_verify(c, json, repair); break;
-    default: rc = cmd_prune(c, json, v == 4, max); break;
+    case 0: rc = cmd_ls(rt, ca.json); break;
+    case 1: rc = cmd_info(rt, ca.json); break;
+    case 2: rc = cmd_verify(rt, ca.json, ca.repair); break;
+    default: rc = cmd_prune(rt, ca.json, v == 4, ca.max); break;
     }
-    cache_close(c);
+    opjit_destroy(rt);
     return rc;
 }

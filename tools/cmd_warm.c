@@ -1,7 +1,7 @@
 /*
  * tools/cmd_warm.c - `opjit warm`: compile operators into the cache ahead of
- * time, so that a deployment (maybe read-only, maybe offline, maybe without
- * a compiler) only ever hits.
+ * time (opjit_warm), so that a deployment (maybe read-only, maybe offline,
+ * maybe without a compiler) only ever hits.
  *
  *   opjit warm [--ops-path DIR] [--cache DIR] [--opt] [--arch LIST] [OP|FILE...]
  *
@@ -9,15 +9,11 @@
  * both hold an op of one name do not collide, and one failure does not stop
  * the rest.
  */
-#include <dirent.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "loader/loader.h"
-#include "tools/commands.h"
+#include "tools/cli.h"
 
 static const char warm_help[] =
     "usage: opjit warm [options] [OP|FILE...]\n"
@@ -38,79 +34,58 @@ static const char warm_help[] =
     "                   no GPU is needed\n"
     "  -h, --help       this help\n";
 
-typedef struct list {
-    char **v;
-    int n, cap;
-} list;
+typedef struct warm_args {
+    int opt, tty;
+    cli_strs targets;
+    char archs[1024];
+} warm_args;
 
-static int list_add(list *l, const char *s)
+/* --arch LIST (or --arch=LIST), appended to wa->archs. */
+static int add_archs(warm_args *wa, const char *v)
 {
-    for (int i = 0; i < l->n; i++)
-        if (!strcmp(l->v[i], s))
-            return 0;
-    if (l->n == l->cap) {
-        int cap = l->cap ? l->cap * 2 : 16;
-        char **v = realloc(l->v, (size_t)cap * sizeof *v);
-        if (!v)
-            return -1;
-        l->v = v;
-        l->cap = cap;
+    if (!v || !*v) {
+        fprintf(stderr, "opjit warm: --arch needs a list such as sm_80,sm_90,compute_90\n");
+        return CLI_EXIT_USAGE;
     }
-    if (!(l->v[l->n] = strdup(s)))
-        return -1;
-    l->n++;
-    return 0;
+    size_t k = strlen(wa->archs);
+    if (k + strlen(v) + 2 > sizeof wa->archs) {
+        fprintf(stderr, "opjit warm: too many architectures\n");
+        return CLI_EXIT_USAGE;
+    }
+    snprintf(wa->archs + k, sizeof wa->archs - k, "%s%s", k ? "," : "", v);
+    return -1;
 }
 
-static int cmp_str(const void *a, const void *b)
+/* argv into wa: -1 to go on, else the exit status to end with. */
+static int parse_warm_args(int argc, char **argv, warm_args *wa)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static int is_source(const char *name)
-{
-    size_t n = strlen(name);
-    return (n > 2 && !strcmp(name + n - 2, ".c")) || (n > 3 && !strcmp(name + n - 3, ".cu"));
-}
-
-/* Every source file in every directory of the search path. */
-static int all_sources(const char *path, list *out)
-{
-    const char *p = path;
-    while (*p) {
-        const char *e = strchr(p, ':');
-        size_t n = e ? (size_t)(e - p) : strlen(p);
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%.*s", (int)n, p);
-        DIR *d = n ? opendir(dir) : NULL;
-        if (d) {
-            int first = out->n;
-            struct dirent *de;
-            while ((de = readdir(d)))
-                if (de->d_name[0] != '.' && is_source(de->d_name)) {
-                    char f[8192];
-                    snprintf(f, sizeof f, "%s/%s", dir, de->d_name);
-                    if (list_add(out, f))
-                        return -1;
-                }
-            closedir(d);
-            qsort(out->v + first, (size_t)(out->n - first), sizeof *out->v, cmp_str);
+    for (int i = 1; i < argc;) {
+        int r = cli_common_option(argc, argv, &i);
+        if (r == CLI_EXIT_USAGE)
+            return r;
+        if (r)
+            continue;
+        const char *a = argv[i++];
+        if (cli_is_help(a)) {
+            printf("%s\ncommon options:\n%s", warm_help, cli_common_help);
+            return CLI_EXIT_OK;
+        } else if (!strcmp(a, "--opt")) {
+            wa->opt = 1;
+        } else if (!strcmp(a, "--arch") || !strncmp(a, "--arch=", 7)) {
+            if ((r = add_archs(wa, a[6] == '=' ? a + 7 : i < argc ? argv[i++] : NULL)) >= 0)
+                return r;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "opjit warm: unknown option %s (see opjit warm --help)\n", a);
+            return CLI_EXIT_USAGE;
+        } else if (cli_strs_add(&wa->targets, a)) {
+            fprintf(stderr, "opjit warm: out of memory\n");
+            return CLI_EXIT_FAIL;
         }
-        p += n + (e ? 1 : 0);
     }
-    return 0;
+    return -1;
 }
 
-static int add_path(void *ud, const char *path) { return list_add(ud, path) ? 1 : 0; }
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void progress(int done, int total, const char *what)
+static void progress_bar(int done, int total, const char *what)
 {
     int width = 30, fill = total ? done * width / total : width;
     fprintf(stderr, "\r[%.*s%*s] %d/%d %-40.40s", fill, "##############################",
@@ -118,127 +93,78 @@ static void progress(int done, int total, const char *what)
     fflush(stderr);
 }
 
-int opjit_cmd_warm(int argc, char **argv)
+/* opjit_warm's progress: a bar on a terminal, a line per source. */
+static int warm_event(void *ud, const opjit_warm_event *ev)
 {
-    int opt = 0;
-    list targets = {0}, files = {0};
-    char archs[1024] = "";
-    for (int i = 1; i < argc;) {
-        int r = opjit_cli_common_option(argc, argv, &i);
-        if (r == OPJIT_EXIT_USAGE)
-            return r;
-        if (r)
-            continue;
-        const char *a = argv[i++];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("%s\ncommon options:\n%s", warm_help, opjit_cli_common_help);
-            return OPJIT_EXIT_OK;
-        } else if (!strcmp(a, "--opt")) {
-            opt = 1;
-        } else if (!strcmp(a, "--arch") || !strncmp(a, "--arch=", 7)) {
-            const char *v = a[6] == '=' ? a + 7 : (i < argc ? argv[i++] : NULL);
-            if (!v || !*v) {
-                fprintf(stderr, "opjit warm: --arch needs a list such as sm_80,sm_90,compute_90\n");
-                return OPJIT_EXIT_USAGE;
-            }
-            size_t k = strlen(archs);
-            if (k + strlen(v) + 2 > sizeof archs) {
-                fprintf(stderr, "opjit warm: too many architectures\n");
-                return OPJIT_EXIT_USAGE;
-            }
-            snprintf(archs + k, sizeof archs - k, "%s%s", k ? "," : "", v);
-        } else if (a[0] == '-') {
-            fprintf(stderr, "opjit warm: unknown option %s (see opjit warm --help)\n", a);
-            return OPJIT_EXIT_USAGE;
-        } else if (list_add(&targets, a)) {
-            fprintf(stderr, "opjit warm: out of memory\n");
-            return OPJIT_EXIT_FAIL;
-        }
+    const warm_args *wa = ud;
+    if (ev->result == OPJIT_WARM_NOSOURCE && ev->done) {
+        fprintf(stderr, "opjit warm: %s\n", ev->message);
+        return 0;
     }
+    if (!ev->done) {
+        if (wa->tty)
+            progress_bar(ev->index, ev->total, ev->path);
+        return 0;
+    }
+    if (wa->tty)
+        fprintf(stderr, "\r%*s\r", 80, "");
+    if (ev->result == OPJIT_WARM_SKIPPED)
+        printf("skipped  %s: %s\n", ev->path, ev->message);
+    else if (ev->result == OPJIT_WARM_FAILED)
+        fprintf(stderr, "FAILED   %s: %s\n", ev->path, ev->message);
+    else if (ev->result == OPJIT_WARM_HIT && !wa->opt)
+        printf("hit      %s\n", ev->path);
+    else
+        printf("%-8s %s (%.1f ms%s)\n", ev->result == OPJIT_WARM_HIT ? "hit" : "compiled",
+               ev->path, ev->ms, wa->opt ? ", optimized tier too" : "");
+    fflush(stdout);
+    return 0;
+}
 
+static void print_summary(const opjit_warm_result *r)
+{
+    printf("warm: %d sources: %d cache hits, %d compiled, %d failed", r->sources, r->hits,
+           r->compiled, r->failed);
+    if (r->skipped)
+        printf(", %d skipped (no CUDA compiler; --arch makes that a failure)", r->skipped);
+    printf(" in %.2f s\n", r->seconds);
+}
+
+/* Warm what wa names; the exit status. */
+static int warm(warm_args *wa)
+{
     opjit_config cfg;
-    opjit_cli_config(&cfg);
-    cfg.tiering = opt;
-    if (archs[0])
-        cfg.cuda_archs = archs; /* checked when a .cu is loaded */
     opjit_runtime *rt;
+    cli_config(&cfg);
+    cfg.tiering = wa->opt;
+    if (wa->archs[0])
+        cfg.cuda_archs = wa->archs; /* checked when a .cu is loaded */
     int st = opjit_create(&cfg, &rt);
     if (st) {
         fprintf(stderr, "opjit warm: cannot create the runtime: %s\n", opjit_errstr(st));
-        return OPJIT_EXIT_FAIL;
+        return CLI_EXIT_FAIL;
     }
-    int rc = OPJIT_EXIT_OK;
-    if (!targets.n) {
-        all_sources(loader_ops_path(rt), &files);
-    } else {
-        for (int i = 0; i < targets.n; i++) {
-            const char *t = targets.v[i];
-            if (strchr(t, '/') || is_source(t)) {
-                list_add(&files, t);
-                continue;
-            }
-            int before = files.n;
-            loader_each_source(rt, t, add_path, &files);
-            if (files.n == before) {
-                fprintf(stderr, "opjit warm: no source for op '%s' on the search path (%s)\n", t,
-                        loader_ops_path(rt));
-                rc = OPJIT_EXIT_FAIL;
-            }
-        }
-    }
+    opjit_warm_options opts = {
+        .targets = (const char *const *)wa->targets.v, .ntargets = wa->targets.n,
+        .opt = wa->opt, .cuda_archs = wa->archs[0] ? wa->archs : NULL};
+    opjit_warm_result res;
+    wa->tty = isatty(2);
+    st = opjit_warm(rt, &opts, warm_event, wa, &res);
+    if (st && !res.failed && !res.nosource) /* not about one source */
+        fprintf(stderr, "opjit warm: %s\n", opjit_errmsg(rt));
+    else
+        print_summary(&res);
     opjit_destroy(rt);
+    return st ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+}
 
-    /* Without NVRTC, .cu sources are skipped like loads by name skip them,
-     * unless architectures were asked for: then it is a failure. */
-    const char *env_archs = getenv("OPJIT_CUDA_ARCHS");
-    int cuda_wanted = archs[0] || (env_archs && *env_archs);
-    int tty = isatty(2), hits = 0, compiled = 0, failed = 0, skipped = 0;
-    double t0 = now_s();
-    for (int i = 0; i < files.n; i++) {
-        const char *f = files.v[i];
-        if (tty)
-            progress(i, files.n, f);
-        opjit_load_info info;
-        double t1 = now_s();
-        int s = opjit_create(&cfg, &rt);
-        if (!s)
-            s = opjit_load_file(rt, f, NULL, &info);
-        if (!s && opt)
-            s = opjit_wait(rt);
-        if (tty)
-            fprintf(stderr, "\r%*s\r", 80, "");
-        size_t flen = strlen(f);
-        if (s == OPJIT_EDEVICE && !cuda_wanted && flen > 3 && !strcmp(f + flen - 3, ".cu")) {
-            skipped++;
-            printf("skipped  %s: %s\n", f, opjit_errmsg(rt));
-        } else if (s) {
-            failed++;
-            fprintf(stderr, "FAILED   %s: %s\n", f, rt ? opjit_errmsg(rt) : opjit_errstr(s));
-        } else if (info.cache_hit && !opt) {
-            hits++;
-            printf("hit      %s\n", f);
-        } else {
-            if (info.cache_hit)
-                hits++;
-            else
-                compiled++;
-            printf("%-8s %s (%.1f ms%s)\n", info.cache_hit ? "hit" : "compiled", f,
-                   (now_s() - t1) * 1e3, opt ? ", optimized tier too" : "");
-        }
-        fflush(stdout);
-        opjit_destroy(rt);
-        rt = NULL;
-    }
-    printf("warm: %d sources: %d cache hits, %d compiled, %d failed", files.n, hits, compiled,
-           failed);
-    if (skipped)
-        printf(", %d skipped (no CUDA compiler; --arch makes that a failure)", skipped);
-    printf(" in %.2f s\n", now_s() - t0);
-    for (int i = 0; i < targets.n; i++)
-        free(targets.v[i]);
-    for (int i = 0; i < files.n; i++)
-        free(files.v[i]);
-    free(targets.v);
-    free(files.v);
-    return failed ? OPJIT_EXIT_FAIL : rc;
+int cmd_warm(int argc, char **argv)
+{
+    warm_args wa;
+    memset(&wa, 0, sizeof wa);
+    int rc = parse_warm_args(argc, argv, &wa);
+    if (rc < 0)
+        rc = warm(&wa);
+    cli_strs_free(&wa.targets);
+    return rc;
 }

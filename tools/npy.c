@@ -32,22 +32,14 @@
 /* numpy >= 1.24 leaves room in the header to grow the first axis in place. */
 #define NPY_GROWTH_AXIS_MAX_DIGITS 21
 
+/* A dtype as .npy files spell it: every dtype of opjit's table
+ * (opjit_dtype_at) that numpy has, named by numpy's kind letter and item
+ * size. bfloat16 has no numpy spelling, so .npy files cannot hold it. */
 typedef struct npy_dtype {
-    const char *descr; /* without the byte-order character */
-    const char *name;
-    uint8_t code;
-    uint8_t bits;
+    DLDataType dt;
+    const char *name; /* opjit's name, "float32" */
+    char descr[8];    /* without the byte-order character: "f4" */
 } npy_dtype;
-
-static const npy_dtype npy_dtypes[] = {
-    {"f4", "float32", kDLFloat, 32}, {"f8", "float64", kDLFloat, 64},
-    {"i1", "int8", kDLInt, 8},       {"i2", "int16", kDLInt, 16},
-    {"i4", "int32", kDLInt, 32},     {"i8", "int64", kDLInt, 64},
-    {"u1", "uint8", kDLUInt, 8},     {"u2", "uint16", kDLUInt, 16},
-    {"u4", "uint32", kDLUInt, 32},   {"u8", "uint64", kDLUInt, 64},
-    {"b1", "bool", OPJIT_DL_BOOL, 8},
-};
-#define NPY_NDTYPES (sizeof npy_dtypes / sizeof npy_dtypes[0])
 
 static void npy_err(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -59,20 +51,34 @@ static void npy_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-static const npy_dtype *npy_dtype_find(DLDataType dt)
+/* numpy's kind letter for a DLPack type code; 0 when numpy has none. */
+static char npy_kind(uint8_t code)
 {
-    if (dt.lanes != 1)
-        return NULL;
-    for (size_t i = 0; i < NPY_NDTYPES; i++)
-        if (npy_dtypes[i].code == dt.code && npy_dtypes[i].bits == dt.bits)
-            return &npy_dtypes[i];
-    return NULL;
+    switch (code) {
+    case kDLFloat: return 'f';
+    case kDLInt: return 'i';
+    case kDLUInt: return 'u';
+    case OPJIT_DL_BOOL: return 'b';
+    default: return 0;
+    }
+}
+
+/* dt as a .npy dtype into *d: 0, or -1 when .npy files cannot hold it. */
+static int npy_dtype_of(DLDataType dt, npy_dtype *d)
+{
+    char kind = npy_kind(dt.code);
+    d->name = opjit_dtype_name(dt);
+    if (!kind || !d->name || dt.bits % 8)
+        return -1;
+    d->dt = dt;
+    snprintf(d->descr, sizeof d->descr, "%c%d", kind, dt.bits / 8);
+    return 0;
 }
 
 const char *npy_dtype_name(DLDataType dtype)
 {
-    const npy_dtype *d = npy_dtype_find(dtype);
-    return d ? d->name : NULL;
+    npy_dtype d;
+    return npy_dtype_of(dtype, &d) == 0 ? d.name : NULL;
 }
 
 static int host_is_little_endian(void)
@@ -314,13 +320,20 @@ static int parse_header(const char *text, size_t len, npy_header *h, char *err,
     return 0;
 }
 
-static const char npy_supported[] =
-    "supported: float32 '<f4', float64 '<f8', int8 '|i1', int16 '<i2', "
-    "int32 '<i4', int64 '<i8', uint8 '|u1', uint16 '<u2', uint32 '<u4', "
-    "uint64 '<u8', bool '|b1'";
+/* "supported: float32 '<f4', ..., bool '|b1'" into buf. */
+static void npy_supported(char *buf, size_t len)
+{
+    npy_dtype d;
+    DLDataType dt;
+    size_t n = (size_t)snprintf(buf, len, "supported:");
+    for (int i = 0; opjit_dtype_at(i, &dt) && n < len; i++)
+        if (npy_dtype_of(dt, &d) == 0)
+            n += (size_t)snprintf(buf + n, len - n, "%s %s '%c%s'", n > 10 ? "," : "", d.name,
+                                  dt.bits == 8 ? '|' : '<', d.descr);
+}
 
-/* descr ("<f4") -> dtype, or NULL with a message. */
-static const npy_dtype *descr_dtype(const char *descr, char *err, size_t errlen)
+/* descr ("<f4") -> *d: 0, or -1 with a message. */
+static int descr_dtype(const char *descr, npy_dtype *d, char *err, size_t errlen)
 {
     char order = descr[0];
     const char *rest = descr + 1;
@@ -328,27 +341,29 @@ static const npy_dtype *descr_dtype(const char *descr, char *err, size_t errlen)
         order = '=';
         rest = descr;
     }
-    const npy_dtype *d = NULL;
-    for (size_t i = 0; i < NPY_NDTYPES; i++)
-        if (strcmp(rest, npy_dtypes[i].descr) == 0)
-            d = &npy_dtypes[i];
-    if (!d) {
-        npy_err(err, errlen, "unsupported dtype '%s' (%s)", descr, npy_supported);
-        return NULL;
+    DLDataType dt;
+    int found = 0;
+    for (int i = 0; !found && opjit_dtype_at(i, &dt); i++)
+        found = npy_dtype_of(dt, d) == 0 && strcmp(rest, d->descr) == 0;
+    if (!found) {
+        char supported[512];
+        npy_supported(supported, sizeof supported);
+        npy_err(err, errlen, "unsupported dtype '%s' (%s)", descr, supported);
+        return -1;
     }
-    if (d->bits > 8) {
+    if (d->dt.bits > 8) {
         if (order == '|') {
             npy_err(err, errlen, "bad dtype '%s': '|' is only for 1-byte types", descr);
-            return NULL;
+            return -1;
         }
         if (order == '>' || (order == '=' && !host_is_little_endian())) {
             npy_err(err, errlen,
                     "big-endian dtype '%s' is not supported; convert it with "
                     "a.astype('<%s')", descr, d->descr);
-            return NULL;
+            return -1;
         }
     }
-    return d;
+    return 0;
 }
 
 static void *npy_alloc_data(size_t nbytes)
@@ -360,7 +375,8 @@ static void *npy_alloc_data(size_t nbytes)
     return aligned_alloc(NPY_ALIGN, n);
 }
 
-static int npy_load(npy_src *s, npy_array *out, char *err, size_t errlen)
+/* The format version and where the header text lies: *hoff, *hlen. */
+static int npy_preamble(npy_src *s, uint64_t *hoff, uint64_t *hlen, char *err, size_t errlen)
 {
     unsigned char pre[12];
     size_t have = s->size < sizeof pre ? (size_t)s->size : sizeof pre;
@@ -377,23 +393,31 @@ static int npy_load(npy_src *s, npy_array *out, char *err, size_t errlen)
         return -1;
     }
     int major = pre[6], minor = pre[7];
-    uint64_t hoff, hlen;
     if (major == 1 && minor == 0) {
-        hoff = 10;
-        hlen = (uint64_t)pre[8] | (uint64_t)pre[9] << 8;
+        *hoff = 10;
+        *hlen = (uint64_t)pre[8] | (uint64_t)pre[9] << 8;
     } else if ((major == 2 || major == 3) && minor == 0) {
         if (have < 12) {
             npy_err(err, errlen, "truncated: the header length is cut off");
             return -1;
         }
-        hoff = 12;
-        hlen = (uint64_t)pre[8] | (uint64_t)pre[9] << 8 | (uint64_t)pre[10] << 16 |
-               (uint64_t)pre[11] << 24;
+        *hoff = 12;
+        *hlen = (uint64_t)pre[8] | (uint64_t)pre[9] << 8 | (uint64_t)pre[10] << 16 |
+                (uint64_t)pre[11] << 24;
     } else {
         npy_err(err, errlen, "unsupported .npy format version %d.%d (1.0, 2.0 and 3.0 are)",
                 major, minor);
         return -1;
     }
+    return 0;
+}
+
+/* Read and parse the header; *doff receives where the data starts. */
+static int npy_read_header(npy_src *s, npy_header *h, uint64_t *doff, char *err, size_t errlen)
+{
+    uint64_t hoff, hlen;
+    if (npy_preamble(s, &hoff, &hlen, err, errlen) != 0)
+        return -1;
     if (hlen > s->size - hoff) {
         npy_err(err, errlen,
                 "truncated: the header length (%llu bytes) goes beyond the end of "
@@ -406,24 +430,83 @@ static int npy_load(npy_src *s, npy_array *out, char *err, size_t errlen)
         return -1;
     }
     char *text = malloc((size_t)hlen + 1);
-    if (!text) {
+    int rc = -1;
+    if (!text)
         npy_err(err, errlen, "out of memory");
-        return -1;
-    }
-    if (src_read(s, hoff, text, (size_t)hlen) != 0) {
+    else if (src_read(s, hoff, text, (size_t)hlen) != 0)
         npy_err(err, errlen, "read error in the header");
-        free(text);
+    else {
+        text[hlen] = '\0';
+        rc = parse_header(text, (size_t)hlen, h, err, errlen);
+    }
+    free(text);
+    *doff = hoff + hlen;
+    return rc;
+}
+
+/* The element count and byte size of h's array, refusing overflow. */
+static int npy_sizes(const npy_header *h, const npy_dtype *d, int64_t *numel, uint64_t *nbytes,
+                     char *err, size_t errlen)
+{
+    uint64_t itemsize = d->dt.bits / 8;
+    int64_t n = 1;
+    for (int i = 0; i < h->ndim; i++) {
+        if (h->shape[i] == 0) {
+            n = 0;
+            continue;
+        }
+        if (n != 0 && h->shape[i] > INT64_MAX / n) {
+            npy_err(err, errlen, "bad header: the shape's element count overflows");
+            return -1;
+        }
+        n *= h->shape[i];
+    }
+    if ((uint64_t)n > (uint64_t)INT64_MAX / itemsize ||
+        (uint64_t)n * itemsize > (uint64_t)SIZE_MAX) {
+        npy_err(err, errlen, "bad header: the array's byte size overflows");
         return -1;
     }
-    text[hlen] = '\0';
-    npy_header h;
-    int rc = parse_header(text, (size_t)hlen, &h, err, errlen);
-    free(text);
-    if (rc != 0)
-        return -1;
+    *numel = n;
+    *nbytes = (uint64_t)n * itemsize;
+    return 0;
+}
 
-    const npy_dtype *d = descr_dtype(h.descr, err, errlen);
-    if (!d)
+/* Allocate a and read its nbytes of data at doff. */
+static int npy_fill(npy_src *s, const npy_header *h, uint64_t doff, npy_array *a, char *err,
+                    size_t errlen)
+{
+    a->shape = malloc(sizeof(int64_t) * (h->ndim > 0 ? (size_t)h->ndim : 1));
+    a->data = npy_alloc_data(a->nbytes);
+    if (!a->shape || !a->data) {
+        npy_err(err, errlen, "out of memory (%llu bytes)", (unsigned long long)a->nbytes);
+        return -1;
+    }
+    if (src_read(s, doff, a->data, a->nbytes) != 0) {
+        npy_err(err, errlen, "read error in the data (did the file change?)");
+        return -1;
+    }
+    memcpy(a->shape, h->shape, sizeof(int64_t) * (size_t)h->ndim);
+    if (h->ndim == 0)
+        a->shape[0] = 1;
+    a->t.data = a->data;
+    a->t.device.device_type = kDLCPU;
+    a->t.device.device_id = 0;
+    a->t.ndim = h->ndim;
+    a->t.shape = a->shape;
+    a->t.strides = NULL;
+    a->t.byte_offset = 0;
+    return 0;
+}
+
+static int npy_load(npy_src *s, npy_array *out, char *err, size_t errlen)
+{
+    npy_header h;
+    npy_dtype d;
+    npy_array a;
+    uint64_t doff, nbytes;
+    memset(&a, 0, sizeof a);
+    if (npy_read_header(s, &h, &doff, err, errlen) != 0 ||
+        descr_dtype(h.descr, &d, err, errlen) != 0)
         return -1;
     if (h.fortran_order && h.ndim > 1) {
         npy_err(err, errlen,
@@ -431,67 +514,22 @@ static int npy_load(npy_src *s, npy_array *out, char *err, size_t errlen)
                 "(np.save(f, np.ascontiguousarray(a)))");
         return -1;
     }
-    /* Element count and byte size, refusing overflow. */
-    uint64_t itemsize = d->bits / 8;
-    int64_t numel = 1;
-    for (int i = 0; i < h.ndim; i++) {
-        if (h.shape[i] == 0) {
-            numel = 0;
-            continue;
-        }
-        if (numel != 0 && h.shape[i] > INT64_MAX / numel) {
-            npy_err(err, errlen, "bad header: the shape's element count overflows");
-            return -1;
-        }
-        numel *= h.shape[i];
-    }
-    if ((uint64_t)numel > (uint64_t)INT64_MAX / itemsize ||
-        (uint64_t)numel * itemsize > (uint64_t)SIZE_MAX) {
-        npy_err(err, errlen, "bad header: the array's byte size overflows");
+    if (npy_sizes(&h, &d, &a.numel, &nbytes, err, errlen) != 0)
         return -1;
-    }
-    uint64_t nbytes = (uint64_t)numel * itemsize;
-    uint64_t doff = hoff + hlen;
     if (nbytes > s->size - doff) {
         npy_err(err, errlen,
                 "truncated: a %s array of %lld elements needs %llu data bytes, "
                 "the file has %llu",
-                d->name, (long long)numel, (unsigned long long)nbytes,
+                d.name, (long long)a.numel, (unsigned long long)nbytes,
                 (unsigned long long)(s->size - doff));
         return -1;
     }
-
-    npy_array a;
-    memset(&a, 0, sizeof a);
-    a.shape = malloc(sizeof(int64_t) * (h.ndim ? (size_t)h.ndim : 1));
-    a.data = npy_alloc_data((size_t)nbytes);
-    if (!a.shape || !a.data) {
-        free(a.shape);
-        free(a.data);
-        npy_err(err, errlen, "out of memory (%llu bytes)", (unsigned long long)nbytes);
-        return -1;
-    }
-    if (src_read(s, doff, a.data, (size_t)nbytes) != 0) {
-        free(a.shape);
-        free(a.data);
-        npy_err(err, errlen, "read error in the data (did the file change?)");
-        return -1;
-    }
-    memcpy(a.shape, h.shape, sizeof(int64_t) * (size_t)h.ndim);
-    if (h.ndim == 0)
-        a.shape[0] = 1;
     a.nbytes = (size_t)nbytes;
-    a.numel = numel;
-    a.t.data = a.data;
-    a.t.device.device_type = kDLCPU;
-    a.t.device.device_id = 0;
-    a.t.ndim = h.ndim;
-    a.t.dtype.code = d->code;
-    a.t.dtype.bits = d->bits;
-    a.t.dtype.lanes = 1;
-    a.t.shape = a.shape;
-    a.t.strides = NULL;
-    a.t.byte_offset = 0;
+    a.t.dtype = d.dt;
+    if (npy_fill(s, &h, doff, &a, err, errlen) != 0) {
+        npy_free(&a);
+        return -1;
+    }
     *out = a;
     return 0;
 }
@@ -549,50 +587,35 @@ void npy_free(npy_array *a)
 /* ---- writing ------------------------------------------------------------ */
 
 typedef struct npy_plan {
-    const npy_dtype *d;
+    npy_dtype d;
     char header[128 + NPY_MAX_DIMS * 24];
     size_t hlen;       /* bytes of magic + length + header text */
     size_t nbytes;     /* data bytes */
     int contiguous;
 } npy_plan;
 
-static int npy_plan_make(const DLTensor *t, npy_plan *p, char *err, size_t errlen)
+/* p->nbytes for t's shape, refusing what is not a valid tensor. */
+static int npy_plan_size(const DLTensor *t, npy_plan *p, char *err, size_t errlen)
 {
-    memset(p, 0, sizeof *p);
-    if (!t) {
-        npy_err(err, errlen, "no tensor");
-        return -1;
-    }
-    if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost) {
-        npy_err(err, errlen, "the tensor is not in host memory (device type %d); copy "
-                "it to the CPU first", (int)t->device.device_type);
-        return -1;
-    }
-    p->d = npy_dtype_find(t->dtype);
-    if (!p->d) {
-        npy_err(err, errlen, "cannot save dtype code %d bits %d lanes %d to .npy",
-                t->dtype.code, t->dtype.bits, t->dtype.lanes);
-        return -1;
-    }
     if (t->ndim < 0 || t->ndim > NPY_MAX_DIMS || (t->ndim > 0 && !t->shape)) {
         npy_err(err, errlen, "bad tensor rank %d", t->ndim);
         return -1;
     }
-    uint64_t itemsize = p->d->bits / 8, numel = 1;
+    uint64_t itemsize = p->d.dt.bits / 8, numel = 1;
     int zero = 0;
     for (int i = 0; i < t->ndim; i++) {
         if (t->shape[i] < 0) {
             npy_err(err, errlen, "bad tensor: dimension %d is negative", i);
             return -1;
         }
-        if (t->shape[i] == 0)
+        if (t->shape[i] == 0) {
             zero = 1;
-        else if (numel > (uint64_t)INT64_MAX / (uint64_t)t->shape[i]) {
+        } else if (numel > (uint64_t)INT64_MAX / (uint64_t)t->shape[i]) {
             npy_err(err, errlen, "bad tensor: element count overflows");
             return -1;
-        }
-        else
+        } else {
             numel *= (uint64_t)t->shape[i];
+        }
     }
     if (zero)
         numel = 0;
@@ -605,20 +628,15 @@ static int npy_plan_make(const DLTensor *t, npy_plan *p, char *err, size_t errle
         npy_err(err, errlen, "bad tensor: data is NULL");
         return -1;
     }
-    p->contiguous = 1;
-    if (t->strides) {
-        int64_t expect = 1;
-        for (int i = t->ndim - 1; i >= 0; i--) {
-            if (t->shape[i] != 1 && t->strides[i] != expect)
-                p->contiguous = 0;
-            expect *= t->shape[i] ? t->shape[i] : 1;
-        }
-    }
+    return 0;
+}
 
-    /* The header text, as numpy.lib.format._write_array_header makes it. */
+/* The header, as numpy.lib.format._write_array_header makes it. */
+static int npy_plan_header(const DLTensor *t, npy_plan *p, char *err, size_t errlen)
+{
     char dict[sizeof p->header];
     int n = snprintf(dict, sizeof dict, "{'descr': '%c%s', 'fortran_order': False, 'shape': (",
-                     p->d->bits == 8 ? '|' : '<', p->d->descr);
+                     p->d.dt.bits == 8 ? '|' : '<', p->d.descr);
     for (int i = 0; i < t->ndim; i++)
         n += snprintf(dict + n, sizeof dict - (size_t)n, "%s%lld", i ? ", " : "",
                       (long long)t->shape[i]);
@@ -648,10 +666,41 @@ static int npy_plan_make(const DLTensor *t, npy_plan *p, char *err, size_t errle
     return 0;
 }
 
+static int npy_plan_make(const DLTensor *t, npy_plan *p, char *err, size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    if (!t) {
+        npy_err(err, errlen, "no tensor");
+        return -1;
+    }
+    if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost) {
+        npy_err(err, errlen, "the tensor is not in host memory (device type %d); copy "
+                "it to the CPU first", (int)t->device.device_type);
+        return -1;
+    }
+    if (npy_dtype_of(t->dtype, &p->d) != 0) {
+        npy_err(err, errlen, "cannot save dtype code %d bits %d lanes %d to .npy",
+                t->dtype.code, t->dtype.bits, t->dtype.lanes);
+        return -1;
+    }
+    if (npy_plan_size(t, p, err, errlen) != 0)
+        return -1;
+    p->contiguous = 1;
+    if (t->strides) {
+        int64_t expect = 1;
+        for (int i = t->ndim - 1; i >= 0; i--) {
+            if (t->shape[i] != 1 && t->strides[i] != expect)
+                p->contiguous = 0;
+            expect *= t->shape[i] ? t->shape[i] : 1;
+        }
+    }
+    return npy_plan_header(t, p, err, errlen);
+}
+
 /* Copy t's elements in C order into dst (p->nbytes bytes). */
 static void npy_gather(const DLTensor *t, const npy_plan *p, unsigned char *dst)
 {
-    size_t itemsize = p->d->bits / 8;
+    size_t itemsize = p->d.dt.bits / 8;
     const unsigned char *base = (const unsigned char *)t->data + t->byte_offset;
     if (p->nbytes == 0)
         return;

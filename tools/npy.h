@@ -3,12 +3,15 @@
  *
  * Reads format versions 1.0, 2.0 and 3.0; writes 1.0, byte for byte as
  * numpy.save does (header padded with spaces to a multiple of 64 bytes and
- * ended by '\n'). Arrays are little-endian and in C order. Dtypes:
+ * ended by '\n'). Arrays are little-endian and in C order. Dtypes: those
+ * of opjit's table (opjit_dtype_at in opjit.h) that numpy has, today
  *
- *   float32 '<f4'  float64 '<f8'
+ *   float32 '<f4'  float64 '<f8'  float16 '<f2'
  *   int8 '|i1'  int16 '<i2'  int32 '<i4'  int64 '<i8'
  *   uint8 '|u1'  uint16 '<u2'  uint32 '<u4'  uint64 '<u8'
  *   bool '|b1' (DLPack code OPJIT_DL_BOOL, 8 bits)
+ *
+ * (bfloat16 has no numpy spelling).
  *
  * The reader never trusts the file: a bad magic string, a truncated or
  * oversized header, a dict it cannot parse, an unknown or big-endian dtype,
@@ -64,7 +67,7 @@ int npy_write(const char *path, const DLTensor *t, char *err, size_t errlen);
 int npy_write_mem(const DLTensor *t, unsigned char **buf, size_t *len,
                   char *err, size_t errlen);
 
-/* "float32", ... for a dtype npy supports; NULL otherwise. */
+/* "float32", ... for a dtype .npy files can hold; NULL otherwise. */
 const char *npy_dtype_name(DLDataType dtype);
 
 #endif

@@ -1,0 +1,437 @@
+/* loader/admin.c - what the opjit command does, as public API: the search
+ * path and its sources (opjit_ops_path, opjit_sources), warming the cache
+ * (opjit_warm) and administering it (opjit_cache_*).
+ *
+ * Nothing here prints: results go back as structs and callbacks, errors as
+ * a status and opjit_errmsg(rt). Warming loads every source in a private
+ * runtime of its own (as discovery does in a child), so the host's runtime
+ * never has anything loaded into it. */
+#include <dirent.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loader/loader_int.h"
+
+/* Where this file reaches into the loader: its cache, its search path, and
+ * the configuration it was made with (admin_warm_config). */
+static cache *admin_cache(opjit_runtime *rt) { return rt->loader->cache; }
+
+const char *opjit_ops_path(opjit_runtime *rt) { return rt ? rt->loader->ops_path : ""; }
+
+/* ---- a list of unique strings ---------------------------------------------- */
+
+typedef struct admin_strs {
+    char **v;
+    int n, cap;
+} admin_strs;
+
+static int admin_strs_has(const admin_strs *l, const char *s, size_t len)
+{
+    for (int i = 0; i < l->n; i++)
+        if (strlen(l->v[i]) == len && !memcmp(l->v[i], s, len))
+            return 1;
+    return 0;
+}
+
+/* Add the first len bytes of s unless already there. 0, or -1 (no memory). */
+static int admin_strs_add(admin_strs *l, const char *s, size_t len)
+{
+    if (admin_strs_has(l, s, len))
+        return 0;
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 16;
+        char **v = realloc(l->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return -1;
+        l->v = v;
+        l->cap = cap;
+    }
+    if (!(l->v[l->n] = strndup(s, len)))
+        return -1;
+    l->n++;
+    return 0;
+}
+
+static void admin_strs_free(admin_strs *l)
+{
+    for (int i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static int admin_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* ---- sources on the search path ------------------------------------------- */
+
+/* The op name length of a source file name ("nms.cu" -> 3), else 0. */
+static size_t admin_stem(const char *file)
+{
+    size_t n = strlen(file);
+    if (file[0] == '.')
+        return 0;
+    if (n > 2 && !strcmp(file + n - 2, ".c"))
+        return n - 2;
+    if (n > 3 && !strcmp(file + n - 3, ".cu"))
+        return n - 3;
+    return 0;
+}
+
+/* The source file names of dir (of op name when not NULL), sorted. */
+static int admin_dir_sources(const char *dir, const char *name, admin_strs *files)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0; /* a directory that is not there has no sources */
+    struct dirent *de;
+    int rc = 0;
+    while (!rc && (de = readdir(d))) {
+        size_t stem = admin_stem(de->d_name);
+        if (stem && (!name || (strlen(name) == stem && !strncmp(de->d_name, name, stem))))
+            rc = admin_strs_add(files, de->d_name, strlen(de->d_name));
+    }
+    closedir(d);
+    if (files->n > 1)
+        qsort(files->v, (size_t)files->n, sizeof *files->v, admin_cmp);
+    return rc;
+}
+
+int opjit_sources(opjit_runtime *rt, const char *name, int (*fn)(void *ud, const char *path),
+                  void *ud)
+{
+    if (!rt || !fn || (name && (!*name || strchr(name, '/'))))
+        return rt_error(rt, OPJIT_EINVAL, "opjit_sources: NULL argument or a bad op name");
+    admin_strs dirs = {0};
+    int stop = 0, rc = OPJIT_OK;
+    for (const char *p = opjit_ops_path(rt); *p && !stop && !rc;) {
+        size_t n = strcspn(p, ":");
+        admin_strs files = {0};
+        char dir[PATH_MAX], path[PATH_MAX + NAME_MAX + 2];
+        snprintf(dir, sizeof dir, "%.*s", (int)n, p);
+        if (n && !admin_strs_has(&dirs, p, n) &&
+            (admin_strs_add(&dirs, p, n) || admin_dir_sources(dir, name, &files)))
+            rc = rt_error(rt, OPJIT_ENOMEM, "opjit_sources: out of memory");
+        for (int i = 0; i < files.n && !stop; i++) {
+            snprintf(path, sizeof path, "%s/%s", dir, files.v[i]);
+            stop = fn(ud, path);
+        }
+        admin_strs_free(&files);
+        p += n + (p[n] == ':');
+    }
+    admin_strs_free(&dirs);
+    return rc;
+}
+
+/* ---- warming ----------------------------------------------------------------- */
+
+typedef struct admin_warm {
+    opjit_runtime *rt;
+    const opjit_warm_options *opts;
+    int (*fn)(void *ud, const opjit_warm_event *ev);
+    void *ud;
+    opjit_warm_result res;
+    admin_strs files;
+    int found;           /* sources the current name has */
+    int oom;
+    int cuda_wanted;     /* architectures asked for: a .cu without NVRTC fails */
+    int first_status;    /* of the first failure */
+    char first_msg[PATH_MAX + 1024];
+    char msg[PATH_MAX + 1024]; /* the current event's message */
+} admin_warm;
+
+static int admin_is_path_spec(const char *s)
+{
+    size_t n = strlen(s);
+    return strchr(s, '/') || (n > 2 && !strcmp(s + n - 2, ".c")) ||
+           (n > 3 && !strcmp(s + n - 3, ".cu"));
+}
+
+static int admin_warm_add(void *ud, const char *path)
+{
+    admin_warm *w = ud;
+    w->found++;
+    if (admin_strs_add(&w->files, path, strlen(path)) != 0)
+        w->oom = 1;
+    return w->oom;
+}
+
+static void admin_warm_fail(admin_warm *w, int status, const char *msg)
+{
+    if (!w->first_status) {
+        w->first_status = status;
+        snprintf(w->first_msg, sizeof w->first_msg, "%s", msg);
+    }
+}
+
+/* An op name with no source: reported at once. 1 when fn says stop. */
+static int admin_warm_nosource(admin_warm *w, const char *name)
+{
+    opjit_warm_event ev = {.done = 1, .index = -1, .path = name,
+                           .result = OPJIT_WARM_NOSOURCE, .status = OPJIT_ENOTFOUND,
+                           .message = w->msg};
+    snprintf(w->msg, sizeof w->msg, "no source for op '%s' on the search path (%s)", name,
+             opjit_ops_path(w->rt));
+    w->res.nosource++;
+    admin_warm_fail(w, OPJIT_ENOTFOUND, w->msg);
+    return w->fn && w->fn(w->ud, &ev);
+}
+
+/* The sources the options name, into w->files. OPJIT_OK, an error
+ * status, or -1 when fn asked to stop. */
+static int admin_warm_targets(admin_warm *w)
+{
+    const opjit_warm_options *o = w->opts;
+    int rc = OPJIT_OK;
+    if (o->ntargets <= 0)
+        rc = opjit_sources(w->rt, NULL, admin_warm_add, w);
+    for (int i = 0; i < o->ntargets && !rc && !w->oom; i++) {
+        const char *t = o->targets[i];
+        w->found = 0;
+        if (!t || !*t)
+            rc = rt_error(w->rt, OPJIT_EINVAL, "opjit_warm: an empty target");
+        else if (admin_is_path_spec(t))
+            admin_warm_add(w, t);
+        else
+            rc = opjit_sources(w->rt, t, admin_warm_add, w);
+        if (!rc && !w->oom && !w->found && admin_warm_nosource(w, t))
+            rc = -1;
+    }
+    if (w->oom)
+        rc = rt_error(w->rt, OPJIT_ENOMEM, "opjit_warm: out of memory");
+    return rc;
+}
+
+/* The configuration of the private runtime that warms one source. */
+static void admin_warm_config(const admin_warm *w, opjit_config *cfg)
+{
+    const opjit_runtime *rt = w->rt;
+    const loader *l = rt->loader;
+    opjit_config_init(cfg);
+    cfg->cache_dir = l->cfg_cache_dir;
+    cfg->readonly_caches = l->cfg_readonly;
+    cfg->offline = l->cfg_offline;
+    cfg->no_cache = l->cfg_no_cache;
+    cfg->log = rt->log;
+    cfg->log_ud = rt->log_ud;
+    cfg->verbosity = rt->verbosity;
+    cfg->tiering = w->opts->opt ? 1 : 0;
+    cfg->cc = w->opts->cc;
+    cfg->cuda_archs = w->opts->cuda_archs && *w->opts->cuda_archs ? w->opts->cuda_archs
+                                                                   : l->cuda_archs;
+}
+
+static int admin_is_cu(const char *path)
+{
+    size_t n = strlen(path);
+    return n > 3 && !strcmp(path + n - 3, ".cu");
+}
+
+/* Warm one source in a runtime of its own; fills ev. */
+static void admin_warm_one(admin_warm *w, const char *path, opjit_warm_event *ev)
+{
+    opjit_config cfg;
+    opjit_load_info info;
+    opjit_runtime *child = NULL;
+    admin_warm_config(w, &cfg);
+    memset(&info, 0, sizeof info);
+    double t0 = loader_now_ms();
+    int s = opjit_create(&cfg, &child);
+    if (!s)
+        s = opjit_load_file(child, path, NULL, &info);
+    if (!s && w->opts->opt)
+        s = opjit_wait(child);
+    ev->ms = loader_now_ms() - t0;
+    ev->status = s;
+    snprintf(w->msg, sizeof w->msg, "%s", !s ? "" : child ? opjit_errmsg(child) : opjit_errstr(s));
+    if (s == OPJIT_EDEVICE && !w->cuda_wanted && admin_is_cu(path))
+        ev->result = OPJIT_WARM_SKIPPED;
+    else if (s)
+        ev->result = OPJIT_WARM_FAILED;
+    else
+        ev->result = info.cache_hit ? OPJIT_WARM_HIT : OPJIT_WARM_COMPILED;
+    opjit_destroy(child);
+}
+
+/* Warm every source in w->files, reporting each before and after. */
+static void admin_warm_all(admin_warm *w)
+{
+    opjit_warm_event ev;
+    int stop = 0;
+    for (int i = 0; i < w->files.n && !stop; i++) {
+        memset(&ev, 0, sizeof ev);
+        ev.index = i;
+        ev.total = w->files.n;
+        ev.path = w->files.v[i];
+        ev.message = "";
+        if (w->fn && w->fn(w->ud, &ev))
+            break;
+        admin_warm_one(w, ev.path, &ev);
+        ev.done = 1;
+        ev.message = w->msg;
+        int *count[] = {&w->res.hits, &w->res.compiled, &w->res.skipped, &w->res.failed};
+        (*count[ev.result])++;
+        w->res.sources++;
+        if (ev.result == OPJIT_WARM_FAILED)
+            admin_warm_fail(w, ev.status, w->msg);
+        stop = w->fn && w->fn(w->ud, &ev);
+    }
+}
+
+int opjit_warm(opjit_runtime *rt, const opjit_warm_options *opts,
+               int (*fn)(void *ud, const opjit_warm_event *ev), void *ud, opjit_warm_result *res)
+{
+    opjit_warm_options none;
+    if (res)
+        memset(res, 0, sizeof *res);
+    if (!rt)
+        return OPJIT_EINVAL;
+    if (!opts) {
+        memset(&none, 0, sizeof none);
+        opts = &none;
+    }
+    admin_warm *w = calloc(1, sizeof *w);
+    if (!w)
+        return rt_error(rt, OPJIT_ENOMEM, "opjit_warm: out of memory");
+    const char *env = getenv("OPJIT_CUDA_ARCHS");
+    const char *own = rt->loader->cuda_archs;
+    *w = (admin_warm){.rt = rt, .opts = opts, .fn = fn, .ud = ud};
+    w->cuda_wanted = (opts->cuda_archs && *opts->cuda_archs) || (own && *own) || (env && *env);
+    double t0 = loader_now_ms();
+    int rc = admin_warm_targets(w);
+    if (rc == OPJIT_OK)
+        admin_warm_all(w);
+    w->res.seconds = (loader_now_ms() - t0) / 1e3;
+    /* rc > 0: the sources could not be listed; that status and message stand. */
+    if (rc <= 0 && w->res.failed)
+        rc = rt_error(rt, w->first_status, "%d of %d sources failed to warm; the first: %s",
+                      w->res.failed, w->res.sources, w->first_msg);
+    else if (rc <= 0)
+        rc = w->first_status ? rt_error(rt, w->first_status, "%s", w->first_msg) : OPJIT_OK;
+    if (res)
+        *res = w->res;
+    admin_strs_free(&w->files);
+    free(w);
+    return rc;
+}
+
+/* ---- the cache ------------------------------------------------------------------ */
+
+typedef struct admin_walk {
+    int (*fn)(void *ud, const opjit_cache_entry *e);
+    void *ud;
+} admin_walk;
+
+static int admin_entry(void *ud, const cache_entry_info *in)
+{
+    admin_walk *w = ud;
+    opjit_cache_entry e = {
+        .key = in->key, .dir = in->dir, .layer = in->layer, .layer_dir = in->layer_dir,
+        .op_name = in->op_name, .source_name = in->source_name, .compiler = in->compiler,
+        .options = in->options, .target = in->target, .tier = in->tier, .size = in->size,
+        .created = in->created, .last_use = in->last_use, .nartifacts = in->nartifacts,
+        .problem = in->problem,
+    };
+    return w->fn ? w->fn(w->ud, &e) : 0;
+}
+
+int opjit_cache_list(opjit_runtime *rt, int (*fn)(void *ud, const opjit_cache_entry *e),
+                     void *ud)
+{
+    if (!rt || !fn)
+        return rt_error(rt, OPJIT_EINVAL, "opjit_cache_list: NULL argument");
+    admin_walk w = {fn, ud};
+    char err[1024];
+    int rc = cache_foreach(admin_cache(rt), admin_entry, &w, err, sizeof err);
+    return rc ? rt_error(rt, rc, "%s", err) : OPJIT_OK;
+}
+
+int opjit_cache_info_get(opjit_runtime *rt, opjit_cache_info *info)
+{
+    if (!rt || !info)
+        return rt_error(rt, OPJIT_EINVAL, "opjit_cache_info_get: NULL argument");
+    cache *c = admin_cache(rt);
+    cache_totals t;
+    char err[1024];
+    memset(info, 0, sizeof *info);
+    int rc = cache_get_totals(c, &t, err, sizeof err);
+    if (rc)
+        return rt_error(rt, rc, "%s", err);
+    info->dir = cache_root_dir(c);
+    info->writable = cache_writable(c);
+    info->offline = cache_offline(c);
+    info->max_size = cache_max_size(c);
+    info->nreadonly = cache_readonly_count(c);
+    info->entries = t.entries;
+    info->bytes = t.bytes;
+    info->readonly_entries = t.ro_entries;
+    info->readonly_bytes = t.ro_bytes;
+    info->tmp_dirs = t.tmp_dirs;
+    return OPJIT_OK;
+}
+
+const char *opjit_cache_readonly_dir(opjit_runtime *rt, int i)
+{
+    if (!rt || i < 0 || i >= cache_readonly_count(admin_cache(rt)))
+        return NULL;
+    return cache_readonly_dir(admin_cache(rt), i);
+}
+
+int opjit_cache_verify(opjit_runtime *rt, int repair,
+                       int (*fn)(void *ud, const opjit_cache_entry *e), void *ud, int *ndamaged)
+{
+    int nd = 0;
+    if (ndamaged)
+        *ndamaged = 0;
+    if (!rt)
+        return OPJIT_EINVAL;
+    admin_walk w = {fn, ud};
+    char err[1024];
+    int rc = cache_verify_all(admin_cache(rt), repair, admin_entry, &w, &nd, err, sizeof err);
+    if (ndamaged)
+        *ndamaged = nd;
+    return rc ? rt_error(rt, rc, "%s", err) : OPJIT_OK;
+}
+
+static int admin_prune(opjit_runtime *rt, int clear, uint64_t max_bytes,
+                       opjit_cache_prune_result *out)
+{
+    cache_prune_result r;
+    char err[1024];
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!rt)
+        return OPJIT_EINVAL;
+    int rc = clear ? cache_clear(admin_cache(rt), &r, err, sizeof err)
+                   : cache_prune(admin_cache(rt), max_bytes, &r, err, sizeof err);
+    if (rc)
+        return rt_error(rt, rc, "%s", err);
+    if (out)
+        *out = (opjit_cache_prune_result){r.removed, r.removed_bytes, r.busy, r.tmp_removed,
+                                          r.bytes_after};
+    return OPJIT_OK;
+}
+
+int opjit_cache_prune(opjit_runtime *rt, uint64_t max_bytes, opjit_cache_prune_result *r)
+{
+    return admin_prune(rt, 0, max_bytes, r);
+}
+
+int opjit_cache_clear(opjit_runtime *rt, opjit_cache_prune_result *r)
+{
+    return admin_prune(rt, 1, 0, r);
+}
+
+int opjit_parse_size(const char *text, uint64_t *bytes)
+{
+    uint64_t v;
+    if (!text || cache_parse_size(text, &v) != 0)
+        return OPJIT_EINVAL;
+    if (bytes)
+        *bytes = v;
+    return OPJIT_OK;
+}
