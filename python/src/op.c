@@ -149,9 +149,19 @@ static int convert_tensor(opy_op *o, int i, PyObject *obj, opy_framework fw, cal
 {
     opy_borrowed *b = &f->borrowed[f->nborrowed];
     if (opy_borrow_tensor(obj, fw, b) < 0) {
-        PyObject *name = arg_label(o, i);
-        opy_raise(opy.CallError, OPJIT_ECALL, "%U: argument '%S': cannot take this %s as a tensor",
-                  o->name, name, Py_TYPE(obj)->tp_name);
+        /* Say why in the message too; the exception stays the cause. */
+        PyObject *cause = opy_err_take();
+        PyObject *why = cause ? PyObject_Str(cause) : NULL;
+        PyObject *name = why ? arg_label(o, i) : NULL;
+        if (name)
+            opy_err_restore(cause);
+        else
+            Py_XDECREF(cause);
+        if (name)
+            opy_raise(opy.CallError, OPJIT_ECALL,
+                      "%U: argument '%S': cannot take this %s as a tensor: %s: %S", o->name, name,
+                      Py_TYPE(obj)->tp_name, Py_TYPE(cause)->tp_name, why);
+        Py_XDECREF(why);
         Py_XDECREF(name);
         return -1;
     }
