@@ -119,6 +119,8 @@ def _register_fake(torch, lib, qualname, name, fake):
         torch.library.impl_abstract(qualname, fake, lib=lib)
     else:                                            # torch 1.13, 2.0
         lib.impl(name, fake, "Meta")
+        # torch 1.13 has no fallthrough for meta tensors' autograd key.
+        lib.impl(name, fake, "AutogradMeta")
 
 
 def register_torch(op, namespace="opjit", *, runtime=None, fake=None):
