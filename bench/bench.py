@@ -19,7 +19,10 @@ The Python package's rows (per call from Python, loads in fresh
 interpreters against load_inline) come from bench/py_bench.py.
 
 usage: bench/bench.py --bin build/bench/opjit_bench [--quick] [--reps N]
-                      [--only loads,call,nms,conv2d,mm,python] [--results DIR]
+                      [--only loads,call,nms,conv2d,mm,python [--merge]] [--results DIR]
+
+--merge keeps the sections not named by --only from the existing
+latest.json (for rerunning one section on a busy machine).
 """
 import os
 
@@ -612,6 +615,14 @@ def write_md(R, path):
                  "and noisy: read the ratios, not the absolute times."
                  % (env["date"], env["git"], " + local changes" if env["dirty"] else "", env["cpu"]))
     lines.append("")
+    if "merged" in R:
+        m = R["merged"]
+        lines.append("Rerun on %s (git %s%s, `bench/run --merge --only %s`, %.0f s) and merged into "
+                     "the run above: %s. Every other figure is from the run above."
+                     % (m["env"]["date"], m["env"]["git"],
+                        " + local changes" if m["env"]["dirty"] else "", ",".join(m["sections"]),
+                        m["elapsed_s"], ", ".join(m["sections"])))
+        lines.append("")
     lines.append(md_table(["metric", "opjit", "anchor", "ratio", "goal", "met?"], rows))
     lines.append("")
     lines.append("![nms time against box count](nms.png)")
@@ -838,12 +849,38 @@ def environment(reps):
     }
 
 
+# What each --only section writes into the results.
+SECTION_KEYS = {"loads": ["loads", "ran_loads"], "call": ["call_overhead"], "nms": ["nms"],
+                "conv2d": ["conv2d"], "mm": ["mm"], "python": ["python"]}
+
+
+def merged_results(path, fresh, only):
+    """--merge: the sections named by --only from this run, every other
+    from the run that wrote path (its date and environment stay; the report
+    says which sections were rerun, and when)."""
+    with open(path) as f:
+        R = json.load(f)
+    for sec in ("nms", "mm"):  # JSON turned their integer keys into strings
+        if isinstance(R.get(sec), dict) and "sizes" in R[sec]:
+            R[sec]["sizes"] = {int(k): v for k, v in R[sec]["sizes"].items()}
+    for sec in only:
+        for k in SECTION_KEYS[sec]:
+            if k in fresh:
+                R[k] = fresh[k]
+    R["merged"] = {"sections": sorted(only), "env": fresh["env"],
+                   "elapsed_s": fresh["elapsed_s"]}
+    return R
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True, help="opjit_bench")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="3 repetitions (to try the harness)")
     ap.add_argument("--only", default="", help="comma list: loads,call,nms,conv2d,mm,python")
+    ap.add_argument("--merge", action="store_true",
+                    help="rerun only the --only sections and keep the others of the existing "
+                         "latest.json")
     ap.add_argument("--results", default=RESULTS,
                     help="where latest.md, latest.json and nms.png go (default bench/results)")
     a = ap.parse_args()
@@ -882,6 +919,8 @@ def main():
         finally:
             sv.close()
         R["elapsed_s"] = time.time() - t_start
+        if a.merge:
+            R = merged_results(os.path.join(out_dir, "latest.json"), R, only)
         R["table"] = [dict(zip(["metric", "opjit", "anchor", "ratio", "goal", "met"], r))
                       for r in build_rows(R)]
         plot_nms(R, os.path.join(out_dir, "nms.png"), tmp)
