@@ -15,8 +15,14 @@ bench/results/inputs/*.npy and read by both sides.
 
 Writes bench/results/latest.md, latest.json and nms.png (gnuplot).
 
+The Python package's rows (per call from Python, loads in fresh
+interpreters against load_inline) come from bench/py_bench.py.
+
 usage: bench/bench.py --bin build/bench/opjit_bench [--quick] [--reps N]
-                      [--only loads,call,nms,conv2d,mm] [--results DIR]
+                      [--only loads,call,nms,conv2d,mm,python [--merge]] [--results DIR]
+
+--merge keeps the sections not named by --only from the existing
+latest.json (for rerunning one section on a busy machine).
 """
 import os
 
@@ -41,6 +47,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import torchvision  # noqa: E402
 
+import py_bench  # noqa: E402
+
 torch.set_num_threads(1)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -60,7 +68,8 @@ CONV_SHAPES = [
 ]
 CONV_BATCHES = [1, 8]
 MM_SIZES = [256, 512, 1024, 2048]
-INPUT_SPEC = "v1 nms=%s conv=%s b=%s mm=%s" % (NMS_SIZES, CONV_SHAPES, CONV_BATCHES, MM_SIZES)
+INPUT_SPEC = "v1 nms=%s conv=%s b=%s mm=%s tiny=%d,%d" % (
+    NMS_SIZES, CONV_SHAPES, CONV_BATCHES, MM_SIZES, py_bench.TINY_BOXES, py_bench.TINY_MM)
 
 
 def log(msg):
@@ -126,6 +135,7 @@ def gen_inputs():
         rng = np.random.default_rng([4, n])
         np.save(inp("mm_a_%d" % n), rng.standard_normal((n, n), dtype=np.float32))
         np.save(inp("mm_b_%d" % n), rng.standard_normal((n, n), dtype=np.float32))
+    py_bench.gen_tiny_inputs(inp)
     with open(stamp, "w") as f:
         f.write(INPUT_SPEC)
 
@@ -578,6 +588,8 @@ def build_rows(R):
         else:
             rows.append((metric, "n/a", "n/a", "n/a", "report",
                          "n/a (%s)" % "; ".join(l.get("errors", ["?"]))[:200]))
+    if "python" in R:
+        rows.extend(py_bench.rows(R["python"], fms))
     return rows
 
 
@@ -603,6 +615,14 @@ def write_md(R, path):
                  "and noisy: read the ratios, not the absolute times."
                  % (env["date"], env["git"], " + local changes" if env["dirty"] else "", env["cpu"]))
     lines.append("")
+    if "merged" in R:
+        m = R["merged"]
+        lines.append("Rerun on %s (git %s%s, `bench/run --merge --only %s`, %.0f s) and merged into "
+                     "the run above: %s. Every other figure is from the run above."
+                     % (m["env"]["date"], m["env"]["git"],
+                        " + local changes" if m["env"]["dirty"] else "", ",".join(m["sections"]),
+                        m["elapsed_s"], ", ".join(m["sections"])))
+        lines.append("")
     lines.append(md_table(["metric", "opjit", "anchor", "ratio", "goal", "met?"], rows))
     lines.append("")
     lines.append("![nms time against box count](nms.png)")
@@ -665,6 +685,7 @@ def write_md(R, path):
                                "throughput opt (CPU time)", "throughput tcc (CPU time)",
                                "max rel. error vs float64"], mw))
         lines.append("")
+    lines.extend(py_bench.md_section(R.get("python", {}), fms))
     lines.append("## loads, per op (fresh processes, medians of %d)" % R["reps_load"])
     lines.append("")
     lw = []
@@ -736,7 +757,7 @@ def write_md(R, path):
   its result on every call.
 - **NVRTC**: `opjit_load_file(ops-src/nms.cu)` with `OPJIT_CUDA_ARCHS=sm_90`, cold (empty cache)
   and cache hit, fresh processes as for the cold load.
-""" % R["reps_load"])
+""" % R["reps_load"] + py_bench.HOW)
     lines.append("## Environment")
     lines.append("")
     for k in ("cpu", "cores", "kernel", "python", "torch", "torchvision", "numpy", "openblas", "cc",
@@ -828,17 +849,43 @@ def environment(reps):
     }
 
 
+# What each --only section writes into the results.
+SECTION_KEYS = {"loads": ["loads", "ran_loads"], "call": ["call_overhead"], "nms": ["nms"],
+                "conv2d": ["conv2d"], "mm": ["mm"], "python": ["python"]}
+
+
+def merged_results(path, fresh, only):
+    """--merge: the sections named by --only from this run, every other
+    from the run that wrote path (its date and environment stay; the report
+    says which sections were rerun, and when)."""
+    with open(path) as f:
+        R = json.load(f)
+    for sec in ("nms", "mm"):  # JSON turned their integer keys into strings
+        if isinstance(R.get(sec), dict) and "sizes" in R[sec]:
+            R[sec]["sizes"] = {int(k): v for k, v in R[sec]["sizes"].items()}
+    for sec in only:
+        for k in SECTION_KEYS[sec]:
+            if k in fresh:
+                R[k] = fresh[k]
+    R["merged"] = {"sections": sorted(only), "env": fresh["env"],
+                   "elapsed_s": fresh["elapsed_s"]}
+    return R
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True, help="opjit_bench")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="3 repetitions (to try the harness)")
-    ap.add_argument("--only", default="", help="comma list: loads,call,nms,conv2d,mm")
+    ap.add_argument("--only", default="", help="comma list: loads,call,nms,conv2d,mm,python")
+    ap.add_argument("--merge", action="store_true",
+                    help="rerun only the --only sections and keep the others of the existing "
+                         "latest.json")
     ap.add_argument("--results", default=RESULTS,
                     help="where latest.md, latest.json and nms.png go (default bench/results)")
     a = ap.parse_args()
     reps = 3 if a.quick else a.reps
-    only = set(a.only.split(",")) if a.only else {"loads", "call", "nms", "conv2d", "mm"}
+    only = set(a.only.split(",")) if a.only else {"loads", "call", "nms", "conv2d", "mm", "python"}
     exe = os.path.abspath(a.bin)
     out_dir = os.path.abspath(a.results)
     os.chdir(ROOT)
@@ -865,9 +912,15 @@ def main():
                 R["conv2d"] = bench_conv(sv, reps, tmp)
             if "mm" in only:
                 R["mm"] = bench_mm(sv, reps, tmp)
+            if "python" in only:
+                for name in ("nms", "mm"):
+                    load_op(sv, name)
+                R["python"] = py_bench.bench(sv, reps, sys.modules[__name__], tmp)
         finally:
             sv.close()
         R["elapsed_s"] = time.time() - t_start
+        if a.merge:
+            R = merged_results(os.path.join(out_dir, "latest.json"), R, only)
         R["table"] = [dict(zip(["metric", "opjit", "anchor", "ratio", "goal", "met"], r))
                       for r in build_rows(R)]
         plot_nms(R, os.path.join(out_dir, "nms.png"), tmp)

@@ -315,10 +315,15 @@ static int device_of(int dl_type)
     return -1;
 }
 
+/* Row-major dense. An empty tensor is, whatever its strides: it has no
+ * element to misplace (numpy and torch give empty arrays strides of 0). */
 static int is_contiguous(const DLTensor *t)
 {
     if (!t->strides)
         return 1;
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] == 0)
+            return 1;
     int64_t expect = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->strides[i] != expect)
