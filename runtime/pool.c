@@ -57,6 +57,7 @@ struct pool {
     pthread_t *workers;
     int stop;
     unsigned long gen;   /* bumped for every region posted */
+    unsigned long gen_started; /* gen when the workers were started */
     region *cur;         /* the open region, or NULL */
     int busy;            /* a region is on the pool */
 };
@@ -194,7 +195,7 @@ static void *worker_main(void *arg)
     int slot = 0;
     while (p->workers[slot] != pthread_self())
         slot++;
-    unsigned long seen = p->gen;
+    unsigned long seen = p->gen_started; /* the region being posted is new */
     for (;;) {
         while (!p->stop && (!p->cur || p->gen == seen))
             pthread_cond_wait(&p->work, &p->mu);
@@ -219,6 +220,7 @@ static void *worker_main(void *arg)
 static void start_workers(pool *p)
 {
     p->started = 1;
+    p->gen_started = p->gen;
     int want = p->nthreads - 1;
     if (want < 1 || !(p->workers = calloc((size_t)want, sizeof *p->workers)))
         return;
