@@ -231,6 +231,7 @@ static void start_workers(pool *p)
     for (int i = 0; i < want; i++) {
         if (pthread_create(&p->workers[i], NULL, worker_main, p))
             break;
+        pthread_setname_np(p->workers[i], "opjit-worker"); /* for top, gdb, tests */
         p->nworkers++;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -3,6 +3,7 @@
  * count's sources, a host-supplied pool, chunk failures and their
  * messages, nested loops, many host threads calling at once, and every
  * shipped CPU op giving the same bits at 1, 2 and 7 threads in both tiers.
+ * The pool's threads are counted in /proc/self/task by their name.
  *
  * No timing assertions: a chunk that waits a little gives the workers time
  * to wake, but nothing checks how long anything took. */
@@ -87,15 +88,25 @@ static const char probe_source[] =
 
 static const char *dir, *probe_path;
 
+/* Threads of this process named opjit-worker (the pool's), counted in
+ * /proc/self/task (a sanitizer's own threads do not count). */
 static int tasks_now(void)
 {
     DIR *d = opendir("/proc/self/task");
     int n = 0;
     if (!d)
         return -1;
-    for (struct dirent *e; (e = readdir(d));)
-        if (e->d_name[0] != '.')
+    for (struct dirent *e; (e = readdir(d));) {
+        char path[300], comm[64] = "";
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(comm, sizeof comm, f) && !strncmp(comm, "opjit-worker", 12))
             n++;
+        if (f)
+            fclose(f);
+    }
     closedir(d);
     return n;
 }
