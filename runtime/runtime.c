@@ -98,6 +98,13 @@ void opjit_destroy(opjit_runtime *rt)
     pool_free(rt->pool); /* no call is running: the workers are idle */
     workspace_free_all(rt);
     cuda_rt_free(rt->cuda); /* after the modules: they unload in its contexts */
+    if (rt->out_cache && rt->log && rt->verbosity >= OPJIT_LOG_DEBUG) {
+        size_t held;
+        unsigned long hits, misses;
+        out_cache_stats(rt->out_cache, &held, &hits, &misses);
+        rt_log(rt, OPJIT_LOG_DEBUG, "output cache: %lu hits, %lu misses, %zu bytes freed",
+               hits, misses, held);
+    }
     out_cache_close(rt->out_cache); /* outputs still alive free themselves later */
     pthread_mutex_destroy(&rt->lock);
     rt_clear_error(NULL);
