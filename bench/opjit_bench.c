@@ -37,11 +37,17 @@
  *         nms TIER B S IOU ITERS  ITERS calls; "ok sec=.. kept=.. sum=.."
  *         conv TIER X W STRIDE PAD ITERS [OUT.npy]
  *         mm TIER A B ITERS [OUT.npy]
- *         sgemm A B ITERS         cblas_sgemm directly, preallocated C
+ *         sgemm A B [THREADS] ITERS  cblas_sgemm directly, preallocated C, on
+ *                                 THREADS OpenBLAS threads (then back to 1)
+ *         faultcost               microseconds to fault in a fresh page
  *         add1 TIER ITERS         opjit_call of bench/ops/add1.c on 1 float
  *         direct ITERS            the same work as a direct C call
  *         quit
- *       TIER is tcc or opt. Replies are one line: "ok ..." or "err ...".
+ *       TIER is tcc or opt, on the first thread count of $OPJIT_BENCH_THREADS
+ *       (a comma list, default 1; one runtime per tier and count), or
+ *       tcc@N / opt@N for N threads. Replies are one line: "ok ..." or
+ *       "err ..."; timed replies give sec (wall), cpu (the calling thread),
+ *       pcpu (the process) and flt (minor page faults per call).
  */
 #define _GNU_SOURCE
 #include <cblas.h>
@@ -604,9 +610,10 @@ static void serve_mm(char **w, int nw)
 
 static void serve_sgemm(char **w, int nw)
 {
+    /* sgemm A B ITERS, or sgemm A B THREADS ITERS */
     DLTensor *a = find_in(w[1]), *b = find_in(w[2]);
-    long iters = atol(w[3]);
-    int nth = nw > 4 ? atoi(w[4]) : 1;
+    long iters = atol(w[nw - 1]);
+    int nth = nw > 4 ? atoi(w[3]) : 1;
     if (!a || !b || a->ndim != 2 || b->ndim != 2 || a->shape[1] != b->shape[0] || nth < 1)
         return reply_err("%s", "sgemm: bad inputs");
     int n = (int)a->shape[0], k = (int)a->shape[1], m = (int)b->shape[1];
