@@ -546,6 +546,34 @@ def bench_mm(sv, reps, tmp):
     return res
 
 
+def bench_hosts(sv, reps):
+    """Several host threads calling conv2d at once on one runtime: what the
+    policy (one loop on the pool at a time, the others inline on their own
+    thread) gives, against one host thread using the whole pool and against
+    host threads on a runtime of one thread."""
+    if len(THREADS) < 2:
+        return {}
+    N = THREADS[-1]
+    name, cin, cout, k, hw, stride, pad = CONV_SHAPES[0]
+    xn, wn = conv_x_name(cin, hw, 1), conv_w_name(cout, cin, k)
+    sv.cmd("input", xn, inp(xn))
+    sv.cmd("input", wn, inp(wn))
+    log("conv2d %s, batch 1, from %d host threads at once" % (name, N))
+
+    def hosts(tier, nh):
+        def fn(iters):
+            o = sv.cmd("hosts", tier, nh, xn, wn, stride, pad, iters)
+            return float(o["sec"]) / nh, float(o["cpu"]) / nh, 0.0
+        return fn
+    sides = [("1 host thread, pool of %d" % N, hosts("opt@%d" % N, 1)),
+             ("%d host threads, pool of %d" % (N, N), hosts("opt@%d" % N, N)),
+             ("%d host threads, pool of 1" % N, hosts("opt@1", N))]
+    t, iters = interleaved(sides, reps, 0.3, SETTLE)
+    row = {"shape": "%s, batch 1" % name, "iters": iters, "sides": [n for n, _ in sides]}
+    summarize(t, row)
+    return row
+
+
 def bench_faults(sv):
     """What a fresh page costs here, against rewriting one."""
     try:
@@ -846,6 +874,22 @@ def write_md(R, path):
         lines.append(md_table(["n", "threads", "opjit opt", "opjit tcc", "cblas_sgemm",
                                "throughput opt", "throughput tcc", "max rel. error vs float64"], mw))
         lines.append("")
+    H = R.get("hosts", {})
+    if H.get("sides"):
+        lines.append("## Many host threads, one runtime")
+        lines.append("")
+        lines.append("conv2d %s (opt tier), called in a loop by every host thread at once; time per "
+                     "call is wall time / all calls made (the inverse of throughput):" % H["shape"])
+        lines.append("")
+        base = H[H["sides"][0] + "_ms"]
+        lines.append(md_table(["callers, runtime", "time per call", "throughput vs the first"],
+                              [(n, fms(H[n + "_ms"]), "%.2fx" % (base / H[n + "_ms"]))
+                               for n in H["sides"]]))
+        lines.append("")
+        lines.append("One loop runs on the pool at a time; a loop that finds it busy runs inline on "
+                     "its own host thread. So with as many host threads as cores each call mostly "
+                     "runs on one thread, and the machine stays at about one busy thread per core.")
+        lines.append("")
     FT = R.get("faults", {})
     if "fresh_us" in FT:
         lines.append("## Page faults")
@@ -1114,6 +1158,8 @@ def main():
                 R["conv2d"] = bench_conv(sv, dn, reps, tmp)
             if "mm" in only:
                 R["mm"] = bench_mm(sv, reps, tmp)
+            if "conv2d" in only:
+                R["hosts"] = bench_hosts(sv, reps)
         finally:
             sv.close()
             if dn:

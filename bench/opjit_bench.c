@@ -40,6 +40,9 @@
  *         sgemm A B [THREADS] ITERS  cblas_sgemm directly, preallocated C, on
  *                                 THREADS OpenBLAS threads (then back to 1)
  *         faultcost               microseconds to fault in a fresh page
+ *         hosts TIER NHOSTS X W STRIDE PAD ITERS
+ *                                 NHOSTS host threads, ITERS conv2d calls each,
+ *                                 on one runtime at once
  *         add1 TIER ITERS         opjit_call of bench/ops/add1.c on 1 float
  *         direct ITERS            the same work as a direct C call
  *         quit
@@ -55,6 +58,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -555,28 +559,27 @@ static void serve_nms(char **w)
     timed_calls(op, t, args, 3, atol(w[5]), NULL, 1);
 }
 
-/* conv2d's arguments by name, so the harness follows the op's schema. */
-static void serve_conv(char **w, int nw)
+/* conv2d's arguments by name, so the harness follows the op's schema.
+ * sv, pv: the stride and padding pairs the values point to. Returns the
+ * argument count, or -1 with a reply sent. */
+static int conv_args(int t, opjit_op *op, DLTensor *x, DLTensor *wt, int64_t stride, int64_t pad,
+                     int64_t sv[2], int64_t pv[2], opjit_value args[16])
 {
-    int t = tier_index(w[1]);
-    opjit_op *op = find_op("conv2d", w[1]);
-    DLTensor *x = find_in(w[2]), *wt = find_in(w[3]);
-    if (t < 0 || !op || !x || !wt)
-        return reply_err("%s", "conv: unknown tier, op or input");
-    int64_t stride = atol(w[4]), pad = atol(w[5]);
-    static int64_t sv[2], pv[2];
     sv[0] = sv[1] = stride;
     pv[0] = pv[1] = pad;
-    opjit_value args[16];
     opjit_op_info oi;
-    if (opjit_op_info_get(rts[t], op, &oi))
-        return reply_err("%s", opjit_errmsg(rts[t]));
+    if (opjit_op_info_get(rts[t], op, &oi)) {
+        reply_err("%s", opjit_errmsg(rts[t]));
+        return -1;
+    }
     int nargs = oi.nargs < 16 ? oi.nargs : 16, got_s = 0, got_p = 0;
     for (int i = 0; i < nargs; i++) {
         opjit_arg_info ai;
         args[i] = opjit_none();
-        if (opjit_op_arg(rts[t], op, i, &ai))
-            return reply_err("%s", opjit_errmsg(rts[t]));
+        if (opjit_op_arg(rts[t], op, i, &ai)) {
+            reply_err("%s", opjit_errmsg(rts[t]));
+            return -1;
+        }
         const char *n = ai.name;
         if (!strcmp(n, "input") || !strcmp(n, "self") || !strcmp(n, "x")) {
             args[i] = opjit_tensor(x);
@@ -592,9 +595,86 @@ static void serve_conv(char **w, int nw)
                 got_p = 1;
         }
     }
-    if ((stride != 1 && !got_s) || (pad != 0 && !got_p))
-        return reply_err("%s", "conv2d's schema has no stride/padding argument");
+    if ((stride != 1 && !got_s) || (pad != 0 && !got_p)) {
+        reply_err("%s", "conv2d's schema has no stride/padding argument");
+        return -1;
+    }
+    return nargs;
+}
+
+static void serve_conv(char **w, int nw)
+{
+    int t = tier_index(w[1]);
+    opjit_op *op = find_op("conv2d", w[1]);
+    DLTensor *x = find_in(w[2]), *wt = find_in(w[3]);
+    if (t < 0 || !op || !x || !wt)
+        return reply_err("%s", "conv: unknown tier, op or input");
+    static int64_t sv[2], pv[2];
+    opjit_value args[16];
+    int nargs = conv_args(t, op, x, wt, atol(w[4]), atol(w[5]), sv, pv, args);
+    if (nargs < 0)
+        return;
     timed_calls(op, t, args, nargs, atol(w[6]), nw > 7 ? w[7] : NULL, 0);
+}
+
+/* Host threads calling one op at once, each `iters` times. */
+typedef struct host_job {
+    int t;
+    opjit_op *op;
+    const opjit_value *args;
+    int nargs;
+    long iters;
+    int failed;
+} host_job;
+
+static void *host_main(void *arg)
+{
+    host_job *j = arg;
+    for (long i = 0; i < j->iters && !j->failed; i++) {
+        DLManagedTensor *res = NULL;
+        if (opjit_call(rts[j->t], j->op, j->args, j->nargs, &res, 1))
+            j->failed = 1;
+        else
+            res->deleter(res);
+    }
+    return NULL;
+}
+
+/* hosts TIER NHOSTS X W STRIDE PAD ITERS: NHOSTS host threads each make
+ * ITERS conv2d calls on one runtime at once; "ok sec=.. calls=..". */
+static void serve_hosts(char **w)
+{
+    int t = tier_index(w[1]), nh = atoi(w[2]);
+    opjit_op *op = find_op("conv2d", w[1]);
+    DLTensor *x = find_in(w[3]), *wt = find_in(w[4]);
+    if (t < 0 || !op || !x || !wt || nh < 1 || nh > 64)
+        return reply_err("%s", "hosts: unknown tier, op or input, or bad count");
+    static int64_t sv[2], pv[2];
+    opjit_value args[16];
+    int nargs = conv_args(t, op, x, wt, atol(w[5]), atol(w[6]), sv, pv, args);
+    if (nargs < 0)
+        return;
+    host_job jobs[64];
+    pthread_t th[64];
+    double p0 = proc_cpu_ms(), t0 = now_ms();
+    int started = 0;
+    for (int i = 0; i < nh; i++) {
+        jobs[i] = (host_job){t, op, args, nargs, atol(w[7]), 0};
+        if (pthread_create(&th[i], NULL, host_main, &jobs[i]))
+            break;
+        started++;
+    }
+    int failed = started < nh;
+    for (int i = 0; i < started; i++) {
+        pthread_join(th[i], NULL);
+        failed |= jobs[i].failed;
+    }
+    double t1 = now_ms(), p1 = proc_cpu_ms();
+    if (failed)
+        return reply_err("%s", "hosts: a call or a thread failed");
+    printf("ok sec=%.9f cpu=%.9f pcpu=%.9f flt=0 calls=%ld\n", (t1 - t0) / 1e3, (p1 - p0) / 1e3,
+           (p1 - p0) / 1e3, (long)started * atol(w[7]));
+    fflush(stdout);
 }
 
 static void serve_mm(char **w, int nw)
@@ -797,6 +877,8 @@ static int cmd_serve(void)
             serve_mm(w, nw);
         else if (!strcmp(w[0], "sgemm") && (nw == 4 || nw == 5))
             serve_sgemm(w, nw);
+        else if (!strcmp(w[0], "hosts") && nw == 8)
+            serve_hosts(w);
         else if (!strcmp(w[0], "faultcost") && nw == 1)
             serve_faultcost();
         else if (!strcmp(w[0], "add1") && nw == 3)
