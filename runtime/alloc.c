@@ -12,8 +12,8 @@
  * their deleters, which may run on any thread and after opjit_destroy.
  *
  * The cache is reference counted: the runtime holds one reference, every
- * large block handed out another; opjit_destroy frees what the cache holds
- * and blocks freed afterwards go straight back to the system.
+ * block handed out another; opjit_destroy frees what the cache holds and
+ * blocks freed afterwards go straight back to the system.
  *
  * Bound: $OPJIT_OUTPUT_CACHE (bytes, with an optional K, M or G suffix; 0
  * turns it off), else 256 MiB or 1/16 of the memory, the smaller. Under
@@ -35,7 +35,7 @@ typedef struct cached {
 
 struct out_cache {
     pthread_mutex_t mu;
-    atomic_long refs;   /* the runtime + large blocks handed out */
+    atomic_long refs;   /* the runtime + blocks handed out */
     int closed;         /* the runtime is gone: keep nothing */
     size_t held, cap;   /* bytes on the free lists, bound */
     unsigned long hits, misses;
@@ -149,16 +149,14 @@ void out_cache_stats(out_cache *c, size_t *held, unsigned long *hits, unsigned l
     pthread_mutex_unlock(&c->mu);
 }
 
+/* A block of at least n bytes: one kept of n's class, else a new one. */
 static void *cache_get(out_cache *c, size_t n)
 {
     size_t size;
     int k = size_class(n, &size);
     void *p = NULL;
-    if (k < 0) { /* too large to keep: counted all the same */
-        if ((p = malloc(n)))
-            atomic_fetch_add(&c->refs, 1);
-        return p;
-    }
+    if (k < 0) /* too large to keep */
+        return malloc(n);
     pthread_mutex_lock(&c->mu);
     if (c->free[k]) {
         cached *b = c->free[k];
@@ -170,19 +168,16 @@ static void *cache_get(out_cache *c, size_t n)
         c->misses++;
     }
     pthread_mutex_unlock(&c->mu);
-    if (!p)
-        p = malloc(size);
-    if (p)
-        atomic_fetch_add(&c->refs, 1);
-    return p;
+    return p ? p : malloc(size);
 }
 
+/* Keep block p of n bytes, or free it when the cache is closed or full. */
 static void cache_put(out_cache *c, void *p, size_t n)
 {
     size_t size;
     int k = size_class(n, &size);
     pthread_mutex_lock(&c->mu);
-    if (k >= 0 && !c->closed && size <= c->cap - c->held && size <= c->cap) {
+    if (k >= 0 && !c->closed && size <= c->cap && size <= c->cap - c->held) {
         cached *b = p;
         b->next = c->free[k];
         c->free[k] = b;
@@ -191,31 +186,45 @@ static void cache_put(out_cache *c, void *p, size_t n)
     }
     pthread_mutex_unlock(&c->mu);
     free(p);
-    cache_unref(c);
 }
 
-/* The opjit_alloc_fn of the default allocator; ud is the cache. Blocks
- * below 64 KiB, and all when the cache is off, are plain malloc blocks. */
+/* Whether a block of n bytes goes through the free lists. */
+static int cache_big(const out_cache *c, size_t n)
+{
+    return c->cap && n >= ((size_t)1 << CACHE_MIN_SHIFT);
+}
+
+/* The opjit_alloc_fn of the default allocator; ud is the cache. Every
+ * block holds a reference on the cache (so a deleter running after
+ * opjit_destroy still finds it); blocks below 64 KiB, and all when the
+ * cache is off, are plain malloc blocks. */
 void *out_cache_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
     out_cache *c = ud;
-    int big_old = ptr && c->cap && osize >= ((size_t)1 << CACHE_MIN_SHIFT);
-    int big_new = nsize && c->cap && nsize >= ((size_t)1 << CACHE_MIN_SHIFT);
-    if (!big_old && !big_new) {
-        if (nsize == 0) {
-            free(ptr);
-            return NULL;
-        }
-        return realloc(ptr, nsize);
-    }
+    void *p;
     if (nsize == 0) {
-        cache_put(c, ptr, osize);
+        if (!ptr)
+            return NULL;
+        if (cache_big(c, osize))
+            cache_put(c, ptr, osize);
+        else
+            free(ptr);
+        cache_unref(c);
         return NULL;
     }
-    void *p = big_new ? cache_get(c, nsize) : malloc(nsize);
-    if (p && ptr) { /* a move between kinds or classes */
+    if (ptr && !cache_big(c, osize) && !cache_big(c, nsize))
+        return realloc(ptr, nsize);
+    p = cache_big(c, nsize) ? cache_get(c, nsize) : malloc(nsize);
+    if (!p)
+        return NULL; /* a failed realloc leaves ptr alone */
+    if (ptr) { /* a move between kinds or classes; the reference moves too */
         memcpy(p, ptr, osize < nsize ? osize : nsize);
-        out_cache_alloc(ud, ptr, osize, 0);
+        if (cache_big(c, osize))
+            cache_put(c, ptr, osize);
+        else
+            free(ptr);
+    } else {
+        atomic_fetch_add(&c->refs, 1);
     }
     return p;
 }
