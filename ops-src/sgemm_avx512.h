@@ -59,8 +59,11 @@ static int sg_fast_ok(void)
     R(0, p, 0) R(1, p, 1) R(2, p, 2) R(3, p, 3)                               \
     R(4, q, 0) R(5, q, 1) R(6, q, 2) R(7, q, 3)
 
+/* pf: also prefetch the next 48 columns of B (the next panel), whose rows
+ * are far apart when B is not packed (a 1x1 convolution reads the input
+ * in place), so that the next call does not wait on memory row by row. */
 SG_AVX512 static void sg_k8x48(int64_t K, const float *A, int64_t lda, const float *B,
-                                   int64_t ldb, float *C, int64_t ldc)
+                                   int64_t ldb, float *C, int64_t ldc, int pf)
 {
     sg_v16 c00 = {0}, c01 = {0}, c02 = {0}, c10 = {0}, c11 = {0}, c12 = {0};
     sg_v16 c20 = {0}, c21 = {0}, c22 = {0}, c30 = {0}, c31 = {0}, c32 = {0};
@@ -68,11 +71,21 @@ SG_AVX512 static void sg_k8x48(int64_t K, const float *A, int64_t lda, const flo
     sg_v16 c60 = {0}, c61 = {0}, c62 = {0}, c70 = {0}, c71 = {0}, c72 = {0};
     const float *p = A, *q = A + 4 * lda;
     int64_t k;
-    for (k = 0; k < K; k++, p++, q++, B += ldb) {
-        sg_v16 b0 = SG_LD(B), b1 = SG_LD(B + 16), b2 = SG_LD(B + 32);
-        float a;
-        SG_ROWS(SG_R3)
-    }
+    if (pf)
+        for (k = 0; k < K; k++, p++, q++, B += ldb) {
+            sg_v16 b0 = SG_LD(B), b1 = SG_LD(B + 16), b2 = SG_LD(B + 32);
+            float a;
+            __builtin_prefetch(B + 48);
+            __builtin_prefetch(B + 64);
+            __builtin_prefetch(B + 80);
+            SG_ROWS(SG_R3)
+        }
+    else
+        for (k = 0; k < K; k++, p++, q++, B += ldb) {
+            sg_v16 b0 = SG_LD(B), b1 = SG_LD(B + 16), b2 = SG_LD(B + 32);
+            float a;
+            SG_ROWS(SG_R3)
+        }
 #define SG_S3(r) SG_ST(C + r * ldc, c##r##0); SG_ST(C + r * ldc + 16, c##r##1); \
     SG_ST(C + r * ldc + 32, c##r##2);
     SG_S3(0) SG_S3(1) SG_S3(2) SG_S3(3) SG_S3(4) SG_S3(5) SG_S3(6) SG_S3(7)
@@ -151,8 +164,8 @@ SG_AVX512 static void sg_sgemm(int64_t M, int64_t N, int64_t K, const float *A, 
                 int64_t la = i < mfull ? lda : K, rows = M - i < 8 ? M - i : 8;
                 float *dst = rows == 8 && w >= 16 ? C + i * ldc + j : ct;
                 int64_t ld = dst == ct ? 48 : ldc;
-                if (w == 48)
-                    sg_k8x48(K, a, la, B + j, ldb, dst, ld);
+                if (w == 48) /* the first block of rows fetches the next panel */
+                    sg_k8x48(K, a, la, B + j, ldb, dst, ld, i == i0 && j + 48 < N);
                 else if (w == 32)
                     sg_k8x32(K, a, la, B + j, ldb, dst, ld);
                 else if (w == 16)
