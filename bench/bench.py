@@ -3,20 +3,33 @@
 
 Every figure is a ratio of opjit against its anchor measured in the same
 run, on the same inputs, interleaved repetition by repetition, median
-reported. Both sides run on one thread: OMP_NUM_THREADS=1,
-OPENBLAS_NUM_THREADS=1 and MKL_NUM_THREADS=1 for every process, and
-torch.set_num_threads(1) here.
+reported. The loads and the call overhead run on one thread; nms, conv2d
+and mm run at 1 thread and at the machine's core count (the CPUs this
+process may use), both counts side by side in the same rounds: opjit's
+runtimes with cfg.num_threads, torch.set_num_threads(), OpenMP's
+omp_set_num_threads() in the oneDNN anchor, openblas_set_num_threads()
+for cblas_sgemm. OMP/OPENBLAS/MKL_NUM_THREADS=1 in the environment only
+sets where each starts.
 
 The C side is bench/opjit_bench (built by bench/run): `loads` times loads
 in fresh processes, `serve` is a coprocess that runs opjit calls (and the
 direct cblas_sgemm / direct C anchors) on request, so one repetition of
-opjit and one of torch alternate. Inputs are written once with numpy to
+opjit and one of torch alternate. bench/dnnl_anchor (built by bench/run
+where oneDNN is installed) is the conv2d anchor: oneDNN's C API, best of
+plain NCHW and blocked layouts. Inputs are written once with numpy to
 bench/results/inputs/*.npy and read by both sides.
 
 Writes bench/results/latest.md, latest.json and nms.png (gnuplot).
 
-usage: bench/bench.py --bin build/bench/opjit_bench [--quick] [--reps N]
-                      [--only loads,call,nms,conv2d,mm] [--results DIR]
+The Python package's rows (per call from Python, loads in fresh
+interpreters against load_inline) come from bench/py_bench.py.
+
+usage: bench/bench.py --bin build/bench/opjit_bench [--dnnl build/bench/dnnl_anchor]
+                      [--quick] [--reps N] [--threads 1,N]
+                      [--only loads,call,nms,conv2d,mm,python [--merge]] [--results DIR]
+
+--merge keeps the sections not named by --only from the existing
+latest.json (for rerunning one section on a busy machine).
 """
 import os
 
@@ -24,6 +37,7 @@ for _k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_k] = "1"
 
 import argparse  # noqa: E402
+import resource  # noqa: E402
 import datetime  # noqa: E402
 import glob  # noqa: E402
 import json  # noqa: E402
@@ -41,6 +55,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import torchvision  # noqa: E402
 
+import py_bench  # noqa: E402
+
 torch.set_num_threads(1)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -49,6 +65,7 @@ INPUTS = os.path.join(RESULTS, "inputs")
 
 NMS_SIZES = [500, 1000, 2000, 4000, 7000, 10000]
 NMS_TABLE = [1000, 4000, 10000]
+NMS_THREADED = [10000, 100000]  # at every thread count
 NMS_IOU = 0.5
 # ResNet-50 layer shapes: name, in channels, out channels, kernel, H=W, stride, padding
 CONV_SHAPES = [
@@ -59,8 +76,19 @@ CONV_SHAPES = [
     ("1x1 512->2048 @7", 512, 2048, 1, 7, 1, 0),
 ]
 CONV_BATCHES = [1, 8]
+# Goal rows: these conv shapes (the issue's); the others are information.
+CONV_GOAL_SHAPES = {"3x3 64->64 @56", "1x1 256->64 @56", "1x1 64->256 @56"}
 MM_SIZES = [256, 512, 1024, 2048]
-INPUT_SPEC = "v1 nms=%s conv=%s b=%s mm=%s" % (NMS_SIZES, CONV_SHAPES, CONV_BATCHES, MM_SIZES)
+INPUT_SPEC = "v2 nms=%s conv=%s b=%s mm=%s tiny=%d,%d" % (
+    NMS_SIZES + NMS_THREADED, CONV_SHAPES, CONV_BATCHES, MM_SIZES, py_bench.TINY_BOXES,
+    py_bench.TINY_MM)
+# 1 and the CPUs this process may run on (--threads overrides).
+NCPU = len(os.sched_getaffinity(0))
+THREADS = [1] if NCPU == 1 else [1, NCPU]
+# Seconds to wait after each timed repetition when several threads run:
+# OpenMP (torch, oneDNN) and OpenBLAS threads spin a while after a call and
+# would steal cores from the next side.
+SETTLE = 0.05
 
 
 def log(msg):
@@ -98,7 +126,7 @@ def gen_inputs():
         return
     log("generating inputs in %s" % INPUTS)
     os.makedirs(INPUTS, exist_ok=True)
-    for n in NMS_SIZES:
+    for n in NMS_SIZES + NMS_THREADED:
         # Random boxes, as the issue says: x1, y1 uniform in [0, 1000),
         # w, h uniform in [10, 110), scores uniform in [0, 1).
         rng = np.random.default_rng([1, n])
@@ -126,6 +154,7 @@ def gen_inputs():
         rng = np.random.default_rng([4, n])
         np.save(inp("mm_a_%d" % n), rng.standard_normal((n, n), dtype=np.float32))
         np.save(inp("mm_b_%d" % n), rng.standard_normal((n, n), dtype=np.float32))
+    py_bench.gen_tiny_inputs(inp)
     with open(stamp, "w") as f:
         f.write(INPUT_SPEC)
 
@@ -137,8 +166,13 @@ class BenchError(Exception):
 
 
 class Serve:
-    def __init__(self, exe, cache):
-        env = dict(os.environ, OPJIT_BENCH_CACHE=cache)
+    """A coprocess answering one command per line (opjit_bench serve, or
+    dnnl_anchor serve)."""
+    def __init__(self, exe, cache=None):
+        env = dict(os.environ, OPJIT_BENCH_THREADS=",".join(map(str, THREADS)))
+        if cache:
+            env["OPJIT_BENCH_CACHE"] = cache
+        self.exe = os.path.basename(exe)
         self.p = subprocess.Popen([exe, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   text=True, bufsize=1, env=env, cwd=ROOT)
 
@@ -147,7 +181,7 @@ class Serve:
         self.p.stdin.flush()
         line = self.p.stdout.readline()
         if not line:
-            raise BenchError("opjit_bench serve died (command: %s)" % " ".join(map(str, words)))
+            raise BenchError("%s serve died (command: %s)" % (self.exe, " ".join(map(str, words))))
         line = line.rstrip("\n")
         if line.startswith("err"):
             raise BenchError(line[4:])
@@ -171,31 +205,35 @@ class Serve:
 
 def calibrate(fn, target):
     """Iterations per repetition so that one repetition lasts about target s.
-    fn(iters) returns (wall s, thread CPU s) of iters calls. The first call
-    warms up."""
+    fn(iters) returns (wall s, thread CPU s, page faults per call) of iters
+    calls. The first call warms up."""
     fn(1)
     iters = 1
     while True:
-        t, _ = fn(iters)
+        t = fn(iters)[0]
         if t >= 0.02 or iters >= 10_000_000:
             break
         iters = min(10_000_000, iters * max(2, int(0.03 / max(t, 1e-9))))
     return max(1, int(round(target / (t / iters))))
 
 
-def interleaved(sides, reps, target):
+def interleaved(sides, reps, target, settle=0.0):
     """sides: [(name, fn)]. Calibrate each, then `reps` rounds, each timing
-    one repetition of every side (the order rotates from round to round).
-    Returns {name: {"wall": [s per call, one per round], "cpu": [...]}} and
-    {name: iters per repetition}."""
+    one repetition of every side (the order rotates from round to round),
+    sleeping `settle` s after each. Returns {name: {"wall": [s per call, one
+    per round], "cpu": [...], "flt": [...]}} and {name: iters per
+    repetition}."""
     iters = {name: calibrate(fn, target) for name, fn in sides}
-    out = {name: {"wall": [], "cpu": []} for name, _ in sides}
+    out = {name: {"wall": [], "cpu": [], "flt": []} for name, _ in sides}
     for r in range(reps):
         k = r % len(sides)
         for name, fn in sides[k:] + sides[:k]:
-            w, c = fn(iters[name])
+            w, c, f = fn(iters[name])
             out[name]["wall"].append(w / iters[name])
             out[name]["cpu"].append(c / iters[name])
+            out[name]["flt"].append(f)
+            if settle:
+                time.sleep(settle)
     return out, iters
 
 
@@ -209,23 +247,42 @@ def summarize(t, row):
     for k, v in t.items():
         row[k + "_ms"] = median(v["wall"]) * 1e3
         row[k + "_cpu_ms"] = median(v["cpu"]) * 1e3
+        row[k + "_flt"] = median(v["flt"])
         row[k + "_ms_all"] = [x * 1e3 for x in v["wall"]]
         row[k + "_cpu_ms_all"] = [x * 1e3 for x in v["cpu"]]
 
 
-def torch_timer(call):
+def minflt():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def torch_timer(call, threads=1):
+    """torch in this process on `threads` threads; CPU time is this thread's
+    (all of the work at one thread)."""
     def fn(iters):
+        torch.set_num_threads(threads)
+        f0 = minflt()
         t0, c0 = time.perf_counter(), time.thread_time()
         for _ in range(iters):
             call()
-        return time.perf_counter() - t0, time.thread_time() - c0
+        t1, c1 = time.perf_counter(), time.thread_time()
+        return t1 - t0, c1 - c0, (minflt() - f0) / iters
     return fn
 
 
 def opjit_timer(sv, *words):
     def fn(iters):
         o = sv.cmd(*words, iters)
-        return float(o["sec"]), float(o["cpu"])
+        return float(o["sec"]), float(o["cpu"]), float(o.get("flt", "nan"))
+    return fn
+
+
+def dnnl_timer(dn, facts, key, *words):
+    """The oneDNN anchor; facts[key] gets its implementation and layout."""
+    def fn(iters):
+        o = dn.cmd(*words, iters)
+        facts[key] = (o.get("impl", "?"), o.get("layout", "?"))
+        return float(o["sec"]), float(o["cpu"]), float(o.get("flt", "nan"))
     return fn
 
 
@@ -341,9 +398,8 @@ def bench_nms(sv, reps):
     r, missing = load_op(sv, "nms")
     if missing:
         return {"missing": missing}
-    res = {"tiers": r, "sizes": {}}
-    for n in NMS_SIZES:
-        log("nms n=%d" % n)
+    res = {"tiers": r, "sizes": {}, "threaded": {}}
+    for n in NMS_SIZES + NMS_THREADED:
         bn, sn = "boxes_%d" % n, "scores_%d" % n
         sv.cmd("input", bn, inp(bn))
         sv.cmd("input", sn, inp(sn))
@@ -356,63 +412,104 @@ def bench_nms(sv, reps):
             def fn(it):
                 o = sv.cmd("nms", tier, bn, sn, NMS_IOU, it)
                 facts[tier] = (int(o["kept"]), int(o["sum"]))
-                return float(o["sec"]), float(o["cpu"])
+                return float(o["sec"]), float(o["cpu"]), float(o["flt"])
             return fn
 
-        sides = [("tcc", opjit_side("tcc")), ("opt", opjit_side("opt")),
-                 ("torchvision", torch_timer(lambda: torchvision.ops.nms(boxes, scores, NMS_IOU)))]
-        t, iters = interleaved(sides, reps, 0.15)
-        row = {"kept": ref[0], "match_tcc": facts.get("tcc") == ref,
-               "match_opt": facts.get("opt") == ref, "iters": iters}
-        summarize(t, row)
-        for tier in ("tcc", "opt"):
-            row["ratio_" + tier] = round_ratio(t, tier, "torchvision")
-            row["ratio_cpu_" + tier] = round_ratio(t, tier, "torchvision", "cpu")
-        res["sizes"][n] = row
+        def tv():
+            torchvision.ops.nms(boxes, scores, NMS_IOU)
+
+        if n in NMS_SIZES:  # the sweep: one thread, both tiers
+            log("nms n=%d" % n)
+            sides = [("tcc", opjit_side("tcc@1")), ("opt", opjit_side("opt@1")),
+                     ("torchvision", torch_timer(tv))]
+            t, iters = interleaved(sides, reps, 0.15)
+            row = {"kept": ref[0], "match_tcc": facts.get("tcc@1") == ref,
+                   "match_opt": facts.get("opt@1") == ref, "iters": iters}
+            summarize(t, row)
+            for tier in ("tcc", "opt"):
+                row["ratio_" + tier] = round_ratio(t, tier, "torchvision")
+                row["ratio_cpu_" + tier] = round_ratio(t, tier, "torchvision", "cpu")
+            res["sizes"][n] = row
+        if n in NMS_THREADED:  # every thread count, side by side
+            log("nms n=%d at %s threads" % (n, THREADS))
+            sides = []
+            for T in THREADS:
+                sides += [("opt@%d" % T, opjit_side("opt@%d" % T)),
+                          ("torchvision@%d" % T, torch_timer(tv, T))]
+            t, iters = interleaved(sides, reps if n <= 10000 else max(3, reps // 2), 0.15,
+                                   SETTLE if len(THREADS) > 1 else 0)
+            row = {"kept": ref[0], "iters": iters,
+                   "match": all(facts.get("opt@%d" % T) == ref for T in THREADS)}
+            summarize(t, row)
+            for T in THREADS:
+                row["ratio@%d" % T] = round_ratio(t, "opt@%d" % T, "torchvision@%d" % T)
+            if len(THREADS) > 1:
+                row["speedup"] = round_ratio(t, "opt@1", "opt@%d" % THREADS[-1])
+            res["threaded"][n] = row
     return res
 
 
-def bench_conv(sv, reps, tmp):
+def conv_sides(sv, dn, facts, xn, wn, stride, pad, x, w):
+    """Every side of one convolution, at every thread count."""
+    def tconv():
+        with torch.no_grad():
+            F.conv2d(x, w, None, stride, pad)
+    sides = []
+    for T in THREADS:
+        sides += [("opt@%d" % T, opjit_timer(sv, "conv", "opt@%d" % T, xn, wn, stride, pad)),
+                  ("tcc@%d" % T, opjit_timer(sv, "conv", "tcc@%d" % T, xn, wn, stride, pad)),
+                  ("torch@%d" % T, torch_timer(tconv, T))]
+        if dn:
+            sides.append(("onednn@%d" % T, dnnl_timer(dn, facts, T, "conv", inp(xn), inp(wn),
+                                                      stride, pad, T)))
+    return sides
+
+
+def bench_conv(sv, dn, reps, tmp):
     r, missing = load_op(sv, "conv2d")
     if missing:
         return {"missing": missing}
-    res = {"tiers": r, "shapes": []}
+    res = {"tiers": r, "shapes": [], "onednn": bool(dn)}
     for (name, cin, cout, k, hw, stride, pad) in CONV_SHAPES:
         wn = conv_w_name(cout, cin, k)
         sv.cmd("input", wn, inp(wn))
         w = torch_input(wn)
         for b in CONV_BATCHES:
             label = "%s, batch %d" % (name, b)
-            log("conv2d %s" % label)
+            log("conv2d %s at %s threads" % (label, THREADS))
             xn = conv_x_name(cin, hw, b)
             sv.cmd("input", xn, inp(xn))
             x = torch_input(xn)
-            row = {"name": name, "batch": b, "label": label,
+            row = {"name": name, "batch": b, "label": label, "goal": name in CONV_GOAL_SHAPES,
                    "flops": 2.0 * b * cout * cin * k * k * ((hw + 2 * pad - k) // stride + 1) ** 2}
             try:
                 outp = os.path.join(tmp, "conv_out.npy")
-                sv.cmd("conv", "opt", xn, wn, stride, pad, 1, outp)
+                sv.cmd("conv", "opt@%d" % THREADS[-1], xn, wn, stride, pad, 1, outp)
                 with torch.no_grad():
                     ref = F.conv2d(x, w, None, stride, pad).numpy()
                 got = np.load(outp)
                 if got.shape != ref.shape:
                     raise BenchError("output shape %s, torch's %s" % (got.shape, ref.shape))
                 row["max_rel_err"] = float(np.max(np.abs(got - ref)) / max(1e-30, np.max(np.abs(ref))))
-
-                def tconv():
-                    with torch.no_grad():
-                        F.conv2d(x, w, None, stride, pad)
-
-                sides = [("opt", opjit_timer(sv, "conv", "opt", xn, wn, stride, pad)),
-                         ("tcc", opjit_timer(sv, "conv", "tcc", xn, wn, stride, pad)),
-                         ("torch", torch_timer(tconv))]
+                facts = {}
+                sides = conv_sides(sv, dn, facts, xn, wn, stride, pad, x, w)
                 big = row["flops"] > 1e9
-                t, iters = interleaved(sides, max(5, reps - 2) if big else reps, 0.2)
+                t, iters = interleaved(sides, max(5, reps - 2) if big else reps, 0.15,
+                                       SETTLE if len(THREADS) > 1 else 0)
                 row["iters"] = iters
                 summarize(t, row)
-                for tier in ("opt", "tcc"):
-                    row["ratio_" + tier] = round_ratio(t, "torch", tier)
-                    row["ratio_cpu_" + tier] = round_ratio(t, "torch", tier, "cpu")
+                for T in THREADS:
+                    for tier in ("opt", "tcc"):
+                        row["ratio_%s_torch@%d" % (tier, T)] = round_ratio(
+                            t, "torch@%d" % T, "%s@%d" % (tier, T))
+                    if dn:
+                        row["ratio_opt_onednn@%d" % T] = round_ratio(t, "onednn@%d" % T,
+                                                                     "opt@%d" % T)
+                        row["onednn_impl@%d" % T], row["onednn_layout@%d" % T] = facts[T]
+                if len(THREADS) > 1:
+                    N = THREADS[-1]
+                    for side in ("opt", "tcc", "torch") + (("onednn",) if dn else ()):
+                        row["speedup_" + side] = round_ratio(t, "%s@1" % side, "%s@%d" % (side, N))
             except BenchError as e:
                 row["error"] = str(e)[:300]
             res["shapes"].append(row)
@@ -425,30 +522,76 @@ def bench_mm(sv, reps, tmp):
         return {"missing": missing}
     res = {"tiers": r, "sizes": {}}
     for n in MM_SIZES:
-        log("mm %d" % n)
+        log("mm %d at %s threads" % (n, THREADS))
         an, bn = "mm_a_%d" % n, "mm_b_%d" % n
         sv.cmd("input", an, inp(an))
         sv.cmd("input", bn, inp(bn))
         row = {}
         try:
             outp = os.path.join(tmp, "mm_out.npy")
-            sv.cmd("mm", "opt", an, bn, 1, outp)
+            sv.cmd("mm", "opt@%d" % THREADS[-1], an, bn, 1, outp)
             a64 = np.load(inp(an)).astype(np.float64)
             ref = a64 @ np.load(inp(bn)).astype(np.float64)
             row["max_rel_err"] = float(np.max(np.abs(np.load(outp) - ref)) / np.max(np.abs(ref)))
-            sides = [("opt", opjit_timer(sv, "mm", "opt", an, bn)),
-                     ("sgemm", opjit_timer(sv, "sgemm", an, bn)),
-                     ("tcc", opjit_timer(sv, "mm", "tcc", an, bn))]
-            t, iters = interleaved(sides, max(5, reps - 2) if n >= 2048 else reps, 0.2)
+            sides = []
+            for T in THREADS:
+                sides += [("opt@%d" % T, opjit_timer(sv, "mm", "opt@%d" % T, an, bn)),
+                          ("sgemm@%d" % T, opjit_timer(sv, "sgemm", an, bn, T)),
+                          ("tcc@%d" % T, opjit_timer(sv, "mm", "tcc@%d" % T, an, bn))]
+            t, iters = interleaved(sides, max(5, reps - 2) if n >= 2048 else reps, 0.15,
+                                   SETTLE if len(THREADS) > 1 else 0)
             row["iters"] = iters
             summarize(t, row)
-            for tier in ("opt", "tcc"):
-                row["ratio_" + tier] = round_ratio(t, "sgemm", tier)
-                row["ratio_cpu_" + tier] = round_ratio(t, "sgemm", tier, "cpu")
+            for T in THREADS:
+                for tier in ("opt", "tcc"):
+                    row["ratio_%s@%d" % (tier, T)] = round_ratio(t, "sgemm@%d" % T,
+                                                                 "%s@%d" % (tier, T))
+            if len(THREADS) > 1:
+                for side in ("opt", "sgemm", "tcc"):
+                    row["speedup_" + side] = round_ratio(t, "%s@1" % side,
+                                                         "%s@%d" % (side, THREADS[-1]))
         except BenchError as e:
             row["error"] = str(e)[:300]
         res["sizes"][n] = row
     return res
+
+
+def bench_hosts(sv, reps):
+    """Several host threads calling conv2d at once on one runtime: what the
+    policy (one loop on the pool at a time, the others inline on their own
+    thread) gives, against one host thread using the whole pool and against
+    host threads on a runtime of one thread."""
+    if len(THREADS) < 2:
+        return {}
+    N = THREADS[-1]
+    name, cin, cout, k, hw, stride, pad = CONV_SHAPES[0]
+    xn, wn = conv_x_name(cin, hw, 1), conv_w_name(cout, cin, k)
+    sv.cmd("input", xn, inp(xn))
+    sv.cmd("input", wn, inp(wn))
+    log("conv2d %s, batch 1, from %d host threads at once" % (name, N))
+
+    def hosts(tier, nh):
+        def fn(iters):
+            o = sv.cmd("hosts", tier, nh, xn, wn, stride, pad, iters)
+            return float(o["sec"]) / nh, float(o["cpu"]) / nh, 0.0
+        return fn
+    sides = [("1 host thread, pool of %d" % N, hosts("opt@%d" % N, 1)),
+             ("%d host threads, pool of %d" % (N, N), hosts("opt@%d" % N, N)),
+             ("%d host threads, pool of 1" % N, hosts("opt@1", N))]
+    t, iters = interleaved(sides, reps, 0.3, SETTLE)
+    row = {"shape": "%s, batch 1" % name, "iters": iters, "sides": [n for n, _ in sides]}
+    summarize(t, row)
+    return row
+
+
+def bench_faults(sv):
+    """What a fresh page costs here, against rewriting one."""
+    try:
+        o = sv.cmd("faultcost")
+        return {"fresh_us": float(o["fresh_us"]), "again_us": float(o["again_us"]),
+                "reuse_us": float(o["reuse_us"])}
+    except BenchError as e:
+        return {"error": str(e)[:200]}
 
 
 def nvrtc_available():
@@ -479,6 +622,10 @@ def fms(x):
 
 def yesno(b):
     return "yes" if b else "**no**"
+
+
+def thr(T):
+    return "1 thread" if T == 1 else "%d threads" % T
 
 
 def build_rows(R):
@@ -529,28 +676,60 @@ def build_rows(R):
             rows.append((metric, fms(s[tier + "_ms"]), "torchvision.ops.nms: " + fms(s["torchvision_ms"]),
                          "%.2fx time" % ratio, goal,
                          yesno(ratio <= 0.8) + ("" if ok else " (RESULT DIFFERS)")))
+    for n, s in sorted(N.get("threaded", {}).items()):
+        for T in THREADS:
+            if "opt@%d_ms" % T not in s:
+                continue
+            ratio = s["ratio@%d" % T]
+            rows.append(("nms CPU, %d random boxes, IoU 0.5, %s (opt tier)" % (n, thr(T)),
+                         fms(s["opt@%d_ms" % T]),
+                         "torchvision.ops.nms, %s: %s" % (thr(T), fms(s["torchvision@%d_ms" % T])),
+                         "%.2fx time" % ratio, "<= 0.8x time",
+                         yesno(ratio <= 0.8) + ("" if s["match"] else " (RESULT DIFFERS)")))
     C = R.get("conv2d", {})
     if "missing" in C:
-        rows.append(("conv2d CPU, ResNet-50 shapes", "n/a", "n/a", "n/a", ">= 1.0x throughput", C["missing"]))
+        rows.append(("conv2d CPU, ResNet-50 shapes", "n/a", "n/a", "n/a", ">= 1.0x oneDNN", C["missing"]))
+    elif C and not C.get("onednn"):
+        rows.append(("conv2d CPU against oneDNN", "n/a", "n/a", "n/a", ">= 1.0x oneDNN",
+                     "n/a (oneDNN not found: install libdnnl-dev)"))
     for s in C.get("shapes", []):
-        metric = "conv2d CPU %s (opt tier)" % s["label"]
-        if "error" in s:
-            rows.append((metric, "n/a", "n/a", "n/a", ">= 1.0x throughput", "n/a (%s)" % s["error"][:120]))
+        if not s.get("goal"):
             continue
-        r = s["ratio_opt"]
-        rows.append((metric, fms(s["opt_ms"]), "torch F.conv2d: " + fms(s["torch_ms"]),
-                     "%.2fx throughput" % r, ">= 1.0x throughput", yesno(r >= 1.0)))
+        for T in THREADS:
+            metric = "conv2d CPU %s, %s (opt tier)" % (s["label"], thr(T))
+            if "error" in s:
+                rows.append((metric, "n/a", "n/a", "n/a", ">= 1.0x oneDNN", "n/a (%s)" % s["error"][:120]))
+                break
+            if "ratio_opt_onednn@%d" % T not in s:
+                continue
+            r = s["ratio_opt_onednn@%d" % T]
+            rows.append((metric, fms(s["opt@%d_ms" % T]),
+                         "oneDNN %s (%s): %s" % (s["onednn_impl@%d" % T], s["onednn_layout@%d" % T],
+                                                 fms(s["onednn@%d_ms" % T])),
+                         "%.2fx throughput" % r, ">= 1.0x throughput", yesno(r >= 1.0)))
+    if len(THREADS) > 1:
+        for s in C.get("shapes", []):
+            if s.get("goal") and s["batch"] == 8 and "speedup_opt" in s:
+                sp = s["speedup_opt"]
+                anchor = "oneDNN %.2fx, torch %.2fx" % (s.get("speedup_onednn", float("nan")),
+                                                       s["speedup_torch"])
+                goal = ">= 1.8x" if THREADS[-1] == 2 else "report"
+                rows.append(("conv2d %s speedup, %s (opt tier)" % (thr(THREADS[-1]), s["label"]),
+                             "%.2fx" % sp, anchor, "-", goal,
+                             yesno(sp >= 1.8) if THREADS[-1] == 2 else "-"))
     M = R.get("mm", {})
     if "missing" in M:
         rows.append(("mm CPU 256-2048", "n/a", "n/a", "n/a", ">= 0.97x", M["missing"]))
     for n, s in M.get("sizes", {}).items():
-        metric = "mm CPU %dx%d float32 (opt tier)" % (n, n)
-        if "error" in s:
-            rows.append((metric, "n/a", "n/a", "n/a", ">= 0.97x throughput", "n/a (%s)" % s["error"][:120]))
-            continue
-        r = s["ratio_opt"]
-        rows.append((metric, fms(s["opt_ms"]), "cblas_sgemm direct: " + fms(s["sgemm_ms"]),
-                     "%.3fx throughput" % r, ">= 0.97x throughput", yesno(r >= 0.97)))
+        for T in THREADS:
+            metric = "mm CPU %dx%d float32, %s (opt tier)" % (n, n, thr(T))
+            if "error" in s:
+                rows.append((metric, "n/a", "n/a", "n/a", ">= 0.97x throughput", "n/a (%s)" % s["error"][:120]))
+                break
+            r = s["ratio_opt@%d" % T]
+            rows.append((metric, fms(s["opt@%d_ms" % T]),
+                         "cblas_sgemm, %s: %s" % (thr(T), fms(s["sgemm@%d_ms" % T])),
+                         "%.3fx throughput" % r, ">= 0.97x throughput", yesno(r >= 0.97)))
     cu = L.get("nms.cu")
     if cu is None or not R["nvrtc"]:
         why = ("not run" if not R["ran_loads"] else "n/a: ops-src/nms.cu missing") if cu is None \
@@ -578,6 +757,8 @@ def build_rows(R):
         else:
             rows.append((metric, "n/a", "n/a", "n/a", "report",
                          "n/a (%s)" % "; ".join(l.get("errors", ["?"]))[:200]))
+    if "python" in R:
+        rows.extend(py_bench.rows(R["python"], fms))
     return rows
 
 
@@ -595,14 +776,26 @@ def write_md(R, path):
     lines = []
     lines.append("# opjit benchmarks: latest run")
     lines.append("")
-    lines.append("Written by `bench/run` on %s (git %s%s), %s. Every figure is the median of "
-                 "several repetitions; opjit and its anchor run in the same run, interleaved "
-                 "repetition by repetition, on the same inputs (bench/results/inputs/*.npy, "
-                 "written once with numpy and read by both sides), one thread each "
-                 "(OMP/OPENBLAS/MKL_NUM_THREADS=1, torch.set_num_threads(1)). The machine is shared "
-                 "and noisy: read the ratios, not the absolute times."
-                 % (env["date"], env["git"], " + local changes" if env["dirty"] else "", env["cpu"]))
+    lines.append("Written by `bench/run` on %s (git %s%s), %s, %d CPUs usable. Every figure is "
+                 "the median of several repetitions; opjit and its anchor run in the same run, "
+                 "interleaved repetition by repetition, on the same inputs "
+                 "(bench/results/inputs/*.npy, written once with numpy and read by both sides). "
+                 "Loads and the call overhead run on one thread; nms, conv2d and mm run at %s "
+                 "threads, every thread count side by side in the same rounds, every side at the "
+                 "same count (opjit's cfg.num_threads, torch.set_num_threads, oneDNN's OpenMP "
+                 "threads, openblas_set_num_threads). The machine is shared and noisy: read the "
+                 "ratios, not the absolute times."
+                 % (env["date"], env["git"], " + local changes" if env["dirty"] else "", env["cpu"],
+                    NCPU, " and ".join(map(str, THREADS))))
     lines.append("")
+    if "merged" in R:
+        m = R["merged"]
+        lines.append("Rerun on %s (git %s%s, `bench/run --merge --only %s`, %.0f s) and merged into "
+                     "the run above: %s. Every other figure is from the run above."
+                     % (m["env"]["date"], m["env"]["git"],
+                        " + local changes" if m["env"]["dirty"] else "", ",".join(m["sections"]),
+                        m["elapsed_s"], ", ".join(m["sections"])))
+        lines.append("")
     lines.append(md_table(["metric", "opjit", "anchor", "ratio", "goal", "met?"], rows))
     lines.append("")
     lines.append("![nms time against box count](nms.png)")
@@ -622,49 +815,145 @@ def write_md(R, path):
                                "tcc/tv time (CPU time)", "opt/tv time (CPU time)",
                                "same indices as torchvision"], sw))
         lines.append("")
+    if N.get("threaded"):
+        lines.append("## nms at %s threads" % " and ".join(map(str, THREADS)))
+        lines.append("")
+        nw = []
+        for n, s in sorted(N["threaded"].items()):
+            for T in THREADS:
+                nw.append((n, s["kept"], T, fms(s["opt@%d_ms" % T]), fms(s["torchvision@%d_ms" % T]),
+                           "%.3fx" % s["ratio@%d" % T],
+                           "%.2fx" % s["speedup"] if T > 1 and "speedup" in s else "-",
+                           "yes" if s["match"] else "**no**"))
+        lines.append(md_table(["boxes", "kept", "threads", "opjit opt", "torchvision",
+                               "opt/tv time", "opt speed-up over 1 thread",
+                               "same indices as torchvision"], nw))
+        lines.append("")
+        lines.append("nms splits the grid walk into blocks of 1024 boxes: each box of a block is "
+                     "tested against the boxes kept before the block on all threads, then against "
+                     "those kept inside it in order on the calling thread; the sort and the setup "
+                     "stay on one thread. torchvision's CPU nms is one loop on one thread.")
+        lines.append("")
     C = R.get("conv2d", {})
     if C.get("shapes"):
-        lines.append("## conv2d: both tiers, and agreement with torch")
+        lines.append("## conv2d: against oneDNN and torch, both tiers, %s threads"
+                     % " and ".join(map(str, THREADS)))
         lines.append("")
         cw = []
         for s in C["shapes"]:
             if "error" in s:
-                cw.append((s["label"], "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", s["error"][:100]))
+                cw.append((s["label"], "-", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a",
+                           s["error"][:100]))
                 continue
-            cw.append((s["label"], "%.2f" % (s["flops"] / 1e9), fms(s["opt_ms"]), fms(s["tcc_ms"]),
-                       fms(s["torch_ms"]), "%.1f / %.1f" % (s["flops"] / s["opt_ms"] / 1e6,
-                                                             s["flops"] / s["torch_ms"] / 1e6),
-                       "%.2fx (%.2fx)" % (s["ratio_opt"], s["ratio_cpu_opt"]),
-                       "%.2fx (%.2fx)" % (s["ratio_tcc"], s["ratio_cpu_tcc"]),
-                       "%.1e" % s["max_rel_err"]))
-        lines.append(md_table(["shape", "GFLOP", "opjit opt", "opjit tcc", "torch",
-                               "GFLOP/s opt / torch", "throughput opt (CPU time)",
-                               "throughput tcc (CPU time)", "max rel. error vs torch"], cw))
+            for T in THREADS:
+                dn = "onednn@%d_ms" % T in s
+                cw.append((s["label"] + ("" if s.get("goal") else " (information)"), T,
+                           fms(s["opt@%d_ms" % T]), fms(s["tcc@%d_ms" % T]),
+                           fms(s["onednn@%d_ms" % T]) if dn else "n/a", fms(s["torch@%d_ms" % T]),
+                           "%.1f" % (s["flops"] / s["opt@%d_ms" % T] / 1e6),
+                           "%.2fx" % s["ratio_opt_onednn@%d" % T] if dn else "n/a",
+                           "%.2fx / %.2fx" % (s["ratio_opt_torch@%d" % T], s["ratio_tcc_torch@%d" % T]),
+                           "%s (%s)" % (s["onednn_impl@%d" % T], s["onednn_layout@%d" % T]) if dn else "-"))
+        lines.append(md_table(["shape", "threads", "opjit opt", "opjit tcc", "oneDNN", "torch",
+                               "GFLOP/s opt", "throughput opt vs oneDNN",
+                               "throughput opt / tcc vs torch", "oneDNN implementation (layout)"], cw))
         lines.append("")
+        if len(THREADS) > 1:
+            sw = []
+            for s in C["shapes"]:
+                if "speedup_opt" in s:
+                    sw.append((s["label"], "%.2fx" % s["speedup_opt"], "%.2fx" % s["speedup_tcc"],
+                               "%.2fx" % s["speedup_onednn"] if "speedup_onednn" in s else "n/a",
+                               "%.2fx" % s["speedup_torch"], "%.1e" % s["max_rel_err"]))
+            lines.append("Speed-up from 1 to %d threads (time at 1 / time at %d, per round, median):"
+                         % (THREADS[-1], THREADS[-1]))
+            lines.append("")
+            lines.append(md_table(["shape", "opjit opt", "opjit tcc", "oneDNN", "torch",
+                                   "max rel. error vs torch"], sw))
+            lines.append("")
         if os.environ.get("OPENBLAS_CORETYPE"):
             lines.append("Note: this environment sets OPENBLAS_CORETYPE=%s, so OpenBLAS (opjit's conv2d "
-                         "and mm GEMMs, and torch's for some shapes) runs the kernels named under "
-                         "Environment below whatever the CPU offers, while torch's oneDNN convolutions "
-                         "pick their own (AVX-512 here). `env -u OPENBLAS_CORETYPE bench/run` measures "
-                         "with OpenBLAS's own choice." % os.environ["OPENBLAS_CORETYPE"])
+                         "and mm GEMMs in the tcc tier, cblas_sgemm, and torch's for some shapes) runs "
+                         "the kernels named under Environment below whatever the CPU offers, while "
+                         "oneDNN and opjit's optimizing tier use AVX-512 here. `env -u "
+                         "OPENBLAS_CORETYPE bench/run` measures with OpenBLAS's own choice."
+                         % os.environ["OPENBLAS_CORETYPE"])
             lines.append("")
     M = R.get("mm", {})
     if M.get("sizes"):
-        lines.append("## mm: both tiers")
+        lines.append("## mm: both tiers against cblas_sgemm, %s threads" % " and ".join(map(str, THREADS)))
         lines.append("")
         mw = []
         for n, s in M["sizes"].items():
             if "error" in s:
-                mw.append((n, "n/a", "n/a", "n/a", "n/a", "n/a", s["error"][:100]))
+                mw.append((n, "-", "n/a", "n/a", "n/a", "n/a", "n/a", s["error"][:100]))
                 continue
-            mw.append((n, fms(s["opt_ms"]), fms(s["tcc_ms"]), fms(s["sgemm_ms"]),
-                       "%.3fx (%.3fx)" % (s["ratio_opt"], s["ratio_cpu_opt"]),
-                       "%.3fx (%.3fx)" % (s["ratio_tcc"], s["ratio_cpu_tcc"]),
-                       "%.1e" % s["max_rel_err"]))
-        lines.append(md_table(["n", "opjit opt", "opjit tcc", "cblas_sgemm",
-                               "throughput opt (CPU time)", "throughput tcc (CPU time)",
-                               "max rel. error vs float64"], mw))
+            for T in THREADS:
+                mw.append((n, T, fms(s["opt@%d_ms" % T]), fms(s["tcc@%d_ms" % T]),
+                           fms(s["sgemm@%d_ms" % T]), "%.3fx" % s["ratio_opt@%d" % T],
+                           "%.3fx" % s["ratio_tcc@%d" % T], "%.1e" % s["max_rel_err"]))
+        lines.append(md_table(["n", "threads", "opjit opt", "opjit tcc", "cblas_sgemm",
+                               "throughput opt", "throughput tcc", "max rel. error vs float64"], mw))
         lines.append("")
+    H = R.get("hosts", {})
+    if H.get("sides"):
+        lines.append("## Many host threads, one runtime")
+        lines.append("")
+        lines.append("conv2d %s (opt tier), called in a loop by every host thread at once; time per "
+                     "call is wall time / all calls made (the inverse of throughput):" % H["shape"])
+        lines.append("")
+        base = H[H["sides"][0] + "_ms"]
+        lines.append(md_table(["callers, runtime", "time per call", "throughput vs the first"],
+                              [(n, fms(H[n + "_ms"]), "%.2fx" % (base / H[n + "_ms"]))
+                               for n in H["sides"]]))
+        lines.append("")
+        lines.append("One loop runs on the pool at a time; a loop that finds it busy runs inline on "
+                     "its own host thread. So with as many host threads as cores each call mostly "
+                     "runs on one thread, and the machine stays at about one busy thread per core.")
+        lines.append("")
+    FT = R.get("faults", {})
+    if "fresh_us" in FT:
+        lines.append("## Page faults")
+        lines.append("")
+        lines.append("Touching a page of a fresh mapping costs %.2f us here (%.2f us for a second "
+                     "mapping, whose pages the first gave back), rewriting a touched one %.3f us "
+                     "(per 4 KiB page, a 32 MiB buffer). Minor faults per call, steady state (median "
+                     "over rounds), and what they cost at the second rate, as a share of the call:"
+                     % (FT["fresh_us"], FT["again_us"], FT["reuse_us"]))
+        lines.append("")
+        fw = []
+
+        def share(row, side):
+            f, ms = row.get(side + "_flt"), row.get(side + "_ms")
+            if f is None or ms is None or f != f:
+                return "n/a"
+            return "%.1f (%.0f%%)" % (f, min(100.0, 100.0 * f * FT["again_us"] / 1e3 / ms))
+        for s in C.get("shapes", []):
+            if "opt@1_ms" in s:
+                for T in THREADS:
+                    fw.append(("conv2d %s, %s" % (s["label"], thr(T)), share(s, "opt@%d" % T),
+                               share(s, "onednn@%d" % T), share(s, "torch@%d" % T)))
+        for n, s in M.get("sizes", {}).items():
+            if n == 2048 and "opt@1_ms" in s:
+                for T in THREADS:
+                    fw.append(("mm %d, %s" % (n, thr(T)), share(s, "opt@%d" % T),
+                               "cblas_sgemm (preallocated C): " + share(s, "sgemm@%d" % T), "-"))
+        for n, s in sorted(N.get("threaded", {}).items()):
+            for T in THREADS:
+                if "opt@%d_ms" % T in s:
+                    fw.append(("nms %d, %s" % (n, thr(T)), share(s, "opt@%d" % T), "-",
+                               "torchvision: " + share(s, "torchvision@%d" % T)))
+        lines.append(md_table(["call", "opjit opt", "oneDNN anchor", "torch"], fw))
+        lines.append("")
+        lines.append("opjit's outputs come from the default allocator's cache of large blocks "
+                     "(runtime/alloc.c, `OPJIT_OUTPUT_CACHE`) and its scratch from the runtime's "
+                     "reused workspaces; the oneDNN anchor mallocs and frees its NCHW output every "
+                     "call (glibc reuses the block in a loop) and keeps its scratchpad in the "
+                     "primitive; torch allocates output and scratch through glibc every call, and "
+                     "blocks above glibc's mmap threshold (32 MiB at most) are mapped and unmapped "
+                     "each time. The first call of a shape faults its output in on every side.")
+        lines.append("")
+    lines.extend(py_bench.md_section(R.get("python", {}), fms))
     lines.append("## loads, per op (fresh processes, medians of %d)" % R["reps_load"])
     lines.append("")
     lw = []
@@ -728,19 +1017,35 @@ def write_md(R, path):
   same ratio by thread CPU time (CLOCK_THREAD_CPUTIME_ID / time.thread_time(), blind to time the
   core was taken away) as a cross-check. Both sides include allocating their output. The kept
   indices are compared with torchvision's (count and an order-weighted sum).
-- **conv2d**: ResNet-50 layer shapes, batch 1 and 8, NCHW float32, no bias, against
-  `torch.nn.functional.conv2d` under `torch.no_grad()` (torch picks its own algorithm: oneDNN).
-  Throughput ratio = torch time / opjit time. The opjit output is checked against torch's.
+- **Threads**: every side of an nms, conv2d or mm row runs at the row's thread count: opjit
+  through runtimes created with `cfg.num_threads` (one per tier and count in the coprocess),
+  torch with `torch.set_num_threads`, oneDNN with `omp_set_num_threads` before its primitives are
+  made, cblas_sgemm with `openblas_set_num_threads` (set back to 1 after, as opjit's runtime keeps
+  it). All thread counts of a row are sides of the same interleaved rounds, so a speed-up is a
+  ratio within rounds too. After each repetition the driver sleeps %.2f s when several threads
+  ran, so threads of OpenMP or OpenBLAS still spinning after their call do not take cores from
+  the next side (opjit's pool never spins).
+- **conv2d**: ResNet-50 layer shapes, batch 1 and 8, NCHW float32, no bias. The anchor is
+  oneDNN %s through its C API (bench/dnnl_anchor.c, a coprocess): for each shape and thread
+  count it sets up a primitive on plain NCHW tensors and one on the blocked layouts oneDNN picks
+  (weights reordered into its format once, untimed), times both and keeps the faster; a call of
+  the blocked one includes reordering the NCHW input in and the output back to NCHW. Each call
+  allocates its NCHW output (malloc/free), as opjit's does. `torch.nn.functional.conv2d` under
+  `torch.no_grad()` is shown too (torch 1.13 calls oneDNN for most shapes, but its slow path
+  for a 1x1 convolution with batch < 16 on one thread). Throughput ratio = anchor time / opjit
+  time. The opjit output is checked against torch's.
 - **mm**: square float32 products through the `mm` op against `cblas_sgemm` called directly
-  from the same C process (OpenBLAS, 1 thread) into a preallocated result; the op also allocates
-  its result on every call.
+  from the same C process (OpenBLAS at the same thread count) into a preallocated result; the op
+  also allocates its result on every call.
+- **Page faults**: minor faults per call from getrusage around each repetition (the whole
+  process: opjit's coprocess, the anchor's, torch's driver), divided by the calls.
 - **NVRTC**: `opjit_load_file(ops-src/nms.cu)` with `OPJIT_CUDA_ARCHS=sm_90`, cold (empty cache)
   and cache hit, fresh processes as for the cold load.
-""" % R["reps_load"])
+""" % (R["reps_load"], SETTLE, R["env"].get("onednn", "?")) + py_bench.HOW)
     lines.append("## Environment")
     lines.append("")
-    for k in ("cpu", "cores", "kernel", "python", "torch", "torchvision", "numpy", "openblas", "cc",
-              "tcc", "reps"):
+    for k in ("cpu", "cores", "threads", "kernel", "python", "torch", "torchvision", "numpy",
+              "openblas", "onednn", "cc", "tcc", "reps"):
         lines.append("- %s: %s" % (k, env.get(k)))
     lines.append("- run time: %.0f s" % R["elapsed_s"])
     lines.append("")
@@ -825,20 +1130,53 @@ def environment(reps):
         "torch": torch.__version__, "torchvision": torchvision.__version__,
         "numpy": np.__version__, "cc": cmd(["cc", "--version"]), "tcc": cmd(["tcc", "-v"]),
         "openblas": openblas_core(), "reps": reps,
+        "threads": "%s (the CPUs this process may run on: %d)" % (",".join(map(str, THREADS)), NCPU),
+        "onednn": cmd(["dpkg-query", "-W", "-f", "${Version}", "libdnnl-dev"]) or "?",
     }
+
+
+# What each --only section writes into the results.
+SECTION_KEYS = {"loads": ["loads", "ran_loads"], "call": ["call_overhead"], "nms": ["nms"],
+                "conv2d": ["conv2d"], "mm": ["mm"], "python": ["python"]}
+
+
+def merged_results(path, fresh, only):
+    """--merge: the sections named by --only from this run, every other
+    from the run that wrote path (its date and environment stay; the report
+    says which sections were rerun, and when)."""
+    with open(path) as f:
+        R = json.load(f)
+    for sec in ("nms", "mm"):  # JSON turned their integer keys into strings
+        if isinstance(R.get(sec), dict) and "sizes" in R[sec]:
+            R[sec]["sizes"] = {int(k): v for k, v in R[sec]["sizes"].items()}
+    for sec in only:
+        for k in SECTION_KEYS[sec]:
+            if k in fresh:
+                R[k] = fresh[k]
+    R["merged"] = {"sections": sorted(only), "env": fresh["env"],
+                   "elapsed_s": fresh["elapsed_s"]}
+    return R
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True, help="opjit_bench")
+    ap.add_argument("--dnnl", default="", help="dnnl_anchor (the oneDNN conv2d anchor), if built")
+    ap.add_argument("--threads", default="", help="thread counts, e.g. 1,2 (default 1 and the CPUs)")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="3 repetitions (to try the harness)")
-    ap.add_argument("--only", default="", help="comma list: loads,call,nms,conv2d,mm")
+    ap.add_argument("--only", default="", help="comma list: loads,call,nms,conv2d,mm,python")
+    ap.add_argument("--merge", action="store_true",
+                    help="rerun only the --only sections and keep the others of the existing "
+                         "latest.json")
     ap.add_argument("--results", default=RESULTS,
                     help="where latest.md, latest.json and nms.png go (default bench/results)")
     a = ap.parse_args()
+    global THREADS
+    if a.threads:
+        THREADS = sorted({int(x) for x in a.threads.split(",")})
     reps = 3 if a.quick else a.reps
-    only = set(a.only.split(",")) if a.only else {"loads", "call", "nms", "conv2d", "mm"}
+    only = set(a.only.split(",")) if a.only else {"loads", "call", "nms", "conv2d", "mm", "python"}
     exe = os.path.abspath(a.bin)
     out_dir = os.path.abspath(a.results)
     os.chdir(ROOT)
@@ -853,7 +1191,12 @@ def main():
         if "loads" in only:
             R["loads"] = bench_loads(exe, reps)
         sv = Serve(exe, os.path.join(tmp, "cache"))
+        dn = Serve(os.path.abspath(a.dnnl)) if a.dnnl and os.path.exists(a.dnnl) else None
+        if not dn:
+            log("no oneDNN anchor (%s): conv2d rows against oneDNN are n/a"
+                % (a.dnnl or "bench/run did not build it"))
         try:
+            R["faults"] = bench_faults(sv)
             if "call" in only:
                 try:
                     R["call_overhead"] = bench_call_overhead(sv, reps)
@@ -862,12 +1205,22 @@ def main():
             if "nms" in only:
                 R["nms"] = bench_nms(sv, reps)
             if "conv2d" in only:
-                R["conv2d"] = bench_conv(sv, reps, tmp)
+                R["conv2d"] = bench_conv(sv, dn, reps, tmp)
             if "mm" in only:
                 R["mm"] = bench_mm(sv, reps, tmp)
+            if "python" in only:
+                for name in ("nms", "mm"):
+                    load_op(sv, name)
+                R["python"] = py_bench.bench(sv, reps, sys.modules[__name__], tmp)
+            if "conv2d" in only:
+                R["hosts"] = bench_hosts(sv, reps)
         finally:
             sv.close()
+            if dn:
+                dn.close()
         R["elapsed_s"] = time.time() - t_start
+        if a.merge:
+            R = merged_results(os.path.join(out_dir, "latest.json"), R, only)
         R["table"] = [dict(zip(["metric", "opjit", "anchor", "ratio", "goal", "met"], r))
                       for r in build_rows(R)]
         plot_nms(R, os.path.join(out_dir, "nms.png"), tmp)

@@ -37,11 +37,20 @@
  *         nms TIER B S IOU ITERS  ITERS calls; "ok sec=.. kept=.. sum=.."
  *         conv TIER X W STRIDE PAD ITERS [OUT.npy]
  *         mm TIER A B ITERS [OUT.npy]
- *         sgemm A B ITERS         cblas_sgemm directly, preallocated C
+ *         sgemm A B [THREADS] ITERS  cblas_sgemm directly, preallocated C, on
+ *                                 THREADS OpenBLAS threads (then back to 1)
+ *         faultcost               microseconds to fault in a fresh page
+ *         hosts TIER NHOSTS X W STRIDE PAD ITERS
+ *                                 NHOSTS host threads, ITERS conv2d calls each,
+ *                                 on one runtime at once
  *         add1 TIER ITERS         opjit_call of bench/ops/add1.c on 1 float
  *         direct ITERS            the same work as a direct C call
  *         quit
- *       TIER is tcc or opt. Replies are one line: "ok ..." or "err ...".
+ *       TIER is tcc or opt, on the first thread count of $OPJIT_BENCH_THREADS
+ *       (a comma list, default 1; one runtime per tier and count), or
+ *       tcc@N / opt@N for N threads. Replies are one line: "ok ..." or
+ *       "err ..."; timed replies give sec (wall), cpu (the calling thread),
+ *       pcpu (the process) and flt (minor page faults per call).
  */
 #define _GNU_SOURCE
 #include <cblas.h>
@@ -49,10 +58,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -377,9 +389,14 @@ static int cmd_loads(const char *src, int reps, int with_cc)
 
 #define MAXN 64
 
+/* Runtimes: tier (tcc, opt) x thread count ($OPJIT_BENCH_THREADS, e.g.
+ * "1,2"); runtime 2 * i + tier has threads[i] threads. */
+#define MAXT 8
+#define MAXRT (2 * MAXT)
+
 typedef struct named_op {
     char name[64];
-    opjit_op *op[2]; /* tcc, opt */
+    opjit_op *op[MAXRT];
 } named_op;
 
 typedef struct named_in {
@@ -387,15 +404,39 @@ typedef struct named_in {
     npy_array a;
 } named_in;
 
-static opjit_runtime *rts[2];
+static opjit_runtime *rts[MAXRT];
+static int threads[MAXT], nthreads = 1, nrts = 2;
 static named_op ops[MAXN];
 static int nops;
 static named_in ins[MAXN];
 static int nins;
 
-static int tier_index(const char *t)
+/* "tcc", "opt" (the first thread count), "opt@2": the runtime's index. */
+static int tier_index(const char *spec)
 {
-    return !strcmp(t, "tcc") ? 0 : !strcmp(t, "opt") ? 1 : -1;
+    int tier = !strncmp(spec, "tcc", 3) ? 0 : !strncmp(spec, "opt", 3) ? 1 : -1;
+    if (tier < 0 || (spec[3] && spec[3] != '@'))
+        return -1;
+    int want = spec[3] ? atoi(spec + 4) : threads[0];
+    for (int i = 0; i < nthreads; i++)
+        if (threads[i] == want)
+            return 2 * i + tier;
+    return -1;
+}
+
+static long minflt(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_minflt;
+}
+
+/* CPU time of the whole process: all threads of a parallel call. */
+static double proc_cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 static opjit_op *find_op(const char *name, const char *tier)
@@ -425,14 +466,15 @@ static void serve_load(const char *name, const char *src)
     memset(no, 0, sizeof *no);
     snprintf(no->name, sizeof no->name, "%s", name);
     const char *tier[2] = {"-", "-"};
-    for (int t = 0; t < 2; t++) {
+    for (int t = 0; t < nrts; t++) {
         opjit_load_info info;
         if (opjit_load_file(rts[t], src, &no->op[t], &info))
-            return reply_err(t ? "opt runtime: %s" : "tcc runtime: %s", opjit_errmsg(rts[t]));
-        if (t == 1 && opjit_wait(rts[t]))
+            return reply_err(t % 2 ? "opt runtime: %s" : "tcc runtime: %s",
+                             opjit_errmsg(rts[t]));
+        if (t % 2 == 1 && opjit_wait(rts[t]))
             return reply_err("opjit_wait: %s", opjit_errmsg(rts[t]));
         opjit_op_info oi;
-        if (!opjit_op_info_get(rts[t], no->op[t], &oi) && oi.tier[OPJIT_CPU])
+        if (t < 2 && !opjit_op_info_get(rts[t], no->op[t], &oi) && oi.tier[OPJIT_CPU])
             tier[t] = oi.tier[OPJIT_CPU];
     }
     nops++;
@@ -473,7 +515,8 @@ static void timed_calls(opjit_op *op, int t, const opjit_value *args, int nargs,
                         const char *out, int is_nms)
 {
     DLManagedTensor *res = NULL;
-    double c0 = cpu_ms(), t0 = now_ms();
+    long f0 = minflt();
+    double p0 = proc_cpu_ms(), c0 = cpu_ms(), t0 = now_ms();
     for (long i = 0; i < iters; i++) {
         if (res)
             res->deleter(res);
@@ -481,7 +524,8 @@ static void timed_calls(opjit_op *op, int t, const opjit_value *args, int nargs,
         if (opjit_call(rts[t], op, args, nargs, &res, 1))
             return reply_err("opjit_call: %s", opjit_errmsg(rts[t]));
     }
-    double t1 = now_ms(), c1 = cpu_ms();
+    double t1 = now_ms(), c1 = cpu_ms(), p1 = proc_cpu_ms();
+    double flt = (double)(minflt() - f0) / (double)iters;
     if (!res)
         return reply_err("%s", "no call made");
     if (out && out[0] && write_out(out, res)) {
@@ -493,10 +537,12 @@ static void timed_calls(opjit_op *op, int t, const opjit_value *args, int nargs,
         int64_t kept = res->dl_tensor.shape[0], sum = 0;
         for (int64_t i = 0; i < kept; i++)
             sum += idx[i] * (i + 1);
-        printf("ok sec=%.9f cpu=%.9f kept=%lld sum=%lld\n", (t1 - t0) / 1e3,
-               (c1 - c0) / 1e3, (long long)kept, (long long)sum);
+        printf("ok sec=%.9f cpu=%.9f pcpu=%.9f flt=%.3f kept=%lld sum=%lld\n",
+               (t1 - t0) / 1e3, (c1 - c0) / 1e3, (p1 - p0) / 1e3, flt, (long long)kept,
+               (long long)sum);
     } else {
-        printf("ok sec=%.9f cpu=%.9f\n", (t1 - t0) / 1e3, (c1 - c0) / 1e3);
+        printf("ok sec=%.9f cpu=%.9f pcpu=%.9f flt=%.3f\n", (t1 - t0) / 1e3, (c1 - c0) / 1e3,
+               (p1 - p0) / 1e3, flt);
     }
     fflush(stdout);
     res->deleter(res);
@@ -513,28 +559,27 @@ static void serve_nms(char **w)
     timed_calls(op, t, args, 3, atol(w[5]), NULL, 1);
 }
 
-/* conv2d's arguments by name, so the harness follows the op's schema. */
-static void serve_conv(char **w, int nw)
+/* conv2d's arguments by name, so the harness follows the op's schema.
+ * sv, pv: the stride and padding pairs the values point to. Returns the
+ * argument count, or -1 with a reply sent. */
+static int conv_args(int t, opjit_op *op, DLTensor *x, DLTensor *wt, int64_t stride, int64_t pad,
+                     int64_t sv[2], int64_t pv[2], opjit_value args[16])
 {
-    int t = tier_index(w[1]);
-    opjit_op *op = find_op("conv2d", w[1]);
-    DLTensor *x = find_in(w[2]), *wt = find_in(w[3]);
-    if (t < 0 || !op || !x || !wt)
-        return reply_err("%s", "conv: unknown tier, op or input");
-    int64_t stride = atol(w[4]), pad = atol(w[5]);
-    static int64_t sv[2], pv[2];
     sv[0] = sv[1] = stride;
     pv[0] = pv[1] = pad;
-    opjit_value args[16];
     opjit_op_info oi;
-    if (opjit_op_info_get(rts[t], op, &oi))
-        return reply_err("%s", opjit_errmsg(rts[t]));
+    if (opjit_op_info_get(rts[t], op, &oi)) {
+        reply_err("%s", opjit_errmsg(rts[t]));
+        return -1;
+    }
     int nargs = oi.nargs < 16 ? oi.nargs : 16, got_s = 0, got_p = 0;
     for (int i = 0; i < nargs; i++) {
         opjit_arg_info ai;
         args[i] = opjit_none();
-        if (opjit_op_arg(rts[t], op, i, &ai))
-            return reply_err("%s", opjit_errmsg(rts[t]));
+        if (opjit_op_arg(rts[t], op, i, &ai)) {
+            reply_err("%s", opjit_errmsg(rts[t]));
+            return -1;
+        }
         const char *n = ai.name;
         if (!strcmp(n, "input") || !strcmp(n, "self") || !strcmp(n, "x")) {
             args[i] = opjit_tensor(x);
@@ -550,9 +595,86 @@ static void serve_conv(char **w, int nw)
                 got_p = 1;
         }
     }
-    if ((stride != 1 && !got_s) || (pad != 0 && !got_p))
-        return reply_err("%s", "conv2d's schema has no stride/padding argument");
+    if ((stride != 1 && !got_s) || (pad != 0 && !got_p)) {
+        reply_err("%s", "conv2d's schema has no stride/padding argument");
+        return -1;
+    }
+    return nargs;
+}
+
+static void serve_conv(char **w, int nw)
+{
+    int t = tier_index(w[1]);
+    opjit_op *op = find_op("conv2d", w[1]);
+    DLTensor *x = find_in(w[2]), *wt = find_in(w[3]);
+    if (t < 0 || !op || !x || !wt)
+        return reply_err("%s", "conv: unknown tier, op or input");
+    static int64_t sv[2], pv[2];
+    opjit_value args[16];
+    int nargs = conv_args(t, op, x, wt, atol(w[4]), atol(w[5]), sv, pv, args);
+    if (nargs < 0)
+        return;
     timed_calls(op, t, args, nargs, atol(w[6]), nw > 7 ? w[7] : NULL, 0);
+}
+
+/* Host threads calling one op at once, each `iters` times. */
+typedef struct host_job {
+    int t;
+    opjit_op *op;
+    const opjit_value *args;
+    int nargs;
+    long iters;
+    int failed;
+} host_job;
+
+static void *host_main(void *arg)
+{
+    host_job *j = arg;
+    for (long i = 0; i < j->iters && !j->failed; i++) {
+        DLManagedTensor *res = NULL;
+        if (opjit_call(rts[j->t], j->op, j->args, j->nargs, &res, 1))
+            j->failed = 1;
+        else
+            res->deleter(res);
+    }
+    return NULL;
+}
+
+/* hosts TIER NHOSTS X W STRIDE PAD ITERS: NHOSTS host threads each make
+ * ITERS conv2d calls on one runtime at once; "ok sec=.. calls=..". */
+static void serve_hosts(char **w)
+{
+    int t = tier_index(w[1]), nh = atoi(w[2]);
+    opjit_op *op = find_op("conv2d", w[1]);
+    DLTensor *x = find_in(w[3]), *wt = find_in(w[4]);
+    if (t < 0 || !op || !x || !wt || nh < 1 || nh > 64)
+        return reply_err("%s", "hosts: unknown tier, op or input, or bad count");
+    static int64_t sv[2], pv[2];
+    opjit_value args[16];
+    int nargs = conv_args(t, op, x, wt, atol(w[5]), atol(w[6]), sv, pv, args);
+    if (nargs < 0)
+        return;
+    host_job jobs[64];
+    pthread_t th[64];
+    double p0 = proc_cpu_ms(), t0 = now_ms();
+    int started = 0;
+    for (int i = 0; i < nh; i++) {
+        jobs[i] = (host_job){t, op, args, nargs, atol(w[7]), 0};
+        if (pthread_create(&th[i], NULL, host_main, &jobs[i]))
+            break;
+        started++;
+    }
+    int failed = started < nh;
+    for (int i = 0; i < started; i++) {
+        pthread_join(th[i], NULL);
+        failed |= jobs[i].failed;
+    }
+    double t1 = now_ms(), p1 = proc_cpu_ms();
+    if (failed)
+        return reply_err("%s", "hosts: a call or a thread failed");
+    printf("ok sec=%.9f cpu=%.9f pcpu=%.9f flt=0 calls=%ld\n", (t1 - t0) / 1e3, (p1 - p0) / 1e3,
+           (p1 - p0) / 1e3, (long)started * atol(w[7]));
+    fflush(stdout);
 }
 
 static void serve_mm(char **w, int nw)
@@ -566,23 +688,57 @@ static void serve_mm(char **w, int nw)
     timed_calls(op, t, args, 2, atol(w[4]), nw > 5 ? w[5] : NULL, 0);
 }
 
-static void serve_sgemm(char **w)
+static void serve_sgemm(char **w, int nw)
 {
+    /* sgemm A B ITERS, or sgemm A B THREADS ITERS */
     DLTensor *a = find_in(w[1]), *b = find_in(w[2]);
-    long iters = atol(w[3]);
-    if (!a || !b || a->ndim != 2 || b->ndim != 2 || a->shape[1] != b->shape[0])
+    long iters = atol(w[nw - 1]);
+    int nth = nw > 4 ? atoi(w[3]) : 1;
+    if (!a || !b || a->ndim != 2 || b->ndim != 2 || a->shape[1] != b->shape[0] || nth < 1)
         return reply_err("%s", "sgemm: bad inputs");
     int n = (int)a->shape[0], k = (int)a->shape[1], m = (int)b->shape[1];
     float *c = aligned_alloc(64, ((size_t)n * m * sizeof(float) + 63) & ~(size_t)63);
     if (!c)
         return reply_err("%s", "out of memory");
-    double c0 = cpu_ms(), t0 = now_ms();
+    /* OpenBLAS's own threads; opjit's runtimes keep it at 1 between */
+    openblas_set_num_threads(nth);
+    long f0 = minflt();
+    double p0 = proc_cpu_ms(), c0 = cpu_ms(), t0 = now_ms();
     for (long i = 0; i < iters; i++)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, m, k, 1.0f, a->data, k,
                     b->data, m, 0.0f, c, m);
-    double t1 = now_ms(), c1 = cpu_ms();
+    double t1 = now_ms(), c1 = cpu_ms(), p1 = proc_cpu_ms();
+    long f1 = minflt();
+    openblas_set_num_threads(1);
     free(c);
-    printf("ok sec=%.9f cpu=%.9f\n", (t1 - t0) / 1e3, (c1 - c0) / 1e3);
+    if (nth > 1) /* OpenBLAS's threads spin after a call: let them sleep first */
+        usleep(200000);
+    printf("ok sec=%.9f cpu=%.9f pcpu=%.9f flt=%.3f\n", (t1 - t0) / 1e3, (c1 - c0) / 1e3,
+           (p1 - p0) / 1e3, (double)(f1 - f0) / (double)iters);
+    fflush(stdout);
+}
+
+/* Microseconds to first-touch a page of a fresh mapping (twice: the
+ * second mapping gets pages the first gave back, as a freed and
+ * reallocated output does), and to rewrite a touched one. */
+static void serve_faultcost(void)
+{
+    size_t bytes = (size_t)32 << 20;
+    double pages = (double)bytes / (double)sysconf(_SC_PAGESIZE), us[3];
+    for (int round = 0; round < 2; round++) {
+        char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return reply_err("%s", "mmap failed");
+        double t0 = now_ms();
+        memset(p, 1, bytes);
+        double t1 = now_ms();
+        memset(p, 2, bytes);
+        double t2 = now_ms();
+        munmap(p, bytes);
+        us[round] = (t1 - t0) * 1e3 / pages;
+        us[2] = (t2 - t1) * 1e3 / pages;
+    }
+    printf("ok fresh_us=%.3f again_us=%.3f reuse_us=%.3f\n", us[0], us[1], us[2]);
     fflush(stdout);
 }
 
@@ -677,15 +833,26 @@ static int cmd_serve(void)
         fprintf(stderr, "serve: set OPJIT_BENCH_CACHE\n");
         return 2;
     }
+    const char *tl = getenv("OPJIT_BENCH_THREADS");
+    threads[0] = 1;
+    if (tl && *tl) {
+        nthreads = 0;
+        for (const char *p = tl; *p && nthreads < MAXT;) {
+            threads[nthreads++] = atoi(p);
+            p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
+        }
+    }
+    nrts = 2 * nthreads;
     char dirs[2][4096];
-    for (int t = 0; t < 2; t++) {
+    for (int t = 0; t < nrts; t++) {
         /* Separate caches: an optimized artifact in a cache is served even
          * with tiering off, and the tcc runtime must keep its libtcc code. */
-        snprintf(dirs[t], sizeof dirs[t], "%s/%s", base, t ? "opt" : "tcc");
+        snprintf(dirs[t % 2], sizeof dirs[t % 2], "%s/%s", base, t % 2 ? "opt" : "tcc");
         opjit_config cfg;
         opjit_config_init(&cfg);
-        cfg.cache_dir = dirs[t];
-        cfg.tiering = t;
+        cfg.cache_dir = dirs[t % 2];
+        cfg.tiering = t % 2;
+        cfg.num_threads = threads[t / 2];
         int rc = opjit_create(&cfg, &rts[t]);
         if (rc) {
             fprintf(stderr, "serve: opjit_create: %s\n", opjit_errstr(rc));
@@ -712,8 +879,12 @@ static int cmd_serve(void)
             serve_conv(w, nw);
         else if (!strcmp(w[0], "mm") && nw >= 5)
             serve_mm(w, nw);
-        else if (!strcmp(w[0], "sgemm") && nw == 4)
-            serve_sgemm(w);
+        else if (!strcmp(w[0], "sgemm") && (nw == 4 || nw == 5))
+            serve_sgemm(w, nw);
+        else if (!strcmp(w[0], "hosts") && nw == 8)
+            serve_hosts(w);
+        else if (!strcmp(w[0], "faultcost") && nw == 1)
+            serve_faultcost();
         else if (!strcmp(w[0], "add1") && nw == 3)
             serve_add1(w);
         else if (!strcmp(w[0], "direct") && nw == 2)
@@ -721,7 +892,7 @@ static int cmd_serve(void)
         else
             reply_err("unknown or malformed command '%s'", w[0]);
     }
-    for (int t = 0; t < 2; t++)
+    for (int t = 0; t < nrts; t++)
         opjit_destroy(rts[t]);
     for (int i = 0; i < nins; i++)
         npy_free(&ins[i].a);

@@ -96,6 +96,17 @@ typedef void (*opjit_log_fn)(void *ud, int level, const char *msg);
  * least 16 bytes. It must stay valid while any output it made is alive. */
 typedef void *(*opjit_alloc_fn)(void *ud, void *ptr, size_t osize, size_t nsize);
 
+/* A host's thread pool (opjit_config.pool), the way at::parallel_for lets
+ * an extension share the framework's threads. It must run task(arg, i)
+ * once for every i in [0, ntasks), concurrently as far as it can (the
+ * calling thread may run some), and return 0 when all have returned; or
+ * return non-zero at once, having run none, when it cannot take the work
+ * (the calling thread then does it all). ntasks is at most num_threads.
+ * It may be called from several host threads at once, and from inside its
+ * own tasks only if it allows that; opjit never calls it from a task. */
+typedef void (*opjit_task_fn)(void *arg, int task);
+typedef int (*opjit_pool_fn)(void *pool_ud, int ntasks, opjit_task_fn task, void *arg);
+
 typedef struct opjit_config {
     /* Colon-separated directories searched for op sources, before
      * $OPJIT_OPS_PATH. NULL: only the environment. */
@@ -134,6 +145,16 @@ typedef struct opjit_config {
      * the cubin built for its GPU, else the highest compute_XY PTX not
      * above it (JIT-compiled by the driver). */
     const char *cuda_archs;
+    /* Threads op code may use (opjit_parallel_for), the calling thread
+     * included. 0: $OPJIT_NUM_THREADS, else the CPUs this process may run
+     * on (sched_getaffinity). 1: ops run on the calling thread only. The
+     * runtime's pool starts its num_threads - 1 threads at the first
+     * parallel loop, never before; idle, they block. */
+    int num_threads;
+    /* The host's pool instead of the runtime's (see opjit_pool_fn); NULL:
+     * the runtime's. Its width is num_threads as above. */
+    opjit_pool_fn pool;
+    void *pool_ud;
 } opjit_config;
 
 /* Fill cfg with defaults (everything from the environment). */
@@ -148,6 +169,10 @@ int opjit_create(const opjit_config *cfg, opjit_runtime **out);
  * tiering to 0 for a runtime that must exit at once). Outputs already
  * handed to the host stay valid (they own their memory). NULL is fine. */
 void opjit_destroy(opjit_runtime *rt);
+
+/* The number of threads ops of rt may use (cfg.num_threads resolved).
+ * OPJIT_EINVAL for NULL arguments. */
+int opjit_get_num_threads(const opjit_runtime *rt, int *num_threads);
 
 /* The message of the last failure of a call on rt from this thread; "" if
  * none. Valid until the next call on rt from this thread. */

@@ -82,6 +82,10 @@ typedef struct opjit_module opjit_module; /* a module being registered */
 /* A kernel returns 0 on success; on failure, the return of opjit_fail(). */
 typedef int (*opjit_kernel_fn)(opjit_ctx *ctx, opjit_args *a);
 
+/* One chunk [lo, hi) of an opjit_parallel_for loop. Returns 0, or the
+ * return of opjit_fail(). */
+typedef int (*opjit_chunk_fn)(void *user, int64_t lo, int64_t hi);
+
 /* The runtime's services, handed to the module's init. Append only. */
 typedef struct opjit_api {
     uint32_t abi_version;
@@ -104,6 +108,11 @@ typedef struct opjit_api {
     void *(*device_workspace)(opjit_ctx *ctx, size_t bytes);
     void *(*stream)(opjit_ctx *ctx); /* the CUstream calls run on */
     int (*synchronize)(opjit_ctx *ctx);
+    /* threads (appended: a module checks size before use) */
+    int (*parallel_for)(opjit_ctx *ctx, int64_t begin, int64_t end, int64_t grain,
+                        opjit_chunk_fn fn, void *user);
+    int (*num_threads)(opjit_ctx *ctx);
+    int (*thread_num)(opjit_ctx *ctx);
 } opjit_api;
 
 /* Directions for opjit_memcpy. */
@@ -212,6 +221,32 @@ static inline int opjit_synchronize(opjit_ctx *ctx) { return OPJIT__API->synchro
 
 /* The device ordinal of the call (0 for CPU). */
 static inline int opjit_device_id(opjit_ctx *ctx) { return OPJIT__API->device_id(ctx); }
+
+/* Threads. Run fn(user, lo, hi) over [begin, end) in chunks of grain
+ * (the last may be shorter): [begin, begin + grain), [begin + grain, ...),
+ * each chunk exactly once, in no particular order, on the runtime's pool
+ * (or the host's), the calling thread included; returns when every chunk
+ * has returned. Chunk boundaries depend on begin, end and grain only,
+ * never on the number of threads: split outputs among chunks (never sum
+ * across them) and the results are the same bits for any thread count.
+ * One chunk, a pool of one thread, a call from inside a chunk, or a pool
+ * busy with another host thread's loop: the chunks run on this thread.
+ * A chunk fails by returning opjit_fail(ctx, ...) (or non-zero): chunks
+ * not yet started are skipped and this returns the status, the first
+ * failure's message recorded for the host; return it from the kernel.
+ * Chunks may read the arguments and write outputs and workspace got
+ * before the loop; opjit_output and opjit_workspace fail inside a chunk. */
+static inline int opjit_parallel_for(opjit_ctx *ctx, int64_t begin, int64_t end, int64_t grain,
+                                     opjit_chunk_fn fn, void *user)
+{
+    return OPJIT__API->parallel_for(ctx, begin, end, grain, fn, user);
+}
+/* How many threads opjit_parallel_for may use: size per-thread scratch by
+ * it. Always at least 1. */
+static inline int opjit_num_threads(opjit_ctx *ctx) { return OPJIT__API->num_threads(ctx); }
+/* Inside a chunk, the running thread's slot in [0, opjit_num_threads):
+ * no two chunks running at once share one. 0 outside parallel_for. */
+static inline int opjit_thread_num(opjit_ctx *ctx) { return OPJIT__API->thread_num(ctx); }
 
 /* Handy DLDataType constructors and tensor helpers. */
 static inline DLDataType opjit_dtype(int code, int bits)

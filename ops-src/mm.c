@@ -1,16 +1,28 @@
 /*
- * mm.c - matrix product on the CPU through OpenBLAS, torch.mm semantics.
+ * mm.c - matrix product on the CPU, torch.mm semantics.
  *
  *   mm(Tensor self, Tensor mat2) -> Tensor
  *
- * self [n, k] times mat2 [k, m] gives a contiguous [n, m] of the same dtype
- * (float32 through cblas_sgemm, float64 through cblas_dgemm). Zero-size
- * dimensions work: an empty product when n or m is 0, zeros when k is 0.
+ * self [n, k] times mat2 [k, m] gives a contiguous [n, m] of the same dtype.
+ * Zero-size dimensions work: an empty product when n or m is 0, zeros when
+ * k is 0.
  *
  * The operands need not be contiguous: a row-major view (unit column
- * stride) or a column-major one such as a transpose (unit row stride) goes
- * to BLAS as it is, with the matching transpose flag and leading dimension.
- * Any other layout is refused with a message.
+ * stride) or a column-major one such as a transpose (unit row stride) is
+ * read as it is. Any other layout is refused with a message.
+ *
+ * How, over opjit_parallel_for's threads (every output element is written
+ * by one thread, computed the same way for any thread count):
+ *  - float32 in the optimizing tier on an AVX-512 CPU: sgemm_avx512.h's
+ *    GEMM on blocks of rows x panels of columns; each panel of mat2 is
+ *    first copied into a contiguous [k, panel] block that stays in L2.
+ *    Every element is one chain of fused multiply-adds over k, whatever
+ *    the blocks, so the blocks may follow the thread count.
+ *  - otherwise OpenBLAS (cblas_sgemm / cblas_dgemm, one thread per call)
+ *    on blocks of rows, one per thread. Blocks start at multiples of 48
+ *    rows: OpenBLAS's x86-64 kernels compute output rows in groups of up
+ *    to 24, so a row gets the same bits in every such call (measured: a
+ *    split anywhere else changes the rounding of the rows near it).
  */
 #ifndef FORCE_OPENBLAS_COMPLEX_STRUCT
 #define FORCE_OPENBLAS_COMPLEX_STRUCT
@@ -21,16 +33,163 @@
 #include <string.h>
 
 #include "mm_common.h"
+#include "sgemm_avx512.h"
+
+typedef struct mm_job {
+    opjit_ctx *ctx;
+    int64_t n, k, m, lda, ldb;
+    int xt, yt, is64;
+    const void *x, *y;
+    void *out;
+    int64_t rows;        /* rows a block */
+    int64_t nb, npanels; /* fast path: columns a panel, panels */
+    char *ws;            /* fast path: per-thread areas of `per` bytes */
+    size_t per;
+} mm_job;
+
+/* Blocks [lo, hi) of rows through OpenBLAS. */
+static int mm_blas_run(void *user, int64_t lo, int64_t hi)
+{
+    const mm_job *j = (const mm_job *)user;
+    int64_t r0 = lo * j->rows, r1 = hi * j->rows < j->n ? hi * j->rows : j->n;
+    /* row r0 of self: a row-major view starts lda * r0 in, a transpose r0 */
+    int64_t off = j->xt ? r0 : r0 * j->lda;
+    enum CBLAS_TRANSPOSE ta = j->xt ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = j->yt ? CblasTrans : CblasNoTrans;
+    if (j->is64)
+        cblas_dgemm(CblasRowMajor, ta, tb, (int)(r1 - r0), (int)j->m, (int)j->k, 1.0,
+                    (const double *)j->x + off, (int)j->lda, (const double *)j->y,
+                    (int)j->ldb, 0.0, (double *)j->out + r0 * j->m, (int)j->m);
+    else
+        cblas_sgemm(CblasRowMajor, ta, tb, (int)(r1 - r0), (int)j->m, (int)j->k, 1.0f,
+                    (const float *)j->x + off, (int)j->lda, (const float *)j->y,
+                    (int)j->ldb, 0.0f, (float *)j->out + r0 * j->m, (int)j->m);
+    return 0;
+}
+
+static int mm_blas(opjit_ctx *ctx, mm_job *j)
+{
+    int64_t T = opjit_num_threads(ctx), units = (j->n + 47) / 48, per;
+    /* one block a thread, unless a block would be under about 4 MFLOP */
+    int64_t flops48 = 2 * 48 * j->k * j->m, most = ((int64_t)1 << 22) / (flops48 ? flops48 : 1);
+    if (most < 1)
+        most = 1;
+    per = (units + T - 1) / T;
+    if (per < most)
+        per = most;
+    j->rows = 48 * per;
+    return opjit_parallel_for(ctx, 0, (j->n + j->rows - 1) / j->rows, 1, mm_blas_run, j);
+}
+
+#ifdef SG_FAST
+/* Copy columns [c0, c0 + nb) of mat2 into p, a contiguous [k, nb]. */
+static void mm_pack_panel(const mm_job *j, int64_t c0, int64_t nb, float *p)
+{
+    const float *y = (const float *)j->y;
+    int64_t r, c;
+    if (!j->yt) {
+        for (r = 0; r < j->k; r++)
+            memcpy(p + r * nb, y + r * j->ldb + c0, (size_t)nb * sizeof(float));
+        return;
+    }
+    /* column-major: element (r, c) at y[c * ldb + r] */
+    for (c = 0; c < nb; c++) {
+        const float *col = y + (c0 + c) * j->ldb;
+        for (r = 0; r < j->k; r++)
+            p[r * nb + c] = col[r];
+    }
+}
+
+/* Chunks [lo, hi) of (block of rows, panel of columns), panel fastest:
+ * pack the panel, one product into the output. */
+static int mm_fast_run(void *user, int64_t lo, int64_t hi)
+{
+    const mm_job *j = (const mm_job *)user;
+    float *p = (float *)(void *)(j->ws + (size_t)opjit_thread_num(j->ctx) * j->per);
+    float *scr = p + j->k * j->nb + 16;
+    int64_t t, packed = -1;
+    for (t = lo; t < hi; t++) {
+        int64_t panel = t % j->npanels, r0 = (t / j->npanels) * j->rows;
+        int64_t c0 = panel * j->nb, nb = j->m - c0 < j->nb ? j->m - c0 : j->nb;
+        int64_t nr = j->n - r0 < j->rows ? j->n - r0 : j->rows;
+        if (packed != panel) {
+            mm_pack_panel(j, c0, nb, p);
+            packed = panel;
+        }
+        sg_sgemm(nr, nb, j->k, (const float *)j->x + r0 * j->lda, j->lda, p, nb,
+                 (float *)j->out + r0 * j->m + c0, j->m, scr);
+    }
+    return 0;
+}
+
+/* Rows [lo, hi) of a column-major self into a row-major copy (lda = k). */
+static int mm_transpose_run(void *user, int64_t lo, int64_t hi)
+{
+    const mm_job *j = (const mm_job *)user;
+    const float *x = (const float *)j->x;
+    float *t = (float *)(void *)j->ws;
+    int64_t r, c;
+    for (r = lo; r < hi; r++)
+        for (c = 0; c < j->k; c++)
+            t[r * j->k + c] = x[c * j->lda + r];
+    return 0;
+}
+
+static int mm_fast(opjit_ctx *ctx, mm_job *j)
+{
+    int64_t T = opjit_num_threads(ctx), nb, chunks, rb;
+    int rc;
+    if (j->xt) { /* self as a row-major copy: the kernels read rows */
+        float *copy = (float *)opjit_workspace(ctx, (size_t)(j->n * j->k) * sizeof(float));
+        if (!copy)
+            return -1;
+        j->ws = (char *)copy;
+        if ((rc = opjit_parallel_for(ctx, 0, j->n, 64, mm_transpose_run, j)))
+            return rc;
+        j->x = copy;
+        j->lda = j->k;
+        j->xt = 0;
+    }
+    /* Panels of up to 384 KB of mat2 (in L2), at least 48 columns; more
+     * panels, then blocks of rows, until each thread has about three. */
+    nb = ((int64_t)384 << 10) / 4 / j->k / 48 * 48;
+    if (nb < 48)
+        nb = 48;
+    if (T > 1 && (j->m + nb - 1) / nb < 3 * T) {
+        int64_t want = (j->m + 3 * T - 1) / (3 * T);
+        want = (want + 47) / 48 * 48;
+        nb = want < nb ? want : nb;
+        if (nb < 48)
+            nb = 48;
+    }
+    if (nb > j->m)
+        nb = (j->m + 15) / 16 * 16;
+    j->nb = nb;
+    j->npanels = (j->m + nb - 1) / nb;
+    chunks = j->npanels;
+    rb = j->n;
+    if (T > 1 && chunks < 3 * T && j->n >= 128) {
+        int64_t nblocks = (3 * T + chunks - 1) / chunks;
+        rb = (j->n + nblocks - 1) / nblocks;
+        rb = rb < 64 ? 64 : (rb + 7) / 8 * 8;
+    }
+    j->rows = rb;
+    j->per = ((size_t)(j->k * nb + 16) * sizeof(float) + sg_sgemm_scratch(j->k) + 63) / 64 * 64;
+    if (!(j->ws = (char *)opjit_workspace(ctx, (size_t)T * j->per)))
+        return -1;
+    chunks *= (j->n + rb - 1) / rb;
+    return opjit_parallel_for(ctx, 0, chunks, 1, mm_fast_run, j);
+}
+#endif
 
 static int mm_cpu(opjit_ctx *ctx, opjit_args *a)
 {
     DLTensor *x = opjit_arg_tensor(a, 0);
     DLTensor *y = opjit_arg_tensor(a, 1);
     DLTensor *out;
-    enum CBLAS_TRANSPOSE ta = CblasNoTrans, tb = CblasNoTrans;
-    int xt = 0, yt = 0;
-    int64_t n, k, m, lda = 1, ldb = 1, shape[2];
+    mm_job j;
     int is64, rc;
+    int64_t n, k, m, shape[2];
 
     if ((rc = mm_check(ctx, x, y, &is64, &n, &k, &m)) != 0)
         return rc;
@@ -39,19 +198,19 @@ static int mm_cpu(opjit_ctx *ctx, opjit_args *a)
                                "(%lldx%lld and %lldx%lld)",
                           INT_MAX, (long long)n, (long long)k, (long long)k,
                           (long long)m);
+    memset(&j, 0, sizeof j);
+    j.lda = j.ldb = 1;
     /* An empty product touches no operand memory: any strides do. */
     if (n > 0 && m > 0 && k > 0) {
-        if (!mm_layout(x, &xt, &lda))
+        if (!mm_layout(x, &j.xt, &j.lda))
             return opjit_fail(ctx, "self has strides [%lld, %lld]: neither rows nor "
                                    "columns are contiguous",
                               (long long)x->strides[0], (long long)x->strides[1]);
-        if (!mm_layout(y, &yt, &ldb))
+        if (!mm_layout(y, &j.yt, &j.ldb))
             return opjit_fail(ctx, "mat2 has strides [%lld, %lld]: neither rows nor "
                                    "columns are contiguous",
                               (long long)y->strides[0], (long long)y->strides[1]);
-        ta = xt ? CblasTrans : CblasNoTrans;
-        tb = yt ? CblasTrans : CblasNoTrans;
-        if (lda > INT_MAX || ldb > INT_MAX)
+        if (j.lda > INT_MAX || j.ldb > INT_MAX)
             return opjit_fail(ctx, "a leading dimension above %d is not supported",
                               INT_MAX);
     }
@@ -67,23 +226,26 @@ static int mm_cpu(opjit_ctx *ctx, opjit_args *a)
         memset(opjit_data(out), 0, (size_t)(n * m) * (is64 ? 8 : 4));
         return 0;
     }
-    if (is64)
-        cblas_dgemm(CblasRowMajor, ta, tb, (int)n, (int)m, (int)k, 1.0,
-                    (const double *)opjit_data(x), (int)lda,
-                    (const double *)opjit_data(y), (int)ldb, 0.0,
-                    (double *)opjit_data(out), (int)m);
-    else
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)n, (int)m, (int)k, 1.0f,
-                    (const float *)opjit_data(x), (int)lda,
-                    (const float *)opjit_data(y), (int)ldb, 0.0f,
-                    (float *)opjit_data(out), (int)m);
-    return 0;
+    j.ctx = ctx;
+    j.n = n;
+    j.k = k;
+    j.m = m;
+    j.is64 = is64;
+    j.x = opjit_data(x);
+    j.y = opjit_data(y);
+    j.out = opjit_data(out);
+#ifdef SG_FAST
+    if (!is64 && sg_fast_ok())
+        return mm_fast(ctx, &j);
+#endif
+    return mm_blas(ctx, &j);
 }
 
 OPJIT_MODULE(mm, m)
 {
     opjit_def(m, "mm(Tensor self, Tensor mat2) -> Tensor", OPJIT_CPU, mm_cpu,
-              "Matrix product [n,k] x [k,m] -> [n,m] (OpenBLAS gemm)");
+              "Matrix product [n,k] x [k,m] -> [n,m] (OpenBLAS gemm; an AVX-512 GEMM in "
+              "the optimizing tier)");
     opjit_require(m, "self", "float32|float64 rank=2");
     opjit_require(m, "mat2", "float32|float64 rank=2");
 }

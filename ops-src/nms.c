@@ -49,6 +49,7 @@ typedef struct nms_work {
     int32_t *big;         /* ... of those covering more than NMS_CAP cells */
     int32_t *head;        /* per cell: first entry, or -1 */
     int32_t *enext, *ebox;/* entries: next entry, sorted position */
+    int64_t nk, nkept, nbig, ne; /* kept (output), kept non-empty, big, entries */
 } nms_work;
 
 /* A box covering more than this many grid cells is not registered in the
@@ -246,64 +247,128 @@ typedef struct nms_work {
 NMS_DEFINE(float, f32)
 NMS_DEFINE(double, f64)
 
-/* The grid walk, shared by both types through the IoU test iou_gt. */
-static int64_t nms_grid(nms_work *w, int32_t gx, int32_t gy,
-                        int (*iou_gt)(const nms_work *, int64_t, int64_t))
+typedef int (*nms_iou_fn)(const nms_work *, int64_t, int64_t);
+
+/* Whether a kept box suppresses box j (non-empty): among kept[k0..k1) when
+ * j covers more than NMS_CAP cells, else among big[b0..b1) and the grid
+ * entries of j's cells with sorted position >= emin (each cell's list is
+ * newest first, so the walk stops at the first older entry). */
+static int nms_hit(const nms_work *w, int64_t j, int64_t k0, int64_t k1, int64_t b0, int64_t b1,
+                   int64_t emin, int32_t gx, nms_iou_fn iou_gt)
 {
-    int64_t j, n = w->n, nk = 0, nkept = 0, nbig = 0, ne = 0, c;
-    int32_t *head = w->head, *enext = w->enext, *ebox = w->ebox;
-    for (c = 0; c < (int64_t)gx * gy; c++)
-        head[c] = -1;
-    for (j = 0; j < n; j++) {
-        int32_t c0 = w->cx0[j], c1, r0, r1, r, q;
-        int64_t k, cells;
-        int hit = 0;
-        if (c0 < 0) { /* empty box: overlaps nothing */
-            w->keep[nk++] = w->order[j];
-            continue;
-        }
-        c1 = w->cx1[j];
-        r0 = w->cy0[j];
-        r1 = w->cy1[j];
-        cells = (int64_t)(c1 - c0 + 1) * (r1 - r0 + 1);
-        if (cells > NMS_CAP) {
-            for (k = 0; k < nkept && !hit; k++)
-                hit = iou_gt(w, w->kept[k], j);
-        } else {
-            for (k = 0; k < nbig && !hit; k++)
-                hit = iou_gt(w, w->big[k], j);
-            for (r = r0; r <= r1 && !hit; r++) {
-                const int32_t *hrow = head + (int64_t)r * gx;
-                for (q = c0; q <= c1 && !hit; q++) {
-                    int32_t e;
-                    for (e = hrow[q]; e >= 0; e = enext[e]) {
-                        if (iou_gt(w, ebox[e], j)) {
-                            hit = 1;
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        if (hit)
-            continue;
-        w->keep[nk++] = w->order[j];
-        w->kept[nkept++] = (int32_t)j;
-        if (cells > NMS_CAP) {
-            w->big[nbig++] = (int32_t)j;
-        } else {
-            for (r = r0; r <= r1; r++) {
-                int32_t *hrow = head + (int64_t)r * gx;
-                for (q = c0; q <= c1; q++) {
-                    ebox[ne] = (int32_t)j;
-                    enext[ne] = hrow[q];
-                    hrow[q] = (int32_t)ne;
-                    ne++;
-                }
-            }
+    int32_t c0 = w->cx0[j], c1 = w->cx1[j], r0 = w->cy0[j], r1 = w->cy1[j], r, q, e;
+    int64_t k;
+    if ((int64_t)(c1 - c0 + 1) * (r1 - r0 + 1) > NMS_CAP) {
+        for (k = k0; k < k1; k++)
+            if (iou_gt(w, w->kept[k], j))
+                return 1;
+        return 0;
+    }
+    for (k = b0; k < b1; k++)
+        if (iou_gt(w, w->big[k], j))
+            return 1;
+    for (r = r0; r <= r1; r++) {
+        const int32_t *hrow = w->head + (int64_t)r * gx;
+        for (q = c0; q <= c1; q++)
+            for (e = hrow[q]; e >= 0 && w->ebox[e] >= emin; e = w->enext[e])
+                if (iou_gt(w, w->ebox[e], j))
+                    return 1;
+    }
+    return 0;
+}
+
+/* Keep box j (non-empty): the output, the kept list, the grid or the big
+ * list. */
+static void nms_register(nms_work *w, int64_t j, int32_t gx)
+{
+    int32_t c0 = w->cx0[j], c1 = w->cx1[j], r0 = w->cy0[j], r1 = w->cy1[j], r, q;
+    w->keep[w->nk++] = w->order[j];
+    w->kept[w->nkept++] = (int32_t)j;
+    if ((int64_t)(c1 - c0 + 1) * (r1 - r0 + 1) > NMS_CAP) {
+        w->big[w->nbig++] = (int32_t)j;
+        return;
+    }
+    for (r = r0; r <= r1; r++) {
+        int32_t *hrow = w->head + (int64_t)r * gx;
+        for (q = c0; q <= c1; q++) {
+            w->ebox[w->ne] = (int32_t)j;
+            w->enext[w->ne] = hrow[q];
+            hrow[q] = (int32_t)w->ne;
+            w->ne++;
         }
     }
-    return nk;
+}
+
+/* The blocked walk's shared state: phase 1 of a block tests its boxes, in
+ * parallel, against the boxes kept before it (the grid is read only). */
+typedef struct nms_par {
+    nms_work *w;
+    int32_t gx;
+    nms_iou_fn iou_gt;
+    int64_t j0, k1, b1;
+    unsigned char *hit;
+} nms_par;
+
+static int nms_phase1_run(void *user, int64_t lo, int64_t hi)
+{
+    const nms_par *p = (const nms_par *)user;
+    int64_t j;
+    for (j = lo; j < hi; j++)
+        p->hit[j - p->j0] = p->w->cx0[j] >= 0 &&
+                            nms_hit(p->w, j, 0, p->k1, 0, p->b1, 0, p->gx, p->iou_gt);
+    return 0;
+}
+
+/* The grid walk, shared by both types through the IoU test iou_gt. Box j is
+ * kept iff no box kept before it suppresses it. With one thread, in order;
+ * with more, by blocks of NMS_BLOCK boxes: phase 1 (parallel) checks each
+ * box of the block against the boxes kept before the block, phase 2 (this
+ * thread, in order) checks the survivors against the boxes kept in the
+ * block so far. The same pairs decide, so the same boxes are kept.
+ * Blocks are a quarter of the boxes, from 1024 to NMS_BLOCK: each costs a
+ * wake-up of the pool, and the larger a block, the more boxes find their
+ * suppressor only in phase 2 after a full phase 1. hit: NMS_BLOCK bytes.
+ * Returns the number kept, or the status of a failed loop as a negative
+ * number. */
+#define NMS_BLOCK 4096
+static int64_t nms_grid(opjit_ctx *ctx, nms_work *w, int32_t gx, int32_t gy, nms_iou_fn iou_gt,
+                        unsigned char *hit)
+{
+    int64_t j, j0, c, n = w->n, bs = n / 4 < 1024 ? 1024 : n / 4 > NMS_BLOCK ? NMS_BLOCK : n / 4;
+    int blocked = opjit_num_threads(ctx) > 1 && n >= 4096;
+    nms_par p;
+    for (c = 0; c < (int64_t)gx * gy; c++)
+        w->head[c] = -1;
+    w->nk = w->nkept = w->nbig = w->ne = 0;
+    p.w = w;
+    p.gx = gx;
+    p.iou_gt = iou_gt;
+    p.hit = hit;
+    for (j0 = 0; j0 < n; j0 += bs) {
+        int64_t j1 = n - j0 < bs ? n : j0 + bs;
+        p.j0 = j0;
+        p.k1 = w->nkept;
+        p.b1 = w->nbig;
+        if (blocked && !p.k1) { /* nothing kept yet: phase 1 finds nothing */
+            memset(hit, 0, (size_t)(j1 - j0));
+        } else if (blocked) {
+            int rc = opjit_parallel_for(ctx, j0, j1, 64, nms_phase1_run, &p);
+            if (rc)
+                return -rc;
+        }
+        for (j = j0; j < j1; j++) {
+            if (w->cx0[j] < 0) { /* empty box: overlaps nothing */
+                w->keep[w->nk++] = w->order[j];
+                continue;
+            }
+            if (blocked ? hit[j - j0] || nms_hit(w, j, p.k1, w->nkept, p.b1, w->nbig, j0, gx,
+                                                 iou_gt)
+                        : nms_hit(w, j, 0, w->nkept, 0, w->nbig, 0, gx, iou_gt))
+                continue;
+            nms_register(w, j, gx);
+        }
+    }
+    return w->nk;
 }
 
 /* Round a byte count up to a multiple of 64. */
@@ -397,12 +462,15 @@ static int nms_cpu(opjit_ctx *ctx, opjit_args *a)
                 size_t sz_head = nms_align((size_t)gx * (size_t)gy * sizeof(int32_t));
                 size_t sz_ent = nms_align((size_t)entries * sizeof(int32_t));
                 unsigned char *g = (unsigned char *)opjit_workspace(
-                    ctx, sz_head + 2 * sz_ent + 64);
+                    ctx, sz_head + 2 * sz_ent + NMS_BLOCK + 64);
                 if (g) {
                     w.head = (int32_t *)g;
                     w.enext = (int32_t *)(g + sz_head);
                     w.ebox = (int32_t *)(g + sz_head + sz_ent);
-                    nk = nms_grid(&w, gx, gy, is64 ? nms_iou_gt_f64 : nms_iou_gt_f32);
+                    nk = nms_grid(ctx, &w, gx, gy, is64 ? nms_iou_gt_f64 : nms_iou_gt_f32,
+                                  g + sz_head + 2 * sz_ent);
+                    if (nk < 0)
+                        return (int)-nk;
                 }
             }
         }

@@ -39,6 +39,12 @@ static int kernel_error(opjit_ctx *ctx, int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
+    if (pool_chunk_vfail(ctx, fmt, ap)) { /* inside a chunk: the loop reports it */
+        va_end(ap);
+        return status;
+    }
+    va_end(ap);
+    va_start(ap, fmt);
     char msg[1024];
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
@@ -126,6 +132,11 @@ static DLTensor *api_output(opjit_ctx *ctx, int index, DLDataType dtype, int ndi
                             const int64_t *shape)
 {
     const kernel *k = ctx->k;
+    if (pool_in_chunk()) { /* ctx belongs to the thread that started the loop */
+        kernel_error(ctx, OPJIT_EKERNEL, "opjit_output: not allowed inside a parallel_for "
+                     "chunk; allocate outputs before the loop");
+        return NULL;
+    }
     if (index < 0 || index >= k->sch.nouts) {
         kernel_error(ctx, OPJIT_EKERNEL, "opjit_output: output %d out of range (the schema has %d)",
                      index, k->sch.nouts);
@@ -177,6 +188,11 @@ struct overflow {
 static void *api_workspace(opjit_ctx *ctx, size_t bytes)
 {
     opjit_runtime *rt = ctx->rt;
+    if (pool_in_chunk()) {
+        kernel_error(ctx, OPJIT_EKERNEL, "opjit_workspace: not allowed inside a parallel_for "
+                     "chunk; take per-thread workspace before the loop (opjit_num_threads)");
+        return NULL;
+    }
     if (bytes > SIZE_MAX / 4) {
         kernel_error(ctx, OPJIT_ENOMEM, "opjit_workspace: %zu bytes is too large (out of memory)",
                      bytes);
@@ -263,6 +279,12 @@ static int api_fail(opjit_ctx *ctx, const char *fmt, ...)
 {
     if (!ctx)
         return OPJIT_EKERNEL;
+    va_list cap;
+    va_start(cap, fmt);
+    int in_chunk = pool_chunk_vfail(ctx, fmt, cap); /* the loop reports it */
+    va_end(cap);
+    if (in_chunk)
+        return OPJIT_EKERNEL;
     if (!ctx->status) {
         char msg[2048];
         va_list ap;
@@ -290,6 +312,9 @@ const opjit_api runtime_api = {
     .device_workspace = cuda_api_device_workspace,
     .stream = cuda_api_stream,
     .synchronize = cuda_api_synchronize,
+    .parallel_for = api_parallel_for,
+    .num_threads = api_num_threads,
+    .thread_num = api_thread_num,
 };
 
 /* ---- the call --------------------------------------------------------------- */
@@ -315,10 +340,15 @@ static int device_of(int dl_type)
     return -1;
 }
 
+/* Row-major dense. An empty tensor is, whatever its strides: it has no
+ * element to misplace (numpy and torch give empty arrays strides of 0). */
 static int is_contiguous(const DLTensor *t)
 {
     if (!t->strides)
         return 1;
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] == 0)
+            return 1;
     int64_t expect = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->strides[i] != expect)

@@ -272,6 +272,7 @@ int module_publish(opjit_runtime *rt, module *m)
     m->next = rt->modules;
     rt->modules = m;
     pthread_mutex_unlock(&rt->lock);
+    pool_blas_module(m->dl);
     return OPJIT_OK;
 }
 

@@ -6,19 +6,6 @@
 #include "runtime/cuda.h"
 #include "runtime/runtime.h"
 
-/* The default allocator: malloc's 16-byte alignment is what the contract
- * asks of any allocator. */
-static void *default_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
-{
-    (void)ud;
-    (void)osize;
-    if (nsize == 0) {
-        free(ptr);
-        return NULL;
-    }
-    return realloc(ptr, nsize);
-}
-
 void *rt_alloc(opjit_runtime *rt, size_t n) { return rt->alloc(rt->alloc_ud, NULL, 0, n); }
 
 void rt_free(opjit_runtime *rt, void *p, size_t n)
@@ -37,6 +24,18 @@ void opjit_config_init(opjit_config *cfg)
     cfg->verbosity = OPJIT_LOG_WARN;
 }
 
+/* Undo a partly built runtime. */
+static int create_failed(opjit_runtime *rt, int status)
+{
+    if (rt->cuda)
+        cuda_rt_free(rt->cuda);
+    pool_free(rt->pool);
+    out_cache_close(rt->out_cache);
+    pthread_mutex_destroy(&rt->lock);
+    free(rt);
+    return status;
+}
+
 int runtime_new(const opjit_config *cfg, opjit_runtime **out)
 {
     *out = NULL;
@@ -47,17 +46,29 @@ int runtime_new(const opjit_config *cfg, opjit_runtime **out)
         free(rt);
         return OPJIT_ENOMEM;
     }
-    rt->alloc = cfg->alloc ? cfg->alloc : default_alloc;
-    rt->alloc_ud = cfg->alloc ? cfg->alloc_ud : NULL;
     rt->log = cfg->log;
     rt->log_ud = cfg->log_ud;
     rt->verbosity = cfg->verbosity;
-    if (!(rt->cuda = cuda_rt_new())) { /* bookkeeping only: no CUDA work yet */
-        pthread_mutex_destroy(&rt->lock);
-        free(rt);
-        return OPJIT_ENOMEM;
-    }
+    /* The default allocator: malloc (its 16-byte alignment is what the
+     * contract asks) with a cache of large blocks (runtime/alloc.c). */
+    if (!cfg->alloc && !(rt->out_cache = out_cache_new(rt)))
+        return create_failed(rt, OPJIT_ENOMEM);
+    rt->alloc = cfg->alloc ? cfg->alloc : out_cache_alloc;
+    rt->alloc_ud = cfg->alloc ? cfg->alloc_ud : rt->out_cache;
+    int rc = pool_new(cfg, rt, &rt->pool); /* no thread starts here */
+    if (rc)
+        return create_failed(rt, rc);
+    if (!(rt->cuda = cuda_rt_new())) /* bookkeeping only: no CUDA work yet */
+        return create_failed(rt, OPJIT_ENOMEM);
     *out = rt;
+    return OPJIT_OK;
+}
+
+int opjit_get_num_threads(const opjit_runtime *rt, int *num_threads)
+{
+    if (!rt || !num_threads)
+        return OPJIT_EINVAL;
+    *num_threads = pool_threads(rt->pool);
     return OPJIT_OK;
 }
 
@@ -72,8 +83,17 @@ void runtime_free(opjit_runtime *rt)
         next = m->next;
         module_discard(m);
     }
+    pool_free(rt->pool); /* no call is running: the workers are idle */
     workspace_free_all(rt);
     cuda_rt_free(rt->cuda); /* after the modules: they unload in its contexts */
+    if (rt->out_cache && rt->log && rt->verbosity >= OPJIT_LOG_DEBUG) {
+        size_t held;
+        unsigned long hits, misses;
+        out_cache_stats(rt->out_cache, &held, &hits, &misses);
+        rt_log(rt, OPJIT_LOG_DEBUG, "output cache: %lu hits, %lu misses, %zu bytes freed",
+               hits, misses, held);
+    }
+    out_cache_close(rt->out_cache); /* outputs still alive free themselves later */
     pthread_mutex_destroy(&rt->lock);
     rt_clear_error(NULL);
     free(rt);

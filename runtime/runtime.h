@@ -120,6 +120,8 @@ struct opjit_runtime {
     int verbosity;
     struct loader *loader; /* set and freed by loader/create.c; opaque here */
     struct cuda_rt *cuda; /* contexts, streams, device workspaces (runtime/cuda.h) */
+    struct pool *pool;    /* threads for op code (runtime/pool.c) */
+    struct out_cache *out_cache; /* the default allocator's (runtime/alloc.c), or NULL */
 };
 
 /* ---- calls (runtime/call.c) -------------------------------------------- */
@@ -151,7 +153,35 @@ int rt_verror(const opjit_runtime *rt, int status, const char *fmt, va_list ap);
 void rt_clear_error(const opjit_runtime *rt);
 void rt_log(const opjit_runtime *rt, int level, const char *fmt, ...);
 
-/* ---- allocation ---------------------------------------------------------- */
+/* ---- allocation (runtime/runtime.c, runtime/alloc.c) ---------------------- */
+
+typedef struct out_cache out_cache;
+out_cache *out_cache_new(opjit_runtime *rt);
+void out_cache_close(out_cache *c);
+void *out_cache_alloc(void *ud, void *ptr, size_t osize, size_t nsize);
+void out_cache_stats(out_cache *c, size_t *held, unsigned long *hits, unsigned long *misses);
+
+/* ---- threads (runtime/pool.c) --------------------------------------------- */
+
+typedef struct pool pool;
+int pool_new(const opjit_config *cfg, opjit_runtime *rt, pool **out);
+void pool_free(pool *p);
+int pool_threads(const pool *p);
+/* The api table's entries. */
+int api_parallel_for(opjit_ctx *ctx, int64_t begin, int64_t end, int64_t grain,
+                     opjit_chunk_fn fn, void *user);
+int api_num_threads(opjit_ctx *ctx);
+int api_thread_num(opjit_ctx *ctx);
+/* Whether this thread is running a chunk of a parallel loop. */
+int pool_in_chunk(void);
+/* A failure inside a chunk of ctx's loop goes to the loop: returns 1 when
+ * it did, 0 when this thread runs no chunk of ctx. */
+int pool_chunk_vfail(opjit_ctx *ctx, const char *fmt, va_list ap);
+/* After a module is loaded: OpenBLAS, when among its libraries, runs one
+ * thread per call (ops split BLAS work over the pool). */
+void pool_blas_module(void *dl);
+int call_error(opjit_ctx *ctx, int status, const char *fmt, ...);
+
 
 void *rt_alloc(opjit_runtime *rt, size_t n);
 void rt_free(opjit_runtime *rt, void *p, size_t n);

@@ -386,6 +386,49 @@ static void an_allocator_that_always_fails(void)
     check_counter_sane();
 }
 
+/* The default allocator keeps large freed blocks for reuse (when
+ * OPJIT_OUTPUT_CACHE allows; it is off by default under ASan): a second
+ * output of the same size gets the first one's memory, and an output freed
+ * after opjit_destroy goes back to the system (ASan/LSan check that). */
+static void default_allocator_reuses_large_outputs(void)
+{
+    static float big[100000];
+    static int64_t big_shape[1] = {100000};
+    DLTensor bt = {big, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, big_shape, NULL, 0};
+    const char *old = getenv("OPJIT_OUTPUT_CACHE");
+    char saved[64] = "";
+    if (old)
+        snprintf(saved, sizeof saved, "%s", old);
+    setenv("OPJIT_OUTPUT_CACHE", "64M", 1);
+    opjit_runtime *rt = NULL;
+    opjit_op *op = NULL;
+    CHECK(opjit_create(NULL, &rt) == OPJIT_OK);
+    CHECK(rt && opjit_load_op(rt, src_path, &op) == OPJIT_OK);
+    opjit_value a[2] = {opjit_tensor(&bt), opjit_int(0)};
+    DLManagedTensor *outs[2] = {NULL, NULL};
+    void *first = NULL;
+    for (int i = 0; i < 3; i++) {
+        CHECK(op && opjit_call(rt, op, a, 2, outs, 2) == OPJIT_OK);
+        if (!outs[0])
+            break;
+        CHECK(((float *)outs[0]->dl_tensor.data)[99999] == 1.0f);
+        if (i == 0)
+            first = outs[0]->dl_tensor.data;
+        else
+            CHECKF(outs[0]->dl_tensor.data == first, "call %d: a new block, not the first's", i);
+        if (i < 2)
+            free_outs(outs);
+    }
+    opjit_destroy(rt); /* outs stay valid */
+    if (outs[0])
+        CHECK(((float *)outs[0]->dl_tensor.data)[0] == 1.0f);
+    free_outs(outs);
+    if (old)
+        setenv("OPJIT_OUTPUT_CACHE", saved, 1);
+    else
+        unsetenv("OPJIT_OUTPUT_CACHE");
+}
+
 int main(void)
 {
     const char *base = getenv("TMPDIR");
@@ -409,6 +452,7 @@ int main(void)
     T_RUN(injected_failures_cold);
     T_RUN(injected_failures_warm);
     T_RUN(an_allocator_that_always_fails);
+    T_RUN(default_allocator_reuses_large_outputs);
     nftw(tmp_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     return t_done();
 }

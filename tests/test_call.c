@@ -513,6 +513,18 @@ static void tensor_constraints(void)
     opjit_value f[2] = {opjit_tensor(T(&xt)), opjit_int(2)};
     msg = call_fails(op_scale, f, 2, OPJIT_ECALL);
     CHECK_STR_CONTAINS(msg, "contiguous");
+    /* an empty tensor is contiguous whatever its strides (numpy's are 0) */
+    int64_t m03[2] = {0, 3};
+    tensor xe = mk(xs, F32, 2, m03);
+    xe.strides[0] = 0;
+    xe.strides[1] = 0;
+    xe.t.strides = xe.strides;
+    opjit_value fe[2] = {opjit_tensor(T(&xe)), opjit_int(2)};
+    DLManagedTensor *eout = NULL;
+    CHECKF(opjit_call(rt, op_scale, fe, 2, &eout, 1) == OPJIT_OK, "empty, strides 0: %s",
+           opjit_errmsg(rt));
+    if (eout)
+        eout->deleter(eout);
 
     /* A constraint on an optional argument applies when it is given. */
     tensor of = mk(xs, F32, 1, n3);

@@ -1,0 +1,346 @@
+/*
+ * python/src/runtime.c - opjit.Runtime: one opjit_runtime (search path,
+ * cache, dispatch table, tiering), and the call into it.
+ *
+ * Loads and calls release the GIL: compiling and running kernels never
+ * holds other Python threads up. Calls on CUDA tensors run on the stream of
+ * the framework that made the first tensor (torch's current stream; the
+ * default stream for others), which opjit_set_cuda_stream hands the
+ * runtime whenever it changes.
+ */
+#include "opjit_py.h"
+
+/* ---- construction ---------------------------------------------------------------- */
+
+/* ops_path: a str/PathLike, or an iterable of them, into "a:b:c" bytes. */
+static PyObject *ops_path_bytes(PyObject *obj)
+{
+    PyObject *one = NULL;
+    if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyObject_HasAttrString(obj, "__fspath__"))
+        return PyUnicode_FSConverter(obj, &one) ? one : NULL;
+    PyObject *items = PySequence_Fast(obj, "ops_path: expected a path or a list of paths");
+    if (!items)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(items);
+    PyObject *parts = PyList_New(n);
+    for (Py_ssize_t i = 0; parts && i < n; i++) {
+        PyObject *b = NULL;
+        if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(items, i), &b))
+            Py_CLEAR(parts);
+        else
+            PyList_SET_ITEM(parts, i, b);
+    }
+    Py_DECREF(items);
+    if (!parts)
+        return NULL;
+    PyObject *sep = PyBytes_FromString(":");
+    PyObject *joined = sep ? PyObject_CallMethod(sep, "join", "O", parts) : NULL;
+    Py_XDECREF(sep);
+    Py_DECREF(parts);
+    return joined;
+}
+
+/* -1 for None (the environment decides), else 0 or 1. */
+static int tristate(PyObject *obj)
+{
+    return obj == Py_None ? -1 : PyObject_IsTrue(obj);
+}
+
+static int runtime_init(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"ops_path", "cache_dir", "tiering", "offline", "cuda_archs", NULL};
+    opy_runtime *r = (opy_runtime *)self;
+    PyObject *ops_path = Py_None, *cache_dir = Py_None, *tiering = Py_None, *offline = Py_None;
+    PyObject *archs = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOO$OO:Runtime", kwlist, &ops_path, &cache_dir,
+                                     &tiering, &offline, &archs))
+        return -1;
+    if (r->rt) {
+        PyErr_SetString(PyExc_RuntimeError, "Runtime.__init__ may run once");
+        return -1;
+    }
+    opjit_config cfg;
+    opjit_config_init(&cfg);
+    PyObject *path_b = NULL, *cache_b = NULL, *archs_b = NULL;
+    int rc = -1;
+    if (ops_path != Py_None && !(path_b = ops_path_bytes(ops_path)))
+        goto done;
+    if (cache_dir != Py_None && !PyUnicode_FSConverter(cache_dir, &cache_b))
+        goto done;
+    if (archs != Py_None && !PyUnicode_FSConverter(archs, &archs_b))
+        goto done;
+    if ((cfg.tiering = tristate(tiering)) == -1 && PyErr_Occurred())
+        goto done;
+    if ((cfg.offline = tristate(offline)) == -1 && PyErr_Occurred())
+        goto done;
+    cfg.ops_path = path_b ? PyBytes_AS_STRING(path_b) : NULL;
+    cfg.cache_dir = cache_b ? PyBytes_AS_STRING(cache_b) : NULL;
+    cfg.cuda_archs = archs_b ? PyBytes_AS_STRING(archs_b) : NULL;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = opjit_create(&cfg, &r->rt); /* copies what it keeps of cfg */
+    Py_END_ALLOW_THREADS
+    if (status)
+        opy_raise(opy.Error, status, "opjit_create: %s (%s)", opjit_errstr(status),
+                  opjit_status_name(status));
+    else
+        rc = 0;
+done:
+    Py_XDECREF(path_b);
+    Py_XDECREF(cache_b);
+    Py_XDECREF(archs_b);
+    return rc;
+}
+
+static PyObject *runtime_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    (void)args;
+    (void)kw;
+    opy_runtime *r = (opy_runtime *)type->tp_alloc(type, 0);
+    if (r && pthread_rwlock_init(&r->cuda_lock, NULL) == 0)
+        r->cuda_lock_ready = 1;
+    else if (r) {
+        Py_DECREF(r);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)r;
+}
+
+static int is_finalizing(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+}
+
+/* Ops hold their runtime, so none is alive here. opjit_destroy lets queued
+ * optimizing compiles finish (they fill the cache for the next process). */
+static void runtime_dealloc(PyObject *self)
+{
+    opy_runtime *r = (opy_runtime *)self;
+    if (r->rt) {
+        if (is_finalizing()) {
+            opjit_destroy(r->rt);
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            opjit_destroy(r->rt);
+            Py_END_ALLOW_THREADS
+        }
+    }
+    if (r->cuda_lock_ready)
+        pthread_rwlock_destroy(&r->cuda_lock);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static int ready(opy_runtime *r)
+{
+    if (r->rt)
+        return 0;
+    PyErr_SetString(PyExc_RuntimeError, "this opjit.Runtime was not initialised");
+    return -1;
+}
+
+/* ---- loading and listing ------------------------------------------------------------- */
+
+static PyObject *runtime_load_op(PyObject *self, PyObject *spec)
+{
+    opy_runtime *r = (opy_runtime *)self;
+    PyObject *b = NULL;
+    if (ready(r) < 0 || !PyUnicode_FSConverter(spec, &b))
+        return NULL;
+    opjit_op *op = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = opjit_load_op(r->rt, PyBytes_AS_STRING(b), &op);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(b);
+    if (rc)
+        return opy_raise_status(r->rt, rc);
+    if (!op)
+        return opy_raise(opy.NotFoundError, OPJIT_ENOTFOUND,
+                         "%R loaded no op named after its file", spec);
+    return opy_op_new(r, op);
+}
+
+typedef struct op_list {
+    const opjit_op **ops;
+    size_t n, cap;
+    int oom;
+} op_list;
+
+/* opjit_list's callback: collects only (it may run under the runtime's
+ * lock, so no Python here). */
+static int collect_op(void *ud, const opjit_op *op)
+{
+    op_list *l = ud;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        const opjit_op **ops = realloc(l->ops, cap * sizeof *ops);
+        if (!ops) {
+            l->oom = 1;
+            return 1;
+        }
+        l->ops = ops;
+        l->cap = cap;
+    }
+    l->ops[l->n++] = op;
+    return 0;
+}
+
+static PyObject *runtime_list_ops(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    opy_runtime *r = (opy_runtime *)self;
+    if (ready(r) < 0)
+        return NULL;
+    op_list l = {0};
+    int rc = opjit_list(r->rt, collect_op, &l);
+    PyObject *list = NULL;
+    if (l.oom)
+        PyErr_NoMemory();
+    else if (rc)
+        opy_raise_status(r->rt, rc);
+    else
+        list = PyList_New(0);
+    for (size_t i = 0; list && i < l.n; i++) {
+        PyObject *op = opy_op_new(r, (opjit_op *)l.ops[i]);
+        if (!op || PyList_Append(list, op) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(op);
+    }
+    free(l.ops);
+    return list;
+}
+
+static PyObject *runtime_wait(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    opy_runtime *r = (opy_runtime *)self;
+    if (ready(r) < 0)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = opjit_wait(r->rt);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return opy_raise_status(r->rt, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *runtime_unload(PyObject *self, PyObject *spec)
+{
+    opy_runtime *r = (opy_runtime *)self;
+    PyObject *b = NULL;
+    if (ready(r) < 0 || !PyUnicode_FSConverter(spec, &b))
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = opjit_unload(r->rt, PyBytes_AS_STRING(b));
+    Py_END_ALLOW_THREADS
+    Py_DECREF(b);
+    if (rc)
+        return opy_raise_status(r->rt, rc);
+    Py_RETURN_NONE;
+}
+
+/* ---- calls ------------------------------------------------------------------------------ */
+
+/* The stream a CUDA call on device dev runs on: torch's current stream for
+ * torch tensors, else NULL (the context's default stream, the one a
+ * DLPack producer asked without a stream has ordered its work on). */
+static int cuda_stream_for(int dev, opy_framework fw, void **stream)
+{
+    *stream = NULL;
+    if (fw != OPY_FW_TORCH || !opy.torch_stream_hook)
+        return 0;
+    PyObject *s = PyObject_CallFunction(opy.torch_stream_hook, "i", dev);
+    if (!s)
+        return -1;
+    *stream = PyLong_AsVoidPtr(s);
+    Py_DECREF(s);
+    return *stream == NULL && PyErr_Occurred() ? -1 : 0;
+}
+
+/* With the GIL released: take cuda_lock for reading with the runtime's
+ * stream for dev being `stream`, switching it first if needed. Returns an
+ * opjit status; on success the read lock is held. */
+static int hold_cuda_stream(opy_runtime *r, int dev, void *stream)
+{
+    for (;;) {
+        pthread_rwlock_rdlock(&r->cuda_lock);
+        if (r->cuda[dev].set && r->cuda[dev].stream == stream)
+            return OPJIT_OK;
+        pthread_rwlock_unlock(&r->cuda_lock);
+        pthread_rwlock_wrlock(&r->cuda_lock);
+        int rc = OPJIT_OK;
+        if (!r->cuda[dev].set || r->cuda[dev].stream != stream) {
+            /* NULL context: the device's primary context, PyTorch's. */
+            rc = opjit_set_cuda_stream(r->rt, dev, NULL, stream);
+            r->cuda[dev].set = rc == OPJIT_OK;
+            r->cuda[dev].stream = stream;
+        }
+        pthread_rwlock_unlock(&r->cuda_lock);
+        if (rc)
+            return rc;
+    }
+}
+
+int opy_runtime_call(opy_runtime *r, const opjit_op *op, const opjit_value *args, int nargs,
+                     DLManagedTensor **outs, int nouts, const DLTensor *first,
+                     opy_framework first_fw)
+{
+    int rc;
+    int dev = first && first->device.device_type == kDLCUDA ? first->device.device_id : -1;
+    if (dev < 0 || dev >= OPY_MAX_CUDA_DEVICES) { /* CPU (or a device opjit will refuse) */
+        Py_BEGIN_ALLOW_THREADS
+        rc = opjit_call(r->rt, op, args, nargs, outs, nouts);
+        Py_END_ALLOW_THREADS
+        return rc;
+    }
+    void *stream;
+    if (cuda_stream_for(dev, first_fw, &stream) < 0)
+        return -1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = hold_cuda_stream(r, dev, stream);
+    if (rc == OPJIT_OK) {
+        rc = opjit_call(r->rt, op, args, nargs, outs, nouts);
+        pthread_rwlock_unlock(&r->cuda_lock);
+    }
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
+/* ---- the type ------------------------------------------------------------------------------ */
+
+static PyMethodDef runtime_methods[] = {
+    {"load_op", runtime_load_op, METH_O,
+     "load_op(spec) -> Op: a name on the search path (\"nms\": every source of that name "
+     "usable here) or a path (\"ops-src/nms.c\"). Compiles on a cache miss; the GIL is "
+     "released meanwhile. Loading an unchanged source again is a no-op, a changed one "
+     "reloads it."},
+    {"list_ops", runtime_list_ops, METH_NOARGS, "list_ops() -> [Op]: what is loaded, in load order."},
+    {"wait", runtime_wait, METH_NOARGS,
+     "wait(): until the background optimizing compiles have swapped in."},
+    {"unload", runtime_unload, METH_O,
+     "unload(spec): take out what was loaded from a source path, or every source of an op."},
+    {NULL, NULL, 0, NULL},
+};
+
+PyTypeObject opy_runtime_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "opjit.Runtime",
+    .tp_doc = "Runtime(ops_path=None, cache_dir=None, tiering=None, *, offline=None, "
+              "cuda_archs=None)\n\n"
+              "An opjit runtime: its op search path (before $OPJIT_OPS_PATH and the installed "
+              "ops), cache directory, the optimizing tier (None: $OPJIT_TIERING, default on), "
+              "offline (never compile) and CUDA architectures. None takes opjit's default, "
+              "from the environment.",
+    .tp_basicsize = sizeof(opy_runtime),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = runtime_new,
+    .tp_init = runtime_init,
+    .tp_dealloc = runtime_dealloc,
+    .tp_methods = runtime_methods,
+};

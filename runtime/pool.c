@@ -1,0 +1,367 @@
+/* runtime/pool.c - threads for op code: opjit_parallel_for on the runtime's
+ * pool (or the host's), and OpenBLAS's thread count.
+ *
+ * The pool has num_threads - 1 workers; the thread calling parallel_for is
+ * the last one. Workers start at the first parallel_for that has more than
+ * one chunk to run, so a host that never runs a parallel op never gets a
+ * thread. Idle workers block on a condition variable: nothing spins, so a
+ * machine shared with other processes loses no time to waiting threads.
+ *
+ * One region (one parallel_for) runs on the pool at a time. A parallel_for
+ * that finds the pool busy with another host thread's region runs its
+ * chunks on its own thread, at once: host threads never wait for each
+ * other, and the busy threads are the pool plus the host's own callers,
+ * never a pool per caller. A parallel_for inside a chunk runs inline too.
+ *
+ * Chunks are [begin + k * grain, ...): fixed by the op, never by the
+ * thread count, so an op that splits outputs gets the same bits whatever
+ * the number of threads. Chunks are handed out in order from one atomic
+ * counter (dynamic scheduling).
+ *
+ * A chunk may fail with opjit_fail(ctx, ...): the first message is kept in
+ * the region, no new chunks start, and parallel_for, back on the calling
+ * thread, records the message for the host and returns the status. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+
+#define POOL_MAX_THREADS 1024
+
+typedef struct region {
+    opjit_ctx *ctx;
+    opjit_chunk_fn fn;
+    void *user;
+    uint64_t begin, len, grain, nchunks;
+    atomic_uint_fast64_t next; /* next chunk to hand out */
+    atomic_int failed;         /* a chunk failed: hand out no more */
+    atomic_int err_taken;      /* the first failure writes msg */
+    int active;                /* workers inside (under the pool's mutex) */
+    char msg[1024];
+} region;
+
+struct pool {
+    int nthreads;        /* configured width, the calling thread included */
+    opjit_pool_fn host;  /* the host's pool, or NULL */
+    void *host_ud;
+    pthread_mutex_t mu;
+    pthread_cond_t work; /* workers wait here for a region */
+    pthread_cond_t done; /* the caller waits here for workers to leave */
+    int started;         /* workers were started (or tried) */
+    int nworkers;
+    pthread_t *workers;
+    int stop;
+    unsigned long gen;   /* bumped for every region posted */
+    unsigned long gen_started; /* gen when the workers were started */
+    region *cur;         /* the open region, or NULL */
+    int busy;            /* a region is on the pool */
+};
+
+/* The region this thread is running chunks of, and its slot. */
+static _Thread_local struct {
+    region *r;
+    int slot;
+} tls_par;
+
+/* ---- the thread count ------------------------------------------------------ */
+
+/* CPUs this process may run on. */
+static int affinity_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0)
+            return n;
+    }
+    return 1;
+}
+
+/* cfg.num_threads, else $OPJIT_NUM_THREADS, else the CPUs we may use. A
+ * bad variable is ignored with a warning. */
+static int resolve_threads(const opjit_config *cfg, opjit_runtime *rt)
+{
+    if (cfg->num_threads > 0)
+        return cfg->num_threads < POOL_MAX_THREADS ? cfg->num_threads : POOL_MAX_THREADS;
+    const char *env = getenv("OPJIT_NUM_THREADS");
+    if (env && *env) {
+        char *end;
+        errno = 0;
+        long v = strtol(env, &end, 10);
+        if (!errno && !*end && v > 0)
+            return v < POOL_MAX_THREADS ? (int)v : POOL_MAX_THREADS;
+        rt_log(rt, OPJIT_LOG_WARN, "OPJIT_NUM_THREADS='%s' is not a positive number; ignored",
+               env);
+    }
+    return affinity_cpus();
+}
+
+int pool_new(const opjit_config *cfg, opjit_runtime *rt, pool **out)
+{
+    pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return OPJIT_ENOMEM;
+    if (pthread_mutex_init(&p->mu, NULL)) {
+        free(p);
+        return OPJIT_ENOMEM;
+    }
+    if (pthread_cond_init(&p->work, NULL)) {
+        pthread_mutex_destroy(&p->mu);
+        free(p);
+        return OPJIT_ENOMEM;
+    }
+    if (pthread_cond_init(&p->done, NULL)) {
+        pthread_cond_destroy(&p->work);
+        pthread_mutex_destroy(&p->mu);
+        free(p);
+        return OPJIT_ENOMEM;
+    }
+    p->nthreads = resolve_threads(cfg, rt);
+    p->host = cfg->pool;
+    p->host_ud = cfg->pool_ud;
+    *out = p;
+    return OPJIT_OK;
+}
+
+int pool_threads(const pool *p) { return p->nthreads; }
+
+void pool_free(pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->nworkers; i++)
+        pthread_join(p->workers[i], NULL);
+    free(p->workers);
+    pthread_cond_destroy(&p->done);
+    pthread_cond_destroy(&p->work);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+/* ---- running chunks ---------------------------------------------------------- */
+
+/* Record the region's first failure; later ones are usually consequences. */
+static void region_vfail(region *r, const char *fmt, va_list ap)
+{
+    if (!atomic_exchange(&r->err_taken, 1))
+        vsnprintf(r->msg, sizeof r->msg, fmt ? fmt : "(no message)", ap);
+    atomic_store(&r->failed, 1);
+}
+
+static void region_fail(region *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    region_vfail(r, fmt, ap);
+    va_end(ap);
+}
+
+/* Take chunks of r until none is left (or one failed), as slot. */
+static void run_chunks(region *r, int slot)
+{
+    region *prev_r = tls_par.r;
+    int prev_slot = tls_par.slot;
+    tls_par.r = r;
+    tls_par.slot = slot;
+    while (!atomic_load_explicit(&r->failed, memory_order_relaxed)) {
+        uint64_t c = atomic_fetch_add_explicit(&r->next, 1, memory_order_relaxed);
+        if (c >= r->nchunks)
+            break;
+        uint64_t off = c * r->grain;
+        uint64_t n = r->len - off < r->grain ? r->len - off : r->grain;
+        int64_t lo = (int64_t)(r->begin + off), hi = (int64_t)(r->begin + off + n);
+        int rc = r->fn(r->user, lo, hi);
+        if (rc)
+            region_fail(r, "the chunk [%lld, %lld) failed (returned %d) without a message",
+                        (long long)lo, (long long)hi, rc);
+    }
+    tls_par.r = prev_r;
+    tls_par.slot = prev_slot;
+}
+
+static void *worker_main(void *arg)
+{
+    pool *p = arg;
+    pthread_mutex_lock(&p->mu);
+    int slot = 0;
+    while (p->workers[slot] != pthread_self())
+        slot++;
+    unsigned long seen = p->gen_started; /* the region being posted is new */
+    for (;;) {
+        while (!p->stop && (!p->cur || p->gen == seen))
+            pthread_cond_wait(&p->work, &p->mu);
+        if (p->stop)
+            break;
+        seen = p->gen;
+        region *r = p->cur;
+        r->active++;
+        pthread_mutex_unlock(&p->mu);
+        run_chunks(r, slot + 1);
+        pthread_mutex_lock(&p->mu);
+        if (--r->active == 0)
+            pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* Start the workers (under p->mu). Workers block every signal: the host's
+ * handlers run on the host's threads. Fewer workers than asked for when
+ * threads cannot be made; none is fine too (chunks run on the caller). */
+static void start_workers(pool *p)
+{
+    p->started = 1;
+    p->gen_started = p->gen;
+    int want = p->nthreads - 1;
+    if (want < 1 || !(p->workers = calloc((size_t)want, sizeof *p->workers)))
+        return;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    /* worker_main finds its slot in p->workers under p->mu, held here. */
+    for (int i = 0; i < want; i++) {
+        if (pthread_create(&p->workers[i], NULL, worker_main, p))
+            break;
+        pthread_setname_np(p->workers[i], "opjit-worker"); /* for top, gdb, tests */
+        p->nworkers++;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* The region on the runtime's own pool; inline when it is busy. */
+static void run_on_pool(pool *p, region *r)
+{
+    pthread_mutex_lock(&p->mu);
+    if (p->busy) {
+        pthread_mutex_unlock(&p->mu);
+        run_chunks(r, 0);
+        return;
+    }
+    if (!p->started)
+        start_workers(p);
+    p->busy = 1;
+    p->cur = r;
+    p->gen++;
+    uint64_t helpers = r->nchunks - 1;
+    if (helpers >= (uint64_t)p->nworkers)
+        pthread_cond_broadcast(&p->work);
+    else
+        for (uint64_t i = 0; i < helpers; i++)
+            pthread_cond_signal(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    run_chunks(r, 0);
+    pthread_mutex_lock(&p->mu);
+    p->cur = NULL; /* workers that wake from now on do not join */
+    while (r->active)
+        pthread_cond_wait(&p->done, &p->mu);
+    p->busy = 0;
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void host_task(void *arg, int task)
+{
+    region *r = arg;
+    run_chunks(r, task);
+}
+
+/* The region on the host's pool: tasks that each take chunks until none
+ * is left, so any one of them finishes the loop. */
+static void run_on_host(pool *p, region *r)
+{
+    uint64_t ntasks = r->nchunks < (uint64_t)p->nthreads ? r->nchunks : (uint64_t)p->nthreads;
+    if (p->host(p->host_ud, (int)ntasks, host_task, r) != 0)
+        run_chunks(r, 0); /* the host's pool refused: whatever is left, here */
+}
+
+/* ---- the api table's entries -------------------------------------------------- */
+
+int api_parallel_for(opjit_ctx *ctx, int64_t begin, int64_t end, int64_t grain,
+                     opjit_chunk_fn fn, void *user)
+{
+    if (!ctx)
+        return OPJIT_EINVAL;
+    region *outer = tls_par.r;
+    if (!fn) {
+        if (outer) {
+            region_fail(outer, "opjit_parallel_for: NULL chunk function");
+            return OPJIT_EKERNEL;
+        }
+        return call_error(ctx, OPJIT_EKERNEL, "opjit_parallel_for: NULL chunk function");
+    }
+    if (end <= begin)
+        return OPJIT_OK;
+    region r;
+    r.ctx = ctx;
+    r.fn = fn;
+    r.user = user;
+    r.begin = (uint64_t)begin;
+    r.len = (uint64_t)end - (uint64_t)begin;
+    r.grain = grain < 1 ? 1 : (uint64_t)grain;
+    r.nchunks = (r.len - 1) / r.grain + 1;
+    atomic_init(&r.next, 0);
+    atomic_init(&r.failed, 0);
+    atomic_init(&r.err_taken, 0);
+    r.active = 0;
+    r.msg[0] = '\0';
+    pool *p = ctx->rt->pool;
+    if (outer || r.nchunks == 1 || p->nthreads == 1)
+        run_chunks(&r, outer ? tls_par.slot : 0);
+    else if (p->host)
+        run_on_host(p, &r);
+    else
+        run_on_pool(p, &r);
+    if (!atomic_load(&r.failed))
+        return OPJIT_OK;
+    if (outer) { /* a nested loop: the enclosing region reports it */
+        region_fail(outer, "%s", r.msg);
+        return OPJIT_EKERNEL;
+    }
+    return call_error(ctx, OPJIT_EKERNEL, "%s", r.msg);
+}
+
+int api_num_threads(opjit_ctx *ctx) { return ctx ? ctx->rt->pool->nthreads : 1; }
+
+int api_thread_num(opjit_ctx *ctx)
+{
+    (void)ctx;
+    return tls_par.r ? tls_par.slot : 0;
+}
+
+int pool_in_chunk(void) { return tls_par.r != NULL; }
+
+int pool_chunk_vfail(opjit_ctx *ctx, const char *fmt, va_list ap)
+{
+    region *r = tls_par.r;
+    if (!r || r->ctx != ctx)
+        return 0;
+    region_vfail(r, fmt, ap);
+    return 1;
+}
+
+/* ---- BLAS ------------------------------------------------------------------------ */
+
+/* OpenBLAS runs one thread per call under opjit: ops split BLAS work over
+ * the pool in blocks fixed by the shape, which keeps results independent
+ * of the thread count (OpenBLAS's own threads change the rounding) and
+ * keeps the busy cores at num_threads. Looked up in the module's
+ * dependencies, so the library itself never links OpenBLAS. */
+void pool_blas_module(void *dl)
+{
+    if (!dl)
+        return;
+    void (*set_threads)(int);
+    void *sym = dlsym(dl, "openblas_set_num_threads");
+    if (!sym)
+        return;
+    memcpy(&set_threads, &sym, sizeof sym);
+    set_threads(1);
+}
