@@ -14,8 +14,8 @@ torch out; numpy in, numpy out), sharing opjit's memory. A failed load or
 call raises opjit.Error (CompileError, NotFoundError, CallError (also a
 TypeError), KernelError, DeviceError) with the runtime's message.
 """
+import _thread
 import atexit as _atexit
-import threading as _threading
 
 try:
     from ._opjit import (  # noqa: F401
@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 _default = None
-_default_lock = _threading.Lock()
+_default_lock = _thread.allocate_lock()  # not threading: its import costs milliseconds
 
 
 def default_runtime():
@@ -97,7 +97,7 @@ _opjit._set_torch_stream_hook(_torch_cuda_stream)
 
 _torch_libraries = {}   # namespace -> torch.library.Library (kept alive: it owns the registrations)
 _torch_registered = {}  # (namespace, name) -> (schema, Op)
-_torch_lock = _threading.Lock()
+_torch_lock = _thread.allocate_lock()
 
 
 def _torch_library(torch, namespace):
