@@ -113,6 +113,8 @@ typedef struct opjit_api {
                         opjit_chunk_fn fn, void *user);
     int (*num_threads)(opjit_ctx *ctx);
     int (*thread_num)(opjit_ctx *ctx);
+    /* settings (appended) */
+    int (*env_flag)(const char *name, int dflt);
 } opjit_api;
 
 /* Directions for opjit_memcpy. */
@@ -244,6 +246,13 @@ static inline int opjit_parallel_for(opjit_ctx *ctx, int64_t begin, int64_t end,
 /* How many threads opjit_parallel_for may use: size per-thread scratch by
  * it. Always at least 1. */
 static inline int opjit_num_threads(opjit_ctx *ctx) { return OPJIT__API->num_threads(ctx); }
+/* A boolean environment setting of the op, read the way opjit reads its
+ * own: 1/0, true/false, yes/no, on/off in any case; dflt when unset or
+ * anything else. */
+static inline int opjit_env_flag(const char *name, int dflt)
+{
+    return OPJIT__API->env_flag(name, dflt);
+}
 /* Inside a chunk, the running thread's slot in [0, opjit_num_threads):
  * no two chunks running at once share one. 0 outside parallel_for. */
 static inline int opjit_thread_num(opjit_ctx *ctx) { return OPJIT__API->thread_num(ctx); }

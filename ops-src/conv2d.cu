@@ -334,8 +334,7 @@ static int conv2d_cuda(opjit_ctx *ctx, opjit_args *a)
         remembered = 1;
     } else {
         int returned = 0;
-        const char *find = getenv("OPJIT_CUDNN_FIND");
-        if (!find || find[0] != '0') {
+        if (opjit_env_flag("OPJIT_CUDNN_FIND", 1)) {
             what = "cudnnFindConvolutionForwardAlgorithm";
             st = dnn.cudnnFindConvolutionForwardAlgorithm(h, d.x, d.w, d.c, d.y,
                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT,

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "runtime/cuda.h"
+#include "runtime/env.h"
 #include "runtime/runtime.h"
 
 /* ---- outputs ------------------------------------------------------------- */
@@ -298,6 +299,12 @@ static int api_fail(opjit_ctx *ctx, const char *fmt, ...)
 
 static int api_device_id(opjit_ctx *ctx) { return ctx ? ctx->device_id : -1; }
 
+static int api_env_flag(const char *name, int dflt)
+{
+    int v = name ? env_bool_parse(getenv(name), dflt) : dflt;
+    return v < 0 ? dflt : v;
+}
+
 const opjit_api runtime_api = {
     .abi_version = OPJIT_ABI_VERSION,
     .size = sizeof(opjit_api),
@@ -312,6 +319,7 @@ const opjit_api runtime_api = {
     .device_workspace = cuda_api_device_workspace,
     .stream = cuda_api_stream,
     .synchronize = cuda_api_synchronize,
+    .env_flag = api_env_flag,
     .parallel_for = api_parallel_for,
     .num_threads = api_num_threads,
     .thread_num = api_thread_num,

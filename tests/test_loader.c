@@ -1404,6 +1404,32 @@ static void a_forged_entry_in_a_readonly_layer_never_runs(void)
     CHECK(chmod(above, 0755) == 0);
 }
 
+/* ---- op settings read like opjit's own ----------------------------------------- */
+
+static void ops_read_boolean_settings_like_opjit(void)
+{
+    const char *d = tmpdir_new();
+    write_const_op_ex(d, "qal_flag.c", "qal_flag", "QAL_FLAG_VALUE",
+                      "#define QAL_FLAG_VALUE opjit_env_flag(\"QAL_FLAG\", 7)");
+    opjit_runtime *rt = rt_new();
+    opjit_op *op = NULL;
+    CHECK(opjit_load_file(rt, pjoin(d, "qal_flag.c"), &op, NULL) == OPJIT_OK);
+    static const struct {
+        const char *value;
+        long want;
+    } cases[] = {{NULL, 7}, {"", 7}, {"1", 1}, {"on", 1}, {"Yes", 1}, {"TRUE", 1},
+                 {"0", 0}, {"off", 0}, {"No", 0}, {" false ", 0}, {"maybe", 7}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].value)
+            setenv("QAL_FLAG", cases[i].value, 1);
+        else
+            unsetenv("QAL_FLAG");
+        CHECK_VALUE(call_value(rt, op), cases[i].want);
+    }
+    unsetenv("QAL_FLAG");
+    opjit_destroy(rt);
+}
+
 static void status_strings(void)
 {
     for (int s = 0; s < OPJIT_STATUS_COUNT; s++) {
@@ -1455,6 +1481,7 @@ int main(void)
     T_RUN(reload_drops_ops_the_new_init_no_longer_registers);
     T_RUN(discover_survives_sources_that_exit_or_crash);
     T_RUN(a_forged_entry_in_a_readonly_layer_never_runs);
+    T_RUN(ops_read_boolean_settings_like_opjit);
     T_RUN(status_strings);
     tmpdirs_remove();
     return t_done();
