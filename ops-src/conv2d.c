@@ -817,13 +817,14 @@ static int conv_gemm_paths(opjit_ctx *ctx, const conv_geom *g, const DLTensor *i
     j.per = j.direct ? 0 : (size_t)(j.kdim * j.pb) * esz;
 #ifdef SG_FAST
     if (fast) {
-        /* Blocks of about equal size, at least three per thread where the
-         * plane allows: this GEMM's bits do not depend on the blocks. */
+        /* Blocks of about equal size in whole 48-column panels, at least
+         * three per thread where the plane allows: this GEMM's bits do not
+         * depend on the blocks. */
         int64_t nblk = (j.plane + conv_col_block(j.kdim, j.plane) - 1) /
                        conv_col_block(j.kdim, j.plane);
         if (g->n * g->groups * nblk < 3 * T)
             nblk = (3 * T + g->n * g->groups - 1) / (g->n * g->groups);
-        j.pb = ((j.plane + nblk - 1) / nblk + 15) / 16 * 16;
+        j.pb = ((j.plane + nblk - 1) / nblk + 47) / 48 * 48; /* whole GEMM panels */
         if (j.pb < 48)
             j.pb = 48;
         if (j.pb > conv_col_block(j.kdim, j.plane))
