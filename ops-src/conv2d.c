@@ -644,8 +644,10 @@ static int conv_wino_f32(opjit_ctx *ctx, const conv_geom *g, const float *x, con
         memset(b.rb, 0, j.nr * sizeof(float));
     }
     if (j.ob == O) {
+        /* Chunks of 4096 filters: waking the pool for a loop (tens of
+         * microseconds on a VM) costs more than transforming fewer. */
         j.u = (const float *)base;
-        if ((rc = opjit_parallel_for(ctx, 0, (O * C + 15) / 16, 64, conv_wino_weights_run, &j)))
+        if ((rc = opjit_parallel_for(ctx, 0, (O * C + 15) / 16, 256, conv_wino_weights_run, &j)))
             return rc;
     }
     return opjit_parallel_for(ctx, 0, (j.tiles + j.tc - 1) / j.tc, 1, conv_wino_run, &j);
