@@ -644,8 +644,10 @@ static int conv_wino_f32(opjit_ctx *ctx, const conv_geom *g, const float *x, con
         memset(b.rb, 0, j.nr * sizeof(float));
     }
     if (j.ob == O) {
+        /* Chunks of 4096 filters: waking the pool for a loop (tens of
+         * microseconds on a VM) costs more than transforming fewer. */
         j.u = (const float *)base;
-        if ((rc = opjit_parallel_for(ctx, 0, (O * C + 15) / 16, 64, conv_wino_weights_run, &j)))
+        if ((rc = opjit_parallel_for(ctx, 0, (O * C + 15) / 16, 256, conv_wino_weights_run, &j)))
             return rc;
     }
     return opjit_parallel_for(ctx, 0, (j.tiles + j.tc - 1) / j.tc, 1, conv_wino_run, &j);
@@ -817,13 +819,14 @@ static int conv_gemm_paths(opjit_ctx *ctx, const conv_geom *g, const DLTensor *i
     j.per = j.direct ? 0 : (size_t)(j.kdim * j.pb) * esz;
 #ifdef SG_FAST
     if (fast) {
-        /* Blocks of about equal size, at least three per thread where the
-         * plane allows: this GEMM's bits do not depend on the blocks. */
+        /* Blocks of about equal size in whole 48-column panels, at least
+         * three per thread where the plane allows: this GEMM's bits do not
+         * depend on the blocks. */
         int64_t nblk = (j.plane + conv_col_block(j.kdim, j.plane) - 1) /
                        conv_col_block(j.kdim, j.plane);
         if (g->n * g->groups * nblk < 3 * T)
             nblk = (3 * T + g->n * g->groups - 1) / (g->n * g->groups);
-        j.pb = ((j.plane + nblk - 1) / nblk + 15) / 16 * 16;
+        j.pb = ((j.plane + nblk - 1) / nblk + 47) / 48 * 48; /* whole GEMM panels */
         if (j.pb < 48)
             j.pb = 48;
         if (j.pb > conv_col_block(j.kdim, j.plane))
