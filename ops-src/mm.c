@@ -20,9 +20,12 @@
  *    the blocks, so the blocks may follow the thread count.
  *  - otherwise OpenBLAS (cblas_sgemm / cblas_dgemm, one thread per call)
  *    on blocks of rows, one per thread. Blocks start at multiples of 48
- *    rows: OpenBLAS's x86-64 kernels compute output rows in groups of up
- *    to 24, so a row gets the same bits in every such call (measured: a
- *    split anywhere else changes the rounding of the rows near it).
+ *    rows: OpenBLAS's kernels treat the rows of a call in groups whose
+ *    size divides 48, and the last group of a call differently, so a row
+ *    gets the same bits whatever the split (measured on its Haswell
+ *    kernels, and tested at 1, 2 and 7 threads: a split elsewhere changes
+ *    the rounding of the rows near it). OpenBLAS's own threads would not:
+ *    their results differ from one thread's in the last bits.
  */
 #ifndef FORCE_OPENBLAS_COMPLEX_STRUCT
 #define FORCE_OPENBLAS_COMPLEX_STRUCT
