@@ -1146,9 +1146,10 @@ def merged_results(path, fresh, only):
     says which sections were rerun, and when)."""
     with open(path) as f:
         R = json.load(f)
-    for sec in ("nms", "mm"):  # JSON turned their integer keys into strings
-        if isinstance(R.get(sec), dict) and "sizes" in R[sec]:
-            R[sec]["sizes"] = {int(k): v for k, v in R[sec]["sizes"].items()}
+    for sec, sub in (("nms", "sizes"), ("nms", "threaded"), ("mm", "sizes")):
+        # JSON turned their integer keys into strings
+        if isinstance(R.get(sec), dict) and sub in R[sec]:
+            R[sec][sub] = {int(k): v for k, v in R[sec][sub].items()}
     for sec in only:
         for k in SECTION_KEYS[sec]:
             if k in fresh:
