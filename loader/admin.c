@@ -69,19 +69,6 @@ static int admin_cmp(const void *a, const void *b)
 
 /* ---- sources on the search path ------------------------------------------- */
 
-/* The op name length of a source file name ("nms.cu" -> 3), else 0. */
-static size_t admin_stem(const char *file)
-{
-    size_t n = strlen(file);
-    if (file[0] == '.')
-        return 0;
-    if (n > 2 && !strcmp(file + n - 2, ".c"))
-        return n - 2;
-    if (n > 3 && !strcmp(file + n - 3, ".cu"))
-        return n - 3;
-    return 0;
-}
-
 /* The source file names of dir (of op name when not NULL), sorted. */
 static int admin_dir_sources(const char *dir, const char *name, admin_strs *files)
 {
@@ -91,7 +78,7 @@ static int admin_dir_sources(const char *dir, const char *name, admin_strs *file
     struct dirent *de;
     int rc = 0;
     while (!rc && (de = readdir(d))) {
-        size_t stem = admin_stem(de->d_name);
+        size_t stem = loader_source_stem(de->d_name);
         if (stem && (!name || (strlen(name) == stem && !strncmp(de->d_name, name, stem))))
             rc = admin_strs_add(files, de->d_name, strlen(de->d_name));
     }
@@ -144,13 +131,6 @@ typedef struct admin_warm {
     char msg[PATH_MAX + 1024]; /* the current event's message */
 } admin_warm;
 
-static int admin_is_path_spec(const char *s)
-{
-    size_t n = strlen(s);
-    return strchr(s, '/') || (n > 2 && !strcmp(s + n - 2, ".c")) ||
-           (n > 3 && !strcmp(s + n - 3, ".cu"));
-}
-
 static int admin_warm_add(void *ud, const char *path)
 {
     admin_warm *w = ud;
@@ -194,7 +174,7 @@ static int admin_warm_targets(admin_warm *w)
         w->found = 0;
         if (!t || !*t)
             rc = rt_error(w->rt, OPJIT_EINVAL, "opjit_warm: an empty target");
-        else if (admin_is_path_spec(t))
+        else if (loader_is_path_spec(t))
             admin_warm_add(w, t);
         else
             rc = opjit_sources(w->rt, t, admin_warm_add, w);

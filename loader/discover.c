@@ -14,7 +14,6 @@
  *   error <status> <message>   the load failed
  *   end                        the child finished
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -313,118 +312,65 @@ static int discover_report(loader *l, const char *path, long timeout_ms,
 
 /* ---- the search path --------------------------------------------------------- */
 
-typedef struct name_list {
-    char **v;
-    size_t n, cap;
-} name_list;
+/* Which directory each op name was first found in: a later directory's
+ * source of the same name is shadowed (a load by name takes the first). */
+typedef struct discover_walk {
+    loader *l;
+    long timeout_ms;
+    int (*fn)(void *ud, const opjit_source_ops *src);
+    void *ud;
+    int first_error, oom;
+    char **seen; /* "dir/stem" of each name taken, one per name */
+    size_t nseen, cap;
+} discover_walk;
 
-static int list_add(name_list *l, const char *s, size_t len)
+/* 1 when path's name was taken by an earlier directory; else records it. */
+static int discover_shadowed(discover_walk *w, const char *path)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 32;
-        char **v = realloc(l->v, cap * sizeof *v);
+    const char *file = strrchr(path, '/') + 1;
+    size_t dirlen = (size_t)(file - path), stem = loader_source_stem(file);
+    for (size_t i = 0; i < w->nseen; i++) {
+        const char *name = strrchr(w->seen[i], '/') + 1;
+        size_t seen_dirlen = (size_t)(name - w->seen[i]);
+        if (strlen(name) == stem && !strncmp(name, file, stem)) /* the same op name */
+            return seen_dirlen != dirlen || strncmp(w->seen[i], path, dirlen) != 0;
+    }
+    if (w->nseen == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 32;
+        char **v = realloc(w->seen, cap * sizeof *v);
         if (!v)
-            return -1;
-        l->v = v;
-        l->cap = cap;
+            return w->oom = 1;
+        w->seen = v;
+        w->cap = cap;
     }
-    if (!(l->v[l->n] = strndup(s, len)))
-        return -1;
-    l->n++;
+    if (!(w->seen[w->nseen] = strndup(path, dirlen + stem)))
+        return w->oom = 1;
+    w->nseen++;
     return 0;
 }
 
-static int list_has(const name_list *l, const char *s)
+static int discover_source(void *ud, const char *path)
 {
-    for (size_t i = 0; i < l->n; i++)
-        if (!strcmp(l->v[i], s))
-            return 1;
-    return 0;
-}
-
-static void list_free(name_list *l)
-{
-    for (size_t i = 0; i < l->n; i++)
-        free(l->v[i]);
-    free(l->v);
-}
-
-static int cmp_names(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* The length of the op name in a source file name ("nms.cu" -> 3), else 0. */
-static size_t source_stem_len(const char *file)
-{
-    size_t n = strlen(file);
-    if (file[0] == '.')
-        return 0;
-    if (n > 2 && !strcmp(file + n - 2, ".c"))
-        return n - 2;
-    if (n > 3 && !strcmp(file + n - 3, ".cu"))
-        return n - 3;
-    return 0;
-}
-
-/* The source files of dir, sorted, whose names no earlier directory had
- * (those are shadowed); their names are added to taken afterwards. */
-static int dir_sources(const char *dir, name_list *taken, name_list *files)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0; /* a directory that is not there has no sources */
-    name_list stems = {0};
-    struct dirent *de;
-    int rc = 0;
-    while (!rc && (de = readdir(d))) {
-        size_t stem = source_stem_len(de->d_name);
-        char s[NAME_MAX + 1];
-        if (!stem)
-            continue;
-        snprintf(s, sizeof s, "%.*s", (int)stem, de->d_name);
-        if (list_has(taken, s))
-            continue;
-        rc = list_add(files, de->d_name, strlen(de->d_name));
-        if (!rc && !list_has(&stems, s))
-            rc = list_add(&stems, s, strlen(s));
-    }
-    closedir(d);
-    for (size_t i = 0; !rc && i < stems.n; i++)
-        rc = list_add(taken, stems.v[i], strlen(stems.v[i]));
-    list_free(&stems);
-    if (files->n > 1)
-        qsort(files->v, files->n, sizeof *files->v, cmp_names);
-    return rc;
+    discover_walk *w = ud;
+    if (discover_shadowed(w, path))
+        return w->oom;
+    return discover_report(w->l, path, w->timeout_ms, w->fn, w->ud, &w->first_error);
 }
 
 int opjit_discover(opjit_runtime *rt, int (*fn)(void *ud, const opjit_source_ops *src), void *ud)
 {
     if (!rt || !fn)
         return rt_error(rt, OPJIT_EINVAL, "opjit_discover: NULL argument");
-    loader *l = rt->loader;
-    long timeout_ms = discover_timeout_ms(rt);
-    name_list taken = {0};
-    int first_error = 0, stop = 0, oom = 0;
-    for (const char *p = l->ops_path; *p && !stop && !oom;) {
-        const char *e = strchr(p, ':');
-        size_t n = e ? (size_t)(e - p) : strlen(p);
-        char dir[PATH_MAX], path[PATH_MAX + NAME_MAX + 2];
-        name_list files = {0};
-        snprintf(dir, sizeof dir, "%.*s", (int)n, p);
-        if (n && dir_sources(dir, &taken, &files) != 0)
-            oom = 1;
-        for (size_t i = 0; i < files.n && !stop && !oom; i++) {
-            snprintf(path, sizeof path, "%s/%s", dir, files.v[i]);
-            stop = discover_report(l, path, timeout_ms, fn, ud, &first_error);
-        }
-        list_free(&files);
-        p += n + (e ? 1 : 0);
-    }
-    list_free(&taken);
-    if (oom)
+    discover_walk w = {.l = rt->loader, .timeout_ms = discover_timeout_ms(rt), .fn = fn, .ud = ud};
+    int rc = opjit_sources(rt, NULL, discover_source, &w);
+    for (size_t i = 0; i < w.nseen; i++)
+        free(w.seen[i]);
+    free(w.seen);
+    if (rc)
+        return rc;
+    if (w.oom)
         return rt_error(rt, OPJIT_ENOMEM, "opjit_discover: out of memory");
-    if (first_error)
-        return rt_error(rt, first_error, "some sources on the search path could not be listed");
+    if (w.first_error)
+        return rt_error(rt, w.first_error, "some sources on the search path could not be listed");
     return OPJIT_OK;
 }

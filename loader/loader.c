@@ -826,9 +826,21 @@ static int load_file_locked(loader *l, const char *path, opjit_op **op, opjit_lo
 
 /* ---- names ---------------------------------------------------------------- */
 
-static int is_path_spec(const char *spec)
+int loader_is_path_spec(const char *spec)
 {
     return strchr(spec, '/') || has_suffix(spec, ".c") || has_suffix(spec, ".cu");
+}
+
+size_t loader_source_stem(const char *file)
+{
+    size_t n = strlen(file);
+    if (file[0] == '.')
+        return 0;
+    if (n > 2 && has_suffix(file, ".c"))
+        return n - 2;
+    if (n > 3 && has_suffix(file, ".cu"))
+        return n - 3;
+    return 0;
 }
 
 int opjit_load_file(opjit_runtime *rt, const char *path, opjit_op **op, opjit_load_info *info)
@@ -903,7 +915,7 @@ int opjit_unload(opjit_runtime *rt, const char *spec)
     loader *l = rt->loader;
     char reals[OPJIT_DEVICE_COUNT][PATH_MAX];
     int nreal = 0;
-    if (is_path_spec(spec)) {
+    if (loader_is_path_spec(spec)) {
         if (!realpath(spec, reals[0]))
             return rt_error(rt, OPJIT_ENOTFOUND, "%s: %s", spec, strerror(errno));
         nreal = 1;
@@ -981,7 +993,7 @@ int opjit_load_op(opjit_runtime *rt, const char *spec, opjit_op **op)
         *op = NULL;
     if (!rt || !spec || !*spec)
         return rt_error(rt, OPJIT_EINVAL, "opjit_load_op: NULL or empty spec");
-    if (is_path_spec(spec))
+    if (loader_is_path_spec(spec))
         return opjit_load_file(rt, spec, op, NULL);
     pthread_mutex_lock(&rt->loader->lock);
     by_name bn = {.rt = rt};

@@ -70,6 +70,11 @@ int load_module(loader *l, const source *s, const char *so, const char *tier, mo
 /* Write opjit_op.h into the loader's private directory (once). */
 int loader_scratch(loader *l);
 loaded *loader_find_loaded(loader *l, const char *real);
+/* Whether spec names a file (a '/', or a .c/.cu suffix) rather than an op. */
+int loader_is_path_spec(const char *spec);
+/* The op name's length in a source file name ("nms.cu" -> 3); 0 when it is
+ * not a source (no .c/.cu suffix, or a hidden file). */
+size_t loader_source_stem(const char *file);
 const char *loader_target(void);
 double loader_now_ms(void);
 
