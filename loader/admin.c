@@ -191,11 +191,7 @@ static void admin_warm_config(const admin_warm *w, opjit_config *cfg)
 {
     const opjit_runtime *rt = w->rt;
     const loader *l = rt->loader;
-    opjit_config_init(cfg);
-    cfg->cache_dir = l->cfg_cache_dir;
-    cfg->readonly_caches = l->cfg_readonly;
-    cfg->offline = l->cfg_offline;
-    cfg->no_cache = l->cfg_no_cache;
+    loader_same_caches(l, cfg);
     cfg->log = rt->log;
     cfg->log_ud = rt->log_ud;
     cfg->verbosity = rt->verbosity;

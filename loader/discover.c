@@ -79,12 +79,7 @@ static void child_main(loader *parent, const char *path, int device, int fd)
     if (!out)
         _exit(120);
     opjit_config cfg;
-    opjit_config_init(&cfg);
-    cfg.cache_dir = parent->cfg_cache_dir;
-    cfg.readonly_caches = parent->cfg_readonly;
-    cfg.offline = parent->cfg_offline;
-    cfg.no_cache = parent->cfg_no_cache;
-    cfg.cuda_archs = parent->cuda_archs;
+    loader_same_caches(parent, &cfg);
     opjit_runtime *rt = NULL;
     int rc = opjit_create(&cfg, &rt);
     if (rc == OPJIT_OK) {

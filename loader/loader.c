@@ -826,6 +826,16 @@ static int load_file_locked(loader *l, const char *path, opjit_op **op, opjit_lo
 
 /* ---- names ---------------------------------------------------------------- */
 
+void loader_same_caches(const loader *l, opjit_config *cfg)
+{
+    opjit_config_init(cfg);
+    cfg->cache_dir = l->cfg_cache_dir;
+    cfg->readonly_caches = l->cfg_readonly;
+    cfg->offline = l->cfg_offline;
+    cfg->no_cache = l->cfg_no_cache;
+    cfg->cuda_archs = l->cuda_archs;
+}
+
 int loader_is_path_spec(const char *spec)
 {
     return strchr(spec, '/') || has_suffix(spec, ".c") || has_suffix(spec, ".cu");
@@ -855,8 +865,10 @@ int opjit_load_file(opjit_runtime *rt, const char *path, opjit_op **op, opjit_lo
     return rc;
 }
 
-int loader_each_source(opjit_runtime *rt, const char *name,
-                       int (*fn)(void *ud, const char *path), void *ud)
+/* Call fn for each source of op `name` on the search path (name.c, name.cu
+ * in each directory, in order); stops when fn returns non-zero. */
+static int loader_each_source(opjit_runtime *rt, const char *name,
+                              int (*fn)(void *ud, const char *path), void *ud)
 {
     loader *l = rt->loader;
     const char *p = l->ops_path;
@@ -881,8 +893,6 @@ int loader_each_source(opjit_runtime *rt, const char *name,
     }
     return 0;
 }
-
-const char *loader_ops_path(opjit_runtime *rt) { return rt->loader->ops_path; }
 
 int opjit_wait(opjit_runtime *rt)
 {

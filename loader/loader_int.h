@@ -6,7 +6,6 @@
 #include <pthread.h>
 
 #include "cache/cache.h"
-#include "loader/loader.h"
 #include "runtime/runtime.h"
 
 /* A source loaded before, so an unchanged one is not loaded twice. */
@@ -48,6 +47,10 @@ typedef struct source {
     cache_key digest; /* of everything the artifacts depend on, read once */
 } source;
 
+/* Read a whole file, NUL-terminated; NULL with errno on failure (EINVAL:
+ * not a regular file). */
+char *loader_read_file(const char *path, size_t *len);
+
 /* The loader of rt, built from cfg (opjit_create), and its end. */
 int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **out);
 void loader_destroy(struct loader *l);
@@ -70,6 +73,10 @@ int load_module(loader *l, const source *s, const char *so, const char *tier, mo
 /* Write opjit_op.h into the loader's private directory (once). */
 int loader_scratch(loader *l);
 loaded *loader_find_loaded(loader *l, const char *real);
+/* A config for a runtime of its own over the same caches as l (discovery's
+ * children, warming): the defaults plus l's cache directories, offline and
+ * no_cache settings and CUDA architectures. */
+void loader_same_caches(const loader *l, opjit_config *cfg);
 /* Whether spec names a file (a '/', or a .c/.cu suffix) rather than an op. */
 int loader_is_path_spec(const char *spec);
 /* The op name's length in a source file name ("nms.cu" -> 3); 0 when it is
