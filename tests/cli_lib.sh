@@ -1,11 +1,28 @@
-# tests/cli_lib.sh - the harness the CLI tests share. Source it after
-# setting T (a scratch directory): run CMD... keeps the exit status in $rc,
+# tests/cli_lib.sh - the harness the CLI tests share. Source it, then
+# need_cli and fresh_tmp set $CLI and $T (a scratch directory): run CMD... keeps the exit status in $rc,
 # stdout in $T/out and stderr in $T/err; expect checks them; pass/fail
 # count; check WHAT CMD... passes when CMD succeeds; npy and friends write
 # .npy files from the shell. Under -fsanitize a finding must not pass for an
 # expected exit 1.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}exitcode=86"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}exitcode=86:print_stacktrace=1"
+
+# need_cli: $CLI, the opjit tool ctest names in $OPJIT_CLI; without one the
+# test is skipped (exit 77).
+need_cli() {
+    if [[ -z "${OPJIT_CLI:-}" || ! -x "${OPJIT_CLI}" ]]; then
+        echo "OPJIT_CLI is not set to the opjit tool; skipping" >&2
+        exit 77
+    fi
+    CLI=$OPJIT_CLI
+}
+
+# fresh_tmp: $T, an empty scratch directory ($OPJIT_TEST_TMP, else a new one).
+fresh_tmp() {
+    T=${OPJIT_TEST_TMP:-$(mktemp -d)}
+    rm -rf "$T"
+    mkdir -p "$T"
+}
 
 passed=0
 failed=0

@@ -10,18 +10,11 @@
 # /usr/bin/python3 has numpy, the outputs are also checked with numpy.
 set -euo pipefail
 
-if [[ -z "${OPJIT_CLI:-}" || ! -x "${OPJIT_CLI}" ]]; then
-    echo "OPJIT_CLI is not set to the opjit tool; skipping" >&2
-    exit 77
-fi
-CLI=$OPJIT_CLI
-OPS=${OPJIT_OPS_PATH:?OPJIT_OPS_PATH must name ops-src}
-T=${OPJIT_TEST_TMP:-$(mktemp -d)}
-rm -rf "$T"
-mkdir -p "$T"
-export OPJIT_CACHE_DIR=${OPJIT_CACHE_DIR:-$T/cache}
-
 . "$(dirname "$0")/cli_lib.sh"
+need_cli
+fresh_tmp
+OPS=${OPJIT_OPS_PATH:?OPJIT_OPS_PATH must name ops-src}
+export OPJIT_CACHE_DIR=${OPJIT_CACHE_DIR:-$T/cache}
 
 HAVE_NUMPY=0
 if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then HAVE_NUMPY=1; fi

@@ -12,20 +12,14 @@
 # OPJIT_CACHE_DIR, OPJIT_CC, OPJIT_SOURCE_DIR.
 set -euo pipefail
 
-if [[ -z "${OPJIT_CLI:-}" || ! -x "${OPJIT_CLI}" ]]; then
-    echo "OPJIT_CLI is not set to the opjit tool; skipping" >&2
-    exit 77
-fi
-CLI=$OPJIT_CLI
+. "$(dirname "$0")/cli_lib.sh"
+need_cli
+fresh_tmp
 OPS=${OPJIT_OPS_PATH:?OPJIT_OPS_PATH must name ops-src}
 SRC=${OPJIT_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-T=${OPJIT_TEST_TMP:-$(mktemp -d)}
-rm -rf "$T"
-mkdir -p "$T"
 export OPJIT_CACHE_DIR=${OPJIT_CACHE_DIR:-$T/cache}
 unset OPJIT_CUDA_DRIVER FAKE_CUDA_DEVICES FAKE_CUDA_CC OPJIT_CUDA_ARCHS
 
-. "$(dirname "$0")/cli_lib.sh"
 npy_f32 "$T/a.npy" "(2, 2)" 1 2 3 4
 npy_f32 "$T/b.npy" "(2, 2)" 5 6 7 8
 npy_f32 "$T/e.npy" "(0, 2)"

@@ -8,18 +8,13 @@
 # Env (set by ctest): OPJIT_CLI, OPJIT_TEST_TMP, OPJIT_CACHE_DIR.
 set -euo pipefail
 
-if [[ -z "${OPJIT_CLI:-}" || ! -x "${OPJIT_CLI}" ]]; then
-    echo "OPJIT_CLI is not set to the opjit tool; skipping" >&2
-    exit 77
-fi
-CLI=$OPJIT_CLI
-T=${OPJIT_TEST_TMP:-$(mktemp -d)}
-rm -rf "$T"
+. "$(dirname "$0")/cli_lib.sh"
+need_cli
+fresh_tmp
 mkdir -p "$T/ops"
 export OPJIT_CACHE_DIR=${OPJIT_CACHE_DIR:-$T/cache}
 export OPJIT_OPS_PATH=$T/ops
 
-. "$(dirname "$0")/cli_lib.sh"
 
 # qd_copy: its input, for 2-, 4- and 8-byte integer and float dtypes.
 # qd_bf16: float32 in, bfloat16 out (the top half of each float).

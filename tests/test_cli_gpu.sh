@@ -7,19 +7,13 @@
 # Env (set by ctest): OPJIT_CLI, OPJIT_OPS_PATH, OPJIT_TEST_TMP, OPJIT_CACHE_DIR.
 set -euo pipefail
 
-if [[ -z "${OPJIT_CLI:-}" || ! -x "${OPJIT_CLI}" ]]; then
-    echo "OPJIT_CLI is not set to the opjit tool; skipping" >&2
-    exit 77
-fi
-CLI=$OPJIT_CLI
+. "$(dirname "$0")/cli_lib.sh"
+need_cli
+fresh_tmp
 OPS=${OPJIT_OPS_PATH:?OPJIT_OPS_PATH must name ops-src}
-T=${OPJIT_TEST_TMP:-$(mktemp -d)}
-rm -rf "$T"
-mkdir -p "$T"
 export OPJIT_CACHE_DIR=${OPJIT_CACHE_DIR:-$T/cache}
 unset OPJIT_CUDA_DRIVER OPJIT_CUDA_ARCHS
 
-. "$(dirname "$0")/cli_lib.sh"
 npy_f32 "$T/a.npy" "(2, 3)" 1 2 3 4 5 6
 npy_f32 "$T/b.npy" "(3, 2)" 7 8 9 10 11 12
 run "$CLI" call mm self=@"$T/a.npy" mat2=@"$T/b.npy" --device cuda

@@ -8,16 +8,14 @@
 set -euo pipefail
 B=${OPJIT_BINARY_DIR:?}
 S=${OPJIT_SOURCE_DIR:?}
-T=${OPJIT_TEST_TMP:-$(mktemp -d)}
-rm -rf "$T"
-mkdir -p "$T"
+. "$(dirname "$0")/cli_lib.sh"
+fresh_tmp
 CC=${OPJIT_CC:-cc}
 # A library built with sanitizers needs them at link time too.
 EXTRA_FLAGS=
 if grep -q '^OPJIT_SANITIZE:BOOL=ON' "$B/CMakeCache.txt" 2>/dev/null; then
     EXTRA_FLAGS="-fsanitize=address,undefined"
 fi
-. "$(dirname "$0")/cli_lib.sh"
 
 others=$(nm -g --defined-only "$B/libopjit.a" | awk 'NF == 3 { print $3 }' | grep -v '^opjit_' || true)
 check "libopjit.a defines only opjit_* globally (found: $(echo $others | head -c 300))" test -z "$others"

@@ -9,19 +9,13 @@
 # Env (set by ctest): OPJIT_CLI, OPJIT_OPS_PATH, OPJIT_TEST_TMP, OPJIT_CC.
 set -euo pipefail
 
-if [[ -z "${OPJIT_CLI:-}" || ! -x "${OPJIT_CLI}" ]]; then
-    echo "OPJIT_CLI is not set to the opjit tool; skipping" >&2
-    exit 77
-fi
-CLI=$OPJIT_CLI
+. "$(dirname "$0")/cli_lib.sh"
+need_cli
+fresh_tmp
 OPS=${OPJIT_OPS_PATH:?OPJIT_OPS_PATH must name ops-src}
-T=${OPJIT_TEST_TMP:-$(mktemp -d)}
-rm -rf "$T"
-mkdir -p "$T"
 CC_REAL=${OPJIT_CC:-cc}
 unset OPJIT_CC OPJIT_TIERING OPJIT_OFFLINE OPJIT_CACHE_READONLY
 
-. "$(dirname "$0")/cli_lib.sh"
 
 npy_f32 "$T/b.npy" "(3, 4)" 0 0 10 10  1 1 11 11  50 50 60 60
 npy_f32 "$T/s.npy" "(3,)" 3 2 1
