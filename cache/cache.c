@@ -192,13 +192,15 @@ out:
 
 /* Whether a read-only layer may serve: its entries directory and every
  * directory above it are ours or root's and writable by nobody else.
- * NULL, or why not (malloc'd; "" when out of memory). */
-static char *cache_layer_distrust(const cache *c, const char *root)
+ * NULL, or why not (malloc'd; "" when out of memory); *absent when it has
+ * no entries directory (nothing to warn about, and nothing served). */
+static char *cache_layer_distrust(const cache *c, const char *root, char *absent)
 {
     char entries[PATH_MAX], why[PATH_MAX + 128];
     struct stat st;
     snprintf(entries, sizeof entries, "%s/v1/entries", root);
-    if (stat(entries, &st) != 0 && errno == ENOENT)
+    *absent = stat(entries, &st) != 0 && errno == ENOENT;
+    if (*absent)
         snprintf(why, sizeof why, "%s does not exist", entries);
     else if (cache_trusted_path(entries, c->euid, why, sizeof why) == 0)
         return NULL;
@@ -216,13 +218,17 @@ static int cache_add_readonly(cache *c, const char *dir, size_t n)
     if (!why)
         return -1;
     c->ro_why = why;
+    char *absent = realloc(c->ro_absent, (size_t)(c->nro + 1));
+    if (!absent)
+        return -1;
+    c->ro_absent = absent;
     char *d = cache_absolute(strndup(dir, n));
     if (!d)
         return -1;
     /* Trailing slashes would make two spellings of one layer. */
     while (strlen(d) > 1 && d[strlen(d) - 1] == '/')
         d[strlen(d) - 1] = '\0';
-    c->ro_why[c->nro] = cache_layer_distrust(c, d);
+    c->ro_why[c->nro] = cache_layer_distrust(c, d, &c->ro_absent[c->nro]);
     c->ro[c->nro++] = d;
     return 0;
 }
@@ -231,7 +237,7 @@ static int cache_add_readonly(cache *c, const char *dir, size_t n)
 static void cache_warn_layers(const cache *c)
 {
     for (int i = 0; i < c->nro; i++)
-        if (c->ro_why[i] && !strstr(c->ro_why[i], "does not exist"))
+        if (c->ro_why[i] && !c->ro_absent[i])
             cache_logf(c, OPJIT_LOG_WARN,
                        "cache: read-only layer %s is not used: %s (only directories that "
                        "you or root own and nobody else can write are trusted)",
@@ -358,6 +364,7 @@ void cache_close(cache *c)
     }
     free(c->ro);
     free(c->ro_why);
+    free(c->ro_absent);
     free(c->root);
     free(c->entries);
     free(c->tmp);

@@ -152,7 +152,7 @@ static int cache_walk(cache *c, int flags, int repair, cache_entry_fn fn, void *
         const char *root = writable ? c->root : c->ro[li];
         if (!writable && c->ro_why[li]) {
             /* A layer that is not trusted is never read: one problem. */
-            if (!strstr(c->ro_why[li], "does not exist"))
+            if (!c->ro_absent[li])
                 stop = cache_report_layer(c, li, fn, ud, &damaged);
             continue;
         }

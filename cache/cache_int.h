@@ -40,6 +40,7 @@ struct cache {
     int writable;    /* root is usable (created, trusted) */
     char **ro;       /* read-only layer roots */
     char **ro_why;   /* per layer: NULL, or why it is not used (untrusted) */
+    char *ro_absent; /* per layer: it has no entries directory (also not used) */
     int nro;
     int offline;
     int disabled;

@@ -1,7 +1,7 @@
-# tests/cli_lib.sh - the harness the CLI tests share. Source it, then
-# need_cli and fresh_tmp set $CLI and $T (a scratch directory): run CMD... keeps the exit status in $rc,
-# stdout in $T/out and stderr in $T/err; expect checks them; pass/fail
-# count; check WHAT CMD... passes when CMD succeeds; npy and friends write
+# tests/cli_lib.sh - the harness the CLI tests share. Source it; need_cli
+# and fresh_tmp set $CLI and $T (a scratch directory). run CMD... keeps the
+# exit status in $rc, stdout in $T/out and stderr in $T/err; expect checks
+# them; pass/fail count; check WHAT CMD... passes when CMD succeeds; npy and friends write
 # .npy files from the shell. Under -fsanitize a finding must not pass for an
 # expected exit 1.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}exitcode=86"
