@@ -1,9 +1,9 @@
 # tests/cli_lib.sh - the harness the CLI tests share. Source it; need_cli
 # and fresh_tmp set $CLI and $T (a scratch directory). run CMD... keeps the
 # exit status in $rc, stdout in $T/out and stderr in $T/err; expect checks
-# them; pass/fail count; check WHAT CMD... passes when CMD succeeds; npy and friends write
-# .npy files from the shell. Under -fsanitize a finding must not pass for an
-# expected exit 1.
+# them; pass/fail count; check WHAT CMD... passes when CMD succeeds; npy and
+# friends write .npy files from the shell. Under -fsanitize a finding must
+# not pass for an expected exit 1.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}exitcode=86"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}exitcode=86:print_stacktrace=1"
 
