@@ -15,8 +15,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "jit/jit.h"
 #include "opjit.h"
+#include "opjit_build_config.h"
 
 extern char **environ;
 
@@ -194,3 +197,112 @@ int jit_cc_compile(const jit_cc_job *job, char *diag, size_t diaglen)
     unlink(log);
     return st ? OPJIT_ECOMPILE : OPJIT_OK;
 }
+
+/* ---- the optimizing C compiler in the table of compilers ------------------- */
+
+#define OPT_OPTIONS "-O2 -ffp-contract=off -fPIC -shared -std=gnu99 " \
+                    "-DFORCE_OPENBLAS_COMPLEX_STRUCT -DOPJIT_TIER_OPT -lm"
+
+static int cc_file_id(const jit_settings *set, char *out, size_t n)
+{
+    return jit_file_id("cc-file", set->cc, out, n);
+}
+
+/* A hash of what `cc --version` says and where it lives. */
+static int cc_identity(const jit_settings *set, char *out, size_t n, char *err, size_t errlen)
+{
+    if (!set->cc[0]) {
+        snprintf(err, errlen, "no C compiler (OPJIT_CC)");
+        return OPJIT_EDEVICE;
+    }
+    size_t len;
+    char *version = jit_cc_version(set->cc, set->scratch, set->cc_timeout_ms, &len);
+    if (!version) {
+        snprintf(err, errlen, "%s --version failed", set->cc);
+        return OPJIT_ECOMPILE;
+    }
+    char buf[PATH_MAX + 4096];
+    int k = snprintf(buf, sizeof buf, "%s\n%.*s", set->cc, (int)(len < 4096 ? len : 4096),
+                     version);
+    free(version);
+    XXH128_hash_t h = XXH3_128bits(buf, (size_t)k < sizeof buf ? (size_t)k : sizeof buf);
+    snprintf(out, n, "cc:%016llx%016llx", (unsigned long long)h.high64,
+             (unsigned long long)h.low64);
+    return OPJIT_OK;
+}
+
+static void cc_options(const jit_job *job, char *out, size_t n)
+{
+    snprintf(out, n, "%s link-blas=%s", OPT_OPTIONS, job->link_blas ? "yes" : "no");
+}
+
+/* The CPU levels this machine runs, best first: code built for one of
+ * them never meets a CPU that lacks its features. */
+static void cc_targets(const jit_settings *set, char *out, size_t n)
+{
+    (void)set;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    int v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("bmi2");
+    int v2 = __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("popcnt");
+    snprintf(out, n, "%s%sx86-64", v3 ? "x86-64-v3," : "", v2 ? "x86-64-v2," : "");
+#else
+    snprintf(out, n, "native-baseline");
+#endif
+}
+
+static void cc_artifact(const char *target, char *out, size_t n)
+{
+    (void)target;
+    snprintf(out, n, "host.so");
+}
+
+static int cc_compile_job(const jit_job *job, char *diag, size_t n)
+{
+    char blas[PATH_MAX];
+    snprintf(blas, sizeof blas, "%s", OPJIT_OPENBLAS_LIBRARY);
+    char *slash = strrchr(blas, '/');
+    if (slash)
+        *slash = '\0';
+    static const char *const defines[] = {"-DFORCE_OPENBLAS_COMPLEX_STRUCT", "-DOPJIT_TIER_OPT",
+                                          NULL};
+    const char *includes[6];
+    int ni = 0;
+    for (int i = 0; job->include_dirs && job->include_dirs[i] && ni < 2; i++)
+        includes[ni++] = job->include_dirs[i];
+    includes[ni++] = OPJIT_DLPACK_INCLUDE_DIR;
+    includes[ni++] = OPJIT_CBLAS_INCLUDE_DIR;
+    includes[ni] = NULL;
+    jit_cc_job cj = {
+        .cc = job->set->cc,
+        .source_name = job->source_name,
+        .text = job->text,
+        .len = job->len,
+        .march = strncmp(job->target, "x86-64", 6) ? NULL : job->target,
+        .defines = defines,
+        .include_dirs = includes,
+        .blas_dir = job->link_blas ? blas : NULL,
+        .dir = job->dir,
+        .out_name = job->artifact,
+        .timeout_ms = job->set->cc_timeout_ms,
+    };
+    if (!cj.cc[0]) {
+        snprintf(diag, n, "no C compiler (OPJIT_CC)");
+        return OPJIT_EDEVICE;
+    }
+    return jit_cc_compile(&cj, diag, n);
+}
+
+const jit_compiler jit_cc = {
+    .name = "opt",
+    .what = "the optimizing C compiler",
+    .halves = JIT_C,
+    .background = 1,
+    .file_id = cc_file_id,
+    .identity = cc_identity,
+    .options = cc_options,
+    .targets = cc_targets,
+    .artifact = cc_artifact,
+    .compile = cc_compile_job,
+};

@@ -3,7 +3,85 @@
 #ifndef OPJIT_JIT_H
 #define OPJIT_JIT_H
 
+#include <limits.h>
 #include <stddef.h>
+/* ---- the compilers, as one table ------------------------------------------
+ *
+ * Every compiler is one jit_compiler: what goes into the keys of its
+ * artifacts (identity, options, target), the targets a machine needs, the
+ * names of its artifacts, and compile(). The loader's pipeline (loader/
+ * pipeline.c) keys, finds and builds artifacts through this interface
+ * alone: adding a compiler is one file in jit/ and one entry of
+ * jit_compilers (jit/compilers.c). */
+
+/* What a compiler compiles. */
+enum {
+    JIT_C = 1,          /* a .c source */
+    JIT_CU_HOST = 2,    /* the host half of a .cu (C, #ifndef __CUDACC_RTC__) */
+    JIT_CU_DEVICE = 4,  /* the device half of a .cu */
+};
+
+/* What the runtime was configured with, for every compiler. */
+typedef struct jit_settings {
+    char cc[PATH_MAX];        /* the optimizing C compiler, resolved; "" when none */
+    long cc_timeout_ms;       /* then it is killed with everything it started */
+    const char *cuda_archs;   /* "sm_80,sm_90,compute_90", resolved by the loader */
+    const char *scratch;      /* a private directory for logs (may be NULL until needed) */
+} jit_settings;
+
+/* One compile: one source for one target. */
+typedef struct jit_job {
+    const char *source_name; /* for diagnostics: "ops-src/nms.c" */
+    const char *text;        /* the source, as hashed into the key */
+    size_t len;
+    unsigned half;           /* JIT_C, JIT_CU_HOST or JIT_CU_DEVICE */
+    int link_blas;           /* the source calls OpenBLAS */
+    const char *const *include_dirs; /* the source's directory, opjit_op.h's; NULL-terminated */
+    const char *target;      /* one of the compiler's targets */
+    const char *dir;         /* the artifact is written into dir */
+    const char *artifact;    /* under this name */
+    const jit_settings *set;
+} jit_job;
+
+typedef struct jit_compiler {
+    const char *name;     /* the tier its code serves ("tcc", "opt", "nvrtc"); a key field */
+    const char *what;     /* for messages: "libtcc", "the optimizing C compiler", "NVRTC" */
+    unsigned halves;      /* what it compiles: JIT_C | JIT_CU_HOST | JIT_CU_DEVICE */
+    int background;       /* slow: a load uses its code when cached, never waits for it */
+    /* Who the compiler is, cheaply (no process, no dlopen): a hash of its
+     * file's path and stat; 0 when it is not on this machine. NULL when
+     * the identity itself is cheap (then no index entries are kept). */
+    int (*file_id)(const jit_settings *set, char *out, size_t n);
+    /* What goes into the key: its version and where it lives. May run or
+     * load the compiler; the loader keeps it for the runtime's life. */
+    int (*identity)(const jit_settings *set, char *out, size_t n, char *err, size_t errlen);
+    /* The options of job that change the artifact (flags, defines, the
+     * libraries it links, headers outside the source's directory). */
+    void (*options)(const jit_job *job, char *out, size_t n);
+    /* Targets this machine needs, comma-separated, best first. A host
+     * compiler's code for any of them runs here (the first is built); a
+     * device compiler builds each. */
+    void (*targets)(const jit_settings *set, char *out, size_t n);
+    /* The artifact's file name for target ("host.so", "sm_90.cubin"). */
+    void (*artifact)(const char *target, char *out, size_t n);
+    /* Build job->artifact in job->dir. OPJIT_ECOMPILE with diagnostics
+     * ("file:line: error: ..."), OPJIT_EDEVICE (compiler missing),
+     * OPJIT_EIO, OPJIT_ENOMEM. */
+    int (*compile)(const jit_job *job, char *diag, size_t n);
+} jit_compiler;
+
+extern const jit_compiler jit_tcc, jit_cc, jit_nvrtc;
+/* Every compiler, NULL-terminated; for one half the better code first. */
+extern const jit_compiler *const jit_compilers[];
+
+/* "x86_64-linux": the machine's triple (once per process). */
+const char *jit_host_target(void);
+/* A hash of what identifies a compiler's file cheaply: its path, its real
+ * path and that file's device, inode, size and modification time, as
+ * "prefix:<hex>" into out; 0 when it cannot be read. */
+int jit_file_id(const char *prefix, const char *path, char *out, size_t n);
+
+/* ---- the compilers' own interfaces ---------------------------------------- */
 
 typedef struct jit_tcc_job {
     const char *source_name; /* for diagnostics: "ops-src/nms.c" */

@@ -512,3 +512,66 @@ int jit_nvrtc_compile(const jit_nvrtc_job *job, char *diag, size_t diaglen)
     free(bin);
     return rc;
 }
+
+/* ---- NVRTC in the table of compilers ----------------------------------------- */
+
+static int nvrtc_file_id(const jit_settings *set, char *out, size_t n)
+{
+    (void)set;
+    char path[PATH_MAX];
+    return jit_nvrtc_locate(path, sizeof path) && jit_file_id("nvrtc-file", path, out, n);
+}
+
+static int nvrtc_identity(const jit_settings *set, char *out, size_t n, char *err,
+                          size_t errlen)
+{
+    (void)set;
+    int rc = jit_nvrtc_load(err, errlen); /* at once when loaded already */
+    if (!rc)
+        snprintf(out, n, "%s", jit_nvrtc_identity());
+    return rc;
+}
+
+static void nvrtc_options(const jit_job *job, char *out, size_t n)
+{
+    (void)job;
+    snprintf(out, n, "%s", jit_nvrtc_options());
+}
+
+static void nvrtc_targets(const jit_settings *set, char *out, size_t n)
+{
+    snprintf(out, n, "%s", set->cuda_archs ? set->cuda_archs : "");
+}
+
+static void nvrtc_artifact(const char *target, char *out, size_t n)
+{
+    int number, ptx = 0;
+    jit_cuda_arch_parse(target, &number, &ptx);
+    snprintf(out, n, "%s.%s", target, ptx ? "ptx" : "cubin");
+}
+
+static int nvrtc_compile_job(const jit_job *job, char *diag, size_t n)
+{
+    char out[PATH_MAX + 64];
+    snprintf(out, sizeof out, "%s/%s", job->dir, job->artifact);
+    jit_nvrtc_job nj = {
+        .source_name = job->source_name,
+        .text = job->text,
+        .arch = job->target,
+        .out_path = out,
+    };
+    return jit_nvrtc_compile(&nj, diag, n);
+}
+
+const jit_compiler jit_nvrtc = {
+    .name = "nvrtc",
+    .what = "NVRTC",
+    .halves = JIT_CU_DEVICE,
+    .background = 0,
+    .file_id = nvrtc_file_id,
+    .identity = nvrtc_identity,
+    .options = nvrtc_options,
+    .targets = nvrtc_targets,
+    .artifact = nvrtc_artifact,
+    .compile = nvrtc_compile_job,
+};

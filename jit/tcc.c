@@ -11,9 +11,12 @@
 #include <string.h>
 #include <unistd.h>
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <xxhash.h>
 
 #include "jit/jit.h"
 #include "opjit.h"
+#include "opjit_build_config.h"
 
 static pthread_mutex_t tcc_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -183,3 +186,178 @@ out:
 
 void jit_tcc_fork_prepare(void) { pthread_mutex_lock(&tcc_lock); }
 void jit_tcc_fork_done(void) { pthread_mutex_unlock(&tcc_lock); }
+
+/* ---- libtcc in the table of compilers --------------------------------------- */
+
+#define TCC_OPTIONS "-shared -DFORCE_OPENBLAS_COMPLEX_STRUCT -DOPJIT_TIER_TCC -lm"
+
+/* The host half of a .cu under libtcc: what cudnn.h / cuda.h ask of an
+ * unknown compiler (crt/host_defines.h), plus the defines every op gets. */
+static const char *const cu_host_defines[] = {
+    "FORCE_OPENBLAS_COMPLEX_STRUCT",
+    "OPJIT_TIER_TCC",
+    "OPJIT_CUDA_HOST",
+    "__align__(n)=__attribute__((aligned(n)))",
+    "CUDARTAPI=",
+    "CUDARTAPI_CDECL=",
+    "__location__(a)=",
+    NULL,
+};
+
+/* The CUDA toolkit's include directory, found once per process. */
+static char toolkit_inc[PATH_MAX];
+static pthread_once_t toolkit_inc_once = PTHREAD_ONCE_INIT;
+static void find_toolkit_inc(void) { jit_cuda_include_dir(toolkit_inc, sizeof toolkit_inc); }
+
+static const char *cu_toolkit_include(void)
+{
+    pthread_once(&toolkit_inc_once, find_toolkit_inc);
+    return toolkit_inc[0] ? toolkit_inc : NULL;
+}
+
+/* cuDNN's headers when the toolkit's include directory lacks them, as where
+ * pip installs cuDNN apart from the toolkit: the include directory beside
+ * the library $OPJIT_CUDNN_LIBRARY names (.../lib/libcudnn.so.9 ->
+ * .../include/cudnn.h). Found once per process. */
+static char cudnn_inc[PATH_MAX];
+static pthread_once_t cudnn_inc_once = PTHREAD_ONCE_INIT;
+static void find_cudnn_inc(void)
+{
+    char probe[PATH_MAX + 32], inc[PATH_MAX];
+    const char *tk = cu_toolkit_include(), *lib = getenv("OPJIT_CUDNN_LIBRARY");
+    struct stat st;
+    if (tk && (snprintf(probe, sizeof probe, "%s/cudnn.h", tk), stat(probe, &st) == 0))
+        return;
+    if (!lib || !*lib || strlen(lib) >= sizeof inc)
+        return;
+    memcpy(inc, lib, strlen(lib) + 1);
+    for (int up = 0; up < 2; up++) { /* drop the file, then lib/ */
+        char *slash = strrchr(inc, '/');
+        if (!slash)
+            return;
+        *slash = '\0';
+    }
+    if (strlen(inc) + sizeof "/include" > sizeof inc)
+        return;
+    strcat(inc, "/include");
+    snprintf(probe, sizeof probe, "%s/cudnn.h", inc);
+    if (stat(probe, &st) == 0 && S_ISREG(st.st_mode))
+        memcpy(cudnn_inc, inc, sizeof inc);
+}
+
+static const char *cu_cudnn_include(void)
+{
+    pthread_once(&cudnn_inc_once, find_cudnn_inc);
+    return cudnn_inc[0] ? cudnn_inc : NULL;
+}
+
+/* The toolkit headers a host half may include, by version: CUDA_VERSION
+ * from cuda.h and a hash of cudnn_version.h. */
+static void cu_host_versions(char *out, size_t n)
+{
+    const char *inc = cu_toolkit_include(), *dnn = cu_cudnn_include();
+    if (!inc) {
+        snprintf(out, n, "cuda-toolkit=none");
+        return;
+    }
+    char p[PATH_MAX + 32], line[256], version[64] = "unknown";
+    snprintf(p, sizeof p, "%s/cuda.h", inc);
+    FILE *f = fopen(p, "rb");
+    for (int i = 0; f && i < 2000 && fgets(line, sizeof line, f); i++)
+        if (sscanf(line, "#define CUDA_VERSION %63s", version) == 1)
+            break;
+    if (f)
+        fclose(f);
+    snprintf(p, sizeof p, "%s/cudnn_version.h", dnn ? dnn : inc);
+    unsigned long long dnn_hash = 0;
+    f = fopen(p, "rb");
+    if (f) {
+        char buf[65536];
+        size_t got = fread(buf, 1, sizeof buf, f);
+        dnn_hash = (unsigned long long)XXH3_64bits(buf, got);
+        fclose(f);
+    }
+    snprintf(out, n, "cuda-version=%s cudnn_version.h=%016llx", version, dnn_hash);
+}
+
+static int tcc_identity(const jit_settings *set, char *out, size_t n, char *err, size_t errlen)
+{
+    (void)set, (void)err, (void)errlen;
+    snprintf(out, n, "%s", OPJIT_TCC_IDENTITY);
+    return OPJIT_OK;
+}
+
+static void tcc_options(const jit_job *job, char *out, size_t n)
+{
+    int k = snprintf(out, n, "%s link-blas=%s", TCC_OPTIONS, job->link_blas ? "yes" : "no");
+    if (job->half != JIT_CU_HOST || k < 0 || (size_t)k >= n)
+        return;
+    for (int i = 0; cu_host_defines[i] && (size_t)k < n; i++)
+        k += snprintf(out + k, n - (size_t)k, " -D%s", cu_host_defines[i]);
+    if ((size_t)k < n - 1) {
+        out[k++] = ' ';
+        cu_host_versions(out + k, n - (size_t)k);
+    }
+}
+
+static void tcc_targets(const jit_settings *set, char *out, size_t n)
+{
+    (void)set;
+    snprintf(out, n, "%s", jit_host_target());
+}
+
+static void host_artifact(const char *target, char *out, size_t n)
+{
+    (void)target;
+    snprintf(out, n, "host.so");
+}
+
+static int tcc_compile(const jit_job *job, char *diag, size_t n)
+{
+    char out[PATH_MAX + 64], libdir[PATH_MAX];
+    const char *includes[8];
+    int ni = 0;
+    for (int i = 0; job->include_dirs && job->include_dirs[i] && ni < 2; i++)
+        includes[ni++] = job->include_dirs[i];
+    includes[ni++] = OPJIT_DLPACK_INCLUDE_DIR;
+    includes[ni++] = OPJIT_CBLAS_INCLUDE_DIR;
+    if (job->half == JIT_CU_HOST) { /* cuda.h, cudnn.h */
+        if (cu_toolkit_include())
+            includes[ni++] = cu_toolkit_include();
+        if (cu_cudnn_include())
+            includes[ni++] = cu_cudnn_include();
+    }
+    includes[ni] = NULL;
+    static const char *const defines[] = {"FORCE_OPENBLAS_COMPLEX_STRUCT", "OPJIT_TIER_TCC", NULL};
+    const char *libs[] = {"m", job->link_blas ? "openblas" : NULL, NULL};
+    snprintf(libdir, sizeof libdir, "%s", OPJIT_OPENBLAS_LIBRARY);
+    char *slash = strrchr(libdir, '/');
+    if (slash)
+        *slash = '\0';
+    const char *libdirs[] = {libdir, NULL};
+    snprintf(out, sizeof out, "%s/%s", job->dir, job->artifact);
+    jit_tcc_job tj = {
+        .source_name = job->source_name,
+        .text = job->text,
+        .include_dirs = includes,
+        .defines = job->half == JIT_CU_HOST ? cu_host_defines : defines,
+        .libraries = libs,
+        .library_dirs = libdirs,
+        .tcc_lib_dir = OPJIT_TCC_LIB_DIR,
+        .out_path = out,
+    };
+    return jit_tcc_compile(&tj, diag, n);
+}
+
+const jit_compiler jit_tcc = {
+    .name = "tcc",
+    .what = "libtcc",
+    .halves = JIT_C | JIT_CU_HOST,
+    .background = 0,
+    .file_id = NULL, /* linked in: its identity costs nothing */
+    .identity = tcc_identity,
+    .options = tcc_options,
+    .targets = tcc_targets,
+    .artifact = host_artifact,
+    .compile = tcc_compile,
+};

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,8 +100,13 @@ int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **ou
     };
     char err[1024];
     int rc = cache_open(&cc, &l->cache, err, sizeof err);
-    if (!rc && (rc = tier_create(l, cfg)))
+    jit_settings set = {.cuda_archs = l->archs};
+    if (!rc && (rc = pipeline_init(&l->pipe, l->cache, &set)))
         cache_close(l->cache);
+    if (!rc && (rc = tier_create(l, cfg))) {
+        pipeline_fini(&l->pipe);
+        cache_close(l->cache);
+    }
     l->cfg_offline = cfg->offline;
     l->cfg_no_cache = cfg->no_cache;
     if (!rc && ((cfg->cuda_archs && !(l->cuda_archs = strdup(cfg->cuda_archs))) ||
@@ -111,6 +115,7 @@ int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **ou
         free(l->cuda_archs);
         free(l->cfg_cache_dir);
         tier_destroy(l);
+        pipeline_fini(&l->pipe);
         cache_close(l->cache);
         rc = OPJIT_ENOMEM;
     }
@@ -121,21 +126,6 @@ int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **ou
     }
     *out = l;
     return OPJIT_OK;
-}
-
-/* What the scratch directory may hold: opjit_op.h, and cc-version.txt
- * while the tier asks the compiler for its version. A process killed with
- * it still there leaves it to the next one that makes one (see
- * cache_private_mkdir). */
-static const char *const scratch_files[] = {"opjit_op.h", "cc-version.txt", NULL};
-
-static void remove_scratch(loader *l)
-{
-    if (!l->scratch[0])
-        return;
-    cache_private_rmdir(l->scratch, scratch_files);
-    close(l->scratch_lock); /* after: nobody sweeps it under us */
-    l->scratch[0] = '\0';
 }
 
 void loader_destroy(struct loader *l)
@@ -149,57 +139,14 @@ void loader_destroy(struct loader *l)
         free(e->op_name);
         free(e);
     }
+    pipeline_fini(&l->pipe);
     cache_close(l->cache);
-    remove_scratch(l);
     free(l->ops_path);
     free(l->cuda_archs);
     free(l->cfg_cache_dir);
     free(l->cfg_readonly);
     pthread_mutex_destroy(&l->lock);
     free(l);
-}
-
-/* The op header as this library was built with it, written once per
- * runtime into a private directory for libtcc to include. */
-static int make_scratch(loader *l);
-
-/* Created on the first compile only: cache hits never touch /tmp. The
- * tier worker may get here too, hence the lock. */
-int loader_scratch(loader *l)
-{
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&lock);
-    int rc = l->scratch[0] ? OPJIT_OK : make_scratch(l);
-    pthread_mutex_unlock(&lock);
-    return rc;
-}
-
-static int make_scratch(loader *l)
-{
-    const char *tmp = getenv("TMPDIR");
-    int e = cache_private_mkdir(tmp && *tmp ? tmp : "/tmp", "opjit-", scratch_files, l->scratch,
-                                sizeof l->scratch, &l->scratch_lock);
-    if (e) {
-        l->scratch[0] = '\0';
-        return rt_error(l->rt, OPJIT_EIO, "cannot create a temporary directory in %s: %s",
-                        tmp && *tmp ? tmp : "/tmp", strerror(e));
-    }
-    char p[PATH_MAX + 32];
-    snprintf(p, sizeof p, "%s/opjit_op.h", l->scratch);
-    FILE *f = fopen(p, "wb");
-    if (!f || fwrite(opjit_op_h_text, 1, sizeof opjit_op_h_text, f) != sizeof opjit_op_h_text) {
-        e = errno;
-        if (f)
-            fclose(f);
-        remove_scratch(l);
-        return rt_error(l->rt, OPJIT_EIO, "cannot write %s: %s", p, strerror(e));
-    }
-    if (fclose(f)) {
-        e = errno;
-        remove_scratch(l);
-        return rt_error(l->rt, OPJIT_EIO, "cannot write %s: %s", p, strerror(e));
-    }
-    return OPJIT_OK;
 }
 
 /* ---- reading sources ------------------------------------------------------ */
@@ -384,23 +331,6 @@ static int has_suffix(const char *s, const char *suf)
     return n >= m && !strcmp(s + n - m, suf);
 }
 
-static char target_triple[128];
-static pthread_once_t target_once = PTHREAD_ONCE_INIT;
-
-static void target_init(void)
-{
-    struct utsname u;
-    snprintf(target_triple, sizeof target_triple, "%s-linux",
-             uname(&u) == 0 ? u.machine : "unknown");
-}
-
-/* Once per process: runtimes on other threads read it at the same time. */
-const char *loader_target(void)
-{
-    pthread_once(&target_once, target_init);
-    return target_triple;
-}
-
 static void source_digest(const source *s, cache_key *out, char **bad_header);
 
 int source_read(loader *l, const char *path, source *s)
@@ -505,65 +435,9 @@ int source_unchanged(const source *s)
     return !memcmp(now.bytes, s->digest.bytes, sizeof now.bytes);
 }
 
-typedef struct build_ctx {
-    loader *l;
-    const source *src;
-    char diag[OPJIT_ERRMSG_SIZE - 256];
-} build_ctx;
-
-#define TCC_OPTIONS "-shared -DFORCE_OPENBLAS_COMPLEX_STRUCT -DOPJIT_TIER_TCC -lm"
-
 /* Linking OpenBLAS costs its initialisation (2 to 15 ms of thread-pool
  * start-up) at every dlopen, so only sources that use it get it. */
 int source_uses_blas(const source *s) { return strstr(s->text, "cblas") != NULL; }
-
-static int build_tcc(void *ud, const char *dir, char *err, size_t errlen)
-{
-    build_ctx *b = ud;
-    char out[PATH_MAX];
-    int rc = loader_scratch(b->l);
-    if (rc) {
-        snprintf(err, errlen, "%s", opjit_errmsg(b->l->rt));
-        return rc;
-    }
-    snprintf(out, sizeof out, "%s/host.so", dir);
-    const char *includes[] = {b->src->dir, b->l->scratch, OPJIT_DLPACK_INCLUDE_DIR,
-                              OPJIT_CBLAS_INCLUDE_DIR, NULL, NULL, NULL};
-    const char *defines[] = {"FORCE_OPENBLAS_COMPLEX_STRUCT", "OPJIT_TIER_TCC", NULL};
-    int cuda = b->src->device == OPJIT_CUDA; /* a .cu host half: cuda.h, cudnn.h */
-    if (cuda) {
-        includes[4] = cu_toolkit_include();
-        includes[includes[4] ? 5 : 4] = cu_cudnn_include();
-    }
-    const char *libs[] = {"m", source_uses_blas(b->src) ? "openblas" : NULL, NULL};
-    char libdir[PATH_MAX];
-    snprintf(libdir, sizeof libdir, "%s", OPJIT_OPENBLAS_LIBRARY);
-    char *slash = strrchr(libdir, '/');
-    if (slash)
-        *slash = '\0';
-    const char *libdirs[] = {libdir, NULL};
-    jit_tcc_job job = {
-        .source_name = b->src->path,
-        .text = b->src->text,
-        .include_dirs = includes,
-        .defines = cuda ? cu_host_defines : defines,
-        .libraries = libs,
-        .library_dirs = libdirs,
-        .tcc_lib_dir = OPJIT_TCC_LIB_DIR,
-        .out_path = out,
-    };
-    rc = jit_tcc_compile(&job, b->diag, sizeof b->diag);
-    if (!rc && !source_unchanged(b->src)) {
-        /* A header changed while we compiled: the artifact may not be
-         * what the key says. Never publish it. */
-        snprintf(b->diag, sizeof b->diag, "%s: a local header changed during the compile; "
-                 "load it again", b->src->path);
-        rc = OPJIT_ECOMPILE;
-    }
-    if (rc)
-        snprintf(err, errlen, "%s", rc == OPJIT_ECOMPILE ? "compile error" : b->diag);
-    return rc;
-}
 
 loaded *loader_find_loaded(loader *l, const char *real)
 {
@@ -573,13 +447,12 @@ loaded *loader_find_loaded(loader *l, const char *real)
     return NULL;
 }
 
-static int remember(loader *l, const char *real, const cache_key *key, const char *op_name,
-                    const char *tier)
+static int remember(loader *l, const source *s, const char *op_name, const char *tier)
 {
-    loaded *e = loader_find_loaded(l, real);
+    loaded *e = loader_find_loaded(l, s->real);
     if (!e) {
         e = calloc(1, sizeof *e);
-        if (!e || !(e->path = strdup(real))) {
+        if (!e || !(e->path = strdup(s->real))) {
             free(e);
             return OPJIT_ENOMEM;
         }
@@ -591,7 +464,7 @@ static int remember(loader *l, const char *real, const cache_key *key, const cha
         return OPJIT_ENOMEM;
     free(e->op_name);
     e->op_name = name;
-    e->key = *key;
+    e->digest = s->digest;
     snprintf(e->tier, sizeof e->tier, "%s", tier);
     return OPJIT_OK;
 }
@@ -650,17 +523,16 @@ fail:
     return rc;
 }
 
-/* Load, publish and remember the module in entry's artifact. */
-static int publish_entry(loader *l, const source *s, cache_entry *entry, const char *tier,
-                         const cache_key *key, char *opname, size_t opname_len,
-                         struct cuda_module *cm)
+/* Load, publish and remember the module in a host artifact. */
+static int publish_module(loader *l, const source *s, const char *so, const char *tier,
+                          char *opname, size_t opname_len, struct cuda_module *cm)
 {
     module *m;
     if (s->device == OPJIT_CUDA)
         cu_preload(l, s); /* cuDNN, cuBLAS: for the sources that mention them */
-    int rc = load_module(l, s, cache_entry_path(entry, "host.so"), tier, &m);
+    int rc = load_module(l, s, so, tier, &m);
     if (rc && s->device == OPJIT_CUDA && cu_preload_missing(l, opjit_errmsg(l->rt)))
-        rc = load_module(l, s, cache_entry_path(entry, "host.so"), tier, &m); /* links one */
+        rc = load_module(l, s, so, tier, &m); /* links one */
     if (rc) {
         cuda_module_free(cm);
         if (s->device == OPJIT_CUDA) {
@@ -678,33 +550,8 @@ static int publish_entry(loader *l, const source *s, cache_entry *entry, const c
         module_discard(m);
         return rc;
     }
-    if (remember(l, s->real, key, opname, tier))
+    if (remember(l, s, opname, tier))
         return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
-    return OPJIT_OK;
-}
-
-/* The request of s's libtcc artifact: everything that goes into it,
- * nothing else. OPJIT_ENOMEM when the key cannot be made. */
-static int tcc_request(const source *s, cache_request *req)
-{
-    cache_keygen *g = source_keygen(s);
-    if (!g)
-        return OPJIT_ENOMEM;
-    cache_keygen_add_str(g, "compiler", OPJIT_TCC_IDENTITY);
-    cache_keygen_add_str(g, "options", TCC_OPTIONS);
-    cache_keygen_add_str(g, "link-blas", source_uses_blas(s) ? "yes" : "no");
-    cache_keygen_add_str(g, "target", loader_target());
-    if (s->device == OPJIT_CUDA)
-        cu_host_key(g);
-    *req = (cache_request){
-        .op_name = s->stem,
-        .source_name = s->name,
-        .compiler = OPJIT_TCC_IDENTITY,
-        .options = TCC_OPTIONS,
-        .target = loader_target(),
-        .tier = "tcc",
-    };
-    cache_keygen_finish(g, &req->key);
     return OPJIT_OK;
 }
 
@@ -713,81 +560,107 @@ typedef struct load_job {
     loader *l;
     const char *path;
     source src;
-    cache_request req;
+    unsigned half;         /* JIT_C, or JIT_CU_HOST for a .cu */
     opjit_load_info *info; /* may be NULL */
-    double t0, t_key;
+    double t0, t_key, t_fetch;
+    int hit;
+    int served;            /* index in jit_compilers of the host code's compiler */
     char opname[OPJIT_NAME_MAX + 1];
 } load_job;
 
 /* Fill the timings and the outcome into info. */
-static void load_report(load_job *j, int hit, const char *tier, double t_fetch)
+static void load_report(load_job *j, const char *tier)
 {
     opjit_load_info *info = j->info;
     double now = loader_now_ms();
     if (!info)
         return;
     info->key_ms = j->t_key - j->t0;
-    info->cache_hit = hit;
-    info->compile_ms = hit || t_fetch <= 0 ? 0 : t_fetch - j->t_key;
-    info->load_ms = t_fetch > 0 ? now - t_fetch : 0;
+    info->cache_hit = j->hit;
+    info->compile_ms = j->hit || j->t_fetch <= 0 ? 0 : j->t_fetch - j->t_key;
+    info->load_ms = j->t_fetch > 0 ? now - j->t_fetch : 0;
     info->total_ms = now - j->t0;
     snprintf(info->tier, sizeof info->tier, "%s", tier);
 }
 
-/* An optimized artifact already in a cache serves at once: OPJIT_OK when
- * it did (else the libtcc path runs). */
-static int load_optimized(load_job *j)
+/* jc's host artifact of the source, published: a background compiler's
+ * only when some cache holds it (OPJIT_ENOTFOUND otherwise), any other's
+ * from the cache or compiled now. */
+static int load_host(load_job *j, const jit_compiler *jc, struct cuda_module *cm,
+                     const char *tier)
 {
-    cache_entry *entry = NULL;
-    if (tier_lookup(j->l, &j->src, &entry) != OPJIT_OK)
-        return OPJIT_ENOTFOUND;
-    double t_fetch = loader_now_ms();
-    int rc = publish_entry(j->l, &j->src, entry, "opt", &j->req.key, j->opname,
-                           sizeof j->opname, NULL);
-    cache_entry_release(entry);
-    if (rc) {
-        rt_log(j->l->rt, OPJIT_LOG_WARN, "%s: the optimized artifact did not load (%s); "
-               "using libtcc", j->path, opjit_errmsg(j->l->rt));
-        return rc;
+    loader *l = j->l;
+    char targets[256], diag[OPJIT_ERRMSG_SIZE - 256];
+    jc->targets(&l->pipe.set, targets, sizeof targets);
+    pipeline_artifact art = {0};
+    int rc = OPJIT_ENOTFOUND;
+    char *save = NULL;
+    for (char *t = strtok_r(targets, ",", &save); t && rc; t = strtok_r(NULL, ",", &save)) {
+        pipeline_get_args a = {&j->src, jc, j->half, t, !jc->background};
+        rc = pipeline_get(&l->pipe, &a, &art, diag, sizeof diag);
     }
-    load_report(j, 1, "opt", t_fetch);
-    rt_log(j->l->rt, OPJIT_LOG_INFO, "loaded %s (optimized tier from the cache, %.2f ms)",
-           j->path, loader_now_ms() - j->t0);
-    return OPJIT_OK;
+    if (rc && jc->background)
+        return OPJIT_ENOTFOUND;
+    if (rc) {
+        cuda_module_free(cm);
+        if (rc == OPJIT_ECOMPILE)
+            return rt_error(l->rt, rc, "%s: compile error:\n%s", j->path, diag);
+        return rt_error(l->rt, rc, "%s: %s", j->path, diag);
+    }
+    j->hit = art.hit;
+    j->t_fetch = loader_now_ms();
+    if (!art.path) {
+        cuda_module_free(cm);
+        rc = rt_error(l->rt, OPJIT_ECACHE, "%s: the cache entry has no %s", j->path, art.name);
+    } else
+        rc = publish_module(l, &j->src, art.path, tier, j->opname, sizeof j->opname, cm);
+    cache_entry_release(art.entry);
+    if (rc && jc->background)
+        rt_log(l->rt, OPJIT_LOG_WARN, "%s: the %s artifact did not load (%s); compiling anew",
+               j->path, jc->name, opjit_errmsg(l->rt));
+    return rc;
+}
+
+/* The host code's compiler: the first of the table whose artifact is
+ * cached, else the first that compiles while the load waits. */
+static int load_best_host(load_job *j, struct cuda_module *cm, const char *device_tier)
+{
+    int rc = OPJIT_ENOTFOUND;
+    for (int i = 0; jit_compilers[i] && rc; i++) {
+        const jit_compiler *jc = jit_compilers[i];
+        if (!(jc->halves & j->half) || (jc->background && !tier_wanted(j->l)))
+            continue; /* background compilers build .c sources only: cm is NULL */
+        j->served = i;
+        rc = load_host(j, jc, cm, device_tier ? device_tier : jc->name);
+        if (rc && !jc->background)
+            return rc; /* cm is freed */
+    }
+    return rc;
 }
 
 /* The libtcc artifact from the cache or the compiler, a .cu's device code,
- * then the module published and the optimizing compile queued. */
-static int load_compiled(load_job *j)
+ * then the module published and the background compiles queued. */
+static int load_source(load_job *j)
 {
     loader *l = j->l;
-    build_ctx *b = calloc(1, sizeof *b);
-    if (!b)
-        return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
-    *b = (build_ctx){.l = l, .src = &j->src};
-    cache_entry *entry = NULL;
-    char err[1024] = "";
-    int hit = 0, rc = cache_fetch(l->cache, &j->req, build_tcc, b, &entry, &hit, err, sizeof err);
-    if (rc == OPJIT_ECOMPILE)
-        rt_error(l->rt, rc, "%s: compile error:\n%s", j->path, b->diag);
-    else if (rc)
-        rt_error(l->rt, rc, "%s: %s", j->path, err);
-    free(b);
     struct cuda_module *cm = NULL;
-    const char *tier = j->src.device == OPJIT_CUDA ? "nvrtc" : "tcc";
-    int dev_hit = 1;
-    if (!rc && j->src.device == OPJIT_CUDA) /* its device code, per architecture */
-        rc = cu_device_code(l, &j->src, &cm, &dev_hit);
-    double t_fetch = loader_now_ms();
+    const jit_compiler *dev = NULL;
+    int dev_hit = 1, rc = OPJIT_OK;
+    if (j->src.device == OPJIT_CUDA) /* its device code, per architecture */
+        rc = cu_device_code(l, &j->src, &cm, &dev_hit, &dev);
     if (!rc)
-        rc = publish_entry(l, &j->src, entry, tier, &j->req.key, j->opname, sizeof j->opname, cm);
-    cache_entry_release(entry);
+        rc = load_best_host(j, cm, dev ? dev->name : NULL);
     if (rc)
         return rc;
-    tier_schedule(l, &j->src, &j->req.key);
-    load_report(j, hit && dev_hit, tier, t_fetch);
-    rt_log(l->rt, OPJIT_LOG_INFO, "loaded %s (%s, %.2f ms)", j->path,
-           hit && dev_hit ? "cache hit" : "compiled", loader_now_ms() - j->t0);
+    j->hit = j->hit && dev_hit;
+    /* Better compilers than the one serving build in the background. */
+    for (int i = 0; i < j->served; i++)
+        if (jit_compilers[i]->background && (jit_compilers[i]->halves & j->half))
+            tier_schedule(l, jit_compilers[i], &j->src);
+    const char *tier = dev ? dev->name : jit_compilers[j->served]->name;
+    load_report(j, tier);
+    rt_log(l->rt, OPJIT_LOG_INFO, "loaded %s (%s, %s, %.2f ms)", j->path, tier,
+           j->hit ? "cache hit" : "compiled", loader_now_ms() - j->t0);
     return OPJIT_OK;
 }
 
@@ -806,16 +679,16 @@ static int load_file_locked(loader *l, const char *path, opjit_op **op, opjit_lo
         free(j);
         return rc;
     }
-    if ((rc = tcc_request(&j->src, &j->req)))
-        rc = rt_error(l->rt, rc, "out of memory");
+    j->half = j->src.device == OPJIT_CUDA ? JIT_CU_HOST : JIT_C;
     j->t_key = loader_now_ms();
-    loaded *prev = rc ? NULL : loader_find_loaded(l, j->src.real);
-    if (prev && !memcmp(prev->key.bytes, j->req.key.bytes, sizeof j->req.key.bytes)) {
+    loaded *prev = loader_find_loaded(l, j->src.real);
+    if (prev && !memcmp(prev->digest.bytes, j->src.digest.bytes, sizeof prev->digest.bytes)) {
         /* Unchanged since it was loaded: nothing to do. */
         snprintf(j->opname, sizeof j->opname, "%s", prev->op_name);
-        load_report(j, 1, prev->tier, 0);
-    } else if (!rc && load_optimized(j) != OPJIT_OK) {
-        rc = load_compiled(j);
+        j->hit = 1;
+        load_report(j, prev->tier);
+    } else {
+        rc = load_source(j);
     }
     source_free(&j->src);
     if (!rc && op)

@@ -1,4 +1,4 @@
-/* loader/loader_int.h - what the loader's files share (loader.c, tier.c). */
+/* loader/loader_int.h - what the loader's files share. */
 #ifndef OPJIT_LOADER_INT_H
 #define OPJIT_LOADER_INT_H
 
@@ -6,12 +6,13 @@
 #include <pthread.h>
 
 #include "cache/cache.h"
+#include "jit/jit.h"
 #include "runtime/runtime.h"
 
 /* A source loaded before, so an unchanged one is not loaded twice. */
 typedef struct loaded {
     char *path;      /* realpath */
-    cache_key key;   /* of the tcc artifact: the source's state */
+    cache_key digest; /* the source's state (source_read) */
     char *op_name;
     char tier[8];    /* tier serving now */
     struct loaded *next;
@@ -19,16 +20,37 @@ typedef struct loaded {
 
 typedef struct tier_state tier_state;
 
+/* What the pipeline learnt of one compiler, once per runtime. */
+typedef struct pipeline_compiler {
+    int file_known, file_found;
+    char file_id[96];
+    int id_known, id_rc;
+    char id[PATH_MAX + 128];
+    char id_err[1024];
+} pipeline_compiler;
+
+#define PIPELINE_MAX_COMPILERS 8
+
+/* The way from sources to artifacts (loader/pipeline.c). */
+typedef struct pipeline {
+    cache *cache;
+    jit_settings set;
+    pthread_mutex_t lock;   /* what follows */
+    char scratch[PATH_MAX]; /* private temp dir holding opjit_op.h */
+    int scratch_lock;       /* its lock (cache_private_mkdir), while scratch[0] */
+    pipeline_compiler comp[PIPELINE_MAX_COMPILERS]; /* as jit_compilers */
+} pipeline;
+
 typedef struct loader {
     opjit_runtime *rt;
     pthread_mutex_t lock; /* loads on this runtime */
     char *ops_path;       /* colon-separated: config, $OPJIT_OPS_PATH, installed */
     cache *cache;
-    char scratch[PATH_MAX]; /* private temp dir holding opjit_op.h */
-    int scratch_lock;       /* its lock (cache_private_mkdir), while scratch[0] */
+    pipeline pipe;
     loaded *loaded;
     tier_state *tier;
     char *cuda_archs;     /* config.cuda_archs, or NULL */
+    char archs[1024];     /* the architectures in use (cu_device_code) */
     /* What a discovery child needs to open the same caches. */
     char *cfg_cache_dir, *cfg_readonly;
     int cfg_offline, cfg_no_cache;
@@ -70,8 +92,6 @@ cache_keygen *source_keygen(const source *s);
 int source_unchanged(const source *s);
 /* dlopen so, run the module init, validate; the module is not published. */
 int load_module(loader *l, const source *s, const char *so, const char *tier, module **out);
-/* Write opjit_op.h into the loader's private directory (once). */
-int loader_scratch(loader *l);
 loaded *loader_find_loaded(loader *l, const char *real);
 /* A config for a runtime of its own over the same caches as l (discovery's
  * children, warming): the defaults plus l's cache directories, offline and
@@ -82,25 +102,58 @@ int loader_is_path_spec(const char *spec);
 /* The op name's length in a source file name ("nms.cu" -> 3); 0 when it is
  * not a source (no .c/.cu suffix, or a hidden file). */
 size_t loader_source_stem(const char *file);
-const char *loader_target(void);
 double loader_now_ms(void);
 
-/* ---- the optimizing tier (loader/tier.c) -------------------------------- */
+/* ---- the pipeline (loader/pipeline.c) ---------------------------------- */
 
-/* cfg->tiering: -1 from $OPJIT_TIERING (default on when a C compiler is
- * found: $OPJIT_CC, else cc on PATH), 0 off, 1 on. */
+int pipeline_init(pipeline *p, cache *c, const jit_settings *set);
+void pipeline_fini(pipeline *p);
+
+/* One artifact wanted: of src, by jc (for the half of src it compiles),
+ * for target. build 0: only look in the caches. */
+typedef struct pipeline_get_args {
+    const source *src;
+    const jit_compiler *jc;
+    unsigned half;
+    const char *target;
+    int build;
+} pipeline_get_args;
+
+typedef struct pipeline_request {
+    cache_request req;
+    char tier[32];
+    char compiler[PATH_MAX + 128];
+} pipeline_request;
+
+typedef struct pipeline_artifact {
+    cache_entry *entry; /* the caller releases it */
+    const char *path;   /* the artifact's file in entry; NULL when it lacks it */
+    char name[64];      /* "host.so", "sm_90.cubin" */
+    cache_key key;      /* the entry's key (zero when found through an index) */
+    int hit;            /* 1: from a cache; 0: built now */
+} pipeline_artifact;
+
+/* Find the artifact in the caches (through an index when the compiler's
+ * identity is costly), else build it (a.build). On failure diag says why
+ * (a compile error: the diagnostics), and the status is the compiler's or
+ * the cache's; OPJIT_ENOTFOUND when only looking. */
+int pipeline_get(pipeline *p, const pipeline_get_args *a, pipeline_artifact *out, char *diag,
+                 size_t diaglen);
+
+/* ---- background compilers (loader/tier.c) ------------------------------- */
+
+/* cfg->tiering: -1 from $OPJIT_TIERING (default on), 0 off, 1 on. */
 int tier_create(loader *l, const opjit_config *cfg);
-/* Finish the queued background compiles, then stop. */
+/* Hand what is queued to a helper process and stop at once. */
 void tier_destroy(loader *l);
-/* An optimized artifact of s in the cache, found without running a
- * compiler; OPJIT_ENOTFOUND when none. */
-int tier_lookup(loader *l, const source *s, cache_entry **out);
-/* Compile s optimized in the background, then swap its kernels in. */
-void tier_schedule(loader *l, const source *s, const cache_key *tcc_key);
-/* Never build optimized code (a discovery child: it only looks). */
+/* Whether code of background compilers may serve (found in a cache). */
+int tier_wanted(const loader *l);
+/* Build s with the background compiler jc in a helper process that
+ * outlives this one; when it lands, swap its kernels in. */
+void tier_schedule(loader *l, const jit_compiler *jc, const source *s);
+/* Never build in the background (a discovery child: it only looks). */
 void tier_never_build(loader *l);
-/* The tier a load of s would be served by now: "opt" when an optimized
- * artifact is in a cache, else "tcc". */
+/* The tier a load of s would be served by now, from the caches alone. */
 const char *tier_would_serve(loader *l, const source *s);
 /* Wait until no background compile is pending; the status of the first
  * that failed since the last wait, and its message in msg. */
@@ -109,18 +162,12 @@ int tier_wait(loader *l, char *msg, size_t n);
 /* ---- CUDA sources (loader/cuda_load.c) ---------------------------------- */
 
 struct cuda_module;
-/* libtcc defines for the host half of a .cu, NULL-terminated. */
-extern const char *const cu_host_defines[];
-/* The CUDA toolkit's include directory for host halves, or NULL. */
-const char *cu_toolkit_include(void);
-/* cuDNN's include directory when apart from the toolkit's, else NULL. */
-const char *cu_cudnn_include(void);
-/* Add to a .cu host key: its defines and the toolkit headers' versions. */
-void cu_host_key(cache_keygen *g);
 /* The device code of s for every architecture in use (config, else
  * $OPJIT_CUDA_ARCHS, else this machine's GPUs, else the default), from
- * the cache or NVRTC; *all_hit when nothing was compiled. */
-int cu_device_code(loader *l, const source *s, struct cuda_module **out, int *all_hit);
+ * the cache or the device compiler; *all_hit when nothing was compiled,
+ * *by the compiler. */
+int cu_device_code(loader *l, const source *s, struct cuda_module **out, int *all_hit,
+                   const jit_compiler **by);
 /* Before dlopening s's host half, where CUDA can run: each NVIDIA library
  * its text mentions (cudnn: libcudnn.so.9; cublas: libcublas.so.13) made
  * RTLD_GLOBAL when available (tried once per process). */

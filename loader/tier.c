@@ -1,285 +1,293 @@
-/* loader/tier.c - the optimizing tier.
+/* loader/tier.c - background compilers: optimized code without waiting.
  *
  * libtcc makes an op callable within milliseconds but its code runs about
- * as fast as gcc -O0. When a system C compiler is found, each source loaded
- * through libtcc is compiled again in the background with -O2 into the
- * cache, and its kernels are swapped in atomically when ready (calls in
- * flight finish on the libtcc code, which stays mapped).
+ * as fast as gcc -O0. A background compiler of the table (jit/jit.h; today
+ * the system's cc at -O2) builds each source loaded through libtcc again,
+ * into the cache, and its kernels are swapped in atomically when ready
+ * (calls in flight finish on the libtcc code, which stays mapped).
  *
- * Keys. The optimized artifact's key holds the source inputs, the compiler
- * identity (its --version output and path) and the CPU level it targets
- * (-march=x86-64-v3/v2/x86-64), so it is never loaded on a CPU that lacks
- * those features: a machine only looks for levels it supports. Running
- * `cc --version` costs milliseconds, too much for a load, so loads find
- * the artifact through small index entries whose artifact names the full
- * key: on a machine with a compiler, one keyed by that compiler's file
- * (path, inode, size, modification time: another compiler or an upgrade is
- * a miss, and the background compile then checks the full key); on a
- * machine without one, one keyed without any compiler, which is how a
- * deployment uses the optimized code shipped in a read-only cache
- * (`opjit warm --opt`).
+ * The compiles run in a helper process detached from the host (its own
+ * session, every inherited descriptor closed, its own cache handle and
+ * scratch directory): a short-lived process that loads an op and exits
+ * never waits for the optimizer, and the next process finds the optimized
+ * code in the cache. A worker thread hands the queued jobs to a helper,
+ * reads each job's outcome from a pipe and swaps the new code in;
+ * opjit_destroy hands over what is still queued and returns at once. The
+ * compiler's time limit (OPJIT_CC_TIMEOUT) bounds every helper.
+ *
+ * Keys and index entries are the pipeline's (loader/pipeline.c): a load
+ * finds optimized code through an index entry keyed by the compiler's
+ * file, never by running it.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
-#include "jit/jit.h"
 #include "loader/loader_int.h"
-#include "opjit_build_config.h"
 #include "runtime/env.h"
 
-#define OPT_OPTIONS "-O2 -ffp-contract=off -fPIC -shared -std=gnu99 -DFORCE_OPENBLAS_COMPLEX_STRUCT -DOPJIT_TIER_OPT -lm"
+#define TIER_DEFAULT_TIMEOUT_MS 120000
 
 typedef struct tier_job {
     char *path; /* as given: diagnostics and module source name */
     source src; /* text owned by the job */
-    cache_key tcc_key;
+    const jit_compiler *jc;
     struct tier_job *next;
 } tier_job;
 
 struct tier_state {
-    int wanted;  /* optimized code may serve (found in a cache or built) */
-    int enabled; /* ... and may be built here: wanted and a compiler found */
-    char cc[PATH_MAX];  /* resolved compiler path, "" when none */
-    char identity[64];  /* hash of `cc --version` + path, "" until known */
-    char file_id[64];   /* hash of the compiler's file: path, inode, size, mtime */
-    long timeout_ms;    /* of one compile */
-    const char *levels[4]; /* CPU levels this machine runs, best first */
+    int wanted;  /* background compilers' code may serve (found in a cache) */
+    int enabled; /* ... and may be built here */
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    tier_job *jobs, *jobs_tail;
-    int busy; /* a job is running */
-    int stop;
+    tier_job *jobs, *jobs_tail; /* queued, not yet handed to a helper */
+    int busy;                   /* a batch is out with a helper */
+    atomic_int stop;
     int started;
     int first_error;
     char first_msg[1024]; /* its message, for opjit_wait */
     pthread_t worker;
 };
 
-/* ---- the machine: compiler and CPU level ---------------------------------- */
+/* What a helper sends back for each job of its batch. */
+typedef struct helper_result {
+    int32_t index, status;
+    uint32_t len; /* then len bytes of message */
+} helper_result;
 
-static void cpu_levels(tier_state *t)
+#define HELPER_MSG_MAX 3000
+
+static void jobs_free(tier_job *j)
 {
-    int i = 0;
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("bmi2"))
-        t->levels[i++] = "x86-64-v3";
-    if (__builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("popcnt"))
-        t->levels[i++] = "x86-64-v2";
-    t->levels[i++] = "x86-64";
-#else
-    t->levels[i++] = "native-baseline";
-#endif
-    t->levels[i] = NULL;
-}
-
-#define TIER_DEFAULT_TIMEOUT_MS 120000
-
-/* The compiler's identity: a hash of what `cc --version` says and where it
- * lives. Computed once, in the worker (it forks). */
-static int compiler_identity(loader *l, tier_state *t)
-{
-    if (t->identity[0])
-        return OPJIT_OK;
-    int rc = loader_scratch(l);
-    if (rc)
-        return rc;
-    size_t len;
-    char *out = jit_cc_version(t->cc, l->scratch, t->timeout_ms, &len);
-    if (!out)
-        return rt_error(l->rt, OPJIT_ECOMPILE, "%s --version failed", t->cc);
-    cache_keygen *g = cache_keygen_new();
-    if (!g) {
-        free(out);
-        return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
+    while (j) {
+        tier_job *next = j->next;
+        free(j->path);
+        source_free(&j->src);
+        free(j);
+        j = next;
     }
-    cache_keygen_add_str(g, "cc-path", t->cc);
-    cache_keygen_add(g, "cc-version", out, len);
-    free(out);
-    cache_key k;
-    cache_keygen_finish(g, &k);
-    snprintf(t->identity, sizeof t->identity, "cc:%.32s", k.hex);
-    return OPJIT_OK;
 }
 
-/* ---- keys ------------------------------------------------------------------ */
+/* ---- the helper process ------------------------------------------------------ */
 
-/* The request of s's optimized artifact at level: kind "opt" with the
- * compiler's identity, or "opt-index" keyed by compiler (a file id, or
- * NULL for the index of machines without one). */
-static int opt_request(const source *s, const char *level, const char *kind,
-                       const char *compiler, cache_request *req, char *compiler_buf, size_t n)
+static void helper_send(int fd, int index, int status, const char *msg)
 {
-    cache_keygen *g = source_keygen(s);
-    if (!g)
-        return OPJIT_ENOMEM;
-    cache_keygen_add_str(g, "tier", kind);
-    cache_keygen_add_str(g, "options", OPT_OPTIONS);
-    cache_keygen_add_str(g, "link-blas", source_uses_blas(s) ? "yes" : "no");
-    cache_keygen_add_str(g, "target", loader_target());
-    cache_keygen_add_str(g, "cpu", level);
-    if (compiler)
-        cache_keygen_add_str(g, "compiler", compiler);
-    snprintf(compiler_buf, n, "%s", compiler ? compiler : "any C compiler");
-    *req = (cache_request){
-        .op_name = s->stem,
-        .source_name = s->name,
-        .compiler = compiler_buf,
-        .options = OPT_OPTIONS,
-        .target = level,
-        .tier = kind,
+    size_t len = strlen(msg);
+    helper_result r = {index, status, (uint32_t)(len < HELPER_MSG_MAX ? len : HELPER_MSG_MAX)};
+    char buf[sizeof r + HELPER_MSG_MAX];
+    memcpy(buf, &r, sizeof r);
+    memcpy(buf + sizeof r, msg, r.len);
+    /* One write of at most PIPE_BUF-ish bytes; a reader that went away is
+     * no reason to stop compiling (SIGPIPE is ignored). */
+    ssize_t w = write(fd, buf, sizeof r + r.len);
+    (void)w;
+}
+
+/* Build each job of the batch into the cache, reporting to fd. Uses only
+ * what it opens itself: the host's cache handle, log callback and scratch
+ * directory stay the host's. */
+static void helper_run(const loader *l, tier_job *batch, int fd)
+{
+    cache_config cc = {
+        .dir = l->cfg_cache_dir,
+        .readonly = l->cfg_readonly,
+        .offline = l->cfg_offline,
+        .disabled = l->cfg_no_cache,
     };
-    cache_keygen_finish(g, &req->key);
-    return OPJIT_OK;
-}
-
-/* Who the compiler's file is, cheaply (no process): where it resolves to
- * and that file's inode, size and modification time. */
-static void compiler_file_id(tier_state *t)
-{
-    char real[PATH_MAX], buf[128];
-    struct stat st;
-    t->file_id[0] = '\0';
-    if (!t->cc[0] || !realpath(t->cc, real) || stat(real, &st) != 0)
-        return;
-    cache_keygen *g = cache_keygen_new();
-    if (!g)
-        return;
-    snprintf(buf, sizeof buf, "%llu %llu %lld %lld.%09ld", (unsigned long long)st.st_dev,
-             (unsigned long long)st.st_ino, (long long)st.st_size,
-             (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-    cache_keygen_add_str(g, "cc-path", t->cc);
-    cache_keygen_add_str(g, "cc-real", real);
-    cache_keygen_add_str(g, "cc-stat", buf);
-    cache_key k;
-    cache_keygen_finish(g, &k);
-    snprintf(t->file_id, sizeof t->file_id, "cc-file:%.32s", k.hex);
-}
-
-int tier_lookup(loader *l, const source *s, cache_entry **out)
-{
-    tier_state *t = l->tier;
-    *out = NULL;
-    if (!t->wanted || s->device != OPJIT_CPU)
-        return OPJIT_ENOTFOUND;
-    /* With a compiler here, only what that compiler built serves. */
-    const char *by = t->cc[0] ? t->file_id : NULL;
-    if (by && !by[0])
-        return OPJIT_ENOTFOUND; /* its file could not be read: compile */
-    for (int i = 0; t->levels[i]; i++) {
-        cache_request req;
-        char comp[96];
-        if (opt_request(s, t->levels[i], "opt-index", by, &req, comp, sizeof comp))
-            return OPJIT_ENOMEM;
-        cache_request full = req;
-        full.tier = "opt";
-        if (cache_index_fetch(l->cache, &req, &full, out) == OPJIT_OK)
-            return OPJIT_OK;
-    }
-    return OPJIT_ENOTFOUND;
-}
-
-/* ---- building -------------------------------------------------------------- */
-
-typedef struct opt_build {
-    loader *l;
-    const source *src;
-    const char *level;
+    cache *c = NULL;
+    pipeline p;
     char diag[4096];
-} opt_build;
-
-static int build_opt(void *ud, const char *dir, char *err, size_t errlen)
-{
-    opt_build *b = ud;
-    tier_state *t = b->l->tier;
-    char blas[PATH_MAX];
-    snprintf(blas, sizeof blas, "%s", OPJIT_OPENBLAS_LIBRARY);
-    char *slash = strrchr(blas, '/');
-    if (slash)
-        *slash = '\0';
-    const char *defines[] = {"-DFORCE_OPENBLAS_COMPLEX_STRUCT", "-DOPJIT_TIER_OPT", NULL};
-    const char *includes[] = {b->src->dir, b->l->scratch, OPJIT_DLPACK_INCLUDE_DIR,
-                              OPJIT_CBLAS_INCLUDE_DIR, NULL};
-    jit_cc_job job = {
-        .cc = t->cc,
-        .source_name = b->src->path,
-        .text = b->src->text,
-        .len = b->src->len,
-        .march = strncmp(b->level, "x86-64", 6) ? NULL : b->level,
-        .defines = defines,
-        .include_dirs = includes,
-        .blas_dir = source_uses_blas(b->src) ? blas : NULL,
-        .dir = dir,
-        .out_name = "host.so",
-        .timeout_ms = t->timeout_ms,
-    };
-    int rc = jit_cc_compile(&job, err, errlen);
-    if (!rc && !source_unchanged(b->src)) {
-        snprintf(err, errlen, "a local header of %s changed since it was loaded", b->src->path);
-        rc = OPJIT_ECOMPILE;
+    int rc = cache_open(&cc, &c, diag, sizeof diag);
+    if (!rc && (rc = pipeline_init(&p, c, &l->pipe.set)))
+        snprintf(diag, sizeof diag, "out of memory");
+    int i = 0;
+    for (tier_job *j = batch; j; j = j->next, i++) {
+        char targets[256], *save = NULL;
+        j->jc->targets(&l->pipe.set, targets, sizeof targets);
+        pipeline_get_args a = {&j->src, j->jc, JIT_C, strtok_r(targets, ",", &save), 1};
+        pipeline_artifact art = {0};
+        int jrc = rc ? rc : pipeline_get(&p, &a, &art, diag, sizeof diag);
+        cache_entry_release(art.entry);
+        helper_send(fd, i, jrc, jrc ? diag : "");
     }
-    return rc;
+    if (!rc)
+        pipeline_fini(&p);
+    cache_close(c);
 }
 
-static int run_job(loader *l, tier_job *job)
+/* In the helper: results on fd 1, /dev/null for 0 and 2, nothing else
+ * of the host's open (its sockets, its locks); signals at their
+ * defaults, unblocked; SIGPIPE ignored. */
+static void helper_detach(int fd)
+{
+    int null = open("/dev/null", O_RDWR);
+    if (fd != 1) {
+        dup2(fd, 1);
+        close(fd);
+    }
+    if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 2);
+    }
+    close_range(3, ~0U, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (int s = 1; s < 32; s++)
+        if (s != SIGKILL && s != SIGSTOP)
+            signal(s, SIG_DFL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* Fork a helper for batch, detached (a grandchild in a session of its
+ * own: nobody has to reap it). The read end of its pipe, or -1. */
+static int helper_spawn(loader *l, tier_job *batch, char *err, size_t n)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC)) {
+        snprintf(err, n, "cannot start the background compiler: pipe: %s", strerror(errno));
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        setsid();
+        pid_t g = fork();
+        if (g == 0) {
+            helper_detach(p[1]);
+            helper_run(l, batch, 1);
+            _exit(0);
+        }
+        _exit(g < 0 ? 1 : 0);
+    }
+    int e = errno, st = 0;
+    close(p[1]);
+    while (pid > 0 && waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    /* ECHILD: the host reaped it (a SIGCHLD handler); the pipe tells. */
+    if (pid < 0 || (WIFEXITED(st) && WEXITSTATUS(st))) {
+        snprintf(err, n, "cannot start the background compiler: fork: %s",
+                 strerror(pid < 0 ? e : EAGAIN));
+        close(p[0]);
+        return -1;
+    }
+    return p[0];
+}
+
+/* ---- the worker thread -------------------------------------------------------- */
+
+/* Read n bytes, polling so that tier_destroy is never kept waiting.
+ * 0, or -1 at the end of the pipe or on stop. */
+static int read_full(tier_state *t, int fd, void *buf, size_t n)
+{
+    char *p = buf;
+    while (n) {
+        if (atomic_load(&t->stop))
+            return -1;
+        struct pollfd pfd = {fd, POLLIN, 0};
+        int r = poll(&pfd, 1, 50);
+        if (r < 0 && errno != EINTR)
+            return -1;
+        if (r <= 0)
+            continue;
+        ssize_t got = read(fd, p, n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return -1;
+        p += got;
+        n -= (size_t)got;
+    }
+    return 0;
+}
+
+static void note_error(loader *l, int rc, const char *msg)
 {
     tier_state *t = l->tier;
-    opjit_runtime *rt = l->rt;
-    int rc = compiler_identity(l, t);
-    if (rc)
-        return rc;
-    const char *level = t->levels[0];
-    cache_request req;
-    char comp[96];
-    if (opt_request(&job->src, level, "opt", t->identity, &req, comp, sizeof comp))
-        return rt_error(rt, OPJIT_ENOMEM, "out of memory");
-    opt_build b = {.l = l, .src = &job->src, .level = level};
-    cache_entry *entry = NULL;
-    int hit;
-    char err[3500];
-    rc = cache_fetch(l->cache, &req, build_opt, &b, &entry, &hit, err, sizeof err);
-    if (rc)
-        return rt_error(rt, rc, "%s: optimizing compile: %s", job->path, err);
-
-    /* Make it findable without running the compiler, and without one. */
-    const char *index_by[] = {t->file_id[0] ? t->file_id : NULL, NULL};
-    for (int i = index_by[0] ? 0 : 1; i < 2; i++) {
-        cache_request ireq;
-        char icomp[96];
-        if (!opt_request(&job->src, level, "opt-index", index_by[i], &ireq, icomp, sizeof icomp))
-            cache_index_put(l->cache, &ireq, &req.key);
+    rt_log(l->rt, OPJIT_LOG_WARN, "%s; libtcc code keeps serving it", msg);
+    pthread_mutex_lock(&t->lock);
+    if (!t->first_error) {
+        t->first_error = rc;
+        snprintf(t->first_msg, sizeof t->first_msg, "%s", msg);
     }
+    pthread_mutex_unlock(&t->lock);
+}
 
-    /* Swap in, unless the source changed since this job was queued. */
+/* The job's code, now in the cache, replaces the libtcc code, unless the
+ * source changed since the job was queued. */
+static void swap_in(loader *l, tier_job *job)
+{
     pthread_mutex_lock(&l->lock);
     loaded *cur = loader_find_loaded(l, job->src.real);
-    if (cur && !memcmp(cur->key.bytes, job->tcc_key.bytes, sizeof cur->key.bytes) &&
-        strcmp(cur->tier, "opt")) {
-        module *m;
-        rc = load_module(l, &job->src, cache_entry_path(entry, "host.so"), "opt", &m);
-        if (!rc && (rc = module_publish(rt, m)))
-            module_discard(m);
-        if (!rc) {
-            snprintf(cur->tier, sizeof cur->tier, "opt");
-            rt_log(rt, OPJIT_LOG_INFO, "%s: optimized tier (%s -O2 %s) now serves calls",
-                   job->path, t->cc, level);
+    if (cur && !memcmp(cur->digest.bytes, job->src.digest.bytes, sizeof cur->digest.bytes) &&
+        strcmp(cur->tier, job->jc->name)) {
+        char targets[256], diag[1024], *save = NULL;
+        job->jc->targets(&l->pipe.set, targets, sizeof targets);
+        pipeline_artifact art = {0};
+        int rc = OPJIT_ENOTFOUND;
+        for (char *t = strtok_r(targets, ",", &save); t && rc; t = strtok_r(NULL, ",", &save)) {
+            pipeline_get_args a = {&job->src, job->jc, JIT_C, t, 0};
+            rc = pipeline_get(&l->pipe, &a, &art, diag, sizeof diag);
         }
+        module *m = NULL;
+        if (rc)
+            rc = rt_error(l->rt, rc, "%s: %s", job->path, diag);
+        else if (!(rc = load_module(l, &job->src, art.path, job->jc->name, &m)) &&
+                 (rc = module_publish(l->rt, m)))
+            module_discard(m);
+        cache_entry_release(art.entry);
+        if (rc) {
+            char msg[OPJIT_ERRMSG_SIZE];
+            snprintf(msg, sizeof msg, "%s", opjit_errmsg(l->rt));
+            pthread_mutex_unlock(&l->lock);
+            note_error(l, rc, msg);
+            return;
+        }
+        snprintf(cur->tier, sizeof cur->tier, "%s", job->jc->name);
+        rt_log(l->rt, OPJIT_LOG_INFO, "%s: %s code now serves calls", job->path, job->jc->what);
     }
     pthread_mutex_unlock(&l->lock);
-    cache_entry_release(entry);
-    return rc;
 }
 
-static void job_free(tier_job *job)
+/* Hand batch to a helper; unless stopping, take in its results. */
+static void run_batch(loader *l, tier_job *batch)
 {
-    free(job->path);
-    source_free(&job->src);
-    free(job);
+    tier_state *t = l->tier;
+    char err[512];
+    int fd = helper_spawn(l, batch, err, sizeof err);
+    if (fd < 0) {
+        note_error(l, OPJIT_EIO, err);
+        return;
+    }
+    int n = 0;
+    for (tier_job *j = batch; j; j = j->next)
+        n++;
+    for (int done = 0; done < n; done++) {
+        helper_result r;
+        char msg[HELPER_MSG_MAX + 1];
+        if (read_full(t, fd, &r, sizeof r) || r.index < 0 || r.index >= n ||
+            r.len > HELPER_MSG_MAX || read_full(t, fd, msg, r.len))
+            break; /* stopping, or the helper died: its jobs stay unfinished */
+        msg[r.len] = '\0';
+        tier_job *job = batch;
+        for (int i = 0; i < r.index; i++)
+            job = job->next;
+        if (r.status == OPJIT_OK) {
+            swap_in(l, job);
+        } else {
+            char full[HELPER_MSG_MAX + 1200];
+            snprintf(full, sizeof full, "%s: %s: %s", job->path, job->jc->what, msg);
+            note_error(l, r.status, full);
+        }
+    }
+    close(fd);
 }
 
 static void *worker_main(void *arg)
@@ -288,27 +296,17 @@ static void *worker_main(void *arg)
     tier_state *t = l->tier;
     pthread_mutex_lock(&t->lock);
     for (;;) {
-        while (!t->jobs && !t->stop)
+        while (!t->jobs && !atomic_load(&t->stop))
             pthread_cond_wait(&t->cond, &t->lock);
-        /* On stop, queued jobs still run: a short-lived process leaves the
-         * optimized code in the cache for the next one. */
         if (!t->jobs)
             break;
-        tier_job *job = t->jobs;
-        t->jobs = job->next;
-        if (!t->jobs)
-            t->jobs_tail = NULL;
+        tier_job *batch = t->jobs;
+        t->jobs = t->jobs_tail = NULL;
         t->busy = 1;
         pthread_mutex_unlock(&t->lock);
-        int rc = run_job(l, job);
-        if (rc)
-            rt_log(l->rt, OPJIT_LOG_WARN, "%s; libtcc code keeps serving it", opjit_errmsg(l->rt));
-        job_free(job);
+        run_batch(l, batch); /* on stop: hands it over, reads nothing */
+        jobs_free(batch);
         pthread_mutex_lock(&t->lock);
-        if (rc && !t->first_error) {
-            t->first_error = rc;
-            snprintf(t->first_msg, sizeof t->first_msg, "%s", opjit_errmsg(l->rt));
-        }
         t->busy = 0;
         pthread_cond_broadcast(&t->cond);
     }
@@ -316,30 +314,33 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-void tier_schedule(loader *l, const source *s, const cache_key *tcc_key)
+/* ---- the loader's interface --------------------------------------------------- */
+
+void tier_schedule(loader *l, const jit_compiler *jc, const source *s)
 {
     tier_state *t = l->tier;
-    if (!t->enabled || s->device != OPJIT_CPU || cache_offline(l->cache))
+    /* A helper must publish into a cache the host can read back. */
+    if (!t->enabled || cache_offline(l->cache) || !cache_writable(l->cache))
         return;
     tier_job *job = calloc(1, sizeof *job);
     if (!job)
         return;
     job->src = *s;
+    job->jc = jc;
     job->path = strdup(s->path);
     job->src.text = malloc(s->len + 1);
     if (!job->path || !job->src.text) {
-        job_free(job);
+        jobs_free(job);
         return;
     }
     memcpy(job->src.text, s->text, s->len + 1);
     job->src.path = job->path;
     job->src.name = strrchr(job->path, '/') ? strrchr(job->path, '/') + 1 : job->path;
-    job->tcc_key = *tcc_key;
     pthread_mutex_lock(&t->lock);
     if (!t->started) {
         if (pthread_create(&t->worker, NULL, worker_main, l)) {
             pthread_mutex_unlock(&t->lock);
-            job_free(job);
+            jobs_free(job);
             return;
         }
         t->started = 1;
@@ -353,15 +354,33 @@ void tier_schedule(loader *l, const source *s, const cache_key *tcc_key)
     pthread_mutex_unlock(&t->lock);
 }
 
+int tier_wanted(const loader *l) { return l->tier->wanted; }
+
 void tier_never_build(loader *l) { l->tier->enabled = 0; }
 
 const char *tier_would_serve(loader *l, const source *s)
 {
-    cache_entry *e = NULL;
-    if (tier_lookup(l, s, &e) != OPJIT_OK)
-        return "tcc";
-    cache_entry_release(e);
-    return "opt";
+    const char *fallback = NULL;
+    for (int i = 0; jit_compilers[i]; i++) {
+        const jit_compiler *jc = jit_compilers[i];
+        if (!(jc->halves & JIT_C))
+            continue;
+        if (!jc->background)
+            return fallback ? fallback : jc->name;
+        if (!l->tier->wanted)
+            continue;
+        char targets[256], diag[512], *save = NULL;
+        jc->targets(&l->pipe.set, targets, sizeof targets);
+        for (char *t = strtok_r(targets, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            pipeline_get_args a = {s, jc, JIT_C, t, 0};
+            pipeline_artifact art;
+            if (pipeline_get(&l->pipe, &a, &art, diag, sizeof diag) == OPJIT_OK) {
+                cache_entry_release(art.entry);
+                return jc->name;
+            }
+        }
+    }
+    return "tcc";
 }
 
 int tier_wait(loader *l, char *msg, size_t n)
@@ -378,6 +397,20 @@ int tier_wait(loader *l, char *msg, size_t n)
     return rc;
 }
 
+/* cfg->cc_timeout_ms, else $OPJIT_CC_TIMEOUT, else the default. */
+static long compile_timeout(loader *l, const opjit_config *cfg)
+{
+    if (cfg->cc_timeout_ms > 0)
+        return cfg->cc_timeout_ms;
+    const char *e = getenv("OPJIT_CC_TIMEOUT");
+    long ms = env_seconds_parse(e, TIER_DEFAULT_TIMEOUT_MS);
+    if (ms > 0)
+        return ms;
+    rt_log(l->rt, OPJIT_LOG_WARN, "OPJIT_CC_TIMEOUT='%s' is not a positive number of seconds; "
+           "using %d", e, TIER_DEFAULT_TIMEOUT_MS / 1000);
+    return TIER_DEFAULT_TIMEOUT_MS;
+}
+
 int tier_create(loader *l, const opjit_config *cfg)
 {
     tier_state *t = calloc(1, sizeof *t);
@@ -385,7 +418,6 @@ int tier_create(loader *l, const opjit_config *cfg)
         return OPJIT_ENOMEM;
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->cond, NULL);
-    cpu_levels(t);
     int want = cfg->tiering;
     if (want < 0) {
         const char *e = getenv("OPJIT_TIERING");
@@ -399,20 +431,11 @@ int tier_create(loader *l, const opjit_config *cfg)
     const char *cc = cfg->cc ? cfg->cc : getenv("OPJIT_CC");
     if (!cc || !*cc)
         cc = "cc";
-    int found = jit_cc_find(cc, t->cc, sizeof t->cc);
+    jit_settings *set = &l->pipe.set;
+    int found = jit_cc_find(cc, set->cc, sizeof set->cc);
     if (!found)
-        t->cc[0] = '\0';
-    compiler_file_id(t);
-    t->timeout_ms = cfg->cc_timeout_ms > 0 ? cfg->cc_timeout_ms : TIER_DEFAULT_TIMEOUT_MS;
-    if (cfg->cc_timeout_ms <= 0) {
-        const char *e = getenv("OPJIT_CC_TIMEOUT");
-        long ms = env_seconds_parse(e, TIER_DEFAULT_TIMEOUT_MS);
-        if (ms <= 0)
-            rt_log(l->rt, OPJIT_LOG_WARN, "OPJIT_CC_TIMEOUT='%s' is not a positive number of "
-                   "seconds; using %d", e, TIER_DEFAULT_TIMEOUT_MS / 1000);
-        else
-            t->timeout_ms = ms;
-    }
+        set->cc[0] = '\0';
+    set->cc_timeout_ms = compile_timeout(l, cfg);
     t->wanted = want;
     t->enabled = want && found;
     if (want && !found && cfg->tiering == 1)
@@ -427,19 +450,14 @@ void tier_destroy(loader *l)
     if (!t)
         return;
     pthread_mutex_lock(&t->lock);
-    t->stop = 1;
+    atomic_store(&t->stop, 1);
     pthread_cond_broadcast(&t->cond);
     pthread_mutex_unlock(&t->lock);
     if (t->started)
         pthread_join(t->worker, NULL);
-    while (t->jobs) {
-        tier_job *j = t->jobs;
-        t->jobs = j->next;
-        job_free(j);
-    }
+    jobs_free(t->jobs);
     pthread_mutex_destroy(&t->lock);
     pthread_cond_destroy(&t->cond);
     free(t);
     l->tier = NULL;
 }
-

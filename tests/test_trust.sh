@@ -113,7 +113,7 @@ done
 for v in 1 on yes TRUE; do
     fresh "tier-$v"
     rm -f "$T/cc-calls"
-    run env OPJIT_TIERING="$v" OPJIT_CC="$T/logcc" "$CLI" load "$OPS/nms.c"
+    run env OPJIT_TIERING="$v" OPJIT_CC="$T/logcc" "$CLI" load --wait "$OPS/nms.c"
     expect "OPJIT_TIERING='$v' loads" 0
     check "  and runs the optimizing compiler" grep -q -- "-O2" "$T/cc-calls"
 done
@@ -127,12 +127,12 @@ done
 
 # --- 7. another compiler never gets the old compiler's optimized code -----------
 fresh cc-switch
-run env OPJIT_CC="$CC_REAL" "$CLI" load "$OPS/nms.c"
+run env OPJIT_CC="$CC_REAL" "$CLI" load --wait "$OPS/nms.c"
 expect "a load with cc fills the optimized tier" 0
 run env OPJIT_CC="$CC_REAL" "$CLI" load "$OPS/nms.c"
 expect "the next process gets cc's optimized code" 0 "[opt]"
 rm -f "$T/cc-calls"
-run env OPJIT_CC="$T/logcc" "$CLI" load "$OPS/nms.c"
+run env OPJIT_CC="$T/logcc" "$CLI" load --wait "$OPS/nms.c"
 expect "with another OPJIT_CC" 0 "[tcc]"
 check "  it builds with that compiler" grep -q -- "-O2" "$T/cc-calls"
 run env OPJIT_CC="$T/logcc" "$CLI" load "$OPS/nms.c"
@@ -149,13 +149,38 @@ exec sleep 1000 # opjit-test-hung-cc
 EOF
 chmod +x "$T/hangcc"
 start=$(date +%s)
-run env OPJIT_CC="$T/hangcc" OPJIT_CC_TIMEOUT=1 "$CLI" load "$OPS/nms.c"
+run env OPJIT_CC="$T/hangcc" OPJIT_CC_TIMEOUT=1 "$CLI" load --wait "$OPS/nms.c"
 took=$(($(date +%s) - start))
 expect "a hung cc: the load still works" 0 "[tcc]" "ran past its time limit"
 check "  and the process did not wait for it (${took}s)" test "$took" -lt 30
 check "  and nothing it started is left running" bash -c "! pgrep -f 'sleep [1]000' >/dev/null"
 run env OPJIT_CC_TIMEOUT=soon "$CLI" -q load "$OPS/nms.c"
 expect "a bad OPJIT_CC_TIMEOUT is not fatal" 0
+
+# --- the optimizing compile outlives the process that loaded (issue 14) ---------
+# A cc held at a gate: the load must return while it waits, and its code
+# must reach the cache after the process is gone.
+fresh detached
+cat >"$T/gatecc" <<EOF
+#!/bin/sh
+case "\$*" in *--version*) exec "$CC_REAL" --version;; esac
+touch "$T/gate-started"
+while [ ! -e "$T/gate-open" ]; do sleep 0.05; done
+exec "$CC_REAL" "\$@"
+EOF
+chmod +x "$T/gatecc"
+rm -f "$T/gate-started" "$T/gate-open"
+opt_entries() { "$CLI" cache ls 2>/dev/null | awk '$5 == "opt"' | wc -l; }
+run env OPJIT_CC="$T/gatecc" "$CLI" load "$OPS/nms.c"
+expect "a cold load returns while the optimizer is held at its gate" 0 "[tcc]"
+for _ in $(seq 600); do [ -e "$T/gate-started" ] && break; sleep 0.05; done
+check "  the optimizing compile runs in a helper" test -e "$T/gate-started"
+check "  which has not published yet" test "$(opt_entries)" = 0
+touch "$T/gate-open"
+for _ in $(seq 1200); do [ "$(opt_entries)" = 1 ] && break; sleep 0.05; done
+check "  and publishes after the process is gone" test "$(opt_entries)" = 1
+run env OPJIT_CC="$T/gatecc" "$CLI" load "$OPS/nms.c"
+expect "  the next process gets the optimized code" 0 "[opt]"
 
 # --- 5. a damaged entry that is a file or a link can be removed ------------------
 fresh damaged

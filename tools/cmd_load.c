@@ -17,7 +17,13 @@ static const char load_help[] =
     "A FILE that fails is reported on stderr and the rest are still loaded;\n"
     "the exit status is then 1.\n"
     "\n"
-    "options:\n";
+    "The optimizing compile of a C source runs in a helper process that\n"
+    "outlives this one, so the next process finds optimized code; this one\n"
+    "does not wait for it unless asked.\n"
+    "\n"
+    "options:\n"
+    "  --wait               wait for the optimizing compiles to finish (their\n"
+    "                       failures are warnings; the exit status is the loads')\n";
 
 typedef struct op_vec {
     const opjit_op **v;
@@ -89,7 +95,7 @@ static int load_one(opjit_runtime *rt, const char *file)
 
 /* The FILE arguments into files; CLI_EXIT_OK, or the exit status to end
  * with (help printed, a usage error). */
-static int parse_load_args(int argc, char **argv, cli_strs *files, int *done)
+static int parse_load_args(int argc, char **argv, cli_strs *files, int *done, int *wait)
 {
     int only_files = 0;
     *done = 0;
@@ -98,6 +104,10 @@ static int parse_load_args(int argc, char **argv, cli_strs *files, int *done)
         if (!only_files && a[0] == '-' && a[1] != '\0') {
             if (strcmp(a, "--") == 0) {
                 only_files = 1;
+                continue;
+            }
+            if (strcmp(a, "--wait") == 0) {
+                *wait = 1;
                 continue;
             }
             if (cli_is_help(a)) {
@@ -122,14 +132,16 @@ int cmd_load(int argc, char **argv)
 {
     cli_strs files = {0};
     opjit_runtime *rt = NULL;
-    int done, fail = 0;
-    int rc = parse_load_args(argc, argv, &files, &done);
+    int done, fail = 0, wait = 0;
+    int rc = parse_load_args(argc, argv, &files, &done, &wait);
     if (rc != CLI_EXIT_OK || done)
         goto out;
     if ((rc = cli_create(&rt)) != CLI_EXIT_OK)
         goto out;
     for (int k = 0; k < files.n; k++)
         fail |= load_one(rt, files.v[k]);
+    if (wait)
+        opjit_wait(rt); /* a failure was logged as a warning */
     rc = fail ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 out:
     opjit_destroy(rt);

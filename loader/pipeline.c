@@ -1,0 +1,284 @@
+/* loader/pipeline.c - the one way from a source to a compiler's artifact.
+ *
+ * For one source, one compiler of the table (jit/jit.h) and one of its
+ * targets: make the key from the source digest and what the compiler says
+ * goes into it, then fetch the entry from the cache or build it there.
+ * Every artifact opjit makes (libtcc's host.so, the optimized one, each
+ * architecture's device code) comes through pipeline_get.
+ *
+ * Compilers whose identity is costly to learn (running `cc --version`,
+ * loading libnvrtc) have a cheap file id as well. Their artifacts are also
+ * reachable through index entries (cache_index_put): one keyed by the
+ * compiler's file, so a hit costs neither, and one keyed by no compiler at
+ * all, which is how a machine without that compiler uses artifacts warmed
+ * elsewhere. With the compiler here, only what it built serves.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "loader/loader_int.h"
+#include "opjit_build_config.h"
+
+/* What the scratch directory may hold: opjit_op.h, and cc-version.txt
+ * while the optimizing compiler is asked for its version. A process
+ * killed with it still there leaves it to the next one that makes one
+ * (see cache_private_mkdir). */
+static const char *const scratch_files[] = {"opjit_op.h", "cc-version.txt", NULL};
+
+int pipeline_init(pipeline *p, cache *c, const jit_settings *set)
+{
+    memset(p, 0, sizeof *p);
+    p->cache = c;
+    p->set = *set;
+    p->set.scratch = NULL;
+    p->scratch_lock = -1;
+    return pthread_mutex_init(&p->lock, NULL) ? OPJIT_ENOMEM : OPJIT_OK;
+}
+
+void pipeline_fini(pipeline *p)
+{
+    if (p->scratch[0]) {
+        cache_private_rmdir(p->scratch, scratch_files);
+        close(p->scratch_lock); /* after: nobody sweeps it under us */
+        p->scratch[0] = '\0';
+    }
+    pthread_mutex_destroy(&p->lock);
+}
+
+static int write_op_header(const char *dir, char *err, size_t errlen)
+{
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/opjit_op.h", dir);
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(opjit_op_h_text, 1, sizeof opjit_op_h_text, f) == sizeof opjit_op_h_text;
+    int e = errno;
+    if (f && fclose(f) && ok)
+        ok = 0, e = errno;
+    if (!ok)
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(e));
+    return ok ? OPJIT_OK : OPJIT_EIO;
+}
+
+/* The private directory holding opjit_op.h for compilers to include:
+ * made at the first build only, so cache hits never touch /tmp. */
+static int scratch_dir(pipeline *p, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&p->lock);
+    int rc = OPJIT_OK;
+    if (!p->scratch[0]) {
+        const char *tmp = getenv("TMPDIR");
+        tmp = tmp && *tmp ? tmp : "/tmp";
+        int e = cache_private_mkdir(tmp, "opjit-", scratch_files, p->scratch, sizeof p->scratch,
+                                    &p->scratch_lock);
+        if (e) {
+            p->scratch[0] = '\0';
+            snprintf(err, errlen, "cannot create a temporary directory in %s: %s", tmp,
+                     strerror(e));
+            rc = OPJIT_EIO;
+        } else if ((rc = write_op_header(p->scratch, err, errlen))) {
+            cache_private_rmdir(p->scratch, scratch_files);
+            close(p->scratch_lock);
+            p->scratch[0] = '\0';
+        } else {
+            p->set.scratch = p->scratch;
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+static pipeline_compiler *compiler_of(pipeline *p, const jit_compiler *jc)
+{
+    int i = 0;
+    while (jit_compilers[i] && jit_compilers[i] != jc)
+        i++;
+    return &p->comp[i];
+}
+
+/* The compiler's file id, learnt once; NULL when it is not here. */
+static const char *file_id(pipeline *p, const jit_compiler *jc)
+{
+    pipeline_compiler *pc = compiler_of(p, jc);
+    pthread_mutex_lock(&p->lock);
+    if (!pc->file_known) {
+        pc->file_found = jc->file_id(&p->set, pc->file_id, sizeof pc->file_id);
+        pc->file_known = 1;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return pc->file_found ? pc->file_id : NULL;
+}
+
+/* The compiler's identity, learnt once (a failure is kept too: it would
+ * fail the same way for every source). */
+static int identity(pipeline *p, const jit_compiler *jc, const char **id, char *err,
+                    size_t errlen)
+{
+    pipeline_compiler *pc = compiler_of(p, jc);
+    int rc = jc->file_id ? scratch_dir(p, err, errlen) : OPJIT_OK; /* cc --version's log */
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&p->lock);
+    if (!pc->id_known) {
+        pc->id_rc = jc->identity(&p->set, pc->id, sizeof pc->id, pc->id_err, sizeof pc->id_err);
+        pc->id_known = 1;
+    }
+    rc = pc->id_rc;
+    if (rc)
+        snprintf(err, errlen, "%s", pc->id_err);
+    pthread_mutex_unlock(&p->lock);
+    *id = pc->id;
+    return rc;
+}
+
+/* What keys one artifact: the source, the compiler, its options for this
+ * source, the target. */
+typedef struct key_parts {
+    const source *src;
+    const jit_compiler *jc;
+    const char *target;
+    char options[1024];
+} key_parts;
+
+/* The request of an artifact: by = the compiler's identity for the
+ * artifact itself, or, for an index entry, its file id or NULL (no
+ * compiler). */
+static int make_request(const key_parts *k, const char *by, int index, pipeline_request *r)
+{
+    cache_keygen *g = source_keygen(k->src);
+    if (!g)
+        return OPJIT_ENOMEM;
+    snprintf(r->tier, sizeof r->tier, "%s%s", k->jc->name, index ? "-index" : "");
+    if (by)
+        snprintf(r->compiler, sizeof r->compiler, "%s", by);
+    else
+        snprintf(r->compiler, sizeof r->compiler, "any %s", k->jc->what);
+    cache_keygen_add_str(g, "compiler", k->jc->name);
+    cache_keygen_add_str(g, index ? "index-by" : "identity", by ? by : "none");
+    cache_keygen_add_str(g, "options", k->options);
+    cache_keygen_add_str(g, "target", k->target);
+    r->req = (cache_request){
+        .op_name = k->src->stem,
+        .source_name = k->src->name,
+        .compiler = r->compiler,
+        .options = k->options,
+        .target = k->target,
+        .tier = r->tier,
+    };
+    cache_keygen_finish(g, &r->req.key);
+    return OPJIT_OK;
+}
+
+typedef struct build_ctx {
+    pipeline *p;
+    const source *src;
+    jit_job job;
+    const jit_compiler *jc;
+    char *diag;
+    size_t diaglen;
+} build_ctx;
+
+static int build(void *ud, const char *dir, char *err, size_t errlen)
+{
+    build_ctx *b = ud;
+    int rc = scratch_dir(b->p, err, errlen);
+    if (rc)
+        return rc;
+    const char *includes[] = {b->src->dir, b->p->scratch, NULL};
+    b->job.include_dirs = includes;
+    b->job.dir = dir;
+    rc = b->jc->compile(&b->job, b->diag, b->diaglen);
+    b->job.include_dirs = NULL;
+    if (!rc && !source_unchanged(b->src)) {
+        /* A header changed while we compiled: the artifact may not be
+         * what the key says. Never publish it. */
+        snprintf(b->diag, b->diaglen, "%s: a local header changed during the compile; load "
+                 "it again", b->src->path);
+        rc = OPJIT_ECOMPILE;
+    }
+    if (rc)
+        snprintf(err, errlen, "%.*s", (int)(errlen > 1 ? errlen - 1 : 0),
+                 rc == OPJIT_ECOMPILE ? "compile error" : b->diag);
+    return rc;
+}
+
+/* Through the index entry keyed by the compiler's file (or by none). */
+static int get_by_index(pipeline *p, const key_parts *k, const char *by, pipeline_artifact *out)
+{
+    pipeline_request index, full;
+    if (make_request(k, by, 1, &index) || make_request(k, NULL, 0, &full))
+        return OPJIT_ENOMEM;
+    if (cache_index_fetch(p->cache, &index.req, &full.req, &out->entry) != OPJIT_OK)
+        return OPJIT_ENOTFOUND;
+    out->hit = 1;
+    return OPJIT_OK;
+}
+
+/* Make a fresh artifact findable without running or loading its compiler,
+ * and without one; best effort. */
+static void put_index(pipeline *p, const key_parts *k, const char *fid, const cache_key *key)
+{
+    const char *by[] = {fid, NULL};
+    for (int i = fid ? 0 : 1; i < 2; i++) {
+        pipeline_request r;
+        if (!make_request(k, by[i], 1, &r))
+            cache_index_put(p->cache, &r.req, key);
+    }
+}
+
+/* From the cache by the full key, or built. */
+static int get_by_key(pipeline *p, const pipeline_get_args *a, const key_parts *k,
+                      const char *id, pipeline_artifact *out, char *diag, size_t diaglen)
+{
+    pipeline_request r;
+    if (make_request(k, id, 0, &r)) {
+        snprintf(diag, diaglen, "out of memory");
+        return OPJIT_ENOMEM;
+    }
+    build_ctx b = {
+        .p = p,
+        .src = a->src,
+        .jc = a->jc,
+        .job = {.source_name = a->src->path, .text = a->src->text, .len = a->src->len,
+                .half = a->half, .link_blas = source_uses_blas(a->src), .target = a->target,
+                .artifact = out->name, .set = &p->set},
+        .diag = diag,
+        .diaglen = diaglen,
+    };
+    char err[1024] = "";
+    int rc = cache_fetch(p->cache, &r.req, a->build ? build : NULL, &b, &out->entry, &out->hit,
+                         err, sizeof err);
+    if (rc && rc != OPJIT_ECOMPILE)
+        snprintf(diag, diaglen, "%s", err[0] ? err : "not in a cache");
+    if (!rc)
+        out->key = r.req.key;
+    return rc;
+}
+
+int pipeline_get(pipeline *p, const pipeline_get_args *a, pipeline_artifact *out, char *diag,
+                 size_t diaglen)
+{
+    const jit_compiler *jc = a->jc;
+    key_parts k = {.src = a->src, .jc = jc, .target = a->target};
+    jit_job job = {.half = a->half, .link_blas = source_uses_blas(a->src), .target = a->target,
+                   .set = &p->set};
+    jc->options(&job, k.options, sizeof k.options);
+    memset(out, 0, sizeof *out);
+    jc->artifact(a->target, out->name, sizeof out->name);
+    const char *fid = jc->file_id ? file_id(p, jc) : NULL, *id = NULL;
+    int rc = jc->file_id ? get_by_index(p, &k, fid, out) : OPJIT_ENOTFOUND;
+    if (rc == OPJIT_OK)
+        ;
+    else if (!a->build)
+        snprintf(diag, diaglen, "no %s artifact of %s for %s is in a cache", jc->what,
+                 a->src->path, a->target);
+    else if ((rc = identity(p, jc, &id, diag, diaglen)) != OPJIT_OK)
+        rc = fid && get_by_index(p, &k, NULL, out) == OPJIT_OK ? OPJIT_OK : rc; /* broken here */
+    else if ((rc = get_by_key(p, a, &k, id, out, diag, diaglen)) == OPJIT_OK && jc->file_id)
+        put_index(p, &k, fid, &out->key);
+    if (!rc)
+        out->path = cache_entry_path(out->entry, out->name);
+    return rc;
+}
