@@ -54,18 +54,6 @@ static int kernel_error(opjit_ctx *ctx, int status, const char *fmt, ...)
     return status;
 }
 
-int call_error(opjit_ctx *ctx, int status, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char msg[2048];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (!ctx->status)
-        ctx->status = rt_error(ctx->rt, status, "%s: %s", ctx->k->sch.name, msg);
-    return ctx->status;
-}
-
 /* Bytes of a dense tensor of elem-byte elements: 0, 1 + the dim whose size
  * is bad (negative, or the element count overflows), or -1 when the bytes
  * overflow. */
