@@ -643,24 +643,20 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
 
 /* ---- copies between devices ------------------------------------------------- */
 
-int opjit_tensor_to_device(opjit_runtime *rt, const DLTensor *src, int device, int device_id,
-                           DLManagedTensor **out)
+/* Whether src can be copied to device:device_id (the tensor dense,
+ * row-major, of whole bytes, its data present): *from, the device it is
+ * on, and *bytes, its size. fn names the caller in messages. */
+static int copy_check(opjit_runtime *rt, const char *fn, const DLTensor *src, int device,
+                      int device_id, int *from, size_t *bytes)
 {
-    static const char fn[] = "opjit_tensor_to_device";
-    if (out)
-        *out = NULL;
-    if (!rt || !src || !out)
-        return rt_error(rt, OPJIT_EINVAL, "%s: NULL %s", fn,
-                        !rt ? "runtime" : !src ? "tensor" : "out");
     if (device != OPJIT_CPU && device != OPJIT_CUDA)
         return rt_error(rt, OPJIT_EINVAL, "%s: bad device %d (OPJIT_CPU or OPJIT_CUDA)", fn,
                         device);
     if (device_id < 0 || (device == OPJIT_CPU && device_id != 0))
         return rt_error(rt, OPJIT_EINVAL, "%s: bad device id %d for %s", fn, device_id,
                         opjit_device_name(device));
-    int from = device_of(src->device.device_type);
-    int from_id = src->device.device_id;
-    if (from < 0)
+    *from = device_of(src->device.device_type);
+    if (*from < 0)
         return rt_error(rt, OPJIT_EINVAL, "%s: the tensor is on %s (DLPack device type %d), "
                         "which opjit does not support", fn,
                         dl_device_name(src->device.device_type), src->device.device_type);
@@ -671,65 +667,97 @@ int opjit_tensor_to_device(opjit_runtime *rt, const DLTensor *src, int device, i
     if (dt.bits == 0 || dt.bits % 8 || dt.lanes == 0)
         return rt_error(rt, OPJIT_EINVAL, "%s: dtype of %d bits x %d lanes: only whole bytes "
                         "can be copied", fn, dt.bits, dt.lanes);
-    size_t bytes;
-    int bad = dense_bytes(src->ndim, src->shape, (size_t)dt.bits / 8 * dt.lanes, &bytes);
+    int bad = dense_bytes(src->ndim, src->shape, (size_t)dt.bits / 8 * dt.lanes, bytes);
     if (bad > 0)
         return rt_error(rt, OPJIT_EINVAL, "%s: bad size %lld in dim %d", fn,
                         (long long)src->shape[bad - 1], bad - 1);
     if (bad < 0)
         return rt_error(rt, OPJIT_EINVAL, "%s: the tensor is too large", fn);
-    if (bytes && !is_contiguous(src))
+    if (*bytes && !is_contiguous(src))
         return rt_error(rt, OPJIT_EINVAL, "%s: the tensor is not contiguous (its strides are "
                         "not row-major); only contiguous tensors can be copied", fn);
-    if (bytes && !src->data)
-        return rt_error(rt, OPJIT_EINVAL, "%s: the tensor has %zu bytes but no data", fn, bytes);
+    if (*bytes && !src->data)
+        return rt_error(rt, OPJIT_EINVAL, "%s: the tensor has %zu bytes but no data", fn, *bytes);
+    return OPJIT_OK;
+}
+
+/* From CUDA device from_id to dst on the host (device OPJIT_CPU), or
+ * through the host to dst on another CUDA device (to_dev's context
+ * current). On failure the status, with err. */
+static int copy_through_host(opjit_runtime *rt, int from_id, const void *src, int device,
+                             cuda_dev *to_dev, void *dst, size_t bytes, char *err, size_t errlen)
+{
+    char why[1024];
+    void *host = device == OPJIT_CPU ? dst : rt_alloc(rt, bytes);
+    cuda_dev *from_dev = NULL;
+    int rc;
+    if (!host) {
+        rc = OPJIT_ENOMEM;
+        snprintf(err, errlen, "out of memory allocating %zu bytes", bytes);
+    } else if ((rc = cuda_enter(rt, from_id, &from_dev, why, sizeof why))) {
+        snprintf(err, errlen, "cannot copy from CUDA device %d: %s", from_id, why);
+    } else {
+        rc = cuda_copy(from_dev, host, src, bytes, OPJIT_COPY_DTOH, err, errlen);
+        cuda_leave(from_dev);
+        if (!rc && device == OPJIT_CUDA)
+            rc = cuda_copy(to_dev, dst, host, bytes, OPJIT_COPY_HTOD, err, errlen);
+    }
+    if (host && host != dst)
+        rt_free(rt, host, bytes);
+    return rc;
+}
+
+/* Copy bytes from src, on device from:from_id, to dst, on device:id (a
+ * CUDA one with to_dev's context current). On failure the status, with
+ * err. */
+static int copy_data(opjit_runtime *rt, int from, int from_id, const void *src, int device,
+                     int id, cuda_dev *to_dev, void *dst, size_t bytes, char *err, size_t errlen)
+{
+    if (!bytes)
+        return OPJIT_OK;
+    if (from == OPJIT_CPU && device == OPJIT_CPU) {
+        memcpy(dst, src, bytes);
+        return OPJIT_OK;
+    }
+    if (from == OPJIT_CPU)
+        return cuda_copy(to_dev, dst, src, bytes, OPJIT_COPY_HTOD, err, errlen);
+    if (device == OPJIT_CUDA && from_id == id)
+        return cuda_copy(to_dev, dst, src, bytes, OPJIT_COPY_DTOD, err, errlen);
+    return copy_through_host(rt, from_id, src, device, to_dev, dst, bytes, err, errlen);
+}
+
+int opjit_tensor_to_device(opjit_runtime *rt, const DLTensor *src, int device, int device_id,
+                           DLManagedTensor **out)
+{
+    static const char fn[] = "opjit_tensor_to_device";
+    if (out)
+        *out = NULL;
+    if (!rt || !src || !out)
+        return rt_error(rt, OPJIT_EINVAL, "%s: NULL %s", fn,
+                        !rt ? "runtime" : !src ? "tensor" : "out");
+    int from = -1;
+    size_t bytes = 0;
+    int rc = copy_check(rt, fn, src, device, device_id, &from, &bytes);
+    if (rc)
+        return rc;
     const char *from_data = (const char *)src->data + src->byte_offset;
 
     /* The destination's context stays current until the end; a CUDA source
      * on another device is entered on top of it for its part of the copy. */
     char why[1024], err[1536] = "";
     cuda_dev *to_dev = NULL;
-    int rc;
     if (device == OPJIT_CUDA && (rc = cuda_enter(rt, device_id, &to_dev, why, sizeof why)))
         return rt_error(rt, rc, "%s: cannot copy to CUDA device %d: %s", fn, device_id, why);
     DLManagedTensor *mt = NULL;
-    rc = out_block_new(rt, device, device_id, to_dev, dt, src->ndim, src->shape, bytes, &mt, err,
-                       sizeof err);
-    if (rc) {
-        cuda_leave(to_dev);
-        return rt_error(rt, rc, "%s: %s", fn, err);
-    }
-    void *to_data = mt->dl_tensor.data;
-    if (!bytes) {
-        /* nothing to copy */
-    } else if (from == OPJIT_CPU && device == OPJIT_CPU) {
-        memcpy(to_data, from_data, bytes);
-    } else if (from == OPJIT_CPU) {
-        rc = cuda_copy(to_dev, to_data, from_data, bytes, OPJIT_COPY_HTOD, err, sizeof err);
-    } else if (device == OPJIT_CUDA && from_id == device_id) {
-        rc = cuda_copy(to_dev, to_data, from_data, bytes, OPJIT_COPY_DTOD, err, sizeof err);
-    } else {
-        /* From a CUDA device to the host, or through the host to another
-         * device. */
-        void *host = device == OPJIT_CPU ? to_data : rt_alloc(rt, bytes);
-        cuda_dev *from_dev = NULL;
-        if (!host) {
-            rc = OPJIT_ENOMEM;
-            snprintf(err, sizeof err, "out of memory allocating %zu bytes", bytes);
-        } else if ((rc = cuda_enter(rt, from_id, &from_dev, why, sizeof why))) {
-            snprintf(err, sizeof err, "cannot copy from CUDA device %d: %s", from_id, why);
-        } else {
-            rc = cuda_copy(from_dev, host, from_data, bytes, OPJIT_COPY_DTOH, err, sizeof err);
-            cuda_leave(from_dev);
-            if (!rc && device == OPJIT_CUDA)
-                rc = cuda_copy(to_dev, to_data, host, bytes, OPJIT_COPY_HTOD, err, sizeof err);
-        }
-        if (host && host != to_data)
-            rt_free(rt, host, bytes);
-    }
+    rc = out_block_new(rt, device, device_id, to_dev, src->dtype, src->ndim, src->shape, bytes,
+                       &mt, err, sizeof err);
+    if (!rc)
+        rc = copy_data(rt, from, src->device.device_id, from_data, device, device_id, to_dev,
+                       mt->dl_tensor.data, bytes, err, sizeof err);
     cuda_leave(to_dev);
     if (rc) {
-        mt->deleter(mt);
+        if (mt)
+            mt->deleter(mt);
         return rt_error(rt, rc, "%s: %s", fn, err);
     }
     *out = mt;
