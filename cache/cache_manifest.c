@@ -197,11 +197,11 @@ out:
 
 static const char cache_manifest_oom[] = "out of memory reading the manifest";
 
-/* Parse m->buf (NUL-terminated, len bytes). Returns NULL or what is wrong
- * (cache_manifest_oom: nothing is, memory ran out). */
-static const char *cache_manifest_parse(cache_manifest *m, size_t len)
+/* buf (len bytes, NUL-terminated) must be whole: text whose last line,
+ * "end <XXH3 of everything before it>", checks out. Cuts that line off.
+ * Returns NULL or what is wrong. */
+static const char *cache_manifest_unseal(char *buf, size_t len)
 {
-    char *buf = m->buf;
     if (len == 0 || buf[len - 1] != '\n' || strlen(buf) != len)
         return "manifest is truncated or not text";
     /* The end line is the last one; it covers everything before it. */
@@ -221,12 +221,82 @@ static const char *cache_manifest_parse(cache_manifest *m, size_t len)
     if (XXH3_64bits(buf, (size_t)(end - buf)) != want)
         return "manifest checksum mismatch";
     end[-1] = '\0'; /* cut the end line off */
+    return NULL;
+}
 
+/* "artifact SIZE SUM NAME" (val: what follows the word), appended to
+ * m->art, which has room for *cap. */
+static const char *cache_manifest_artifact(cache_manifest *m, char *val, int *cap)
+{
+    char *s1 = strchr(val, ' '), *s2 = s1 ? strchr(s1 + 1, ' ') : NULL;
+    if (!s2)
+        return "manifest has a malformed artifact line";
+    *s1 = *s2 = '\0';
+    cache_artifact a = {s2 + 1, 0, 0};
+    if (cache_parse_u64(val, 10, &a.size) != 0 || strlen(s1 + 1) != 16 ||
+        cache_parse_u64(s1 + 1, 16, &a.sum) != 0 || !cache_artifact_name_ok(a.name))
+        return "manifest has a malformed artifact line";
+    if (m->nart == *cap) {
+        if (*cap >= CACHE_MAX_ARTIFACTS)
+            return "manifest lists too many artifacts";
+        *cap = *cap ? *cap * 2 : 4;
+        cache_artifact *na = realloc(m->art, (size_t)*cap * sizeof *na);
+        if (!na)
+            return cache_manifest_oom;
+        m->art = na;
+    }
+    m->art[m->nart++] = a;
+    return NULL;
+}
+
+/* Where the text field called name goes in m; NULL for no such field. */
+static const char **cache_manifest_field(cache_manifest *m, const char *name)
+{
     const char **slot[] = {&m->op, &m->source, &m->compiler, &m->options, &m->target, &m->tier};
-    const char *names[] = {"op", "source", "compiler", "options", "target", "tier"};
+    static const char *const names[] = {"op", "source", "compiler", "options", "target", "tier"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(name, names[i]))
+            return slot[i];
+    return NULL;
+}
+
+/* One "name value" line after the first. */
+static const char *cache_manifest_line(cache_manifest *m, const char *name, char *val, int *cap,
+                                       int *have_created)
+{
+    if (cache_unescape(val) != 0)
+        return "manifest has a bad escape";
+    if (!strcmp(name, "key")) {
+        m->key = val;
+        return NULL;
+    }
+    if (!strcmp(name, "created")) {
+        uint64_t v;
+        if (cache_parse_u64(val, 10, &v) != 0)
+            return "manifest has a bad created time";
+        m->created = (int64_t)v;
+        *have_created = 1;
+        return NULL;
+    }
+    if (!strcmp(name, "artifact"))
+        return cache_manifest_artifact(m, val, cap);
+    const char **field = cache_manifest_field(m, name);
+    if (!field)
+        return "manifest has an unknown line";
+    *field = val;
+    return NULL;
+}
+
+/* Parse m->buf (NUL-terminated, len bytes). Returns NULL or what is wrong
+ * (cache_manifest_oom: nothing is, memory ran out). */
+static const char *cache_manifest_parse(cache_manifest *m, size_t len)
+{
+    const char *bad = cache_manifest_unseal(m->buf, len);
+    if (bad)
+        return bad;
     int cap = 0, lineno = 0, have_created = 0;
     char *next;
-    for (char *line = buf; line; line = next) {
+    for (char *line = m->buf; line; line = next) {
         next = strchr(line, '\n');
         if (next)
             *next++ = '\0';
@@ -235,63 +305,19 @@ static const char *cache_manifest_parse(cache_manifest *m, size_t len)
         char *val = sp ? sp + 1 : line + strlen(line);
         if (sp)
             *sp = '\0';
-        if (lineno == 1) {
-            if (strcmp(line, CACHE_MAGIC) != 0)
-                return "not an opjit cache manifest";
-            uint64_t v;
-            if (cache_parse_u64(val, 10, &v) != 0 || v != CACHE_FORMAT)
-                return "manifest has an unknown format version";
+        if (lineno > 1) {
+            if ((bad = cache_manifest_line(m, line, val, &cap, &have_created)))
+                return bad;
             continue;
         }
-        if (cache_unescape(val) != 0)
-            return "manifest has a bad escape";
-        if (!strcmp(line, "key")) {
-            m->key = val;
-            continue;
-        }
-        if (!strcmp(line, "created")) {
-            uint64_t v;
-            if (cache_parse_u64(val, 10, &v) != 0)
-                return "manifest has a bad created time";
-            m->created = (int64_t)v;
-            have_created = 1;
-            continue;
-        }
-        if (!strcmp(line, "artifact")) {
-            char *s1 = strchr(val, ' '), *s2 = s1 ? strchr(s1 + 1, ' ') : NULL;
-            if (!s2)
-                return "manifest has a malformed artifact line";
-            *s1 = *s2 = '\0';
-            cache_artifact a = {s2 + 1, 0, 0};
-            if (cache_parse_u64(val, 10, &a.size) != 0 || strlen(s1 + 1) != 16 ||
-                cache_parse_u64(s1 + 1, 16, &a.sum) != 0 || !cache_artifact_name_ok(a.name))
-                return "manifest has a malformed artifact line";
-            if (m->nart == cap) {
-                if (cap >= CACHE_MAX_ARTIFACTS)
-                    return "manifest lists too many artifacts";
-                cap = cap ? cap * 2 : 4;
-                cache_artifact *na = realloc(m->art, (size_t)cap * sizeof *na);
-                if (!na)
-                    return cache_manifest_oom;
-                m->art = na;
-            }
-            m->art[m->nart++] = a;
-            continue;
-        }
-        size_t i;
-        for (i = 0; i < sizeof names / sizeof names[0]; i++) {
-            if (!strcmp(line, names[i])) {
-                *slot[i] = val;
-                break;
-            }
-        }
-        if (i == sizeof names / sizeof names[0])
-            return "manifest has an unknown line";
+        if (strcmp(line, CACHE_MAGIC) != 0)
+            return "not an opjit cache manifest";
+        uint64_t v;
+        if (cache_parse_u64(val, 10, &v) != 0 || v != CACHE_FORMAT)
+            return "manifest has an unknown format version";
     }
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!*slot[i])
-            return "manifest lacks a field";
-    if (!m->key || !have_created)
+    if (!m->op || !m->source || !m->compiler || !m->options || !m->target || !m->tier ||
+        !m->key || !have_created)
         return "manifest lacks a field";
     return NULL;
 }
