@@ -391,6 +391,90 @@ static int cache_check_artifact(const cache *c, int dfd, const cache_artifact *a
     return rc;
 }
 
+/* The entry's directory (open as dfd) and the one holding it are
+ * trusted. CACHE_OK or why not. */
+static int cache_check_dirs(const cache *c, int dfd, int owner, char *why, size_t whylen)
+{
+    const char *bad;
+    struct stat st;
+    if (fstat(dfd, &st) != 0)
+        return cache_failed(why, whylen, errno, "cannot stat the entry");
+    if ((bad = cache_untrusted(&st, owner, c->euid)))
+        return cache_damaged(why, whylen, "entry directory is %s", bad);
+    if (fstatat(dfd, "..", &st, 0) != 0)
+        return cache_failed(why, whylen, errno, "cannot stat the directory holding the entry");
+    if ((bad = cache_untrusted(&st, owner, c->euid)))
+        return cache_damaged(why, whylen, "the directory holding the entry is %s", bad);
+    return CACHE_OK;
+}
+
+/* Open the entry's manifest: *mfd, and its stat in *st. A trusted regular
+ * file of a sane size, or why not (*mfd may then be open: the caller
+ * closes it). */
+static int cache_open_manifest(const cache *c, int dfd, int owner, int *mfd, struct stat *st,
+                               char *why, size_t whylen)
+{
+    const char *bad;
+    /* O_NONBLOCK: a FIFO put where a file should be must not hang us (it
+     * fails the regular-file check below); reads of files ignore it. */
+    *mfd = openat(dfd, "manifest", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (*mfd < 0)
+        return cache_failed(why, whylen, errno, "manifest");
+    if (fstat(*mfd, st) != 0)
+        return cache_failed(why, whylen, errno, "cannot stat the manifest");
+    if (!S_ISREG(st->st_mode))
+        return cache_damaged(why, whylen, "manifest is not a regular file");
+    if ((bad = cache_untrusted(st, owner, c->euid)))
+        return cache_damaged(why, whylen, "manifest is %s", bad);
+    if (st->st_size <= 0 || st->st_size > CACHE_MANIFEST_MAX)
+        return cache_damaged(why, whylen, "manifest has a bad size (%lld bytes)",
+                             (long long)st->st_size);
+    return CACHE_OK;
+}
+
+/* Read len bytes of manifest from mfd into m->buf and parse them; the
+ * manifest must be for key hex. CACHE_OK or why not. */
+static int cache_read_manifest(int mfd, size_t len, const char *hex, cache_manifest *m,
+                               char *why, size_t whylen)
+{
+    size_t got = 0;
+    m->buf = malloc(len + 1);
+    if (!m->buf)
+        return cache_failed(why, whylen, ENOMEM, "reading the manifest");
+    while (got < len) {
+        ssize_t n = read(mfd, m->buf + got, len - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return cache_failed(why, whylen, errno, "cannot read the manifest");
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    m->buf[got] = '\0';
+    if (got != len)
+        return cache_damaged(why, whylen, "manifest: short read");
+    const char *bad = cache_manifest_parse(m, len);
+    if (bad)
+        return bad == cache_manifest_oom ? cache_failed(why, whylen, ENOMEM, "reading the manifest")
+                                         : cache_damaged(why, whylen, "%s", bad);
+    if (strcmp(m->key, hex) != 0)
+        return cache_damaged(why, whylen, "manifest is for another key (%.40s)", m->key);
+    return CACHE_OK;
+}
+
+/* Last use is the manifest's mtime, updated at most once a minute so a
+ * hit stays a read-only operation almost always. */
+static void cache_touch(int mfd, cache_manifest *m)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    if (now.tv_sec - (time_t)m->last_use >= CACHE_TOUCH_SECONDS) {
+        if (futimens(mfd, NULL) == 0)
+            m->last_use = (int64_t)now.tv_sec;
+    }
+}
+
 /* Check the entry in dir against its manifest. Returns CACHE_OK (m filled:
  * free it with cache_manifest_free), CACHE_MISSING, CACHE_DAMAGED or
  * CACHE_TRANSIENT (why says what). */
@@ -398,8 +482,7 @@ int cache_check(const cache *c, const char *dir, const char *hex, int flags,
                 cache_manifest *m, char *why, size_t whylen)
 {
     int owner = flags & CACHE_CHK_OWNER ? CACHE_OWNER_SELF : CACHE_OWNER_TRUSTED;
-    int rc = CACHE_OK, mfd = -1;
-    const char *bad;
+    int mfd = -1;
     struct stat st;
     memset(m, 0, sizeof *m);
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -408,96 +491,21 @@ int cache_check(const cache *c, const char *dir, const char *hex, int flags,
             return CACHE_MISSING;
         return cache_failed(why, whylen, errno, "cannot open the entry");
     }
-    if (fstat(dfd, &st) != 0) {
-        rc = cache_failed(why, whylen, errno, "cannot stat the entry");
-        goto out;
+    int rc = cache_check_dirs(c, dfd, owner, why, whylen);
+    if (rc == CACHE_OK)
+        rc = cache_open_manifest(c, dfd, owner, &mfd, &st, why, whylen);
+    if (rc == CACHE_OK)
+        rc = cache_read_manifest(mfd, (size_t)st.st_size, hex, m, why, whylen);
+    if (rc == CACHE_OK) {
+        m->last_use = (int64_t)st.st_mtim.tv_sec;
+        m->size = (uint64_t)st.st_size;
     }
-    if ((bad = cache_untrusted(&st, owner, c->euid))) {
-        rc = cache_damaged(why, whylen, "entry directory is %s", bad);
-        goto out;
-    }
-    if (fstatat(dfd, "..", &st, 0) != 0) {
-        rc = cache_failed(why, whylen, errno, "cannot stat the directory holding the entry");
-        goto out;
-    }
-    if ((bad = cache_untrusted(&st, owner, c->euid))) {
-        rc = cache_damaged(why, whylen, "the directory holding the entry is %s", bad);
-        goto out;
-    }
-    /* O_NONBLOCK: a FIFO put where a file should be must not hang us (it
-     * fails the regular-file check below); reads of files ignore it. */
-    mfd = openat(dfd, "manifest", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (mfd < 0) {
-        rc = cache_failed(why, whylen, errno, "manifest");
-        goto out;
-    }
-    if (fstat(mfd, &st) != 0) {
-        rc = cache_failed(why, whylen, errno, "cannot stat the manifest");
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = cache_damaged(why, whylen, "manifest is not a regular file");
-        goto out;
-    }
-    if ((bad = cache_untrusted(&st, owner, c->euid))) {
-        rc = cache_damaged(why, whylen, "manifest is %s", bad);
-        goto out;
-    }
-    if (st.st_size <= 0 || st.st_size > CACHE_MANIFEST_MAX) {
-        rc = cache_damaged(why, whylen, "manifest has a bad size (%lld bytes)", (long long)st.st_size);
-        goto out;
-    }
-    size_t len = (size_t)st.st_size, got = 0;
-    m->buf = malloc(len + 1);
-    if (!m->buf) {
-        rc = cache_failed(why, whylen, ENOMEM, "reading the manifest");
-        goto out;
-    }
-    while (got < len) {
-        ssize_t n = read(mfd, m->buf + got, len - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            rc = cache_failed(why, whylen, errno, "cannot read the manifest");
-            goto out;
-        }
-        if (n == 0)
-            break;
-        got += (size_t)n;
-    }
-    m->buf[got] = '\0';
-    if (got != len) {
-        rc = cache_damaged(why, whylen, "manifest: short read");
-        goto out;
-    }
-    if ((bad = cache_manifest_parse(m, len))) {
-        rc = bad == cache_manifest_oom ? cache_failed(why, whylen, ENOMEM, "reading the manifest")
-                                       : cache_damaged(why, whylen, "%s", bad);
-        goto out;
-    }
-    if (strcmp(m->key, hex) != 0) {
-        rc = cache_damaged(why, whylen, "manifest is for another key (%.40s)", m->key);
-        goto out;
-    }
-    m->last_use = (int64_t)st.st_mtim.tv_sec;
-    m->size = (uint64_t)st.st_size;
     for (int i = 0; i < m->nart && rc == CACHE_OK; i++) {
         rc = cache_check_artifact(c, dfd, &m->art[i], owner, flags, why, whylen);
         m->size += m->art[i].size;
     }
-    if (rc != CACHE_OK)
-        goto out;
-    if (flags & CACHE_CHK_TOUCH) {
-        /* Last use is the manifest's mtime, updated at most once a minute
-         * so a hit stays a read-only operation almost always. */
-        struct timespec now;
-        clock_gettime(CLOCK_REALTIME, &now);
-        if (now.tv_sec - (time_t)m->last_use >= CACHE_TOUCH_SECONDS) {
-            if (futimens(mfd, NULL) == 0)
-                m->last_use = (int64_t)now.tv_sec;
-        }
-    }
-out:
+    if (rc == CACHE_OK && (flags & CACHE_CHK_TOUCH))
+        cache_touch(mfd, m);
     if (mfd >= 0)
         close(mfd);
     close(dfd);
