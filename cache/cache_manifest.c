@@ -523,6 +523,65 @@ static int cache_artifact_cmp(const void *a, const void *b)
     return strcmp(((const cache_artifact *)a)->name, ((const cache_artifact *)b)->name);
 }
 
+/* Artifact name in dirfd, after a build: readable by us and not writable
+ * by group or others, hashed into x, ELF-complete, and (sync) on disk. */
+static int cache_seal_artifact(int dirfd, const char *name, mode_t mode, int sync,
+                               cache_artifact *x, char *err, size_t errlen)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int e = fd < 0 ? errno : 0;
+    if (!e && (mode & (S_IWGRP | S_IWOTH | S_IRUSR)) != S_IRUSR)
+        e = fchmod(fd, (mode & 07755 & ~(mode_t)022) | S_IRUSR) == 0 ? 0 : errno;
+    if (!e)
+        e = cache_hash_fd(fd, &x->sum, &x->size);
+    char elf[160];
+    int incomplete = !e && (e = cache_elf_check(fd, x->size, elf, sizeof elf)) < 0;
+    if (!e && sync && fsync(fd) != 0)
+        e = errno;
+    if (fd >= 0)
+        close(fd);
+    if (incomplete) {
+        /* A short write the compiler did not notice (a full disk, a
+         * file-size limit): never an entry. */
+        return cache_errf(err, errlen, OPJIT_EIO,
+                          "cache: the build wrote an incomplete %s (%s); not cached", name, elf);
+    }
+    if (e)
+        return cache_errf(err, errlen, e == ENOMEM ? OPJIT_ENOMEM : OPJIT_EIO,
+                          "cache: artifact %s: %s", name, strerror(e));
+    return OPJIT_OK;
+}
+
+/* Add the build output name (in dirfd) to the n artifacts of *a (room
+ * for *cap), sealed. */
+static int cache_add_artifact(int dirfd, const char *name, int sync, cache_artifact **a, int *n,
+                              int *cap, char *err, size_t errlen)
+{
+    if (!cache_artifact_name_ok(name))
+        return cache_errf(err, errlen, OPJIT_ECACHE,
+                          "cache: the build wrote '%s', a name the cache reserves", name);
+    struct stat st;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+        return cache_errf(err, errlen, OPJIT_ECACHE,
+                          "cache: build output '%s' is not a regular file", name);
+    if (*n == *cap) {
+        if (*cap >= CACHE_MAX_ARTIFACTS)
+            return cache_errf(err, errlen, OPJIT_ECACHE, "cache: the build wrote too many files");
+        int more = *cap ? *cap * 2 : 4;
+        cache_artifact *na = realloc(*a, (size_t)more * sizeof *na);
+        if (!na)
+            return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
+        *a = na;
+        *cap = more;
+    }
+    cache_artifact *x = &(*a)[*n];
+    x->name = strdup(name);
+    if (!x->name)
+        return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
+    (*n)++;
+    return cache_seal_artifact(dirfd, name, st.st_mode, sync, x, err, errlen);
+}
+
 /* After a build: every file in dirfd is an artifact. Hash it, make it not
  * writable by group/others, and (sync) flush it to disk. */
 int cache_scan_artifacts(int dirfd, int sync, cache_artifact **out, int *nout,
@@ -542,65 +601,9 @@ int cache_scan_artifacts(int dirfd, int sync, cache_artifact **out, int *nout,
     cache_artifact *a = NULL;
     int n = 0, cap = 0, rc = OPJIT_OK;
     struct dirent *de;
-    while ((de = readdir(d))) {
-        const char *name = de->d_name;
-        if (!strcmp(name, ".") || !strcmp(name, ".."))
-            continue;
-        if (!cache_artifact_name_ok(name)) {
-            rc = cache_errf(err, errlen, OPJIT_ECACHE,
-                            "cache: the build wrote '%s', a name the cache reserves", name);
-            break;
-        }
-        struct stat st;
-        if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
-            rc = cache_errf(err, errlen, OPJIT_ECACHE,
-                            "cache: build output '%s' is not a regular file", name);
-            break;
-        }
-        if (n == cap) {
-            if (cap >= CACHE_MAX_ARTIFACTS) {
-                rc = cache_errf(err, errlen, OPJIT_ECACHE, "cache: the build wrote too many files");
-                break;
-            }
-            cap = cap ? cap * 2 : 4;
-            cache_artifact *na = realloc(a, (size_t)cap * sizeof *na);
-            if (!na) {
-                rc = cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
-                break;
-            }
-            a = na;
-        }
-        cache_artifact *x = &a[n];
-        x->name = strdup(name);
-        if (!x->name) {
-            rc = cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
-            break;
-        }
-        n++;
-        int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-        int e = fd < 0 ? errno : 0;
-        if (!e && (st.st_mode & (S_IWGRP | S_IWOTH | S_IRUSR)) != S_IRUSR)
-            e = fchmod(fd, (st.st_mode & 07755 & ~(mode_t)022) | S_IRUSR) == 0 ? 0 : errno;
-        if (!e)
-            e = cache_hash_fd(fd, &x->sum, &x->size);
-        char elf[160];
-        int incomplete = !e && (e = cache_elf_check(fd, x->size, elf, sizeof elf)) < 0;
-        if (!e && sync && fsync(fd) != 0)
-            e = errno;
-        if (fd >= 0)
-            close(fd);
-        if (incomplete) {
-            /* A short write the compiler did not notice (a full disk, a
-             * file-size limit): never an entry. */
-            rc = cache_errf(err, errlen, OPJIT_EIO,
-                            "cache: the build wrote an incomplete %s (%s); not cached", name, elf);
-            break;
-        }
-        if (e) {
-            rc = cache_errf(err, errlen, e == ENOMEM ? OPJIT_ENOMEM : OPJIT_EIO,
-                            "cache: artifact %s: %s", name, strerror(e));
-            break;
-        }
+    while (rc == OPJIT_OK && (de = readdir(d))) {
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            rc = cache_add_artifact(dirfd, de->d_name, sync, &a, &n, &cap, err, errlen);
     }
     closedir(d);
     if (rc != OPJIT_OK) {
