@@ -33,105 +33,149 @@ static int cache_report_layer(const cache *c, int li, cache_entry_fn fn, void *u
     return fn && fn(ud, &info);
 }
 
+/* A walk over every entry of every layer (cache_walk). */
+typedef struct cache_walker {
+    cache *c;
+    int flags, repair; /* as cache_walk's */
+    cache_entry_fn fn;
+    void *ud;
+    int damaged, unchecked, stop;
+    char first[PATH_MAX + 600]; /* the first entry that could not be checked */
+    int rc;
+    char *err;
+    size_t errlen;
+} cache_walker;
+
+/* What the callback learns of an entry that cache_check found r (with m
+ * or why). */
+static void cache_info_fill(cache_entry_info *info, int r, const cache_manifest *m,
+                            const char *why)
+{
+    if (r == CACHE_OK) {
+        info->op_name = m->op;
+        info->source_name = m->source;
+        info->compiler = m->compiler;
+        info->options = m->options;
+        info->target = m->target;
+        info->tier = m->tier;
+        info->size = m->size;
+        info->created = m->created;
+        info->last_use = m->last_use;
+        info->nartifacts = m->nart;
+    } else {
+        int hasm;
+        info->problem = why;
+        cache_dir_usage(info->dir, &info->size, &info->last_use, &hasm);
+        info->created = info->last_use;
+    }
+}
+
+/* Evict the damaged entry dir of the writable cache, unless someone uses
+ * it right now. */
+static void cache_walk_repair(cache_walker *w, const char *dir, const char *hex)
+{
+    int fd;
+    if (cache_lock(w->c, hex, CACHE_LOCK_USE, 1, 0, &fd) != 0)
+        return;
+    int e = cache_discard_entry(w->c, dir, hex, 1);
+    close(fd);
+    if (e && w->rc == OPJIT_OK)
+        w->rc = cache_errf(w->err, w->errlen, OPJIT_EIO,
+                           "cache: cannot evict the damaged entry %s: %s", dir, strerror(e));
+}
+
+/* Check the entry hex of layer li (root; its entries/ directory) and hand
+ * it to the callback. */
+static void cache_walk_entry(cache_walker *w, int li, const char *root, const char *entries,
+                             const char *hex)
+{
+    cache *c = w->c;
+    int writable = li == c->nro;
+    char dir[PATH_MAX], why[512];
+    cache_entry_dir_of(entries, hex, dir, sizeof dir);
+    int fd = -1;
+    /* Hold the use lock so an eviction in progress does not look like
+     * damage. Read-only layers are never locked. */
+    if (writable && cache_lock(c, hex, CACHE_LOCK_USE, 0, 1, &fd) != 0)
+        fd = -1;
+    cache_manifest m;
+    int r = cache_check(c, dir, hex, w->flags | (writable ? CACHE_CHK_OWNER : 0), &m, why,
+                        sizeof why);
+    if (r == CACHE_MISSING || r == CACHE_TRANSIENT) {
+        /* Could not be checked (out of file descriptors, an I/O error...):
+         * an error, not damage; never evicted for it. */
+        if (r == CACHE_TRANSIENT && !w->unchecked++)
+            snprintf(w->first, sizeof w->first, "%s: %s", dir, why);
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    cache_entry_info info;
+    memset(&info, 0, sizeof info);
+    info.key = hex;
+    info.dir = dir;
+    info.layer = writable ? 0 : li + 1;
+    info.layer_dir = root;
+    if (r != CACHE_OK)
+        w->damaged++;
+    cache_info_fill(&info, r, &m, why);
+    if (w->fn && w->fn(w->ud, &info))
+        w->stop = 1;
+    cache_manifest_free(&m);
+    if (fd >= 0)
+        close(fd);
+    if (r == CACHE_DAMAGED && w->repair && writable)
+        cache_walk_repair(w, dir, hex);
+}
+
+/* Every entry of layer li (the writable cache when li == c->nro). 0, or
+ * -1 when the layer cannot be listed (w->rc says why). */
+static int cache_walk_layer(cache_walker *w, int li)
+{
+    cache *c = w->c;
+    int writable = li == c->nro;
+    const char *root = writable ? c->root : c->ro[li];
+    if (!writable && c->ro_why[li]) {
+        /* A layer that is not trusted is never read: one problem. */
+        if (!c->ro_absent[li])
+            w->stop = cache_report_layer(c, li, w->fn, w->ud, &w->damaged);
+        return 0;
+    }
+    char entries[PATH_MAX];
+    snprintf(entries, sizeof entries, "%s/v1/entries", root);
+    cache_keylist kl;
+    int e = cache_list_keys(entries, &kl);
+    if (e) {
+        free(kl.hex);
+        w->rc = cache_errf(w->err, w->errlen, e == ENOMEM ? OPJIT_ENOMEM : OPJIT_EIO,
+                           "cache: cannot read %s: %s", entries, strerror(e));
+        return -1;
+    }
+    for (size_t i = 0; i < kl.n && !w->stop; i++)
+        cache_walk_entry(w, li, root, entries, kl.hex[i]);
+    free(kl.hex);
+    return 0;
+}
+
 /* Walk every entry of every layer: ro layers, then the writable cache.
  * flags as cache_check; fn gets the info. repair: see cache_verify_all. */
 static int cache_walk(cache *c, int flags, int repair, cache_entry_fn fn, void *ud,
                       int *ndamaged, char *err, size_t errlen)
 {
+    cache_walker w = {.c = c, .flags = flags, .repair = repair, .fn = fn, .ud = ud,
+                      .rc = OPJIT_OK, .err = err, .errlen = errlen};
     int nlayers = c->disabled ? 0 : c->nro + (c->writable ? 1 : 0);
-    int damaged = 0, unchecked = 0, stop = 0, rc = OPJIT_OK;
-    char first[PATH_MAX + 600] = "";
-    for (int li = 0; li < nlayers && !stop; li++) {
-        int writable = li == c->nro;
-        const char *root = writable ? c->root : c->ro[li];
-        if (!writable && c->ro_why[li]) {
-            /* A layer that is not trusted is never read: one problem. */
-            if (!c->ro_absent[li])
-                stop = cache_report_layer(c, li, fn, ud, &damaged);
-            continue;
-        }
-        char entries[PATH_MAX];
-        snprintf(entries, sizeof entries, "%s/v1/entries", root);
-        cache_keylist kl;
-        int e = cache_list_keys(entries, &kl);
-        if (e) {
-            free(kl.hex);
-            rc = cache_errf(err, errlen, e == ENOMEM ? OPJIT_ENOMEM : OPJIT_EIO,
-                            "cache: cannot read %s: %s", entries, strerror(e));
+    for (int li = 0; li < nlayers && !w.stop; li++)
+        if (cache_walk_layer(&w, li) != 0)
             break;
-        }
-        for (size_t i = 0; i < kl.n && !stop; i++) {
-            const char *hex = kl.hex[i];
-            char dir[PATH_MAX], why[512];
-            cache_entry_dir_of(entries, hex, dir, sizeof dir);
-            int fd = -1;
-            /* Hold the use lock so an eviction in progress does not look
-             * like damage. Read-only layers are never locked. */
-            if (writable && cache_lock(c, hex, CACHE_LOCK_USE, 0, 1, &fd) != 0)
-                fd = -1;
-            cache_manifest m;
-            int r = cache_check(c, dir, hex, flags | (writable ? CACHE_CHK_OWNER : 0), &m, why,
-                                sizeof why);
-            if (r == CACHE_MISSING || r == CACHE_TRANSIENT) {
-                /* Could not be checked (out of file descriptors, an I/O
-                 * error...): an error, not damage; never evicted for it. */
-                if (r == CACHE_TRANSIENT && !unchecked++)
-                    snprintf(first, sizeof first, "%s: %s", dir, why);
-                if (fd >= 0)
-                    close(fd);
-                continue;
-            }
-            cache_entry_info info;
-            memset(&info, 0, sizeof info);
-            info.key = hex;
-            info.dir = dir;
-            info.layer = writable ? 0 : li + 1;
-            info.layer_dir = root;
-            if (r == CACHE_OK) {
-                info.op_name = m.op;
-                info.source_name = m.source;
-                info.compiler = m.compiler;
-                info.options = m.options;
-                info.target = m.target;
-                info.tier = m.tier;
-                info.size = m.size;
-                info.created = m.created;
-                info.last_use = m.last_use;
-                info.nartifacts = m.nart;
-            } else {
-                int hasm;
-                damaged++;
-                info.problem = why;
-                cache_dir_usage(dir, &info.size, &info.last_use, &hasm);
-                info.created = info.last_use;
-            }
-            if (fn && fn(ud, &info))
-                stop = 1;
-            cache_manifest_free(&m);
-            if (fd >= 0)
-                close(fd);
-            if (r == CACHE_DAMAGED && repair && writable) {
-                /* Evict it, unless someone uses it right now. */
-                if (cache_lock(c, hex, CACHE_LOCK_USE, 1, 0, &fd) == 0) {
-                    int e = cache_discard_entry(c, dir, hex, 1);
-                    close(fd);
-                    if (e && rc == OPJIT_OK)
-                        rc = cache_errf(err, errlen, OPJIT_EIO,
-                                        "cache: cannot evict the damaged entry %s: %s", dir,
-                                        strerror(e));
-                }
-            }
-        }
-        free(kl.hex);
-    }
-    if (unchecked && rc == OPJIT_OK)
-        rc = cache_errf(err, errlen, OPJIT_EIO,
-                        "cache: %d entr%s could not be checked (not damage: left as is; try "
-                        "again); %s",
-                        unchecked, unchecked == 1 ? "y" : "ies", first);
+    if (w.unchecked && w.rc == OPJIT_OK)
+        w.rc = cache_errf(err, errlen, OPJIT_EIO,
+                          "cache: %d entr%s could not be checked (not damage: left as is; try "
+                          "again); %s",
+                          w.unchecked, w.unchecked == 1 ? "y" : "ies", w.first);
     if (ndamaged)
-        *ndamaged = damaged;
-    return rc;
+        *ndamaged = w.damaged;
+    return w.rc;
 }
 
 int cache_foreach(cache *c, cache_entry_fn fn, void *ud, char *err, size_t errlen)
