@@ -868,6 +868,43 @@ static int not_cuda(opjit_ctx *ctx, const char *what)
                       opjit_device_name(ctx->device));
 }
 
+/* The kernel called name in l, the call's module: found among those
+ * looked up before, or looked up and added. l->lock held. */
+static int fn_find_locked(opjit_ctx *ctx, cuda_loaded *l, const char *name, cuda_fn **out)
+{
+    for (cuda_fn *f = l->fns; f; f = f->next)
+        if (!strcmp(f->name, name)) {
+            *out = f;
+            return OPJIT_OK;
+        }
+    char e[256];
+    CUfunction fn = NULL;
+    CUresult r = drv.ModuleGetFunction(&fn, l->mod, name);
+    if (r == CUDA_ERROR_NOT_FOUND)
+        return call_error(ctx, OPJIT_EKERNEL,
+                          "opjit_launch: no kernel '%s' in the device code of %s (a "
+                          "kernel must be extern \"C\" __global__ in the "
+                          "__CUDACC_RTC__ half)", name, ctx->k->mod->source);
+    if (r)
+        return call_error(ctx, OPJIT_EKERNEL, "opjit_launch(%s): cuModuleGetFunction: %s",
+                          name, cu_err(r, e, sizeof e));
+    cuda_fn *f = calloc(1, sizeof *f);
+    if (!f || !(f->name = strdup(name))) {
+        free(f);
+        return call_error(ctx, OPJIT_ENOMEM, "out of memory");
+    }
+    int dyn = 0;
+    if (drv.FuncGetAttribute(&dyn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fn) ||
+        dyn < 0)
+        dyn = 0; /* unknown: opt in for any dynamic shared memory */
+    f->f = fn;
+    f->dyn_shared = (unsigned)dyn;
+    f->next = l->fns;
+    l->fns = f;
+    *out = f;
+    return OPJIT_OK;
+}
+
 /* The kernel called name in the call's module, looked up once; with at
  * least shared_bytes of dynamic shared memory allowed (opting in above what
  * the driver grants by default: 48 KiB less the kernel's static __shared__
@@ -875,53 +912,23 @@ static int not_cuda(opjit_ctx *ctx, const char *what)
 static int get_fn(opjit_ctx *ctx, const char *name, unsigned shared_bytes, CUfunction *out)
 {
     cuda_loaded *l = ctx->cmod;
-    char e[256];
-    CUresult r;
+    cuda_fn *f = NULL;
     pthread_mutex_lock(&l->lock);
-    cuda_fn *f;
-    for (f = l->fns; f; f = f->next)
-        if (!strcmp(f->name, name))
-            break;
-    if (!f) {
-        CUfunction fn = NULL;
-        if ((r = drv.ModuleGetFunction(&fn, l->mod, name))) {
-            pthread_mutex_unlock(&l->lock);
-            if (r == CUDA_ERROR_NOT_FOUND)
-                return call_error(ctx, OPJIT_EKERNEL,
-                                  "opjit_launch: no kernel '%s' in the device code of %s (a "
-                                  "kernel must be extern \"C\" __global__ in the "
-                                  "__CUDACC_RTC__ half)", name, ctx->k->mod->source);
-            return call_error(ctx, OPJIT_EKERNEL, "opjit_launch(%s): cuModuleGetFunction: %s",
-                              name, cu_err(r, e, sizeof e));
-        }
-        f = calloc(1, sizeof *f);
-        if (!f || !(f->name = strdup(name))) {
-            free(f);
-            pthread_mutex_unlock(&l->lock);
-            return call_error(ctx, OPJIT_ENOMEM, "out of memory");
-        }
-        int dyn = 0;
-        if (drv.FuncGetAttribute(&dyn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fn) ||
-            dyn < 0)
-            dyn = 0; /* unknown: opt in for any dynamic shared memory */
-        f->f = fn;
-        f->dyn_shared = (unsigned)dyn;
-        f->next = l->fns;
-        l->fns = f;
+    int rc = fn_find_locked(ctx, l, name, &f);
+    if (rc == OPJIT_OK && shared_bytes > f->dyn_shared) {
+        char e[256];
+        CUresult r = drv.FuncSetAttribute(f->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          (int)shared_bytes);
+        if (r)
+            rc = call_error(ctx, OPJIT_EKERNEL, "opjit_launch(%s): %u bytes of dynamic "
+                            "shared memory: %s", name, shared_bytes, cu_err(r, e, sizeof e));
+        else
+            f->dyn_shared = shared_bytes;
     }
-    if (shared_bytes > f->dyn_shared) {
-        r = drv.FuncSetAttribute(f->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                 (int)shared_bytes);
-        if (r) {
-            pthread_mutex_unlock(&l->lock);
-            return call_error(ctx, OPJIT_EKERNEL, "opjit_launch(%s): %u bytes of dynamic "
-                              "shared memory: %s", name, shared_bytes, cu_err(r, e, sizeof e));
-        }
-        f->dyn_shared = shared_bytes;
-    }
-    *out = f->f;
+    if (rc == OPJIT_OK)
+        *out = f->f;
     pthread_mutex_unlock(&l->lock);
-    return OPJIT_OK;
+    return rc;
 }
 
 int cuda_api_launch(opjit_ctx *ctx, const char *kernel, const unsigned grid[3],
