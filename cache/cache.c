@@ -8,7 +8,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,52 +22,6 @@
 #include "runtime/env.h"
 
 /* ---- small helpers ------------------------------------------------------ */
-
-void cache_logf(const cache *c, int level, const char *fmt, ...)
-{
-    if (!c || !c->log)
-        return;
-    char msg[1536];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    c->log(c->log_ud, level, msg);
-}
-
-int cache_errf(char *err, size_t errlen, int status, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
-/* a + "/" + b [+ "/" + c], malloc'd. */
-char *cache_path(const char *a, const char *b, const char *c)
-{
-    size_t n = strlen(a) + strlen(b) + (c ? strlen(c) + 1 : 0) + 2;
-    char *p = malloc(n);
-    if (p)
-        snprintf(p, n, c ? "%s/%s/%s" : "%s/%s", a, b, c ? c : "");
-    return p;
-}
-
-void cache_entry_dir_of(const char *entries, const char *hex, char *out, size_t outlen)
-{
-    snprintf(out, outlen, "%s/%.2s/%s", entries, hex, hex);
-}
-
-int cache_is_hex(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return 0;
-    return s[n] == '\0' || s[n] == '.';
-}
 
 static const char *cache_str(const char *s)
 {

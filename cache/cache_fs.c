@@ -1,10 +1,12 @@
 /*
  * cache/cache_fs.c - file-system helpers: directories, removal, fsync,
- * ownership checks and the per-key lock files.
+ * ownership checks and the per-key lock files; and the messages and paths
+ * every file of cache/ uses. The bottom of cache/: it calls no other file.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,56 @@
 #include <unistd.h>
 
 #include "cache/cache_int.h"
+
+/* ---- messages and paths, for every file of cache/ ----------------------- */
+
+void cache_logf(const cache *c, int level, const char *fmt, ...)
+{
+    if (!c || !c->log)
+        return;
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->log(c->log_ud, level, msg);
+}
+
+int cache_errf(char *err, size_t errlen, int status, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+/* a + "/" + b [+ "/" + c], malloc'd. */
+char *cache_path(const char *a, const char *b, const char *c)
+{
+    size_t n = strlen(a) + strlen(b) + (c ? strlen(c) + 1 : 0) + 2;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, c ? "%s/%s/%s" : "%s/%s", a, b, c ? c : "");
+    return p;
+}
+
+/* entries/<2 hex>/<32 hex>: where the entry of key hex lives. */
+void cache_entry_dir_of(const char *entries, const char *hex, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s/%.2s/%s", entries, hex, hex);
+}
+
+/* n lowercase hex digits, then the end or a '.'. */
+int cache_is_hex(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    return s[n] == '\0' || s[n] == '.';
+}
 
 /* mkdir -p with mode 0700 for every directory it creates. */
 int cache_mkdir_p(const char *path, char *why, size_t whylen)

@@ -91,7 +91,7 @@ enum {
     CACHE_CHK_TOUCH = 4, /* update the last-use time */
 };
 
-/* cache.c */
+/* cache_fs.c: messages and paths */
 void cache_logf(const cache *c, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int cache_errf(char *err, size_t errlen, int status, const char *fmt, ...)
@@ -100,7 +100,7 @@ char *cache_path(const char *a, const char *b, const char *c);
 void cache_entry_dir_of(const char *entries, const char *hex, char *out, size_t outlen);
 int cache_is_hex(const char *s, size_t n);
 
-/* cache_fs.c */
+/* cache_fs.c: the file system */
 int cache_mkdir_p(const char *path, char *why, size_t whylen);
 int cache_rm_rf(const char *path);
 int cache_fsync_path(const char *path, int dir);
@@ -138,8 +138,19 @@ int cache_manifest_write(int dirfd, const cache_request *req, const cache_artifa
  * incomplete, why filled; else an errno from reading it. */
 int cache_elf_check(int fd, uint64_t size, char *why, size_t whylen);
 
-/* cache_admin.c */
+/* cache_evict.c */
+/* The keys under an entries/ directory, sorted. */
+typedef struct cache_keylist {
+    char (*hex)[33];
+    size_t n, cap;
+} cache_keylist;
+int cache_list_keys(const char *entries, cache_keylist *kl);
+/* Bytes of the regular files in an entry's directory, and its last use. */
+void cache_dir_usage(const char *dir, uint64_t *size, int64_t *mtime, int *has_manifest);
+/* OPJIT_OK, or OPJIT_ECACHE with err when there is no writable cache. */
+int cache_need_writable(const cache *c, char *err, size_t errlen);
 void cache_clean_tmp(cache *c, uint64_t *removed);
+void cache_clean_locks(cache *c);
 /* Move an entry out of entries/ (atomically) into tmp/ and delete it
  * there: at once when the caller holds the exclusive use lock (have_use),
  * else later, once nobody uses the key. 0 (also when it was gone) or an

@@ -197,11 +197,11 @@ out:
 
 static const char cache_manifest_oom[] = "out of memory reading the manifest";
 
-/* Parse m->buf (NUL-terminated, len bytes). Returns NULL or what is wrong
- * (cache_manifest_oom: nothing is, memory ran out). */
-static const char *cache_manifest_parse(cache_manifest *m, size_t len)
+/* buf (len bytes, NUL-terminated) must be whole: text whose last line,
+ * "end <XXH3 of everything before it>", checks out. Cuts that line off.
+ * Returns NULL or what is wrong. */
+static const char *cache_manifest_unseal(char *buf, size_t len)
 {
-    char *buf = m->buf;
     if (len == 0 || buf[len - 1] != '\n' || strlen(buf) != len)
         return "manifest is truncated or not text";
     /* The end line is the last one; it covers everything before it. */
@@ -221,12 +221,82 @@ static const char *cache_manifest_parse(cache_manifest *m, size_t len)
     if (XXH3_64bits(buf, (size_t)(end - buf)) != want)
         return "manifest checksum mismatch";
     end[-1] = '\0'; /* cut the end line off */
+    return NULL;
+}
 
+/* "artifact SIZE SUM NAME" (val: what follows the word), appended to
+ * m->art, which has room for *cap. */
+static const char *cache_manifest_artifact(cache_manifest *m, char *val, int *cap)
+{
+    char *s1 = strchr(val, ' '), *s2 = s1 ? strchr(s1 + 1, ' ') : NULL;
+    if (!s2)
+        return "manifest has a malformed artifact line";
+    *s1 = *s2 = '\0';
+    cache_artifact a = {s2 + 1, 0, 0};
+    if (cache_parse_u64(val, 10, &a.size) != 0 || strlen(s1 + 1) != 16 ||
+        cache_parse_u64(s1 + 1, 16, &a.sum) != 0 || !cache_artifact_name_ok(a.name))
+        return "manifest has a malformed artifact line";
+    if (m->nart == *cap) {
+        if (*cap >= CACHE_MAX_ARTIFACTS)
+            return "manifest lists too many artifacts";
+        *cap = *cap ? *cap * 2 : 4;
+        cache_artifact *na = realloc(m->art, (size_t)*cap * sizeof *na);
+        if (!na)
+            return cache_manifest_oom;
+        m->art = na;
+    }
+    m->art[m->nart++] = a;
+    return NULL;
+}
+
+/* Where the text field called name goes in m; NULL for no such field. */
+static const char **cache_manifest_field(cache_manifest *m, const char *name)
+{
     const char **slot[] = {&m->op, &m->source, &m->compiler, &m->options, &m->target, &m->tier};
-    const char *names[] = {"op", "source", "compiler", "options", "target", "tier"};
+    static const char *const names[] = {"op", "source", "compiler", "options", "target", "tier"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(name, names[i]))
+            return slot[i];
+    return NULL;
+}
+
+/* One "name value" line after the first. */
+static const char *cache_manifest_line(cache_manifest *m, const char *name, char *val, int *cap,
+                                       int *have_created)
+{
+    if (cache_unescape(val) != 0)
+        return "manifest has a bad escape";
+    if (!strcmp(name, "key")) {
+        m->key = val;
+        return NULL;
+    }
+    if (!strcmp(name, "created")) {
+        uint64_t v;
+        if (cache_parse_u64(val, 10, &v) != 0)
+            return "manifest has a bad created time";
+        m->created = (int64_t)v;
+        *have_created = 1;
+        return NULL;
+    }
+    if (!strcmp(name, "artifact"))
+        return cache_manifest_artifact(m, val, cap);
+    const char **field = cache_manifest_field(m, name);
+    if (!field)
+        return "manifest has an unknown line";
+    *field = val;
+    return NULL;
+}
+
+/* Parse m->buf (NUL-terminated, len bytes). Returns NULL or what is wrong
+ * (cache_manifest_oom: nothing is, memory ran out). */
+static const char *cache_manifest_parse(cache_manifest *m, size_t len)
+{
+    const char *bad = cache_manifest_unseal(m->buf, len);
+    if (bad)
+        return bad;
     int cap = 0, lineno = 0, have_created = 0;
     char *next;
-    for (char *line = buf; line; line = next) {
+    for (char *line = m->buf; line; line = next) {
         next = strchr(line, '\n');
         if (next)
             *next++ = '\0';
@@ -235,63 +305,19 @@ static const char *cache_manifest_parse(cache_manifest *m, size_t len)
         char *val = sp ? sp + 1 : line + strlen(line);
         if (sp)
             *sp = '\0';
-        if (lineno == 1) {
-            if (strcmp(line, CACHE_MAGIC) != 0)
-                return "not an opjit cache manifest";
-            uint64_t v;
-            if (cache_parse_u64(val, 10, &v) != 0 || v != CACHE_FORMAT)
-                return "manifest has an unknown format version";
+        if (lineno > 1) {
+            if ((bad = cache_manifest_line(m, line, val, &cap, &have_created)))
+                return bad;
             continue;
         }
-        if (cache_unescape(val) != 0)
-            return "manifest has a bad escape";
-        if (!strcmp(line, "key")) {
-            m->key = val;
-            continue;
-        }
-        if (!strcmp(line, "created")) {
-            uint64_t v;
-            if (cache_parse_u64(val, 10, &v) != 0)
-                return "manifest has a bad created time";
-            m->created = (int64_t)v;
-            have_created = 1;
-            continue;
-        }
-        if (!strcmp(line, "artifact")) {
-            char *s1 = strchr(val, ' '), *s2 = s1 ? strchr(s1 + 1, ' ') : NULL;
-            if (!s2)
-                return "manifest has a malformed artifact line";
-            *s1 = *s2 = '\0';
-            cache_artifact a = {s2 + 1, 0, 0};
-            if (cache_parse_u64(val, 10, &a.size) != 0 || strlen(s1 + 1) != 16 ||
-                cache_parse_u64(s1 + 1, 16, &a.sum) != 0 || !cache_artifact_name_ok(a.name))
-                return "manifest has a malformed artifact line";
-            if (m->nart == cap) {
-                if (cap >= CACHE_MAX_ARTIFACTS)
-                    return "manifest lists too many artifacts";
-                cap = cap ? cap * 2 : 4;
-                cache_artifact *na = realloc(m->art, (size_t)cap * sizeof *na);
-                if (!na)
-                    return cache_manifest_oom;
-                m->art = na;
-            }
-            m->art[m->nart++] = a;
-            continue;
-        }
-        size_t i;
-        for (i = 0; i < sizeof names / sizeof names[0]; i++) {
-            if (!strcmp(line, names[i])) {
-                *slot[i] = val;
-                break;
-            }
-        }
-        if (i == sizeof names / sizeof names[0])
-            return "manifest has an unknown line";
+        if (strcmp(line, CACHE_MAGIC) != 0)
+            return "not an opjit cache manifest";
+        uint64_t v;
+        if (cache_parse_u64(val, 10, &v) != 0 || v != CACHE_FORMAT)
+            return "manifest has an unknown format version";
     }
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!*slot[i])
-            return "manifest lacks a field";
-    if (!m->key || !have_created)
+    if (!m->op || !m->source || !m->compiler || !m->options || !m->target || !m->tier ||
+        !m->key || !have_created)
         return "manifest lacks a field";
     return NULL;
 }
@@ -365,6 +391,90 @@ static int cache_check_artifact(const cache *c, int dfd, const cache_artifact *a
     return rc;
 }
 
+/* The entry's directory (open as dfd) and the one holding it are
+ * trusted. CACHE_OK or why not. */
+static int cache_check_dirs(const cache *c, int dfd, int owner, char *why, size_t whylen)
+{
+    const char *bad;
+    struct stat st;
+    if (fstat(dfd, &st) != 0)
+        return cache_failed(why, whylen, errno, "cannot stat the entry");
+    if ((bad = cache_untrusted(&st, owner, c->euid)))
+        return cache_damaged(why, whylen, "entry directory is %s", bad);
+    if (fstatat(dfd, "..", &st, 0) != 0)
+        return cache_failed(why, whylen, errno, "cannot stat the directory holding the entry");
+    if ((bad = cache_untrusted(&st, owner, c->euid)))
+        return cache_damaged(why, whylen, "the directory holding the entry is %s", bad);
+    return CACHE_OK;
+}
+
+/* Open the entry's manifest: *mfd, and its stat in *st. A trusted regular
+ * file of a sane size, or why not (*mfd may then be open: the caller
+ * closes it). */
+static int cache_open_manifest(const cache *c, int dfd, int owner, int *mfd, struct stat *st,
+                               char *why, size_t whylen)
+{
+    const char *bad;
+    /* O_NONBLOCK: a FIFO put where a file should be must not hang us (it
+     * fails the regular-file check below); reads of files ignore it. */
+    *mfd = openat(dfd, "manifest", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (*mfd < 0)
+        return cache_failed(why, whylen, errno, "manifest");
+    if (fstat(*mfd, st) != 0)
+        return cache_failed(why, whylen, errno, "cannot stat the manifest");
+    if (!S_ISREG(st->st_mode))
+        return cache_damaged(why, whylen, "manifest is not a regular file");
+    if ((bad = cache_untrusted(st, owner, c->euid)))
+        return cache_damaged(why, whylen, "manifest is %s", bad);
+    if (st->st_size <= 0 || st->st_size > CACHE_MANIFEST_MAX)
+        return cache_damaged(why, whylen, "manifest has a bad size (%lld bytes)",
+                             (long long)st->st_size);
+    return CACHE_OK;
+}
+
+/* Read len bytes of manifest from mfd into m->buf and parse them; the
+ * manifest must be for key hex. CACHE_OK or why not. */
+static int cache_read_manifest(int mfd, size_t len, const char *hex, cache_manifest *m,
+                               char *why, size_t whylen)
+{
+    size_t got = 0;
+    m->buf = malloc(len + 1);
+    if (!m->buf)
+        return cache_failed(why, whylen, ENOMEM, "reading the manifest");
+    while (got < len) {
+        ssize_t n = read(mfd, m->buf + got, len - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return cache_failed(why, whylen, errno, "cannot read the manifest");
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    m->buf[got] = '\0';
+    if (got != len)
+        return cache_damaged(why, whylen, "manifest: short read");
+    const char *bad = cache_manifest_parse(m, len);
+    if (bad)
+        return bad == cache_manifest_oom ? cache_failed(why, whylen, ENOMEM, "reading the manifest")
+                                         : cache_damaged(why, whylen, "%s", bad);
+    if (strcmp(m->key, hex) != 0)
+        return cache_damaged(why, whylen, "manifest is for another key (%.40s)", m->key);
+    return CACHE_OK;
+}
+
+/* Last use is the manifest's mtime, updated at most once a minute so a
+ * hit stays a read-only operation almost always. */
+static void cache_touch(int mfd, cache_manifest *m)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    if (now.tv_sec - (time_t)m->last_use >= CACHE_TOUCH_SECONDS) {
+        if (futimens(mfd, NULL) == 0)
+            m->last_use = (int64_t)now.tv_sec;
+    }
+}
+
 /* Check the entry in dir against its manifest. Returns CACHE_OK (m filled:
  * free it with cache_manifest_free), CACHE_MISSING, CACHE_DAMAGED or
  * CACHE_TRANSIENT (why says what). */
@@ -372,8 +482,7 @@ int cache_check(const cache *c, const char *dir, const char *hex, int flags,
                 cache_manifest *m, char *why, size_t whylen)
 {
     int owner = flags & CACHE_CHK_OWNER ? CACHE_OWNER_SELF : CACHE_OWNER_TRUSTED;
-    int rc = CACHE_OK, mfd = -1;
-    const char *bad;
+    int mfd = -1;
     struct stat st;
     memset(m, 0, sizeof *m);
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -382,96 +491,21 @@ int cache_check(const cache *c, const char *dir, const char *hex, int flags,
             return CACHE_MISSING;
         return cache_failed(why, whylen, errno, "cannot open the entry");
     }
-    if (fstat(dfd, &st) != 0) {
-        rc = cache_failed(why, whylen, errno, "cannot stat the entry");
-        goto out;
+    int rc = cache_check_dirs(c, dfd, owner, why, whylen);
+    if (rc == CACHE_OK)
+        rc = cache_open_manifest(c, dfd, owner, &mfd, &st, why, whylen);
+    if (rc == CACHE_OK)
+        rc = cache_read_manifest(mfd, (size_t)st.st_size, hex, m, why, whylen);
+    if (rc == CACHE_OK) {
+        m->last_use = (int64_t)st.st_mtim.tv_sec;
+        m->size = (uint64_t)st.st_size;
     }
-    if ((bad = cache_untrusted(&st, owner, c->euid))) {
-        rc = cache_damaged(why, whylen, "entry directory is %s", bad);
-        goto out;
-    }
-    if (fstatat(dfd, "..", &st, 0) != 0) {
-        rc = cache_failed(why, whylen, errno, "cannot stat the directory holding the entry");
-        goto out;
-    }
-    if ((bad = cache_untrusted(&st, owner, c->euid))) {
-        rc = cache_damaged(why, whylen, "the directory holding the entry is %s", bad);
-        goto out;
-    }
-    /* O_NONBLOCK: a FIFO put where a file should be must not hang us (it
-     * fails the regular-file check below); reads of files ignore it. */
-    mfd = openat(dfd, "manifest", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (mfd < 0) {
-        rc = cache_failed(why, whylen, errno, "manifest");
-        goto out;
-    }
-    if (fstat(mfd, &st) != 0) {
-        rc = cache_failed(why, whylen, errno, "cannot stat the manifest");
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = cache_damaged(why, whylen, "manifest is not a regular file");
-        goto out;
-    }
-    if ((bad = cache_untrusted(&st, owner, c->euid))) {
-        rc = cache_damaged(why, whylen, "manifest is %s", bad);
-        goto out;
-    }
-    if (st.st_size <= 0 || st.st_size > CACHE_MANIFEST_MAX) {
-        rc = cache_damaged(why, whylen, "manifest has a bad size (%lld bytes)", (long long)st.st_size);
-        goto out;
-    }
-    size_t len = (size_t)st.st_size, got = 0;
-    m->buf = malloc(len + 1);
-    if (!m->buf) {
-        rc = cache_failed(why, whylen, ENOMEM, "reading the manifest");
-        goto out;
-    }
-    while (got < len) {
-        ssize_t n = read(mfd, m->buf + got, len - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            rc = cache_failed(why, whylen, errno, "cannot read the manifest");
-            goto out;
-        }
-        if (n == 0)
-            break;
-        got += (size_t)n;
-    }
-    m->buf[got] = '\0';
-    if (got != len) {
-        rc = cache_damaged(why, whylen, "manifest: short read");
-        goto out;
-    }
-    if ((bad = cache_manifest_parse(m, len))) {
-        rc = bad == cache_manifest_oom ? cache_failed(why, whylen, ENOMEM, "reading the manifest")
-                                       : cache_damaged(why, whylen, "%s", bad);
-        goto out;
-    }
-    if (strcmp(m->key, hex) != 0) {
-        rc = cache_damaged(why, whylen, "manifest is for another key (%.40s)", m->key);
-        goto out;
-    }
-    m->last_use = (int64_t)st.st_mtim.tv_sec;
-    m->size = (uint64_t)st.st_size;
     for (int i = 0; i < m->nart && rc == CACHE_OK; i++) {
         rc = cache_check_artifact(c, dfd, &m->art[i], owner, flags, why, whylen);
         m->size += m->art[i].size;
     }
-    if (rc != CACHE_OK)
-        goto out;
-    if (flags & CACHE_CHK_TOUCH) {
-        /* Last use is the manifest's mtime, updated at most once a minute
-         * so a hit stays a read-only operation almost always. */
-        struct timespec now;
-        clock_gettime(CLOCK_REALTIME, &now);
-        if (now.tv_sec - (time_t)m->last_use >= CACHE_TOUCH_SECONDS) {
-            if (futimens(mfd, NULL) == 0)
-                m->last_use = (int64_t)now.tv_sec;
-        }
-    }
-out:
+    if (rc == CACHE_OK && (flags & CACHE_CHK_TOUCH))
+        cache_touch(mfd, m);
     if (mfd >= 0)
         close(mfd);
     close(dfd);
@@ -487,6 +521,65 @@ out:
 static int cache_artifact_cmp(const void *a, const void *b)
 {
     return strcmp(((const cache_artifact *)a)->name, ((const cache_artifact *)b)->name);
+}
+
+/* Artifact name in dirfd, after a build: readable by us and not writable
+ * by group or others, hashed into x, ELF-complete, and (sync) on disk. */
+static int cache_seal_artifact(int dirfd, const char *name, mode_t mode, int sync,
+                               cache_artifact *x, char *err, size_t errlen)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int e = fd < 0 ? errno : 0;
+    if (!e && (mode & (S_IWGRP | S_IWOTH | S_IRUSR)) != S_IRUSR)
+        e = fchmod(fd, (mode & 07755 & ~(mode_t)022) | S_IRUSR) == 0 ? 0 : errno;
+    if (!e)
+        e = cache_hash_fd(fd, &x->sum, &x->size);
+    char elf[160];
+    int incomplete = !e && (e = cache_elf_check(fd, x->size, elf, sizeof elf)) < 0;
+    if (!e && sync && fsync(fd) != 0)
+        e = errno;
+    if (fd >= 0)
+        close(fd);
+    if (incomplete) {
+        /* A short write the compiler did not notice (a full disk, a
+         * file-size limit): never an entry. */
+        return cache_errf(err, errlen, OPJIT_EIO,
+                          "cache: the build wrote an incomplete %s (%s); not cached", name, elf);
+    }
+    if (e)
+        return cache_errf(err, errlen, e == ENOMEM ? OPJIT_ENOMEM : OPJIT_EIO,
+                          "cache: artifact %s: %s", name, strerror(e));
+    return OPJIT_OK;
+}
+
+/* Add the build output name (in dirfd) to the n artifacts of *a (room
+ * for *cap), sealed. */
+static int cache_add_artifact(int dirfd, const char *name, int sync, cache_artifact **a, int *n,
+                              int *cap, char *err, size_t errlen)
+{
+    if (!cache_artifact_name_ok(name))
+        return cache_errf(err, errlen, OPJIT_ECACHE,
+                          "cache: the build wrote '%s', a name the cache reserves", name);
+    struct stat st;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+        return cache_errf(err, errlen, OPJIT_ECACHE,
+                          "cache: build output '%s' is not a regular file", name);
+    if (*n == *cap) {
+        if (*cap >= CACHE_MAX_ARTIFACTS)
+            return cache_errf(err, errlen, OPJIT_ECACHE, "cache: the build wrote too many files");
+        int more = *cap ? *cap * 2 : 4;
+        cache_artifact *na = realloc(*a, (size_t)more * sizeof *na);
+        if (!na)
+            return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
+        *a = na;
+        *cap = more;
+    }
+    cache_artifact *x = &(*a)[*n];
+    x->name = strdup(name);
+    if (!x->name)
+        return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
+    (*n)++;
+    return cache_seal_artifact(dirfd, name, st.st_mode, sync, x, err, errlen);
 }
 
 /* After a build: every file in dirfd is an artifact. Hash it, make it not
@@ -508,65 +601,9 @@ int cache_scan_artifacts(int dirfd, int sync, cache_artifact **out, int *nout,
     cache_artifact *a = NULL;
     int n = 0, cap = 0, rc = OPJIT_OK;
     struct dirent *de;
-    while ((de = readdir(d))) {
-        const char *name = de->d_name;
-        if (!strcmp(name, ".") || !strcmp(name, ".."))
-            continue;
-        if (!cache_artifact_name_ok(name)) {
-            rc = cache_errf(err, errlen, OPJIT_ECACHE,
-                            "cache: the build wrote '%s', a name the cache reserves", name);
-            break;
-        }
-        struct stat st;
-        if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
-            rc = cache_errf(err, errlen, OPJIT_ECACHE,
-                            "cache: build output '%s' is not a regular file", name);
-            break;
-        }
-        if (n == cap) {
-            if (cap >= CACHE_MAX_ARTIFACTS) {
-                rc = cache_errf(err, errlen, OPJIT_ECACHE, "cache: the build wrote too many files");
-                break;
-            }
-            cap = cap ? cap * 2 : 4;
-            cache_artifact *na = realloc(a, (size_t)cap * sizeof *na);
-            if (!na) {
-                rc = cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
-                break;
-            }
-            a = na;
-        }
-        cache_artifact *x = &a[n];
-        x->name = strdup(name);
-        if (!x->name) {
-            rc = cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
-            break;
-        }
-        n++;
-        int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-        int e = fd < 0 ? errno : 0;
-        if (!e && (st.st_mode & (S_IWGRP | S_IWOTH | S_IRUSR)) != S_IRUSR)
-            e = fchmod(fd, (st.st_mode & 07755 & ~(mode_t)022) | S_IRUSR) == 0 ? 0 : errno;
-        if (!e)
-            e = cache_hash_fd(fd, &x->sum, &x->size);
-        char elf[160];
-        int incomplete = !e && (e = cache_elf_check(fd, x->size, elf, sizeof elf)) < 0;
-        if (!e && sync && fsync(fd) != 0)
-            e = errno;
-        if (fd >= 0)
-            close(fd);
-        if (incomplete) {
-            /* A short write the compiler did not notice (a full disk, a
-             * file-size limit): never an entry. */
-            rc = cache_errf(err, errlen, OPJIT_EIO,
-                            "cache: the build wrote an incomplete %s (%s); not cached", name, elf);
-            break;
-        }
-        if (e) {
-            rc = cache_errf(err, errlen, e == ENOMEM ? OPJIT_ENOMEM : OPJIT_EIO,
-                            "cache: artifact %s: %s", name, strerror(e));
-            break;
-        }
+    while (rc == OPJIT_OK && (de = readdir(d))) {
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            rc = cache_add_artifact(dirfd, de->d_name, sync, &a, &n, &cap, err, errlen);
     }
     closedir(d);
     if (rc != OPJIT_OK) {

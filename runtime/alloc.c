@@ -228,3 +228,13 @@ void *out_cache_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     }
     return p;
 }
+
+/* ---- through the runtime's allocator (the default one or the host's) ---- */
+
+void *rt_alloc(opjit_runtime *rt, size_t n) { return rt->alloc(rt->alloc_ud, NULL, 0, n); }
+
+void rt_free(opjit_runtime *rt, void *p, size_t n)
+{
+    if (p)
+        rt->alloc(rt->alloc_ud, p, n, 0);
+}

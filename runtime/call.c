@@ -54,18 +54,6 @@ static int kernel_error(opjit_ctx *ctx, int status, const char *fmt, ...)
     return status;
 }
 
-int call_error(opjit_ctx *ctx, int status, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char msg[2048];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (!ctx->status)
-        ctx->status = rt_error(ctx->rt, status, "%s: %s", ctx->k->sch.name, msg);
-    return ctx->status;
-}
-
 /* Bytes of a dense tensor of elem-byte elements: 0, 1 + the dim whose size
  * is bad (negative, or the element count overflows), or -1 when the bytes
  * overflow. */
@@ -463,13 +451,13 @@ static int check_tensor(opjit_runtime *rt, const kernel *k, const arg_check *c,
     return OPJIT_OK;
 }
 
-int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, int nargs,
-               DLManagedTensor **outs, int nouts)
+/* The device of a call: that of its tensor arguments, which must be well
+ * formed and agree (the CPU when there is none). *first: the first tensor
+ * argument, or NULL. */
+static int call_device(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, int nargs,
+                       int *device, const DLTensor **first)
 {
-    if (!rt || !op || nargs < 0 || (nargs && !args) || nouts < 0 || (nouts && !outs))
-        return rt_error(rt, OPJIT_EINVAL, "opjit_call: bad arguments");
-    /* The device is that of the tensors; they must agree. */
-    const DLTensor *first = NULL;
+    *first = NULL;
     for (int i = 0; i < nargs; i++) {
         if (args[i].kind != OPJIT_KIND_TENSOR)
             continue;
@@ -477,69 +465,73 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
         int rc = check_dltensor(rt, op, i, t);
         if (rc)
             return rc;
-        if (!first)
-            first = t;
-        else if (t->device.device_type != first->device.device_type ||
-                 t->device.device_id != first->device.device_id)
+        const DLTensor *f = *first;
+        if (!f)
+            *first = t;
+        else if (t->device.device_type != f->device.device_type ||
+                 t->device.device_id != f->device.device_id)
             return rt_error(rt, OPJIT_ECALL,
                             "%s: argument '%s' is on %s:%d but earlier tensors are on %s:%d; "
                             "tensors of one call must share a device",
                             op->name, arg_name(op, i), dl_device_name(t->device.device_type),
-                            t->device.device_id, dl_device_name(first->device.device_type),
-                            first->device.device_id);
+                            t->device.device_id, dl_device_name(f->device.device_type),
+                            f->device.device_id);
     }
-    int device = first ? device_of(first->device.device_type) : OPJIT_CPU;
-    if (device < 0)
+    *device = *first ? device_of((*first)->device.device_type) : OPJIT_CPU;
+    if (*device < 0)
         return rt_error(rt, OPJIT_ECALL, "%s: tensors are on DLPack device type %d, which opjit "
-                        "does not support", op->name, first->device.device_type);
-    const kernel *k = atomic_load_explicit(&op->kernels[device], memory_order_acquire);
-    if (!k)
-        return no_kernel(rt, op, device);
-    /* From here on only the kernel's own schema counts: a reload may have
-     * changed the op's since this call began. */
-    const schema *s = &k->sch;
-    if (nargs > s->nargs)
-        return rt_error(rt, OPJIT_ECALL, "%s takes at most %d arguments, got %d", op->name,
-                        s->nargs, nargs);
-    if (nouts < s->nouts)
-        return rt_error(rt, OPJIT_ECALL, "%s returns %d outputs; room was given for %d",
-                        op->name, s->nouts, nouts);
+                        "does not support", op->name, (*first)->device.device_type);
+    return OPJIT_OK;
+}
 
-    /* Bind every schema argument: given, defaulted, or None. */
-    opjit_value v[OPJIT_MAX_ARGS];
-    int64_t expanded[OPJIT_MAX_ARGS][OPJIT_MAX_LIST];
+/* Bind schema argument a to in (NULL: not given) into *v: given,
+ * defaulted, or None. An int given for an int[N] fills expanded. */
+static int bind_arg(opjit_runtime *rt, const opjit_op *op, const schema_arg *a,
+                    const opjit_value *in, opjit_value *v, int64_t *expanded)
+{
+    if (!in || in->kind == OPJIT_KIND_NONE) {
+        if (a->has_default)
+            *v = a->def;
+        else if (a->optional)
+            *v = (opjit_value){.kind = OPJIT_KIND_NONE};
+        else
+            return rt_error(rt, OPJIT_ECALL, "%s: missing argument '%s' (%s)", op->name,
+                            a->name, a->type);
+        return OPJIT_OK;
+    }
+    *v = *in;
+    int ok = in->kind == a->kind;
+    if (a->kind == OPJIT_KIND_FLOAT && in->kind == OPJIT_KIND_INT) {
+        v->kind = OPJIT_KIND_FLOAT; /* an int is a fine float, as in Python */
+        v->u.f = (double)in->u.i;
+        ok = 1;
+    } else if (a->kind == OPJIT_KIND_INTS && in->kind == OPJIT_KIND_INT) {
+        for (int j = 0; j < a->list_len; j++)
+            expanded[j] = in->u.i;
+        *v = (opjit_value){.kind = OPJIT_KIND_INTS, .len = a->list_len, .u.ints = expanded};
+        ok = 1;
+    } else if (ok && a->kind == OPJIT_KIND_INTS && (in->len != a->list_len || !in->u.ints)) {
+        return rt_error(rt, OPJIT_ECALL, "%s: argument '%s': expected %s, got a list of %d",
+                        op->name, a->name, a->type, in->len);
+    }
+    if (!ok)
+        return rt_error(rt, OPJIT_ECALL, "%s: argument '%s': expected %s, got %s", op->name,
+                        a->name, a->type, kind_name(in->kind));
+    return OPJIT_OK;
+}
+
+/* Bind every argument of k's schema into v (expanded: room for int
+ * lists made from one int), then check the tensors as opjit_require
+ * asked. */
+static int bind_args(opjit_runtime *rt, const opjit_op *op, const kernel *k,
+                     const opjit_value *args, int nargs, opjit_value *v,
+                     int64_t (*expanded)[OPJIT_MAX_LIST])
+{
     for (int i = 0; i < k->sch.nargs; i++) {
-        const schema_arg *a = &k->sch.args[i];
-        const opjit_value *in = i < nargs ? &args[i] : NULL;
-        if (!in || in->kind == OPJIT_KIND_NONE) {
-            if (a->has_default)
-                v[i] = a->def;
-            else if (a->optional)
-                v[i] = (opjit_value){.kind = OPJIT_KIND_NONE};
-            else
-                return rt_error(rt, OPJIT_ECALL, "%s: missing argument '%s' (%s)", op->name,
-                                a->name, a->type);
-            continue;
-        }
-        v[i] = *in;
-        int ok = in->kind == a->kind;
-        if (a->kind == OPJIT_KIND_FLOAT && in->kind == OPJIT_KIND_INT) {
-            v[i].kind = OPJIT_KIND_FLOAT; /* an int is a fine float, as in Python */
-            v[i].u.f = (double)in->u.i;
-            ok = 1;
-        } else if (a->kind == OPJIT_KIND_INTS && in->kind == OPJIT_KIND_INT) {
-            for (int j = 0; j < a->list_len; j++)
-                expanded[i][j] = in->u.i;
-            v[i] = (opjit_value){.kind = OPJIT_KIND_INTS, .len = a->list_len,
-                                 .u.ints = expanded[i]};
-            ok = 1;
-        } else if (ok && a->kind == OPJIT_KIND_INTS && (in->len != a->list_len || !in->u.ints)) {
-            return rt_error(rt, OPJIT_ECALL, "%s: argument '%s': expected %s, got a list of %d",
-                            op->name, a->name, a->type, in->len);
-        }
-        if (!ok)
-            return rt_error(rt, OPJIT_ECALL, "%s: argument '%s': expected %s, got %s", op->name,
-                            a->name, a->type, kind_name(in->kind));
+        int rc = bind_arg(rt, op, &k->sch.args[i], i < nargs ? &args[i] : NULL, &v[i],
+                          expanded[i]);
+        if (rc)
+            return rc;
     }
     for (int j = 0; j < k->nchecks; j++) {
         const opjit_value *t = &v[k->checks[j].arg];
@@ -549,14 +541,41 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
                 return rc;
         }
     }
+    return OPJIT_OK;
+}
 
+/* After the kernel returned rc: the call's status, with a message when
+ * the kernel failed without one or left an output unmade. */
+static int kernel_status(opjit_ctx *ctx, const opjit_op *op, int rc)
+{
+    opjit_runtime *rt = ctx->rt;
+    if (rc && !ctx->status)
+        ctx->status = rt_error(rt, OPJIT_EKERNEL, "%s: the kernel failed (returned %d) without "
+                               "a message", op->name, rc);
+    if (!rc && !ctx->status) {
+        for (int i = 0; i < ctx->k->sch.nouts; i++)
+            if (!ctx->outs[i]) {
+                ctx->status = rt_error(rt, OPJIT_EKERNEL, "%s: the kernel returned without "
+                                       "producing output %d", op->name, i);
+                break;
+            }
+    }
+    return ctx->status;
+}
+
+/* Run k on the bound arguments v with a fresh call context. On success
+ * its outputs go to outs; on failure they are freed. */
+static int run_kernel(opjit_runtime *rt, const opjit_op *op, const kernel *k, int device,
+                      int device_id, opjit_value *v, DLManagedTensor **outs)
+{
+    const schema *s = &k->sch;
     /* Set field by field: zeroing the whole struct (outs[] for the most
      * outputs any op may have) shows in the 50 ns budget. */
     opjit_ctx ctx;
     ctx.rt = rt;
     ctx.k = k;
     ctx.device = device;
-    ctx.device_id = first ? first->device.device_id : 0;
+    ctx.device_id = device_id;
     ctx.status = 0;
     ctx.ws = NULL;
     ctx.cdev = NULL;
@@ -566,7 +585,7 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
     ctx.htod_pending = 0;
     for (int i = 0; i < s->nouts; i++)
         ctx.outs[i] = NULL;
-    opjit_args kargs = {k->sch.nargs, v};
+    opjit_args kargs = {s->nargs, v};
     int rc;
     if (device == OPJIT_CUDA && (rc = cuda_call_begin(&ctx)))
         return rc;
@@ -575,17 +594,7 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
     if (rt->log && rt->verbosity >= OPJIT_LOG_DEBUG)
         rt_log(rt, OPJIT_LOG_DEBUG, "%s: %s kernel, %s tier, from %s%s", op->name,
                opjit_device_name(device), k->mod->tier, k->mod->source, rc ? " (failed)" : "");
-    if (rc && !ctx.status)
-        ctx.status = rt_error(rt, OPJIT_EKERNEL, "%s: the kernel failed (returned %d) without "
-                              "a message", op->name, rc);
-    if (!rc && !ctx.status) {
-        for (int i = 0; i < s->nouts; i++)
-            if (!ctx.outs[i]) {
-                ctx.status = rt_error(rt, OPJIT_EKERNEL, "%s: the kernel returned without "
-                                      "producing output %d", op->name, i);
-                break;
-            }
-    }
+    kernel_status(&ctx, op, rc);
     /* CUDA first: it waits for copies that still read the host workspace. */
     if (device == OPJIT_CUDA)
         cuda_call_end(&ctx);
@@ -602,26 +611,52 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
     return OPJIT_OK;
 }
 
+int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, int nargs,
+               DLManagedTensor **outs, int nouts)
+{
+    if (!rt || !op || nargs < 0 || (nargs && !args) || nouts < 0 || (nouts && !outs))
+        return rt_error(rt, OPJIT_EINVAL, "opjit_call: bad arguments");
+    int device;
+    const DLTensor *first;
+    int rc = call_device(rt, op, args, nargs, &device, &first);
+    if (rc)
+        return rc;
+    const kernel *k = atomic_load_explicit(&op->kernels[device], memory_order_acquire);
+    if (!k)
+        return no_kernel(rt, op, device);
+    /* From here on only the kernel's own schema counts: a reload may have
+     * changed the op's since this call began. */
+    const schema *s = &k->sch;
+    if (nargs > s->nargs)
+        return rt_error(rt, OPJIT_ECALL, "%s takes at most %d arguments, got %d", op->name,
+                        s->nargs, nargs);
+    if (nouts < s->nouts)
+        return rt_error(rt, OPJIT_ECALL, "%s returns %d outputs; room was given for %d",
+                        op->name, s->nouts, nouts);
+    opjit_value v[OPJIT_MAX_ARGS];
+    int64_t expanded[OPJIT_MAX_ARGS][OPJIT_MAX_LIST];
+    rc = bind_args(rt, op, k, args, nargs, v, expanded);
+    if (rc)
+        return rc;
+    return run_kernel(rt, op, k, device, first ? first->device.device_id : 0, v, outs);
+}
+
 /* ---- copies between devices ------------------------------------------------- */
 
-int opjit_tensor_to_device(opjit_runtime *rt, const DLTensor *src, int device, int device_id,
-                           DLManagedTensor **out)
+/* Whether src can be copied to device:device_id (the tensor dense,
+ * row-major, of whole bytes, its data present): *from, the device it is
+ * on, and *bytes, its size. fn names the caller in messages. */
+static int copy_check(opjit_runtime *rt, const char *fn, const DLTensor *src, int device,
+                      int device_id, int *from, size_t *bytes)
 {
-    static const char fn[] = "opjit_tensor_to_device";
-    if (out)
-        *out = NULL;
-    if (!rt || !src || !out)
-        return rt_error(rt, OPJIT_EINVAL, "%s: NULL %s", fn,
-                        !rt ? "runtime" : !src ? "tensor" : "out");
     if (device != OPJIT_CPU && device != OPJIT_CUDA)
         return rt_error(rt, OPJIT_EINVAL, "%s: bad device %d (OPJIT_CPU or OPJIT_CUDA)", fn,
                         device);
     if (device_id < 0 || (device == OPJIT_CPU && device_id != 0))
         return rt_error(rt, OPJIT_EINVAL, "%s: bad device id %d for %s", fn, device_id,
                         opjit_device_name(device));
-    int from = device_of(src->device.device_type);
-    int from_id = src->device.device_id;
-    if (from < 0)
+    *from = device_of(src->device.device_type);
+    if (*from < 0)
         return rt_error(rt, OPJIT_EINVAL, "%s: the tensor is on %s (DLPack device type %d), "
                         "which opjit does not support", fn,
                         dl_device_name(src->device.device_type), src->device.device_type);
@@ -632,65 +667,97 @@ int opjit_tensor_to_device(opjit_runtime *rt, const DLTensor *src, int device, i
     if (dt.bits == 0 || dt.bits % 8 || dt.lanes == 0)
         return rt_error(rt, OPJIT_EINVAL, "%s: dtype of %d bits x %d lanes: only whole bytes "
                         "can be copied", fn, dt.bits, dt.lanes);
-    size_t bytes;
-    int bad = dense_bytes(src->ndim, src->shape, (size_t)dt.bits / 8 * dt.lanes, &bytes);
+    int bad = dense_bytes(src->ndim, src->shape, (size_t)dt.bits / 8 * dt.lanes, bytes);
     if (bad > 0)
         return rt_error(rt, OPJIT_EINVAL, "%s: bad size %lld in dim %d", fn,
                         (long long)src->shape[bad - 1], bad - 1);
     if (bad < 0)
         return rt_error(rt, OPJIT_EINVAL, "%s: the tensor is too large", fn);
-    if (bytes && !is_contiguous(src))
+    if (*bytes && !is_contiguous(src))
         return rt_error(rt, OPJIT_EINVAL, "%s: the tensor is not contiguous (its strides are "
                         "not row-major); only contiguous tensors can be copied", fn);
-    if (bytes && !src->data)
-        return rt_error(rt, OPJIT_EINVAL, "%s: the tensor has %zu bytes but no data", fn, bytes);
+    if (*bytes && !src->data)
+        return rt_error(rt, OPJIT_EINVAL, "%s: the tensor has %zu bytes but no data", fn, *bytes);
+    return OPJIT_OK;
+}
+
+/* From CUDA device from_id to dst on the host (device OPJIT_CPU), or
+ * through the host to dst on another CUDA device (to_dev's context
+ * current). On failure the status, with err. */
+static int copy_through_host(opjit_runtime *rt, int from_id, const void *src, int device,
+                             cuda_dev *to_dev, void *dst, size_t bytes, char *err, size_t errlen)
+{
+    char why[1024];
+    void *host = device == OPJIT_CPU ? dst : rt_alloc(rt, bytes);
+    cuda_dev *from_dev = NULL;
+    int rc;
+    if (!host) {
+        rc = OPJIT_ENOMEM;
+        snprintf(err, errlen, "out of memory allocating %zu bytes", bytes);
+    } else if ((rc = cuda_enter(rt, from_id, &from_dev, why, sizeof why))) {
+        snprintf(err, errlen, "cannot copy from CUDA device %d: %s", from_id, why);
+    } else {
+        rc = cuda_copy(from_dev, host, src, bytes, OPJIT_COPY_DTOH, err, errlen);
+        cuda_leave(from_dev);
+        if (!rc && device == OPJIT_CUDA)
+            rc = cuda_copy(to_dev, dst, host, bytes, OPJIT_COPY_HTOD, err, errlen);
+    }
+    if (host && host != dst)
+        rt_free(rt, host, bytes);
+    return rc;
+}
+
+/* Copy bytes from src, on device from:from_id, to dst, on device:id (a
+ * CUDA one with to_dev's context current). On failure the status, with
+ * err. */
+static int copy_data(opjit_runtime *rt, int from, int from_id, const void *src, int device,
+                     int id, cuda_dev *to_dev, void *dst, size_t bytes, char *err, size_t errlen)
+{
+    if (!bytes)
+        return OPJIT_OK;
+    if (from == OPJIT_CPU && device == OPJIT_CPU) {
+        memcpy(dst, src, bytes);
+        return OPJIT_OK;
+    }
+    if (from == OPJIT_CPU)
+        return cuda_copy(to_dev, dst, src, bytes, OPJIT_COPY_HTOD, err, errlen);
+    if (device == OPJIT_CUDA && from_id == id)
+        return cuda_copy(to_dev, dst, src, bytes, OPJIT_COPY_DTOD, err, errlen);
+    return copy_through_host(rt, from_id, src, device, to_dev, dst, bytes, err, errlen);
+}
+
+int opjit_tensor_to_device(opjit_runtime *rt, const DLTensor *src, int device, int device_id,
+                           DLManagedTensor **out)
+{
+    static const char fn[] = "opjit_tensor_to_device";
+    if (out)
+        *out = NULL;
+    if (!rt || !src || !out)
+        return rt_error(rt, OPJIT_EINVAL, "%s: NULL %s", fn,
+                        !rt ? "runtime" : !src ? "tensor" : "out");
+    int from = -1;
+    size_t bytes = 0;
+    int rc = copy_check(rt, fn, src, device, device_id, &from, &bytes);
+    if (rc)
+        return rc;
     const char *from_data = (const char *)src->data + src->byte_offset;
 
     /* The destination's context stays current until the end; a CUDA source
      * on another device is entered on top of it for its part of the copy. */
     char why[1024], err[1536] = "";
     cuda_dev *to_dev = NULL;
-    int rc;
     if (device == OPJIT_CUDA && (rc = cuda_enter(rt, device_id, &to_dev, why, sizeof why)))
         return rt_error(rt, rc, "%s: cannot copy to CUDA device %d: %s", fn, device_id, why);
     DLManagedTensor *mt = NULL;
-    rc = out_block_new(rt, device, device_id, to_dev, dt, src->ndim, src->shape, bytes, &mt, err,
-                       sizeof err);
-    if (rc) {
-        cuda_leave(to_dev);
-        return rt_error(rt, rc, "%s: %s", fn, err);
-    }
-    void *to_data = mt->dl_tensor.data;
-    if (!bytes) {
-        /* nothing to copy */
-    } else if (from == OPJIT_CPU && device == OPJIT_CPU) {
-        memcpy(to_data, from_data, bytes);
-    } else if (from == OPJIT_CPU) {
-        rc = cuda_copy(to_dev, to_data, from_data, bytes, OPJIT_COPY_HTOD, err, sizeof err);
-    } else if (device == OPJIT_CUDA && from_id == device_id) {
-        rc = cuda_copy(to_dev, to_data, from_data, bytes, OPJIT_COPY_DTOD, err, sizeof err);
-    } else {
-        /* From a CUDA device to the host, or through the host to another
-         * device. */
-        void *host = device == OPJIT_CPU ? to_data : rt_alloc(rt, bytes);
-        cuda_dev *from_dev = NULL;
-        if (!host) {
-            rc = OPJIT_ENOMEM;
-            snprintf(err, sizeof err, "out of memory allocating %zu bytes", bytes);
-        } else if ((rc = cuda_enter(rt, from_id, &from_dev, why, sizeof why))) {
-            snprintf(err, sizeof err, "cannot copy from CUDA device %d: %s", from_id, why);
-        } else {
-            rc = cuda_copy(from_dev, host, from_data, bytes, OPJIT_COPY_DTOH, err, sizeof err);
-            cuda_leave(from_dev);
-            if (!rc && device == OPJIT_CUDA)
-                rc = cuda_copy(to_dev, to_data, host, bytes, OPJIT_COPY_HTOD, err, sizeof err);
-        }
-        if (host && host != to_data)
-            rt_free(rt, host, bytes);
-    }
+    rc = out_block_new(rt, device, device_id, to_dev, src->dtype, src->ndim, src->shape, bytes,
+                       &mt, err, sizeof err);
+    if (!rc)
+        rc = copy_data(rt, from, src->device.device_id, from_data, device, device_id, to_dev,
+                       mt->dl_tensor.data, bytes, err, sizeof err);
     cuda_leave(to_dev);
     if (rc) {
-        mt->deleter(mt);
+        if (mt)
+            mt->deleter(mt);
         return rt_error(rt, rc, "%s: %s", fn, err);
     }
     *out = mt;

@@ -410,33 +410,37 @@ static int candidates(const cuda_module *cm, int cc, int *order, int max)
     return n;
 }
 
-/* Load cm's device code into the current context (d's), once. */
-static int module_loaded(cuda_module *cm, CUcontext cuctx, int id, cuda_loaded **out, char *why,
-                         size_t whylen)
+/* Record mod, loaded from im into cuctx, on cm (cm->lock held). */
+static int loaded_add(cuda_module *cm, CUcontext cuctx, int id, const cuda_image *im,
+                      CUmodule mod, cuda_loaded **out, char *why, size_t whylen)
 {
-    cuda_loaded *l = atomic_load_explicit(&cm->by_dev[id], memory_order_acquire);
-    if (l && l->cuctx == cuctx) {
-        *out = l;
-        return OPJIT_OK;
+    cuda_loaded *l = calloc(1, sizeof *l);
+    if (!l) {
+        drv.ModuleUnload(mod);
+        snprintf(why, whylen, "out of memory");
+        return OPJIT_ENOMEM;
     }
-    *out = NULL;
-    if (!cm->nimages)
-        return OPJIT_OK; /* a host half without device code: launches fail */
-    pthread_mutex_lock(&cm->lock);
-    for (l = cm->loaded; l; l = l->next)
-        if (l->cuctx == cuctx)
-            break;
-    if (l) {
-        atomic_store_explicit(&cm->by_dev[id], l, memory_order_release);
-        pthread_mutex_unlock(&cm->lock);
-        *out = l;
-        return OPJIT_OK;
-    }
-    int cc = drv.cc[id], order[64];
-    int n = candidates(cm, cc, order, 64);
-    char have[256], tried[1536] = "";
+    l->cuctx = cuctx;
+    l->mod = mod;
+    l->image = im;
+    pthread_mutex_init(&l->lock, NULL);
+    l->next = cm->loaded;
+    cm->loaded = l;
+    atomic_store_explicit(&cm->by_dev[id], l, memory_order_release);
+    *out = l;
+    return OPJIT_OK;
+}
+
+/* Load the first of cm's images (order: n candidates, best first) that
+ * the driver takes into the current context cuctx; cm->lock held. Else
+ * OPJIT_EDEVICE with what each attempt said in tried, and *too_old the
+ * first image whose PTX is too new for the driver (-1: none). */
+static int load_first_image(cuda_module *cm, CUcontext cuctx, int id, const int *order, int n,
+                            cuda_loaded **out, int *too_old, char *tried, size_t triedlen,
+                            char *why, size_t whylen)
+{
     size_t t = 0;
-    int too_old = -1;
+    *too_old = -1;
     for (int i = 0; i < n; i++) {
         const cuda_image *im = &cm->images[order[i]];
         char log[1024] = "";
@@ -444,34 +448,24 @@ static int module_loaded(cuda_module *cm, CUcontext cuctx, int id, cuda_loaded *
         void *vals[2] = {log, (void *)(uintptr_t)sizeof log};
         CUmodule mod = NULL;
         CUresult r = drv.ModuleLoadDataEx(&mod, im->data, 2, opts, vals);
-        if (r == CUDA_SUCCESS) {
-            l = calloc(1, sizeof *l);
-            if (!l) {
-                drv.ModuleUnload(mod);
-                pthread_mutex_unlock(&cm->lock);
-                snprintf(why, whylen, "out of memory");
-                return OPJIT_ENOMEM;
-            }
-            l->cuctx = cuctx;
-            l->mod = mod;
-            l->image = im;
-            pthread_mutex_init(&l->lock, NULL);
-            l->next = cm->loaded;
-            cm->loaded = l;
-            atomic_store_explicit(&cm->by_dev[id], l, memory_order_release);
-            pthread_mutex_unlock(&cm->lock);
-            *out = l;
-            return OPJIT_OK;
-        }
-        if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION && too_old < 0)
-            too_old = order[i];
+        if (r == CUDA_SUCCESS)
+            return loaded_add(cm, cuctx, id, im, mod, out, why, whylen);
+        if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION && *too_old < 0)
+            *too_old = order[i];
         char e[256];
         log[sizeof log - 1] = '\0';
-        if (t < sizeof tried)
-            t += (size_t)snprintf(tried + t, sizeof tried - t, "%s%s: %s%s%.300s", t ? "; " : "",
+        if (t < triedlen)
+            t += (size_t)snprintf(tried + t, triedlen - t, "%s%s: %s%s%.300s", t ? "; " : "",
                                   im->arch, cu_err(r, e, sizeof e), log[0] ? ": " : "", log);
     }
-    pthread_mutex_unlock(&cm->lock);
+    return OPJIT_EDEVICE;
+}
+
+/* Why none of cm's n candidate images loaded on device id (sm_cc). */
+static void no_device_code(const cuda_module *cm, int id, int cc, int n, int too_old,
+                           const char *tried, char *why, size_t whylen)
+{
+    char have[256];
     cuda_module_archs(cm, have, sizeof have);
     if (too_old >= 0) {
         const cuda_image *im = &cm->images[too_old];
@@ -491,7 +485,38 @@ static int module_loaded(cuda_module *cm, CUcontext cuctx, int id, cuda_loaded *
         snprintf(why, whylen, "%s: cannot load its device code on CUDA device %d (sm_%d): %s",
                  cm->source, id, cc, tried);
     }
-    return OPJIT_EDEVICE;
+}
+
+/* Load cm's device code into the current context (d's), once. */
+static int module_loaded(cuda_module *cm, CUcontext cuctx, int id, cuda_loaded **out, char *why,
+                         size_t whylen)
+{
+    cuda_loaded *l = atomic_load_explicit(&cm->by_dev[id], memory_order_acquire);
+    if (l && l->cuctx == cuctx) {
+        *out = l;
+        return OPJIT_OK;
+    }
+    *out = NULL;
+    if (!cm->nimages)
+        return OPJIT_OK; /* a host half without device code: launches fail */
+    int rc = OPJIT_OK, cc = drv.cc[id], n = 0, too_old = -1, order[64];
+    char tried[1536] = "";
+    pthread_mutex_lock(&cm->lock);
+    for (l = cm->loaded; l; l = l->next)
+        if (l->cuctx == cuctx)
+            break;
+    if (l) { /* loaded into this context already */
+        atomic_store_explicit(&cm->by_dev[id], l, memory_order_release);
+        *out = l;
+    } else {
+        n = candidates(cm, cc, order, 64);
+        rc = load_first_image(cm, cuctx, id, order, n, out, &too_old, tried, sizeof tried, why,
+                              whylen);
+    }
+    pthread_mutex_unlock(&cm->lock);
+    if (rc == OPJIT_EDEVICE)
+        no_device_code(cm, id, cc, n, too_old, tried, why, whylen);
+    return rc;
 }
 
 /* ---- per runtime ------------------------------------------------------------------- */
@@ -843,6 +868,43 @@ static int not_cuda(opjit_ctx *ctx, const char *what)
                       opjit_device_name(ctx->device));
 }
 
+/* The kernel called name in l, the call's module: found among those
+ * looked up before, or looked up and added. l->lock held. */
+static int fn_find_locked(opjit_ctx *ctx, cuda_loaded *l, const char *name, cuda_fn **out)
+{
+    for (cuda_fn *f = l->fns; f; f = f->next)
+        if (!strcmp(f->name, name)) {
+            *out = f;
+            return OPJIT_OK;
+        }
+    char e[256];
+    CUfunction fn = NULL;
+    CUresult r = drv.ModuleGetFunction(&fn, l->mod, name);
+    if (r == CUDA_ERROR_NOT_FOUND)
+        return call_error(ctx, OPJIT_EKERNEL,
+                          "opjit_launch: no kernel '%s' in the device code of %s (a "
+                          "kernel must be extern \"C\" __global__ in the "
+                          "__CUDACC_RTC__ half)", name, ctx->k->mod->source);
+    if (r)
+        return call_error(ctx, OPJIT_EKERNEL, "opjit_launch(%s): cuModuleGetFunction: %s",
+                          name, cu_err(r, e, sizeof e));
+    cuda_fn *f = calloc(1, sizeof *f);
+    if (!f || !(f->name = strdup(name))) {
+        free(f);
+        return call_error(ctx, OPJIT_ENOMEM, "out of memory");
+    }
+    int dyn = 0;
+    if (drv.FuncGetAttribute(&dyn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fn) ||
+        dyn < 0)
+        dyn = 0; /* unknown: opt in for any dynamic shared memory */
+    f->f = fn;
+    f->dyn_shared = (unsigned)dyn;
+    f->next = l->fns;
+    l->fns = f;
+    *out = f;
+    return OPJIT_OK;
+}
+
 /* The kernel called name in the call's module, looked up once; with at
  * least shared_bytes of dynamic shared memory allowed (opting in above what
  * the driver grants by default: 48 KiB less the kernel's static __shared__
@@ -850,53 +912,23 @@ static int not_cuda(opjit_ctx *ctx, const char *what)
 static int get_fn(opjit_ctx *ctx, const char *name, unsigned shared_bytes, CUfunction *out)
 {
     cuda_loaded *l = ctx->cmod;
-    char e[256];
-    CUresult r;
+    cuda_fn *f = NULL;
     pthread_mutex_lock(&l->lock);
-    cuda_fn *f;
-    for (f = l->fns; f; f = f->next)
-        if (!strcmp(f->name, name))
-            break;
-    if (!f) {
-        CUfunction fn = NULL;
-        if ((r = drv.ModuleGetFunction(&fn, l->mod, name))) {
-            pthread_mutex_unlock(&l->lock);
-            if (r == CUDA_ERROR_NOT_FOUND)
-                return call_error(ctx, OPJIT_EKERNEL,
-                                  "opjit_launch: no kernel '%s' in the device code of %s (a "
-                                  "kernel must be extern \"C\" __global__ in the "
-                                  "__CUDACC_RTC__ half)", name, ctx->k->mod->source);
-            return call_error(ctx, OPJIT_EKERNEL, "opjit_launch(%s): cuModuleGetFunction: %s",
-                              name, cu_err(r, e, sizeof e));
-        }
-        f = calloc(1, sizeof *f);
-        if (!f || !(f->name = strdup(name))) {
-            free(f);
-            pthread_mutex_unlock(&l->lock);
-            return call_error(ctx, OPJIT_ENOMEM, "out of memory");
-        }
-        int dyn = 0;
-        if (drv.FuncGetAttribute(&dyn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fn) ||
-            dyn < 0)
-            dyn = 0; /* unknown: opt in for any dynamic shared memory */
-        f->f = fn;
-        f->dyn_shared = (unsigned)dyn;
-        f->next = l->fns;
-        l->fns = f;
+    int rc = fn_find_locked(ctx, l, name, &f);
+    if (rc == OPJIT_OK && shared_bytes > f->dyn_shared) {
+        char e[256];
+        CUresult r = drv.FuncSetAttribute(f->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          (int)shared_bytes);
+        if (r)
+            rc = call_error(ctx, OPJIT_EKERNEL, "opjit_launch(%s): %u bytes of dynamic "
+                            "shared memory: %s", name, shared_bytes, cu_err(r, e, sizeof e));
+        else
+            f->dyn_shared = shared_bytes;
     }
-    if (shared_bytes > f->dyn_shared) {
-        r = drv.FuncSetAttribute(f->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                 (int)shared_bytes);
-        if (r) {
-            pthread_mutex_unlock(&l->lock);
-            return call_error(ctx, OPJIT_EKERNEL, "opjit_launch(%s): %u bytes of dynamic "
-                              "shared memory: %s", name, shared_bytes, cu_err(r, e, sizeof e));
-        }
-        f->dyn_shared = shared_bytes;
-    }
-    *out = f->f;
+    if (rc == OPJIT_OK)
+        *out = f->f;
     pthread_mutex_unlock(&l->lock);
-    return OPJIT_OK;
+    return rc;
 }
 
 int cuda_api_launch(opjit_ctx *ctx, const char *kernel, const unsigned grid[3],

@@ -110,8 +110,4 @@ void *cuda_api_device_workspace(opjit_ctx *ctx, size_t bytes);
 void *cuda_api_stream(opjit_ctx *ctx);
 int cuda_api_synchronize(opjit_ctx *ctx);
 
-/* From runtime/call.c: record a kernel-side error on the call. */
-int call_error(opjit_ctx *ctx, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
 #endif

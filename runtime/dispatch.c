@@ -209,11 +209,12 @@ static void retire_dropped(opjit_runtime *rt, const module *m)
     }
 }
 
-int module_publish(opjit_runtime *rt, module *m)
+/* Whether every kernel of m may be published: its schema agrees with
+ * the op's other sources, and no other module holds its op and device.
+ * rt->lock held. */
+static int publish_check_locked(opjit_runtime *rt, const module *m)
 {
-    pthread_mutex_lock(&rt->lock);
-    /* Check everything first: publish all or nothing. */
-    for (kernel *k = m->kernels; k; k = k->next_in_module) {
+    for (const kernel *k = m->kernels; k; k = k->next_in_module) {
         opjit_op *op = find_op_locked(rt, k->sch.name);
         if (!op)
             continue;
@@ -227,53 +228,65 @@ int module_publish(opjit_runtime *rt, module *m)
                 if (other && !strcmp(other->mod->real, m->real))
                     other = NULL;
             }
-            int rc = rt_error(rt, OPJIT_ESCHEMA,
-                              "%s declares %s as '%s' but %s declares it as '%s'; the "
-                              "schemas of one op must agree",
-                              m->source, k->sch.name, k->sch.text,
-                              other ? other->mod->source : "an earlier module", cur->text);
-            pthread_mutex_unlock(&rt->lock);
-            return rc;
+            return rt_error(rt, OPJIT_ESCHEMA,
+                            "%s declares %s as '%s' but %s declares it as '%s'; the "
+                            "schemas of one op must agree",
+                            m->source, k->sch.name, k->sch.text,
+                            other ? other->mod->source : "an earlier module", cur->text);
         }
         const kernel *held = atomic_load(&op->kernels[k->device]);
-        if (held && strcmp(held->mod->real, m->real)) {
-            int rc = rt_error(rt, OPJIT_EEXIST,
-                              "%s: %s already has a %s kernel from %s; a second module may "
-                              "not register the same op and device",
-                              m->source, k->sch.name, opjit_device_name(k->device),
-                              held->mod->source);
-            pthread_mutex_unlock(&rt->lock);
-            return rc;
-        }
+        if (held && strcmp(held->mod->real, m->real))
+            return rt_error(rt, OPJIT_EEXIST,
+                            "%s: %s already has a %s kernel from %s; a second module may "
+                            "not register the same op and device",
+                            m->source, k->sch.name, opjit_device_name(k->device),
+                            held->mod->source);
     }
-    for (kernel *k = m->kernels; k; k = k->next_in_module) {
-        opjit_op *op = find_op_locked(rt, k->sch.name);
-        if (!op) {
-            op = calloc(1, sizeof *op);
-            if (!op || !(op->name = strdup(k->sch.name))) {
-                free(op);
-                pthread_mutex_unlock(&rt->lock);
-                return rt_error(rt, OPJIT_ENOMEM, "out of memory");
-            }
-            atomic_init(&op->sch, &k->sch);
-            atomic_store_explicit(&op->kernels[k->device], k, memory_order_release);
-            /* Fully built before it becomes reachable. */
-            if (rt->ops_tail)
-                atomic_store_explicit(&rt->ops_tail->next, op, memory_order_release);
-            else
-                atomic_store_explicit(&rt->ops, op, memory_order_release);
-            rt->ops_tail = op;
-            continue;
-        }
+    return OPJIT_OK;
+}
+
+/* k becomes its op's kernel for its device (the op is made when it is
+ * new). rt->lock held. */
+static int publish_kernel_locked(opjit_runtime *rt, kernel *k)
+{
+    opjit_op *op = find_op_locked(rt, k->sch.name);
+    if (op) {
         atomic_store_explicit(&op->kernels[k->device], k, memory_order_release);
         atomic_store_explicit(&op->sch, &k->sch, memory_order_release);
+        return OPJIT_OK;
     }
-    retire_dropped(rt, m);
-    m->next = rt->modules;
-    rt->modules = m;
-    pthread_mutex_unlock(&rt->lock);
-    pool_blas_module(m->dl);
+    op = calloc(1, sizeof *op);
+    if (!op || !(op->name = strdup(k->sch.name))) {
+        free(op);
+        return rt_error(rt, OPJIT_ENOMEM, "out of memory");
+    }
+    atomic_init(&op->sch, &k->sch);
+    atomic_store_explicit(&op->kernels[k->device], k, memory_order_release);
+    /* Fully built before it becomes reachable. */
+    if (rt->ops_tail)
+        atomic_store_explicit(&rt->ops_tail->next, op, memory_order_release);
+    else
+        atomic_store_explicit(&rt->ops, op, memory_order_release);
+    rt->ops_tail = op;
     return OPJIT_OK;
+}
+
+int module_publish(opjit_runtime *rt, module *m)
+{
+    pthread_mutex_lock(&rt->lock);
+    /* Check everything first: publish all or nothing. */
+    int rc = publish_check_locked(rt, m);
+    for (kernel *k = m->kernels; k && rc == OPJIT_OK; k = k->next_in_module)
+        rc = publish_kernel_locked(rt, k);
+    if (rc == OPJIT_OK) {
+        retire_dropped(rt, m);
+        m->next = rt->modules;
+        rt->modules = m;
+    }
+    pthread_mutex_unlock(&rt->lock);
+    if (rc == OPJIT_OK)
+        pool_blas_module(m->dl);
+    return rc;
 }
 
 int module_unpublish(opjit_runtime *rt, const char *real)

@@ -100,3 +100,17 @@ void rt_log(const opjit_runtime *rt, int level, const char *fmt, ...)
     va_end(ap);
     rt->log(rt->log_ud, level, buf);
 }
+
+/* ---- errors of a call (runtime/call.c, cuda.c, pool.c) -------------------- */
+
+int call_error(opjit_ctx *ctx, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[2048];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!ctx->status)
+        ctx->status = rt_error(ctx->rt, status, "%s: %s", ctx->k->sch.name, msg);
+    return ctx->status;
+}

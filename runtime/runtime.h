@@ -152,8 +152,17 @@ int rt_error(const opjit_runtime *rt, int status, const char *fmt, ...);
 int rt_verror(const opjit_runtime *rt, int status, const char *fmt, va_list ap);
 void rt_clear_error(const opjit_runtime *rt);
 void rt_log(const opjit_runtime *rt, int level, const char *fmt, ...);
+/* Record an error of the call ctx (the first one counts), prefixed with
+ * the op's name; returns the call's status. For runtime/'s own services
+ * of the api table (outputs, CUDA, parallel_for). */
+int call_error(opjit_ctx *ctx, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-/* ---- allocation (runtime/runtime.c, runtime/alloc.c) ---------------------- */
+/* ---- allocation (runtime/alloc.c) ------------------------------------------ */
+
+/* n bytes from the runtime's allocator (the host's, or the default one). */
+void *rt_alloc(opjit_runtime *rt, size_t n);
+void rt_free(opjit_runtime *rt, void *p, size_t n);
 
 typedef struct out_cache out_cache;
 out_cache *out_cache_new(opjit_runtime *rt);
@@ -180,12 +189,6 @@ int pool_chunk_vfail(opjit_ctx *ctx, const char *fmt, va_list ap);
 /* After a module is loaded: OpenBLAS, when among its libraries, runs one
  * thread per call (ops split BLAS work over the pool). */
 void pool_blas_module(void *dl);
-int call_error(opjit_ctx *ctx, int status, const char *fmt, ...);
-
-
-void *rt_alloc(opjit_runtime *rt, size_t n);
-void rt_free(opjit_runtime *rt, void *p, size_t n);
-char *rt_strdup(const char *s);
 
 /* ---- modules (runtime/dispatch.c) --------------------------------------- */
 
@@ -207,7 +210,7 @@ int dispatch_require(opjit_module *m, const char *arg, const char *spec);
 int dtype_parse(const char *s, DLDataType *out);
 const char *dtype_name(DLDataType t, char *buf, size_t n);
 
-/* ---- lifetime (runtime/runtime.c) --------------------------------------- */
+/* ---- lifetime (runtime/lifetime.c) ------------------------------------- */
 /* The runtime's own parts (allocator, log, CUDA bookkeeping); the loader is
  * attached and detached by opjit_create/opjit_destroy (loader/create.c),
  * which assemble the layers: nothing here calls upward. */

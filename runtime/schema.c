@@ -192,8 +192,13 @@ static int parse_default(parser *ps, schema_arg *a)
     return OPJIT_OK;
 }
 
+/* "-> Tensor" or "-> (Tensor [name], ...)", and the end of the text. */
 static int parse_returns(parser *ps, schema *s)
 {
+    skip_ws(ps);
+    if (strncmp(ps->p, "->", 2))
+        return fail(ps, "expected '->'");
+    ps->p += 2;
     int paren = accept(ps, '(');
     do {
         char *t = ident(ps, 0);
@@ -210,6 +215,9 @@ static int parse_returns(parser *ps, schema *s)
     } while (paren && accept(ps, ','));
     if (paren && !accept(ps, ')'))
         return fail(ps, "expected ')' after outputs");
+    skip_ws(ps);
+    if (*ps->p)
+        return fail(ps, "unexpected text after the outputs");
     return OPJIT_OK;
 }
 
@@ -236,90 +244,90 @@ static void canonicalize(schema *s)
     s->canonical = c;
 }
 
-int schema_parse(const char *text, schema *s, char *err, size_t errlen)
+/* The operator's name, at most OPJIT_NAME_MAX characters. */
+static int parse_name(parser *ps, schema *s)
 {
-    memset(s, 0, sizeof *s);
-    parser ps = {text, text, err, errlen};
-    int rc;
-    if (!text)
-        return fail(&ps, "no schema");
-    s->text = strdup(text);
-    s->name = ident(&ps, 1);
-    if (!s->name) {
-        rc = fail(&ps, "expected the operator name");
-        goto bad;
-    }
+    s->name = ident(ps, 1);
+    if (!s->name)
+        return fail(ps, "expected the operator name");
     if (strlen(s->name) > OPJIT_NAME_MAX) {
         char why[96];
         snprintf(why, sizeof why, "the operator name has %zu characters, more than %d",
                  strlen(s->name), OPJIT_NAME_MAX);
-        rc = fail(&ps, why);
-        goto bad;
-    }
-    if (!accept(&ps, '(')) {
-        rc = fail(&ps, "expected '('");
-        goto bad;
-    }
-    int seen_default = 0;
-    if (!accept(&ps, ')')) {
-        do {
-            skip_ws(&ps);
-            if (*ps.p == '*') { /* keyword-only marker */
-                ps.p++;
-                continue;
-            }
-            if (s->nargs == OPJIT_MAX_ARGS) {
-                rc = fail(&ps, "too many arguments");
-                goto bad;
-            }
-            schema_arg *a = &s->args[s->nargs++];
-            if ((rc = parse_type(&ps, a)))
-                goto bad;
-            a->name = ident(&ps, 0);
-            if (!a->name) {
-                rc = fail(&ps, "expected an argument name");
-                goto bad;
-            }
-            if (schema_arg_index(s, a->name) != s->nargs - 1) {
-                rc = fail(&ps, "duplicate argument name");
-                goto bad;
-            }
-            if (accept(&ps, '=')) {
-                if ((rc = parse_default(&ps, a)))
-                    goto bad;
-                seen_default = 1;
-            } else if (seen_default) {
-                rc = fail(&ps, "an argument without a default follows one with a default");
-                goto bad;
-            }
-        } while (accept(&ps, ','));
-        if (!accept(&ps, ')')) {
-            rc = fail(&ps, "expected ',' or ')'");
-            goto bad;
-        }
-    }
-    skip_ws(&ps);
-    if (strncmp(ps.p, "->", 2)) {
-        rc = fail(&ps, "expected '->'");
-        goto bad;
-    }
-    ps.p += 2;
-    if ((rc = parse_returns(&ps, s)))
-        goto bad;
-    skip_ws(&ps);
-    if (*ps.p) {
-        rc = fail(&ps, "unexpected text after the outputs");
-        goto bad;
-    }
-    canonicalize(s);
-    if (!s->canonical || !s->text) {
-        snprintf(err, errlen, "out of memory parsing schema");
-        rc = OPJIT_ENOMEM;
-        goto bad;
+        return fail(ps, why);
     }
     return OPJIT_OK;
-bad:
-    schema_free(s);
+}
+
+/* One argument, "type name[=default]", or the keyword-only marker '*'.
+ * *seen_default: an earlier argument had a default (then this one must). */
+static int parse_arg(parser *ps, schema *s, int *seen_default)
+{
+    skip_ws(ps);
+    if (*ps->p == '*') { /* keyword-only marker */
+        ps->p++;
+        return OPJIT_OK;
+    }
+    if (s->nargs == OPJIT_MAX_ARGS)
+        return fail(ps, "too many arguments");
+    schema_arg *a = &s->args[s->nargs++];
+    int rc = parse_type(ps, a);
+    if (rc)
+        return rc;
+    a->name = ident(ps, 0);
+    if (!a->name)
+        return fail(ps, "expected an argument name");
+    if (schema_arg_index(s, a->name) != s->nargs - 1)
+        return fail(ps, "duplicate argument name");
+    if (accept(ps, '=')) {
+        if ((rc = parse_default(ps, a)))
+            return rc;
+        *seen_default = 1;
+    } else if (*seen_default) {
+        return fail(ps, "an argument without a default follows one with a default");
+    }
+    return OPJIT_OK;
+}
+
+/* "(arg, ...)" */
+static int parse_args(parser *ps, schema *s)
+{
+    if (!accept(ps, '('))
+        return fail(ps, "expected '('");
+    if (accept(ps, ')'))
+        return OPJIT_OK;
+    int seen_default = 0;
+    do {
+        int rc = parse_arg(ps, s, &seen_default);
+        if (rc)
+            return rc;
+    } while (accept(ps, ','));
+    if (!accept(ps, ')'))
+        return fail(ps, "expected ',' or ')'");
+    return OPJIT_OK;
+}
+
+int schema_parse(const char *text, schema *s, char *err, size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    parser ps = {text, text, err, errlen};
+    if (!text)
+        return fail(&ps, "no schema");
+    s->text = strdup(text);
+    int rc = parse_name(&ps, s);
+    if (!rc)
+        rc = parse_args(&ps, s);
+    if (!rc)
+        rc = parse_returns(&ps, s);
+    if (!rc) {
+        canonicalize(s);
+        if (!s->canonical || !s->text) {
+            snprintf(err, errlen, "out of memory parsing schema");
+            rc = OPJIT_ENOMEM;
+        }
+    }
+    if (rc)
+        schema_free(s);
     return rc;
 }
 

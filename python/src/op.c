@@ -238,6 +238,77 @@ static int convert(opy_op *o, int i, PyObject *obj, call_frame *f)
     return -1;
 }
 
+/* ---- into the runtime, on the right CUDA stream ------------------------------------- */
+
+/* The stream a CUDA call on device dev runs on: torch's current stream for
+ * torch tensors, else NULL (the context's default stream, the one a
+ * DLPack producer asked without a stream has ordered its work on). */
+static int cuda_stream_for(int dev, opy_framework fw, void **stream)
+{
+    *stream = NULL;
+    if (fw != OPY_FW_TORCH || !opy.torch_stream_hook)
+        return 0;
+    PyObject *s = PyObject_CallFunction(opy.torch_stream_hook, "i", dev);
+    if (!s)
+        return -1;
+    *stream = PyLong_AsVoidPtr(s);
+    Py_DECREF(s);
+    return *stream == NULL && PyErr_Occurred() ? -1 : 0;
+}
+
+/* With the GIL released: take cuda_lock for reading with the runtime's
+ * stream for dev being `stream`, switching it first if needed. Returns an
+ * opjit status; on success the read lock is held. */
+static int hold_cuda_stream(opy_runtime *r, int dev, void *stream)
+{
+    for (;;) {
+        pthread_rwlock_rdlock(&r->cuda_lock);
+        if (r->cuda[dev].set && r->cuda[dev].stream == stream)
+            return OPJIT_OK;
+        pthread_rwlock_unlock(&r->cuda_lock);
+        pthread_rwlock_wrlock(&r->cuda_lock);
+        int rc = OPJIT_OK;
+        if (!r->cuda[dev].set || r->cuda[dev].stream != stream) {
+            /* NULL context: the device's primary context, PyTorch's. */
+            rc = opjit_set_cuda_stream(r->rt, dev, NULL, stream);
+            r->cuda[dev].set = rc == OPJIT_OK;
+            r->cuda[dev].stream = stream;
+        }
+        pthread_rwlock_unlock(&r->cuda_lock);
+        if (rc)
+            return rc;
+    }
+}
+
+/* opjit_call with the GIL released. Calls on CUDA tensors run on the
+ * stream of the framework that made the first tensor (torch's current
+ * stream; the default stream for others), which opjit_set_cuda_stream
+ * hands the runtime whenever it changes. */
+static int runtime_call(opy_runtime *r, const opjit_op *op, const opjit_value *args,
+                        int nargs, DLManagedTensor **outs, int nouts, const DLTensor *first,
+                        opy_framework first_fw)
+{
+    int rc;
+    int dev = first && first->device.device_type == kDLCUDA ? first->device.device_id : -1;
+    if (dev < 0 || dev >= OPY_MAX_CUDA_DEVICES) { /* CPU (or a device opjit will refuse) */
+        Py_BEGIN_ALLOW_THREADS
+        rc = opjit_call(r->rt, op, args, nargs, outs, nouts);
+        Py_END_ALLOW_THREADS
+        return rc;
+    }
+    void *stream;
+    if (cuda_stream_for(dev, first_fw, &stream) < 0)
+        return -1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = hold_cuda_stream(r, dev, stream);
+    if (rc == OPJIT_OK) {
+        rc = opjit_call(r->rt, op, args, nargs, outs, nouts);
+        pthread_rwlock_unlock(&r->cuda_lock);
+    }
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
 /* ---- the call ------------------------------------------------------------------------ */
 
 /* The outputs as Python objects: None, one object, or a tuple. Takes
@@ -284,7 +355,7 @@ static PyObject *op_vectorcall(PyObject *self, PyObject *const *args, size_t nar
         i++;
     if (i == n) {
         DLManagedTensor *outs[OPY_MAX_OUTS] = {0};
-        int rc = opy_runtime_call(o->rt, o->op, f.v, n, outs, OPY_MAX_OUTS, f.first_tensor,
+        int rc = runtime_call(o->rt, o->op, f.v, n, outs, OPY_MAX_OUTS, f.first_tensor,
                                   f.fw);
         if (rc == 0)
             result = outputs(outs, &f);

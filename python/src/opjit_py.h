@@ -133,11 +133,6 @@ int opy_borrow_tensor(PyObject *obj, opy_framework fw, opy_borrowed *out);
 void opy_release_tensor(opy_borrowed *b);
 PyObject *opy_output(DLManagedTensor *mt, opy_framework fw, PyObject *first_arg);
 
-/* runtime.c */
-int opy_runtime_call(opy_runtime *r, const opjit_op *op, const opjit_value *args, int nargs,
-                     DLManagedTensor **outs, int nouts, const DLTensor *first,
-                     opy_framework first_fw);
-
 /* op.c */
 PyObject *opy_op_new(opy_runtime *rt, opjit_op *op);
 

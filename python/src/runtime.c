@@ -1,12 +1,9 @@
 /*
  * python/src/runtime.c - opjit.Runtime: one opjit_runtime (search path,
- * cache, dispatch table, tiering), and the call into it.
+ * cache, dispatch table, tiering). Its ops are opjit.Op objects (op.c),
+ * which make the calls.
  *
- * Loads and calls release the GIL: compiling and running kernels never
- * holds other Python threads up. Calls on CUDA tensors run on the stream of
- * the framework that made the first tensor (torch's current stream; the
- * default stream for others), which opjit_set_cuda_stream hands the
- * runtime whenever it changes.
+ * Loads release the GIL: compiling never holds other Python threads up.
  */
 #include "opjit_py.h"
 
@@ -243,73 +240,6 @@ static PyObject *runtime_unload(PyObject *self, PyObject *spec)
     if (rc)
         return opy_raise_status(r->rt, rc);
     Py_RETURN_NONE;
-}
-
-/* ---- calls ------------------------------------------------------------------------------ */
-
-/* The stream a CUDA call on device dev runs on: torch's current stream for
- * torch tensors, else NULL (the context's default stream, the one a
- * DLPack producer asked without a stream has ordered its work on). */
-static int cuda_stream_for(int dev, opy_framework fw, void **stream)
-{
-    *stream = NULL;
-    if (fw != OPY_FW_TORCH || !opy.torch_stream_hook)
-        return 0;
-    PyObject *s = PyObject_CallFunction(opy.torch_stream_hook, "i", dev);
-    if (!s)
-        return -1;
-    *stream = PyLong_AsVoidPtr(s);
-    Py_DECREF(s);
-    return *stream == NULL && PyErr_Occurred() ? -1 : 0;
-}
-
-/* With the GIL released: take cuda_lock for reading with the runtime's
- * stream for dev being `stream`, switching it first if needed. Returns an
- * opjit status; on success the read lock is held. */
-static int hold_cuda_stream(opy_runtime *r, int dev, void *stream)
-{
-    for (;;) {
-        pthread_rwlock_rdlock(&r->cuda_lock);
-        if (r->cuda[dev].set && r->cuda[dev].stream == stream)
-            return OPJIT_OK;
-        pthread_rwlock_unlock(&r->cuda_lock);
-        pthread_rwlock_wrlock(&r->cuda_lock);
-        int rc = OPJIT_OK;
-        if (!r->cuda[dev].set || r->cuda[dev].stream != stream) {
-            /* NULL context: the device's primary context, PyTorch's. */
-            rc = opjit_set_cuda_stream(r->rt, dev, NULL, stream);
-            r->cuda[dev].set = rc == OPJIT_OK;
-            r->cuda[dev].stream = stream;
-        }
-        pthread_rwlock_unlock(&r->cuda_lock);
-        if (rc)
-            return rc;
-    }
-}
-
-int opy_runtime_call(opy_runtime *r, const opjit_op *op, const opjit_value *args, int nargs,
-                     DLManagedTensor **outs, int nouts, const DLTensor *first,
-                     opy_framework first_fw)
-{
-    int rc;
-    int dev = first && first->device.device_type == kDLCUDA ? first->device.device_id : -1;
-    if (dev < 0 || dev >= OPY_MAX_CUDA_DEVICES) { /* CPU (or a device opjit will refuse) */
-        Py_BEGIN_ALLOW_THREADS
-        rc = opjit_call(r->rt, op, args, nargs, outs, nouts);
-        Py_END_ALLOW_THREADS
-        return rc;
-    }
-    void *stream;
-    if (cuda_stream_for(dev, first_fw, &stream) < 0)
-        return -1;
-    Py_BEGIN_ALLOW_THREADS
-    rc = hold_cuda_stream(r, dev, stream);
-    if (rc == OPJIT_OK) {
-        rc = opjit_call(r->rt, op, args, nargs, outs, nouts);
-        pthread_rwlock_unlock(&r->cuda_lock);
-    }
-    Py_END_ALLOW_THREADS
-    return rc;
 }
 
 /* ---- the type ------------------------------------------------------------------------------ */

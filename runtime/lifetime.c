@@ -1,18 +1,11 @@
-/* runtime/runtime.c - the runtime's own parts, made and freed; its
- * allocator. opjit_create (loader/create.c) assembles the layers. */
+/* runtime/lifetime.c - the runtime's own parts, made and freed: the top
+ * of runtime/ (it calls every file below it, none calls it).
+ * opjit_create (loader/create.c) assembles the layers. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/cuda.h"
 #include "runtime/runtime.h"
-
-void *rt_alloc(opjit_runtime *rt, size_t n) { return rt->alloc(rt->alloc_ud, NULL, 0, n); }
-
-void rt_free(opjit_runtime *rt, void *p, size_t n)
-{
-    if (p)
-        rt->alloc(rt->alloc_ud, p, n, 0);
-}
 
 void opjit_config_init(opjit_config *cfg)
 {

@@ -1,0 +1,297 @@
+/*
+ * cache/cache_evict.c - the entries on disk, listed and removed: LRU
+ * eviction under the size cap, and cleaning what crashed processes left in
+ * tmp/ and locks/. Below cache.c (publishing evicts) and cache_admin.c
+ * (prune, clear, repair).
+ *
+ * Nothing here removes an entry some process uses: removal takes the key's
+ * use lock exclusively without waiting and skips the entry when it is busy.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "opjit.h"
+#include "cache/cache_int.h"
+
+/* ---- listing ------------------------------------------------------------ */
+
+static int cache_hex_cmp(const void *a, const void *b)
+{
+    return strcmp((const char *)a, (const char *)b);
+}
+
+/* The keys under an entries/ directory, sorted. A missing directory is an
+ * empty list. Returns 0 or an errno. */
+int cache_list_keys(const char *entries, cache_keylist *kl)
+{
+    memset(kl, 0, sizeof *kl);
+    DIR *d = opendir(entries);
+    if (!d)
+        return errno == ENOENT ? 0 : errno;
+    int rc = 0;
+    struct dirent *sd;
+    while (rc == 0 && (sd = readdir(d))) {
+        if (strlen(sd->d_name) != 2 || !cache_is_hex(sd->d_name, 2))
+            continue;
+        char shard[PATH_MAX];
+        snprintf(shard, sizeof shard, "%s/%s", entries, sd->d_name);
+        DIR *s = opendir(shard);
+        if (!s) {
+            /* Out of file descriptors, say: not an empty shard. */
+            if (cache_transient_errno(errno))
+                rc = errno;
+            continue;
+        }
+        struct dirent *ed;
+        while ((ed = readdir(s))) {
+            const char *n = ed->d_name;
+            if (strlen(n) != 32 || !cache_is_hex(n, 32) || strncmp(n, sd->d_name, 2) != 0)
+                continue;
+            if (kl->n == kl->cap) {
+                size_t cap = kl->cap ? kl->cap * 2 : 64;
+                void *p = realloc(kl->hex, cap * sizeof *kl->hex);
+                if (!p) {
+                    rc = ENOMEM;
+                    break;
+                }
+                kl->hex = p;
+                kl->cap = cap;
+            }
+            memcpy(kl->hex[kl->n++], n, 33);
+        }
+        closedir(s);
+    }
+    closedir(d);
+    if (kl->n > 1)
+        qsort(kl->hex, kl->n, sizeof *kl->hex, cache_hex_cmp);
+    return rc;
+}
+
+/* Bytes of the regular files in dir, and the manifest's mtime (else the
+ * directory's; *has_manifest says which). */
+void cache_dir_usage(const char *dir, uint64_t *size, int64_t *mtime, int *has_manifest)
+{
+    *size = 0;
+    *mtime = 0;
+    *has_manifest = 0;
+    struct stat st;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        /* A file or link where the entry should be: damage, of its size. */
+        if (lstat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+            *size = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+            *mtime = (int64_t)st.st_mtim.tv_sec;
+        }
+        return;
+    }
+    if (fstat(fd, &st) == 0)
+        *mtime = (int64_t)st.st_mtim.tv_sec;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        *size += (uint64_t)st.st_size;
+        if (!strcmp(de->d_name, "manifest")) {
+            *mtime = (int64_t)st.st_mtim.tv_sec;
+            *has_manifest = 1;
+        }
+    }
+    closedir(d);
+}
+
+int cache_need_writable(const cache *c, char *err, size_t errlen)
+{
+    if (c->writable)
+        return OPJIT_OK;
+    return cache_errf(err, errlen, OPJIT_ECACHE, "cache: %s%s",
+                      c->disabled ? "the cache is disabled" : "the cache directory is unusable: ",
+                      c->disabled ? "" : (*c->root ? c->root : "(none)"));
+}
+
+/* ---- removal ------------------------------------------------------------ */
+
+int cache_discard_entry(cache *c, const char *dir, const char *hex, int have_use)
+{
+    struct stat st;
+    if (lstat(dir, &st) != 0)
+        return errno == ENOENT ? 0 : errno;
+    /* A file or symbolic link where an entry should be never served a
+     * load, so nobody uses it: unlinking it is atomic already. */
+    if (!S_ISDIR(st.st_mode))
+        return unlink(dir) == 0 || errno == ENOENT ? 0 : errno;
+    char trash[PATH_MAX];
+    snprintf(trash, sizeof trash, "%s/%s.t.XXXXXX", c->tmp, hex);
+    if (!mkdtemp(trash))
+        return errno;
+    /* Renaming over the empty directory mkdtemp made is atomic: the entry
+     * leaves entries/ whole, even if we are killed right after. */
+    if (rename(dir, trash) != 0) {
+        int e = errno;
+        rmdir(trash);
+        return e == ENOENT ? 0 : e;
+    }
+    int fd = -1;
+    if (have_use || cache_lock(c, hex, CACHE_LOCK_USE, 1, 0, &fd) == 0)
+        cache_rm_rf(trash);
+    if (fd >= 0)
+        close(fd);
+    return 0;
+}
+
+/* Remove what crashed or killed processes left in tmp/: a build directory
+ * whose key nobody is building, a discarded entry nobody uses. */
+void cache_clean_tmp(cache *c, uint64_t *removed)
+{
+    DIR *d = opendir(c->tmp);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *n = de->d_name;
+        if (strlen(n) < 34 || !cache_is_hex(n, 32) || n[32] != '.')
+            continue;
+        int which;
+        if (n[33] == 'b')
+            which = CACHE_LOCK_BUILD;
+        else if (n[33] == 't' && n[34] == '.')
+            which = CACHE_LOCK_USE;
+        else
+            continue;
+        char hex[33], path[PATH_MAX];
+        memcpy(hex, n, 32);
+        hex[32] = '\0';
+        snprintf(path, sizeof path, "%s/%s", c->tmp, n);
+        int fd;
+        if (cache_lock(c, hex, which, 1, 0, &fd) != 0)
+            continue;
+        if (cache_rm_rf(path) == 0 && removed)
+            (*removed)++;
+        close(fd);
+    }
+    closedir(d);
+}
+
+/* Unlink lock files of keys that have no entry and that nobody holds. */
+void cache_clean_locks(cache *c)
+{
+    DIR *d = opendir(c->locks);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *n = de->d_name;
+        if (strlen(n) != 32 || !cache_is_hex(n, 32))
+            continue;
+        char dir[PATH_MAX], path[PATH_MAX];
+        struct stat st;
+        cache_entry_dir_of(c->entries, n, dir, sizeof dir);
+        if (lstat(dir, &st) == 0)
+            continue;
+        int fd;
+        if (cache_lock(c, n, CACHE_LOCK_FILE, 1, 0, &fd) != 0)
+            continue;
+        /* Holding the whole file, nobody can be building the key. */
+        snprintf(path, sizeof path, "%s/%s", c->locks, n);
+        if (lstat(dir, &st) != 0)
+            unlink(path);
+        close(fd);
+    }
+    closedir(d);
+}
+
+typedef struct cache_victim {
+    char hex[33];
+    uint64_t size;
+    int64_t last_use;
+    int damaged;
+} cache_victim;
+
+static int cache_victim_cmp(const void *pa, const void *pb)
+{
+    const cache_victim *a = pa, *b = pb;
+    if (a->damaged != b->damaged)
+        return b->damaged - a->damaged; /* damaged ones go first */
+    if (a->last_use != b->last_use)
+        return a->last_use < b->last_use ? -1 : 1;
+    return strcmp(a->hex, b->hex);
+}
+
+/* Evict least recently used entries until the writable cache holds at most
+ * cap bytes (all: every entry), skipping entries in use. */
+int cache_evict_to(cache *c, uint64_t cap, int all, cache_prune_result *r, char *err, size_t errlen)
+{
+    cache_prune_result dummy;
+    if (!r)
+        r = &dummy;
+    int rc = cache_need_writable(c, err, errlen);
+    if (rc != OPJIT_OK)
+        return rc;
+    cache_keylist kl;
+    int e = cache_list_keys(c->entries, &kl);
+    cache_victim *v = e ? NULL : calloc(kl.n + 1, sizeof *v);
+    if (!v) {
+        free(kl.hex);
+        return cache_errf(err, errlen, e && e != ENOMEM ? OPJIT_EIO : OPJIT_ENOMEM,
+                          "cache: cannot list %s: %s", c->entries, strerror(e ? e : ENOMEM));
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < kl.n; i++) {
+        char dir[PATH_MAX];
+        int hasm;
+        memcpy(v[i].hex, kl.hex[i], 33);
+        cache_entry_dir_of(c->entries, v[i].hex, dir, sizeof dir);
+        cache_dir_usage(dir, &v[i].size, &v[i].last_use, &hasm);
+        v[i].damaged = !hasm;
+        total += v[i].size;
+    }
+    free(kl.hex);
+    if (all || total > cap) {
+        qsort(v, kl.n, sizeof *v, cache_victim_cmp);
+        for (size_t i = 0; i < kl.n && (all || total > cap); i++) {
+            char dir[PATH_MAX], lockpath[PATH_MAX];
+            int fd;
+            cache_entry_dir_of(c->entries, v[i].hex, dir, sizeof dir);
+            if (cache_lock(c, v[i].hex, CACHE_LOCK_USE, 1, 0, &fd) != 0) {
+                r->busy++;
+                continue;
+            }
+            /* Rebuilt since we listed it? Then it is not the old one. */
+            uint64_t size;
+            int64_t last;
+            int hasm;
+            cache_dir_usage(dir, &size, &last, &hasm);
+            if (hasm && last > v[i].last_use && !all) {
+                close(fd);
+                continue;
+            }
+            if (cache_discard_entry(c, dir, v[i].hex, 1) == 0) {
+                total -= v[i].size < total ? v[i].size : total;
+                r->removed++;
+                r->removed_bytes += v[i].size;
+                cache_logf(c, OPJIT_LOG_INFO, "cache: evicted %s (%llu bytes)", v[i].hex,
+                           (unsigned long long)v[i].size);
+                /* Its lock file too, when nobody else has it open-locked. */
+                if (cache_relock(fd, CACHE_LOCK_FILE, 1, 0) == 0) {
+                    snprintf(lockpath, sizeof lockpath, "%s/%s", c->locks, v[i].hex);
+                    unlink(lockpath);
+                }
+            }
+            close(fd);
+        }
+    }
+    r->bytes_after = total;
+    free(v);
+    return OPJIT_OK;
+}
