@@ -1,7 +1,8 @@
-/* loader/loader.c - from a name or a path to registered kernels:
- * resolve the source, read it and the local headers it includes, hash the
- * cache key, fetch or build the artifact, dlopen it, run the module init,
- * publish its kernels.
+/* loader/loader.c - from a name or a path to registered kernels: the
+ * loader's life, the search path, and one load: the host code's compiler
+ * chosen from the table (the best whose artifact is cached, else the first
+ * that compiles while the load waits), a .cu's device code, the module
+ * published, the background compiles queued.
  *
  * Loads on one runtime are serialised by the loader's mutex (compiles are
  * serialised anyway); calls never take it. */
@@ -149,412 +150,6 @@ void loader_destroy(struct loader *l)
     free(l);
 }
 
-/* ---- reading sources ------------------------------------------------------ */
-
-char *loader_read_file(const char *path, size_t *len)
-{
-    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is then
-     * refused as not a regular file. */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
-        return NULL;
-    struct stat st;
-    int bad = fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) ? EINVAL : 0;
-    if (bad) {
-        close(fd);
-        errno = bad;
-        return NULL;
-    }
-    size_t cap = (size_t)st.st_size + 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        ssize_t r = read(fd, buf + n, cap - n - 1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            if (r < 0) {
-                free(buf);
-                buf = NULL;
-                errno = EIO;
-            }
-            break;
-        }
-        n += (size_t)r;
-        if (n == cap - 1) { /* it grew while we read */
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    int e = errno;
-    close(fd);
-    if (!buf) {
-        errno = e == EIO ? EIO : ENOMEM;
-        return NULL;
-    }
-    buf[n] = '\0';
-    if (len)
-        *len = n;
-    return buf;
-}
-
-/* Local headers: every `#include "x"` resolved against the including
- * file's directory, transitively, as the compiler finds them. Each goes
- * into the key as (name relative to the source's directory, contents).
- * Every one counts, however many and however deep (each is visited once,
- * which ends include cycles): one left out would make its edits stale
- * cache hits. The buffers live on the heap, as the recursion may be deep. */
-#define MAX_INCLUDE_DEPTH 1024
-
-typedef struct header_set {
-    char **real; /* realpaths already hashed */
-    int n, cap;
-    int oom;
-    char *bad;   /* the first local header that is not a regular file */
-} header_set;
-
-typedef struct header_bufs {
-    char name[512], path[PATH_MAX], rel[PATH_MAX], real[PATH_MAX], hdir[PATH_MAX],
-        hprefix[PATH_MAX];
-} header_bufs;
-
-static int header_seen(header_set *hs, const char *real)
-{
-    for (int i = 0; i < hs->n; i++)
-        if (!strcmp(hs->real[i], real))
-            return 1;
-    if (hs->n == hs->cap) {
-        int cap = hs->cap ? hs->cap * 2 : 16;
-        char **p = realloc(hs->real, (size_t)cap * sizeof *p);
-        if (!p)
-            return hs->oom = 1;
-        hs->real = p;
-        hs->cap = cap;
-    }
-    if (!(hs->real[hs->n] = strdup(real)))
-        return hs->oom = 1;
-    hs->n++;
-    return 0;
-}
-
-/* dir: the including file's directory; src_dir: the source's, which the
- * compilers also search first (-I) for "x.h" and <x.h> alike. */
-static void add_local_headers(cache_keygen *g, const char *src_dir, const char *dir,
-                              const char *text, const char *rel_prefix, header_set *hs,
-                              int depth)
-{
-    if (depth > MAX_INCLUDE_DEPTH) {
-        hs->oom = 1; /* never a key that silently lacks headers */
-        return;
-    }
-    header_bufs *b = NULL;
-    for (const char *p = text; (p = strstr(p, "#")); p++) {
-        const char *q = p + 1;
-        /* must be at the start of a line, maybe indented */
-        const char *bl = p;
-        while (bl > text && (bl[-1] == ' ' || bl[-1] == '\t'))
-            bl--;
-        if (bl > text && bl[-1] != '\n')
-            continue;
-        while (*q == ' ' || *q == '\t')
-            q++;
-        if (strncmp(q, "include", 7))
-            continue;
-        q += 7;
-        while (*q == ' ' || *q == '\t')
-            q++;
-        if (*q != '"' && *q != '<')
-            continue;
-        int quoted = *q == '"';
-        const char *e = strchr(q + 1, quoted ? '"' : '>');
-        const char *nl = strchr(q + 1, '\n');
-        if (!e || (nl && nl < e) || e - q - 1 >= 512)
-            continue;
-        if (!b && !(b = malloc(sizeof *b))) {
-            hs->oom = 1;
-            return;
-        }
-        snprintf(b->name, sizeof b->name, "%.*s", (int)(e - q - 1), q + 1);
-        /* Where the compiler looks first: "x.h" next to the including
-         * file, then (like <x.h>) in the source's directory. */
-        int found = 0;
-        if (quoted && (size_t)snprintf(b->path, sizeof b->path, "%s/%s", dir, b->name) <
-                          sizeof b->path && realpath(b->path, b->real)) {
-            found = 1;
-            snprintf(b->rel, sizeof b->rel, "%s%s", rel_prefix, b->name);
-        } else if ((size_t)snprintf(b->path, sizeof b->path, "%s/%s", src_dir, b->name) <
-                       sizeof b->path && realpath(b->path, b->real)) {
-            found = 1;
-            snprintf(b->rel, sizeof b->rel, "%s", b->name);
-        }
-        if (!found)
-            continue; /* not local: a system header, or the compiler will fail */
-        if (header_seen(hs, b->real))
-            continue;
-        size_t len;
-        char *h = loader_read_file(b->real, &len);
-        if (!h && errno == EINVAL && !hs->bad) /* a FIFO or device: the compiler would hang */
-            hs->bad = strdup(b->real);
-        if (!h)
-            continue;
-        cache_keygen_add_str(g, "header-name", b->rel);
-        cache_keygen_add(g, "header", h, len);
-        snprintf(b->hdir, sizeof b->hdir, "%s", b->real);
-        char *slash = strrchr(b->hdir, '/');
-        if (slash)
-            *slash = '\0';
-        const char *rslash = strrchr(b->rel, '/');
-        snprintf(b->hprefix, sizeof b->hprefix, "%.*s", rslash ? (int)(rslash - b->rel + 1) : 0,
-                 b->rel);
-        add_local_headers(g, src_dir, b->hdir, h, b->hprefix, hs, depth + 1);
-        free(h);
-    }
-    free(b);
-}
-
-/* ---- one source file ------------------------------------------------------ */
-
-static const char *base_name(const char *path)
-{
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
-
-static int has_suffix(const char *s, const char *suf)
-{
-    size_t n = strlen(s), m = strlen(suf);
-    return n >= m && !strcmp(s + n - m, suf);
-}
-
-static void source_digest(const source *s, cache_key *out, char **bad_header);
-
-int source_read(loader *l, const char *path, source *s)
-{
-    opjit_runtime *rt = l->rt;
-    memset(s, 0, sizeof *s);
-    s->path = path;
-    if (has_suffix(path, ".c"))
-        s->device = OPJIT_CPU;
-    else if (has_suffix(path, ".cu"))
-        s->device = OPJIT_CUDA; /* host half by libtcc, device half by NVRTC */
-    else
-        return rt_error(rt, OPJIT_EINVAL, "%s: not an op source (expected a .c or .cu file)",
-                        path);
-    if (!realpath(path, s->real))
-        return rt_error(rt, errno == ENOENT ? OPJIT_ENOTFOUND : OPJIT_EIO, "%s: %s", path,
-                        strerror(errno));
-    s->text = loader_read_file(s->real, &s->len);
-    if (!s->text && errno == EINVAL)
-        return rt_error(rt, OPJIT_EINVAL, "%s: not a regular file", path);
-    if (!s->text)
-        return rt_error(rt, OPJIT_EIO, "%s: cannot read: %s", path, strerror(errno));
-    if (strlen(s->text) != s->len) {
-        source_free(s);
-        return rt_error(rt, OPJIT_EINVAL, "%s: not a text file (it holds a NUL byte)", path);
-    }
-    snprintf(s->dir, sizeof s->dir, "%s", s->real);
-    *strrchr(s->dir, '/') = '\0';
-    s->name = base_name(path);
-    snprintf(s->stem, sizeof s->stem, "%.*s", (int)(strrchr(s->name, '.') - s->name), s->name);
-    char *bad = NULL;
-    source_digest(s, &s->digest, &bad);
-    if (bad) {
-        rt_error(rt, OPJIT_EINVAL, "%s: the local header %s is not a regular file", path, bad);
-        free(bad);
-        source_free(s);
-        return OPJIT_EINVAL;
-    }
-    return OPJIT_OK;
-}
-
-void source_free(source *s)
-{
-    free(s->text);
-    s->text = NULL;
-}
-
-/* What every artifact of s depends on, hashed: opjit's ABI and op header,
- * the source's name and bytes, its local headers as they are on disk.
- * *bad_header (NULL: not wanted) receives a local header that is not a
- * regular file (malloc'd), which no compile may be asked to open. */
-static void source_digest(const source *s, cache_key *out, char **bad_header)
-{
-    cache_keygen *g = cache_keygen_new();
-    if (!g) {
-        memset(out, 0, sizeof *out); /* the cache refuses an all-zero key */
-        return;
-    }
-    char abi[32];
-    snprintf(abi, sizeof abi, "%d", OPJIT_ABI_VERSION);
-    cache_keygen_add_str(g, "opjit-abi", abi);
-    cache_keygen_add(g, "opjit_op.h", opjit_op_h_text, sizeof opjit_op_h_text);
-    cache_keygen_add_str(g, "source-name", s->name);
-    cache_keygen_add(g, "source", s->text, s->len);
-    header_set hs = {0};
-    add_local_headers(g, s->dir, s->dir, s->text, "", &hs, 0);
-    for (int i = 0; i < hs.n; i++)
-        free(hs.real[i]);
-    free(hs.real);
-    if (bad_header)
-        *bad_header = hs.bad;
-    else
-        free(hs.bad);
-    if (hs.oom || hs.bad) {
-        /* Never a key that silently lacks headers: the all-zero key, which
-         * the cache refuses (out of memory). */
-        cache_keygen_finish(g, out);
-        memset(out, 0, sizeof *out);
-        return;
-    }
-    cache_keygen_finish(g, out);
-}
-
-cache_keygen *source_keygen(const source *s)
-{
-    static const unsigned char zero[sizeof s->digest.bytes];
-    /* An all-zero digest is one that could not be computed (out of
-     * memory): no key may be made of it, or every such source would share
-     * one. */
-    if (!memcmp(s->digest.bytes, zero, sizeof zero))
-        return NULL;
-    cache_keygen *g = cache_keygen_new();
-    if (g)
-        cache_keygen_add(g, "source-digest", s->digest.bytes, sizeof s->digest.bytes);
-    return g;
-}
-
-int source_unchanged(const source *s)
-{
-    cache_key now;
-    source_digest(s, &now, NULL);
-    return !memcmp(now.bytes, s->digest.bytes, sizeof now.bytes);
-}
-
-/* Linking OpenBLAS costs its initialisation (2 to 15 ms of thread-pool
- * start-up) at every dlopen, so only sources that use it get it. */
-int source_uses_blas(const source *s) { return strstr(s->text, "cblas") != NULL; }
-
-loaded *loader_find_loaded(loader *l, const char *real)
-{
-    for (loaded *e = l->loaded; e; e = e->next)
-        if (!strcmp(e->path, real))
-            return e;
-    return NULL;
-}
-
-static int remember(loader *l, const source *s, const char *op_name, const char *tier)
-{
-    loaded *e = loader_find_loaded(l, s->real);
-    if (!e) {
-        e = calloc(1, sizeof *e);
-        if (!e || !(e->path = strdup(s->real))) {
-            free(e);
-            return OPJIT_ENOMEM;
-        }
-        e->next = l->loaded;
-        l->loaded = e;
-    }
-    char *name = strdup(op_name);
-    if (!name)
-        return OPJIT_ENOMEM;
-    free(e->op_name);
-    e->op_name = name;
-    e->digest = s->digest;
-    snprintf(e->tier, sizeof e->tier, "%s", tier);
-    return OPJIT_OK;
-}
-
-/* The op to hand back for a module: the one named after the file, else the
- * first it registered. */
-static const char *module_op_name(const module *m, const char *stem)
-{
-    for (const kernel *k = m->kernels; k; k = k->next_in_module)
-        if (!strcmp(k->sch.name, stem))
-            return k->sch.name;
-    return m->kernels->sch.name;
-}
-
-int load_module(loader *l, const source *s, const char *so, const char *tier, module **out)
-{
-    opjit_runtime *rt = l->rt;
-    int rc;
-    *out = NULL;
-    if (!so) /* the cache entry lacks the artifact */
-        return rt_error(rt, OPJIT_ECACHE, "%s: the cache entry has no host.so", s->path);
-    module *m = module_new(rt, s->path, s->real, tier, s->device);
-    if (!m)
-        return rt_error(rt, OPJIT_ENOMEM, "out of memory");
-    m->dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-    if (!m->dl) {
-        const char *why = dlerror();
-        rc = rt_error(rt, OPJIT_EMODULE, "%s: cannot load the compiled module: %s", s->path,
-                      why ? why : "unknown dlopen error");
-        goto fail;
-    }
-    opjit_module_init_fn init = (opjit_module_init_fn)dlsym(m->dl, OPJIT_MODULE_ENTRY);
-    if (!init) {
-        rc = rt_error(rt, OPJIT_EMODULE, "%s: no OPJIT_MODULE(...) block: the source must "
-                      "define its module init with OPJIT_MODULE(name, m) { ... }", s->path);
-        goto fail;
-    }
-    if (init(&runtime_api, (opjit_module *)m) != 0) {
-        rc = rt_error(rt, OPJIT_EMODULE, "%s: the module refused this runtime (built for "
-                      "another opjit ABI than %d)", s->path, OPJIT_ABI_VERSION);
-        goto fail;
-    }
-    if (m->status) {
-        rc = rt_error(rt, m->status, "%s", m->err);
-        goto fail;
-    }
-    if (!m->kernels) {
-        rc = rt_error(rt, OPJIT_EMODULE, "%s: OPJIT_MODULE registered no kernel (call "
-                      "opjit_def in it)", s->path);
-        goto fail;
-    }
-    *out = m;
-    return OPJIT_OK;
-fail:
-    module_discard(m);
-    return rc;
-}
-
-/* Load, publish and remember the module in a host artifact. */
-static int publish_module(loader *l, const source *s, const char *so, const char *tier,
-                          char *opname, size_t opname_len, struct cuda_module *cm)
-{
-    module *m;
-    if (s->device == OPJIT_CUDA)
-        cu_preload(l, s); /* cuDNN, cuBLAS: for the sources that mention them */
-    int rc = load_module(l, s, so, tier, &m);
-    if (rc && s->device == OPJIT_CUDA && cu_preload_missing(l, opjit_errmsg(l->rt)))
-        rc = load_module(l, s, so, tier, &m); /* links one */
-    if (rc) {
-        cuda_module_free(cm);
-        if (s->device == OPJIT_CUDA) {
-            char why[2300], msg[2048];
-            cu_preload_explain(opjit_errmsg(l->rt), why, sizeof why);
-            snprintf(msg, sizeof msg, "%s", opjit_errmsg(l->rt));
-            if (why[0])
-                rc = rt_error(l->rt, rc, "%s%s", msg, why);
-        }
-        return rc;
-    }
-    m->cuda = cm; /* the module owns its device code now */
-    snprintf(opname, opname_len, "%s", module_op_name(m, s->stem));
-    if ((rc = module_publish(l->rt, m))) {
-        module_discard(m);
-        return rc;
-    }
-    if (remember(l, s, opname, tier))
-        return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
-    return OPJIT_OK;
-}
-
 /* One load in progress: what load_file_locked's steps share. */
 typedef struct load_job {
     loader *l;
@@ -613,7 +208,7 @@ static int load_host(load_job *j, const jit_compiler *jc, struct cuda_module *cm
         cuda_module_free(cm);
         rc = rt_error(l->rt, OPJIT_ECACHE, "%s: the cache entry has no %s", j->path, art.name);
     } else
-        rc = publish_module(l, &j->src, art.path, tier, j->opname, sizeof j->opname, cm);
+        rc = loader_publish_module(l, &j->src, art.path, tier, j->opname, sizeof j->opname, cm);
     cache_entry_release(art.entry);
     if (rc && jc->background)
         rt_log(l->rt, OPJIT_LOG_WARN, "%s: the %s artifact did not load (%s); compiling anew",
@@ -709,23 +304,6 @@ void loader_same_caches(const loader *l, opjit_config *cfg)
     cfg->cuda_archs = l->cuda_archs;
 }
 
-int loader_is_path_spec(const char *spec)
-{
-    return strchr(spec, '/') || has_suffix(spec, ".c") || has_suffix(spec, ".cu");
-}
-
-size_t loader_source_stem(const char *file)
-{
-    size_t n = strlen(file);
-    if (file[0] == '.')
-        return 0;
-    if (n > 2 && has_suffix(file, ".c"))
-        return n - 2;
-    if (n > 3 && has_suffix(file, ".cu"))
-        return n - 3;
-    return 0;
-}
-
 int opjit_load_file(opjit_runtime *rt, const char *path, opjit_op **op, opjit_load_info *info)
 {
     if (op)
@@ -776,21 +354,6 @@ int opjit_wait(opjit_runtime *rt)
     return rc ? rt_error(rt, rc, "an optimizing compile failed: %s", msg) : OPJIT_OK;
 }
 
-/* Forget the source at real: the next load of it compiles or hits the
- * cache again instead of being a no-op. */
-static void forget_loaded(loader *l, const char *real)
-{
-    for (loaded **pe = &l->loaded; *pe; pe = &(*pe)->next)
-        if (!strcmp((*pe)->path, real)) {
-            loaded *e = *pe;
-            *pe = e->next;
-            free(e->path);
-            free(e->op_name);
-            free(e);
-            return;
-        }
-}
-
 int opjit_unload(opjit_runtime *rt, const char *spec)
 {
     if (!rt || !spec || !*spec)
@@ -816,7 +379,7 @@ int opjit_unload(opjit_runtime *rt, const char *spec)
     int n = 0;
     for (int i = 0; i < nreal; i++) {
         n += module_unpublish(rt, reals[i]);
-        forget_loaded(l, reals[i]);
+        loader_forget_loaded(l, reals[i]);
     }
     pthread_mutex_unlock(&l->lock);
     if (!n)
@@ -845,7 +408,7 @@ static int load_one(void *ud, const char *path)
         snprintf(bn->first_dir_found, sizeof bn->first_dir_found, "%s", dir);
     else if (strcmp(dir, bn->first_dir_found))
         return 0;
-    int cu = has_suffix(path, ".cu");
+    int cu = loader_is_cuda_source(path);
     char why[1024];
     if (cu && cu_usable(why, sizeof why)) {
         /* No driver or no device: CUDA code could not run here. */

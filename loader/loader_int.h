@@ -92,11 +92,22 @@ cache_keygen *source_keygen(const source *s);
 int source_unchanged(const source *s);
 /* dlopen so, run the module init, validate; the module is not published. */
 int load_module(loader *l, const source *s, const char *so, const char *tier, module **out);
+/* Load the module in so, publish its kernels and remember s's state; opname
+ * receives the op to hand back (named after the file, else the first). On
+ * failure cm (a .cu's device code, may be NULL) is freed; else the module
+ * owns it. */
+int loader_publish_module(loader *l, const source *s, const char *so, const char *tier,
+                          char *opname, size_t opname_len, struct cuda_module *cm);
+/* Forget the source at real: its next load compiles or hits the cache
+ * again instead of being a no-op. */
+void loader_forget_loaded(loader *l, const char *real);
 loaded *loader_find_loaded(loader *l, const char *real);
 /* A config for a runtime of its own over the same caches as l (discovery's
  * children, warming): the defaults plus l's cache directories, offline and
  * no_cache settings and CUDA architectures. */
 void loader_same_caches(const loader *l, opjit_config *cfg);
+/* Whether path names a .cu source. */
+int loader_is_cuda_source(const char *path);
 /* Whether spec names a file (a '/', or a .c/.cu suffix) rather than an op. */
 int loader_is_path_spec(const char *spec);
 /* The op name's length in a source file name ("nms.cu" -> 3); 0 when it is

@@ -1,0 +1,322 @@
+/* loader/source.c - one op source: its name, its text, the local headers
+ * it includes, and the digest of everything its artifacts depend on. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "loader/loader_int.h"
+#include "opjit_build_config.h"
+
+/* ---- reading sources ------------------------------------------------------ */
+
+char *loader_read_file(const char *path, size_t *len)
+{
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is then
+     * refused as not a regular file. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    int bad = fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) ? EINVAL : 0;
+    if (bad) {
+        close(fd);
+        errno = bad;
+        return NULL;
+    }
+    size_t cap = (size_t)st.st_size + 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        ssize_t r = read(fd, buf + n, cap - n - 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (r < 0) {
+                free(buf);
+                buf = NULL;
+                errno = EIO;
+            }
+            break;
+        }
+        n += (size_t)r;
+        if (n == cap - 1) { /* it grew while we read */
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    int e = errno;
+    close(fd);
+    if (!buf) {
+        errno = e == EIO ? EIO : ENOMEM;
+        return NULL;
+    }
+    buf[n] = '\0';
+    if (len)
+        *len = n;
+    return buf;
+}
+
+/* Local headers: every `#include "x"` resolved against the including
+ * file's directory, transitively, as the compiler finds them. Each goes
+ * into the key as (name relative to the source's directory, contents).
+ * Every one counts, however many and however deep (each is visited once,
+ * which ends include cycles): one left out would make its edits stale
+ * cache hits. The buffers live on the heap, as the recursion may be deep. */
+#define MAX_INCLUDE_DEPTH 1024
+
+typedef struct header_set {
+    char **real; /* realpaths already hashed */
+    int n, cap;
+    int oom;
+    char *bad;   /* the first local header that is not a regular file */
+} header_set;
+
+typedef struct header_bufs {
+    char name[512], path[PATH_MAX], rel[PATH_MAX], real[PATH_MAX], hdir[PATH_MAX],
+        hprefix[PATH_MAX];
+} header_bufs;
+
+static int header_seen(header_set *hs, const char *real)
+{
+    for (int i = 0; i < hs->n; i++)
+        if (!strcmp(hs->real[i], real))
+            return 1;
+    if (hs->n == hs->cap) {
+        int cap = hs->cap ? hs->cap * 2 : 16;
+        char **p = realloc(hs->real, (size_t)cap * sizeof *p);
+        if (!p)
+            return hs->oom = 1;
+        hs->real = p;
+        hs->cap = cap;
+    }
+    if (!(hs->real[hs->n] = strdup(real)))
+        return hs->oom = 1;
+    hs->n++;
+    return 0;
+}
+
+/* dir: the including file's directory; src_dir: the source's, which the
+ * compilers also search first (-I) for "x.h" and <x.h> alike. */
+static void add_local_headers(cache_keygen *g, const char *src_dir, const char *dir,
+                              const char *text, const char *rel_prefix, header_set *hs,
+                              int depth)
+{
+    if (depth > MAX_INCLUDE_DEPTH) {
+        hs->oom = 1; /* never a key that silently lacks headers */
+        return;
+    }
+    header_bufs *b = NULL;
+    for (const char *p = text; (p = strstr(p, "#")); p++) {
+        const char *q = p + 1;
+        /* must be at the start of a line, maybe indented */
+        const char *bl = p;
+        while (bl > text && (bl[-1] == ' ' || bl[-1] == '\t'))
+            bl--;
+        if (bl > text && bl[-1] != '\n')
+            continue;
+        while (*q == ' ' || *q == '\t')
+            q++;
+        if (strncmp(q, "include", 7))
+            continue;
+        q += 7;
+        while (*q == ' ' || *q == '\t')
+            q++;
+        if (*q != '"' && *q != '<')
+            continue;
+        int quoted = *q == '"';
+        const char *e = strchr(q + 1, quoted ? '"' : '>');
+        const char *nl = strchr(q + 1, '\n');
+        if (!e || (nl && nl < e) || e - q - 1 >= 512)
+            continue;
+        if (!b && !(b = malloc(sizeof *b))) {
+            hs->oom = 1;
+            return;
+        }
+        snprintf(b->name, sizeof b->name, "%.*s", (int)(e - q - 1), q + 1);
+        /* Where the compiler looks first: "x.h" next to the including
+         * file, then (like <x.h>) in the source's directory. */
+        int found = 0;
+        if (quoted && (size_t)snprintf(b->path, sizeof b->path, "%s/%s", dir, b->name) <
+                          sizeof b->path && realpath(b->path, b->real)) {
+            found = 1;
+            snprintf(b->rel, sizeof b->rel, "%s%s", rel_prefix, b->name);
+        } else if ((size_t)snprintf(b->path, sizeof b->path, "%s/%s", src_dir, b->name) <
+                       sizeof b->path && realpath(b->path, b->real)) {
+            found = 1;
+            snprintf(b->rel, sizeof b->rel, "%s", b->name);
+        }
+        if (!found)
+            continue; /* not local: a system header, or the compiler will fail */
+        if (header_seen(hs, b->real))
+            continue;
+        size_t len;
+        char *h = loader_read_file(b->real, &len);
+        if (!h && errno == EINVAL && !hs->bad) /* a FIFO or device: the compiler would hang */
+            hs->bad = strdup(b->real);
+        if (!h)
+            continue;
+        cache_keygen_add_str(g, "header-name", b->rel);
+        cache_keygen_add(g, "header", h, len);
+        snprintf(b->hdir, sizeof b->hdir, "%s", b->real);
+        char *slash = strrchr(b->hdir, '/');
+        if (slash)
+            *slash = '\0';
+        const char *rslash = strrchr(b->rel, '/');
+        snprintf(b->hprefix, sizeof b->hprefix, "%.*s", rslash ? (int)(rslash - b->rel + 1) : 0,
+                 b->rel);
+        add_local_headers(g, src_dir, b->hdir, h, b->hprefix, hs, depth + 1);
+        free(h);
+    }
+    free(b);
+}
+
+/* ---- one source file ------------------------------------------------------ */
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static int has_suffix(const char *s, const char *suf)
+{
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && !strcmp(s + n - m, suf);
+}
+
+static void source_digest(const source *s, cache_key *out, char **bad_header);
+
+int source_read(loader *l, const char *path, source *s)
+{
+    opjit_runtime *rt = l->rt;
+    memset(s, 0, sizeof *s);
+    s->path = path;
+    if (has_suffix(path, ".c"))
+        s->device = OPJIT_CPU;
+    else if (has_suffix(path, ".cu"))
+        s->device = OPJIT_CUDA; /* host half by libtcc, device half by NVRTC */
+    else
+        return rt_error(rt, OPJIT_EINVAL, "%s: not an op source (expected a .c or .cu file)",
+                        path);
+    if (!realpath(path, s->real))
+        return rt_error(rt, errno == ENOENT ? OPJIT_ENOTFOUND : OPJIT_EIO, "%s: %s", path,
+                        strerror(errno));
+    s->text = loader_read_file(s->real, &s->len);
+    if (!s->text && errno == EINVAL)
+        return rt_error(rt, OPJIT_EINVAL, "%s: not a regular file", path);
+    if (!s->text)
+        return rt_error(rt, OPJIT_EIO, "%s: cannot read: %s", path, strerror(errno));
+    if (strlen(s->text) != s->len) {
+        source_free(s);
+        return rt_error(rt, OPJIT_EINVAL, "%s: not a text file (it holds a NUL byte)", path);
+    }
+    snprintf(s->dir, sizeof s->dir, "%s", s->real);
+    *strrchr(s->dir, '/') = '\0';
+    s->name = base_name(path);
+    snprintf(s->stem, sizeof s->stem, "%.*s", (int)(strrchr(s->name, '.') - s->name), s->name);
+    char *bad = NULL;
+    source_digest(s, &s->digest, &bad);
+    if (bad) {
+        rt_error(rt, OPJIT_EINVAL, "%s: the local header %s is not a regular file", path, bad);
+        free(bad);
+        source_free(s);
+        return OPJIT_EINVAL;
+    }
+    return OPJIT_OK;
+}
+
+void source_free(source *s)
+{
+    free(s->text);
+    s->text = NULL;
+}
+
+/* What every artifact of s depends on, hashed: opjit's ABI and op header,
+ * the source's name and bytes, its local headers as they are on disk.
+ * *bad_header (NULL: not wanted) receives a local header that is not a
+ * regular file (malloc'd), which no compile may be asked to open. */
+static void source_digest(const source *s, cache_key *out, char **bad_header)
+{
+    cache_keygen *g = cache_keygen_new();
+    if (!g) {
+        memset(out, 0, sizeof *out); /* the cache refuses an all-zero key */
+        return;
+    }
+    char abi[32];
+    snprintf(abi, sizeof abi, "%d", OPJIT_ABI_VERSION);
+    cache_keygen_add_str(g, "opjit-abi", abi);
+    cache_keygen_add(g, "opjit_op.h", opjit_op_h_text, sizeof opjit_op_h_text);
+    cache_keygen_add_str(g, "source-name", s->name);
+    cache_keygen_add(g, "source", s->text, s->len);
+    header_set hs = {0};
+    add_local_headers(g, s->dir, s->dir, s->text, "", &hs, 0);
+    for (int i = 0; i < hs.n; i++)
+        free(hs.real[i]);
+    free(hs.real);
+    if (bad_header)
+        *bad_header = hs.bad;
+    else
+        free(hs.bad);
+    if (hs.oom || hs.bad) {
+        /* Never a key that silently lacks headers: the all-zero key, which
+         * the cache refuses (out of memory). */
+        cache_keygen_finish(g, out);
+        memset(out, 0, sizeof *out);
+        return;
+    }
+    cache_keygen_finish(g, out);
+}
+
+cache_keygen *source_keygen(const source *s)
+{
+    static const unsigned char zero[sizeof s->digest.bytes];
+    /* An all-zero digest is one that could not be computed (out of
+     * memory): no key may be made of it, or every such source would share
+     * one. */
+    if (!memcmp(s->digest.bytes, zero, sizeof zero))
+        return NULL;
+    cache_keygen *g = cache_keygen_new();
+    if (g)
+        cache_keygen_add(g, "source-digest", s->digest.bytes, sizeof s->digest.bytes);
+    return g;
+}
+
+int source_unchanged(const source *s)
+{
+    cache_key now;
+    source_digest(s, &now, NULL);
+    return !memcmp(now.bytes, s->digest.bytes, sizeof now.bytes);
+}
+
+/* Linking OpenBLAS costs its initialisation (2 to 15 ms of thread-pool
+ * start-up) at every dlopen, so only sources that use it get it. */
+int source_uses_blas(const source *s) { return strstr(s->text, "cblas") != NULL; }
+
+int loader_is_path_spec(const char *spec)
+{
+    return strchr(spec, '/') || has_suffix(spec, ".c") || has_suffix(spec, ".cu");
+}
+
+size_t loader_source_stem(const char *file)
+{
+    size_t n = strlen(file);
+    if (file[0] == '.')
+        return 0;
+    if (n > 2 && has_suffix(file, ".c"))
+        return n - 2;
+    if (n > 3 && has_suffix(file, ".cu"))
+        return n - 3;
+    return 0;
+}
+
+int loader_is_cuda_source(const char *path) { return has_suffix(path, ".cu"); }
