@@ -415,19 +415,44 @@ static void rewrite_log(sink *d, const char *log, const char *name)
 #define NVRTC_LINEINFO "-lineinfo"
 const char *jit_nvrtc_options(void) { return NVRTC_STD " " NVRTC_LINEINFO; }
 
-int jit_nvrtc_compile(const jit_nvrtc_job *job, char *diag, size_t diaglen)
+/* NVRTC's options for job: the architecture, the fixed ones, the toolkit's
+ * include directories, then job's own; opts has room for 40. */
+typedef struct nv_options {
+    const char *v[40];
+    int n;
+    char arch[64], inc[PATH_MAX + 4], cccl[PATH_MAX + 16];
+} nv_options;
+
+static void nv_options_make(const jit_nvrtc_job *job, nv_options *o)
 {
-    sink d = {diag, 0, diaglen};
-    if (diaglen)
-        diag[0] = '\0';
+    o->n = 0;
+    snprintf(o->arch, sizeof o->arch, "-arch=%s", job->arch);
+    o->v[o->n++] = o->arch;
+    o->v[o->n++] = NVRTC_STD;
+    o->v[o->n++] = NVRTC_LINEINFO;
+    if (nv.include[0]) {
+        snprintf(o->inc, sizeof o->inc, "-I%s", nv.include);
+        o->v[o->n++] = o->inc;
+    }
+    if (nv.cccl[0]) {
+        snprintf(o->cccl, sizeof o->cccl, "-I%s", nv.cccl);
+        o->v[o->n++] = o->cccl;
+    }
+    for (const char *const *p = job->options; p && *p && o->n < 39; p++)
+        o->v[o->n++] = *p;
+    o->v[o->n] = NULL;
+}
+
+/* Whether NVRTC is loaded and compiles for job->arch; why not in diag. */
+static int nv_check_arch(const jit_nvrtc_job *job, int *ptx, char *diag, size_t diaglen)
+{
     char why[3584];
-    int rc = jit_nvrtc_load(why, sizeof why);
+    int number, rc = jit_nvrtc_load(why, sizeof why);
     if (rc) {
         snprintf(diag, diaglen, "%s", why);
         return rc;
     }
-    int number, ptx;
-    if (!job->arch || !jit_cuda_arch_parse(job->arch, &number, &ptx)) {
+    if (!job->arch || !jit_cuda_arch_parse(job->arch, &number, ptx)) {
         snprintf(diag, diaglen, "bad CUDA architecture '%s' (expected sm_XY or compute_XY)",
                  job->arch ? job->arch : "(null)");
         return OPJIT_EINVAL;
@@ -439,76 +464,86 @@ int jit_nvrtc_compile(const jit_nvrtc_job *job, char *diag, size_t diaglen)
             k += (size_t)snprintf(diag + k, diaglen - k, " %d", nv.archs[i]);
         return OPJIT_ECOMPILE;
     }
-    char arch[64], inc[PATH_MAX + 4], cccl[PATH_MAX + 16];
-    const char *opts[40];
-    int n = 0;
-    snprintf(arch, sizeof arch, "-arch=%s", job->arch);
-    opts[n++] = arch;
-    opts[n++] = NVRTC_STD;
-    opts[n++] = NVRTC_LINEINFO;
-    if (nv.include[0]) {
-        snprintf(inc, sizeof inc, "-I%s", nv.include);
-        opts[n++] = inc;
-    }
-    if (nv.cccl[0]) {
-        snprintf(cccl, sizeof cccl, "-I%s", nv.cccl);
-        opts[n++] = cccl;
-    }
-    for (const char *const *p = job->options; p && *p && n < 39; p++)
-        opts[n++] = *p;
-    opts[n] = NULL;
+    return OPJIT_OK;
+}
 
+/* Compile prog; on failure its log, rewritten, into d. */
+static int nv_compile(nvrtcProgram prog, const jit_nvrtc_job *job, sink *d, char *diag,
+                      size_t diaglen)
+{
+    nv_options o;
+    nv_options_make(job, &o);
+    nvrtcResult r = nv.CompileProgram(prog, o.n, o.v);
+    size_t logsize = 0;
+    if (r && nv.GetProgramLogSize(prog, &logsize) == 0 && logsize > 1) {
+        char *log = malloc(logsize + 1);
+        if (log && nv.GetProgramLog(prog, log) == 0) {
+            log[logsize] = '\0';
+            rewrite_log(d, log, job->source_name);
+        }
+        free(log);
+    }
+    if (r && !d->len)
+        snprintf(diag, diaglen, "%s: %s", job->source_name, nv.GetErrorString(r));
+    return r ? OPJIT_ECOMPILE : OPJIT_OK;
+}
+
+/* The compiled image: PTX text (without its NUL) or a cubin, malloc'd. */
+static int nv_image(nvrtcProgram prog, const jit_nvrtc_job *job, int ptx, char **bin,
+                    size_t *size, char *diag, size_t diaglen)
+{
+    *size = 0;
+    nvrtcResult r = ptx ? nv.GetPTXSize(prog, size) : nv.GetCUBINSize(prog, size);
+    *bin = r || !*size ? NULL : malloc(*size);
+    if (*bin && (r = ptx ? nv.GetPTX(prog, *bin) : nv.GetCUBIN(prog, *bin)) != 0) {
+        free(*bin);
+        *bin = NULL;
+    }
+    if (!*bin) {
+        snprintf(diag, diaglen, "%s: NVRTC produced no %s for %s (%s)", job->source_name,
+                 ptx ? "PTX" : "cubin", job->arch,
+                 r ? nv.GetErrorString(r) : *size ? "out of memory" : "it is empty");
+        return r || !*size ? OPJIT_ECOMPILE : OPJIT_ENOMEM;
+    }
+    if (ptx)
+        while (*size && (*bin)[*size - 1] == '\0')
+            (*size)--; /* the file holds the text; loaders add the NUL */
+    return OPJIT_OK;
+}
+
+static int nv_write(const char *path, const char *bin, size_t size, char *diag, size_t diaglen)
+{
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(bin, 1, size, f) == size;
+    if (f && fclose(f))
+        ok = 0;
+    if (!ok)
+        snprintf(diag, diaglen, "cannot write %s: %s", path, strerror(errno));
+    return ok ? OPJIT_OK : OPJIT_EIO;
+}
+
+int jit_nvrtc_compile(const jit_nvrtc_job *job, char *diag, size_t diaglen)
+{
+    sink d = {diag, 0, diaglen};
+    if (diaglen)
+        diag[0] = '\0';
+    int ptx = 0, rc = nv_check_arch(job, &ptx, diag, diaglen);
+    if (rc)
+        return rc;
     nvrtcProgram prog = NULL;
     nvrtcResult r = nv.CreateProgram(&prog, job->text, job->source_name, 0, NULL, NULL);
     if (r) {
         snprintf(diag, diaglen, "nvrtcCreateProgram: %s", nv.GetErrorString(r));
         return OPJIT_ENOMEM;
     }
-    r = nv.CompileProgram(prog, n, opts);
-    size_t logsize = 0;
-    if (nv.GetProgramLogSize(prog, &logsize) == 0 && logsize > 1) {
-        char *log = malloc(logsize + 1);
-        if (log && nv.GetProgramLog(prog, log) == 0) {
-            log[logsize] = '\0';
-            if (r)
-                rewrite_log(&d, log, job->source_name);
-        }
-        free(log);
-    }
-    if (r) {
-        if (!d.len)
-            snprintf(diag, diaglen, "%s: %s", job->source_name, nv.GetErrorString(r));
-        nv.DestroyProgram(&prog);
-        return OPJIT_ECOMPILE;
-    }
+    char *bin = NULL;
     size_t size = 0;
-    r = ptx ? nv.GetPTXSize(prog, &size) : nv.GetCUBINSize(prog, &size);
-    char *bin = r || !size ? NULL : malloc(size);
-    if (bin && (r = ptx ? nv.GetPTX(prog, bin) : nv.GetCUBIN(prog, bin)) != 0) {
-        free(bin);
-        bin = NULL;
-    }
-    if (!bin) {
-        nv.DestroyProgram(&prog);
-        snprintf(diag, diaglen, "%s: NVRTC produced no %s for %s (%s)", job->source_name,
-                 ptx ? "PTX" : "cubin", job->arch,
-                 r ? nv.GetErrorString(r) : size ? "out of memory" : "it is empty");
-        return r || !size ? OPJIT_ECOMPILE : OPJIT_ENOMEM;
-    }
+    rc = nv_compile(prog, job, &d, diag, diaglen);
+    if (!rc)
+        rc = nv_image(prog, job, ptx, &bin, &size, diag, diaglen);
     nv.DestroyProgram(&prog);
-    if (ptx)
-        while (size && bin[size - 1] == '\0')
-            size--; /* the file holds the text; loaders add the NUL */
-    rc = OPJIT_OK;
-    FILE *f = fopen(job->out_path, "wb");
-    if (!f || fwrite(bin, 1, size, f) != size) {
-        snprintf(diag, diaglen, "cannot write %s: %s", job->out_path, strerror(errno));
-        rc = OPJIT_EIO;
-    }
-    if (f && fclose(f) && !rc) {
-        snprintf(diag, diaglen, "cannot write %s: %s", job->out_path, strerror(errno));
-        rc = OPJIT_EIO;
-    }
+    if (!rc)
+        rc = nv_write(job->out_path, bin, size, diag, diaglen);
     free(bin);
     return rc;
 }

@@ -96,48 +96,38 @@ static int jit_output_looks_elf(const char *path)
     return ok;
 }
 
-int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen)
+/* The source prefixed with "#line 1 \"name\"" (tcc then reports the
+ * source's own name), and that name with a quote, backslash or newline,
+ * which would break the directive, made '_' (in diagnostics too). NULL
+ * when out of memory. */
+static char *with_line_directive(const jit_tcc_job *job, char **name)
 {
-    diag_sink d = {diag, 0, diaglen, 0, 0, job->text, job->source_name};
-    if (diaglen)
-        diag[0] = '\0';
-    /* "#line" makes tcc report the source's own name in diagnostics. */
     size_t n = strlen(job->text) + strlen(job->source_name) + 32;
     char *text = malloc(n);
-    if (!text) {
-        snprintf(diag, diaglen, "out of memory");
-        return OPJIT_ENOMEM;
-    }
-    /* A name with a quote, backslash or newline would break the directive:
-     * those characters become '_' (in diagnostics too). */
-    char *name = strdup(job->source_name);
-    if (!name) {
+    *name = strdup(job->source_name);
+    if (!text || !*name) {
         free(text);
-        snprintf(diag, diaglen, "out of memory");
-        return OPJIT_ENOMEM;
+        free(*name);
+        *name = NULL;
+        return NULL;
     }
-    for (char *c = name; *c; c++)
+    for (char *c = *name; *c; c++)
         if (*c == '"' || *c == '\\' || *c == '\n' || *c == '\r')
             *c = '_';
-    d.name = name;
-    snprintf(text, n, "#line 1 \"%s\"\n%s", name, job->text);
+    snprintf(text, n, "#line 1 \"%s\"\n%s", *name, job->text);
+    return text;
+}
 
-    pthread_mutex_lock(&tcc_lock);
-    int rc = OPJIT_OK;
-    TCCState *s = tcc_new();
-    if (!s) {
-        rc = OPJIT_ENOMEM;
-        snprintf(diag, diaglen, "libtcc: tcc_new failed");
-        goto out;
-    }
-    tcc_set_error_func(s, &d, on_diag);
+/* Include paths, defines ("NAME=VALUE", NAME may be "F(x)": tcc wants
+ * them apart) and library paths of job. */
+static void tcc_configure(TCCState *s, const jit_tcc_job *job)
+{
     if (job->tcc_lib_dir)
         tcc_set_lib_path(s, job->tcc_lib_dir);
     tcc_set_output_type(s, TCC_OUTPUT_DLL);
     for (const char *const *p = job->include_dirs; p && *p; p++)
         tcc_add_include_path(s, *p);
     for (const char *const *p = job->defines; p && *p; p++) {
-        /* "NAME=VALUE" (NAME may be "F(x)"): tcc wants them apart. */
         const char *eq = strchr(*p, '=');
         char name[256];
         if (eq && (size_t)(eq - *p) < sizeof name) {
@@ -150,32 +140,56 @@ int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen)
     }
     for (const char *const *p = job->library_dirs; p && *p; p++)
         tcc_add_library_path(s, *p);
-    if (tcc_compile_string(s, text) < 0 || d.errors) {
-        rc = OPJIT_ECOMPILE;
-        goto out;
-    }
+}
+
+/* Compile, link and write; called with tcc_lock held. */
+static int tcc_build(TCCState *s, const jit_tcc_job *job, const char *text, diag_sink *d,
+                     char *diag, size_t diaglen)
+{
+    tcc_configure(s, job);
+    if (tcc_compile_string(s, text) < 0 || d->errors)
+        return OPJIT_ECOMPILE;
     for (const char *const *p = job->libraries; p && *p; p++)
         if (tcc_add_library(s, *p) < 0) {
-            rc = OPJIT_ECOMPILE;
-            sink_append(&d, "\nlibtcc: cannot find library -l", 31);
-            sink_append(&d, *p, strlen(*p));
-            goto out;
+            sink_append(d, "\nlibtcc: cannot find library -l", 31);
+            sink_append(d, *p, strlen(*p));
+            return OPJIT_ECOMPILE;
         }
     if (tcc_output_file(s, job->out_path) < 0) {
         /* tcc says why (an undefined symbol, or the file) through on_diag. */
-        rc = d.errors || !d.write_failed ? OPJIT_ECOMPILE : OPJIT_EIO;
-        if (!d.len)
+        if (!d->len)
             snprintf(diag, diaglen, "libtcc: cannot write %s", job->out_path);
-        goto out;
+        return d->errors || !d->write_failed ? OPJIT_ECOMPILE : OPJIT_EIO;
     }
     if (!jit_output_looks_elf(job->out_path)) {
-        rc = OPJIT_EIO;
         snprintf(diag, diaglen, "libtcc: %s was not written whole (disk full or a file-size "
                  "limit?)", job->out_path);
+        return OPJIT_EIO;
     }
-out:
-    if (s)
+    return OPJIT_OK;
+}
+
+int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen)
+{
+    diag_sink d = {diag, 0, diaglen, 0, 0, job->text, job->source_name};
+    if (diaglen)
+        diag[0] = '\0';
+    char *name = NULL, *text = with_line_directive(job, &name);
+    if (!text) {
+        snprintf(diag, diaglen, "out of memory");
+        return OPJIT_ENOMEM;
+    }
+    d.name = name;
+    pthread_mutex_lock(&tcc_lock);
+    TCCState *s = tcc_new();
+    int rc = OPJIT_ENOMEM;
+    if (s) {
+        tcc_set_error_func(s, &d, on_diag);
+        rc = tcc_build(s, job, text, &d, diag, diaglen);
         tcc_delete(s);
+    } else {
+        snprintf(diag, diaglen, "libtcc: tcc_new failed");
+    }
     pthread_mutex_unlock(&tcc_lock);
     free(text);
     if (rc == OPJIT_ECOMPILE && !d.len)
