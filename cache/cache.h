@@ -80,6 +80,9 @@ typedef struct cache_request {
     const char *options;     /* compile options and defines */
     const char *target;      /* "x86_64-linux", "sm_90" */
     const char *tier;        /* "tcc", "opt" */
+    /* What went into the key, readable ("name value" lines); may be NULL.
+     * Kept in the manifest: `opjit cache why` compares entries by it. */
+    const char *inputs;
 } cache_request;
 
 /* Writes the artifacts of the entry into dir (an empty directory). Returns
@@ -160,6 +163,7 @@ typedef struct cache_entry_info {
     int layer;            /* 0: the writable cache; i > 0: read-only layer i-1 */
     const char *layer_dir;
     const char *op_name, *source_name, *compiler, *options, *target, *tier;
+    const char *inputs;   /* NULL when the entry has none */
     uint64_t size;        /* artifacts + manifest, bytes */
     int64_t created;      /* Unix seconds */
     int64_t last_use;     /* Unix seconds, kept to the minute */

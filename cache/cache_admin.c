@@ -58,6 +58,7 @@ static void cache_info_fill(cache_entry_info *info, int r, const cache_manifest 
         info->options = m->options;
         info->target = m->target;
         info->tier = m->tier;
+        info->inputs = m->inputs;
         info->size = m->size;
         info->created = m->created;
         info->last_use = m->last_use;

@@ -72,6 +72,7 @@ typedef struct cache_artifact {
 typedef struct cache_manifest {
     char *buf;
     const char *key, *op, *source, *compiler, *options, *target, *tier;
+    const char *inputs; /* NULL when the manifest has none */
     int64_t created;
     int64_t last_use; /* the manifest's mtime */
     cache_artifact *art;

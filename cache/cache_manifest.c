@@ -12,6 +12,7 @@
  *   options -O1
  *   target x86_64-linux
  *   tier tcc
+ *   inputs source nms.c 89ab...%0Aheader nms_common.h ...%0A...   (optional)
  *   created 1732000000
  *   artifact 20480 89ab...(16 hex) host.so
  *   end 0123456789abcdef
@@ -252,8 +253,10 @@ static const char *cache_manifest_artifact(cache_manifest *m, char *val, int *ca
 /* Where the text field called name goes in m; NULL for no such field. */
 static const char **cache_manifest_field(cache_manifest *m, const char *name)
 {
-    const char **slot[] = {&m->op, &m->source, &m->compiler, &m->options, &m->target, &m->tier};
-    static const char *const names[] = {"op", "source", "compiler", "options", "target", "tier"};
+    const char **slot[] = {&m->op,     &m->source, &m->compiler, &m->options,
+                           &m->target, &m->tier,   &m->inputs};
+    static const char *const names[] = {"op",     "source", "compiler", "options",
+                                        "target", "tier",   "inputs"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(name, names[i]))
             return slot[i];
@@ -629,6 +632,8 @@ int cache_manifest_write(int dirfd, const cache_request *req, const cache_artifa
     cache_buf_field(&b, "options", req->options);
     cache_buf_field(&b, "target", req->target);
     cache_buf_field(&b, "tier", req->tier);
+    if (req->inputs && req->inputs[0])
+        cache_buf_field(&b, "inputs", req->inputs);
     cache_buf_printf(&b, "created %lld\n", (long long)created);
     for (int i = 0; i < n; i++) {
         char head[64];

@@ -482,6 +482,38 @@ typedef struct opjit_cache_entry {
     const char *problem;   /* NULL, or why the entry (or layer) is damaged */
 } opjit_cache_entry;
 
+/* Why a load hits or misses the cache: one report per artifact a load of
+ * a source would use now. Strings live during the callback only. */
+typedef struct opjit_cache_why_report {
+    const char *source;   /* the source's path */
+    const char *compiler; /* "tcc", "opt" (the optimizing C compiler), "nvrtc" */
+    const char *target;   /* "x86_64-linux", "x86-64-v3", "sm_90" */
+    const char *key;      /* what a load looks up (32 hex digits) */
+    int cached;           /* 1: a cache layer holds it */
+    /* What goes into the key, one "name value" line each: opjit's ABI and
+     * op header, the source and each local header (name and XXH3-64),
+     * the compiler's identity (its version and where it lives), options,
+     * target. */
+    const char *inputs;
+    const char *note;     /* NULL, or what could not be known (no compiler here) */
+    /* For a miss: the cached entry of this source and compiler whose
+     * inputs differ least (NULL when there is none), and those that differ,
+     * one "name: now VALUE, cached VALUE" line each. */
+    const char *closest_key;
+    int64_t closest_created;
+    const char *differs;
+} opjit_cache_why_report;
+
+/* Report on every artifact a load of spec (a source path, or an op name on
+ * the search path) would use now: the background compiler's (when tiering
+ * is on), the one a load compiles with, and for a .cu the device code of
+ * each architecture (arch: "sm_90,compute_90" instead of those in use,
+ * or NULL). fn returns non-zero to stop. Runs no compile (it may run the
+ * optimizing compiler's --version and load NVRTC to learn who they are).
+ * OPJIT_ENOTFOUND when spec names no source. */
+int opjit_cache_why(opjit_runtime *rt, const char *spec, const char *arch,
+                    int (*fn)(void *ud, const opjit_cache_why_report *w), void *ud);
+
 /* Call fn for every entry of rt's cache: read-only layers first (in search
  * order), then the writable cache; stops when fn returns non-zero. Reads
  * manifests only: problem is set for an unreadable manifest and for an

@@ -135,7 +135,7 @@ int cu_usable(char *why, size_t n) { return cuda_available(why, n); }
 /* ---- architectures -------------------------------------------------------------- */
 
 /* The list in use, validated and deduplicated into out ("sm_80,sm_90"). */
-static int resolve_archs(loader *l, char *out, size_t n, int *defaulted)
+int cu_resolve_archs(loader *l, char *out, size_t n, int *defaulted)
 {
     const char *from = "config.cuda_archs";
     const char *list = l->cuda_archs;
@@ -267,7 +267,7 @@ int cu_device_code(loader *l, const source *s, cuda_module **out, int *all_hit,
     const jit_compiler *jc = device_compiler();
     *by = jc;
     int defaulted = 0;
-    int rc = resolve_archs(l, l->archs, sizeof l->archs, &defaulted);
+    int rc = cu_resolve_archs(l, l->archs, sizeof l->archs, &defaulted);
     if (rc)
         return rc;
     cuda_module *cm = cuda_module_new(s->path);

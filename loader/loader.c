@@ -318,8 +318,8 @@ int opjit_load_file(opjit_runtime *rt, const char *path, opjit_op **op, opjit_lo
 
 /* Call fn for each source of op `name` on the search path (name.c, name.cu
  * in each directory, in order); stops when fn returns non-zero. */
-static int loader_each_source(opjit_runtime *rt, const char *name,
-                              int (*fn)(void *ud, const char *path), void *ud)
+int loader_each_source(opjit_runtime *rt, const char *name,
+                       int (*fn)(void *ud, const char *path), void *ud)
 {
     loader *l = rt->loader;
     const char *p = l->ops_path;

@@ -56,6 +56,19 @@ typedef struct loader {
     int cfg_offline, cfg_no_cache;
 } loader;
 
+/* What went into a key, readable: "name value" lines (a file's value is
+ * its XXH3-64), kept in manifests for `opjit cache why`. */
+typedef struct readable {
+    char *text;
+    size_t len, cap;
+    int oom;
+} readable;
+
+/* Add "name value" (data: then " HASH" of its len bytes follows value). */
+void readable_add(readable *r, const char *name, const char *value, const void *data,
+                  size_t len);
+void readable_free(readable *r);
+
 /* A source file read into memory. */
 typedef struct source {
     const char *path; /* as given */
@@ -67,6 +80,7 @@ typedef struct source {
     size_t len;
     int device;
     cache_key digest; /* of everything the artifacts depend on, read once */
+    readable inputs;  /* the digest's inputs, readable */
 } source;
 
 /* Read a whole file, NUL-terminated; NULL with errno on failure (EINVAL:
@@ -106,6 +120,10 @@ loaded *loader_find_loaded(loader *l, const char *real);
  * children, warming): the defaults plus l's cache directories, offline and
  * no_cache settings and CUDA architectures. */
 void loader_same_caches(const loader *l, opjit_config *cfg);
+/* fn for each source named name ("nms.c", "nms.cu") on the search path,
+ * directory by directory; stops when fn returns non-zero (its value). */
+int loader_each_source(opjit_runtime *rt, const char *name,
+                       int (*fn)(void *ud, const char *path), void *ud);
 /* Whether path names a .cu source. */
 int loader_is_cuda_source(const char *path);
 /* Whether spec names a file (a '/', or a .c/.cu suffix) rather than an op. */
@@ -134,6 +152,7 @@ typedef struct pipeline_request {
     cache_request req;
     char tier[32];
     char compiler[PATH_MAX + 128];
+    char inputs[8192]; /* req.inputs: the source's, then the compiler's */
 } pipeline_request;
 
 typedef struct pipeline_artifact {
@@ -150,6 +169,13 @@ typedef struct pipeline_artifact {
  * the cache's; OPJIT_ENOTFOUND when only looking. */
 int pipeline_get(pipeline *p, const pipeline_get_args *a, pipeline_artifact *out, char *diag,
                  size_t diaglen);
+
+/* The request of the artifact a.jc would make of a.src for a.target, with
+ * its full key (its identity, learnt); or, when the compiler is not here,
+ * the index entry's request, with why in note. *cached: some layer holds
+ * it. */
+int pipeline_describe(pipeline *p, const pipeline_get_args *a, pipeline_request *r,
+                      int *cached, char *note, size_t n);
 
 /* ---- background compilers (loader/tier.c) ------------------------------- */
 
@@ -173,6 +199,10 @@ int tier_wait(loader *l, char *msg, size_t n);
 /* ---- CUDA sources (loader/cuda_load.c) ---------------------------------- */
 
 struct cuda_module;
+/* The architectures in use, validated and deduplicated into out
+ * ("sm_80,sm_90"): config, else $OPJIT_CUDA_ARCHS, else this machine's
+ * GPUs (*defaulted), else the default. */
+int cu_resolve_archs(loader *l, char *out, size_t n, int *defaulted);
 /* The device code of s for every architecture in use (config, else
  * $OPJIT_CUDA_ARCHS, else this machine's GPUs, else the default), from
  * the cache or the device compiler; *all_hit when nothing was compiled,

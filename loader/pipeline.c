@@ -159,6 +159,9 @@ static int make_request(const key_parts *k, const char *by, int index, pipeline_
     cache_keygen_add_str(g, index ? "index-by" : "identity", by ? by : "none");
     cache_keygen_add_str(g, "options", k->options);
     cache_keygen_add_str(g, "target", k->target);
+    snprintf(r->inputs, sizeof r->inputs, "%scompiler %s\nidentity %s\noptions %s\ntarget %s\n",
+             k->src->inputs.text ? k->src->inputs.text : "", k->jc->name, by ? by : "none",
+             k->options, k->target);
     r->req = (cache_request){
         .op_name = k->src->stem,
         .source_name = k->src->name,
@@ -166,6 +169,7 @@ static int make_request(const key_parts *k, const char *by, int index, pipeline_
         .options = k->options,
         .target = k->target,
         .tier = r->tier,
+        .inputs = index ? NULL : r->inputs,
     };
     cache_keygen_finish(g, &r->req.key);
     return OPJIT_OK;
@@ -255,6 +259,28 @@ static int get_by_key(pipeline *p, const pipeline_get_args *a, const key_parts *
     if (!rc)
         out->key = r.req.key;
     return rc;
+}
+
+int pipeline_describe(pipeline *p, const pipeline_get_args *a, pipeline_request *r,
+                      int *cached, char *note, size_t n)
+{
+    key_parts k = {.src = a->src, .jc = a->jc, .target = a->target};
+    jit_job job = {.half = a->half, .link_blas = source_uses_blas(a->src), .target = a->target,
+                   .set = &p->set};
+    a->jc->options(&job, k.options, sizeof k.options);
+    const char *id = NULL;
+    note[0] = '\0';
+    int index = identity(p, a->jc, &id, note, n) != OPJIT_OK;
+    int rc = make_request(&k, index ? NULL : id, index, r);
+    if (rc)
+        return rc;
+    r->req.inputs = r->inputs; /* an index entry's too: what a machine without it uses */
+    cache_entry *e = NULL;
+    int hit;
+    char err[256];
+    *cached = cache_fetch(p->cache, &r->req, NULL, NULL, &e, &hit, err, sizeof err) == OPJIT_OK;
+    cache_entry_release(e);
+    return OPJIT_OK;
 }
 
 int pipeline_get(pipeline *p, const pipeline_get_args *a, pipeline_artifact *out, char *diag,

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "loader/loader_int.h"
 #include "opjit_build_config.h"
 
@@ -79,6 +81,7 @@ typedef struct header_set {
     int n, cap;
     int oom;
     char *bad;   /* the first local header that is not a regular file */
+    readable *inputs; /* "header NAME HASH" lines, or NULL: not wanted */
 } header_set;
 
 typedef struct header_bufs {
@@ -167,6 +170,7 @@ static void add_local_headers(cache_keygen *g, const char *src_dir, const char *
             continue;
         cache_keygen_add_str(g, "header-name", b->rel);
         cache_keygen_add(g, "header", h, len);
+        readable_add(hs->inputs, "header", b->rel, h, len);
         snprintf(b->hdir, sizeof b->hdir, "%s", b->real);
         char *slash = strrchr(b->hdir, '/');
         if (slash)
@@ -194,7 +198,7 @@ static int has_suffix(const char *s, const char *suf)
     return n >= m && !strcmp(s + n - m, suf);
 }
 
-static void source_digest(const source *s, cache_key *out, char **bad_header);
+static void source_digest(const source *s, cache_key *out, char **bad_header, readable *inputs);
 
 int source_read(loader *l, const char *path, source *s)
 {
@@ -225,7 +229,7 @@ int source_read(loader *l, const char *path, source *s)
     s->name = base_name(path);
     snprintf(s->stem, sizeof s->stem, "%.*s", (int)(strrchr(s->name, '.') - s->name), s->name);
     char *bad = NULL;
-    source_digest(s, &s->digest, &bad);
+    source_digest(s, &s->digest, &bad, &s->inputs);
     if (bad) {
         rt_error(rt, OPJIT_EINVAL, "%s: the local header %s is not a regular file", path, bad);
         free(bad);
@@ -239,13 +243,51 @@ void source_free(source *s)
 {
     free(s->text);
     s->text = NULL;
+    readable_free(&s->inputs);
+}
+
+/* ---- readable key inputs ---------------------------------------------------- */
+
+void readable_add(readable *r, const char *name, const char *value, const void *data,
+                  size_t len)
+{
+    if (!r || r->oom)
+        return;
+    char hash[24] = "";
+    if (data)
+        snprintf(hash, sizeof hash, "%s%016llx", value[0] ? " " : "",
+                 (unsigned long long)XXH3_64bits(data, len));
+    size_t need = strlen(name) + strlen(value) + strlen(hash) + 3;
+    if (r->len + need > r->cap) {
+        size_t cap = (r->cap ? r->cap * 2 : 256) + need;
+        char *t = realloc(r->text, cap);
+        if (!t) {
+            r->oom = 1;
+            return;
+        }
+        r->text = t;
+        r->cap = cap;
+    }
+    /* One line each: values never hold a newline (escaped by the manifest
+     * anyway, but a line is what `cache why` compares). */
+    int k = snprintf(r->text + r->len, r->cap - r->len, "%s %s%s\n", name, value, hash);
+    for (int i = 0; i < k - 1; i++)
+        if (r->text[r->len + (size_t)i] == '\n')
+            r->text[r->len + (size_t)i] = ' ';
+    r->len += (size_t)k;
+}
+
+void readable_free(readable *r)
+{
+    free(r->text);
+    memset(r, 0, sizeof *r);
 }
 
 /* What every artifact of s depends on, hashed: opjit's ABI and op header,
  * the source's name and bytes, its local headers as they are on disk.
  * *bad_header (NULL: not wanted) receives a local header that is not a
  * regular file (malloc'd), which no compile may be asked to open. */
-static void source_digest(const source *s, cache_key *out, char **bad_header)
+static void source_digest(const source *s, cache_key *out, char **bad_header, readable *inputs)
 {
     cache_keygen *g = cache_keygen_new();
     if (!g) {
@@ -258,7 +300,10 @@ static void source_digest(const source *s, cache_key *out, char **bad_header)
     cache_keygen_add(g, "opjit_op.h", opjit_op_h_text, sizeof opjit_op_h_text);
     cache_keygen_add_str(g, "source-name", s->name);
     cache_keygen_add(g, "source", s->text, s->len);
-    header_set hs = {0};
+    readable_add(inputs, "opjit-abi", abi, NULL, 0);
+    readable_add(inputs, "opjit_op.h", "", opjit_op_h_text, sizeof opjit_op_h_text);
+    readable_add(inputs, "source", s->name, s->text, s->len);
+    header_set hs = {.inputs = inputs};
     add_local_headers(g, s->dir, s->dir, s->text, "", &hs, 0);
     for (int i = 0; i < hs.n; i++)
         free(hs.real[i]);
@@ -267,7 +312,7 @@ static void source_digest(const source *s, cache_key *out, char **bad_header)
         *bad_header = hs.bad;
     else
         free(hs.bad);
-    if (hs.oom || hs.bad) {
+    if (hs.oom || hs.bad || (inputs && inputs->oom)) {
         /* Never a key that silently lacks headers: the all-zero key, which
          * the cache refuses (out of memory). */
         cache_keygen_finish(g, out);
@@ -294,7 +339,7 @@ cache_keygen *source_keygen(const source *s)
 int source_unchanged(const source *s)
 {
     cache_key now;
-    source_digest(s, &now, NULL);
+    source_digest(s, &now, NULL, NULL);
     return !memcmp(now.bytes, s->digest.bytes, sizeof now.bytes);
 }
 

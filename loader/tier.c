@@ -329,7 +329,10 @@ void tier_schedule(loader *l, const jit_compiler *jc, const source *s)
     job->jc = jc;
     job->path = strdup(s->path);
     job->src.text = malloc(s->len + 1);
-    if (!job->path || !job->src.text) {
+    job->src.inputs = (readable){0};
+    if (s->inputs.text && (job->src.inputs.text = strdup(s->inputs.text)))
+        job->src.inputs.len = job->src.inputs.cap = s->inputs.len;
+    if (!job->path || !job->src.text || (s->inputs.text && !job->src.inputs.text)) {
         jobs_free(job);
         return;
     }

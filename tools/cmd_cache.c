@@ -30,6 +30,8 @@ static const char cache_help[] =
     "  prune    evict the least recently used entries down to the size cap, and\n"
     "           remove what killed processes left behind\n"
     "  clear    remove every entry of the writable cache\n"
+    "  why      OP|FILE: what a load would look up, and why it would miss\n"
+    "           (see 'opjit cache why --help')\n"
     "\n"
     "Entries another process is using are never removed (prune and clear skip\n"
     "them), and read-only layers are never changed.\n"
@@ -388,6 +390,11 @@ static int check_verb(const cache_args *ca, int *v)
 
 int cmd_cache(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "why")) { /* its own arguments: tools/cmd_why.c */
+            memmove(argv + i, argv + i + 1, (size_t)(argc - i) * sizeof *argv);
+            return cmd_cache_why(argc - 1, argv);
+        }
     cache_args ca = {0};
     int v, rc = parse_cache_args(argc, argv, &ca);
     if (rc >= 0 || (rc = check_verb(&ca, &v)) >= 0)
