@@ -130,8 +130,8 @@ typedef struct opjit_config {
     /* The optimizing tier: 1 on, 0 off (libtcc code only), -1 from
      * $OPJIT_TIERING (default on). On: optimized code found in a cache
      * serves at once; otherwise, when a C compiler is found (cc below, else
-     * $OPJIT_CC, else cc on PATH), it is built in the background and
-     * swapped in. */
+     * $OPJIT_CC, else cc on PATH) and the cache is writable, it is built by
+     * a helper process that outlives this one, and swapped in when ready. */
     int tiering;
     const char *cc;
     /* Time limit of one optimizing compile, in milliseconds: a compiler
@@ -164,10 +164,10 @@ void opjit_config_init(opjit_config *cfg);
  * the status says why (no runtime exists to hold a message). */
 int opjit_create(const opjit_config *cfg, opjit_runtime **out);
 
-/* Destroy the runtime, unloading every module. Optimizing compiles still
- * queued finish first (they fill the cache for the next process; set
- * tiering to 0 for a runtime that must exit at once). Outputs already
- * handed to the host stay valid (they own their memory). NULL is fine. */
+/* Destroy the runtime, unloading every module. Returns at once: optimizing
+ * compiles still queued or running go on in a detached helper process and
+ * fill the cache for the next process. Outputs already handed to the host
+ * stay valid (they own their memory). NULL is fine. */
 void opjit_destroy(opjit_runtime *rt);
 
 /* The number of threads ops of rt may use (cfg.num_threads resolved).
