@@ -32,6 +32,7 @@ void opjit_destroy(opjit_runtime *rt)
 {
     if (!rt)
         return;
+    index_free(rt->loader);
     loader_destroy(rt->loader); /* first: its tier worker publishes into rt */
     runtime_free(rt);
 }
