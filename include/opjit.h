@@ -107,6 +107,35 @@ typedef void *(*opjit_alloc_fn)(void *ud, void *ptr, size_t osize, size_t nsize)
 typedef void (*opjit_task_fn)(void *arg, int task);
 typedef int (*opjit_pool_fn)(void *pool_ud, int ntasks, opjit_task_fn task, void *arg);
 
+/* What the watcher (opjit_config.watch) saw and did: one event per source
+ * and burst of changes. */
+enum {
+    OPJIT_WATCH_RELOADED = 0, /* a loaded source or one of its local headers
+                               * changed: its new kernels serve calls */
+    OPJIT_WATCH_FAILED = 1,   /* it changed and did not compile or load: the
+                               * old kernels keep serving; message says why
+                               * (a compile error with file:line) */
+    OPJIT_WATCH_REMOVED = 2,  /* a loaded source was deleted: its kernels
+                               * left the dispatch table */
+    OPJIT_WATCH_ADDED = 3     /* a source on the search path that is not
+                               * loaded was created or changed: it was
+                               * indexed, and is loadable by name */
+};
+
+typedef struct opjit_watch_event {
+    int kind;            /* OPJIT_WATCH_* */
+    const char *path;    /* the source */
+    int status;          /* OPJIT_OK, or for FAILED why */
+    const char *message; /* FAILED: the error; else "" */
+    double ms;           /* RELOADED: from the change seen to the new code
+                          * callable (compile included) */
+} opjit_watch_event;
+
+/* Called on the watcher's thread, with no lock held: it may call the API
+ * (load a source it was told was added, say). Strings live during the
+ * call only. */
+typedef void (*opjit_watch_fn)(void *ud, const opjit_watch_event *ev);
+
 typedef struct opjit_config {
     /* Colon-separated directories searched for op sources, before
      * $OPJIT_OPS_PATH. NULL: only the environment. */
@@ -155,6 +184,19 @@ typedef struct opjit_config {
      * the runtime's. Its width is num_threads as above. */
     opjit_pool_fn pool;
     void *pool_ud;
+    /* Watch the sources: 1 on, 0 off, -1 from $OPJIT_WATCH (default off).
+     * On, a thread of the runtime watches the directories of the search
+     * path and of the loaded sources and their local headers (inotify).
+     * When a loaded source or one of its headers changes it is recompiled
+     * and its kernels swapped in (calls already running finish on the old
+     * code); a burst of writes (an editor saving in several steps) makes
+     * one rebuild, about 25 ms after the last write. A broken edit keeps
+     * the old kernels and reports the error (log callback, watch_fn). A new
+     * source on the search path is indexed: loadable by name. A deleted
+     * loaded source is unloaded. opjit_destroy stops the thread. */
+    int watch;
+    opjit_watch_fn watch_fn; /* each event, or NULL (the log has them too) */
+    void *watch_ud;
 } opjit_config;
 
 /* Fill cfg with defaults (everything from the environment). */

@@ -630,12 +630,19 @@ static void walk_note_bad(idx_walk *w, const idx_dir *d, const idx_src *s)
 {
     if (s->status == OPJIT_OK || s->status == OPJIT_EDEVICE)
         return;
-    rt_log(w->l->rt, OPJIT_LOG_INFO, "%s/%s: its ops are not known: %s", d->real, s->file,
-           s->msg);
-    size_t k = strlen(w->bad);
-    if (k < sizeof w->bad - 1)
-        snprintf(w->bad + k, sizeof w->bad - k, "\n  %s%s%s%s", strstr(s->msg, s->file) ? "" : d->real,
-                 strstr(s->msg, s->file) ? "" : "/", strstr(s->msg, s->file) ? "" : s->file, s->msg);
+    /* Discovery's messages start with the source's path; others may not. */
+    int named = strstr(s->msg, s->file) != NULL;
+    char line[PATH_MAX + INDEX_MSG_MAX + 8];
+    if (named)
+        snprintf(line, sizeof line, "%s", s->msg);
+    else
+        snprintf(line, sizeof line, "%s/%s: %s", d->real, s->file, s->msg);
+    rt_log(w->l->rt, OPJIT_LOG_INFO, "its ops are not known: %s", line);
+    size_t k = strlen(w->bad), m = strlen(line);
+    if (k + m + 4 < sizeof w->bad) {
+        memcpy(w->bad + k, "\n  ", 3);
+        memcpy(w->bad + k + 3, line, m + 1);
+    }
     w->nbad++;
 }
 

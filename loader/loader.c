@@ -922,7 +922,7 @@ int opjit_wait(opjit_runtime *rt)
 
 /* Forget the source at real: the next load of it compiles or hits the
  * cache again instead of being a no-op. */
-static void forget_loaded(loader *l, const char *real)
+void loader_forget(loader *l, const char *real)
 {
     for (loaded **pe = &l->loaded; *pe; pe = &(*pe)->next)
         if (!strcmp((*pe)->path, real)) {
@@ -960,7 +960,7 @@ int opjit_unload(opjit_runtime *rt, const char *spec)
     int n = 0;
     for (int i = 0; i < nreal; i++) {
         n += module_unpublish(rt, reals[i]);
-        forget_loaded(l, reals[i]);
+        loader_forget(l, reals[i]);
     }
     pthread_mutex_unlock(&l->lock);
     if (!n)

@@ -80,6 +80,9 @@ int load_module(loader *l, const source *s, const char *so, const char *tier, mo
 /* Write opjit_op.h into the loader's private directory (once). */
 int loader_scratch(loader *l);
 loaded *loader_find_loaded(loader *l, const char *real);
+/* Forget the source at real (its kernels unpublished): the next load of it
+ * compiles or hits the cache again. Loader lock held. */
+void loader_forget(loader *l, const char *real);
 /* A config for a runtime of its own over the same caches as l (discovery's
  * children, warming): the defaults plus l's cache directories, offline and
  * no_cache settings and CUDA architectures. */
@@ -114,6 +117,13 @@ int index_each_source(loader *l, const char *op, int (*fn)(void *ud, const char 
 int index_source(loader *l, const char *path);
 /* Forget what the index keeps in memory (opjit_destroy). */
 void index_free(loader *l);
+
+/* ---- the watcher (loader/watch.c) ----------------------------------------- */
+
+/* cfg->watch (-1: $OPJIT_WATCH): start the thread watching the sources. */
+int watch_start(loader *l, const opjit_config *cfg);
+/* Stop it and wait for it (opjit_destroy, before anything else goes). */
+void watch_stop(loader *l);
 
 /* ---- the optimizing tier (loader/tier.c) -------------------------------- */
 
