@@ -44,6 +44,7 @@ typedef struct strs {
 typedef struct known {
     char *real;
     strs headers; /* real paths of its local headers */
+    int failed;   /* its last reload failed: the next good one is news */
 } known;
 
 typedef struct wdir {
@@ -159,14 +160,19 @@ static void took_header(void *ud, const char *real)
     strs_add(ud, real);
 }
 
+static known *find_known(struct watcher *w, const char *real)
+{
+    for (int i = 0; i < w->nloaded; i++)
+        if (!strcmp(w->loaded[i].real, real))
+            return &w->loaded[i];
+    return NULL;
+}
+
 /* Learn (again) the headers of the loaded source at real, watching their
  * directories. Loader lock held. */
 static void know_source(struct watcher *w, const char *real)
 {
-    known *k = NULL;
-    for (int i = 0; i < w->nloaded && !k; i++)
-        if (!strcmp(w->loaded[i].real, real))
-            k = &w->loaded[i];
+    known *k = find_known(w, real);
     if (!k) {
         known *v = realloc(w->loaded, (size_t)(w->nloaded + 1) * sizeof *v);
         if (!v)
@@ -288,14 +294,22 @@ static void reload(struct watcher *w, const char *real)
         return; /* the host unloaded it */
     loaded_as(rt, real, path, sizeof path);
     int rc = opjit_load_file(rt, path, NULL, NULL);
+    known *k = find_known(w, real);
     if (rc) {
+        if (k)
+            k->failed = 1;
         emit(w, OPJIT_WATCH_FAILED, path, rc, opjit_errmsg(rt), 0);
         return;
     }
+    /* A fix back to the text loaded before is news too: the error is gone. */
+    int news = k && k->failed;
+    if (k)
+        k->failed = 0;
     pthread_mutex_lock(&w->l->lock);
     know_source(w, real); /* its headers may have changed too */
     pthread_mutex_unlock(&w->l->lock);
-    if (loaded_key(w->l, real, &after) && memcmp(before.bytes, after.bytes, sizeof after.bytes))
+    if (loaded_key(w->l, real, &after) &&
+        (news || memcmp(before.bytes, after.bytes, sizeof after.bytes)))
         emit(w, OPJIT_WATCH_RELOADED, path, OPJIT_OK, "", loader_now_ms() - w->last);
 }
 

@@ -10,6 +10,7 @@
 #include "opjit.h"
 #include "t.h"
 #include "t_files.h"
+#include "t_ops.h"
 
 static const char *dir; /* the search path of these tests */
 
@@ -69,19 +70,6 @@ static opjit_runtime *new_rt(const char *ops_path)
     return rt;
 }
 
-/* Call op (no arguments) and return the value of its 1-element output. */
-static float call_value(opjit_runtime *rt, opjit_op *op)
-{
-    DLManagedTensor *out = NULL;
-    int rc = opjit_call(rt, op, NULL, 0, &out, 1);
-    CHECKF(rc == OPJIT_OK, "%s", opjit_errmsg(rt));
-    if (rc)
-        return -1;
-    float v = ((float *)out->dl_tensor.data)[0];
-    out->deleter(out);
-    return v;
-}
-
 static uint64_t cache_entries(opjit_runtime *rt)
 {
     opjit_cache_info info;
@@ -103,7 +91,7 @@ static void test_multi_op_module(void)
             CHECK_STR_CONTAINS(info.source[OPJIT_CPU], "llama_ops.c");
         }
         if (op)
-            CHECK(call_value(rt, op) == 7.0f);
+            CHECK(t_call_f32(rt, op) == 7.0f);
     }
     /* A file named after the op is found first, as before. */
     CHECK(opjit_load_op(rt, "direct", &op) == OPJIT_OK);
@@ -160,7 +148,7 @@ static void test_ambiguous(void)
     CHECK_STR_CONTAINS(msg, "a_ops::gelu");
     CHECK_STR_CONTAINS(msg, "b_ops::gelu");
     CHECK(opjit_load_op(rt, "silu", &op) == OPJIT_OK);
-    CHECK(opjit_load_op(rt, "b_ops::gelu", &op) == OPJIT_OK && op && call_value(rt, op) == 2.0f);
+    CHECK(opjit_load_op(rt, "b_ops::gelu", &op) == OPJIT_OK && op && t_call_f32(rt, op) == 2.0f);
     opjit_destroy(rt);
     /* An earlier directory's module wins, as an earlier directory's file does. */
     const char *first = t_tmpdir("index-first");
@@ -168,7 +156,7 @@ static void test_ambiguous(void)
     char path[2048];
     snprintf(path, sizeof path, "%s:%s", first, d);
     rt = new_rt(path);
-    CHECK(opjit_load_op(rt, "gelu", &op) == OPJIT_OK && op && call_value(rt, op) == 3.0f);
+    CHECK(opjit_load_op(rt, "gelu", &op) == OPJIT_OK && op && t_call_f32(rt, op) == 3.0f);
     opjit_destroy(rt);
 }
 
@@ -192,7 +180,7 @@ static void test_reindex_after_edit(void)
     t_write(t_path(d, "hdr.h"), h, strlen(h));
     write_module(t_path(d, "new_ops.c"), "third_op", 3);
     rt = new_rt(d);
-    CHECK(opjit_load_op(rt, "second_op", &op) == OPJIT_OK && op && call_value(rt, op) == 2.0f);
+    CHECK(opjit_load_op(rt, "second_op", &op) == OPJIT_OK && op && t_call_f32(rt, op) == 2.0f);
     CHECK(opjit_load_op(rt, "first_op", &op) == OPJIT_ENOTFOUND);
     CHECK(opjit_load_op(rt, "edited_header", &op) == OPJIT_OK);
     CHECK(opjit_load_op(rt, "from_header", &op) == OPJIT_ENOTFOUND);
@@ -220,7 +208,7 @@ static void test_warm_lookup(void)
         int rc = opjit_load_op(rt, "op_42_b", &op);
         CHECKF(rc == OPJIT_OK && op, "%s", opjit_errmsg(rt));
         if (op)
-            CHECK(call_value(rt, op) == 42.0f);
+            CHECK(t_call_f32(rt, op) == 42.0f);
         if (round == 0) {
             CHECK(nlogs_indexed == 50);
         } else {

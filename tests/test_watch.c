@@ -13,6 +13,7 @@
 #include "opjit.h"
 #include "t.h"
 #include "t_files.h"
+#include "t_ops.h"
 
 #define MAX_EVENTS 64
 
@@ -88,16 +89,7 @@ static void source_text(char *buf, size_t n, const char *value, int header)
 static float call_ver(opjit_runtime *rt)
 {
     opjit_op *op = NULL;
-    if (opjit_find_op(rt, "ver", &op) != OPJIT_OK)
-        return -1;
-    DLManagedTensor *out = NULL;
-    int rc = opjit_call(rt, op, NULL, 0, &out, 1);
-    CHECKF(rc == OPJIT_OK, "%s", opjit_errmsg(rt));
-    if (rc)
-        return -1;
-    float v = ((float *)out->dl_tensor.data)[0];
-    out->deleter(out);
-    return v;
+    return opjit_find_op(rt, "ver", &op) == OPJIT_OK ? t_call_f32(rt, op) : -1;
 }
 
 /* Save path as an editor that truncates and writes in pieces does. */
