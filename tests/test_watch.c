@@ -40,13 +40,14 @@ static void on_event(void *ud, const opjit_watch_event *ev)
     pthread_mutex_unlock(&lock);
 }
 
-/* Wait until there are more than `after` events (10 s at most); the
+/* Wait until there are more than `after` events (30 s at most: a loaded
+ * machine); the
  * index of the first new one, or -1. */
 static int wait_event(int after)
 {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 10;
+    until.tv_sec += 30;
     pthread_mutex_lock(&lock);
     while (nevents <= after && pthread_cond_timedwait(&cond, &lock, &until) == 0)
         ;
