@@ -193,7 +193,9 @@ typedef struct opjit_config {
      * one rebuild, about 25 ms after the last write. A broken edit keeps
      * the old kernels and reports the error (log callback, watch_fn). A new
      * source on the search path is indexed: loadable by name. A deleted
-     * loaded source is unloaded. opjit_destroy stops the thread. */
+     * loaded source is unloaded. opjit_destroy stops the thread. With
+     * watch 1 and no inotify, opjit_create fails with OPJIT_EIO (from
+     * $OPJIT_WATCH: a warning, and no watching). */
     int watch;
     opjit_watch_fn watch_fn; /* each event, or NULL (the log has them too) */
     void *watch_ud;

@@ -373,6 +373,14 @@ static void read_events(struct watcher *w)
         p += sizeof *ev + ev->len;
         const char *dir = dir_of_wd(w, ev->wd);
         char path[PATH_MAX];
+        if (!w->pending.n)
+            w->first = loader_now_ms();
+        w->last = loader_now_ms();
+        if (ev->mask & IN_Q_OVERFLOW) { /* events were lost: look at every loaded source */
+            for (int i = 0; i < w->nloaded; i++)
+                strs_add(&w->pending, w->loaded[i].real);
+            continue;
+        }
         if (ev->mask & IN_IGNORED) {
             for (int i = 0; i < w->ndirs; i++)
                 if (w->dirs[i].wd == ev->wd) {
@@ -385,9 +393,6 @@ static void read_events(struct watcher *w)
         if (!dir || !ev->len ||
             (size_t)snprintf(path, sizeof path, "%s/%s", dir, ev->name) >= sizeof path)
             continue;
-        if (!w->pending.n)
-            w->first = loader_now_ms();
-        w->last = loader_now_ms();
         strs_add(&w->pending, path);
     }
 }
@@ -459,9 +464,11 @@ int watch_start(loader *l, const opjit_config *cfg)
                           .stop = {-1, -1}};
     if ((w->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) < 0 ||
         pipe2(w->stop, O_CLOEXEC) != 0) {
-        rt_log(l->rt, OPJIT_LOG_ERROR, "watch: cannot watch the sources: %s", strerror(errno));
+        /* Asked for by the config: an error; by $OPJIT_WATCH: a warning. */
+        rt_log(l->rt, cfg->watch == 1 ? OPJIT_LOG_ERROR : OPJIT_LOG_WARN,
+               "watch: cannot watch the sources: %s", strerror(errno));
         watcher_free(w);
-        return OPJIT_EIO;
+        return cfg->watch == 1 ? OPJIT_EIO : OPJIT_OK;
     }
     watch_search_path(w);
     if (pthread_create(&w->thread, NULL, watch_main, w) != 0) {

@@ -19,9 +19,10 @@ static const char watch_help[] =
     "usage: opjit watch [options]\n"
     "\n"
     "Load every operator source on the search path (--ops-path DIR, then\n"
-    "$OPJIT_OPS_PATH), then watch the sources and their local headers: an\n"
-    "edited source is recompiled and its kernels swapped in, a new one is\n"
-    "loaded, a deleted one unloaded. One line per event on stdout:\n"
+    "$OPJIT_OPS_PATH; a name an earlier directory has is shadowed), then\n"
+    "watch the sources and their local headers: an edited source is\n"
+    "recompiled and its kernels swapped in, a new one is loaded, a deleted\n"
+    "one unloaded. One line per event on stdout:\n"
     "\n"
     "  loaded PATH: OP, OP...        a source was loaded, with its ops\n"
     "  reloaded PATH (MS ms)         an edit is live, MS after the save\n"
@@ -29,6 +30,7 @@ static const char watch_help[] =
     "                                compiler's file:line diagnostics follow,\n"
     "                                indented); the old kernels keep serving\n"
     "  removed PATH                  a loaded source was deleted\n"
+    "  skipped PATH: WHY             a .cu source CUDA cannot serve here\n"
     "\n"
     "Runs until interrupted (Ctrl-C, SIGTERM), then exits with status 0.\n"
     "\n"
@@ -80,7 +82,9 @@ static void load_and_say(opjit_runtime *rt, const char *path)
 {
     int rc = opjit_load_file(rt, path, NULL, NULL);
     pthread_mutex_lock(&out_lock);
-    if (rc != OPJIT_OK) {
+    if (rc == OPJIT_EDEVICE) {
+        printf("skipped %s: %s\n", path, opjit_errmsg(rt)); /* CUDA cannot serve it here */
+    } else if (rc != OPJIT_OK) {
         print_failed(path, opjit_errmsg(rt));
     } else {
         op_names o = {.rt = rt, .path = path};
@@ -111,9 +115,31 @@ static void on_event(void *ud, const opjit_watch_event *ev)
     pthread_mutex_unlock(&out_lock);
 }
 
+typedef struct startup {
+    opjit_runtime *rt;
+    cli_strs taken; /* "dir/stem" of each op name loaded, as a load by name picks */
+} startup;
+
+/* Every source on the search path but those an earlier directory shadows. */
 static int load_each(void *ud, const char *path)
 {
-    load_and_say(ud, path);
+    startup *st = ud;
+    const char *file = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    size_t stem = cli_source_stem(file);
+    for (int i = 0; i < st->taken.n; i++) {
+        const char *t = st->taken.v[i], *tf = strrchr(t, '/') ? strrchr(t, '/') + 1 : t;
+        if (strlen(tf) != stem || strncmp(tf, file, stem))
+            continue;
+        size_t dirlen = (size_t)(file - path);
+        if ((size_t)(tf - t) == dirlen && !strncmp(t, path, dirlen))
+            load_and_say(st->rt, path); /* nms.cu beside nms.c */
+        return 0;                       /* else an earlier directory shadows it */
+    }
+    char key[4096];
+    snprintf(key, sizeof key, "%.*s", (int)((size_t)(file - path) + stem), path);
+    if (cli_strs_add(&st->taken, key) != 0)
+        return 1;
+    load_and_say(st->rt, path);
     return 0;
 }
 
@@ -184,8 +210,10 @@ int cmd_watch(int argc, char **argv)
     if (catch_signals() != 0)
         return CLI_EXIT_FAIL;
     int rc = create_watching(&rt);
-    if (rc == CLI_EXIT_OK && opjit_sources(rt, NULL, load_each, rt) != OPJIT_OK)
+    startup st = {.rt = rt};
+    if (rc == CLI_EXIT_OK && opjit_sources(rt, NULL, load_each, &st) != OPJIT_OK)
         rc = CLI_EXIT_FAIL;
+    cli_strs_free(&st.taken);
     if (rc == CLI_EXIT_OK) {
         pthread_mutex_lock(&out_lock);
         printf("watching %s\n", opjit_ops_path(rt));
