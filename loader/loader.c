@@ -1033,10 +1033,12 @@ static int pick_op(opjit_runtime *rt, const char *spec, const char *sep, opjit_o
 {
     const char *name = sep ? sep + 2 : spec;
     opjit_op *o = NULL;
-    if (opjit_find_op(rt, name, &o) != OPJIT_OK ||
-        (sep && !op_from_module(o, spec, (size_t)(sep - spec))))
+    int rc = opjit_find_op(rt, name, &o);
+    if (rc && !sep)
+        return rc; /* its message says so */
+    if (sep && (rc || !op_from_module(o, spec, (size_t)(sep - spec))))
         return rt_error(rt, OPJIT_ENOTFOUND, "op '%s': module '%.*s' registers no op '%s'",
-                        spec, (int)(sep ? sep - spec : 0), spec, name);
+                        spec, (int)(sep - spec), spec, name);
     if (op)
         *op = o;
     return OPJIT_OK;
