@@ -26,7 +26,7 @@ interpreters against load_inline) come from bench/py_bench.py.
 
 usage: bench/bench.py --bin build/bench/opjit_bench [--dnnl build/bench/dnnl_anchor]
                       [--quick] [--reps N] [--threads 1,N]
-                      [--only loads,call,nms,conv2d,mm,python [--merge]] [--results DIR]
+                      [--only loads,call,nms,conv2d,mm,python,lookup [--merge]] [--results DIR]
 
 --merge keeps the sections not named by --only from the existing
 latest.json (for rerunning one section on a busy machine).
@@ -655,6 +655,7 @@ def build_rows(R):
                      fms(nms["opthit_ms"]), "dlopen + dlsym of the cc-built .so: " + fms(nms.get("dlopen_ms")),
                      "%.1fx time" % (nms["opthit_ms"] / nms["dlopen_ms"]) if nms.get("dlopen_ms") else "n/a",
                      "<= 1 ms", yesno(nms["opthit_ms"] <= 1.0)))
+    rows += lookup_rows(R)
     co = R.get("call_overhead", {})
     if "overhead_opt_ns" in co:
         rows.append(("opjit_call overhead over a direct C call, trivial op (add1 on 1 float, opt tier)",
@@ -1135,9 +1136,60 @@ def environment(reps):
     }
 
 
+# ---- lookup of an op by name (loader/index.c) ---------------------------------
+
+LOOKUP_MODULE = """#include <opjit_op.h>
+static int k(opjit_ctx *c, opjit_args *a) { (void)c; (void)a; return 0; }
+OPJIT_MODULE(mod_%02d, m) { opjit_def(m, "op_%02d(Tensor x) -> Tensor", OPJIT_CPU, k, ""); }
+"""
+
+
+def bench_lookup(exe, reps, tmp):
+    """opjit_load_op(rt, "rmsnorm") with samples/ops/llama_ops.c among 50
+    sources, the index warm, each load in a fresh runtime; against
+    opjit_load_file of llama_ops.c (the same load without the lookup)."""
+    d = os.path.join(tmp, "lookup-ops")
+    os.makedirs(d, exist_ok=True)
+    shutil.copy(os.path.join(ROOT, "samples", "ops", "llama_ops.c"), d)
+    for i in range(49):
+        with open(os.path.join(d, "mod_%02d.c" % i), "w") as f:
+            f.write(LOOKUP_MODULE % (i, i))
+    time.sleep(2.2)  # past the index's racy window, so its directory note is kept
+    env = dict(os.environ, OPJIT_CACHE_DIR=os.path.join(tmp, "lookup-cache"))
+    res = {"sources": 50}
+    for what, n in (("cold", 1), ("warm", max(3 * reps, 11))):
+        p = subprocess.run([exe, "lookup", d, "rmsnorm", "llama_ops.c", str(n)], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=900)
+        line = (p.stdout.strip().splitlines() or ["err no output"])[-1]
+        if p.returncode != 0 or not line.startswith("ok "):
+            return {"error": ("%s: %s %s" % (what, line, p.stderr.strip()))[:200]}
+        vals = {k: float(v) for k, v in (w.split("=") for w in line.split()[1:])}
+        res[what] = vals
+    w = res["warm"]
+    res["lookup_ms"] = w["name_ms"] - w["path_ms"]
+    res["cold_index_ms"] = res["cold"]["name_ms"]
+    return res
+
+
+def lookup_rows(R):
+    lk = R.get("lookup")
+    if not lk:
+        return []
+    metric = ("lookup of an op by name in a multi-op module (rmsnorm of llama_ops.c) among 50 "
+              "sources, warm cache, fresh runtime: opjit_load_op by name minus opjit_load_file")
+    if "error" in lk:
+        return [(metric, "n/a", "n/a", "n/a", "<= 1 ms", "n/a (%s)" % lk["error"])]
+    w = lk["warm"]
+    return [(metric, fms(lk["lookup_ms"]),
+             "by path: %s, by name: %s" % (fms(w["path_ms"]), fms(w["name_ms"])),
+             "+%s" % fms(lk["lookup_ms"]), "<= 1 ms, compiles nothing", yesno(lk["lookup_ms"] <= 1.0)),
+            ("  same, the first lookup (indexes the 50 sources, each in a child process; information)",
+             fms(lk["cold_index_ms"]), "-", "-", "report", "-")]
+
+
 # What each --only section writes into the results.
 SECTION_KEYS = {"loads": ["loads", "ran_loads"], "call": ["call_overhead"], "nms": ["nms"],
-                "conv2d": ["conv2d"], "mm": ["mm"], "python": ["python"]}
+                "conv2d": ["conv2d"], "mm": ["mm"], "python": ["python"], "lookup": ["lookup"]}
 
 
 def merged_results(path, fresh, only):
@@ -1166,7 +1218,7 @@ def main():
     ap.add_argument("--threads", default="", help="thread counts, e.g. 1,2 (default 1 and the CPUs)")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="3 repetitions (to try the harness)")
-    ap.add_argument("--only", default="", help="comma list: loads,call,nms,conv2d,mm,python")
+    ap.add_argument("--only", default="", help="comma list: loads,call,nms,conv2d,mm,python,lookup")
     ap.add_argument("--merge", action="store_true",
                     help="rerun only the --only sections and keep the others of the existing "
                          "latest.json")
@@ -1177,7 +1229,8 @@ def main():
     if a.threads:
         THREADS = sorted({int(x) for x in a.threads.split(",")})
     reps = 3 if a.quick else a.reps
-    only = set(a.only.split(",")) if a.only else {"loads", "call", "nms", "conv2d", "mm", "python"}
+    only = set(a.only.split(",")) if a.only else {"loads", "call", "nms", "conv2d", "mm", "python",
+                                                  "lookup"}
     exe = os.path.abspath(a.bin)
     out_dir = os.path.abspath(a.results)
     os.chdir(ROOT)
@@ -1191,6 +1244,8 @@ def main():
     try:
         if "loads" in only:
             R["loads"] = bench_loads(exe, reps)
+        if "lookup" in only:
+            R["lookup"] = bench_lookup(exe, reps, tmp)
         sv = Serve(exe, os.path.join(tmp, "cache"))
         dn = Serve(os.path.abspath(a.dnnl)) if a.dnnl and os.path.exists(a.dnnl) else None
         if not dn:

@@ -28,6 +28,14 @@
  *       on that serves it. Prints one "rep ..." line per repetition, process wall times
  *       included (posix_spawn to waitpid).
  *
+ *   opjit_bench lookup DIR OP FILE REPS
+ *       The lookup of an op by name over a warm cache: REPS times, in a
+ *       fresh runtime each (search path DIR only, tiering off),
+ *       opjit_load_op(OP) timed; then, in another fresh runtime,
+ *       opjit_load_file(DIR/FILE), the same load without the lookup.
+ *       Prints "ok name_ms=.. path_ms=.. min_name_ms=.. min_path_ms=.."
+ *       (medians and minima) or "err MESSAGE".
+ *
  *   opjit_bench serve
  *       A coprocess answering one command per stdin line, so that bench.py
  *       can interleave repetitions of opjit and of torch in the same run:
@@ -899,6 +907,50 @@ static int cmd_serve(void)
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One timed load in a fresh runtime: by name (file NULL) or by path. */
+static double lookup_once(const char *dir, const char *op, const char *file)
+{
+    opjit_config cfg;
+    opjit_config_init(&cfg);
+    cfg.ops_path = dir;
+    cfg.tiering = 0;
+    opjit_runtime *rt = NULL;
+    if (opjit_create(&cfg, &rt) != OPJIT_OK)
+        return -1;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, file ? file : "");
+    double t0 = now_ms();
+    int rc = file ? opjit_load_file(rt, path, NULL, NULL) : opjit_load_op(rt, op, NULL);
+    double ms = now_ms() - t0;
+    if (rc)
+        printf("err %s\n", opjit_errmsg(rt));
+    opjit_destroy(rt);
+    return rc ? -1 : ms;
+}
+
+static int cmd_lookup(const char *dir, const char *op, const char *file, int reps)
+{
+    double name[256], path[256];
+    if (reps < 1 || reps > 256)
+        return 2;
+    unsetenv("OPJIT_OPS_PATH"); /* DIR only */
+    for (int i = 0; i < reps; i++)
+        if ((name[i] = lookup_once(dir, op, NULL)) < 0 ||
+            (path[i] = lookup_once(dir, op, file)) < 0)
+            return 1;
+    qsort(name, (size_t)reps, sizeof *name, cmp_double);
+    qsort(path, (size_t)reps, sizeof *path, cmp_double);
+    printf("ok name_ms=%.4f path_ms=%.4f min_name_ms=%.4f min_path_ms=%.4f\n", name[reps / 2],
+           path[reps / 2], name[0], path[0]);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     ssize_t n = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
@@ -915,10 +967,12 @@ int main(int argc, char **argv)
         return cmd_dlopen_once(argv[2]);
     if (argc >= 4 && !strcmp(argv[1], "loads"))
         return cmd_loads(argv[2], atoi(argv[3]), !(argc > 4 && !strcmp(argv[4], "nocc")));
+    if (argc == 6 && !strcmp(argv[1], "lookup"))
+        return cmd_lookup(argv[2], argv[3], argv[4], atoi(argv[5]));
     if (argc == 2 && !strcmp(argv[1], "serve"))
         return cmd_serve();
     fprintf(stderr,
             "usage: opjit_bench load-once SRC [wait] | cc-once SRC DIR | dlopen-once SO |\n"
-            "                   loads SRC REPS [nocc] | serve\n");
+            "                   loads SRC REPS [nocc] | lookup DIR OP FILE REPS | serve\n");
     return 2;
 }

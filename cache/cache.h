@@ -129,9 +129,11 @@ void cache_private_rmdir(const char *path, const char *const *files);
 
 /* ---- notes and index entries (cache_note.c) ---------------------------- */
 
-/* A small text value (at most 4 KiB) kept as the one artifact name of the
- * entry of req: put publishes it (first writer wins, like any entry), get
- * gives a malloc'd copy or OPJIT_ENOTFOUND. Never builds anything else. */
+#define CACHE_NOTE_MAX (64 * 1024)
+/* A small text value (at most CACHE_NOTE_MAX bytes) kept as the one
+ * artifact name of the entry of req: put publishes it (first writer wins,
+ * like any entry), get gives a malloc'd copy or OPJIT_ENOTFOUND. Never
+ * builds anything else. */
 int cache_note_put(cache *c, const cache_request *req, const char *name, const char *text);
 int cache_note_get(cache *c, const cache_request *req, const char *name, char **text);
 /* Index entries: the entry of index names target's key, so an entry can be

@@ -19,8 +19,6 @@
 #include "opjit.h"
 #include "cache/cache_int.h"
 
-#define CACHE_NOTE_MAX 4096
-
 typedef struct cache_note {
     const char *name, *text;
 } cache_note;

@@ -107,6 +107,35 @@ typedef void *(*opjit_alloc_fn)(void *ud, void *ptr, size_t osize, size_t nsize)
 typedef void (*opjit_task_fn)(void *arg, int task);
 typedef int (*opjit_pool_fn)(void *pool_ud, int ntasks, opjit_task_fn task, void *arg);
 
+/* What the watcher (opjit_config.watch) saw and did: one event per source
+ * and burst of changes. */
+enum {
+    OPJIT_WATCH_RELOADED = 0, /* a loaded source or one of its local headers
+                               * changed: its new kernels serve calls */
+    OPJIT_WATCH_FAILED = 1,   /* it changed and did not compile or load: the
+                               * old kernels keep serving; message says why
+                               * (a compile error with file:line) */
+    OPJIT_WATCH_REMOVED = 2,  /* a loaded source was deleted: its kernels
+                               * left the dispatch table */
+    OPJIT_WATCH_ADDED = 3     /* a source on the search path that is not
+                               * loaded was created or changed: it was
+                               * indexed, and is loadable by name */
+};
+
+typedef struct opjit_watch_event {
+    int kind;            /* OPJIT_WATCH_* */
+    const char *path;    /* the source */
+    int status;          /* OPJIT_OK, or for FAILED why */
+    const char *message; /* FAILED: the error; else "" */
+    double ms;           /* RELOADED: from the change seen to the new code
+                          * callable (compile included) */
+} opjit_watch_event;
+
+/* Called on the watcher's thread, with no lock held: it may call the API
+ * (load a source it was told was added, say). Strings live during the
+ * call only. */
+typedef void (*opjit_watch_fn)(void *ud, const opjit_watch_event *ev);
+
 typedef struct opjit_config {
     /* Colon-separated directories searched for op sources, before
      * $OPJIT_OPS_PATH. NULL: only the environment. */
@@ -155,6 +184,21 @@ typedef struct opjit_config {
      * the runtime's. Its width is num_threads as above. */
     opjit_pool_fn pool;
     void *pool_ud;
+    /* Watch the sources: 1 on, 0 off, -1 from $OPJIT_WATCH (default off).
+     * On, a thread of the runtime watches the directories of the search
+     * path and of the loaded sources and their local headers (inotify).
+     * When a loaded source or one of its headers changes it is recompiled
+     * and its kernels swapped in (calls already running finish on the old
+     * code); a burst of writes (an editor saving in several steps) makes
+     * one rebuild, about 25 ms after the last write. A broken edit keeps
+     * the old kernels and reports the error (log callback, watch_fn). A new
+     * source on the search path is indexed: loadable by name. A deleted
+     * loaded source is unloaded. opjit_destroy stops the thread. With
+     * watch 1 and no inotify, opjit_create fails with OPJIT_EIO (from
+     * $OPJIT_WATCH: a warning, and no watching). */
+    int watch;
+    opjit_watch_fn watch_fn; /* each event, or NULL (the log has them too) */
+    void *watch_ud;
 } opjit_config;
 
 /* Fill cfg with defaults (everything from the environment). */
@@ -181,10 +225,20 @@ const char *opjit_errmsg(const opjit_runtime *rt);
 /* Load an operator. spec is a path to a source ("ops-src/nms.c",
  * "/x/nms.cu"; anything with a '/' or a source suffix) or a name ("nms")
  * looked up on the search path, which loads every source of that name
- * usable on this machine. Compiles on a cache miss, runs the module's
- * OPJIT_MODULE init and registers its kernels. *op (may be NULL) receives
- * the op named after the file, owned by rt. Loading a source already
- * loaded and unchanged is a no-op; a changed source is reloaded. */
+ * usable on this machine. A name no source file is named after is looked
+ * up among the ops the modules on the search path register ("rmsnorm" in
+ * llama_ops.c), through an index kept in the cache: each source is indexed
+ * once per version, its init run in a child process with a time limit (as
+ * opjit_discover does), and a warm lookup compiles nothing. The first
+ * directory with a module registering the op wins; two modules of one
+ * directory registering it is OPJIT_EINVAL, the message naming both.
+ * "module::op" loads the sources of module (module.c, module.cu) and hands
+ * back its op op (OPJIT_ENOTFOUND when it registers none). Compiles on a
+ * cache miss, runs the module's OPJIT_MODULE init and registers its
+ * kernels. *op (may be NULL) receives, owned by rt, the op asked for
+ * (loading by path or by file name: the op named after the file). Loading
+ * a source already loaded and unchanged is a no-op; a changed source is
+ * reloaded. */
 int opjit_load_op(opjit_runtime *rt, const char *spec, opjit_op **op);
 
 /* Unload what was loaded from a source path ("ops-src/nms.c"), or every

@@ -24,6 +24,11 @@ int opjit_create(const opjit_config *cfg, opjit_runtime **out)
         runtime_free(rt);
         return rc;
     }
+    if ((rc = watch_start(rt->loader, cfg))) {
+        loader_destroy(rt->loader);
+        runtime_free(rt);
+        return rc;
+    }
     *out = rt;
     return OPJIT_OK;
 }
@@ -32,6 +37,8 @@ void opjit_destroy(opjit_runtime *rt)
 {
     if (!rt)
         return;
+    watch_stop(rt->loader); /* first: it loads into the loader */
+    index_free(rt->loader);
     loader_destroy(rt->loader); /* first: its tier worker publishes into rt */
     runtime_free(rt);
 }

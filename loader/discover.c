@@ -305,6 +305,14 @@ static int discover_report(loader *l, const char *path, long timeout_ms,
     return stop;
 }
 
+int loader_discover_one(loader *l, const char *path,
+                        int (*fn)(void *ud, const opjit_source_ops *src), void *ud)
+{
+    int first_error = 0;
+    discover_report(l, path, discover_timeout_ms(l->rt), fn, ud, &first_error);
+    return first_error;
+}
+
 /* ---- the search path --------------------------------------------------------- */
 
 /* Which directory each op name was first found in: a later directory's

@@ -54,6 +54,8 @@ typedef struct loader {
     /* What a discovery child needs to open the same caches. */
     char *cfg_cache_dir, *cfg_readonly;
     int cfg_offline, cfg_no_cache;
+    struct op_index *index; /* which ops each source defines (loader/index.c) */
+    struct watcher *watch;  /* cfg.watch: the search path watched (loader/watch.c) */
 } loader;
 
 /* What went into a key, readable: "name value" lines (a file's value is
@@ -100,6 +102,11 @@ void source_free(source *s);
  * read when the load began. The caller adds compiler, options and target,
  * then finishes it. NULL when out of memory. */
 cache_keygen *source_keygen(const source *s);
+/* Add the op header this library was built with to a key. */
+void loader_add_op_header(cache_keygen *g);
+/* fn(ud, realpath) for each local header of s as on disk now (the ones
+ * its digest hashes), each once. */
+void source_each_header(const source *s, void (*fn)(void *ud, const char *real), void *ud);
 /* Whether the local headers on disk still hash to s->digest. Build
  * callbacks check it after compiling, so an artifact is never published
  * under the key of headers it was not built from. */
@@ -112,10 +119,10 @@ int load_module(loader *l, const source *s, const char *so, const char *tier, mo
  * owns it. */
 int loader_publish_module(loader *l, const source *s, const char *so, const char *tier,
                           char *opname, size_t opname_len, struct cuda_module *cm);
-/* Forget the source at real: its next load compiles or hits the cache
- * again instead of being a no-op. */
-void loader_forget_loaded(loader *l, const char *real);
 loaded *loader_find_loaded(loader *l, const char *real);
+/* Forget the source at real (its kernels unpublished): the next load of it
+ * compiles or hits the cache again. Loader lock held. */
+void loader_forget(loader *l, const char *real);
 /* A config for a runtime of its own over the same caches as l (discovery's
  * children, warming): the defaults plus l's cache directories, offline and
  * no_cache settings and CUDA architectures. */
@@ -132,6 +139,36 @@ int loader_is_path_spec(const char *spec);
  * not a source (no .c/.cu suffix, or a hidden file). */
 size_t loader_source_stem(const char *file);
 double loader_now_ms(void);
+
+/* ---- discovery (loader/discover.c) --------------------------------------- */
+
+/* What the one source at path registers, found as opjit_discover finds it
+ * (in a child process with a time limit): fn is called once with it.
+ * Returns OPJIT_OK when it was listed (or skipped: a .cu CUDA cannot run
+ * here), else its status. */
+int loader_discover_one(loader *l, const char *path,
+                        int (*fn)(void *ud, const opjit_source_ops *src), void *ud);
+
+/* ---- the op index (loader/index.c) ---------------------------------------- */
+
+/* Call fn for each source of the module that registers op (an op no file
+ * is named after), found through the index of the search path: the first
+ * directory with a module registering op decides. OPJIT_ENOTFOUND when no
+ * module does, OPJIT_EINVAL when two of one directory do (the message
+ * names both), each with a message. */
+int index_each_source(loader *l, const char *op, int (*fn)(void *ud, const char *path),
+                      void *ud);
+/* Index the source at path now (a new or edited source the watcher saw). */
+int index_source(loader *l, const char *path);
+/* Forget what the index keeps in memory (opjit_destroy). */
+void index_free(loader *l);
+
+/* ---- the watcher (loader/watch.c) ----------------------------------------- */
+
+/* cfg->watch (-1: $OPJIT_WATCH): start the thread watching the sources. */
+int watch_start(loader *l, const opjit_config *cfg);
+/* Stop it and wait for it (opjit_destroy, before anything else goes). */
+void watch_stop(loader *l);
 
 /* ---- the pipeline (loader/pipeline.c) ---------------------------------- */
 

@@ -127,7 +127,7 @@ int loader_publish_module(loader *l, const source *s, const char *so, const char
 
 /* Forget the source at real: the next load of it compiles or hits the
  * cache again instead of being a no-op. */
-void loader_forget_loaded(loader *l, const char *real)
+void loader_forget(loader *l, const char *real)
 {
     for (loaded **pe = &l->loaded; *pe; pe = &(*pe)->next)
         if (!strcmp((*pe)->path, real)) {

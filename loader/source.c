@@ -322,6 +322,23 @@ static void source_digest(const source *s, cache_key *out, char **bad_header, re
     cache_keygen_finish(g, out);
 }
 
+void loader_add_op_header(cache_keygen *g)
+{
+    cache_keygen_add(g, "opjit_op.h", opjit_op_h_text, sizeof opjit_op_h_text);
+}
+
+void source_each_header(const source *s, void (*fn)(void *ud, const char *real), void *ud)
+{
+    header_set hs = {0};
+    add_local_headers(NULL, s->dir, s->dir, s->text, "", &hs, 0); /* NULL: no hashing */
+    for (int i = 0; i < hs.n; i++) {
+        fn(ud, hs.real[i]);
+        free(hs.real[i]);
+    }
+    free(hs.real);
+    free(hs.bad);
+}
+
 cache_keygen *source_keygen(const source *s)
 {
     static const unsigned char zero[sizeof s->digest.bytes];

@@ -14,6 +14,7 @@ void opjit_config_init(opjit_config *cfg)
     memset(cfg, 0, sizeof *cfg);
     cfg->offline = -1;
     cfg->tiering = -1;
+    cfg->watch = -1;
     cfg->verbosity = OPJIT_LOG_WARN;
 }
 

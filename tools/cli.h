@@ -30,6 +30,7 @@ int cmd_call(int argc, char **argv);  /* tools/cmd_call.c */
 int cmd_warm(int argc, char **argv);  /* tools/cmd_warm.c */
 int cmd_cache(int argc, char **argv); /* tools/cmd_cache.c */
 int cmd_cache_why(int argc, char **argv); /* tools/cmd_why.c */
+int cmd_watch(int argc, char **argv); /* tools/cmd_watch.c */
 
 /* ---- shared helpers (tools/cli.c) ---- */
 

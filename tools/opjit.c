@@ -27,6 +27,7 @@ static const cli_command cli_commands[] = {
     {"call", cmd_call, "call an operator on .npy tensors and numbers"},
     {"warm", cmd_warm, "compile operators into the cache ahead of time"},
     {"cache", cmd_cache, "list, verify, prune and clear the cache"},
+    {"watch", cmd_watch, "load the sources and reload them as they are edited"},
     {NULL, NULL, NULL},
 };
 
