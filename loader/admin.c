@@ -216,7 +216,7 @@ static void admin_warm_one(admin_warm *w, const char *path, opjit_warm_event *ev
     admin_warm_config(w, &cfg);
     memset(&info, 0, sizeof info);
     double t0 = loader_now_ms();
-    int s = opjit_create(&cfg, &child);
+    int s = loader_runtime_new(&cfg, &child);
     if (!s)
         s = opjit_load_file(child, path, NULL, &info);
     if (!s && w->opts->opt)
@@ -230,7 +230,7 @@ static void admin_warm_one(admin_warm *w, const char *path, opjit_warm_event *ev
         ev->result = OPJIT_WARM_FAILED;
     else
         ev->result = info.cache_hit ? OPJIT_WARM_HIT : OPJIT_WARM_COMPILED;
-    opjit_destroy(child);
+    loader_runtime_free(child);
 }
 
 /* Warm every source in w->files, reporting each before and after. */

@@ -17,16 +17,11 @@ int opjit_create(const opjit_config *cfg, opjit_runtime **out)
         cfg = &defaults;
     }
     opjit_runtime *rt;
-    int rc = runtime_new(cfg, &rt);
+    int rc = loader_runtime_new(cfg, &rt);
     if (rc)
         return rc;
-    if ((rc = loader_create(rt, cfg, &rt->loader))) {
-        runtime_free(rt);
-        return rc;
-    }
     if ((rc = watch_start(rt->loader, cfg))) {
-        loader_destroy(rt->loader);
-        runtime_free(rt);
+        loader_runtime_free(rt);
         return rc;
     }
     *out = rt;
@@ -39,6 +34,5 @@ void opjit_destroy(opjit_runtime *rt)
         return;
     watch_stop(rt->loader); /* first: it loads into the loader */
     index_free(rt->loader);
-    loader_destroy(rt->loader); /* first: its tier worker publishes into rt */
-    runtime_free(rt);
+    loader_runtime_free(rt);
 }

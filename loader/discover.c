@@ -81,7 +81,7 @@ static void child_main(loader *parent, const char *path, int device, int fd)
     opjit_config cfg;
     loader_same_caches(parent, &cfg);
     opjit_runtime *rt = NULL;
-    int rc = opjit_create(&cfg, &rt);
+    int rc = loader_runtime_new(&cfg, &rt);
     if (rc == OPJIT_OK) {
         tier_never_build(rt->loader);
         rc = opjit_load_file(rt, path, NULL, NULL);
@@ -98,7 +98,7 @@ static void child_main(loader *parent, const char *path, int device, int fd)
     }
     fputs("end\n", out);
     int bad = fflush(out) != 0;
-    opjit_destroy(rt); /* removes its private scratch directory */
+    loader_runtime_free(rt); /* removes its private scratch directory */
     _exit(bad ? 121 : 0);
 }
 

@@ -89,6 +89,13 @@ typedef struct source {
  * not a regular file). */
 char *loader_read_file(const char *path, size_t *len);
 
+/* Load the source at path (the loader's lock held): read it, pick the
+ * compilers, publish the module. */
+int loader_load_locked(loader *l, const char *path, opjit_op **op, opjit_load_info *info);
+/* A runtime with a loader and nothing else (no watcher): what discovery's
+ * children and warming load by path with. */
+int loader_runtime_new(const opjit_config *cfg, opjit_runtime **out);
+void loader_runtime_free(opjit_runtime *rt);
 /* The loader of rt, built from cfg (opjit_create), and its end. */
 int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **out);
 void loader_destroy(struct loader *l);

@@ -382,3 +382,30 @@ size_t loader_source_stem(const char *file)
 }
 
 int loader_is_cuda_source(const char *path) { return has_suffix(path, ".cu"); }
+
+int loader_each_source(opjit_runtime *rt, const char *name,
+                       int (*fn)(void *ud, const char *path), void *ud)
+{
+    loader *l = rt->loader;
+    const char *p = l->ops_path;
+    while (*p) {
+        const char *e = strchr(p, ':');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (n) {
+            char path[PATH_MAX];
+            static const char *const suffixes[] = {".c", ".cu"};
+            for (int i = 0; i < 2; i++) {
+                /* A truncated path is another file (".cu" cut to ".c"). */
+                if ((size_t)snprintf(path, sizeof path, "%.*s/%s%s", (int)n, p, name,
+                                     suffixes[i]) < sizeof path &&
+                    access(path, R_OK) == 0) {
+                    int rc = fn(ud, path);
+                    if (rc)
+                        return rc;
+                }
+            }
+        }
+        p += n + (e ? 1 : 0);
+    }
+    return 0;
+}
