@@ -26,7 +26,7 @@ interpreters against load_inline) come from bench/py_bench.py.
 
 usage: bench/bench.py --bin build/bench/opjit_bench [--dnnl build/bench/dnnl_anchor]
                       [--quick] [--reps N] [--threads 1,N]
-                      [--only loads,call,nms,conv2d,mm,python,lookup [--merge]] [--results DIR]
+                      [--only loads,cli,call,nms,conv2d,mm,python,lookup [--merge]] [--results DIR]
 
 --merge keeps the sections not named by --only from the existing
 latest.json (for rerunning one section on a busy machine).
@@ -655,6 +655,7 @@ def build_rows(R):
                      fms(nms["opthit_ms"]), "dlopen + dlsym of the cc-built .so: " + fms(nms.get("dlopen_ms")),
                      "%.1fx time" % (nms["opthit_ms"] / nms["dlopen_ms"]) if nms.get("dlopen_ms") else "n/a",
                      "<= 1 ms", yesno(nms["opthit_ms"] <= 1.0)))
+    rows += cli_rows(R)
     rows += lookup_rows(R)
     co = R.get("call_overhead", {})
     if "overhead_opt_ns" in co:
@@ -1187,9 +1188,82 @@ def lookup_rows(R):
              fms(lk["cold_index_ms"]), "-", "-", "report", "-")]
 
 
+# ---- a cold `opjit load` as a whole process (the optimizer detached) ----------
+
+def bench_cli_cold(reps, tmp):
+    """Spawn to exit: `build/opjit load ops-src/nms.c` on an empty cache with
+    tiering on (the optimizing compile goes to a detached helper), against
+    `cc -O2 -shared` of the same file; alternated. Then, untimed, the
+    helper's code must reach the cache, and the next `opjit load` must be
+    served by it."""
+    cli = os.path.join(ROOT, "build", "opjit")
+    if not os.path.exists(cli):
+        return {"error": "build/opjit missing"}
+    src = "ops-src/nms.c"
+    cc = ["cc", "-O2", "-shared", "-fPIC", "-I", "include", "-I", "/usr/include/x86_64-linux-gnu",
+          "-o", os.path.join(tmp, "cli-cc.so"), src, "-lopenblas", "-lm"]
+    res = {"cold_ms_all": [], "cc_ms_all": [], "next_tier": [], "opt_after_ms_all": []}
+    for r in range(reps + 1):
+        cache = os.path.join(tmp, "cli-cache-%d" % r)
+        env = dict(os.environ, OPJIT_CACHE_DIR=cache)
+        env.pop("OPJIT_TIERING", None)
+        t0 = time.perf_counter()
+        p = subprocess.run([cli, "-q", "load", src], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=600)
+        cold = (time.perf_counter() - t0) * 1e3
+        if p.returncode != 0 or "[tcc]" not in p.stdout:
+            return {"error": ("opjit load: %s %s" % (p.stdout, p.stderr)).strip()[:200]}
+        t1 = time.perf_counter()
+        while time.perf_counter() - t1 < 120:  # the helper publishes after the process exited
+            ls = subprocess.run([cli, "cache", "ls"], cwd=ROOT, env=env, capture_output=True,
+                                text=True)
+            tiers = [l.split()[4:5] for l in ls.stdout.splitlines()[1:]]
+            if tiers.count(["opt"]) == 1 and tiers.count(["opt-index"]) == 2:
+                break  # the entry and its two index entries (by this cc, by none)
+            time.sleep(0.02)
+        opt_after = (time.perf_counter() - t1) * 1e3
+        n = subprocess.run([cli, "-q", "load", src], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=600)
+        t2 = time.perf_counter()
+        c = subprocess.run(cc, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        cc_ms = (time.perf_counter() - t2) * 1e3
+        if c.returncode != 0:
+            return {"error": ("cc: " + c.stderr).strip()[:200]}
+        if r == 0:
+            continue  # the first round warms the page cache
+        res["cold_ms_all"].append(cold)
+        res["cc_ms_all"].append(cc_ms)
+        res["opt_after_ms_all"].append(opt_after)
+        res["next_tier"].append("opt" if "[opt]" in n.stdout else "tcc")
+    res["cold_ms"] = median(res["cold_ms_all"])
+    res["cc_ms"] = median(res["cc_ms_all"])
+    res["opt_after_ms"] = median(res["opt_after_ms_all"])
+    res["speedup"] = median([c / o for c, o in zip(res["cc_ms_all"], res["cold_ms_all"])])
+    return res
+
+
+def cli_rows(R):
+    cl = R.get("cli")
+    if not cl:
+        return []
+    metric = ("cold `opjit load ops-src/nms.c`, whole process (spawn to exit), empty cache, "
+              "tiering on (the optimizing compile detached)")
+    if "error" in cl:
+        return [(metric, "n/a", "n/a", "n/a", ">= 20x faster", "n/a (%s)" % cl["error"])]
+    tiers = sorted(set(cl["next_tier"]))
+    return [(metric, fms(cl["cold_ms"]), "`cc -O2 -shared` of nms.c, whole process: " +
+             fms(cl["cc_ms"]), "%.1fx faster" % cl["speedup"], ">= 20x faster",
+             yesno(cl["speedup"] >= 20)),
+            ("  the next process: served by the optimized code the helper left (tier %s); "
+             "the helper's code reached the cache %s after the first process exited"
+             % (",".join(tiers), fms(cl["opt_after_ms"])), "-", "-", "-", "next tier opt",
+             yesno(tiers == ["opt"]))]
+
+
 # What each --only section writes into the results.
 SECTION_KEYS = {"loads": ["loads", "ran_loads"], "call": ["call_overhead"], "nms": ["nms"],
-                "conv2d": ["conv2d"], "mm": ["mm"], "python": ["python"], "lookup": ["lookup"]}
+                "conv2d": ["conv2d"], "mm": ["mm"], "python": ["python"], "lookup": ["lookup"],
+                "cli": ["cli"]}
 
 
 def merged_results(path, fresh, only):
@@ -1218,7 +1292,8 @@ def main():
     ap.add_argument("--threads", default="", help="thread counts, e.g. 1,2 (default 1 and the CPUs)")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="3 repetitions (to try the harness)")
-    ap.add_argument("--only", default="", help="comma list: loads,call,nms,conv2d,mm,python,lookup")
+    ap.add_argument("--only", default="",
+                    help="comma list: loads,cli,call,nms,conv2d,mm,python,lookup")
     ap.add_argument("--merge", action="store_true",
                     help="rerun only the --only sections and keep the others of the existing "
                          "latest.json")
@@ -1229,8 +1304,8 @@ def main():
     if a.threads:
         THREADS = sorted({int(x) for x in a.threads.split(",")})
     reps = 3 if a.quick else a.reps
-    only = set(a.only.split(",")) if a.only else {"loads", "call", "nms", "conv2d", "mm", "python",
-                                                  "lookup"}
+    only = set(a.only.split(",")) if a.only else {"loads", "cli", "call", "nms", "conv2d", "mm",
+                                                  "python", "lookup"}
     exe = os.path.abspath(a.bin)
     out_dir = os.path.abspath(a.results)
     os.chdir(ROOT)
@@ -1246,6 +1321,9 @@ def main():
             R["loads"] = bench_loads(exe, reps)
         if "lookup" in only:
             R["lookup"] = bench_lookup(exe, reps, tmp)
+        if "cli" in only:
+            log("cli: cold opjit load vs cc -O2 -shared, whole processes (%d reps)" % reps)
+            R["cli"] = bench_cli_cold(reps, tmp)
         sv = Serve(exe, os.path.join(tmp, "cache"))
         dn = Serve(os.path.abspath(a.dnnl)) if a.dnnl and os.path.exists(a.dnnl) else None
         if not dn:

@@ -51,6 +51,7 @@ struct tier_state {
     tier_job *jobs, *jobs_tail; /* queued, not yet handed to a helper */
     int busy;                   /* a batch is out with a helper */
     atomic_int stop;
+    int wake[2]; /* a pipe: tier_destroy writes to it to wake the worker's poll */
     int started;
     int first_error;
     char first_msg[1024]; /* its message, for opjit_wait */
@@ -183,19 +184,19 @@ static int helper_spawn(loader *l, tier_job *batch, char *err, size_t n)
 
 /* ---- the worker thread -------------------------------------------------------- */
 
-/* Read n bytes, polling so that tier_destroy is never kept waiting.
- * 0, or -1 at the end of the pipe or on stop. */
+/* Read n bytes, or give up at once when tier_destroy wakes us. 0, or -1
+ * at the end of the pipe or on stop. */
 static int read_full(tier_state *t, int fd, void *buf, size_t n)
 {
     char *p = buf;
     while (n) {
         if (atomic_load(&t->stop))
             return -1;
-        struct pollfd pfd = {fd, POLLIN, 0};
-        int r = poll(&pfd, 1, 50);
+        struct pollfd pfd[2] = {{fd, POLLIN, 0}, {t->wake[0], POLLIN, 0}};
+        int r = poll(pfd, 2, -1);
         if (r < 0 && errno != EINTR)
             return -1;
-        if (r <= 0)
+        if (r <= 0 || !(pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
             continue;
         ssize_t got = read(fd, p, n);
         if (got < 0 && errno == EINTR)
@@ -419,6 +420,10 @@ int tier_create(loader *l, const opjit_config *cfg)
     tier_state *t = calloc(1, sizeof *t);
     if (!t)
         return OPJIT_ENOMEM;
+    if (pipe2(t->wake, O_CLOEXEC)) {
+        free(t);
+        return OPJIT_EIO;
+    }
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->cond, NULL);
     int want = cfg->tiering;
@@ -456,8 +461,12 @@ void tier_destroy(loader *l)
     atomic_store(&t->stop, 1);
     pthread_cond_broadcast(&t->cond);
     pthread_mutex_unlock(&t->lock);
+    ssize_t w = write(t->wake[1], "", 1); /* a worker in poll returns now */
+    (void)w;
     if (t->started)
         pthread_join(t->worker, NULL);
+    close(t->wake[0]);
+    close(t->wake[1]);
     jobs_free(t->jobs);
     pthread_mutex_destroy(&t->lock);
     pthread_cond_destroy(&t->cond);
