@@ -199,6 +199,7 @@ static void admin_warm_config(const admin_warm *w, opjit_config *cfg)
     cfg->cc = w->opts->cc;
     cfg->cuda_archs = w->opts->cuda_archs && *w->opts->cuda_archs ? w->opts->cuda_archs
                                                                    : l->cuda_archs;
+    cfg->remote_push = w->opts->remote == 1;
 }
 
 static int admin_is_cu(const char *path)
@@ -275,6 +276,11 @@ int opjit_warm(opjit_runtime *rt, const opjit_warm_options *opts,
         return rt_error(rt, OPJIT_ENOMEM, "opjit_warm: out of memory");
     const char *env = getenv("OPJIT_CUDA_ARCHS");
     const char *own = rt->loader->cuda_archs;
+    if (opts->remote && !cache_remote_enabled(admin_cache(rt))) {
+        free(w);
+        return rt_error(rt, OPJIT_EINVAL, "opjit_warm: no remote cache in use (set "
+                        "OPJIT_REMOTE_CACHE and a fleet key; see the warnings)");
+    }
     *w = (admin_warm){.rt = rt, .opts = opts, .fn = fn, .ud = ud};
     w->cuda_wanted = (opts->cuda_archs && *opts->cuda_archs) || (own && *own) || (env && *env);
     double t0 = loader_now_ms();
@@ -347,6 +353,32 @@ int opjit_cache_info_get(opjit_runtime *rt, opjit_cache_info *info)
     info->readonly_entries = t.ro_entries;
     info->readonly_bytes = t.ro_bytes;
     info->tmp_dirs = t.tmp_dirs;
+    return OPJIT_OK;
+}
+
+int opjit_cache_remote_list(opjit_runtime *rt, int (*fn)(void *ud, const opjit_cache_entry *e),
+                            void *ud)
+{
+    if (!rt || !fn)
+        return rt_error(rt, OPJIT_EINVAL, "opjit_cache_remote_list: NULL argument");
+    admin_walk w = {fn, ud};
+    char err[1024];
+    int rc = cache_remote_foreach(admin_cache(rt), admin_entry, &w, err, sizeof err);
+    return rc ? rt_error(rt, rc, "%s", err) : OPJIT_OK;
+}
+
+int opjit_cache_remote_info_get(opjit_runtime *rt, opjit_cache_remote_info *info)
+{
+    if (!rt || !info)
+        return rt_error(rt, OPJIT_EINVAL, "opjit_cache_remote_info_get: NULL argument");
+    cache_remote_info r;
+    cache_remote_info_get(admin_cache(rt), &r);
+    *info = (opjit_cache_remote_info){
+        .url = r.url, .enabled = r.enabled, .readonly = r.readonly, .is_signed = r.is_signed,
+        .reachable = r.reachable, .entries = r.entries, .bytes = r.bytes,
+        .used_memory = r.used_memory, .maxmemory = r.maxmemory,
+    };
+    snprintf(info->policy, sizeof info->policy, "%s", r.policy);
     return OPJIT_OK;
 }
 

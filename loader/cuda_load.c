@@ -492,8 +492,8 @@ int cu_device_code(loader *l, const source *s, cuda_module **out, int *all_hit)
                           "cache)", s->path, nverr, arch);
             goto fail;
         }
-        if (!hit)
-            *all_hit = 0;
+        if (!hit || (*all_hit && hit == CACHE_HIT_REMOTE))
+            *all_hit = hit; /* CACHE_BUILT, or remote where any came from there */
         const char *path = cache_entry_path(entry, artifact);
         size_t size = 0;
         char *data = path ? loader_read_file(path, &size) : NULL;

@@ -98,6 +98,11 @@ int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **ou
         .disabled = cfg->no_cache,
         .log = cache_log,
         .log_ud = rt,
+        .remote_url = cfg->remote_cache,
+        .remote_key_file = cfg->remote_key_file,
+        .remote_connect_timeout_ms = cfg->remote_connect_timeout_ms,
+        .remote_timeout_ms = cfg->remote_timeout_ms,
+        .remote_push = cfg->remote_push,
     };
     char err[1024];
     int rc = cache_open(&cc, &l->cache, err, sizeof err);
@@ -719,15 +724,17 @@ typedef struct load_job {
     char opname[OPJIT_NAME_MAX + 1];
 } load_job;
 
-/* Fill the timings and the outcome into info. */
+/* Fill the timings and the outcome into info; hit is a CACHE_* origin. */
 static void load_report(load_job *j, int hit, const char *tier, double t_fetch)
 {
+    static const char *const origins[] = {"compiled", "local", "remote"};
     opjit_load_info *info = j->info;
     double now = loader_now_ms();
     if (!info)
         return;
     info->key_ms = j->t_key - j->t0;
-    info->cache_hit = hit;
+    info->cache_hit = hit != CACHE_BUILT;
+    snprintf(info->origin, sizeof info->origin, "%s", origins[hit]);
     info->compile_ms = hit || t_fetch <= 0 ? 0 : t_fetch - j->t_key;
     info->load_ms = t_fetch > 0 ? now - t_fetch : 0;
     info->total_ms = now - j->t0;
@@ -742,6 +749,7 @@ static int load_optimized(load_job *j)
     if (tier_lookup(j->l, &j->src, &entry) != OPJIT_OK)
         return OPJIT_ENOTFOUND;
     double t_fetch = loader_now_ms();
+    int origin = cache_entry_origin(entry);
     int rc = publish_entry(j->l, &j->src, entry, "opt", &j->req.key, j->opname,
                            sizeof j->opname, NULL);
     cache_entry_release(entry);
@@ -750,7 +758,7 @@ static int load_optimized(load_job *j)
                "using libtcc", j->path, opjit_errmsg(j->l->rt));
         return rc;
     }
-    load_report(j, 1, "opt", t_fetch);
+    load_report(j, origin, "opt", t_fetch);
     rt_log(j->l->rt, OPJIT_LOG_INFO, "loaded %s (optimized tier from the cache, %.2f ms)",
            j->path, loader_now_ms() - j->t0);
     return OPJIT_OK;
@@ -785,9 +793,12 @@ static int load_compiled(load_job *j)
     if (rc)
         return rc;
     tier_schedule(l, &j->src, &j->req.key);
-    load_report(j, hit && dev_hit, tier, t_fetch);
+    int origin = !hit || !dev_hit ? CACHE_BUILT : hit > dev_hit ? hit : dev_hit;
+    load_report(j, origin, tier, t_fetch);
     rt_log(l->rt, OPJIT_LOG_INFO, "loaded %s (%s, %.2f ms)", j->path,
-           hit && dev_hit ? "cache hit" : "compiled", loader_now_ms() - j->t0);
+           origin == CACHE_BUILT ? "compiled" : origin == CACHE_HIT_REMOTE ? "remote hit"
+                                                                         : "cache hit",
+           loader_now_ms() - j->t0);
     return OPJIT_OK;
 }
 
