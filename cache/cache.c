@@ -698,7 +698,7 @@ static int cache_publish(cache *c, const cache_request *req, const char *tmp, co
     if (rc != OPJIT_OK)
         return rc;
 
-    int e = cache_install_dir(c, req->key.hex, tmp, dir);
+    int e = cache_install_dir(c, req->key.hex, tmp, dir, 1);
     if (e == EPERM)
         return cache_errf(err, errlen, OPJIT_ECACHE, "cache: the shard of %s is not trusted", dir);
     if (e)
@@ -706,7 +706,7 @@ static int cache_publish(cache *c, const cache_request *req, const char *tmp, co
     return OPJIT_OK;
 }
 
-int cache_install_dir(cache *c, const char *hex, const char *tmp, const char *dir)
+int cache_install_dir(cache *c, const char *hex, const char *tmp, const char *dir, int sync)
 {
     char shard[PATH_MAX];
     snprintf(shard, sizeof shard, "%s/%.2s", c->entries, hex);
@@ -720,7 +720,8 @@ int cache_install_dir(cache *c, const char *hex, const char *tmp, const char *di
     /* rename() of a directory is atomic: others see no entry or all of it. */
     if (rename(tmp, dir) != 0)
         return errno;
-    cache_fsync_path(shard, 1);
+    if (sync)
+        cache_fsync_path(shard, 1);
     return 0;
 }
 

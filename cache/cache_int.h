@@ -103,9 +103,10 @@ char *cache_path(const char *a, const char *b, const char *c);
 void cache_entry_dir_of(const char *entries, const char *hex, char *out, size_t outlen);
 int cache_is_hex(const char *s, size_t n);
 /* Rename the checked directory tmp (in tmp/) to the entry dir of hex,
- * making its shard directory. 0 or an errno (EEXIST, ENOTEMPTY: the entry
- * is there already; EPERM: the shard is not trusted). */
-int cache_install_dir(cache *c, const char *hex, const char *tmp, const char *dir);
+ * making its shard directory; sync: and flush the rename to disk. 0 or an
+ * errno (EEXIST, ENOTEMPTY: the entry is there already; EPERM: the shard
+ * is not trusted). */
+int cache_install_dir(cache *c, const char *hex, const char *tmp, const char *dir, int sync);
 
 /* cache_fs.c */
 int cache_mkdir_p(const char *path, char *why, size_t whylen);

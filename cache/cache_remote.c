@@ -23,8 +23,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sys/random.h>
+
 #include <hiredis/hiredis.h>
-#include <openssl/rand.h>
 
 #include "opjit.h"
 #include "cache/cache_int.h"
@@ -423,7 +424,9 @@ static int remote_install(cache *c, const char *hex, const char *rkey, const cha
         cache_manifest_free(&m);
     }
     if (rc == UNPACK_OK) {
-        int e = cache_install_dir(c, hex, tmp, dir);
+        /* Not synced: after a crash, a lost or torn entry is a miss or
+         * fails its checksums (then it is fetched again). */
+        int e = cache_install_dir(c, hex, tmp, dir, 0);
         if (e && e != EEXIST && e != ENOTEMPTY) {
             snprintf(why, whylen, "cannot install it: %s", strerror(e));
             rc = UNPACK_LOCAL;
@@ -503,7 +506,7 @@ static int remote_lock(cache *c, const cache_request *req, char token[REMOTE_TOK
     unsigned char rnd[8];
     char rhex[17];
     remote_rkey(rkey, sizeof rkey, REMOTE_LOCK_PREFIX, req->key.hex);
-    if (RAND_bytes(rnd, sizeof rnd) != 1)
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
         return -1;
     remote_hex(rnd, sizeof rnd, rhex);
     gethostname(host, sizeof host - 1);

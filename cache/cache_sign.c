@@ -1,6 +1,6 @@
 /*
  * cache/cache_sign.c - the fleet key and the signatures of remote entries:
- * HMAC-SHA256 (OpenSSL's libcrypto) over a domain tag, the Redis key the
+ * HMAC-SHA256 (SHA-256 from OpenSSL's libcrypto) over a domain tag, the Redis key the
  * value is stored under, and the value's body. Covering the Redis key means
  * a value copied under another key no longer verifies.
  */
@@ -12,10 +12,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <openssl/core_names.h>
+/* SHA256_Init and friends are deprecated in OpenSSL 3.0 in favour of
+ * EVP, which loads providers on first use; they are still there. */
+#define OPENSSL_API_COMPAT 10101
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/params.h>
+#include <openssl/sha.h>
 
 #include "cache/cache_int.h"
 #include "cache/cache_remote.h"
@@ -108,24 +109,32 @@ void sign_key_free(unsigned char *key, size_t len)
     free(key);
 }
 
+/* HMAC (RFC 2104) over SHA-256 from libcrypto's SHA256_* functions: they
+ * need none of OpenSSL's providers, whose first use costs milliseconds (a
+ * remote hit is meant to take about one). */
 int sign_compute(const unsigned char *key, size_t keylen, const char *rkey, const void *body,
                  size_t len, unsigned char mac[SIGN_MAC_LEN])
 {
-    EVP_MAC *alg = EVP_MAC_fetch(NULL, "HMAC", NULL);
-    EVP_MAC_CTX *ctx = alg ? EVP_MAC_CTX_new(alg) : NULL;
-    char digest[] = "SHA256";
-    OSSL_PARAM params[] = {
-        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
-        OSSL_PARAM_construct_end(),
-    };
-    size_t outlen = 0;
-    int ok = ctx && EVP_MAC_init(ctx, key, keylen, params) &&
-             EVP_MAC_update(ctx, (const unsigned char *)SIGN_DOMAIN, strlen(SIGN_DOMAIN)) &&
-             EVP_MAC_update(ctx, (const unsigned char *)rkey, strlen(rkey) + 1) &&
-             EVP_MAC_update(ctx, body, len) && EVP_MAC_final(ctx, mac, &outlen, SIGN_MAC_LEN) &&
-             outlen == SIGN_MAC_LEN;
-    EVP_MAC_CTX_free(ctx);
-    EVP_MAC_free(alg);
+    enum { BLOCK = 64 };
+    unsigned char k[BLOCK] = {0}, pad[BLOCK], inner[SHA256_DIGEST_LENGTH];
+    SHA256_CTX ctx;
+    if (keylen > BLOCK)
+        SHA256(key, keylen, k);
+    else
+        memcpy(k, key, keylen);
+    for (int i = 0; i < BLOCK; i++)
+        pad[i] = k[i] ^ 0x36;
+    int ok = SHA256_Init(&ctx) && SHA256_Update(&ctx, pad, BLOCK) &&
+             SHA256_Update(&ctx, SIGN_DOMAIN, strlen(SIGN_DOMAIN)) &&
+             SHA256_Update(&ctx, rkey, strlen(rkey) + 1) && SHA256_Update(&ctx, body, len) &&
+             SHA256_Final(inner, &ctx);
+    for (int i = 0; i < BLOCK; i++)
+        pad[i] = k[i] ^ 0x5c;
+    ok = ok && SHA256_Init(&ctx) && SHA256_Update(&ctx, pad, BLOCK) &&
+         SHA256_Update(&ctx, inner, sizeof inner) && SHA256_Final(mac, &ctx);
+    OPENSSL_cleanse(k, sizeof k);
+    OPENSSL_cleanse(pad, sizeof pad);
+    OPENSSL_cleanse(&ctx, sizeof ctx);
     return ok ? 0 : -1;
 }
 
