@@ -289,9 +289,10 @@ def dnnl_timer(dn, facts, key, *words):
 
 # ---- loads in fresh processes ------------------------------------------------
 
-def parse_rep(line):
+def parse_rep(line, skip=2):
+    """The k=v fields of a line, after its first skip words."""
     d = {}
-    for tok in line.split()[2:]:
+    for tok in line.split()[skip:]:
         k, v = tok.split("=", 1)
         try:
             d[k] = float(v)
@@ -1196,7 +1197,7 @@ def main():
         if "loads" in only:
             R["loads"] = bench_loads(exe, reps)
         if "remote" in only:
-            R["remote"] = remote_bench.bench(exe, ROOT, reps, log)
+            R["remote"] = remote_bench.bench(exe, ROOT, reps, log, parse_rep)
         sv = Serve(exe, os.path.join(tmp, "cache"))
         dn = Serve(os.path.abspath(a.dnnl)) if a.dnnl and os.path.exists(a.dnnl) else None
         if not dn:

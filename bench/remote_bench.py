@@ -51,18 +51,7 @@ class Redis:
         self.proc.wait()
 
 
-def parse_ok(line):
-    d = {}
-    for tok in line.split()[1:]:
-        k, v = tok.split("=", 1)
-        try:
-            d[k] = float(v)
-        except ValueError:
-            d[k] = v
-    return d
-
-
-def load_once(exe, root, src, env):
+def load_once(exe, root, src, env, parse):
     t0 = time.perf_counter()
     p = subprocess.run([exe, "load-once", src], cwd=root, env=env, capture_output=True,
                        text=True, timeout=600)
@@ -70,7 +59,7 @@ def load_once(exe, root, src, env):
     line = (p.stdout.strip().splitlines() or ["err no output"])[0]
     if not line.startswith("ok"):
         raise RuntimeError("%s: %s %s" % (src, line, p.stderr.strip()[-300:]))
-    d = parse_ok(line)
+    d = parse(line, 1)
     d["wall_ms"] = wall
     d["fetch_ms"] = d["load_ms"] - d["key_ms"] - d["dlopen_init_ms"] - d["compile_ms"]
     return d
@@ -86,7 +75,7 @@ def artifact_bytes(cache):
     return n
 
 
-def one_rep(exe, root, src, extra, base_env, tmp, r):
+def one_rep(exe, root, src, extra, base_env, tmp, r, parse):
     env = dict(base_env, **extra)
     out = {}
     for step, remote in (("cold", False), ("publish", True), ("remote", True), ("local", True)):
@@ -94,7 +83,7 @@ def one_rep(exe, root, src, extra, base_env, tmp, r):
         e = dict(env, OPJIT_CACHE_DIR=cache)
         if not remote:
             e["OPJIT_REMOTE_CACHE"] = ""
-        out[step] = load_once(exe, root, src, e)
+        out[step] = load_once(exe, root, src, e, parse)
         if step == "remote":
             out["bytes"] = artifact_bytes(cache)
     return out
@@ -106,7 +95,8 @@ def median(xs):
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
-def bench(exe, root, reps, log):
+def bench(exe, root, reps, log, parse):
+    """parse(line, skip): bench.py's parser of k=v fields."""
     if not shutil.which("redis-server"):
         return {"error": "redis-server is not installed (Debian package redis-server)"}
     tmp = tempfile.mkdtemp(prefix="opjit-remote-bench-")
@@ -127,7 +117,7 @@ def bench(exe, root, reps, log):
                 try:
                     for r in range(reps + 1):
                         srv.cli("FLUSHALL")
-                        rows.append(one_rep(exe, root, src, extra, base_env, tmp, r))
+                        rows.append(one_rep(exe, root, src, extra, base_env, tmp, r, parse))
                 except RuntimeError as e:
                     res[name] = {"error": str(e)[:300]}
                     continue

@@ -242,6 +242,10 @@ int cache_remote_info_get(cache *c, cache_remote_info *info);
 int cache_remote_foreach(cache *c, cache_entry_fn fn, void *ud, char *err, size_t errlen);
 /* 1 when the remote layer is in use. */
 int cache_remote_enabled(const cache *c);
+/* The remote's URL and key file as configured (NULL when none), so a
+ * runtime made for warming can open the same remote. */
+const char *cache_remote_url(const cache *c);
+const char *cache_remote_key_file(const cache *c);
 
 /* Parse a size: digits with an optional K, M, G or T suffix (powers of
  * 1024, optional "B"/"iB"). Returns 0 and *out, or -1. */

@@ -39,6 +39,7 @@
 
 struct cache_remote {
     redis_link *link;
+    char *key_file;     /* as configured, or NULL */
     unsigned char *key; /* the fleet key; NULL: unsigned mode */
     size_t keylen;
     int ro;             /* OPJIT_REMOTE_MODE=ro: never write */
@@ -72,6 +73,8 @@ static int remote_trust(cache *c, cache_remote *r, const cache_config *cfg, cons
     const char *trust = getenv("OPJIT_REMOTE_TRUST");
     char why[PATH_MAX + 128];
     if (file && *file) {
+        if (!(r->key_file = strdup(file)))
+            return -1;
         if (sign_key_load(file, c->euid, &r->key, &r->keylen, why, sizeof why) == 0)
             return 0;
         cache_logf(c, OPJIT_LOG_WARN, "cache: remote cache %s is not used: fleet key: %s", url,
@@ -133,6 +136,7 @@ void cache_remote_close(cache_remote *r)
     if (!r)
         return;
     redis_link_free(r->link);
+    free(r->key_file);
     sign_key_free(r->key, r->keylen);
     free(r);
 }
@@ -453,6 +457,12 @@ redisReply *cache_remote_cmd(cache *c, int argc, const char **argv, const size_t
 int cache_remote_readonly(const cache *c) { return c->remote && c->remote->ro; }
 int cache_remote_signed(const cache *c) { return c->remote && c->remote->key; }
 int cache_remote_enabled(const cache *c) { return c->remote != NULL; }
+
+const char *cache_remote_url(const cache *c) { return c->remote_url; }
+const char *cache_remote_key_file(const cache *c)
+{
+    return c->remote ? c->remote->key_file : NULL;
+}
 
 static redisReply *remote_cmd2(cache *c, const char *verb, const char *rkey)
 {

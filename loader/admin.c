@@ -200,6 +200,8 @@ static void admin_warm_config(const admin_warm *w, opjit_config *cfg)
     cfg->cuda_archs = w->opts->cuda_archs && *w->opts->cuda_archs ? w->opts->cuda_archs
                                                                    : l->cuda_archs;
     cfg->remote_push = w->opts->remote == 1;
+    cfg->remote_cache = cache_remote_url(admin_cache(w->rt));
+    cfg->remote_key_file = cache_remote_key_file(admin_cache(w->rt));
 }
 
 static int admin_is_cu(const char *path)
@@ -321,15 +323,23 @@ static int admin_entry(void *ud, const cache_entry_info *in)
     return w->fn ? w->fn(w->ud, &e) : 0;
 }
 
+/* opjit_cache_list (walk: cache_foreach) and opjit_cache_remote_list. */
+static int admin_list(opjit_runtime *rt, const char *name,
+                      int (*walk)(cache *, cache_entry_fn, void *, char *, size_t),
+                      int (*fn)(void *ud, const opjit_cache_entry *e), void *ud)
+{
+    if (!rt || !fn)
+        return rt_error(rt, OPJIT_EINVAL, "%s: NULL argument", name);
+    admin_walk w = {fn, ud};
+    char err[1024];
+    int rc = walk(admin_cache(rt), admin_entry, &w, err, sizeof err);
+    return rc ? rt_error(rt, rc, "%s", err) : OPJIT_OK;
+}
+
 int opjit_cache_list(opjit_runtime *rt, int (*fn)(void *ud, const opjit_cache_entry *e),
                      void *ud)
 {
-    if (!rt || !fn)
-        return rt_error(rt, OPJIT_EINVAL, "opjit_cache_list: NULL argument");
-    admin_walk w = {fn, ud};
-    char err[1024];
-    int rc = cache_foreach(admin_cache(rt), admin_entry, &w, err, sizeof err);
-    return rc ? rt_error(rt, rc, "%s", err) : OPJIT_OK;
+    return admin_list(rt, "opjit_cache_list", cache_foreach, fn, ud);
 }
 
 int opjit_cache_info_get(opjit_runtime *rt, opjit_cache_info *info)
@@ -359,12 +369,7 @@ int opjit_cache_info_get(opjit_runtime *rt, opjit_cache_info *info)
 int opjit_cache_remote_list(opjit_runtime *rt, int (*fn)(void *ud, const opjit_cache_entry *e),
                             void *ud)
 {
-    if (!rt || !fn)
-        return rt_error(rt, OPJIT_EINVAL, "opjit_cache_remote_list: NULL argument");
-    admin_walk w = {fn, ud};
-    char err[1024];
-    int rc = cache_remote_foreach(admin_cache(rt), admin_entry, &w, err, sizeof err);
-    return rc ? rt_error(rt, rc, "%s", err) : OPJIT_OK;
+    return admin_list(rt, "opjit_cache_remote_list", cache_remote_foreach, fn, ud);
 }
 
 int opjit_cache_remote_info_get(opjit_runtime *rt, opjit_cache_remote_info *info)
