@@ -344,17 +344,13 @@ int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen)
             }
         }
     }
-    if (!c->root) {
+    if (!c->root || cache_remote_open(c, cfg, &c->remote) != OPJIT_OK) {
         cache_close(c);
         return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
     }
     if (c->writable)
         cache_clean_tmp(c, NULL);
     cache_warn_layers(c);
-    if (cache_remote_open(c, cfg, &c->remote) != OPJIT_OK) {
-        cache_close(c);
-        return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
-    }
     *out = c;
     return OPJIT_OK;
 }

@@ -327,5 +327,8 @@ rejected unsigned
 put_value "$T/flipped.val"
 rejected "flipped, unsigned reader" OPJIT_REMOTE_KEY_FILE= OPJIT_REMOTE_TRUST=unsigned
 
+check "no sanitizer finding in the processes run in the background" \
+    bash -c "! grep -qE 'Sanitizer|runtime error:' '$T'/*.err"
+
 echo "test_remote: $passed passed, $failed failed"
 [[ $failed == 0 ]]
