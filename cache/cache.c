@@ -861,7 +861,9 @@ static int fetch_steps(fetch *f, cache_artifact **a, int *n, int *rc, char *err,
                  strerror(e));
         return FETCH_FALLBACK;
     }
-    if (cache_remote_fetch(f->c, f->req, f->dir, !f->c->offline, f->token) == REMOTE_GOT &&
+    /* A note is small and its builder knows it already: no fleet lock. */
+    int fleet = !f->c->offline && !f->req->note;
+    if (cache_remote_fetch(f->c, f->req, f->dir, fleet, f->token) == REMOTE_GOT &&
         (r = fetch_check(f, 0)) == CACHE_OK) {
         f->origin = CACHE_HIT_REMOTE;
         return FETCH_HIT;

@@ -444,6 +444,18 @@ static int remote_install(cache *c, const char *hex, const char *rkey, const cha
 
 /* ---- talking to the server ----------------------------------------------------- */
 
+static double remote_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int64_t remote_now_ms(void)
+{
+    return (int64_t)(remote_now_us() / 1e3);
+}
+
 static redisReply *remote_cmd(cache *c, int argc, const char **argv, const size_t *lens)
 {
     return redis_run(c, c->remote->link, argc, argv, lens);
@@ -484,15 +496,21 @@ static int remote_get(cache *c, const cache_request *req, const char *dir)
 {
     char rkey[64], why[PATH_MAX + 256];
     remote_rkey(rkey, sizeof rkey, REMOTE_PREFIX, req->key.hex);
+    double t0 = remote_now_us();
     redisReply *rep = remote_cmd2(c, "GET", rkey);
     if (!rep)
         return GET_DOWN;
     int rc = GET_MISS;
     if (rep->type == REDIS_REPLY_STRING) {
+        double t1 = remote_now_us();
         int u = remote_install(c, req->key.hex, rkey, rep->str, rep->len, dir, why, sizeof why);
-        if (u == UNPACK_OK)
+        if (u == UNPACK_OK) {
             rc = GET_HIT;
-        else if (u == UNPACK_BAD) {
+            cache_logf(c, OPJIT_LOG_DEBUG, "cache: remote hit %s: %zu bytes in %.3f ms (GET "
+                       "%.3f ms, verify and install %.3f ms)", req->key.hex, rep->len,
+                       (remote_now_us() - t0) / 1e3, (t1 - t0) / 1e3,
+                       (remote_now_us() - t1) / 1e3);
+        } else if (u == UNPACK_BAD) {
             cache_logf(c, OPJIT_LOG_WARN, "cache: remote entry %s (op %s, source %s) is rejected: "
                        "%s; %s", req->key.hex, req->op_name ? req->op_name : "?",
                        req->source_name ? req->source_name : "?", why,
@@ -547,12 +565,6 @@ void cache_remote_unlock(cache *c, const cache_request *req, const char *token)
         freeReplyObject(rep);
 }
 
-static int64_t remote_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void remote_sleep_ms(int ms)
 {
