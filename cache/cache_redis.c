@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,6 +178,33 @@ static redisContext *redis_connect(redis_link *r, char *why, size_t whylen)
     return ctx;
 }
 
+/* hiredis write()s: writing to a connection the server closed raises
+ * SIGPIPE, which would kill the host. It is blocked in this thread around
+ * our I/O, and one raised meanwhile is taken off before unblocking. */
+static int redis_sigpipe_block(sigset_t *old)
+{
+    sigset_t set, pending;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    sigpending(&pending);
+    pthread_sigmask(SIG_BLOCK, &set, old);
+    return sigismember(&pending, SIGPIPE) == 1; /* the host's own, left alone */
+}
+
+static void redis_sigpipe_restore(const sigset_t *old, int was_pending)
+{
+    sigset_t set, pending;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    sigpending(&pending);
+    if (!was_pending && sigismember(&pending, SIGPIPE) == 1) {
+        struct timespec zero = {0, 0};
+        while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR)
+            ;
+    }
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
 /* The command on a connection: reconnecting when there is none, and once
  * more when a connection kept from before turned out broken (not slow). */
 static redisReply *redis_try(redis_link *r, int argc, const char **argv, const size_t *lens,
@@ -216,7 +244,10 @@ redisReply *redis_run(const cache *c, redis_link *r, int argc, const char **argv
     redisReply *rep = NULL;
     if (r->down_until && now < r->down_until)
         goto out;
+    sigset_t old;
+    int pending = redis_sigpipe_block(&old);
     rep = redis_try(r, argc, argv, lens, why, sizeof why);
+    redis_sigpipe_restore(&old, pending);
     if (rep) {
         r->down_until = 0;
         r->warned = 0;

@@ -255,7 +255,11 @@ rcli CONFIG SET maxmemory 0 >/dev/null
 
 # Restarted empty while a process is connected: the next command reconnects
 # at once (no back-off), so the entry built after the restart is shared.
+# Its artifacts are large (8 MiB of data): storing one writes more than a
+# socket takes at once, and a write on a connection the server closed
+# must not kill the process with SIGPIPE.
 cold_source "$T/restart/restarted.c" restarted
+echo "char opjit_test_pad[8 << 20] = {1};" >>"$T/restart/restarted.c"
 touch "$T/cc.block"
 rm -f "$T/cc.pid"
 env OPJIT_CACHE_DIR="$T/restart-a" OPJIT_CC="$T/slowcc" "$CLI" load "$T/restart/restarted.c" \
