@@ -863,8 +863,8 @@ static int fetch_steps(fetch *f, cache_artifact **a, int *n, int *rc, char *err,
     }
     /* A note is small and its builder knows it already: no fleet lock. */
     int fleet = !f->c->offline && !f->req->note;
-    if (cache_remote_fetch(f->c, f->req, f->dir, fleet, f->token) == REMOTE_GOT &&
-        (r = fetch_check(f, 0)) == CACHE_OK) {
+    if (cache_remote_fetch(f->c, f->req, f->dir, fleet, &f->m, f->token) == REMOTE_GOT &&
+        (f->m.buf || (r = fetch_check(f, 0)) == CACHE_OK)) {
         f->origin = CACHE_HIT_REMOTE;
         return FETCH_HIT;
     }
@@ -979,7 +979,7 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *
     cache_artifact *a = NULL;
     /* A probe miss creates no lock file; it may find the entry remotely. */
     if (!build && lstat(f->dir, &st) != 0 &&
-        cache_remote_fetch(c, req, f->dir, 0, f->token) == REMOTE_GOT)
+        cache_remote_fetch(c, req, f->dir, 0, NULL, f->token) == REMOTE_GOT)
         f->origin = CACHE_HIT_REMOTE;
     if (!build && !f->origin && lstat(f->dir, &st) != 0)
         step = (rc = cache_probe_miss(req, err, errlen), FETCH_ERROR);

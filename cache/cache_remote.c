@@ -396,9 +396,12 @@ static int remote_unpack(const char *hex, const char *body, size_t blen, int dfd
 }
 
 /* Verify val (the value of rkey) and install it at dir: UNPACK_OK,
- * UNPACK_BAD (rejected: why) or UNPACK_LOCAL. */
+ * UNPACK_BAD (rejected: why) or UNPACK_LOCAL. keep (may be NULL) receives
+ * the manifest checked when this call installed the entry (else it stays
+ * empty, and the caller checks what is at dir). */
 static int remote_install(cache *c, const char *hex, const char *rkey, const char *val,
-                          size_t len, const char *dir, char *why, size_t whylen)
+                          size_t len, const char *dir, cache_manifest *keep, char *why,
+                          size_t whylen)
 {
     size_t blen;
     const char *body = remote_check_sig(c->remote, rkey, val, len, &blen, why, whylen);
@@ -414,31 +417,29 @@ static int remote_install(cache *c, const char *hex, const char *rkey, const cha
     int rc = dfd < 0 ? UNPACK_LOCAL : remote_unpack(hex, body, blen, dfd, &n, why, whylen);
     if (dfd >= 0)
         close(dfd);
-    cache_manifest m;
+    cache_manifest m = {0};
     int chk = rc == UNPACK_OK ? cache_check(c, tmp, hex, CACHE_CHK_SUMS | CACHE_CHK_OWNER, &m, why,
                                             whylen)
                               : CACHE_MISSING;
     if (rc == UNPACK_OK && chk != CACHE_OK)
         rc = chk == CACHE_TRANSIENT ? UNPACK_LOCAL : UNPACK_BAD;
-    if (chk == CACHE_OK) {
-        if (n != m.nart + 1) {
-            snprintf(why, whylen, "it holds files its manifest does not list");
-            rc = UNPACK_BAD;
-        }
+    if (chk == CACHE_OK && n != m.nart + 1) {
+        snprintf(why, whylen, "it holds files its manifest does not list");
+        rc = UNPACK_BAD;
+    }
+    /* Not synced: after a crash, a lost or torn entry is a miss or fails
+     * its checksums (then it is fetched again). */
+    int e = rc == UNPACK_OK ? cache_install_dir(c, hex, tmp, dir, 0) : -1;
+    if (e > 0 && e != EEXIST && e != ENOTEMPTY) {
+        snprintf(why, whylen, "cannot install it: %s", strerror(e));
+        rc = UNPACK_LOCAL;
+    }
+    if (e == 0 && keep)
+        *keep = m; /* the caller's now */
+    else if (chk == CACHE_OK)
         cache_manifest_free(&m);
-    }
-    if (rc == UNPACK_OK) {
-        /* Not synced: after a crash, a lost or torn entry is a miss or
-         * fails its checksums (then it is fetched again). */
-        int e = cache_install_dir(c, hex, tmp, dir, 0);
-        if (e && e != EEXIST && e != ENOTEMPTY) {
-            snprintf(why, whylen, "cannot install it: %s", strerror(e));
-            rc = UNPACK_LOCAL;
-        }
-        if (!e)
-            return UNPACK_OK;
-    }
-    cache_rm_rf(tmp);
+    if (e != 0)
+        cache_rm_rf(tmp);
     return rc;
 }
 
@@ -492,7 +493,7 @@ static void remote_delete(cache *c, const char *rkey)
 enum { GET_DOWN = -1, GET_MISS = 0, GET_HIT = 1 };
 
 /* GET the value of req and install it at dir. */
-static int remote_get(cache *c, const cache_request *req, const char *dir)
+static int remote_get(cache *c, const cache_request *req, const char *dir, cache_manifest *keep)
 {
     char rkey[64], why[PATH_MAX + 256];
     remote_rkey(rkey, sizeof rkey, REMOTE_PREFIX, req->key.hex);
@@ -503,7 +504,8 @@ static int remote_get(cache *c, const cache_request *req, const char *dir)
     int rc = GET_MISS;
     if (rep->type == REDIS_REPLY_STRING) {
         double t1 = remote_now_us();
-        int u = remote_install(c, req->key.hex, rkey, rep->str, rep->len, dir, why, sizeof why);
+        int u = remote_install(c, req->key.hex, rkey, rep->str, rep->len, dir, keep, why,
+                               sizeof why);
         if (u == UNPACK_OK) {
             rc = GET_HIT;
             cache_logf(c, OPJIT_LOG_DEBUG, "cache: remote hit %s: %zu bytes in %.3f ms (GET "
@@ -576,9 +578,9 @@ static void remote_sleep_ms(int ms)
 /* We took the fleet lock: build, unless the previous holder published the
  * value between our GET and our SET. */
 static int remote_owned(cache *c, const cache_request *req, const char *dir,
-                        char token[REMOTE_TOKEN_LEN])
+                        cache_manifest *keep, char token[REMOTE_TOKEN_LEN])
 {
-    if (remote_get(c, req, dir) != GET_HIT)
+    if (remote_get(c, req, dir, keep) != GET_HIT)
         return REMOTE_BUILD;
     cache_remote_unlock(c, req, token);
     token[0] = '\0';
@@ -588,19 +590,19 @@ static int remote_owned(cache *c, const cache_request *req, const char *dir,
 /* Another process holds the fleet lock: poll for its value, taking the
  * lock when it is released without one, for at most two leases. */
 static int remote_wait(cache *c, const cache_request *req, const char *dir,
-                       char token[REMOTE_TOKEN_LEN])
+                       cache_manifest *keep, char token[REMOTE_TOKEN_LEN])
 {
     int64_t deadline = remote_now_ms() + 2 * (int64_t)c->remote->lease_ms;
     cache_logf(c, OPJIT_LOG_INFO, "cache: op %s (%s, key %s) is being built elsewhere; waiting",
                req->op_name ? req->op_name : "?", req->target ? req->target : "?", req->key.hex);
     while (remote_now_ms() < deadline) {
         remote_sleep_ms(REMOTE_POLL_MS);
-        int g = remote_get(c, req, dir);
+        int g = remote_get(c, req, dir, keep);
         if (g != GET_MISS)
             return g == GET_HIT ? REMOTE_GOT : REMOTE_BUILD;
         int l = remote_lock(c, req, token);
         if (l != 0)
-            return l > 0 ? remote_owned(c, req, dir, token) : REMOTE_BUILD;
+            return l > 0 ? remote_owned(c, req, dir, keep, token) : REMOTE_BUILD;
     }
     cache_logf(c, OPJIT_LOG_INFO, "cache: waited %d ms for key %s; building it here",
                2 * c->remote->lease_ms, req->key.hex);
@@ -608,12 +610,12 @@ static int remote_wait(cache *c, const cache_request *req, const char *dir,
 }
 
 int cache_remote_fetch(cache *c, const cache_request *req, const char *dir, int may_build,
-                       char token[REMOTE_TOKEN_LEN])
+                       cache_manifest *keep, char token[REMOTE_TOKEN_LEN])
 {
     token[0] = '\0';
     if (!c->remote)
         return REMOTE_BUILD;
-    int g = remote_get(c, req, dir);
+    int g = remote_get(c, req, dir, keep);
     if (g == GET_HIT)
         return REMOTE_GOT;
     if (g == GET_DOWN || !may_build || c->remote->ro)
@@ -621,7 +623,8 @@ int cache_remote_fetch(cache *c, const cache_request *req, const char *dir, int 
     int l = remote_lock(c, req, token);
     if (l < 0)
         return REMOTE_BUILD;
-    return l == 0 ? remote_wait(c, req, dir, token) : remote_owned(c, req, dir, token);
+    return l == 0 ? remote_wait(c, req, dir, keep, token)
+                  : remote_owned(c, req, dir, keep, token);
 }
 
 /* 1 when the remote has the value of rkey already (or cannot be asked). */

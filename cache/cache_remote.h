@@ -26,6 +26,7 @@
 #include "cache/cache.h"
 
 typedef struct cache_remote cache_remote;
+struct cache_manifest;
 struct redisReply;
 
 #define SIGN_MAC_LEN 32
@@ -72,13 +73,15 @@ void cache_remote_close(cache_remote *r);
 
 enum { REMOTE_GOT = 1, REMOTE_BUILD = 0 };
 /* A local miss of req, whose entry directory is dir (writable cache): ask
- * the remote. REMOTE_GOT when a verified entry was installed at dir. Else
+ * the remote. REMOTE_GOT when a verified entry was installed at dir; keep
+ * (may be NULL; empty on entry) then receives its checked manifest, unless
+ * another process installed it first (then check dir). Else
  * REMOTE_BUILD; with may_build, one process per fleet builds a key at a
  * time: token receives the fleet lock's token when this process holds it
  * (pass it to cache_remote_put), "" when not (the remote is down, or
  * waiting for another builder took too long). */
 int cache_remote_fetch(cache *c, const cache_request *req, const char *dir, int may_build,
-                       char token[REMOTE_TOKEN_LEN]);
+                       struct cache_manifest *keep, char token[REMOTE_TOKEN_LEN]);
 /* After a build published at dir, or a local hit to push (token NULL):
  * store the entry in the remote unless it is there (read-only mode: never),
  * then release the fleet lock token names (if any). */
