@@ -833,6 +833,20 @@ static int fetch_build(fetch *f, cache_artifact **a, int *n, int *rc, char *err,
     return FETCH_FALLBACK;
 }
 
+/* A probe's local miss: ask the remote, holding the key's build lock (or
+ * not asking when a builder holds it), so that a process opening the
+ * cache meanwhile does not sweep the directory being installed. */
+static void fetch_probe_remote(fetch *f)
+{
+    int fd;
+    if (!cache_remote_enabled(f->c) ||
+        cache_lock(f->c, f->req->key.hex, CACHE_LOCK_BUILD, 1, 0, &fd) != 0)
+        return;
+    if (cache_remote_fetch(f->c, f->req, f->dir, 0, NULL, f->token) == REMOTE_GOT)
+        f->origin = CACHE_HIT_REMOTE;
+    close(fd);
+}
+
 /* The steps up to a result: FETCH_* (*rc set for FETCH_ERROR). */
 static int fetch_steps(fetch *f, cache_artifact **a, int *n, int *rc, char *err, size_t errlen)
 {
@@ -977,10 +991,9 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *
     struct stat st;
     int rc = OPJIT_OK, n = 0, step;
     cache_artifact *a = NULL;
-    /* A probe miss creates no lock file; it may find the entry remotely. */
-    if (!build && lstat(f->dir, &st) != 0 &&
-        cache_remote_fetch(c, req, f->dir, 0, NULL, f->token) == REMOTE_GOT)
-        f->origin = CACHE_HIT_REMOTE;
+    /* A probe miss creates no lock file (unless it asks the remote). */
+    if (!build && lstat(f->dir, &st) != 0)
+        fetch_probe_remote(f);
     if (!build && !f->origin && lstat(f->dir, &st) != 0)
         step = (rc = cache_probe_miss(req, err, errlen), FETCH_ERROR);
     else

@@ -254,10 +254,9 @@ static int remote_encode(cache *c, const cache_remote *r, const char *hex, const
     char head[REMOTE_HEAD_ROOM];
     unsigned char mac[SIGN_MAC_LEN];
     char machex[2 * SIGN_MAC_LEN + 1];
-    const char *body = b.p + REMOTE_HEAD_ROOM;
-    size_t blen = b.len - REMOTE_HEAD_ROOM;
     if (!bad && !b.bad && r->key &&
-        sign_compute(r->key, r->keylen, rkey, body, blen, mac) != 0)
+        sign_compute(r->key, r->keylen, rkey, b.p + REMOTE_HEAD_ROOM, b.len - REMOTE_HEAD_ROOM,
+                     mac) != 0)
         bad = 1;
     if (bad || b.bad) {
         snprintf(why, whylen, "cannot read the entry %s (or it is over %u MiB)", dir,
@@ -408,7 +407,9 @@ static int remote_install(cache *c, const char *hex, const char *rkey, const cha
     if (!body)
         return UNPACK_BAD;
     char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s/%s.r%ld.XXXXXX", c->tmp, hex, (long)getpid());
+    /* Named like a build: swept once the key's build lock (which the
+     * caller holds) is free, if this process dies before the rename. */
+    snprintf(tmp, sizeof tmp, "%s/%s.b%ld.XXXXXX", c->tmp, hex, (long)getpid());
     if (!mkdtemp(tmp)) {
         snprintf(why, whylen, "cannot create a directory in %s: %s", c->tmp, strerror(errno));
         return UNPACK_LOCAL;

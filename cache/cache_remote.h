@@ -72,8 +72,8 @@ int cache_remote_open(cache *c, const cache_config *cfg, cache_remote **out);
 void cache_remote_close(cache_remote *r);
 
 enum { REMOTE_GOT = 1, REMOTE_BUILD = 0 };
-/* A local miss of req, whose entry directory is dir (writable cache): ask
- * the remote. REMOTE_GOT when a verified entry was installed at dir; keep
+/* A local miss of req, whose entry directory is dir (writable cache),
+ * the caller holding the key's build lock: ask the remote. REMOTE_GOT when a verified entry was installed at dir; keep
  * (may be NULL; empty on entry) then receives its checked manifest, unless
  * another process installed it first (then check dir). Else
  * REMOTE_BUILD; with may_build, one process per fleet builds a key at a
