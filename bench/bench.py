@@ -26,7 +26,7 @@ interpreters against load_inline) come from bench/py_bench.py.
 
 usage: bench/bench.py --bin build/bench/opjit_bench [--dnnl build/bench/dnnl_anchor]
                       [--quick] [--reps N] [--threads 1,N]
-                      [--only loads,cli,call,nms,conv2d,mm,python,lookup [--merge]] [--results DIR]
+                      [--only loads,cli,call,nms,conv2d,mm,python,lookup,remote [--merge]] [--results DIR]
 
 --merge keeps the sections not named by --only from the existing
 latest.json (for rerunning one section on a busy machine).
@@ -56,6 +56,7 @@ import torch.nn.functional as F  # noqa: E402
 import torchvision  # noqa: E402
 
 import py_bench  # noqa: E402
+import remote_bench  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -288,9 +289,10 @@ def dnnl_timer(dn, facts, key, *words):
 
 # ---- loads in fresh processes ------------------------------------------------
 
-def parse_rep(line):
+def parse_rep(line, skip=2):
+    """The k=v fields of a line, after its first skip words."""
     d = {}
-    for tok in line.split()[2:]:
+    for tok in line.split()[skip:]:
         k, v = tok.split("=", 1)
         try:
             d[k] = float(v)
@@ -750,6 +752,7 @@ def build_rows(R):
     gpu = "n/a: no GPU on this machine" if not R["gpu"] else \
         "n/a: a GPU is present but the anchors (Debian's torch) are CPU-only"
     rows.append(("GPU rows (nms, conv2d, mm on CUDA vs torch CUDA)", gpu, "-", "-", "-", "-"))
+    rows.extend(remote_bench.rows(R, fms, yesno))
     for name in sorted(L):
         l = L[name]
         metric = "cache-hit vs cold load, %s (fresh processes, in-process time)" % name
@@ -956,6 +959,7 @@ def write_md(R, path):
                      "each time. The first call of a shape faults its output in on every side.")
         lines.append("")
     lines.extend(py_bench.md_section(R.get("python", {}), fms))
+    lines.extend(remote_bench.md_section(R, fms))
     lines.append("## loads, per op (fresh processes, medians of %d)" % R["reps_load"])
     lines.append("")
     lw = []
@@ -1263,7 +1267,7 @@ def cli_rows(R):
 # What each --only section writes into the results.
 SECTION_KEYS = {"loads": ["loads", "ran_loads"], "call": ["call_overhead"], "nms": ["nms"],
                 "conv2d": ["conv2d"], "mm": ["mm"], "python": ["python"], "lookup": ["lookup"],
-                "cli": ["cli"]}
+                "cli": ["cli"], "remote": ["remote"]}
 
 
 def merged_results(path, fresh, only):
@@ -1293,7 +1297,7 @@ def main():
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="3 repetitions (to try the harness)")
     ap.add_argument("--only", default="",
-                    help="comma list: loads,cli,call,nms,conv2d,mm,python,lookup")
+                    help="comma list: loads,cli,call,nms,conv2d,mm,python,lookup,remote")
     ap.add_argument("--merge", action="store_true",
                     help="rerun only the --only sections and keep the others of the existing "
                          "latest.json")
@@ -1305,7 +1309,7 @@ def main():
         THREADS = sorted({int(x) for x in a.threads.split(",")})
     reps = 3 if a.quick else a.reps
     only = set(a.only.split(",")) if a.only else {"loads", "cli", "call", "nms", "conv2d", "mm",
-                                                  "python", "lookup"}
+                                                  "python", "lookup", "remote"}
     exe = os.path.abspath(a.bin)
     out_dir = os.path.abspath(a.results)
     os.chdir(ROOT)
@@ -1324,6 +1328,8 @@ def main():
         if "cli" in only:
             log("cli: cold opjit load vs cc -O2 -shared, whole processes (%d reps)" % reps)
             R["cli"] = bench_cli_cold(reps, tmp)
+        if "remote" in only:
+            R["remote"] = remote_bench.bench(exe, ROOT, reps, log, parse_rep)
         sv = Serve(exe, os.path.join(tmp, "cache"))
         dn = Serve(os.path.abspath(a.dnnl)) if a.dnnl and os.path.exists(a.dnnl) else None
         if not dn:

@@ -9,7 +9,8 @@
  *       In this (fresh) process: opjit_create + opjit_load_file(SRC), timed
  *       together; with "wait", opjit_wait afterwards (untimed). Prints one
  *       line "ok create_ms=.. load_ms=.. total_ms=.. hit=.. tier=.." or
- *       "err MESSAGE". The environment chooses the cache and the tiering.
+ *       "err MESSAGE". The environment chooses the cache and the tiering
+ *       ($OPJIT_BENCH_LOG=1: the library's debug log goes to stderr).
  *
  *   opjit_bench cc-once SRC OUTDIR
  *       The anchor of a cold load: spawn `cc -O2 -shared -fPIC -I include
@@ -118,11 +119,24 @@ static void reply_err(const char *fmt, const char *msg)
 
 /* ---- load-once, cc-once, dlopen-once: run in fresh processes ------------- */
 
+/* $OPJIT_BENCH_LOG=1: the library's debug log to stderr (the remote
+ * layer's per-entry fetch times, for bench/remote_bench.py). */
+static void log_stderr(void *ud, int level, const char *msg)
+{
+    (void)ud;
+    (void)level;
+    fprintf(stderr, "%s\n", msg);
+}
+
 static int cmd_load_once(const char *src, int wait)
 {
     double t0 = now_ms();
     opjit_config cfg;
     opjit_config_init(&cfg);
+    if (getenv("OPJIT_BENCH_LOG")) {
+        cfg.log = log_stderr;
+        cfg.verbosity = OPJIT_LOG_DEBUG;
+    }
     opjit_runtime *rt;
     int rc = opjit_create(&cfg, &rt);
     double t1 = now_ms();

@@ -19,6 +19,7 @@
 
 #include "opjit.h"
 #include "cache/cache_int.h"
+#include "cache/cache_remote.h"
 #include "runtime/env.h"
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -225,7 +226,7 @@ static void cache_warn_fallback(cache *c, const char *why)
 
 int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen)
 {
-    static const cache_config defaults = {NULL, NULL, -1, 0, 0, NULL, NULL};
+    static const cache_config defaults = {.offline = -1};
     if (!cfg)
         cfg = &defaults;
     *out = NULL;
@@ -296,7 +297,7 @@ int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen)
             }
         }
     }
-    if (!c->root) {
+    if (!c->root || cache_remote_open(c, cfg, &c->remote) != OPJIT_OK) {
         cache_close(c);
         return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
     }
@@ -311,6 +312,8 @@ void cache_close(cache *c)
 {
     if (!c)
         return;
+    cache_remote_close(c->remote);
+    free(c->remote_url);
     for (int i = 0; i < c->nro; i++) {
         free(c->ro[i]);
         free(c->ro_why[i]);
@@ -460,6 +463,11 @@ const char *cache_entry_path(cache_entry *e, const char *artifact)
         if (!strcmp(e->names[i], artifact))
             return e->paths[i];
     return NULL;
+}
+
+int cache_entry_origin(const cache_entry *e)
+{
+    return e ? e->origin : CACHE_BUILT;
 }
 
 const char *cache_entry_dir(const cache_entry *e)
@@ -639,21 +647,31 @@ static int cache_publish(cache *c, const cache_request *req, const char *tmp, co
     if (rc != OPJIT_OK)
         return rc;
 
+    int e = cache_install_dir(c, req->key.hex, tmp, dir, 1);
+    if (e == EPERM)
+        return cache_errf(err, errlen, OPJIT_ECACHE, "cache: the shard of %s is not trusted", dir);
+    if (e)
+        return cache_errf(err, errlen, OPJIT_EIO, "cache: cannot publish %s: %s", dir, strerror(e));
+    return OPJIT_OK;
+}
+
+int cache_install_dir(cache *c, const char *hex, const char *tmp, const char *dir, int sync)
+{
     char shard[PATH_MAX];
-    snprintf(shard, sizeof shard, "%s/%.2s", c->entries, req->key.hex);
+    snprintf(shard, sizeof shard, "%s/%.2s", c->entries, hex);
     struct stat st;
-    const char *bad;
     if (mkdir(shard, 0700) != 0 && errno != EEXIST)
-        return cache_errf(err, errlen, OPJIT_EIO, "cache: cannot create %s: %s", shard, strerror(errno));
+        return errno;
     if (stat(shard, &st) != 0 || !S_ISDIR(st.st_mode))
-        return cache_errf(err, errlen, OPJIT_EIO, "cache: %s is not a directory", shard);
-    if ((bad = cache_untrusted(&st, CACHE_OWNER_SELF, c->euid)))
-        return cache_errf(err, errlen, OPJIT_ECACHE, "cache: %s is %s", shard, bad);
+        return ENOTDIR;
+    if (cache_untrusted(&st, CACHE_OWNER_SELF, c->euid))
+        return EPERM;
     /* rename() of a directory is atomic: others see no entry or all of it. */
     if (rename(tmp, dir) != 0)
-        return cache_errf(err, errlen, OPJIT_EIO, "cache: cannot publish %s: %s", dir, strerror(errno));
-    cache_fsync_path(shard, 1);
-    return OPJIT_OK;
+        return errno;
+    if (sync)
+        cache_fsync_path(shard, 1);
+    return 0;
 }
 
 /* ---- fetch from the writable cache ---------------------------------------
@@ -672,6 +690,8 @@ typedef struct fetch {
     char why[PATH_MAX + 512];
     int usefd, buildfd;
     int damaged; /* warned about already */
+    int origin;  /* of a hit: CACHE_HIT_LOCAL or CACHE_HIT_REMOTE */
+    char token[REMOTE_TOKEN_LEN]; /* the remote's build lock, when held */
     cache_manifest m;
 } fetch;
 
@@ -766,6 +786,20 @@ static int fetch_build(fetch *f, cache_artifact **a, int *n, int *rc, char *err,
     return FETCH_FALLBACK;
 }
 
+/* A probe's local miss: ask the remote, holding the key's build lock (or
+ * not asking when a builder holds it), so that a process opening the
+ * cache meanwhile does not sweep the directory being installed. */
+static void fetch_probe_remote(fetch *f)
+{
+    int fd;
+    if (!cache_remote_enabled(f->c) ||
+        cache_lock(f->c, f->req->key.hex, CACHE_LOCK_BUILD, 1, 0, &fd) != 0)
+        return;
+    if (cache_remote_fetch(f->c, f->req, f->dir, 0, NULL, f->token) == REMOTE_GOT)
+        f->origin = CACHE_HIT_REMOTE;
+    close(fd);
+}
+
 /* The steps up to a result: FETCH_* (*rc set for FETCH_ERROR). */
 static int fetch_steps(fetch *f, cache_artifact **a, int *n, int *rc, char *err, size_t errlen)
 {
@@ -794,6 +828,13 @@ static int fetch_steps(fetch *f, cache_artifact **a, int *n, int *rc, char *err,
                  strerror(e));
         return FETCH_FALLBACK;
     }
+    /* A note is small and its builder knows it already: no fleet lock. */
+    int fleet = !f->c->offline && !f->req->note;
+    if (cache_remote_fetch(f->c, f->req, f->dir, fleet, &f->m, f->token) == REMOTE_GOT &&
+        (f->m.buf || (r = fetch_check(f, 0)) == CACHE_OK)) {
+        f->origin = CACHE_HIT_REMOTE;
+        return FETCH_HIT;
+    }
     if (f->c->offline) {
         *rc = cache_offline_miss(f->req, err, errlen);
         return FETCH_ERROR;
@@ -801,11 +842,33 @@ static int fetch_steps(fetch *f, cache_artifact **a, int *n, int *rc, char *err,
     return fetch_build(f, a, n, rc, err, errlen);
 }
 
+/* Say where an entry came from: per artifact, for `opjit load -v`. */
+static void cache_log_origin(const cache *c, const cache_request *req, int origin)
+{
+    static const char *const what[] = {"compiled", "local hit", "remote hit"};
+    cache_logf(c, req->note ? OPJIT_LOG_DEBUG : OPJIT_LOG_INFO, "cache: %s %s (%s, %s): %s",
+               cache_str(req->source_name), cache_str(req->tier), cache_str(req->target),
+               req->key.hex, what[origin]);
+}
+
+/* The remote's share of a result: a build is stored there (and its fleet
+ * lock released), a local hit too when warming pushes. */
+static void fetch_remote_end(fetch *f, int step)
+{
+    if (step == FETCH_BUILT)
+        cache_remote_put(f->c, f->req, f->dir, f->token);
+    else if (step == FETCH_HIT && f->origin != CACHE_HIT_REMOTE && cache_remote_push_hits(f->c))
+        cache_remote_put(f->c, f->req, f->dir, NULL);
+    if (step != FETCH_BUILT)
+        cache_remote_unlock(f->c, f->req, f->token);
+}
+
 /* Turn a result into the entry handed back, releasing the locks (the use
  * lock goes with the entry). */
 static int fetch_end(fetch *f, int step, int rc, cache_artifact *a, int n, cache_entry **out,
                      int *hit, char *err, size_t errlen)
 {
+    fetch_remote_end(f, step);
     if (f->buildfd >= 0)
         close(f->buildfd);
     if (step == FETCH_HIT || step == FETCH_BUILT) {
@@ -815,8 +878,11 @@ static int fetch_end(fetch *f, int step, int rc, cache_artifact *a, int n, cache
         cache_artifacts_free(a, n);
         if (*out) {
             (*out)->lockfd = f->usefd;
+            (*out)->origin = step == FETCH_HIT ? (f->origin ? f->origin : CACHE_HIT_LOCAL)
+                                               : CACHE_BUILT;
             if (hit)
-                *hit = step == FETCH_HIT;
+                *hit = (*out)->origin;
+            cache_log_origin(f->c, f->req, (*out)->origin);
             if (step == FETCH_BUILT)
                 cache_after_build(f->c, f->req);
             return OPJIT_OK;
@@ -857,8 +923,10 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *
     if (r < 0)
         return build ? OPJIT_EIO : OPJIT_ENOTFOUND;
     if (r > 0) {
+        (*out)->origin = CACHE_HIT_LOCAL;
         if (hit)
-            *hit = 1;
+            *hit = CACHE_HIT_LOCAL;
+        cache_log_origin(c, req, CACHE_HIT_LOCAL);
         return OPJIT_OK;
     }
     if (c->disabled || !c->writable) {
@@ -876,7 +944,10 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *
     struct stat st;
     int rc = OPJIT_OK, n = 0, step;
     cache_artifact *a = NULL;
-    if (!build && lstat(f->dir, &st) != 0) /* a probe miss creates no lock file */
+    /* A probe miss creates no lock file (unless it asks the remote). */
+    if (!build && lstat(f->dir, &st) != 0)
+        fetch_probe_remote(f);
+    if (!build && !f->origin && lstat(f->dir, &st) != 0)
         step = (rc = cache_probe_miss(req, err, errlen), FETCH_ERROR);
     else
         step = fetch_steps(f, &a, &n, &rc, err, errlen);

@@ -41,6 +41,16 @@ typedef struct cache_config {
     uint64_t max_size;
     cache_log_fn log;
     void *log_ud;
+    /* The remote layer (cache_remote.c): "redis://HOST[:PORT][/DB]" or
+     * "redis+unix:///PATH"; NULL: $OPJIT_REMOTE_CACHE; "": none. */
+    const char *remote_url;
+    /* The fleet key signing remote entries; NULL: $OPJIT_REMOTE_KEY_FILE. */
+    const char *remote_key_file;
+    /* Time limits in ms; 0: $OPJIT_REMOTE_CONNECT_TIMEOUT and
+     * $OPJIT_REMOTE_TIMEOUT (seconds), else 50 ms and 3 s. */
+    int remote_connect_timeout_ms, remote_timeout_ms;
+    /* 1: also store entries found locally in the remote (warming). */
+    int remote_push;
 } cache_config;
 
 /* Open a cache (cfg NULL: everything from the environment). A writable
@@ -83,7 +93,12 @@ typedef struct cache_request {
     /* What went into the key, readable ("name value" lines); may be NULL.
      * Kept in the manifest: `opjit cache why` compares entries by it. */
     const char *inputs;
+    int note;                /* a note or index entry (cache_note.c): its
+                              * fetches are logged at debug level only */
 } cache_request;
+
+/* Where cache_fetch found an entry (*hit, cache_entry_origin). */
+enum { CACHE_BUILT = 0, CACHE_HIT_LOCAL = 1, CACHE_HIT_REMOTE = 2 };
 
 /* Writes the artifacts of the entry into dir (an empty directory). Returns
  * an opjit_status and fills err on failure. */
@@ -96,7 +111,11 @@ typedef int (*cache_build_fn)(void *ud, const char *dir, char *err, size_t errle
  * fetch fails with OPJIT_EIO saying why); on a miss take the key's cross-process lock,
  * look again, then call build and publish atomically. When the cache cannot
  * be written, builds into a private temporary directory instead (one
- * warning). *hit tells whether build was skipped. The entry stays protected
+ * warning). A miss of the writable cache asks the remote layer, if any
+ * (cache_remote.h), before building; a build is stored there too. *hit
+ * (may be NULL) receives where the entry came from: CACHE_BUILT,
+ * CACHE_HIT_LOCAL (a read-only layer or the writable cache) or
+ * CACHE_HIT_REMOTE (non-zero: build was skipped). The entry stays protected
  * from eviction until released. build == NULL makes it a probe: an entry
  * that exists and verifies is returned, anything else is OPJIT_ENOTFOUND
  * (never built, never an offline error). */
@@ -106,6 +125,8 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build,
 /* Path of artifact name inside the entry (e.g. "host.so"); NULL when the
  * entry has no such artifact. Owned by e: valid until its release. */
 const char *cache_entry_path(cache_entry *e, const char *artifact);
+/* CACHE_BUILT, CACHE_HIT_LOCAL or CACHE_HIT_REMOTE; CACHE_BUILT for NULL. */
+int cache_entry_origin(const cache_entry *e);
 /* The entry's directory, owned by e. */
 const char *cache_entry_dir(const cache_entry *e);
 /* Drop the entry's use lock (eviction may remove it from now on) and, for a
@@ -211,6 +232,26 @@ typedef struct cache_prune_result {
 int cache_prune(cache *c, uint64_t max_bytes, cache_prune_result *r, char *err, size_t errlen);
 /* Remove every entry of the writable cache not in use. */
 int cache_clear(cache *c, cache_prune_result *r, char *err, size_t errlen);
+
+/* ---- the remote layer, for administration (cache_remote_admin.c) ----- */
+
+typedef struct cache_remote_info {
+    const char *url;    /* configured URL, "" when none; owned by the cache */
+    int enabled, readonly, is_signed, reachable;
+    uint64_t entries, bytes, used_memory, maxmemory;
+    char policy[32];
+} cache_remote_info;
+/* What the remote holds. OPJIT_OK also when it is off or unreachable. */
+int cache_remote_info_get(cache *c, cache_remote_info *info);
+/* fn for every entry of the remote (layer -1; fields from its manifest,
+ * unverified). OPJIT_ENOTFOUND: no remote in use; OPJIT_EIO: unreachable. */
+int cache_remote_foreach(cache *c, cache_entry_fn fn, void *ud, char *err, size_t errlen);
+/* 1 when the remote layer is in use. */
+int cache_remote_enabled(const cache *c);
+/* The remote's URL and key file as configured (NULL when none), so a
+ * runtime made for warming can open the same remote. */
+const char *cache_remote_url(const cache *c);
+const char *cache_remote_key_file(const cache *c);
 
 /* Parse a size: digits with an optional K, M, G or T suffix (powers of
  * 1024, optional "B"/"iB"). Returns 0 and *out, or -1. */

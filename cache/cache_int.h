@@ -49,6 +49,8 @@ struct cache {
     cache_log_fn log;
     void *log_ud;
     atomic_int warned_fallback; /* the one "cache unusable" warning */
+    struct cache_remote *remote; /* the remote layer, or NULL */
+    char *remote_url;            /* as configured (even when off), or NULL */
 };
 
 struct cache_entry {
@@ -60,6 +62,7 @@ struct cache_entry {
     int nart;
     char **names; /* artifact names and their paths, parallel */
     char **paths;
+    int origin;   /* CACHE_BUILT, CACHE_HIT_LOCAL, CACHE_HIT_REMOTE */
 };
 
 typedef struct cache_artifact {
@@ -100,6 +103,11 @@ int cache_errf(char *err, size_t errlen, int status, const char *fmt, ...)
 char *cache_path(const char *a, const char *b, const char *c);
 void cache_entry_dir_of(const char *entries, const char *hex, char *out, size_t outlen);
 int cache_is_hex(const char *s, size_t n);
+/* Rename the checked directory tmp (in tmp/) to the entry dir of hex,
+ * making its shard directory; sync: and flush the rename to disk. 0 or an
+ * errno (EEXIST, ENOTEMPTY: the entry is there already; EPERM: the shard
+ * is not trusted). */
+int cache_install_dir(cache *c, const char *hex, const char *tmp, const char *dir, int sync);
 
 /* cache_fs.c: the file system */
 int cache_mkdir_p(const char *path, char *why, size_t whylen);

@@ -43,8 +43,10 @@ int cache_note_put(cache *c, const cache_request *req, const char *name, const c
 {
     cache_note n = {name, text};
     cache_entry *e = NULL;
+    cache_request r = *req;
+    r.note = 1;
     char err[512];
-    int hit, rc = cache_fetch(c, req, cache_note_build, &n, &e, &hit, err, sizeof err);
+    int hit, rc = cache_fetch(c, &r, cache_note_build, &n, &e, &hit, err, sizeof err);
     cache_entry_release(e);
     return rc;
 }
@@ -53,8 +55,10 @@ int cache_note_get(cache *c, const cache_request *req, const char *name, char **
 {
     *text = NULL;
     cache_entry *e = NULL;
+    cache_request r = *req;
+    r.note = 1;
     char err[512];
-    int hit, rc = cache_fetch(c, req, NULL, NULL, &e, &hit, err, sizeof err);
+    int hit, rc = cache_fetch(c, &r, NULL, NULL, &e, &hit, err, sizeof err);
     if (rc)
         return rc;
     const char *path = cache_entry_path(e, name);

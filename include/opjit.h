@@ -199,6 +199,28 @@ typedef struct opjit_config {
     int watch;
     opjit_watch_fn watch_fn; /* each event, or NULL (the log has them too) */
     void *watch_ud;
+    /* A remote cache shared by a fleet, behind the local one (README,
+     * "Sharing a cache across machines"): "redis://HOST[:PORT][/DB]" or
+     * "redis+unix:///PATH". A local miss asks it; what it returns is
+     * verified before use; builds are stored there. NULL:
+     * $OPJIT_REMOTE_CACHE; "": none. Read-only with $OPJIT_REMOTE_MODE=ro. */
+    const char *remote_cache;
+    /* The fleet key file signing remote entries (HMAC-SHA256); it must be
+     * ours or root's and readable by nobody else. NULL:
+     * $OPJIT_REMOTE_KEY_FILE. Without a key the remote is not used, unless
+     * $OPJIT_REMOTE_TRUST=unsigned (unsafe: whoever can write to the server
+     * runs code on every machine). */
+    const char *remote_key_file;
+    /* Time limits of the remote, in milliseconds: connecting, and each
+     * read or write of a request. 0: $OPJIT_REMOTE_CONNECT_TIMEOUT,
+     * $OPJIT_REMOTE_TIMEOUT (seconds), else 50 ms and 3000 ms. A server
+     * that fails or does not answer in time costs that once; the remote is
+     * then skipped for $OPJIT_REMOTE_BACKOFF seconds (default 30). */
+    int remote_connect_timeout_ms;
+    int remote_timeout_ms;
+    /* 1: also store in the remote the entries found in the local cache
+     * (opjit warm --remote); 0: only what this runtime builds. */
+    int remote_push;
 } opjit_config;
 
 /* Fill cfg with defaults (everything from the environment). */
@@ -262,6 +284,9 @@ typedef struct opjit_load_info {
     double load_ms;      /* dlopen + module init */
     double total_ms;
     char tier[8];        /* "tcc", or "opt" when optimized code was loaded */
+    /* Where the artifacts came from: "compiled" (any was compiled),
+     * "remote" (any came from the remote cache, none compiled) or "local". */
+    char origin[12];
 } opjit_load_info;
 
 /* Like opjit_load_op for one source file, also reporting timings. */
@@ -467,6 +492,9 @@ typedef struct opjit_warm_options {
      * NULL: rt's config, else $OPJIT_CUDA_ARCHS, else this machine's GPUs,
      * else the default list. */
     const char *cuda_archs;
+    /* 1: also store every entry warmed (built or found locally) in rt's
+     * remote cache (OPJIT_EINVAL when it has none in use). */
+    int remote;
 } opjit_warm_options;
 
 /* What became of one source. */
@@ -619,6 +647,29 @@ typedef struct opjit_cache_prune_result {
 int opjit_cache_prune(opjit_runtime *rt, uint64_t max_bytes, opjit_cache_prune_result *r);
 /* Remove every entry of the writable cache that no process uses. */
 int opjit_cache_clear(opjit_runtime *rt, opjit_cache_prune_result *r);
+
+/* The remote cache layer (opjit_config.remote_cache), as the fleet sees
+ * it. Strings are owned by rt (url, why) or live in the struct. */
+typedef struct opjit_cache_remote_info {
+    const char *url;        /* "" when none is configured */
+    int enabled;            /* 1: in use; 0: off (see the log for why) */
+    int readonly;           /* $OPJIT_REMOTE_MODE=ro */
+    int is_signed;          /* entries are signed and checked with a key */
+    int reachable;          /* the server answered just now */
+    uint64_t entries, bytes;         /* opjit entries it holds */
+    uint64_t used_memory, maxmemory; /* the server's (0: no limit) */
+    char policy[32];                 /* its maxmemory-policy */
+} opjit_cache_remote_info;
+
+/* Ask the remote layer what it holds. OPJIT_OK also when it is off or not
+ * reachable (see enabled, reachable). */
+int opjit_cache_remote_info_get(opjit_runtime *rt, opjit_cache_remote_info *info);
+/* Call fn for every entry the remote holds (layer -1, dir the Redis key,
+ * layer_dir the URL; fields from the value's manifest, not verified; last_use
+ * 0). OPJIT_ENOTFOUND when no remote is in use, OPJIT_EIO when it cannot be
+ * reached. */
+int opjit_cache_remote_list(opjit_runtime *rt, int (*fn)(void *ud, const opjit_cache_entry *e),
+                            void *ud);
 
 /* "512M" -> bytes: digits with an optional K, M, G or T suffix (powers of
  * 1024; "B", "iB" allowed after), as $OPJIT_CACHE_MAX_SIZE takes.

@@ -199,6 +199,9 @@ static void admin_warm_config(const admin_warm *w, opjit_config *cfg)
     cfg->cc = w->opts->cc;
     cfg->cuda_archs = w->opts->cuda_archs && *w->opts->cuda_archs ? w->opts->cuda_archs
                                                                    : l->cuda_archs;
+    cfg->remote_push = w->opts->remote == 1;
+    cfg->remote_cache = cache_remote_url(admin_cache(w->rt));
+    cfg->remote_key_file = cache_remote_key_file(admin_cache(w->rt));
 }
 
 static int admin_is_cu(const char *path)
@@ -275,6 +278,11 @@ int opjit_warm(opjit_runtime *rt, const opjit_warm_options *opts,
         return rt_error(rt, OPJIT_ENOMEM, "opjit_warm: out of memory");
     const char *env = getenv("OPJIT_CUDA_ARCHS");
     const char *own = rt->loader->cuda_archs;
+    if (opts->remote && !cache_remote_enabled(admin_cache(rt))) {
+        free(w);
+        return rt_error(rt, OPJIT_EINVAL, "opjit_warm: no remote cache in use (set "
+                        "OPJIT_REMOTE_CACHE and a fleet key; see the warnings)");
+    }
     *w = (admin_warm){.rt = rt, .opts = opts, .fn = fn, .ud = ud};
     w->cuda_wanted = (opts->cuda_archs && *opts->cuda_archs) || (own && *own) || (env && *env);
     double t0 = loader_now_ms();
@@ -315,15 +323,23 @@ static int admin_entry(void *ud, const cache_entry_info *in)
     return w->fn ? w->fn(w->ud, &e) : 0;
 }
 
+/* opjit_cache_list (walk: cache_foreach) and opjit_cache_remote_list. */
+static int admin_list(opjit_runtime *rt, const char *name,
+                      int (*walk)(cache *, cache_entry_fn, void *, char *, size_t),
+                      int (*fn)(void *ud, const opjit_cache_entry *e), void *ud)
+{
+    if (!rt || !fn)
+        return rt_error(rt, OPJIT_EINVAL, "%s: NULL argument", name);
+    admin_walk w = {fn, ud};
+    char err[1024];
+    int rc = walk(admin_cache(rt), admin_entry, &w, err, sizeof err);
+    return rc ? rt_error(rt, rc, "%s", err) : OPJIT_OK;
+}
+
 int opjit_cache_list(opjit_runtime *rt, int (*fn)(void *ud, const opjit_cache_entry *e),
                      void *ud)
 {
-    if (!rt || !fn)
-        return rt_error(rt, OPJIT_EINVAL, "opjit_cache_list: NULL argument");
-    admin_walk w = {fn, ud};
-    char err[1024];
-    int rc = cache_foreach(admin_cache(rt), admin_entry, &w, err, sizeof err);
-    return rc ? rt_error(rt, rc, "%s", err) : OPJIT_OK;
+    return admin_list(rt, "opjit_cache_list", cache_foreach, fn, ud);
 }
 
 int opjit_cache_info_get(opjit_runtime *rt, opjit_cache_info *info)
@@ -347,6 +363,27 @@ int opjit_cache_info_get(opjit_runtime *rt, opjit_cache_info *info)
     info->readonly_entries = t.ro_entries;
     info->readonly_bytes = t.ro_bytes;
     info->tmp_dirs = t.tmp_dirs;
+    return OPJIT_OK;
+}
+
+int opjit_cache_remote_list(opjit_runtime *rt, int (*fn)(void *ud, const opjit_cache_entry *e),
+                            void *ud)
+{
+    return admin_list(rt, "opjit_cache_remote_list", cache_remote_foreach, fn, ud);
+}
+
+int opjit_cache_remote_info_get(opjit_runtime *rt, opjit_cache_remote_info *info)
+{
+    if (!rt || !info)
+        return rt_error(rt, OPJIT_EINVAL, "opjit_cache_remote_info_get: NULL argument");
+    cache_remote_info r;
+    cache_remote_info_get(admin_cache(rt), &r);
+    *info = (opjit_cache_remote_info){
+        .url = r.url, .enabled = r.enabled, .readonly = r.readonly, .is_signed = r.is_signed,
+        .reachable = r.reachable, .entries = r.entries, .bytes = r.bytes,
+        .used_memory = r.used_memory, .maxmemory = r.maxmemory,
+    };
+    snprintf(info->policy, sizeof info->policy, "%s", r.policy);
     return OPJIT_OK;
 }
 

@@ -284,8 +284,8 @@ int cu_device_code(loader *l, const source *s, cuda_module **out, int *all_hit,
         snprintf(arch, sizeof arch, "%s", t);
         rc = device_artifact(l, s, jc, arch, sizeof arch, defaulted, &art, diag,
                              OPJIT_ERRMSG_SIZE - 512);
-        if (!rc && !art.hit)
-            *all_hit = 0;
+        if (!rc && (!art.hit || (*all_hit && art.hit == CACHE_HIT_REMOTE)))
+            *all_hit = art.hit; /* CACHE_BUILT, or remote where any came from there */
         if (!rc)
             rc = keep_image(l, s, cm, arch, &art);
         cache_entry_release(art.entry);

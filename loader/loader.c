@@ -69,6 +69,66 @@ static char *relocated_ops_dir(void)
     return strdup(real);
 }
 
+/* The search path: config, $OPJIT_OPS_PATH, the ops shipped with this
+ * copy of the library, the installed ones. NULL when out of memory. */
+static char *search_path(const opjit_config *cfg)
+{
+    const char *env = getenv("OPJIT_OPS_PATH");
+    char *moved = relocated_ops_dir();
+    size_t n = (cfg->ops_path ? strlen(cfg->ops_path) : 0) + (env ? strlen(env) : 0) +
+               (moved ? strlen(moved) : 0) + strlen(OPJIT_INSTALLED_OPS_DIR) + 4;
+    char *path = malloc(n);
+    if (path)
+        snprintf(path, n, "%s%s%s%s%s%s%s", cfg->ops_path ? cfg->ops_path : "",
+                 cfg->ops_path && *cfg->ops_path ? ":" : "", env ? env : "",
+                 env && *env ? ":" : "", moved ? moved : "", moved ? ":" : "",
+                 OPJIT_INSTALLED_OPS_DIR);
+    free(moved);
+    return path;
+}
+
+/* *dst = a copy of src (NULL stays NULL); non-zero when out of memory. */
+static int dup_setting(char **dst, const char *src)
+{
+    *dst = src ? strdup(src) : NULL;
+    return src && !*dst;
+}
+
+/* What the loader keeps of cfg: what its caches, and the caches of the
+ * runtimes and helpers it makes, are opened with. */
+static int keep_settings(loader *l, const opjit_config *cfg)
+{
+    l->cfg_offline = cfg->offline;
+    l->cfg_no_cache = cfg->no_cache;
+    l->cfg_remote_connect_ms = cfg->remote_connect_timeout_ms;
+    l->cfg_remote_timeout_ms = cfg->remote_timeout_ms;
+    l->cfg_remote_push = cfg->remote_push;
+    int oom = dup_setting(&l->cuda_archs, cfg->cuda_archs);
+    oom |= dup_setting(&l->cfg_cache_dir, cfg->cache_dir);
+    oom |= dup_setting(&l->cfg_readonly, cfg->readonly_caches);
+    oom |= dup_setting(&l->cfg_remote, cfg->remote_cache);
+    oom |= dup_setting(&l->cfg_remote_key, cfg->remote_key_file);
+    oom |= !(l->ops_path = search_path(cfg));
+    return oom ? OPJIT_ENOMEM : OPJIT_OK;
+}
+
+void loader_cache_config(const loader *l, cache_config *cc)
+{
+    *cc = (cache_config){
+        .dir = l->cfg_cache_dir,
+        .readonly = l->cfg_readonly,
+        .offline = l->cfg_offline,
+        .disabled = l->cfg_no_cache,
+        .remote_url = l->cfg_remote,
+        .remote_key_file = l->cfg_remote_key,
+        .remote_connect_timeout_ms = l->cfg_remote_connect_ms,
+        .remote_timeout_ms = l->cfg_remote_timeout_ms,
+        .remote_push = l->cfg_remote_push,
+    };
+}
+
+static void loader_destroy_parts(loader *l, int parts);
+
 int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **out)
 {
     loader *l = calloc(1, sizeof *l);
@@ -76,78 +136,57 @@ int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **ou
         return OPJIT_ENOMEM;
     l->rt = rt;
     pthread_mutex_init(&l->lock, NULL);
-    const char *env = getenv("OPJIT_OPS_PATH");
-    char *moved = relocated_ops_dir();
-    size_t n = (cfg->ops_path ? strlen(cfg->ops_path) : 0) + (env ? strlen(env) : 0) +
-               (moved ? strlen(moved) : 0) + strlen(OPJIT_INSTALLED_OPS_DIR) + 4;
-    l->ops_path = malloc(n);
-    if (!l->ops_path) {
-        free(moved);
-        free(l);
-        return OPJIT_ENOMEM;
-    }
-    snprintf(l->ops_path, n, "%s%s%s%s%s%s%s", cfg->ops_path ? cfg->ops_path : "",
-             cfg->ops_path && *cfg->ops_path ? ":" : "", env ? env : "",
-             env && *env ? ":" : "", moved ? moved : "", moved ? ":" : "",
-             OPJIT_INSTALLED_OPS_DIR);
-    free(moved);
-    cache_config cc = {
-        .dir = cfg->cache_dir,
-        .readonly = cfg->readonly_caches,
-        .offline = cfg->offline,
-        .disabled = cfg->no_cache,
-        .log = cache_log,
-        .log_ud = rt,
-    };
+    int rc = keep_settings(l, cfg), parts = 0;
+    cache_config cc;
+    loader_cache_config(l, &cc);
+    cc.log = cache_log;
+    cc.log_ud = rt;
     char err[1024];
-    int rc = cache_open(&cc, &l->cache, err, sizeof err);
     jit_settings set = {.cuda_archs = l->archs};
-    if (!rc && (rc = pipeline_init(&l->pipe, l->cache, &set)))
-        cache_close(l->cache);
-    if (!rc && (rc = tier_create(l, cfg))) {
-        pipeline_fini(&l->pipe);
-        cache_close(l->cache);
-    }
-    l->cfg_offline = cfg->offline;
-    l->cfg_no_cache = cfg->no_cache;
-    if (!rc && ((cfg->cuda_archs && !(l->cuda_archs = strdup(cfg->cuda_archs))) ||
-                (cfg->cache_dir && !(l->cfg_cache_dir = strdup(cfg->cache_dir))) ||
-                (cfg->readonly_caches && !(l->cfg_readonly = strdup(cfg->readonly_caches))))) {
-        free(l->cuda_archs);
-        free(l->cfg_cache_dir);
-        tier_destroy(l);
-        pipeline_fini(&l->pipe);
-        cache_close(l->cache);
-        rc = OPJIT_ENOMEM;
-    }
+    if (!rc && !(rc = cache_open(&cc, &l->cache, err, sizeof err)))
+        parts = 1;
+    if (!rc && !(rc = pipeline_init(&l->pipe, l->cache, &set)))
+        parts = 2;
+    if (!rc && !(rc = tier_create(l, cfg)))
+        parts = 3;
     if (rc) {
-        free(l->ops_path);
-        free(l);
+        loader_destroy_parts(l, parts);
         return rc;
     }
     *out = l;
     return OPJIT_OK;
 }
 
-void loader_destroy(struct loader *l)
+/* Take down the first `parts` parts made (cache, pipeline, tier) and the
+ * loader. */
+static void loader_destroy_parts(loader *l, int parts)
 {
-    if (!l)
-        return;
-    tier_destroy(l); /* first: its worker uses everything below */
+    if (parts >= 3)
+        tier_destroy(l); /* first: its worker uses everything below */
     for (loaded *e = l->loaded, *next; e; e = next) {
         next = e->next;
         free(e->path);
         free(e->op_name);
         free(e);
     }
-    pipeline_fini(&l->pipe);
-    cache_close(l->cache);
+    if (parts >= 2)
+        pipeline_fini(&l->pipe);
+    if (parts >= 1)
+        cache_close(l->cache);
     free(l->ops_path);
     free(l->cuda_archs);
     free(l->cfg_cache_dir);
     free(l->cfg_readonly);
+    free(l->cfg_remote);
+    free(l->cfg_remote_key);
     pthread_mutex_destroy(&l->lock);
     free(l);
+}
+
+void loader_destroy(struct loader *l)
+{
+    if (l)
+        loader_destroy_parts(l, 3);
 }
 
 /* One load in progress: what load_file_locked's steps share. */
@@ -158,7 +197,7 @@ typedef struct load_job {
     unsigned half;         /* JIT_C, or JIT_CU_HOST for a .cu */
     opjit_load_info *info; /* may be NULL */
     double t0, t_key, t_fetch;
-    int hit;
+    int hit; /* a CACHE_* origin: built, local or remote hit */
     int served;            /* index in jit_compilers of the host code's compiler */
     char opname[OPJIT_NAME_MAX + 1];
 } load_job;
@@ -166,12 +205,14 @@ typedef struct load_job {
 /* Fill the timings and the outcome into info. */
 static void load_report(load_job *j, const char *tier)
 {
+    static const char *const origins[] = {"compiled", "local", "remote"};
     opjit_load_info *info = j->info;
     double now = loader_now_ms();
     if (!info)
         return;
     info->key_ms = j->t_key - j->t0;
-    info->cache_hit = j->hit;
+    info->cache_hit = j->hit != CACHE_BUILT;
+    snprintf(info->origin, sizeof info->origin, "%s", origins[j->hit]);
     info->compile_ms = j->hit || j->t_fetch <= 0 ? 0 : j->t_fetch - j->t_key;
     info->load_ms = j->t_fetch > 0 ? now - j->t_fetch : 0;
     info->total_ms = now - j->t0;
@@ -247,7 +288,8 @@ static int load_source(load_job *j)
         rc = load_best_host(j, cm, dev ? dev->name : NULL);
     if (rc)
         return rc;
-    j->hit = j->hit && dev_hit;
+    /* Built if anything was; else remote if anything came from there. */
+    j->hit = !j->hit || !dev_hit ? CACHE_BUILT : j->hit > dev_hit ? j->hit : dev_hit;
     /* Better compilers than the one serving build in the background. */
     for (int i = 0; i < j->served; i++)
         if (jit_compilers[i]->background && (jit_compilers[i]->halves & j->half))
@@ -255,7 +297,9 @@ static int load_source(load_job *j)
     const char *tier = dev ? dev->name : jit_compilers[j->served]->name;
     load_report(j, tier);
     rt_log(l->rt, OPJIT_LOG_INFO, "loaded %s (%s, %s, %.2f ms)", j->path, tier,
-           j->hit ? "cache hit" : "compiled", loader_now_ms() - j->t0);
+           j->hit == CACHE_BUILT ? "compiled" : j->hit == CACHE_HIT_REMOTE ? "remote hit"
+                                                                           : "cache hit",
+           loader_now_ms() - j->t0);
     return OPJIT_OK;
 }
 
@@ -280,7 +324,7 @@ int loader_load_locked(loader *l, const char *path, opjit_op **op, opjit_load_in
     if (prev && !memcmp(prev->digest.bytes, j->src.digest.bytes, sizeof prev->digest.bytes)) {
         /* Unchanged since it was loaded: nothing to do. */
         snprintf(j->opname, sizeof j->opname, "%s", prev->op_name);
-        j->hit = 1;
+        j->hit = CACHE_HIT_LOCAL;
         load_report(j, prev->tier);
     } else {
         rc = load_source(j);
@@ -323,6 +367,11 @@ void loader_same_caches(const loader *l, opjit_config *cfg)
     cfg->offline = l->cfg_offline;
     cfg->no_cache = l->cfg_no_cache;
     cfg->cuda_archs = l->cuda_archs;
+    cfg->remote_cache = l->cfg_remote;
+    cfg->remote_key_file = l->cfg_remote_key;
+    cfg->remote_connect_timeout_ms = l->cfg_remote_connect_ms;
+    cfg->remote_timeout_ms = l->cfg_remote_timeout_ms;
+    cfg->remote_push = l->cfg_remote_push;
 }
 
 int opjit_load_file(opjit_runtime *rt, const char *path, opjit_op **op, opjit_load_info *info)

@@ -52,8 +52,9 @@ typedef struct loader {
     char *cuda_archs;     /* config.cuda_archs, or NULL */
     char archs[1024];     /* the architectures in use (cu_device_code) */
     /* What a discovery child needs to open the same caches. */
-    char *cfg_cache_dir, *cfg_readonly;
+    char *cfg_cache_dir, *cfg_readonly, *cfg_remote, *cfg_remote_key;
     int cfg_offline, cfg_no_cache;
+    int cfg_remote_connect_ms, cfg_remote_timeout_ms, cfg_remote_push;
     struct op_index *index; /* which ops each source defines (loader/index.c) */
     struct watcher *watch;  /* cfg.watch: the search path watched (loader/watch.c) */
 } loader;
@@ -130,6 +131,9 @@ loaded *loader_find_loaded(loader *l, const char *real);
 /* Forget the source at real (its kernels unpublished): the next load of it
  * compiles or hits the cache again. Loader lock held. */
 void loader_forget(loader *l, const char *real);
+/* The configuration l's cache was opened with, without its log: for the
+ * caches of the helpers and runtimes l makes. */
+void loader_cache_config(const loader *l, cache_config *cc);
 /* A config for a runtime of its own over the same caches as l (discovery's
  * children, warming): the defaults plus l's cache directories, offline and
  * no_cache settings and CUDA architectures. */
@@ -204,7 +208,7 @@ typedef struct pipeline_artifact {
     const char *path;   /* the artifact's file in entry; NULL when it lacks it */
     char name[64];      /* "host.so", "sm_90.cubin" */
     cache_key key;      /* the entry's key (zero when found through an index) */
-    int hit;            /* 1: from a cache; 0: built now */
+    int hit;            /* CACHE_BUILT, CACHE_HIT_LOCAL or CACHE_HIT_REMOTE */
 } pipeline_artifact;
 
 /* Find the artifact in the caches (through an index when the compiler's

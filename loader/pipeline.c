@@ -216,7 +216,7 @@ static int get_by_index(pipeline *p, const key_parts *k, const char *by, pipelin
         return OPJIT_ENOMEM;
     if (cache_index_fetch(p->cache, &index.req, &full.req, &out->entry) != OPJIT_OK)
         return OPJIT_ENOTFOUND;
-    out->hit = 1;
+    out->hit = cache_entry_origin(out->entry);
     return OPJIT_OK;
 }
 

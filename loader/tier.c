@@ -97,12 +97,8 @@ static void helper_send(int fd, int index, int status, const char *msg)
  * directory stay the host's. */
 static void helper_run(const loader *l, tier_job *batch, int fd)
 {
-    cache_config cc = {
-        .dir = l->cfg_cache_dir,
-        .readonly = l->cfg_readonly,
-        .offline = l->cfg_offline,
-        .disabled = l->cfg_no_cache,
-    };
+    cache_config cc;
+    loader_cache_config(l, &cc); /* no log: nobody reads one here */
     cache *c = NULL;
     pipeline p;
     char diag[4096];

@@ -2,6 +2,7 @@
  * tools/cmd_cache.c - `opjit cache`: look at and maintain the on-disk cache.
  *
  *   opjit cache ls|info|verify|prune|clear [--cache DIR] [--json] ...
+ *   opjit cache ls|info --remote
  *
  * A client of opjit.h's cache functions (opjit_cache_list, _info_get,
  * _verify, _prune, _clear) on a runtime made for the purpose.
@@ -24,7 +25,9 @@ static const char cache_help[] =
     "\n"
     "commands:\n"
     "  ls       list the entries: read-only layers first, then the writable cache\n"
-    "  info     where the cache is, its size, its cap and its layers\n"
+    "           (--remote: what the remote cache shared by the fleet holds)\n"
+    "  info     where the cache is, its size, its cap and its layers (--remote:\n"
+    "           the remote cache: its entries, memory and eviction policy)\n"
     "  verify   check every entry's manifest and checksums; exits 1 if any is\n"
     "           damaged\n"
     "  prune    evict the least recently used entries down to the size cap, and\n"
@@ -43,6 +46,7 @@ static const char cache_help[] =
     "  --max-size SIZE    prune: down to SIZE (like 100M, 2G) instead of the cap\n"
     "                     ($OPJIT_CACHE_MAX_SIZE, default 512M)\n"
     "  --repair           verify: also evict damaged entries of the writable cache\n"
+    "  --remote           ls, info: the remote cache ($OPJIT_REMOTE_CACHE)\n"
     "  -h, --help         this help\n";
 
 static int cmd_usage(const char *fmt, const char *arg)
@@ -102,6 +106,8 @@ static const char *layer_name(const opjit_cache_entry *e, char *buf, size_t len)
 {
     if (e->layer == 0)
         snprintf(buf, len, "writable");
+    else if (e->layer < 0)
+        snprintf(buf, len, "remote");
     else
         snprintf(buf, len, "ro:%s", e->layer_dir);
     return buf;
@@ -125,7 +131,8 @@ static void json_entry(const opjit_cache_entry *e)
     json_str(e->tier);
     printf(", \"size\": %" PRIu64 ", \"created\": %lld, \"last_use\": %lld, \"artifacts\": %d",
            e->size, (long long)e->created, (long long)e->last_use, e->nartifacts);
-    printf(", \"layer\": \"%s\", \"layer_dir\": ", e->layer == 0 ? "writable" : "readonly");
+    printf(", \"layer\": \"%s\", \"layer_dir\": ",
+           e->layer == 0 ? "writable" : e->layer < 0 ? "remote" : "readonly");
     json_str(e->layer_dir);
     printf(", \"dir\": ");
     json_str(e->dir);
@@ -164,7 +171,7 @@ static int ls_one(void *ud, const opjit_cache_entry *e)
     return 0;
 }
 
-static int cmd_ls(opjit_runtime *rt, int json)
+static int cmd_ls(opjit_runtime *rt, int json, int remote)
 {
     walk_state w = {json, 0, 0, 0};
     if (json)
@@ -172,7 +179,7 @@ static int cmd_ls(opjit_runtime *rt, int json)
     else
         printf("%-32s  %-14s %-16s %-14s %-5s %10s  %-16s  %s\n", "KEY", "OP", "SOURCE",
                "TARGET", "TIER", "SIZE", "LAST USE", "LAYER");
-    int rc = opjit_cache_list(rt, ls_one, &w);
+    int rc = remote ? opjit_cache_remote_list(rt, ls_one, &w) : opjit_cache_list(rt, ls_one, &w);
     if (json)
         printf("%s]\n", w.n ? "\n" : "");
     if (rc != OPJIT_OK) {
@@ -221,6 +228,45 @@ static void info_text(opjit_runtime *rt, const opjit_cache_info *t)
     printf("temporary dirs:   %" PRIu64 "%s\n", t->tmp_dirs,
            t->tmp_dirs ? " (builds in progress, or left over: prune removes those)" : "");
     printf("offline:          %s\n", t->offline ? "yes" : "no");
+}
+
+/* info --remote */
+static int cmd_remote_info(opjit_runtime *rt, int json)
+{
+    opjit_cache_remote_info r;
+    char a[32], b[32], c[32];
+    if (opjit_cache_remote_info_get(rt, &r) != OPJIT_OK) {
+        fprintf(stderr, "opjit cache info: %s\n", opjit_errmsg(rt));
+        return CLI_EXIT_FAIL;
+    }
+    if (json) {
+        printf("{\"url\": ");
+        json_str(r.url);
+        printf(", \"enabled\": %s, \"readonly\": %s, \"signed\": %s, \"reachable\": %s, "
+               "\"entries\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"used_memory\": %" PRIu64
+               ", \"maxmemory\": %" PRIu64 ", \"policy\": ",
+               r.enabled ? "true" : "false", r.readonly ? "true" : "false",
+               r.is_signed ? "true" : "false", r.reachable ? "true" : "false", r.entries, r.bytes,
+               r.used_memory, r.maxmemory);
+        json_str(r.policy);
+        printf("}\n");
+        return r.enabled && r.reachable ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+    }
+    printf("remote cache:     %s%s\n", *r.url ? r.url : "(none: set OPJIT_REMOTE_CACHE)",
+           !*r.url || r.enabled ? "" : " (not used: see the warning)");
+    if (!r.enabled)
+        return CLI_EXIT_FAIL;
+    printf("mode:             %s, %s\n", r.readonly ? "read-only" : "read-write",
+           r.is_signed ? "signed entries" : "UNSIGNED entries (unsafe)");
+    if (!r.reachable) {
+        printf("reachable:        no\n");
+        return CLI_EXIT_FAIL;
+    }
+    printf("entries:          %" PRIu64 " (%s)\n", r.entries, human_size(r.bytes, a, sizeof a));
+    printf("server memory:    %s used, maxmemory %s, policy %s\n",
+           human_size(r.used_memory, b, sizeof b),
+           r.maxmemory ? human_size(r.maxmemory, c, sizeof c) : "none", r.policy);
+    return CLI_EXIT_OK;
 }
 
 static int cmd_info(opjit_runtime *rt, int json)
@@ -314,7 +360,7 @@ static int cmd_prune(opjit_runtime *rt, int json, int clear, uint64_t max)
 
 typedef struct cache_args {
     const char *verb, *readonly;
-    int json, repair;
+    int json, repair, remote;
     uint64_t max;
 } cache_args;
 
@@ -353,6 +399,8 @@ static int parse_cache_args(int argc, char **argv, cache_args *ca)
             ca->json = 1;
         } else if (!strcmp(a, "--repair")) {
             ca->repair = 1;
+        } else if (!strcmp(a, "--remote")) {
+            ca->remote = 1;
         } else if ((r = cache_value_option(argc, argv, &i, ca)) != 0) {
             if (r != 1)
                 return r;
@@ -385,6 +433,8 @@ static int check_verb(const cache_args *ca, int *v)
         return cmd_usage("--max-size is for prune, not %s", ca->verb);
     if (ca->repair && *v != 2)
         return cmd_usage("--repair is for verify, not %s", ca->verb);
+    if (ca->remote && *v > 1)
+        return cmd_usage("--remote is for ls and info, not %s", ca->verb);
     return -1;
 }
 
@@ -409,8 +459,8 @@ int cmd_cache(int argc, char **argv)
     if (cli_create_with(&cfg, &rt) != CLI_EXIT_OK)
         return CLI_EXIT_FAIL;
     switch (v) {
-    case 0: rc = cmd_ls(rt, ca.json); break;
-    case 1: rc = cmd_info(rt, ca.json); break;
+    case 0: rc = cmd_ls(rt, ca.json, ca.remote); break;
+    case 1: rc = ca.remote ? cmd_remote_info(rt, ca.json) : cmd_info(rt, ca.json); break;
     case 2: rc = cmd_verify(rt, ca.json, ca.repair); break;
     default: rc = cmd_prune(rt, ca.json, v == 4, ca.max); break;
     }

@@ -85,7 +85,10 @@ static int load_one(opjit_runtime *rt, const char *file)
         return 1;
     }
     const char *src = info.source[0] ? info.source : file;
-    printf("%s: %s%s%s%s\n", src, info.cache_hit ? "cache hit" : "compiled (cache miss)",
+    printf("%s: %s%s%s%s\n", src,
+           !info.cache_hit                  ? "compiled (cache miss)"
+           : !strcmp(info.origin, "remote") ? "remote cache hit"
+                                            : "cache hit",
            info.tier[0] ? " [" : "", info.tier[0] ? info.tier : "", info.tier[0] ? "]" : "");
     printf("    key %.2f ms, compile %.2f ms, load %.2f ms, total %.2f ms\n", info.key_ms,
            info.compile_ms, info.load_ms, info.total_ms);

@@ -3,7 +3,7 @@
  * time (opjit_warm), so that a deployment (maybe read-only, maybe offline,
  * maybe without a compiler) only ever hits.
  *
- *   opjit warm [--ops-path DIR] [--cache DIR] [--opt] [--arch LIST] [OP|FILE...]
+ *   opjit warm [--ops-path DIR] [--cache DIR] [--opt] [--arch LIST] [--remote] [OP|FILE...]
  *
  * Every source is warmed in a runtime of its own, so two directories that
  * both hold an op of one name do not collide, and one failure does not stop
@@ -32,10 +32,12 @@ static const char warm_help[] =
     "                   PTX, e.g. --arch sm_80,sm_90,compute_90 (default:\n"
     "                   $OPJIT_CUDA_ARCHS, else this machine's GPUs, else that list);\n"
     "                   no GPU is needed\n"
+    "  --remote         also store every entry warmed, found locally or built, in\n"
+    "                   the remote cache ($OPJIT_REMOTE_CACHE) for the fleet\n"
     "  -h, --help       this help\n";
 
 typedef struct warm_args {
-    int opt, tty;
+    int opt, tty, remote;
     cli_strs targets;
     char archs[1024];
 } warm_args;
@@ -71,6 +73,8 @@ static int parse_warm_args(int argc, char **argv, warm_args *wa)
             return CLI_EXIT_OK;
         } else if (!strcmp(a, "--opt")) {
             wa->opt = 1;
+        } else if (!strcmp(a, "--remote")) {
+            wa->remote = 1;
         } else if (!strcmp(a, "--arch") || !strncmp(a, "--arch=", 7)) {
             if ((r = add_archs(wa, a[6] == '=' ? a + 7 : i < argc ? argv[i++] : NULL)) >= 0)
                 return r;
@@ -146,7 +150,7 @@ static int warm(warm_args *wa)
     }
     opjit_warm_options opts = {
         .targets = (const char *const *)wa->targets.v, .ntargets = wa->targets.n,
-        .opt = wa->opt, .cuda_archs = wa->archs[0] ? wa->archs : NULL};
+        .opt = wa->opt, .cuda_archs = wa->archs[0] ? wa->archs : NULL, .remote = wa->remote};
     opjit_warm_result res;
     wa->tty = isatty(2);
     st = opjit_warm(rt, &opts, warm_event, wa, &res);

@@ -1,0 +1,97 @@
+/*
+ * cache/cache_remote.h - the remote layer (Redis) behind the writable cache;
+ * shared by the files of cache/ only.
+ *
+ * Redis holds one value per entry under "opjit:v1:<key hex>":
+ *
+ *   opjit-remote 1 hmac-sha256 <64 hex>\n     (or "opjit-remote 1 unsigned\n")
+ *   key <32 hex>\n                            \
+ *   <size> manifest\n<the manifest's bytes>    | the body, covered by the
+ *   <size> <artifact>\n<its bytes>  ...        | signature (with the Redis key)
+ *   end\n                                     /
+ *
+ * A value is written once (SET NX: the first writer wins) and read by
+ * writing its files into the cache's tmp/, checking them like any entry
+ * (cache_check: manifest, sizes, checksums, ELF completeness) and renaming
+ * the directory into entries/. "opjit:v1:lock:<key hex>" is the fleet build
+ * lock (SET NX PX lease, holding a random token).
+ */
+#ifndef OPJIT_CACHE_REMOTE_H
+#define OPJIT_CACHE_REMOTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cache/cache.h"
+
+typedef struct cache_remote cache_remote;
+struct cache_manifest;
+struct redisReply;
+
+#define SIGN_MAC_LEN 32
+#define REMOTE_PREFIX "opjit:v1:"
+#define REMOTE_LOCK_PREFIX "opjit:v1:lock:"
+#define REMOTE_TOKEN_LEN 64
+
+/* cache_sign.c */
+/* Read the fleet key from path: absolute, a regular file of 16 to 4096
+ * bytes that we or root own and nobody else may read or write, in trusted
+ * directories. 0 (*key malloc'd: free with sign_key_free), or -1 and why. */
+int sign_key_load(const char *path, uid_t euid, unsigned char **key, size_t *len, char *why,
+                  size_t whylen);
+void sign_key_free(unsigned char *key, size_t len);
+/* HMAC-SHA256 over a domain tag, rkey (with its NUL) and body. 0 or -1. */
+int sign_compute(const unsigned char *key, size_t keylen, const char *rkey, const void *body,
+                 size_t len, unsigned char mac[SIGN_MAC_LEN]);
+/* Constant-time comparison of two MACs: 1 when equal. */
+int sign_equal(const unsigned char *a, const unsigned char *b);
+
+/* cache_redis.c: one connection per cache, its time limits and back-off. */
+typedef struct redis_link redis_link;
+/* Parse url ("redis://HOST[:PORT][/DB]", "redis+unix:///path[?db=N]").
+ * NULL and why when it is not one. */
+redis_link *redis_link_new(const char *url, int connect_ms, int timeout_ms, int backoff_ms,
+                           char *why, size_t whylen);
+void redis_link_free(redis_link *r);
+const char *redis_link_url(const redis_link *r);
+/* Run one command. NULL when the server could not be reached or did not
+ * answer in time (then the link backs off: later commands fail at once
+ * for backoff_ms; one warning per outage through c's log). A reply of type
+ * error is returned (the caller frees every reply with freeReplyObject). */
+struct redisReply *redis_run(const cache *c, redis_link *r, int argc, const char **argv,
+                             const size_t *lens);
+/* 1 while the link is backing off after a failure. */
+int redis_down(redis_link *r);
+
+/* cache_remote.c */
+/* The remote layer of c, from cfg and the environment; *out NULL when none
+ * is configured or it cannot be used (warned about once). Fails only for
+ * lack of memory. */
+int cache_remote_open(cache *c, const cache_config *cfg, cache_remote **out);
+void cache_remote_close(cache_remote *r);
+
+enum { REMOTE_GOT = 1, REMOTE_BUILD = 0 };
+/* A local miss of req, whose entry directory is dir (writable cache),
+ * the caller holding the key's build lock: ask the remote. REMOTE_GOT when a verified entry was installed at dir; keep
+ * (may be NULL; empty on entry) then receives its checked manifest, unless
+ * another process installed it first (then check dir). Else
+ * REMOTE_BUILD; with may_build, one process per fleet builds a key at a
+ * time: token receives the fleet lock's token when this process holds it
+ * (pass it to cache_remote_put), "" when not (the remote is down, or
+ * waiting for another builder took too long). */
+int cache_remote_fetch(cache *c, const cache_request *req, const char *dir, int may_build,
+                       struct cache_manifest *keep, char token[REMOTE_TOKEN_LEN]);
+/* After a build published at dir, or a local hit to push (token NULL):
+ * store the entry in the remote unless it is there (read-only mode: never),
+ * then release the fleet lock token names (if any). */
+void cache_remote_put(cache *c, const cache_request *req, const char *dir, const char *token);
+/* Release a fleet lock without publishing (the build failed). */
+void cache_remote_unlock(cache *c, const cache_request *req, const char *token);
+int cache_remote_push_hits(const cache *c);
+/* One command on c's remote (see redis_run); NULL when there is none. */
+struct redisReply *cache_remote_cmd(cache *c, int argc, const char **argv, const size_t *lens);
+int cache_remote_readonly(const cache *c);
+int cache_remote_signed(const cache *c);
+
+#endif
