@@ -224,20 +224,10 @@ static void cache_warn_fallback(cache *c, const char *why)
                    why);
 }
 
-int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen)
+/* cfg->offline, else $OPJIT_OFFLINE; cfg->max_size, else
+ * $OPJIT_CACHE_MAX_SIZE, else the default. */
+static void cache_settings(cache *c, const cache_config *cfg)
 {
-    static const cache_config defaults = {.offline = -1};
-    if (!cfg)
-        cfg = &defaults;
-    *out = NULL;
-    cache *c = calloc(1, sizeof *c);
-    if (!c)
-        return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
-    c->euid = geteuid();
-    c->log = cfg->log;
-    c->log_ud = cfg->log_ud;
-    c->disabled = cfg->disabled == 1;
-    atomic_init(&c->warned_fallback, 0);
     if (cfg->offline == -1) {
         const char *e = getenv("OPJIT_OFFLINE");
         c->offline = env_bool_parse(e, 0);
@@ -263,41 +253,62 @@ int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen)
                 c->max_size = v ? v : UINT64_MAX; /* 0: no cap */
         }
     }
-    if (cache_split_readonly(c, cfg->readonly ? cfg->readonly : getenv("OPJIT_CACHE_READONLY")) != 0) {
-        cache_close(c);
-        return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
-    }
-    if (c->disabled) {
+}
+
+/* The writable directory: made and checked, else a warning and private
+ * temporary builds. c->root is NULL only when out of memory. */
+static void cache_open_writable(cache *c, const char *dir)
+{
+    c->root = cache_absolute(dir && *dir ? strdup(dir) : cache_default_dir());
+    if (!c->root) {
         c->root = strdup("");
-    } else {
-        c->root = cache_absolute(cfg->dir && *cfg->dir ? strdup(cfg->dir) : cache_default_dir());
-        if (!c->root) {
-            c->root = strdup("");
-            cache_warn_fallback(c, "no cache directory (set OPJIT_CACHE_DIR or HOME)");
-        } else {
-            while (strlen(c->root) > 1 && c->root[strlen(c->root) - 1] == '/')
-                c->root[strlen(c->root) - 1] = '\0';
-            char why[1024];
-            int untrusted;
-            const char *bad = cache_setup_dir(c, why, sizeof why, &untrusted);
-            if (bad) {
-                /* Not writable (a read-only file system, say) but ours:
-                 * what it holds still serves, as the last read-only layer. */
-                int as_ro = 0;
-                struct stat st;
-                if (!untrusted && c->entries && stat(c->entries, &st) == 0 && S_ISDIR(st.st_mode) &&
-                    !cache_untrusted(&st, CACHE_OWNER_SELF, c->euid))
-                    as_ro = cache_add_readonly(c, c->root, strlen(c->root)) == 0;
-                char msg[1400];
-                snprintf(msg, sizeof msg, "cache directory %s is unusable (%s)%s", c->root, bad,
-                         as_ro ? "; its entries are still used, read-only" : "");
-                cache_warn_fallback(c, msg);
-            } else {
-                c->writable = 1;
-            }
-        }
+        cache_warn_fallback(c, "no cache directory (set OPJIT_CACHE_DIR or HOME)");
+        return;
     }
-    if (!c->root || cache_remote_open(c, cfg, &c->remote) != OPJIT_OK) {
+    while (strlen(c->root) > 1 && c->root[strlen(c->root) - 1] == '/')
+        c->root[strlen(c->root) - 1] = '\0';
+    char why[1024];
+    int untrusted;
+    const char *bad = cache_setup_dir(c, why, sizeof why, &untrusted);
+    if (!bad) {
+        c->writable = 1;
+        return;
+    }
+    /* Not writable (a read-only file system, say) but ours: what it holds
+     * still serves, as the last read-only layer. */
+    int as_ro = 0;
+    struct stat st;
+    if (!untrusted && c->entries && stat(c->entries, &st) == 0 && S_ISDIR(st.st_mode) &&
+        !cache_untrusted(&st, CACHE_OWNER_SELF, c->euid))
+        as_ro = cache_add_readonly(c, c->root, strlen(c->root)) == 0;
+    char msg[1400];
+    snprintf(msg, sizeof msg, "cache directory %s is unusable (%s)%s", c->root, bad,
+             as_ro ? "; its entries are still used, read-only" : "");
+    cache_warn_fallback(c, msg);
+}
+
+int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen)
+{
+    static const cache_config defaults = {.offline = -1};
+    if (!cfg)
+        cfg = &defaults;
+    *out = NULL;
+    cache *c = calloc(1, sizeof *c);
+    if (!c)
+        return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
+    c->euid = geteuid();
+    c->log = cfg->log;
+    c->log_ud = cfg->log_ud;
+    c->disabled = cfg->disabled == 1;
+    atomic_init(&c->warned_fallback, 0);
+    cache_settings(c, cfg);
+    int oom = cache_split_readonly(c, cfg->readonly ? cfg->readonly
+                                                    : getenv("OPJIT_CACHE_READONLY")) != 0;
+    if (!oom && c->disabled)
+        c->root = strdup("");
+    else if (!oom)
+        cache_open_writable(c, cfg->dir);
+    if (oom || !c->root || cache_remote_open(c, cfg, &c->remote) != OPJIT_OK) {
         cache_close(c);
         return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
     }
