@@ -145,25 +145,39 @@ static void helper_detach(int fd)
 }
 
 /* Fork a helper for batch, detached (a grandchild in a session of its
- * own: nobody has to reap it). The read end of its pipe, or -1. */
+ * own: nobody has to reap it). The read end of its pipe, or -1.
+ *
+ * The child of a threaded process may only use what no other thread held
+ * at the fork: the helper opens its own cache and scratch directory and
+ * takes none of the host's locks (glibc's malloc is fork-safe). Loads
+ * allocate under the loader's lock, so the fork takes it too: with
+ * sanitizer allocators, which are not fork-safe, that keeps our own
+ * threads out of them at that instant. An alarm bounds the helper's life
+ * whatever happens: the time limit of each compile, and a margin. */
 static int helper_spawn(loader *l, tier_job *batch, char *err, size_t n)
 {
-    int p[2];
+    int p[2], njobs = 0;
+    for (tier_job *j = batch; j; j = j->next)
+        njobs++;
+    unsigned life_s = (unsigned)((l->pipe.set.cc_timeout_ms / 1000 + 5) * (njobs + 1) + 30);
     if (pipe2(p, O_CLOEXEC)) {
         snprintf(err, n, "cannot start the background compiler: pipe: %s", strerror(errno));
         return -1;
     }
+    pthread_mutex_lock(&l->lock);
     pid_t pid = fork();
     if (pid == 0) {
         setsid();
         pid_t g = fork();
         if (g == 0) {
             helper_detach(p[1]);
+            alarm(life_s); /* SIGALRM is at its default: it ends the helper */
             helper_run(l, batch, 1);
             _exit(0);
         }
         _exit(g < 0 ? 1 : 0);
     }
+    pthread_mutex_unlock(&l->lock);
     int e = errno, st = 0;
     close(p[1]);
     while (pid > 0 && waitpid(pid, &st, 0) < 0 && errno == EINTR)
@@ -270,8 +284,14 @@ static void run_batch(loader *l, tier_job *batch)
         helper_result r;
         char msg[HELPER_MSG_MAX + 1];
         if (read_full(t, fd, &r, sizeof r) || r.index < 0 || r.index >= n ||
-            r.len > HELPER_MSG_MAX || read_full(t, fd, msg, r.len))
-            break; /* stopping, or the helper died: its jobs stay unfinished */
+            r.len > HELPER_MSG_MAX || read_full(t, fd, msg, r.len)) {
+            if (!atomic_load(&t->stop)) { /* the helper died: its jobs stay unfinished */
+                snprintf(msg, sizeof msg, "the optimizing compile's helper process ended "
+                         "before reporting on %d of %d source(s)", n - done, n);
+                note_error(l, OPJIT_EIO, msg);
+            }
+            break;
+        }
         msg[r.len] = '\0';
         tier_job *job = batch;
         for (int i = 0; i < r.index; i++)
