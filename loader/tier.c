@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -142,6 +143,9 @@ static void helper_detach(int fd)
         if (s != SIGKILL && s != SIGSTOP)
             signal(s, SIG_DFL);
     signal(SIGPIPE, SIG_IGN);
+    /* Background work: the host and whatever it starts next come first. */
+    if (setpriority(PRIO_PROCESS, 0, 10) != 0)
+        errno = 0;
 }
 
 /* Fork a helper for batch, detached (a grandchild in a session of its
@@ -154,7 +158,7 @@ static void helper_detach(int fd)
  * sanitizer allocators, which are not fork-safe, that keeps our own
  * threads out of them at that instant. An alarm bounds the helper's life
  * whatever happens: the time limit of each compile, and a margin. */
-static int helper_spawn(loader *l, tier_job *batch, char *err, size_t n)
+static int helper_spawn(loader *l, tier_job *batch, pid_t *child, char *err, size_t n)
 {
     int p[2], njobs = 0;
     for (tier_job *j = batch; j; j = j->next)
@@ -178,18 +182,28 @@ static int helper_spawn(loader *l, tier_job *batch, char *err, size_t n)
         _exit(g < 0 ? 1 : 0);
     }
     pthread_mutex_unlock(&l->lock);
-    int e = errno, st = 0;
+    int e = errno;
     close(p[1]);
-    while (pid > 0 && waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    /* ECHILD: the host reaped it (a SIGCHLD handler); the pipe tells. */
-    if (pid < 0 || (WIFEXITED(st) && WEXITSTATUS(st))) {
-        snprintf(err, n, "cannot start the background compiler: fork: %s",
-                 strerror(pid < 0 ? e : EAGAIN));
+    if (pid < 0) {
+        snprintf(err, n, "cannot start the background compiler: fork: %s", strerror(e));
         close(p[0]);
         return -1;
     }
+    /* The child only forks the helper and exits: it is reaped after the
+     * results are read (helper_reap), not waited for here. A helper that
+     * could not be forked closes the pipe unheard: an error then. */
+    *child = pid;
     return p[0];
+}
+
+/* Reap the short-lived child of helper_spawn. When stopping, only if it
+ * is done already (it exits within milliseconds; else the host's exit
+ * reaps it). ECHILD: the host reaped it (a SIGCHLD handler). */
+static void helper_reap(tier_state *t, pid_t child)
+{
+    int st;
+    while (waitpid(child, &st, atomic_load(&t->stop) ? WNOHANG : 0) < 0 && errno == EINTR)
+        ;
 }
 
 /* ---- the worker thread -------------------------------------------------------- */
@@ -272,7 +286,8 @@ static void run_batch(loader *l, tier_job *batch)
 {
     tier_state *t = l->tier;
     char err[512];
-    int fd = helper_spawn(l, batch, err, sizeof err);
+    pid_t child = -1;
+    int fd = helper_spawn(l, batch, &child, err, sizeof err);
     if (fd < 0) {
         note_error(l, OPJIT_EIO, err);
         return;
@@ -305,6 +320,7 @@ static void run_batch(loader *l, tier_job *batch)
         }
     }
     close(fd);
+    helper_reap(t, child);
 }
 
 static void *worker_main(void *arg)
