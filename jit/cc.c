@@ -23,6 +23,14 @@
 
 extern char **environ;
 
+/* The flags and defines of every optimizing compile (cc_options puts them
+ * in the key). No fused multiply-add: both tiers must round alike, or a box
+ * at an IoU threshold could be kept by one and dropped by the other. */
+static const char *const cc_fixed_flags[] = {"-O2", "-ffp-contract=off", "-fPIC", "-shared",
+                                             "-std=gnu99", NULL};
+static const char *const cc_defines[] = {"-DFORCE_OPENBLAS_COMPLEX_STRUCT", "-DOPJIT_TIER_OPT",
+                                         NULL};
+
 int jit_cc_find(const char *name, char *out, size_t n)
 {
     if (strchr(name, '/')) {
@@ -158,12 +166,8 @@ int jit_cc_compile(const jit_cc_job *job, char *diag, size_t diaglen)
     const char *argv[48];
     int n = 0, ni = 0;
     argv[n++] = job->cc;
-    /* No fused multiply-add: both tiers must round alike, or a box at an
-     * IoU threshold could be kept by one and dropped by the other. */
-    static const char *const fixed[] = {"-O2", "-ffp-contract=off", "-fPIC", "-shared",
-                                        "-std=gnu99", NULL};
-    for (int i = 0; fixed[i]; i++)
-        argv[n++] = fixed[i];
+    for (int i = 0; cc_fixed_flags[i]; i++)
+        argv[n++] = cc_fixed_flags[i];
     if (job->march) {
         snprintf(march, sizeof march, "-march=%s", job->march);
         argv[n++] = march;
@@ -200,9 +204,6 @@ int jit_cc_compile(const jit_cc_job *job, char *diag, size_t diaglen)
 
 /* ---- the optimizing C compiler in the table of compilers ------------------- */
 
-#define OPT_OPTIONS "-O2 -ffp-contract=off -fPIC -shared -std=gnu99 " \
-                    "-DFORCE_OPENBLAS_COMPLEX_STRUCT -DOPJIT_TIER_OPT -lm"
-
 static int cc_file_id(const jit_settings *set, char *out, size_t n)
 {
     return jit_file_id("cc-file", set->cc, out, n);
@@ -231,9 +232,12 @@ static int cc_identity(const jit_settings *set, char *out, size_t n, char *err, 
     return OPJIT_OK;
 }
 
+/* What cc_compile_job passes, as flags (-march is the target). */
 static void cc_options(const jit_job *job, char *out, size_t n)
 {
-    snprintf(out, n, "%s link-blas=%s", OPT_OPTIONS, job->link_blas ? "yes" : "no");
+    size_t k = jit_join(out, n, 0, "", cc_fixed_flags);
+    k = jit_join(out, n, k, "", cc_defines);
+    snprintf(out + k, n - k, " -lm link-blas=%s", job->link_blas ? "yes" : "no");
 }
 
 /* The CPU levels this machine runs, best first: code built for one of
@@ -252,35 +256,19 @@ static void cc_targets(const jit_settings *set, char *out, size_t n)
 #endif
 }
 
-static void cc_artifact(const char *target, char *out, size_t n)
-{
-    (void)target;
-    snprintf(out, n, "host.so");
-}
-
 static int cc_compile_job(const jit_job *job, char *diag, size_t n)
 {
     char blas[PATH_MAX];
-    snprintf(blas, sizeof blas, "%s", OPJIT_OPENBLAS_LIBRARY);
-    char *slash = strrchr(blas, '/');
-    if (slash)
-        *slash = '\0';
-    static const char *const defines[] = {"-DFORCE_OPENBLAS_COMPLEX_STRUCT", "-DOPJIT_TIER_OPT",
-                                          NULL};
+    jit_blas_dir(blas, sizeof blas);
     const char *includes[6];
-    int ni = 0;
-    for (int i = 0; job->include_dirs && job->include_dirs[i] && ni < 2; i++)
-        includes[ni++] = job->include_dirs[i];
-    includes[ni++] = OPJIT_DLPACK_INCLUDE_DIR;
-    includes[ni++] = OPJIT_CBLAS_INCLUDE_DIR;
-    includes[ni] = NULL;
+    jit_host_includes(job, includes, 6);
     jit_cc_job cj = {
         .cc = job->set->cc,
         .source_name = job->source_name,
         .text = job->text,
         .len = job->len,
         .march = strncmp(job->target, "x86-64", 6) ? NULL : job->target,
-        .defines = defines,
+        .defines = cc_defines,
         .include_dirs = includes,
         .blas_dir = job->link_blas ? blas : NULL,
         .dir = job->dir,
@@ -303,6 +291,6 @@ const jit_compiler jit_cc = {
     .identity = cc_identity,
     .options = cc_options,
     .targets = cc_targets,
-    .artifact = cc_artifact,
+    .artifact = jit_host_artifact,
     .compile = cc_compile_job,
 };

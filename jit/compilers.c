@@ -5,9 +5,11 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <string.h>
 #include <xxhash.h>
 
 #include "jit/jit.h"
+#include "opjit_build_config.h"
 
 /* For each half, the compiler whose code runs faster comes first: a load
  * uses the first whose artifact is cached, else builds with the first
@@ -44,4 +46,38 @@ int jit_file_id(const char *prefix, const char *path, char *out, size_t n)
     snprintf(out, n, "%s:%016llx%016llx", prefix, (unsigned long long)h.high64,
              (unsigned long long)h.low64);
     return 1;
+}
+
+/* ---- what the host compilers share ---------------------------------------- */
+
+int jit_host_includes(const jit_job *job, const char **out, int max)
+{
+    int n = 0;
+    for (int i = 0; job->include_dirs && job->include_dirs[i] && n < max - 3; i++)
+        out[n++] = job->include_dirs[i];
+    out[n++] = OPJIT_DLPACK_INCLUDE_DIR;
+    out[n++] = OPJIT_CBLAS_INCLUDE_DIR;
+    out[n] = NULL;
+    return n;
+}
+
+void jit_blas_dir(char *out, size_t n)
+{
+    snprintf(out, n, "%s", OPJIT_OPENBLAS_LIBRARY);
+    char *slash = strrchr(out, '/');
+    if (slash)
+        *slash = '\0';
+}
+
+void jit_host_artifact(const char *target, char *out, size_t n)
+{
+    (void)target;
+    snprintf(out, n, "host.so");
+}
+
+size_t jit_join(char *out, size_t n, size_t k, const char *prefix, const char *const *v)
+{
+    for (int i = 0; v[i] && k < n; i++)
+        k += (size_t)snprintf(out + k, n - k, "%s%s%s", k ? " " : "", prefix, v[i]);
+    return k < n ? k : n - 1;
 }

@@ -81,6 +81,16 @@ const char *jit_host_target(void);
  * "prefix:<hex>" into out; 0 when it cannot be read. */
 int jit_file_id(const char *prefix, const char *path, char *out, size_t n);
 
+/* What the host (C) compilers share: the include directories of a job
+ * (its own, then DLPack's and CBLAS's; NULL-terminated in out, which has
+ * room for max; the count), the directory of the OpenBLAS host code links,
+ * the artifact's name ("host.so"), and a list of flags appended to out
+ * (k bytes used) as " PREFIXv[0] PREFIXv[1]..." (the new length). */
+int jit_host_includes(const jit_job *job, const char **out, int max);
+void jit_blas_dir(char *out, size_t n);
+void jit_host_artifact(const char *target, char *out, size_t n);
+size_t jit_join(char *out, size_t n, size_t k, const char *prefix, const char *const *v);
+
 /* ---- the compilers' own interfaces ---------------------------------------- */
 
 typedef struct jit_tcc_job {

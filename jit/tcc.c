@@ -203,7 +203,9 @@ void jit_tcc_fork_done(void) { pthread_mutex_unlock(&tcc_lock); }
 
 /* ---- libtcc in the table of compilers --------------------------------------- */
 
-#define TCC_OPTIONS "-shared -DFORCE_OPENBLAS_COMPLEX_STRUCT -DOPJIT_TIER_TCC -lm"
+/* The defines every op gets; the host half of a .cu gets cu_host_defines. */
+static const char *const tcc_defines[] = {"FORCE_OPENBLAS_COMPLEX_STRUCT", "OPJIT_TIER_TCC",
+                                          NULL};
 
 /* The host half of a .cu under libtcc: what cudnn.h / cuda.h ask of an
  * unknown compiler (crt/host_defines.h), plus the defines every op gets. */
@@ -301,16 +303,21 @@ static int tcc_identity(const jit_settings *set, char *out, size_t n, char *err,
     return OPJIT_OK;
 }
 
+static const char *const *tcc_defines_of(const jit_job *job)
+{
+    return job->half == JIT_CU_HOST ? cu_host_defines : tcc_defines;
+}
+
+/* What tcc_compile passes, as flags: the defines, libm and maybe OpenBLAS,
+ * and for a .cu host half the versions of the CUDA headers it includes. */
 static void tcc_options(const jit_job *job, char *out, size_t n)
 {
-    int k = snprintf(out, n, "%s link-blas=%s", TCC_OPTIONS, job->link_blas ? "yes" : "no");
-    if (job->half != JIT_CU_HOST || k < 0 || (size_t)k >= n)
-        return;
-    for (int i = 0; cu_host_defines[i] && (size_t)k < n; i++)
-        k += snprintf(out + k, n - (size_t)k, " -D%s", cu_host_defines[i]);
-    if ((size_t)k < n - 1) {
+    size_t k = jit_join(out, n, 0, "", (const char *const[]){"-shared", NULL});
+    k = jit_join(out, n, k, "-D", tcc_defines_of(job));
+    k += (size_t)snprintf(out + k, n - k, " -lm link-blas=%s", job->link_blas ? "yes" : "no");
+    if (job->half == JIT_CU_HOST && k < n - 1) {
         out[k++] = ' ';
-        cu_host_versions(out + k, n - (size_t)k);
+        cu_host_versions(out + k, n - k);
     }
 }
 
@@ -320,21 +327,11 @@ static void tcc_targets(const jit_settings *set, char *out, size_t n)
     snprintf(out, n, "%s", jit_host_target());
 }
 
-static void host_artifact(const char *target, char *out, size_t n)
-{
-    (void)target;
-    snprintf(out, n, "host.so");
-}
-
 static int tcc_compile(const jit_job *job, char *diag, size_t n)
 {
     char out[PATH_MAX + 64], libdir[PATH_MAX];
     const char *includes[8];
-    int ni = 0;
-    for (int i = 0; job->include_dirs && job->include_dirs[i] && ni < 2; i++)
-        includes[ni++] = job->include_dirs[i];
-    includes[ni++] = OPJIT_DLPACK_INCLUDE_DIR;
-    includes[ni++] = OPJIT_CBLAS_INCLUDE_DIR;
+    int ni = jit_host_includes(job, includes, 6);
     if (job->half == JIT_CU_HOST) { /* cuda.h, cudnn.h */
         if (cu_toolkit_include())
             includes[ni++] = cu_toolkit_include();
@@ -342,19 +339,15 @@ static int tcc_compile(const jit_job *job, char *diag, size_t n)
             includes[ni++] = cu_cudnn_include();
     }
     includes[ni] = NULL;
-    static const char *const defines[] = {"FORCE_OPENBLAS_COMPLEX_STRUCT", "OPJIT_TIER_TCC", NULL};
     const char *libs[] = {"m", job->link_blas ? "openblas" : NULL, NULL};
-    snprintf(libdir, sizeof libdir, "%s", OPJIT_OPENBLAS_LIBRARY);
-    char *slash = strrchr(libdir, '/');
-    if (slash)
-        *slash = '\0';
+    jit_blas_dir(libdir, sizeof libdir);
     const char *libdirs[] = {libdir, NULL};
     snprintf(out, sizeof out, "%s/%s", job->dir, job->artifact);
     jit_tcc_job tj = {
         .source_name = job->source_name,
         .text = job->text,
         .include_dirs = includes,
-        .defines = job->half == JIT_CU_HOST ? cu_host_defines : defines,
+        .defines = tcc_defines_of(job),
         .libraries = libs,
         .library_dirs = libdirs,
         .tcc_lib_dir = OPJIT_TCC_LIB_DIR,
@@ -372,6 +365,6 @@ const jit_compiler jit_tcc = {
     .identity = tcc_identity,
     .options = tcc_options,
     .targets = tcc_targets,
-    .artifact = host_artifact,
+    .artifact = jit_host_artifact,
     .compile = tcc_compile,
 };

@@ -226,15 +226,10 @@ static int load_host(load_job *j, const jit_compiler *jc, struct cuda_module *cm
                      const char *tier)
 {
     loader *l = j->l;
-    char targets[256], diag[OPJIT_ERRMSG_SIZE - 256];
-    jc->targets(&l->pipe.set, targets, sizeof targets);
+    char diag[OPJIT_ERRMSG_SIZE - 256];
     pipeline_artifact art = {0};
-    int rc = OPJIT_ENOTFOUND;
-    char *save = NULL;
-    for (char *t = strtok_r(targets, ",", &save); t && rc; t = strtok_r(NULL, ",", &save)) {
-        pipeline_get_args a = {&j->src, jc, j->half, t, !jc->background};
-        rc = pipeline_get(&l->pipe, &a, &art, diag, sizeof diag);
-    }
+    int rc = pipeline_get_host(&l->pipe, &j->src, jc, j->half, !jc->background, &art, diag,
+                               sizeof diag);
     if (rc && jc->background)
         return OPJIT_ENOTFOUND;
     if (rc) {

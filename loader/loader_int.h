@@ -218,6 +218,12 @@ typedef struct pipeline_artifact {
 int pipeline_get(pipeline *p, const pipeline_get_args *a, pipeline_artifact *out, char *diag,
                  size_t diaglen);
 
+/* jc's host code of s: the first of jc's targets (this machine's, best
+ * first) whose artifact a cache holds; with build, the first target's is
+ * built when the first is not cached (a build error ends the search).
+ * As pipeline_get otherwise. */
+int pipeline_get_host(pipeline *p, const source *s, const jit_compiler *jc, unsigned half,
+                      int build, pipeline_artifact *out, char *diag, size_t diaglen);
 /* The request of the artifact a.jc would make of a.src for a.target, with
  * its full key (its identity, learnt); or, when the compiler is not here,
  * the index entry's request, with why in note. *cached: some layer holds

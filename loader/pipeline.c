@@ -142,6 +142,22 @@ typedef struct key_parts {
     char options[1024];
 } key_parts;
 
+/* The compile a wants, as far as its key depends on it (no directory or
+ * artifact name yet), and the key's parts. */
+static jit_job job_of(pipeline *p, const pipeline_get_args *a)
+{
+    return (jit_job){.source_name = a->src->path, .text = a->src->text, .len = a->src->len,
+                     .half = a->half, .link_blas = source_uses_blas(a->src),
+                     .target = a->target, .set = &p->set};
+}
+
+static void key_parts_of(pipeline *p, const pipeline_get_args *a, key_parts *k)
+{
+    *k = (key_parts){.src = a->src, .jc = a->jc, .target = a->target};
+    jit_job job = job_of(p, a);
+    a->jc->options(&job, k->options, sizeof k->options);
+}
+
 /* The request of an artifact: by = the compiler's identity for the
  * artifact itself, or, for an index entry, its file id or NULL (no
  * compiler). */
@@ -245,13 +261,12 @@ static int get_by_key(pipeline *p, const pipeline_get_args *a, const key_parts *
         .p = p,
         .src = a->src,
         .jc = a->jc,
-        .job = {.source_name = a->src->path, .text = a->src->text, .len = a->src->len,
-                .half = a->half, .link_blas = source_uses_blas(a->src), .target = a->target,
-                .artifact = out->name, .set = &p->set},
+        .job = job_of(p, a),
         .diag = diag,
         .diaglen = diaglen,
     };
     char err[1024] = "";
+    b.job.artifact = out->name;
     int rc = cache_fetch(p->cache, &r.req, a->build ? build : NULL, &b, &out->entry, &out->hit,
                          err, sizeof err);
     if (rc && rc != OPJIT_ECOMPILE)
@@ -261,13 +276,25 @@ static int get_by_key(pipeline *p, const pipeline_get_args *a, const key_parts *
     return rc;
 }
 
+int pipeline_get_host(pipeline *p, const source *s, const jit_compiler *jc, unsigned half,
+                      int build, pipeline_artifact *out, char *diag, size_t diaglen)
+{
+    char targets[256], *save = NULL;
+    jc->targets(&p->set, targets, sizeof targets);
+    int rc = OPJIT_ENOTFOUND, first = 1;
+    for (char *t = strtok_r(targets, ",", &save); t && rc == OPJIT_ENOTFOUND;
+         t = strtok_r(NULL, ",", &save), first = 0) {
+        pipeline_get_args a = {s, jc, half, t, build && first};
+        rc = pipeline_get(p, &a, out, diag, diaglen);
+    }
+    return rc;
+}
+
 int pipeline_describe(pipeline *p, const pipeline_get_args *a, pipeline_request *r,
                       int *cached, char *note, size_t n)
 {
-    key_parts k = {.src = a->src, .jc = a->jc, .target = a->target};
-    jit_job job = {.half = a->half, .link_blas = source_uses_blas(a->src), .target = a->target,
-                   .set = &p->set};
-    a->jc->options(&job, k.options, sizeof k.options);
+    key_parts k;
+    key_parts_of(p, a, &k);
     const char *id = NULL;
     note[0] = '\0';
     int index = identity(p, a->jc, &id, note, n) != OPJIT_OK;
@@ -287,10 +314,8 @@ int pipeline_get(pipeline *p, const pipeline_get_args *a, pipeline_artifact *out
                  size_t diaglen)
 {
     const jit_compiler *jc = a->jc;
-    key_parts k = {.src = a->src, .jc = jc, .target = a->target};
-    jit_job job = {.half = a->half, .link_blas = source_uses_blas(a->src), .target = a->target,
-                   .set = &p->set};
-    jc->options(&job, k.options, sizeof k.options);
+    key_parts k;
+    key_parts_of(p, a, &k);
     memset(out, 0, sizeof *out);
     jc->artifact(a->target, out->name, sizeof out->name);
     const char *fid = jc->file_id ? file_id(p, jc) : NULL, *id = NULL;

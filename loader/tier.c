@@ -108,11 +108,9 @@ static void helper_run(const loader *l, tier_job *batch, int fd)
         snprintf(diag, sizeof diag, "out of memory");
     int i = 0;
     for (tier_job *j = batch; j; j = j->next, i++) {
-        char targets[256], *save = NULL;
-        j->jc->targets(&l->pipe.set, targets, sizeof targets);
-        pipeline_get_args a = {&j->src, j->jc, JIT_C, strtok_r(targets, ",", &save), 1};
         pipeline_artifact art = {0};
-        int jrc = rc ? rc : pipeline_get(&p, &a, &art, diag, sizeof diag);
+        int jrc = rc ? rc : pipeline_get_host(&p, &j->src, j->jc, JIT_C, 1, &art, diag,
+                                              sizeof diag);
         cache_entry_release(art.entry);
         helper_send(fd, i, jrc, jrc ? diag : "");
     }
@@ -253,14 +251,10 @@ static void swap_in(loader *l, tier_job *job)
     loaded *cur = loader_find_loaded(l, job->src.real);
     if (cur && !memcmp(cur->digest.bytes, job->src.digest.bytes, sizeof cur->digest.bytes) &&
         strcmp(cur->tier, job->jc->name)) {
-        char targets[256], diag[1024], *save = NULL;
-        job->jc->targets(&l->pipe.set, targets, sizeof targets);
+        char diag[1024];
         pipeline_artifact art = {0};
-        int rc = OPJIT_ENOTFOUND;
-        for (char *t = strtok_r(targets, ",", &save); t && rc; t = strtok_r(NULL, ",", &save)) {
-            pipeline_get_args a = {&job->src, job->jc, JIT_C, t, 0};
-            rc = pipeline_get(&l->pipe, &a, &art, diag, sizeof diag);
-        }
+        int rc = pipeline_get_host(&l->pipe, &job->src, job->jc, JIT_C, 0, &art, diag,
+                                   sizeof diag);
         module *m = NULL;
         if (rc)
             rc = rt_error(l->rt, rc, "%s: %s", job->path, diag);
@@ -396,27 +390,20 @@ void tier_never_build(loader *l) { l->tier->enabled = 0; }
 
 const char *tier_would_serve(loader *l, const source *s)
 {
-    const char *fallback = NULL;
     for (int i = 0; jit_compilers[i]; i++) {
         const jit_compiler *jc = jit_compilers[i];
-        if (!(jc->halves & JIT_C))
+        if (!(jc->halves & JIT_C) || (jc->background && !l->tier->wanted))
             continue;
         if (!jc->background)
-            return fallback ? fallback : jc->name;
-        if (!l->tier->wanted)
-            continue;
-        char targets[256], diag[512], *save = NULL;
-        jc->targets(&l->pipe.set, targets, sizeof targets);
-        for (char *t = strtok_r(targets, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-            pipeline_get_args a = {s, jc, JIT_C, t, 0};
-            pipeline_artifact art;
-            if (pipeline_get(&l->pipe, &a, &art, diag, sizeof diag) == OPJIT_OK) {
-                cache_entry_release(art.entry);
-                return jc->name;
-            }
+            return jc->name; /* what a load compiles with */
+        char diag[512];
+        pipeline_artifact art;
+        if (pipeline_get_host(&l->pipe, s, jc, JIT_C, 0, &art, diag, sizeof diag) == OPJIT_OK) {
+            cache_entry_release(art.entry);
+            return jc->name;
         }
     }
-    return "tcc";
+    return jit_tcc.name;
 }
 
 int tier_wait(loader *l, char *msg, size_t n)
