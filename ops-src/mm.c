@@ -19,13 +19,12 @@
  *    Every element is one chain of fused multiply-adds over k, whatever
  *    the blocks, so the blocks may follow the thread count.
  *  - otherwise OpenBLAS (cblas_sgemm / cblas_dgemm, one thread per call)
- *    on blocks of rows, one per thread. Blocks start at multiples of 48
- *    rows: OpenBLAS's kernels treat the rows of a call in groups whose
- *    size divides 48, and the last group of a call differently, so a row
- *    gets the same bits whatever the split (measured on its Haswell
- *    kernels, and tested at 1, 2 and 7 threads: a split elsewhere changes
- *    the rounding of the rows near it). OpenBLAS's own threads would not:
- *    their results differ from one thread's in the last bits.
+ *    on blocks of rows. The blocks follow the shape only, never the
+ *    thread count: OpenBLAS's kernels round a row differently by where it
+ *    falls in a call (its edge rows, and on some CPUs a small-matrix path
+ *    picked by the call's size), so the same calls must be made for any
+ *    number of threads. OpenBLAS's own threads would not do: their results
+ *    differ from one thread's in the last bits.
  */
 #ifndef FORCE_OPENBLAS_COMPLEX_STRUCT
 #define FORCE_OPENBLAS_COMPLEX_STRUCT
@@ -70,17 +69,22 @@ static int mm_blas_run(void *user, int64_t lo, int64_t hi)
     return 0;
 }
 
+/* Blocks of rows: as many as the shape repays (each at least about
+ * 8 MFLOP), at most MM_BLAS_BLOCKS, of equal size in whole groups of 16
+ * rows. Eight blocks share evenly among 1, 2, 4 or 8 threads. */
+#define MM_BLAS_BLOCKS 8
+
 static int mm_blas(opjit_ctx *ctx, mm_job *j)
 {
-    int64_t T = opjit_num_threads(ctx), units = (j->n + 47) / 48, per;
-    /* one block a thread, unless a block would be under about 4 MFLOP */
-    int64_t flops48 = 2 * 48 * j->k * j->m, most = ((int64_t)1 << 22) / (flops48 ? flops48 : 1);
-    if (most < 1)
-        most = 1;
-    per = (units + T - 1) / T;
-    if (per < most)
-        per = most;
-    j->rows = 48 * per;
+    int64_t flops = 2 * j->n * j->k * j->m, groups = (j->n + 15) / 16;
+    int64_t nb = flops / ((int64_t)1 << 23);
+    if (nb > MM_BLAS_BLOCKS)
+        nb = MM_BLAS_BLOCKS;
+    if (nb > groups)
+        nb = groups;
+    if (nb < 1)
+        nb = 1;
+    j->rows = 16 * ((groups + nb - 1) / nb);
     return opjit_parallel_for(ctx, 0, (j->n + j->rows - 1) / j->rows, 1, mm_blas_run, j);
 }
 
