@@ -7,7 +7,8 @@
  * such a file would crash every process that dlopens it (SIGBUS on the
  * missing pages). So every artifact that starts like an ELF file must have
  * every byte its headers point at: program headers, section headers and
- * the contents of both.
+ * the contents of both. And a shared object must not ask for an
+ * executable stack (see CACHE_ELF_STACK).
  */
 #include <elf.h>
 #include <errno.h>
@@ -42,9 +43,23 @@ static int cache_pread_all(int fd, void *buf, size_t n, uint64_t off)
     return 0;
 }
 
+/* A shared object must carry PT_GNU_STACK without PF_X: glibc takes one
+ * with none as needing an executable stack and makes the whole process's
+ * stack executable when it is dlopened. 0 when it does; -1 none; 1 exec. */
+#define CACHE_ELF_STACK(NAME, Phdr)                                                        \
+    static int NAME(const Phdr *ph, size_t n)                                              \
+    {                                                                                      \
+        for (size_t i = 0; i < n; i++)                                                     \
+            if (ph[i].p_type == PT_GNU_STACK)                                              \
+                return (ph[i].p_flags & PF_X) ? 1 : 0;                                     \
+        return -1;                                                                         \
+    }
+CACHE_ELF_STACK(cache_elf64_stack, Elf64_Phdr)
+CACHE_ELF_STACK(cache_elf32_stack, Elf32_Phdr)
+
 /* The checks, for one ELF class. Returns 0, an errno (could not read), or
  * -1 with why filled (incomplete). */
-#define CACHE_ELF_CHECKER(NAME, Ehdr, Phdr, Shdr)                                          \
+#define CACHE_ELF_CHECKER(NAME, Ehdr, Phdr, Shdr, cache_elf_stack)                                          \
     static int NAME(int fd, uint64_t size, char *why, size_t whylen)                      \
     {                                                                                      \
         Ehdr eh;                                                                           \
@@ -56,13 +71,13 @@ static int cache_pread_all(int fd, void *buf, size_t n, uint64_t off)
         if ((eh.e_phnum && eh.e_phentsize != sizeof(Phdr)) ||                              \
             (eh.e_shnum && eh.e_shentsize != sizeof(Shdr))) {                              \
             snprintf(why, whylen, "ELF header has bad table entry sizes");                 \
-            return -1;                                                                     \
+            return CACHE_ELF_INCOMPLETE;                                                   \
         }                                                                                  \
         if (ph_end > size || sh_end > size) {                                              \
             snprintf(why, whylen, "ELF headers reach byte %llu of a %llu-byte file",       \
                      (unsigned long long)(ph_end > sh_end ? ph_end : sh_end),              \
                      (unsigned long long)size);                                            \
-            return -1;                                                                     \
+            return CACHE_ELF_INCOMPLETE;                                                   \
         }                                                                                  \
         size_t nph = eh.e_phnum, nsh = eh.e_shnum;                                         \
         Phdr *ph = calloc(nph + 1, sizeof *ph);                                            \
@@ -72,6 +87,7 @@ static int cache_pread_all(int fd, void *buf, size_t n, uint64_t off)
             e = cache_pread_all(fd, ph, nph * sizeof *ph, eh.e_phoff);                     \
         if (!e && nsh)                                                                     \
             e = cache_pread_all(fd, sh, nsh * sizeof *sh, eh.e_shoff);                     \
+        int stack = !e && eh.e_type == ET_DYN ? cache_elf_stack(ph, nph) : 0;             \
         uint64_t need = 0;                                                                 \
         for (size_t i = 0; !e && i < nph; i++) {                                           \
             uint64_t end = cache_elf_end(ph[i].p_offset, 1, ph[i].p_filesz);               \
@@ -90,13 +106,19 @@ static int cache_pread_all(int fd, void *buf, size_t n, uint64_t off)
         if (need > size) {                                                                 \
             snprintf(why, whylen, "ELF contents reach byte %llu of a %llu-byte file",      \
                      (unsigned long long)need, (unsigned long long)size);                  \
-            return -1;                                                                     \
+            return CACHE_ELF_INCOMPLETE;                                                   \
+        }                                                                                  \
+        if (stack) {                                                                       \
+            snprintf(why, whylen, "%s (dlopen would make the host's stack executable)",    \
+                     stack < 0 ? "it has no PT_GNU_STACK header"                           \
+                               : "its PT_GNU_STACK header asks for an executable stack");  \
+            return CACHE_ELF_UNSAFE;                                                       \
         }                                                                                  \
         return 0;                                                                          \
     }
 
-CACHE_ELF_CHECKER(cache_elf64_check, Elf64_Ehdr, Elf64_Phdr, Elf64_Shdr)
-CACHE_ELF_CHECKER(cache_elf32_check, Elf32_Ehdr, Elf32_Phdr, Elf32_Shdr)
+CACHE_ELF_CHECKER(cache_elf64_check, Elf64_Ehdr, Elf64_Phdr, Elf64_Shdr, cache_elf64_stack)
+CACHE_ELF_CHECKER(cache_elf32_check, Elf32_Ehdr, Elf32_Phdr, Elf32_Shdr, cache_elf32_stack)
 
 int cache_elf_check(int fd, uint64_t size, char *why, size_t whylen)
 {
@@ -111,12 +133,17 @@ int cache_elf_check(int fd, uint64_t size, char *why, size_t whylen)
     if (size < sizeof(Elf64_Ehdr) && !(size >= sizeof(Elf32_Ehdr) && ident[EI_CLASS] == ELFCLASS32)) {
         snprintf(why, whylen, "ELF file of %llu bytes is shorter than its header",
                  (unsigned long long)size);
-        return -1;
+        return CACHE_ELF_INCOMPLETE;
     }
     if (ident[EI_CLASS] == ELFCLASS64)
         return cache_elf64_check(fd, size, why, whylen);
     if (ident[EI_CLASS] == ELFCLASS32)
         return cache_elf32_check(fd, size, why, whylen);
     snprintf(why, whylen, "ELF file of unknown class %u", ident[EI_CLASS]);
-    return -1;
+    return CACHE_ELF_INCOMPLETE;
+}
+
+const char *cache_elf_problem(int rc)
+{
+    return rc == CACHE_ELF_UNSAFE ? "unsafe" : "incomplete";
 }

@@ -143,8 +143,12 @@ int cache_manifest_write(int dirfd, const cache_request *req, const cache_artifa
 
 /* cache_elf.c */
 /* An artifact that starts like ELF must hold every byte its headers point
- * at (a truncated write is caught here). 0: complete, or not ELF; -1:
- * incomplete, why filled; else an errno from reading it. */
+ * at (a truncated write is caught here), and a shared object must carry a
+ * non-executable PT_GNU_STACK. 0: fine, or not ELF; CACHE_ELF_INCOMPLETE
+ * or CACHE_ELF_UNSAFE, why filled; else an errno from reading it. */
+#define CACHE_ELF_INCOMPLETE (-1)
+#define CACHE_ELF_UNSAFE (-2)
+const char *cache_elf_problem(int rc); /* "incomplete" or "unsafe" */
 int cache_elf_check(int fd, uint64_t size, char *why, size_t whylen);
 
 /* cache_evict.c */

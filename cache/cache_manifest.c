@@ -387,7 +387,8 @@ static int cache_check_artifact(const cache *c, int dfd, const cache_artifact *a
         rc = cache_damaged(why, whylen, "artifact %s: checksum mismatch", a->name);
     else if ((flags & CACHE_CHK_SUMS) && (e = cache_elf_check(afd, a->size, elf, sizeof elf))) {
         snprintf(what, sizeof what, "cannot read artifact %s", a->name);
-        rc = e < 0 ? cache_damaged(why, whylen, "artifact %s is incomplete: %s", a->name, elf)
+        rc = e < 0 ? cache_damaged(why, whylen, "artifact %s is %s: %s", a->name,
+                                   cache_elf_problem(e), elf)
                    : cache_failed(why, whylen, e, what);
     }
     close(afd);
@@ -538,16 +539,19 @@ static int cache_seal_artifact(int dirfd, const char *name, mode_t mode, int syn
     if (!e)
         e = cache_hash_fd(fd, &x->sum, &x->size);
     char elf[160];
-    int incomplete = !e && (e = cache_elf_check(fd, x->size, elf, sizeof elf)) < 0;
+    int problem = e ? 0 : cache_elf_check(fd, x->size, elf, sizeof elf);
+    if (problem > 0)
+        e = problem;
     if (!e && sync && fsync(fd) != 0)
         e = errno;
     if (fd >= 0)
         close(fd);
-    if (incomplete) {
+    if (problem < 0) {
         /* A short write the compiler did not notice (a full disk, a
-         * file-size limit): never an entry. */
-        return cache_errf(err, errlen, OPJIT_EIO,
-                          "cache: the build wrote an incomplete %s (%s); not cached", name, elf);
+         * file-size limit), or code that would make the host's stack
+         * executable: never an entry. */
+        return cache_errf(err, errlen, OPJIT_EIO, "cache: the build wrote an %s %s (%s); not cached",
+                          cache_elf_problem(problem), name, elf);
     }
     if (e)
         return cache_errf(err, errlen, e == ENOMEM ? OPJIT_ENOMEM : OPJIT_EIO,

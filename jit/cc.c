@@ -25,9 +25,11 @@ extern char **environ;
 
 /* The flags and defines of every optimizing compile (cc_options puts them
  * in the key). No fused multiply-add: both tiers must round alike, or a box
- * at an IoU threshold could be kept by one and dropped by the other. */
+ * at an IoU threshold could be kept by one and dropped by the other. A
+ * non-executable stack whatever the source holds: dlopen would otherwise
+ * make the host's stack executable (the cache refuses such code too). */
 static const char *const cc_fixed_flags[] = {"-O2", "-ffp-contract=off", "-fPIC", "-shared",
-                                             "-std=gnu99", NULL};
+                                             "-Wl,-z,noexecstack", "-std=gnu99", NULL};
 static const char *const cc_defines[] = {"-DFORCE_OPENBLAS_COMPLEX_STRUCT", "-DOPJIT_TIER_OPT",
                                          NULL};
 

@@ -91,6 +91,12 @@ void jit_blas_dir(char *out, size_t n);
 void jit_host_artifact(const char *target, char *out, size_t n);
 size_t jit_join(char *out, size_t n, size_t k, const char *prefix, const char *const *v);
 
+/* Make the shared object at path ask for a non-executable stack: add a
+ * PT_GNU_STACK header (read, write) where it has none. An error, why in
+ * diag, when it is not a whole 64-bit ELF shared object or asks for an
+ * executable stack itself. */
+int jit_elf_stack_noexec(const char *path, char *diag, size_t n);
+
 /* ---- the compilers' own interfaces ---------------------------------------- */
 
 typedef struct jit_tcc_job {

@@ -83,19 +83,6 @@ static void on_diag(void *opaque, const char *msg)
     }
 }
 
-/* libtcc does not check its writes: a file cut short by a full disk or a
- * file-size limit must at least start as ELF (the cache checks the rest). */
-static int jit_output_looks_elf(const char *path)
-{
-    unsigned char head[4];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    int ok = fd >= 0 && read(fd, head, sizeof head) == (ssize_t)sizeof head &&
-             !memcmp(head, "\177ELF", 4);
-    if (fd >= 0)
-        close(fd);
-    return ok;
-}
-
 /* The source prefixed with "#line 1 \"name\"" (tcc then reports the
  * source's own name), and that name with a quote, backslash or newline,
  * which would break the directive, made '_' (in diagnostics too). NULL
@@ -161,9 +148,11 @@ static int tcc_build(TCCState *s, const jit_tcc_job *job, const char *text, diag
             snprintf(diag, diaglen, "libtcc: cannot write %s", job->out_path);
         return d->errors || !d->write_failed ? OPJIT_ECOMPILE : OPJIT_EIO;
     }
-    if (!jit_output_looks_elf(job->out_path)) {
-        snprintf(diag, diaglen, "libtcc: %s was not written whole (disk full or a file-size "
-                 "limit?)", job->out_path);
+    /* libtcc does not check its writes (the cache checks that every byte
+     * is there) and writes no PT_GNU_STACK: add it. */
+    char why[PATH_MAX + 128];
+    if (jit_elf_stack_noexec(job->out_path, why, sizeof why)) {
+        snprintf(diag, diaglen, "libtcc: %s", why);
         return OPJIT_EIO;
     }
     return OPJIT_OK;

@@ -4,9 +4,11 @@
  *
  * Every op source is written by the test into its own temporary directory;
  * op names carry a "qal_" prefix so they never collide with ops-src/. */
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,7 @@
 #include "cache/cache_int.h"
 #include "t.h"
 #include "t_files.h"
+#include <xxhash.h>
 
 /* ---- helpers ----------------------------------------------------------------- */
 
@@ -1443,6 +1446,181 @@ static void status_strings(void)
     CHECK(opjit_create(NULL, NULL) == OPJIT_EINVAL);
 }
 
+/* ---- loading never makes the host's stack executable ----------------------- */
+
+/* The permissions of this process's main stack ("rw-p"). */
+static void stack_perms(char out[8])
+{
+    snprintf(out, 8, "?");
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[1024];
+    while (f && fgets(line, sizeof line, f))
+        if (strstr(line, "[stack]"))
+            sscanf(line, "%*s %7s", out);
+    if (f)
+        fclose(f);
+}
+
+/* 1 when the shared object at path carries PT_GNU_STACK without PF_X. */
+static int so_stack_is_noexec(const char *path)
+{
+    Elf64_Ehdr eh;
+    Elf64_Phdr ph;
+    int fd = open(path, O_RDONLY), ok = 0;
+    if (fd < 0 || pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh)
+        goto out;
+    for (int i = 0; i < eh.e_phnum; i++)
+        if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (uint64_t)i * sizeof ph)) ==
+                (ssize_t)sizeof ph &&
+            ph.p_type == PT_GNU_STACK)
+            ok = !(ph.p_flags & PF_X);
+out:
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+static int so_count, so_noexec;
+static char so_last[PATH_MAX];
+static int count_so(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st, (void)ftw;
+    size_t n = strlen(path);
+    if (type == FTW_F && n > 3 && !strcmp(path + n - 3, ".so")) {
+        so_count++;
+        so_noexec += so_stack_is_noexec(path);
+        snprintf(so_last, sizeof so_last, "%s", path);
+    }
+    return 0;
+}
+
+/* Every shipped source, both tiers: the stack stays rw-p after each load,
+ * and every shared object in the cache says so in its program headers. */
+static void loading_shipped_ops_keeps_the_stack_noexec(void)
+{
+    char perms[8], path[PATH_MAX + 64], dir[PATH_MAX];
+    const char *files[] = {"nms.c", "conv2d.c", "mm.c", "nms.cu", "conv2d.cu", "mm.cu"};
+    snprintf(dir, sizeof dir, "%s/ops-src", getenv("OPJIT_SOURCE_DIR"));
+    for (int tiering = 0; tiering <= 1; tiering++) {
+        opjit_config cfg;
+        opjit_config_init(&cfg);
+        cfg.cache_dir = tmpdir_new();
+        cfg.tiering = tiering;
+        opjit_runtime *rt = rt_new_cfg(&cfg);
+        for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+            opjit_op *op = NULL;
+            snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+            CHECKF(opjit_load_file(rt, path, &op, NULL) == OPJIT_OK, "%s: %s", files[i],
+                   opjit_errmsg(rt));
+            stack_perms(perms);
+            CHECKF(!strchr(perms, 'x'), "after loading %s (tiering %d) the stack is %s",
+                   files[i], tiering, perms);
+        }
+        if (tiering)
+            CHECKF(opjit_wait(rt) == OPJIT_OK, "opjit_wait: %s", opjit_errmsg(rt));
+        stack_perms(perms);
+        CHECKF(!strchr(perms, 'x'), "after the optimized code came (tiering %d): %s", tiering,
+               perms);
+        opjit_destroy(rt);
+        so_count = so_noexec = 0;
+        nftw(cfg.cache_dir, count_so, 16, FTW_PHYS);
+        /* host halves of 6 sources, and with tiering the 3 .c in the opt tier */
+        CHECKF(so_count == (tiering ? 9 : 6) && so_noexec == so_count,
+               "tiering %d: %d shared objects, %d with a non-executable PT_GNU_STACK", tiering,
+               so_count, so_noexec);
+    }
+}
+
+typedef struct logbuf {
+    char text[8192];
+} logbuf;
+
+static void log_to_buf(void *ud, int level, const char *msg)
+{
+    logbuf *lb = ud;
+    size_t n = strlen(lb->text);
+    (void)level;
+    snprintf(lb->text + n, sizeof lb->text - n, "%s\n", msg);
+}
+
+/* An entry whose host.so has no PT_GNU_STACK (what libtcc wrote before
+ * opjit added one) is damaged: never dlopened, rebuilt, with a warning. */
+static void an_entry_without_gnu_stack_is_rebuilt(void)
+{
+    opjit_config cfg;
+    opjit_config_init(&cfg);
+    cfg.cache_dir = tmpdir_new();
+    cfg.tiering = 0;
+    const char *d = tmpdir_new();
+    write_const_op(d, "old.c", "old", 5);
+    char src[PATH_MAX], perms[8];
+    snprintf(src, sizeof src, "%s/old.c", d);
+    opjit_runtime *rt = rt_new_cfg(&cfg);
+    opjit_op *op = NULL;
+    CHECK(opjit_load_file(rt, src, &op, NULL) == OPJIT_OK);
+    opjit_destroy(rt);
+    so_count = 0;
+    nftw(cfg.cache_dir, count_so, 16, FTW_PHYS);
+    CHECK(so_count == 1);
+    /* the old shape: the object with its PT_GNU_STACK made PT_NULL, and a
+     * manifest that agrees (cache_scan_artifacts would refuse it now) */
+    char *entry = strdup(so_last), *old_so = so_last;
+    *strrchr(entry, '/') = '\0';
+    int dfd = open(entry, O_RDONLY | O_DIRECTORY), n = 0;
+    cache_artifact *arts = NULL;
+    char err[512];
+    CHECK(dfd >= 0 && unlinkat(dfd, "manifest", 0) == 0);
+    CHECKF(cache_scan_artifacts(dfd, 0, &arts, &n, err, sizeof err) == OPJIT_OK, "%s", err);
+    CHECK(chmod(old_so, 0600) == 0);
+    Elf64_Ehdr eh;
+    Elf64_Phdr ph;
+    int fd = open(old_so, O_RDWR);
+    CHECK(fd >= 0 && pread(fd, &eh, sizeof eh, 0) == (ssize_t)sizeof eh);
+    for (int i = 0; fd >= 0 && i < eh.e_phnum; i++) {
+        off_t at = (off_t)(eh.e_phoff + (uint64_t)i * sizeof ph);
+        CHECK(pread(fd, &ph, sizeof ph, at) == (ssize_t)sizeof ph);
+        if (ph.p_type == PT_GNU_STACK) {
+            ph.p_type = PT_NULL;
+            CHECK(pwrite(fd, &ph, sizeof ph, at) == (ssize_t)sizeof ph);
+        }
+    }
+    struct stat st;
+    char *bytes = fd >= 0 && fstat(fd, &st) == 0 ? malloc((size_t)st.st_size) : NULL;
+    CHECK(bytes && pread(fd, bytes, (size_t)st.st_size, 0) == st.st_size);
+    for (int i = 0; bytes && i < n; i++)
+        if (!strcmp(arts[i].name, "host.so"))
+            arts[i].sum = XXH3_64bits(bytes, (size_t)st.st_size);
+    free(bytes);
+    if (fd >= 0)
+        close(fd);
+    CHECK(!so_stack_is_noexec(old_so));
+    cache_request req;
+    memset(&req, 0, sizeof req);
+    snprintf(req.key.hex, sizeof req.key.hex, "%s", strrchr(entry, '/') + 1);
+    req.op_name = req.source_name = req.compiler = req.options = req.target = req.tier = "x";
+    CHECK(cache_manifest_write(dfd, &req, arts, n, 1, err, sizeof err) == OPJIT_OK);
+    cache_artifacts_free(arts, n);
+    close(dfd);
+    logbuf lb = {0};
+    cfg.log = log_to_buf;
+    cfg.log_ud = &lb;
+    cfg.verbosity = OPJIT_LOG_WARN;
+    rt = rt_new_cfg(&cfg);
+    CHECK(opjit_load_file(rt, src, &op, NULL) == OPJIT_OK);
+    CHECK_VALUE(call_value(rt, op), 5);
+    opjit_destroy(rt);
+    CHECKF(strstr(lb.text, "no PT_GNU_STACK") != NULL, "log: %s", lb.text);
+    stack_perms(perms);
+    CHECKF(!strchr(perms, 'x'), "the stack is %s", perms);
+    so_count = so_noexec = 0; /* (the damaged entry waits in v1/tmp to be swept) */
+    char entries[PATH_MAX];
+    snprintf(entries, sizeof entries, "%s/v1/entries", cfg.cache_dir);
+    nftw(entries, count_so, 16, FTW_PHYS);
+    CHECKF(so_count == 1 && so_noexec == 1, "%d shared objects, %d with PT_GNU_STACK (%s)",
+           so_count, so_noexec, so_last);
+    free(entry);
+}
+
 int main(void)
 {
     /* Run by hand: a private cache. */
@@ -1481,6 +1659,8 @@ int main(void)
     T_RUN(reload_drops_ops_the_new_init_no_longer_registers);
     T_RUN(discover_survives_sources_that_exit_or_crash);
     T_RUN(a_forged_entry_in_a_readonly_layer_never_runs);
+    T_RUN(loading_shipped_ops_keeps_the_stack_noexec);
+    T_RUN(an_entry_without_gnu_stack_is_rebuilt);
     T_RUN(ops_read_boolean_settings_like_opjit);
     T_RUN(status_strings);
     tmpdirs_remove();

@@ -32,7 +32,7 @@ fresh() {
 # --- 1. a write cut short is an error, never an entry ---------------------------
 fresh fsize
 run env OPJIT_TIERING=0 bash -c "trap '' XFSZ; ulimit -f 16; exec \"$CLI\" call nms ${NMS_ARGS[*]}"
-expect "a file-size limit during the compile: an error" 1 "" "incomplete host.so"
+expect "a file-size limit during the compile: an error" 1 "" "host.so was not written whole"
 run env OPJIT_TIERING=0 "$CLI" call nms "${NMS_ARGS[@]}" --out "$T/keep.npy"
 expect "the next call compiles again and works (no SIGBUS)" 0
 check "  and keeps boxes 0 and 2" test "$(npy_data_hex "$T/keep.npy")" = "$KEEP_HEX"
