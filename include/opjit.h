@@ -499,14 +499,15 @@ typedef struct opjit_warm_options {
 
 /* What became of one source. */
 enum {
-    OPJIT_WARM_HIT = 0,      /* its libtcc artifact was in a cache already
-                              * (with opt, the optimized one may still
-                              * have been built) */
-    OPJIT_WARM_COMPILED = 1, /* built and stored */
+    OPJIT_WARM_HIT = 0,      /* every artifact a load would use (with opt,
+                              * the optimized one too) was cached already */
+    OPJIT_WARM_COMPILED = 1, /* some were built, and all are now stored */
     OPJIT_WARM_SKIPPED = 2,  /* a .cu without a CUDA compiler, when no
                               * architectures were asked for (cuda_archs,
                               * rt's config or $OPJIT_CUDA_ARCHS) */
-    OPJIT_WARM_FAILED = 3,
+    OPJIT_WARM_FAILED = 3,   /* an error; or the cache does not hold all it
+                              * needs (full, read-only, or a size limit
+                              * too small for every source warmed) */
     OPJIT_WARM_NOSOURCE = 4  /* an op name with no source on the path */
 };
 

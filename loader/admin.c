@@ -210,7 +210,33 @@ static int admin_is_cu(const char *path)
     return n > 3 && !strcmp(path + n - 3, ".cu");
 }
 
-/* Warm one source in a runtime of its own; fills ev. */
+/* What warming a source must leave in the cache: every artifact a load
+ * would use now (cache why's reports). Counts those no layer holds, and
+ * names the first in msg. */
+typedef struct admin_missing {
+    int n;
+    char first[256];
+} admin_missing;
+
+static int admin_missing_one(void *ud, const opjit_cache_why_report *r)
+{
+    admin_missing *m = ud;
+    if (!r->cached && !m->n++)
+        snprintf(m->first, sizeof m->first, "its %s code for %s (key %s)", r->compiler,
+                 r->target, r->key);
+    return 0;
+}
+
+static int admin_missing_count(opjit_runtime *child, const char *path, admin_missing *m)
+{
+    memset(m, 0, sizeof *m);
+    return opjit_cache_why(child, path, NULL, admin_missing_one, m) ? -1 : m->n;
+}
+
+/* Warm one source in a runtime of its own; fills ev. A source counts as
+ * compiled when something it needs was missing before, and fails when
+ * something is still missing after (a full or unwritable cache: the load
+ * worked, but warming is for the next process). */
 static void admin_warm_one(admin_warm *w, const char *path, opjit_warm_event *ev)
 {
     opjit_config cfg;
@@ -219,11 +245,18 @@ static void admin_warm_one(admin_warm *w, const char *path, opjit_warm_event *ev
     admin_warm_config(w, &cfg);
     memset(&info, 0, sizeof info);
     double t0 = loader_now_ms();
+    admin_missing before = {0}, after = {0};
     int s = loader_runtime_new(&cfg, &child);
+    int missing = s ? 0 : admin_missing_count(child, path, &before);
     if (!s)
         s = opjit_load_file(child, path, NULL, &info);
     if (!s && w->opts->opt)
         s = opjit_wait(child);
+    if (!s && admin_missing_count(child, path, &after) > 0) {
+        s = rt_error(child, OPJIT_EIO, "%s: loaded, but the cache does not hold %s%s "
+                     "(is it full or read-only? see the warnings)", path, after.first,
+                     after.n > 1 ? " and more" : "");
+    }
     ev->ms = loader_now_ms() - t0;
     ev->status = s;
     snprintf(w->msg, sizeof w->msg, "%s", !s ? "" : child ? opjit_errmsg(child) : opjit_errstr(s));
@@ -232,7 +265,38 @@ static void admin_warm_one(admin_warm *w, const char *path, opjit_warm_event *ev
     else if (s)
         ev->result = OPJIT_WARM_FAILED;
     else
-        ev->result = info.cache_hit ? OPJIT_WARM_HIT : OPJIT_WARM_COMPILED;
+        ev->result = missing || !info.cache_hit ? OPJIT_WARM_COMPILED : OPJIT_WARM_HIT;
+    loader_runtime_free(child);
+}
+
+/* A source warmed earlier in this run whose artifacts a later one pushed
+ * out (the cache's size limit) is a failure after all: reported again. */
+static void admin_warm_recheck(admin_warm *w, const int *result)
+{
+    if (!w->res.hits && !w->res.compiled)
+        return;
+    opjit_config cfg;
+    opjit_runtime *child = NULL;
+    admin_warm_config(w, &cfg);
+    if (loader_runtime_new(&cfg, &child))
+        return;
+    for (int i = 0; i < w->files.n; i++) {
+        admin_missing m;
+        if ((result[i] != OPJIT_WARM_HIT && result[i] != OPJIT_WARM_COMPILED) ||
+            admin_missing_count(child, w->files.v[i], &m) <= 0)
+            continue;
+        opjit_warm_event ev = {.done = 1, .index = i, .total = w->files.n,
+                               .path = w->files.v[i], .result = OPJIT_WARM_FAILED,
+                               .status = OPJIT_EIO, .message = w->msg};
+        snprintf(w->msg, sizeof w->msg, "%s: warmed, then pushed out of the cache by the "
+                 "sources after it: the cache's size limit is too small for them all", ev.path);
+        int *was = result[i] == OPJIT_WARM_COMPILED ? &w->res.compiled : &w->res.hits;
+        (*was)--;
+        w->res.failed++;
+        admin_warm_fail(w, OPJIT_EIO, w->msg);
+        if (w->fn && w->fn(w->ud, &ev))
+            break;
+    }
     loader_runtime_free(child);
 }
 
@@ -240,7 +304,8 @@ static void admin_warm_one(admin_warm *w, const char *path, opjit_warm_event *ev
 static void admin_warm_all(admin_warm *w)
 {
     opjit_warm_event ev;
-    int stop = 0;
+    /* each source's result, for the recheck (none without the memory) */
+    int stop = 0, *result = calloc((size_t)w->files.n + 1, sizeof *result);
     for (int i = 0; i < w->files.n && !stop; i++) {
         memset(&ev, 0, sizeof ev);
         ev.index = i;
@@ -254,11 +319,16 @@ static void admin_warm_all(admin_warm *w)
         ev.message = w->msg;
         int *count[] = {&w->res.hits, &w->res.compiled, &w->res.skipped, &w->res.failed};
         (*count[ev.result])++;
+        if (result)
+            result[i] = (int)ev.result;
         w->res.sources++;
         if (ev.result == OPJIT_WARM_FAILED)
             admin_warm_fail(w, ev.status, w->msg);
         stop = w->fn && w->fn(w->ud, &ev);
     }
+    if (!stop && result)
+        admin_warm_recheck(w, result);
+    free(result);
 }
 
 int opjit_warm(opjit_runtime *rt, const opjit_warm_options *opts,
