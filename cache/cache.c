@@ -64,7 +64,10 @@ int cache_parse_size(const char *s, uint64_t *out)
 
 /* ---- opening ------------------------------------------------------------ */
 
-static char *cache_default_dir(void)
+/* The default cache directory, or NULL with why. Under $HOME only when the
+ * home directory exists: daemon users have HOME=/nonexistent, and opjit
+ * never creates a home. */
+static char *cache_default_dir(char *why, size_t whylen)
 {
     const char *e = getenv("OPJIT_CACHE_DIR");
     if (e && *e)
@@ -77,7 +80,17 @@ static char *cache_default_dir(void)
         struct passwd *pw = getpwuid(geteuid());
         e = pw ? pw->pw_dir : NULL;
     }
-    return e && *e ? cache_path(e, ".cache", "opjit") : NULL;
+    struct stat st;
+    if (!e || !*e) {
+        snprintf(why, whylen, "no cache directory (set OPJIT_CACHE_DIR or HOME)");
+        return NULL;
+    }
+    if (stat(e, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(why, whylen, "no cache directory: the home directory %s does not exist "
+                 "(set OPJIT_CACHE_DIR)", e);
+        return NULL;
+    }
+    return cache_path(e, ".cache", "opjit");
 }
 
 /* Make a relative directory absolute, so a later chdir does not move it. */
@@ -259,10 +272,11 @@ static void cache_settings(cache *c, const cache_config *cfg)
  * temporary builds. c->root is NULL only when out of memory. */
 static void cache_open_writable(cache *c, const char *dir)
 {
-    c->root = cache_absolute(dir && *dir ? strdup(dir) : cache_default_dir());
+    char none[PATH_MAX + 128] = "out of memory";
+    c->root = cache_absolute(dir && *dir ? strdup(dir) : cache_default_dir(none, sizeof none));
     if (!c->root) {
         c->root = strdup("");
-        cache_warn_fallback(c, "no cache directory (set OPJIT_CACHE_DIR or HOME)");
+        cache_warn_fallback(c, none);
         return;
     }
     while (strlen(c->root) > 1 && c->root[strlen(c->root) - 1] == '/')

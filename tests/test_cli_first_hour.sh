@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# tests/test_cli_first_hour.sh - what a new user meets first (issue 24):
+# a HOME that does not exist (daemon users: HOME=/nonexistent) is never
+# created; opjit warns once and works without a cache.
+#
+# Env (set by ctest): OPJIT_CLI, OPJIT_OPS_PATH, OPJIT_TEST_TMP.
+set -euo pipefail
+
+. "$(dirname "$0")/cli_lib.sh"
+need_cli
+fresh_tmp
+OPS=${OPJIT_OPS_PATH:?OPJIT_OPS_PATH must name ops-src}
+unset OPJIT_TIERING OPJIT_OFFLINE OPJIT_CACHE_READONLY OPJIT_CACHE_DIR XDG_CACHE_HOME
+
+run env HOME="$T/nohome" "$CLI" load "$OPS/nms.c"
+expect "a load with a HOME that does not exist works" 0 "compiled" \
+    "the home directory $T/nohome does not exist"
+check "  and the home directory was not created" test ! -e "$T/nohome"
+check "  and it warned once" test "$(grep -c warning "$T/err")" = 1
+
+mkdir -p "$T/home"
+run env HOME="$T/home" "$CLI" load "$OPS/nms.c"
+expect "a HOME that exists gets ~/.cache/opjit" 0 "compiled"
+check "  made under it" test -d "$T/home/.cache/opjit/v1/entries"
+
+echo "test_cli_first_hour: $passed passed, $failed failed"
+[[ $failed == 0 ]]
