@@ -23,5 +23,17 @@ run env HOME="$T/home" "$CLI" load "$OPS/nms.c"
 expect "a HOME that exists gets ~/.cache/opjit" 0 "compiled"
 check "  made under it" test -d "$T/home/.cache/opjit/v1/entries"
 
+# The man page, made from the help texts, installed with the tool.
+MAN=${OPJIT_BINARY_DIR:?}/opjit.1
+check "the build made opjit.1" test -s "$MAN"
+for cmd in list load call warm cache watch; do
+    check "  it has a section for opjit $cmd" grep -q "^\.SS $cmd\$" "$MAN"
+done
+if command -v man >/dev/null; then
+    run man --warnings -l "$MAN"
+    expect "  man renders it" 0 "opjit warm"
+    check "  without warnings" test ! -s "$T/err"
+fi
+
 echo "test_cli_first_hour: $passed passed, $failed failed"
 [[ $failed == 0 ]]
