@@ -679,6 +679,17 @@ int opjit_parse_size(const char *text, uint64_t *bytes);
 
 /* ==== end of what the opjit command does ================================== */
 
+/* Where libopjit.a finds its installed ops. libopjit.so finds them next to
+ * itself; an archive linked into a host has no place of its own, so
+ * find_package(opjit) (opjit::opjit_static) and pkg-config opjit-static
+ * give the host -DOPJIT_STATIC_OPS_DIR="<prefix>/share/opjit/ops", which
+ * this turns into a weak symbol the library reads (searched after
+ * cfg.ops_path and $OPJIT_OPS_PATH). */
+#if defined(OPJIT_STATIC_OPS_DIR) && defined(__GNUC__)
+extern const char opjit_static_ops_dir[];
+__attribute__((weak)) const char opjit_static_ops_dir[] = OPJIT_STATIC_OPS_DIR;
+#endif
+
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

@@ -69,20 +69,44 @@ static char *relocated_ops_dir(void)
     return strdup(real);
 }
 
+/* Defined (weak) by a host of libopjit.a built with OPJIT_STATIC_OPS_DIR
+ * (opjit.h): where the ops of the installed tree it was built against are. */
+extern const char opjit_static_ops_dir[] __attribute__((weak));
+
+/* The installed ops a host of libopjit.a was built against, when that
+ * directory exists and is not found otherwise; else "". */
+static const char *static_host_ops_dir(const char *moved)
+{
+    const char *dir = opjit_static_ops_dir;
+    char real[PATH_MAX];
+    if (!dir || !*dir || strchr(dir, ':') || !realpath(dir, real) ||
+        (moved && !strcmp(real, moved)))
+        return "";
+    return dir;
+}
+
 /* The search path: config, $OPJIT_OPS_PATH, the ops shipped with this
- * copy of the library, the installed ones. NULL when out of memory. */
+ * copy of the library (next to it, or as a static host was told), the
+ * installed ones (where they exist). NULL when out of memory. */
 static char *search_path(const opjit_config *cfg)
 {
     const char *env = getenv("OPJIT_OPS_PATH");
     char *moved = relocated_ops_dir();
-    size_t n = (cfg->ops_path ? strlen(cfg->ops_path) : 0) + (env ? strlen(env) : 0) +
-               (moved ? strlen(moved) : 0) + strlen(OPJIT_INSTALLED_OPS_DIR) + 4;
+    const char *host = static_host_ops_dir(moved);
+    const char *installed = access(OPJIT_INSTALLED_OPS_DIR, X_OK) == 0 ? OPJIT_INSTALLED_OPS_DIR
+                                                                        : "";
+    const char *part[] = {cfg->ops_path, env, moved, host, installed};
+    size_t n = 1;
+    for (size_t i = 0; i < sizeof part / sizeof *part; i++)
+        n += part[i] ? strlen(part[i]) + 1 : 0;
     char *path = malloc(n);
-    if (path)
-        snprintf(path, n, "%s%s%s%s%s%s%s", cfg->ops_path ? cfg->ops_path : "",
-                 cfg->ops_path && *cfg->ops_path ? ":" : "", env ? env : "",
-                 env && *env ? ":" : "", moved ? moved : "", moved ? ":" : "",
-                 OPJIT_INSTALLED_OPS_DIR);
+    if (path) {
+        size_t k = 0;
+        path[0] = '\0';
+        for (size_t i = 0; i < sizeof part / sizeof *part; i++)
+            if (part[i] && *part[i])
+                k += (size_t)snprintf(path + k, n - k, "%s%s", k ? ":" : "", part[i]);
+    }
     free(moved);
     return path;
 }

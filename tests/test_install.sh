@@ -76,7 +76,7 @@ if [ -n "${OPJIT_SHARED_LIB:-}" ]; then
         if [ -e "$LIBDIR/$f" ]; then ok "installed $f"; else bad "installed $f (missing in $LIBDIR)"; fi
     done
 fi
-for f in cmake/opjit/opjitConfig.cmake cmake/opjit/opjitConfigVersion.cmake pkgconfig/opjit.pc; do
+for f in cmake/opjit/opjitConfig.cmake cmake/opjit/opjitConfigVersion.cmake pkgconfig/opjit.pc pkgconfig/opjit-static.pc; do
     if [ -e "$LIBDIR/$f" ]; then ok "installed ${LIBDIR#"$PREFIX"/}/$f"; else bad "installed $f (missing in $LIBDIR)"; fi
 done
 
@@ -160,102 +160,98 @@ int main(void)
 }
 EOF
 cat >"$APP/CMakeLists.txt" <<'EOF'
-cmake_minimum_required(VERSION 3.16)
+cmake_minimum_required(VERSION 3.18)
 project(opjit_consumer C)
-find_package(opjit REQUIRED)
+option(WANT_SHARED "" OFF)
+if(WANT_SHARED)
+  find_package(opjit REQUIRED COMPONENTS shared static)
+else()
+  find_package(opjit REQUIRED COMPONENTS static)
+endif()
 add_executable(app app.c)
 target_link_libraries(app opjit::opjit)
-if(TARGET opjit::opjit_shared)
-  add_executable(app_shared app.c)
-  target_link_libraries(app_shared opjit::opjit_shared)
-endif()
+add_executable(app_static app.c)
+target_link_libraries(app_static opjit::opjit_static)
 EOF
 
 needs_so() { readelf -d "$1" 2>/dev/null | grep -q 'NEEDED.*\[libopjit\.so\.0\]'; }
 
-run_app() { # name binary
+# run_app NAME BINARY: mm from the installed ops, found with no
+# OPJIT_OPS_PATH (the library knows where it was installed).
+run_app() {
     local name=$1 bin=$2
-    if env OPJIT_OPS_PATH="$PREFIX/share/opjit/ops" OPJIT_CACHE_DIR="$T/cache" \
-        "$bin" >"$T/$name.run" 2>&1 && grep -q 'mm: \[\[19, 22\], \[43, 50\]\]' "$T/$name.run"; then
-        ok "$name: runs mm from the installed ops"
+    if env -u OPJIT_OPS_PATH OPJIT_CACHE_DIR="$T/cache" OPJIT_TIERING=0 \
+        "$bin" >"$T/run.log" 2>&1 && grep -q 'mm: \[\[19, 22\], \[43, 50\]\]' "$T/run.log"; then
+        ok "$name: runs mm from the installed ops, no OPJIT_OPS_PATH"
     else
-        bad "$name: runs mm from the installed ops" "$T/$name.run"
+        bad "$name: runs mm from the installed ops, no OPJIT_OPS_PATH" "$T/run.log"
     fi
 }
 
-# CMake: find_package + the exported target.
-if cmake -S "$APP" -B "$APP/build" -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_BUILD_TYPE=Debug \
-    -DCMAKE_C_COMPILER="$CC" -DCMAKE_C_FLAGS="$EXTRA_FLAGS" \
-    -DCMAKE_EXE_LINKER_FLAGS="$EXTRA_FLAGS" >"$T/cmake-configure.log" 2>&1; then
-    ok "cmake consumer: find_package(opjit)"
-    if cmake --build "$APP/build" >"$T/cmake-build.log" 2>&1; then
-        ok "cmake consumer: builds against opjit::opjit"
-        if needs_so "$APP/build/app"; then
-            bad "cmake consumer: opjit::opjit is libopjit.a (the app needs libopjit.so)"
-        fi
-        run_app "cmake consumer" "$APP/build/app"
-        if [ $SHARED = 1 ]; then
-            if [ -x "$APP/build/app_shared" ] && needs_so "$APP/build/app_shared"; then
-                ok "cmake consumer: builds against opjit::opjit_shared (needs libopjit.so.0)"
-                run_app "cmake consumer (shared)" "$APP/build/app_shared"
-            else
-                bad "cmake consumer: builds against opjit::opjit_shared" "$T/cmake-build.log"
-            fi
-        fi
+# cmake_hosts PREFIX TAG: find_package + the exported targets, built and run.
+cmake_hosts() {
+    local prefix=$1 tag=$2 dir=$APP/build-$2
+    if cmake -S "$APP" -B "$dir" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Debug \
+        -DWANT_SHARED=$([ $SHARED = 1 ] && echo ON || echo OFF) \
+        -DCMAKE_C_COMPILER="$CC" -DCMAKE_C_FLAGS="$EXTRA_FLAGS" \
+        -DCMAKE_EXE_LINKER_FLAGS="$EXTRA_FLAGS" >"$T/cmake-configure-$tag.log" 2>&1; then
+        ok "cmake consumer ($tag): find_package(opjit COMPONENTS ...)"
     else
-        bad "cmake consumer: builds against opjit::opjit" "$T/cmake-build.log"
+        bad "cmake consumer ($tag): find_package(opjit COMPONENTS ...)" "$T/cmake-configure-$tag.log"
+        return
     fi
-else
-    bad "cmake consumer: find_package(opjit)" "$T/cmake-configure.log"
-fi
+    if ! cmake --build "$dir" >"$T/cmake-build-$tag.log" 2>&1; then
+        bad "cmake consumer ($tag): builds" "$T/cmake-build-$tag.log"
+        return
+    fi
+    ok "cmake consumer ($tag): builds against opjit::opjit and opjit::opjit_static"
+    if [ $SHARED = 1 ] && ! needs_so "$dir/app"; then
+        bad "cmake consumer ($tag): opjit::opjit is libopjit.so"
+    fi
+    if needs_so "$dir/app_static"; then
+        bad "cmake consumer ($tag): opjit::opjit_static is libopjit.a (the app needs libopjit.so)"
+    fi
+    run_app "cmake consumer, opjit::opjit ($tag)" "$dir/app"
+    run_app "cmake consumer, opjit::opjit_static ($tag)" "$dir/app_static"
+}
 
-# pkg-config: static linking flags from the installed opjit.pc.
-if command -v pkg-config >/dev/null 2>&1; then
-    if flags=$(PKG_CONFIG_PATH="$LIBDIR/pkgconfig" pkg-config --cflags --libs --static opjit 2>"$T/pkgconfig.log"); then
-        ok "pkg-config finds opjit ($flags)"
-        want_inc=$(cd "$PREFIX/include" && pwd -P)
-        inc_ok=0
-        for f in $flags; do
-            case $f in
-            -I*) [ "$(cd "${f#-I}" 2>/dev/null && pwd -P)" = "$want_inc" ] && inc_ok=1 ;;
-            esac
-        done
-        if [ $inc_ok = 1 ]; then
-            ok "pkg-config --cflags points into the prefix"
-        else
-            bad "pkg-config --cflags points into the prefix (got: $flags)"
-        fi
-        # With libopjit.so next to it, -lopjit would pick the .so: a static
-        # host names the archive.
-        [ $SHARED = 1 ] && flags=$(printf '%s\n' "$flags" | sed 's/-lopjit\b/-l:libopjit.a/')
-        # shellcheck disable=SC2086
-        if "$CC" $EXTRA_FLAGS -o "$APP/app_pc" "$APP/app.c" $flags >"$T/pc-build.log" 2>&1; then
-            ok "pkg-config consumer: builds (static)"
-            if needs_so "$APP/app_pc"; then
-                bad "pkg-config consumer: linked libopjit.a, yet needs libopjit.so"
-            fi
-            run_app "pkg-config consumer" "$APP/app_pc"
-        else
-            bad "pkg-config consumer: builds (static)" "$T/pc-build.log"
-        fi
-        # pkg-config --libs (no --static): the shared library.
-        if [ $SHARED = 1 ]; then
-            shflags=$(PKG_CONFIG_PATH="$LIBDIR/pkgconfig" pkg-config --cflags --libs opjit 2>>"$T/pkgconfig.log")
-            # shellcheck disable=SC2086
-            if "$CC" $EXTRA_FLAGS -o "$APP/app_pc_shared" "$APP/app.c" $shflags -Wl,-rpath,"$LIBDIR" \
-                >"$T/pc-shared-build.log" 2>&1 && needs_so "$APP/app_pc_shared"; then
-                ok "pkg-config consumer: builds against libopjit.so ($shflags)"
-                run_app "pkg-config consumer (shared)" "$APP/app_pc_shared"
-            else
-                bad "pkg-config consumer: builds against libopjit.so" "$T/pc-shared-build.log"
-            fi
-        fi
-    else
-        bad "pkg-config finds opjit" "$T/pkgconfig.log"
+# pkg_hosts PREFIX LIBDIR TAG: pkg-config opjit (the usual library) and
+# opjit-static, built and run.
+pkg_hosts() {
+    local prefix=$1 libdir=$2 tag=$3 flags
+    command -v pkg-config >/dev/null 2>&1 || { echo "pkg-config not found: skipped"; return; }
+    if ! flags=$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs opjit-static 2>"$T/pc-$tag.log"); then
+        bad "pkg-config finds opjit-static ($tag)" "$T/pc-$tag.log"
+        return
     fi
-else
-    echo "pkg-config not found: its part is skipped"
-fi
+    ok "pkg-config opjit-static ($tag): $flags"
+    for f in $flags; do
+        case $f in
+        /*) [[ $f == "$prefix"/* ]] || bad "pkg-config opjit-static names $f, outside the prefix" ;;
+        esac
+    done
+    # As make (or meson, or CMake) passes it on: through the shell's quoting.
+    if eval "\"\$CC\" \$EXTRA_FLAGS -o \"\$APP/app_pc_\$tag\" \"\$APP/app.c\" $flags" \
+        >"$T/pc-build-$tag.log" 2>&1 &&
+        ! needs_so "$APP/app_pc_$tag"; then
+        ok "pkg-config consumer ($tag): builds against libopjit.a"
+        run_app "pkg-config consumer, static ($tag)" "$APP/app_pc_$tag"
+    else
+        bad "pkg-config consumer ($tag): builds against libopjit.a" "$T/pc-build-$tag.log"
+    fi
+    [ $SHARED = 1 ] || return 0
+    flags=$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs opjit 2>>"$T/pc-$tag.log")
+    if eval "\"\$CC\" \$EXTRA_FLAGS -o \"\$APP/app_pc_shared_\$tag\" \"\$APP/app.c\" $flags" \
+        '-Wl,-rpath,"$libdir"' >"$T/pc-shared-build-$tag.log" 2>&1 && needs_so "$APP/app_pc_shared_$tag"; then
+        ok "pkg-config consumer ($tag): builds against libopjit.so ($flags)"
+        run_app "pkg-config consumer, shared ($tag)" "$APP/app_pc_shared_$tag"
+    else
+        bad "pkg-config consumer ($tag): builds against libopjit.so" "$T/pc-shared-build-$tag.log"
+    fi
+}
+
+cmake_hosts "$PREFIX" installed
+pkg_hosts "$PREFIX" "$LIBDIR" installed
 
 # The shipped sample, built against the installed package as a host would,
 # finds nms among the installed ops, compiles it and runs it.
@@ -309,15 +305,18 @@ if mv "$PREFIX" "$MOVED"; then
     else
         bad "moved prefix: the installed opjit lists nms from $MOVED/share/opjit/ops" "$T/moved-list.run"
     fi
-    if [ $SHARED = 1 ] && [ -x "$APP/build/app_shared" ]; then
+    if [ $SHARED = 1 ] && [ -x "$APP/build-installed/app" ]; then
         if env -u OPJIT_OPS_PATH LD_LIBRARY_PATH="$MOVED/${LIBDIR#"$PREFIX"/}" OPJIT_CACHE_DIR="$T/moved-cache" \
-            "$APP/build/app_shared" >"$T/moved-app.run" 2>&1 &&
+            "$APP/build-installed/app" >"$T/moved-app.run" 2>&1 &&
             grep -q 'mm: \[\[19, 22\], \[43, 50\]\]' "$T/moved-app.run"; then
             ok "moved prefix: a host of libopjit.so runs mm from the moved ops"
         else
             bad "moved prefix: a host of libopjit.so runs mm from the moved ops" "$T/moved-app.run"
         fi
     fi
+    # Hosts built against the tree where it is now, both libraries.
+    cmake_hosts "$MOVED" moved
+    pkg_hosts "$MOVED" "$MOVED/${LIBDIR#"$PREFIX"/}" moved
 else
     bad "mv $PREFIX $MOVED"
 fi
