@@ -160,7 +160,8 @@ static inline int opjit_def(opjit_module *m, const char *schema, int device,
 
 /* Constrain a Tensor argument of the kernel registered last, checked before
  * every call: spec is space-separated words among dtype names joined by '|'
- * ("float32|float64"), "rank=N" and "contiguous". */
+ * ("float32|float64", or a group: "floating" for float32|float64|float16|
+ * bfloat16, "half" for float16|bfloat16), "rank=N" and "contiguous". */
 static inline int opjit_require(opjit_module *m, const char *arg,
                                 const char *spec)
 {
@@ -268,6 +269,8 @@ static inline DLDataType opjit_dtype(int code, int bits)
 }
 #define OPJIT_FLOAT32 opjit_dtype(kDLFloat, 32)
 #define OPJIT_FLOAT64 opjit_dtype(kDLFloat, 64)
+#define OPJIT_FLOAT16 opjit_dtype(kDLFloat, 16)
+#define OPJIT_BFLOAT16 opjit_dtype(kDLBfloat, 16)
 #define OPJIT_INT32 opjit_dtype(kDLInt, 32)
 #define OPJIT_INT64 opjit_dtype(kDLInt, 64)
 
@@ -289,6 +292,122 @@ static inline void *opjit_data(const DLTensor *t)
 }
 
 #endif /* OPJIT_TYPES_ONLY */
+
+/* ---- half precision ---------------------------------------------------------
+ * float16 (IEEE binary16) and bfloat16 elements are stored as their 16 bits
+ * (uint16_t: libtcc has no _Float16). Compute in float32 and round once at
+ * the end. Conversions round to nearest, ties to even; infinities, signed
+ * zeros and subnormals are kept; a NaN stays a NaN of the same sign, made
+ * quiet, with its payload's top bits (as x86's F16C instructions do, which
+ * the optimizing tier uses where the CPU has them: both tiers give the same
+ * bits). bfloat16 keeps float32's subnormals, as torch does. Hosts get
+ * these through opjit.h too. */
+typedef union opjit__bits32 {
+    float f;
+    uint32_t u;
+} opjit__bits32;
+
+#if defined(__F16C__) && !defined(__TINYC__) && !defined(__CUDACC_RTC__)
+#include <immintrin.h>
+static inline float opjit_f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+static inline uint16_t opjit_f32_to_f16(float f)
+{
+    return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+}
+#else
+static inline float opjit_f16_to_f32(uint16_t h)
+{
+    opjit__bits32 v;
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    if (exp == 0x1f) /* infinity, or NaN made quiet */
+        v.u = sign | 0x7f800000u | (mant << 13) | (mant ? 0x00400000u : 0);
+    else if (exp) /* normal: rebias the exponent from 15 to 127 */
+        v.u = sign | ((exp + 112) << 23) | (mant << 13);
+    else { /* zero or subnormal: mant * 2^-24, exact in float32 */
+        v.f = (float)mant * 5.9604644775390625e-8f;
+        v.u |= sign;
+    }
+    return v.f;
+}
+static inline uint16_t opjit_f32_to_f16(float f)
+{
+    opjit__bits32 v, magic;
+    v.f = f;
+    uint32_t sign = (v.u >> 16) & 0x8000u, a = v.u & 0x7fffffffu;
+    if (a > 0x7f800000u) /* NaN: quiet, top payload bits */
+        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x47800000u) /* 2^16 and up (and infinity): infinity */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x38800000u) {
+        /* below float16's smallest normal, 2^-14: adding 0.5 puts the
+         * subnormal's 10 bits at the bottom of the float's mantissa, and
+         * the float addition rounds them to nearest even */
+        magic.u = 0x3f000000u;
+        v.u = a;
+        v.f += magic.f;
+        return (uint16_t)(sign | (v.u - magic.u));
+    }
+    /* normal: rebias, then round the 13 dropped bits to nearest even; a
+     * carry out of the mantissa steps the exponent (65520 and up become
+     * infinity this way) */
+    a += 0xc8000fffu + ((a >> 13) & 1u);
+    return (uint16_t)(sign | (a >> 13));
+}
+#endif
+
+static inline float opjit_bf16_to_f32(uint16_t h)
+{
+    opjit__bits32 v;
+    v.u = (uint32_t)h << 16;
+    return v.f;
+}
+static inline uint16_t opjit_f32_to_bf16(float f)
+{
+    opjit__bits32 v;
+    v.f = f;
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) /* NaN: quiet */
+        return (uint16_t)((v.u >> 16) | 0x40u);
+    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+
+/* One kernel source for every floating dtype, as AT_DISPATCH_FLOATING_TYPES
+ * does for PyTorch. Write the kernel once as a macro of its name, storage
+ * type T, compute type ACC and the element conversions LOAD (T to ACC) and
+ * STORE (ACC to T):
+ *
+ *   #define SCALE(NAME, T, ACC, LOAD, STORE)                                \
+ *       static int NAME(const void *x, void *y, int64_t n, double s)        \
+ *       {                                                                   \
+ *           for (int64_t i = 0; i < n; i++)                                 \
+ *               ((T *)y)[i] = STORE(LOAD(((const T *)x)[i]) * (ACC)s);      \
+ *           return 0;                                                       \
+ *       }
+ *   OPJIT_FLOATING_KERNELS(SCALE, scale)   defines scale_f32, scale_f64,
+ *                                          scale_f16 and scale_bf16
+ *   ...
+ *   return OPJIT_DISPATCH_FLOATING(ctx, x->dtype, scale, (px, py, n, s));
+ *
+ * float16 and bfloat16 compute in float32 (ACC), float64 in double. The
+ * schema says which dtypes an argument takes ("floating" names all four). */
+static inline float opjit__load_same_f(float x) { return x; }
+static inline double opjit__load_same_d(double x) { return x; }
+#define OPJIT_FLOATING_KERNELS(KERNEL, name)                                          \
+    KERNEL(name##_f32, float, float, opjit__load_same_f, opjit__load_same_f)          \
+    KERNEL(name##_f64, double, double, opjit__load_same_d, opjit__load_same_d)        \
+    KERNEL(name##_f16, uint16_t, float, opjit_f16_to_f32, opjit_f32_to_f16)           \
+    KERNEL(name##_bf16, uint16_t, float, opjit_bf16_to_f32, opjit_f32_to_bf16)
+
+/* Call name_<suffix> args for dtype (one of the four); an error naming the
+ * dtype for any other. Evaluates to the call's int status. */
+#define OPJIT_DISPATCH_FLOATING(ctx, dtype, name, args)                                  \
+    ((dtype).lanes != 1 ? opjit_fail(ctx, "no %s kernel for vector dtypes", #name)      \
+     : (dtype).code == kDLFloat && (dtype).bits == 32 ? name##_f32 args                 \
+     : (dtype).code == kDLFloat && (dtype).bits == 64 ? name##_f64 args                 \
+     : (dtype).code == kDLFloat && (dtype).bits == 16 ? name##_f16 args                 \
+     : (dtype).code == kDLBfloat && (dtype).bits == 16 ? name##_bf16 args               \
+     : opjit_fail(ctx, "no %s kernel for dtype code %d, %d bits", #name, (dtype).code,  \
+                  (dtype).bits))
+
 
 /* glibc's <sys/cdefs.h> defines __attribute__ away for compilers that are
  * not GCC (libtcc among them); op code must not rely on it either way. */

@@ -56,6 +56,34 @@ void module_discard(module *m)
     free(m);
 }
 
+
+/* Named groups of dtypes a spec may use, as AT_DISPATCH's type lists. */
+static const struct {
+    const char *name, *members;
+} dtype_groups[] = {
+    {"floating", "float32 float64 float16 bfloat16"},
+    {"half", "float16 bfloat16"},
+};
+
+/* Add dtype d, or every dtype of the group d, to c; -1 for an unknown
+ * name or too many. */
+static int add_dtypes(arg_check *c, const char *d)
+{
+    for (size_t g = 0; g < sizeof dtype_groups / sizeof *dtype_groups; g++)
+        if (!strcmp(d, dtype_groups[g].name)) {
+            char list[64], *save = NULL;
+            snprintf(list, sizeof list, "%s", dtype_groups[g].members);
+            for (char *t = strtok_r(list, " ", &save); t; t = strtok_r(NULL, " ", &save))
+                if (add_dtypes(c, t) != 0)
+                    return -1;
+            return 0;
+        }
+    if (c->ndtypes == OPJIT_MAX_DTYPES || !dtype_parse(d, &c->dtypes[c->ndtypes]))
+        return -1;
+    c->ndtypes++;
+    return 0;
+}
+
 /* Record the module's first error; later ones are usually consequences. */
 static int module_error(module *m, int status, const char *fmt, ...)
 {
@@ -155,13 +183,12 @@ int dispatch_require(opjit_module *om, const char *arg, const char *spec)
             char *save2 = NULL;
             c->ndtypes = 0;
             for (char *d = strtok_r(w, "|", &save2); d; d = strtok_r(NULL, "|", &save2)) {
-                if (c->ndtypes == OPJIT_MAX_DTYPES || !dtype_parse(d, &c->dtypes[c->ndtypes]))
+                if (add_dtypes(c, d) != 0)
                     return module_error(m, OPJIT_EMODULE,
                                         "%s: opjit_require(%s): unknown word or dtype '%s' "
-                                        "(expected dtypes like float32|float64, rank=N, "
-                                        "contiguous)",
+                                        "(expected dtypes like float32|float64, a group "
+                                        "(floating, half), rank=N, contiguous)",
                                         m->source, arg, d);
-                c->ndtypes++;
             }
         }
     }
