@@ -203,6 +203,23 @@ static int sym(void *dl, const char *name, void *slot)
     return p != NULL;
 }
 
+/* The toolkit headers device code includes by name (half precision):
+ * their sizes join the identity, so a toolkit whose headers changed under
+ * the same NVRTC makes other keys. */
+static void add_header_sizes(char *id, size_t n)
+{
+    static const char *const names[] = {"cuda_fp16.h", "cuda_fp16.hpp", "cuda_bf16.h",
+                                        "cuda_bf16.hpp"};
+    for (size_t i = 0; nv.include[0] && i < sizeof names / sizeof *names; i++) {
+        char path[PATH_MAX + 32];
+        struct stat st;
+        size_t k = strlen(id);
+        snprintf(path, sizeof path, "%s/%s", nv.include, names[i]);
+        if (k < n && stat(path, &st) == 0)
+            snprintf(id + k, n - k, " %s:%lld", names[i], (long long)st.st_size);
+    }
+}
+
 static void find_include(void)
 {
     nv.include[0] = nv.cccl[0] = '\0';
@@ -296,10 +313,11 @@ int jit_nvrtc_load(char *err, size_t errlen)
     }
     const char *base = strrchr(real[0] ? real : nv.path, '/');
     base = base ? base + 1 : (real[0] ? real : nv.path);
-    snprintf(nv.identity, sizeof nv.identity, "nvrtc %d.%d %s %lld", nv.major, nv.minor, base,
-             size);
     nv.dl = dl;
     find_include();
+    snprintf(nv.identity, sizeof nv.identity, "nvrtc %d.%d %s %lld", nv.major, nv.minor, base,
+             size);
+    add_header_sizes(nv.identity, sizeof nv.identity);
     atomic_store_explicit(&nv.loaded, 1, memory_order_release);
     pthread_mutex_unlock(&nv.lock);
     return OPJIT_OK;

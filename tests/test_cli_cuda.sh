@@ -109,6 +109,35 @@ if [[ "${OPJIT_CUDA_DRIVER:-}" == "$FAKE" ]]; then
     check "no CUDA device: nothing on stdout" test ! -s "$T/out"
 fi
 
+# Half precision in device code: CUDA's cuda_fp16.h and cuda_bf16.h, found
+# like the other toolkit headers, their sizes in the key (cache why).
+if "$CLI" warm --ops-path "$OPS" --arch sm_90 mm >/dev/null 2>&1; then
+    cat >"$T/h16.cu" <<'EOF'
+#ifdef __CUDACC_RTC__
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+extern "C" __global__ void twice(int n, const __half *x, __half *y, const __nv_bfloat16 *bx,
+                                 __nv_bfloat16 *by)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        y[i] = __hadd(x[i], x[i]);
+        by[i] = __float2bfloat16(2.0f * __bfloat162float(bx[i]));
+    }
+}
+#else
+#include <opjit_op.h>
+static int k(opjit_ctx *ctx, opjit_args *a) { (void)ctx; (void)a; return 0; }
+OPJIT_MODULE(h16, m) { opjit_def(m, "h16(Tensor x) -> Tensor", OPJIT_CUDA, k, ""); }
+#endif
+EOF
+    run "$CLI" warm --arch sm_90 "$T/h16.cu"
+    expect "device code with cuda_fp16.h and cuda_bf16.h compiles" 0 "1 compiled"
+    run "$CLI" cache why --arch sm_90 "$T/h16.cu"
+    expect "  its key holds the half-precision headers" 0 "cuda_fp16.h:"
+    check "  and cuda_bf16.h" grep -q "cuda_bf16.h:" "$T/out"
+fi
+
 # Warming without NVRTC: .cu sources are skipped, unless device code is
 # asked for with --arch, which makes them failures.
 run env OPJIT_NVRTC_LIBRARY=/nonexistent/libnvrtc.so OPJIT_CUDA_ARCHS= \
