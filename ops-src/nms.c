@@ -3,9 +3,12 @@
  *
  *   nms(Tensor boxes, Tensor scores, float iou_threshold) -> Tensor
  *
- * boxes [N, 4] as (x1, y1, x2, y2) and scores [N], both float32 or both
- * float64. Returns the int64 indices of the kept boxes in decreasing score
- * order. Matches torchvision 0.14's CPU kernel bit for bit:
+ * boxes [N, 4] as (x1, y1, x2, y2) and scores [N], of one dtype: float32,
+ * float64, float16 or bfloat16 (the 16-bit ones widened to float32 first,
+ * so the IoU is computed in float32 as torchvision's CUDA kernel does for
+ * half; its CPU kernel takes no half). Returns the int64 indices of the
+ * kept boxes in decreasing score order. Matches torchvision 0.14's CPU
+ * kernel bit for bit:
  *
  *   - order: a stable descending sort of the scores (torchvision sorts with
  *     stable=true): equal scores keep their index order, -0.0 equals 0.0,
@@ -374,13 +377,26 @@ static int64_t nms_grid(opjit_ctx *ctx, nms_work *w, int32_t gx, int32_t gy, nms
 /* Round a byte count up to a multiple of 64. */
 static size_t nms_align(size_t b) { return (b + 63) & ~(size_t)63; }
 
+/* n float16 or bfloat16 values as float32 (every one exactly). */
+static void nms_widen(int elem, const uint16_t *src, float *dst, int64_t n)
+{
+    int64_t i;
+    if (elem == NMS_F16)
+        for (i = 0; i < n; i++)
+            dst[i] = opjit_f16_to_f32(src[i]);
+    else
+        for (i = 0; i < n; i++)
+            dst[i] = opjit_bf16_to_f32(src[i]);
+}
+
 static int nms_cpu(opjit_ctx *ctx, opjit_args *a)
 {
     DLTensor *boxes = opjit_arg_tensor(a, 0);
     DLTensor *scores = opjit_arg_tensor(a, 1);
     double thr = opjit_arg_float(a, 2);
-    int is64, finite;
+    int is64, elem, finite;
     int64_t n, i, nk, shape[1];
+    const void *bdata, *sdata;
     size_t esz, sz_key, sz_idx, sz_val, sz_i32;
     unsigned char *ws;
     uint64_t *key, *tkey;
@@ -388,8 +404,9 @@ static int nms_cpu(opjit_ctx *ctx, opjit_args *a)
     nms_work w;
     DLTensor *out;
 
-    if ((i = nms_check(ctx, boxes, scores, &is64, &n)) != 0)
+    if ((i = nms_check(ctx, boxes, scores, &elem, &n)) != 0)
         return (int)i;
+    is64 = elem == NMS_F64;
     if (n == 0) {
         shape[0] = 0;
         return opjit_output(ctx, 0, OPJIT_INT64, 1, shape) ? 0 : -1;
@@ -406,9 +423,20 @@ static int nms_cpu(opjit_ctx *ctx, opjit_args *a)
     sz_val = nms_align((size_t)n * esz);
     sz_i32 = nms_align((size_t)n * sizeof(int32_t));
     ws = (unsigned char *)opjit_workspace(
-        ctx, 2 * sz_key + 3 * sz_idx + 5 * sz_val + 6 * sz_i32 + nms_align((size_t)n));
+        ctx, 2 * sz_key + 3 * sz_idx + 5 * sz_val + 6 * sz_i32 + nms_align((size_t)n) +
+                 (elem >= NMS_F16 ? nms_align((size_t)n * 5 * sizeof(float)) : 0));
     if (!ws)
         return opjit_fail(ctx, "out of memory for %lld boxes", (long long)n);
+    bdata = opjit_data(boxes);
+    sdata = opjit_data(scores);
+    if (elem >= NMS_F16) { /* float16, bfloat16: widened to float32, exactly */
+        float *wide = (float *)ws;
+        nms_widen(elem, (const uint16_t *)bdata, wide, 4 * n);
+        nms_widen(elem, (const uint16_t *)sdata, wide + 4 * n, n);
+        bdata = wide;
+        sdata = wide + 4 * n;
+        ws += nms_align((size_t)n * 5 * sizeof(float));
+    }
     key = (uint64_t *)ws; ws += sz_key;
     tkey = (uint64_t *)ws; ws += sz_key;
     order = (int64_t *)ws; ws += sz_idx;
@@ -432,13 +460,13 @@ static int nms_cpu(opjit_ctx *ctx, opjit_args *a)
     w.sup = ws;
 
     if (is64) {
-        const double *s = (const double *)opjit_data(scores);
+        const double *s = (const double *)sdata;
         for (i = 0; i < n; i++) {
             key[i] = nms_key(s[i]);
             order[i] = i;
         }
     } else {
-        const float *s = (const float *)opjit_data(scores);
+        const float *s = (const float *)sdata;
         for (i = 0; i < n; i++) {
             key[i] = nms_key((double)s[i]);
             order[i] = i;
@@ -451,8 +479,8 @@ static int nms_cpu(opjit_ctx *ctx, opjit_args *a)
         memcpy(w.keep, order, (size_t)n * sizeof *w.keep);
         nk = n;
     } else {
-        finite = is64 ? nms_gather_f64(&w, (const double *)opjit_data(boxes))
-                      : nms_gather_f32(&w, (const float *)opjit_data(boxes));
+        finite = is64 ? nms_gather_f64(&w, (const double *)bdata)
+                      : nms_gather_f32(&w, (const float *)bdata);
         nk = -1;
         if (finite && thr >= 0 && n > 64) {
             int32_t gx = 1, gy = 1;
@@ -492,6 +520,6 @@ OPJIT_MODULE(nms, m)
               OPJIT_CPU, nms_cpu,
               "Non-maximum suppression (torchvision.ops.nms): indices of the kept "
               "boxes, by decreasing score");
-    opjit_require(m, "boxes", "float32|float64 rank=2 contiguous");
-    opjit_require(m, "scores", "float32|float64 rank=1 contiguous");
+    opjit_require(m, "boxes", "floating rank=2 contiguous");
+    opjit_require(m, "scores", "floating rank=1 contiguous");
 }

@@ -4,8 +4,10 @@
  *
  *   nms(Tensor boxes, Tensor scores, float iou_threshold) -> Tensor
  *
- * boxes [N, 4] (x1, y1, x2, y2) and scores [N] on one CUDA device, both
- * float32 or both float64. Returns the int64 indices of the kept boxes, in
+ * boxes [N, 4] (x1, y1, x2, y2) and scores [N] on one CUDA device, of one
+ * dtype: float32, float64, or float16/bfloat16 (widened to float32 on the
+ * device first, so the IoU is computed in float32, as torchvision's CUDA
+ * kernel does for half). Returns the int64 indices of the kept boxes, in
  * decreasing score order, on the same device.
  *
  * Steps (torchvision's CUDA algorithm, with the sort and the final reduce
@@ -33,6 +35,8 @@
  * with the threshold in double.
  */
 #ifdef __CUDACC_RTC__
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
 
 #define NMS_TPB 64 /* threads per mask block = bits per mask word */
 
@@ -324,6 +328,22 @@ extern "C" __global__ void __launch_bounds__(NMS_REDUCE_THREADS)
         *count = kept;
 }
 
+/* ---- float16 and bfloat16: widened to float32 first (exactly) ----------------- */
+
+extern "C" __global__ void nms_widen_f16(int n, const unsigned short *src, float *dst)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        dst[i] = __half2float(__ushort_as_half(src[i]));
+}
+
+extern "C" __global__ void nms_widen_bf16(int n, const unsigned short *src, float *dst)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        dst[i] = __bfloat162float(__ushort_as_bfloat16(src[i]));
+}
+
 #else /* the host half, compiled by libtcc */
 
 #include <opjit_op.h>
@@ -348,6 +368,17 @@ static int nmsc_launch(opjit_ctx *ctx, const char *kernel, unsigned blocks, unsi
     block[0] = threads;
     block[1] = block[2] = 1;
     return opjit_launch(ctx, kernel, grid, block, shared, params);
+}
+
+/* dst[0..n) = the float16 or bfloat16 values src[0..n) as float32. */
+static int nmsc_widen(opjit_ctx *ctx, int elem, int n, void *src, void *dst)
+{
+    void *p[3];
+    p[0] = &n;
+    p[1] = &src;
+    p[2] = &dst;
+    return nmsc_launch(ctx, elem == NMS_F16 ? "nms_widen_f16" : "nms_widen_bf16",
+                       (unsigned)((n + 255) / 256), 256, 0, p);
 }
 
 /* Step 1: order[0..n) (in idx) = the box indices by descending score, on
@@ -397,18 +428,19 @@ static int nms_cuda(opjit_ctx *ctx, opjit_args *a)
     DLTensor *boxes = opjit_arg_tensor(a, 0);
     DLTensor *scores = opjit_arg_tensor(a, 1);
     double thr = opjit_arg_float(a, 2);
-    int is64, n32, cols, npad, rc;
+    int is64, elem, n32, cols, npad, rc;
     int64_t n, shape[1];
     long long count = 0;
     size_t esz, mask_bytes;
     char *dws;
     void *d_keys, *d_order, *d_sorted, *d_mask, *d_keep, *d_count, *d_removed;
-    void *d_boxes, *d_scores;
+    void *d_boxes, *d_scores, *d_wide;
     unsigned grid[3], block[3], shared;
     DLTensor *out;
 
-    if ((rc = nms_check(ctx, boxes, scores, &is64, &n)) != 0)
+    if ((rc = nms_check(ctx, boxes, scores, &elem, &n)) != 0)
         return rc;
+    is64 = elem == NMS_F64;
     if (n == 0) {
         shape[0] = 0;
         return opjit_output(ctx, 0, OPJIT_INT64, 1, shape) ? 0 : -1;
@@ -432,7 +464,8 @@ static int nms_cuda(opjit_ctx *ctx, opjit_args *a)
     dws = (char *)opjit_device_workspace(
         ctx, 2 * nmsc_align((size_t)npad * 8) + nmsc_align((size_t)n * 5 * esz) +
                  nmsc_align(mask_bytes) + nmsc_align((size_t)n * 8) + 256 +
-                 (shared ? 0 : nmsc_align((size_t)cols * 8)));
+                 (shared ? 0 : nmsc_align((size_t)cols * 8)) +
+                 (elem >= NMS_F16 ? nmsc_align((size_t)n * 5 * sizeof(float)) : 0));
     if (!dws)
         return -1;
     d_keys = dws;
@@ -442,9 +475,21 @@ static int nms_cuda(opjit_ctx *ctx, opjit_args *a)
     d_keep = (char *)d_mask + nmsc_align(mask_bytes);
     d_count = (char *)d_keep + nmsc_align((size_t)n * 8);
     d_removed = shared ? NULL : (char *)d_count + 256;
+    d_wide = (char *)d_count + 256 + (shared ? 0 : nmsc_align((size_t)cols * 8));
+
+    /* 0. float16 and bfloat16 boxes and scores as float32: the IoU in
+     * float32, as torchvision's CUDA kernel computes it for half. */
+    d_boxes = opjit_data(boxes);
+    d_scores = opjit_data(scores);
+    if (elem >= NMS_F16) {
+        if ((rc = nmsc_widen(ctx, elem, 4 * n32, d_boxes, d_wide)) ||
+            (rc = nmsc_widen(ctx, elem, n32, d_scores, (float *)d_wide + 4 * n)))
+            return rc;
+        d_boxes = d_wide;
+        d_scores = (float *)d_wide + 4 * n;
+    }
 
     /* 1. The order. */
-    d_scores = opjit_data(scores);
     if ((rc = nmsc_sort(ctx, is64, n32, npad, d_scores, d_keys, d_order)))
         return rc;
     if (thr != thr) {
@@ -457,7 +502,6 @@ static int nms_cuda(opjit_ctx *ctx, opjit_args *a)
     }
 
     /* 2. Gather. */
-    d_boxes = opjit_data(boxes);
     {
         void *p[4];
         p[0] = &n32;
@@ -515,8 +559,8 @@ OPJIT_MODULE(nms_cuda, m)
               nms_cuda,
               "Non-maximum suppression (torchvision.ops.nms) on CUDA: 64-bit overlap masks "
               "over 64-box tiles, reduced on the device");
-    opjit_require(m, "boxes", "float32|float64 rank=2 contiguous");
-    opjit_require(m, "scores", "float32|float64 rank=1 contiguous");
+    opjit_require(m, "boxes", "floating rank=2 contiguous");
+    opjit_require(m, "scores", "floating rank=1 contiguous");
 }
 
 #endif

@@ -86,21 +86,30 @@ static void nms_sort(uint64_t *key, int64_t *idx, uint64_t *tkey,
         memcpy(idx, ia, (size_t)n * sizeof *idx);
 }
 
+/* The element types nms takes: float32 and float64 compute in their own
+ * type; float16 and bfloat16 are widened to float32 first (exactly), so
+ * the IoU is computed in float32, as torchvision's CUDA kernel does. */
+enum { NMS_F32, NMS_F64, NMS_F16, NMS_BF16 };
+
 static const char *nms_dtype_name(const DLTensor *t)
 {
     if (opjit_is_dtype(t, kDLFloat, 32))
         return "float32";
     if (opjit_is_dtype(t, kDLFloat, 64))
         return "float64";
+    if (opjit_is_dtype(t, kDLFloat, 16))
+        return "float16";
+    if (opjit_is_dtype(t, kDLBfloat, 16))
+        return "bfloat16";
     return "another dtype";
 }
 
 /* Check boxes [N, 4] and scores [N] of one float dtype. Returns 0 with
- * *is64 and *n set, or the status of opjit_fail. */
+ * *elem (NMS_F32...) and *n set, or the status of opjit_fail. */
 static int nms_check(opjit_ctx *ctx, const DLTensor *boxes, const DLTensor *scores,
-                     int *is64, int64_t *n)
+                     int *elem, int64_t *n)
 {
-    *is64 = 0;
+    *elem = NMS_F32;
     *n = 0;
     if (!boxes || !scores)
         return opjit_fail(ctx, "boxes and scores are required");
@@ -112,9 +121,14 @@ static int nms_check(opjit_ctx *ctx, const DLTensor *boxes, const DLTensor *scor
     if (scores->ndim != 1)
         return opjit_fail(ctx, "scores must be a 1D tensor [N], got %dD",
                           scores->ndim);
-    *is64 = opjit_is_dtype(boxes, kDLFloat, 64);
-    if (!*is64 && !opjit_is_dtype(boxes, kDLFloat, 32))
-        return opjit_fail(ctx, "boxes must be float32 or float64");
+    if (opjit_is_dtype(boxes, kDLFloat, 64))
+        *elem = NMS_F64;
+    else if (opjit_is_dtype(boxes, kDLFloat, 16))
+        *elem = NMS_F16;
+    else if (opjit_is_dtype(boxes, kDLBfloat, 16))
+        *elem = NMS_BF16;
+    else if (!opjit_is_dtype(boxes, kDLFloat, 32))
+        return opjit_fail(ctx, "boxes must be float32, float64, float16 or bfloat16");
     if (scores->dtype.code != boxes->dtype.code ||
         scores->dtype.bits != boxes->dtype.bits ||
         scores->dtype.lanes != boxes->dtype.lanes)

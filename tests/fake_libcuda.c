@@ -433,6 +433,46 @@ MM_EMU(double, f64)
 BIAS_EMU(float, f32)
 BIAS_EMU(double, f64)
 
+/* nms.cu's float16 and bfloat16 widening (cuda_fp16.h's __half2float,
+ * cuda_bf16.h's __bfloat162float). */
+static float fake_f16(unsigned short h)
+{
+    unsigned exp = (h >> 10) & 0x1f, mant = h & 0x3ff, u;
+    float v;
+    if (!exp) { /* zero or subnormal: mant * 2^-24 */
+        v = (float)mant * 5.9604644775390625e-8f;
+        return (h & 0x8000) ? -v : v;
+    }
+    u = ((unsigned)(h & 0x8000) << 16) | (exp == 0x1f ? 0x7f800000u : (exp + 112) << 23) |
+        (mant << 13);
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+static float fake_bf16(unsigned short h)
+{
+    unsigned u = (unsigned)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+#define WIDEN_EMU(SUF, CONV)                                                                 \
+    static void nms_widen_##SUF(const unsigned g[3], const unsigned b[3], unsigned shm,     \
+                                void **p)                                                    \
+    {                                                                                        \
+        int n = *(int *)p[0];                                                                \
+        const unsigned short *src = PTR(1);                                                  \
+        float *dst = PTR(2);                                                                 \
+        (void)shm;                                                                           \
+        if ((long long)g[0] * b[0] < n)                                                      \
+            violation("nms_widen: the grid does not cover every value");                    \
+        CHECK_DEV(src, (size_t)n * 2);                                                       \
+        CHECK_DEV(dst, (size_t)n * 4);                                                       \
+        for (int i = 0; i < n; i++)                                                          \
+            dst[i] = CONV(src[i]);                                                           \
+    }
+WIDEN_EMU(f16, fake_f16)
+WIDEN_EMU(bf16, fake_bf16)
+
 /* A kernel with 16 KiB of static shared memory that takes dynamic shared
  * memory too: writes the dynamic size it got to x[0] (tests/test_cuda.c). */
 static void qcu_shared(const unsigned g[3], const unsigned b[3], unsigned shm, void **p)
@@ -453,6 +493,8 @@ static kern kernels[] = {
     {"nms_keys_f64", nms_keys_f64, 0, 0},
     {"nms_sort_wide", nms_sort_wide, 0, 0},
     {"nms_sort_local", nms_sort_local, 2048 * 16, 0},
+    {"nms_widen_f16", nms_widen_f16, 0, 0},
+    {"nms_widen_bf16", nms_widen_bf16, 0, 0},
     {"mm_f32", mm_f32, 16 * (65 + 64) * 4, 0},
     {"mm_f64", mm_f64, 16 * (65 + 64) * 8, 0},
     {"conv2d_bias_f32", conv2d_bias_f32, 0, 0},

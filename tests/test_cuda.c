@@ -708,10 +708,52 @@ static double urand(void)
     return (double)(rng >> 11) / 9007199254740992.0;
 }
 
-/* nms on both devices: identical index lists. */
-static void nms_agrees(opjit_runtime *rt, opjit_op *op, int n, int is64, double thr, int mode)
+/* nms on both devices: identical index lists. elem: 0 float32, 1 float64,
+ * 2 float16, 3 bfloat16. */
+static void nms_store(char *p, int64_t i, int elem, double v)
 {
-    size_t esz = is64 ? 8 : 4;
+    if (elem == 1)
+        ((double *)p)[i] = v;
+    else if (elem == 0)
+        ((float *)p)[i] = (float)v;
+    else
+        ((uint16_t *)p)[i] = elem == 2 ? opjit_f32_to_f16((float)v) : opjit_f32_to_bf16((float)v);
+}
+
+static void nms_same_as_widened(opjit_runtime *rt, opjit_op *op, const DLManagedTensor *got,
+                                const char *boxes, const char *scores, int n, int elem,
+                                double thr)
+{
+    float *wb = malloc((size_t)n * 16 + 16), *ws = malloc((size_t)n * 4 + 4);
+    for (int i = 0; i < 5 * n; i++) {
+        uint16_t h = i < 4 * n ? ((const uint16_t *)boxes)[i] : ((const uint16_t *)scores)[i - 4 * n];
+        float f = elem == 2 ? opjit_f16_to_f32(h) : opjit_bf16_to_f32(h);
+        if (i < 4 * n)
+            wb[i] = f;
+        else
+            ws[i - 4 * n] = f;
+    }
+    int64_t bs[2] = {n, 4}, ss[1] = {n};
+    DLDataType f32 = {kDLFloat, 32, 1};
+    DLTensor tb = tensor(wb, kDLCPU, f32, 2, bs), ts = tensor(ws, kDLCPU, f32, 1, ss);
+    opjit_value a[3] = {opjit_tensor(&tb), opjit_tensor(&ts), opjit_float(thr)};
+    DLManagedTensor *want = NULL;
+    CHECK(opjit_call(rt, op, a, 3, &want, 1) == OPJIT_OK);
+    if (want)
+        CHECKF(want->dl_tensor.shape[0] == got->dl_tensor.shape[0] &&
+                   !memcmp(want->dl_tensor.data, got->dl_tensor.data,
+                           (size_t)got->dl_tensor.shape[0] * 8),
+               "nms n=%d elem %d thr=%g: not what float32 gives on the widened values", n, elem,
+               thr);
+    if (want)
+        want->deleter(want);
+    free(wb);
+    free(ws);
+}
+
+static void nms_agrees(opjit_runtime *rt, opjit_op *op, int n, int elem, double thr, int mode)
+{
+    size_t esz = elem == 1 ? 8 : elem == 0 ? 4 : 2;
     char *boxes = malloc((size_t)n * 4 * esz + 8), *scores = malloc((size_t)n * esz + 8);
     for (int i = 0; i < n; i++) {
         double x = urand() * 100, y = urand() * 100, w = urand() * 30, h = urand() * 30;
@@ -724,19 +766,12 @@ static void nms_agrees(opjit_runtime *rt, opjit_op *op, int n, int is64, double 
             v[2] = v[0]; /* empty boxes */
         if (mode == 3 && i % 2)
             memcpy(v, (double[4]){10, 10, 40, 40}, sizeof v); /* duplicates */
-        for (int k = 0; k < 4; k++) {
-            if (is64)
-                ((double *)boxes)[4 * i + k] = v[k];
-            else
-                ((float *)boxes)[4 * i + k] = (float)v[k];
-        }
-        if (is64)
-            ((double *)scores)[i] = sc;
-        else
-            ((float *)scores)[i] = (float)sc;
+        for (int k = 0; k < 4; k++)
+            nms_store(boxes, 4 * i + k, elem, v[k]);
+        nms_store(scores, i, elem, sc);
     }
     int64_t bs[2] = {n, 4}, ss[1] = {n};
-    DLDataType dt = {kDLFloat, (uint8_t)(esz * 8), 1};
+    DLDataType dt = {elem == 3 ? kDLBfloat : kDLFloat, (uint8_t)(esz * 8), 1};
     DLTensor hb = tensor(boxes, kDLCPU, dt, 2, bs), hs = tensor(scores, kDLCPU, dt, 1, ss);
     void *db = fake_dev(boxes, (size_t)n * 4 * esz), *dsc = fake_dev(scores, (size_t)n * esz);
     DLTensor gb = tensor(db, kDLCUDA, dt, 2, bs), gs = tensor(dsc, kDLCUDA, dt, 1, ss);
@@ -746,14 +781,15 @@ static void nms_agrees(opjit_runtime *rt, opjit_op *op, int n, int is64, double 
     int rc = opjit_call(rt, op, ha, 3, &ho, 1);
     CHECKF(rc == OPJIT_OK, "cpu nms: %s", opjit_errmsg(rt));
     rc = opjit_call(rt, op, ga, 3, &go, 1);
-    CHECKF(rc == OPJIT_OK, "cuda nms n=%d f%d thr=%g: %s", n, is64 ? 64 : 32, thr,
-           opjit_errmsg(rt));
+    CHECKF(rc == OPJIT_OK, "cuda nms n=%d elem %d thr=%g: %s", n, elem, thr, opjit_errmsg(rt));
+    if (ho && elem >= 2) /* 16-bit: what float32 gives on the same values, widened */
+        nms_same_as_widened(rt, op, ho, boxes, scores, n, elem, thr);
     if (ho && go) {
         CHECK(go->dl_tensor.device.device_type == kDLCUDA);
         CHECK(go->dl_tensor.dtype.code == kDLInt && go->dl_tensor.dtype.bits == 64);
         int64_t nh = ho->dl_tensor.shape[0], ng = go->dl_tensor.shape[0];
         CHECKF(nh == ng && !memcmp(ho->dl_tensor.data, go->dl_tensor.data, (size_t)nh * 8),
-               "nms n=%d f%d thr=%g mode %d: cpu keeps %lld, cuda %lld", n, is64 ? 64 : 32, thr,
+               "nms n=%d elem %d thr=%g mode %d: cpu keeps %lld, cuda %lld", n, elem, thr,
                mode, (long long)nh, (long long)ng);
     }
     if (ho)
@@ -1237,10 +1273,10 @@ static int child_fake_driver(void)
         /* nms */
         static const double thrs[] = {0.5, 0.0, 0.7, -0.25, 1.0, NAN};
         static const int sizes[] = {0, 1, 2, 63, 64, 65, 129, 700, 2500};
-        for (int is64 = 0; is64 < 2; is64++)
+        for (int elem = 0; elem < 4; elem++) /* float32, float64, float16, bfloat16 */
             for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++)
                 for (size_t ti = 0; ti < sizeof thrs / sizeof *thrs; ti++)
-                    nms_agrees(rt, nms, sizes[si], is64, thrs[ti], (int)(si + ti) % 4);
+                    nms_agrees(rt, nms, sizes[si], elem, thrs[ti], (int)(si + ti) % 4);
         /* Sorted in 2048-element slices and 3 wide bitonic stages; tied
          * scores (mode 1) must keep their input order. */
         nms_agrees(rt, nms, 9000, 0, 0.5, 1);
