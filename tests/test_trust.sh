@@ -31,11 +31,29 @@ fresh() {
 
 # --- 1. a write cut short is an error, never an entry ---------------------------
 fresh fsize
-run env OPJIT_TIERING=0 bash -c "trap '' XFSZ; ulimit -f 16; exec \"$CLI\" call nms ${NMS_ARGS[*]}"
+# An op whose shared object is far larger than the limit, which leaves room
+# for the op header libtcc reads from a scratch copy.
+HDR_KB=$(( ($(wc -c <"$OPS/../include/opjit_op.h") + 1023) / 1024 + 1 ))
+mkdir -p "$T/big"
+cat >"$T/big/big.c" <<'EOF'
+#include <opjit_op.h>
+static const double big_table[65536] = {2.0};
+static int big(opjit_ctx *ctx, opjit_args *a)
+{
+    int64_t one = 1;
+    DLTensor *y = opjit_output(ctx, 0, OPJIT_FLOAT64, 1, &one);
+    (void)a;
+    if (!y)
+        return -1;
+    *(double *)y->data = big_table[0] + big_table[65535];
+    return 0;
+}
+OPJIT_MODULE(big, m) { opjit_def(m, "big() -> Tensor", OPJIT_CPU, big, ""); }
+EOF
+run env OPJIT_TIERING=0 bash -c "trap '' XFSZ; ulimit -f $HDR_KB; exec \"$CLI\" call $T/big/big.c"
 expect "a file-size limit during the compile: an error" 1 "" "host.so was not written whole"
-run env OPJIT_TIERING=0 "$CLI" call nms "${NMS_ARGS[@]}" --out "$T/keep.npy"
-expect "the next call compiles again and works (no SIGBUS)" 0
-check "  and keeps boxes 0 and 2" test "$(npy_data_hex "$T/keep.npy")" = "$KEEP_HEX"
+run env OPJIT_TIERING=0 "$CLI" call "$T/big/big.c"
+expect "the next call compiles again and works (no SIGBUS)" 0 "[2.]"
 run "$CLI" cache verify
 expect "verify after the cut write" 0 "0 damaged"
 
