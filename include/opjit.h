@@ -246,21 +246,24 @@ const char *opjit_errmsg(const opjit_runtime *rt);
 
 /* Load an operator. spec is a path to a source ("ops-src/nms.c",
  * "/x/nms.cu"; anything with a '/' or a source suffix) or a name ("nms")
- * looked up on the search path, which loads every source of that name
- * usable on this machine. A name no source file is named after is looked
- * up among the ops the modules on the search path register ("rmsnorm" in
- * llama_ops.c), through an index kept in the cache: each source is indexed
- * once per version, its init run in a child process with a time limit (as
- * opjit_discover does), and a warm lookup compiles nothing. The first
- * directory with a module registering the op wins; two modules of one
- * directory registering it is OPJIT_EINVAL, the message naming both.
- * "module::op" loads the sources of module (module.c, module.cu) and hands
- * back its op op (OPJIT_ENOTFOUND when it registers none). Compiles on a
- * cache miss, runs the module's OPJIT_MODULE init and registers its
- * kernels. *op (may be NULL) receives, owned by rt, the op asked for
- * (loading by path or by file name: the op named after the file). Loading
- * a source already loaded and unchanged is a no-op; a changed source is
- * reloaded. */
+ * looked up on the search path directory by directory, as PATH is: the
+ * first directory with a source named after it (nms.c, nms.cu; each one
+ * usable on this machine is loaded) or a module that registers it
+ * ("rmsnorm" in llama_ops.c) decides. Which module registers an op is
+ * found through an index kept in the cache: each source is indexed once
+ * per version, its init run in a child process with a time limit (as
+ * opjit_discover does), and a warm lookup compiles nothing. In the
+ * deciding directory the files named after the op come first; two other
+ * modules registering it is OPJIT_EINVAL, the message naming both. A name
+ * gives the op of that name or fails: OPJIT_ENOTFOUND when the module
+ * found registers no op of that name, the message saying what it
+ * registers. "module::op" loads the sources of module (module.c,
+ * module.cu) and hands back its op op (OPJIT_ENOTFOUND when it registers
+ * none). Compiles on a cache miss, runs the module's OPJIT_MODULE init and
+ * registers its kernels. *op (may be NULL) receives, owned by rt, the op
+ * asked for (loading by path: the op named after the file, else its
+ * first). Loading a source already loaded and unchanged is a no-op; a
+ * changed source is reloaded. */
 int opjit_load_op(opjit_runtime *rt, const char *spec, opjit_op **op);
 
 /* Unload what was loaded from a source path ("ops-src/nms.c"), or every

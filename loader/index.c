@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "loader/loader_int.h"
 #include "runtime/cuda.h"
@@ -693,6 +694,27 @@ static int walk_add_stems(idx_walk *w, const idx_dir *d)
     return 0;
 }
 
+/* The files of dir named after op (op.c, op.cu): fn for each; 1 when
+ * there were any (*rc: OPJIT_OK). */
+static int named_sources(const char *dir, const char *op, int (*fn)(void *ud, const char *path),
+                         void *ud, int *rc)
+{
+    static const char *const suffixes[] = {".c", ".cu"};
+    int found = 0;
+    for (int i = 0; i < 2; i++) {
+        char path[PATH_MAX];
+        /* A truncated path is another file (".cu" cut to ".c"). */
+        if ((size_t)snprintf(path, sizeof path, "%s/%s%s", dir, op, suffixes[i]) >= sizeof path ||
+            access(path, R_OK) != 0)
+            continue;
+        found = 1;
+        *rc = OPJIT_OK;
+        if (fn(ud, path))
+            break;
+    }
+    return found;
+}
+
 int index_each_source(loader *l, const char *op, int (*fn)(void *ud, const char *path),
                       void *ud)
 {
@@ -703,6 +725,8 @@ int index_each_source(loader *l, const char *op, int (*fn)(void *ud, const char 
         char dir[PATH_MAX];
         snprintf(dir, sizeof dir, "%.*s", (int)n, p);
         p += n + (p[n] == ':');
+        if (n && (done = named_sources(dir, op, fn, ud, &rc)))
+            break;
         idx_dir *d;
         int own, r = n ? index_dir(l, dir, &d, &own) : OPJIT_ENOTFOUND;
         if (r == OPJIT_ENOTFOUND)

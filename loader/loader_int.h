@@ -162,11 +162,12 @@ int loader_discover_one(loader *l, const char *path,
 
 /* ---- the op index (loader/index.c) ---------------------------------------- */
 
-/* Call fn for each source of the module that registers op (an op no file
- * is named after), found through the index of the search path: the first
- * directory with a module registering op decides. OPJIT_ENOTFOUND when no
- * module does, OPJIT_EINVAL when two of one directory do (the message
- * names both), each with a message. */
+/* Call fn for the sources of op on the search path, directory by
+ * directory as PATH is searched: the files named after op (op.c, op.cu),
+ * else the module that registers op (through the index); the first
+ * directory with either decides. OPJIT_ENOTFOUND when none does,
+ * OPJIT_EINVAL when two modules of the deciding directory register op
+ * (the message names both), each with a message. */
 int index_each_source(loader *l, const char *op, int (*fn)(void *ud, const char *path),
                       void *ud);
 /* Index the source at path now (a new or edited source the watcher saw). */

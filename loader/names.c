@@ -1,7 +1,8 @@
 /* loader/names.c - ops by name: opjit_load_op finds the sources of a name
- * on the search path (a file named after the op, else the module that
- * registers it, through the index; "module::op" names the module), loads
- * them, and hands back the op; opjit_unload takes them out again. */
+ * on the search path (in the first directory with a file named after the
+ * op or a module that registers it, through the index; "module::op" names
+ * the module), loads them, and hands back the op of that name, never
+ * another; opjit_unload takes them out again. */
 #include <errno.h>
 #include <limits.h>
 #include <stddef.h>
@@ -48,24 +49,21 @@ int opjit_unload(opjit_runtime *rt, const char *spec)
 typedef struct by_name {
     opjit_runtime *rt;
     int found, loaded, usable;
-    int via_index; /* found through the index: no file is named after the op */
-    char first_dir_found[PATH_MAX];
+    char dir[PATH_MAX];   /* the directory of the sources found */
+    char real[PATH_MAX];  /* the first source loaded, for the messages */
+    size_t stem;          /* the length of its module name */
     int rc;
-    opjit_op *op; /* of the first source loaded */
 } by_name;
 
 static int load_one(void *ud, const char *path)
 {
     by_name *bn = ud;
     bn->found++;
-    /* The first directory that has the op wins; later ones are shadowed. */
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    *strrchr(dir, '/') = '\0';
-    if (!bn->first_dir_found[0])
-        snprintf(bn->first_dir_found, sizeof bn->first_dir_found, "%s", dir);
-    else if (strcmp(dir, bn->first_dir_found))
-        return 0;
+    /* Both lookups give the sources of one directory, .c before .cu. */
+    if (!bn->dir[0]) {
+        snprintf(bn->dir, sizeof bn->dir, "%s", path);
+        *strrchr(bn->dir, '/') = '\0';
+    }
     int cu = loader_is_cuda_source(path);
     char why[1024];
     if (cu && cu_usable(why, sizeof why)) {
@@ -74,10 +72,9 @@ static int load_one(void *ud, const char *path)
         return 0;
     }
     bn->usable++;
-    opjit_op *op = NULL;
-    int rc = loader_load_locked(bn->rt->loader, path, &op, NULL);
-    if (!rc && !bn->op)
-        bn->op = op;
+    int rc = loader_load_locked(bn->rt->loader, path, NULL, NULL);
+    if (!rc && !bn->real[0] && realpath(path, bn->real))
+        bn->stem = loader_source_stem(strrchr(bn->real, '/') + 1);
     if (rc && cu && rc == OPJIT_EDEVICE && bn->loaded) {
         /* No NVRTC (and nothing warmed): the CPU kernels serve. */
         rt_log(bn->rt, OPJIT_LOG_WARN, "%s", opjit_errmsg(bn->rt));
@@ -91,48 +88,73 @@ static int load_one(void *ud, const char *path)
     return 0;
 }
 
-/* Whether a kernel of o comes from a source of module mod (its file stem). */
-static int op_from_module(const opjit_op *o, const char *mod, size_t n)
+/* Whether a kernel of o comes from a source of module mod (its file stem)
+ * in directory dir. */
+static int op_from_module(const opjit_op *o, const char *dir, const char *mod, size_t n)
 {
+    size_t dl = strlen(dir);
     for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
         const kernel *k = atomic_load(&o->kernels[d]);
         const char *file = k ? strrchr(k->mod->real, '/') + 1 : "";
-        if (k && loader_source_stem(file) == n && !strncmp(file, mod, n))
+        if (k && loader_source_stem(file) == n && !strncmp(file, mod, n) &&
+            (size_t)(file - 1 - k->mod->real) == dl && !strncmp(k->mod->real, dir, dl))
             return 1;
     }
     return 0;
 }
 
-/* After the sources were loaded: the op asked for, which for "mod::op"
- * must come from that module. */
-static int pick_op(opjit_runtime *rt, const char *spec, const char *sep, opjit_op **op)
+typedef struct defined {
+    const char *dir, *mod;
+    size_t n;
+    char list[512];
+} defined;
+
+static int add_defined(void *ud, const opjit_op *o)
 {
-    const char *name = sep ? sep + 2 : spec;
-    opjit_op *o = NULL;
-    int rc = opjit_find_op(rt, name, &o);
-    if (rc && !sep)
-        return rc; /* its message says so */
-    if (sep && (rc || !op_from_module(o, spec, (size_t)(sep - spec))))
-        return rt_error(rt, OPJIT_ENOTFOUND, "op '%s': module '%.*s' registers no op '%s'",
-                        spec, (int)(sep - spec), spec, name);
-    if (op)
-        *op = o;
-    return OPJIT_OK;
+    defined *d = ud;
+    size_t k = strlen(d->list);
+    if (op_from_module(o, d->dir, d->mod, d->n) && k + 1 < sizeof d->list)
+        snprintf(d->list + k, sizeof d->list - k, "%s%s", k ? ", " : "", o->name);
+    return 0;
 }
 
-/* spec: an op ("rmsnorm": a file of that name, else the module that
- * registers it, through the index) or "module::op". */
+/* After the sources of a module were loaded (real: the first of them):
+ * the op called name, which must come from that module; else an error
+ * saying what it registers. */
+static int pick_op(opjit_runtime *rt, const char *real, size_t stem, const char *name,
+                   opjit_op **op)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", real);
+    char *file = strrchr(dir, '/');
+    *file++ = '\0';
+    opjit_op *o = NULL;
+    if (opjit_find_op(rt, name, &o) == OPJIT_OK && op_from_module(o, dir, file, stem)) {
+        if (op)
+            *op = o;
+        return OPJIT_OK;
+    }
+    defined d = {dir, file, stem, ""};
+    opjit_list(rt, add_defined, &d);
+    return rt_error(rt, OPJIT_ENOTFOUND, "op '%s': module '%.*s' registers no op '%s'; %s "
+                    "registers %s", name, (int)stem, file, name, real,
+                    d.list[0] ? d.list : "no op");
+}
+
+/* spec: an op ("rmsnorm": in the first directory with a file named after
+ * it or a module that registers it) or "module::op" (the first directory
+ * with that module). */
 static int load_by_name(opjit_runtime *rt, const char *spec, const char *sep, by_name *bn)
 {
-    char mod[NAME_MAX + 1];
     if (sep && (sep == spec || !sep[2] || (size_t)(sep - spec) > NAME_MAX))
         return rt_error(rt, OPJIT_EINVAL, "'%s': expected MODULE::OP", spec);
-    snprintf(mod, sizeof mod, "%.*s", (int)(sep ? sep - spec : (ptrdiff_t)strlen(spec)), spec);
     pthread_mutex_lock(&rt->loader->lock);
-    loader_each_source(rt, mod, load_one, bn);
     int rc = OPJIT_OK;
-    if (!bn->found && !sep) {
-        bn->via_index = 1;
+    if (sep) {
+        char mod[NAME_MAX + 1];
+        snprintf(mod, sizeof mod, "%.*s", (int)(sep - spec), spec);
+        loader_each_source(rt, mod, load_one, bn);
+    } else {
         rc = index_each_source(rt->loader, spec, load_one, bn);
     }
     pthread_mutex_unlock(&rt->loader->lock);
@@ -158,10 +180,11 @@ int opjit_load_op(opjit_runtime *rt, const char *spec, opjit_op **op)
                         spec, rt->loader->ops_path);
     if (!bn.usable)
         return rt_error(rt, OPJIT_EDEVICE, "op '%s': no source usable on this machine in %s",
-                        spec, bn.first_dir_found);
-    if (sep || bn.via_index)
-        return pick_op(rt, spec, sep, op);
-    if (op)
-        *op = bn.op;
-    return OPJIT_OK;
+                        spec, bn.dir);
+    if (!bn.real[0])
+        return rt_error(rt, OPJIT_EIO, "op '%s': loaded from %s, then not found there", spec,
+                        bn.dir);
+    /* The module loaded: the one named (module::op), or the one of the
+     * directory that decided. */
+    return pick_op(rt, bn.real, bn.stem, sep ? sep + 2 : spec, op);
 }

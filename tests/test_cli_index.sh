@@ -35,6 +35,22 @@ expect "call llama_ops::rmsnorm" 0 "output 0: shape (2, 2)"
 run "$CLI" call llama_ops::nms --ops-path "$T/ops"
 expect "a module without the op" 1 "" "module 'llama_ops' registers no op 'nms'"
 
+# --- a name is the op of that name, never another op of the file (#20.9) -------
+
+mkdir -p "$T/gops"
+printf '#include <opjit_op.h>\nstatic int k(opjit_ctx *c, opjit_args *a) { (void)c; (void)a; return 0; }\nOPJIT_MODULE(g, m) { opjit_def(m, "relu() -> Tensor", OPJIT_CPU, k, ""); }\n' \
+    >"$T/gops/gelu.c"
+run "$CLI" call gelu --ops-path "$T/gops"
+expect "gelu.c registering only relu" 1 "" "gelu.c registers relu"
+
+# --- an earlier directory's module beats a later file named after the op (#20.17)
+
+mkdir -p "$T/over"
+sed 's/OPJIT_MODULE(llama_ops/OPJIT_MODULE(my_override/; s/"matvec(/"mm(/' \
+    "$T/ops/llama_ops.c" >"$T/over/my_override.c"
+run "$CLI" call mm --ops-path "$T/over:$SRC/ops-src" a=@"$T/x.npy" x=@"$T/v.npy"
+expect "my_override::mm in an earlier directory" 0 "[7. 0.]"
+
 # --- a crashing init is reported, the others still found -----------------------
 
 printf '#include <opjit_op.h>\nOPJIT_MODULE(c, m) { (void)m; *(volatile int *)0 = 1; }\n' \

@@ -160,6 +160,50 @@ static void test_ambiguous(void)
     opjit_destroy(rt);
 }
 
+/* A name resolves to an op of that name or fails, saying what the file
+ * named after it registers (#20.9). */
+static void test_name_is_the_op(void)
+{
+    const char *d = t_tmpdir("index-name");
+    write_module(t_path(d, "gelu.c"), "relu", 4);
+    opjit_runtime *rt = new_rt(d);
+    opjit_op *op = NULL;
+    CHECK(opjit_load_op(rt, "gelu", &op) == OPJIT_ENOTFOUND && !op);
+    const char *msg = opjit_errmsg(rt);
+    CHECK_STR_CONTAINS(msg, "registers no op 'gelu'");
+    CHECK_STR_CONTAINS(msg, "gelu.c registers relu");
+    CHECK(opjit_load_op(rt, "gelu::gelu", &op) == OPJIT_ENOTFOUND && !op);
+    CHECK(opjit_load_op(rt, "gelu::relu", &op) == OPJIT_OK && op && t_call_f32(rt, op) == 4.0f);
+    opjit_destroy(rt);
+}
+
+/* Directories are searched in order, as PATH is: an earlier directory's
+ * module beats a later directory's file named after the op (#20.17). */
+static void test_earlier_directory_wins(void)
+{
+    const char *a = t_tmpdir("index-prec-a"), *b = t_tmpdir("index-prec-b");
+    write_module(t_path(a, "my_override.c"), "dupop", 1);
+    write_module(t_path(b, "dupop.c"), "dupop", 2);
+    char path[2048];
+    snprintf(path, sizeof path, "%s:%s", a, b);
+    opjit_runtime *rt = new_rt(path);
+    opjit_op *op = NULL, *q = NULL;
+    int rc = opjit_load_op(rt, "dupop", &op);
+    CHECKF(rc == OPJIT_OK && op && t_call_f32(rt, op) == 1.0f, "%s", opjit_errmsg(rt));
+    rc = opjit_load_op(rt, "my_override::dupop", &q);
+    CHECKF(rc == OPJIT_OK && q == op, "%s", opjit_errmsg(rt));
+    opjit_destroy(rt);
+    snprintf(path, sizeof path, "%s:%s", b, a);
+    rt = new_rt(path);
+    CHECK(opjit_load_op(rt, "dupop", &op) == OPJIT_OK && op && t_call_f32(rt, op) == 2.0f);
+    opjit_destroy(rt);
+    /* In one directory the file named after the op comes first. */
+    write_module(t_path(a, "dupop.c"), "dupop", 3);
+    rt = new_rt(a);
+    CHECK(opjit_load_op(rt, "dupop", &op) == OPJIT_OK && op && t_call_f32(rt, op) == 3.0f);
+    opjit_destroy(rt);
+}
+
 static void test_reindex_after_edit(void)
 {
     const char *d = t_tmpdir("index-edit");
@@ -235,6 +279,8 @@ int main(void)
     T_RUN(test_qualified);
     T_RUN(test_bad_inits);
     T_RUN(test_ambiguous);
+    T_RUN(test_name_is_the_op);
+    T_RUN(test_earlier_directory_wins);
     T_RUN(test_reindex_after_edit);
     T_RUN(test_warm_lookup);
     t_tmpdirs_remove();
