@@ -148,6 +148,14 @@ int cache_private_mkdir(const char *base, const char *prefix, const char *const 
  * caller closes its lockfd afterwards. */
 void cache_private_rmdir(const char *path, const char *const *files);
 
+/* Slots bound how many background compiles run at once on a machine, per
+ * writable cache: nslots lock files locks/slot.<i>, each taken with an
+ * exclusive OFD lock without waiting. 0 with *fd holding a free one (the
+ * lock lives as long as any copy of fd: a child forked with it keeps the
+ * slot until it exits), EAGAIN when every slot is taken, or another
+ * errno (ENOENT: no writable cache). */
+int cache_slot_take(const cache *c, int nslots, int *fd);
+
 /* ---- notes and index entries (cache_note.c) ---------------------------- */
 
 #define CACHE_NOTE_MAX (64 * 1024)

@@ -298,6 +298,28 @@ int cache_lock(const cache *c, const char *hex, int which, int exclusive, int wa
     return EAGAIN;
 }
 
+int cache_slot_take(const cache *c, int nslots, int *fd)
+{
+    if (!c->writable)
+        return ENOENT;
+    int e = EAGAIN;
+    for (int i = 0; i < nslots; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/slot.%d", c->locks, i);
+        int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (f < 0)
+            return errno;
+        if ((e = cache_setlk(f, CACHE_LOCK_FILE, 1, 0)) == 0) {
+            *fd = f;
+            return 0;
+        }
+        close(f);
+        if (e != EAGAIN)
+            return e;
+    }
+    return e;
+}
+
 /* ---- private temporary directories ---------------------------------------
  *
  * base/<prefix>XXXXXX, made by a process for itself (the loader's scratch

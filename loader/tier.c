@@ -13,7 +13,15 @@
  * code in the cache. A worker thread hands the queued jobs to a helper,
  * reads each job's outcome from a pipe and swaps the new code in;
  * opjit_destroy hands over what is still queued and returns at once. The
- * compiler's time limit (OPJIT_CC_TIMEOUT) bounds every helper.
+ * compiler's time limit (OPJIT_CC_TIMEOUT) bounds every helper, and the
+ * cache's slots (cache_slot_take, OPJIT_CC_JOBS of them) how many run at
+ * once on the machine: a host's worker waits for a free one, a host being
+ * destroyed leaves the jobs to a later load when none is free.
+ *
+ * No helper is left a zombie: the short-lived process between the host
+ * and its helper is reaped at once, and where the helper becomes the
+ * host's own child when that process exits (a subreaper, PID 1 in a
+ * container) a thread of the library reaps it once it is done.
  *
  * Keys and index entries are the pipeline's (loader/pipeline.c): a load
  * finds optimized code through an index entry keyed by the compiler's
@@ -28,6 +36,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,6 +47,8 @@
 #include "runtime/env.h"
 
 #define TIER_DEFAULT_TIMEOUT_MS 120000
+#define TIER_SLOT_POLL_MS 100 /* how often a worker looks for a free slot */
+#define TIER_MAX_JOBS 4096
 
 typedef struct tier_job {
     char *path; /* as given: diagnostics and module source name */
@@ -51,6 +64,7 @@ struct tier_state {
     pthread_cond_t cond;
     tier_job *jobs, *jobs_tail; /* queued, not yet handed to a helper */
     int busy;                   /* a batch is out with a helper */
+    int slots;                  /* OPJIT_CC_JOBS: helpers at once per cache */
     atomic_int stop;
     int wake[2]; /* a pipe: tier_destroy writes to it to wake the worker's poll */
     int started;
@@ -119,21 +133,22 @@ static void helper_run(const loader *l, tier_job *batch, int fd)
     cache_close(c);
 }
 
-/* In the helper: results on fd 1, /dev/null for 0 and 2, nothing else
- * of the host's open (its sockets, its locks); signals at their
- * defaults, unblocked; SIGPIPE ignored. */
-static void helper_detach(int fd)
+/* In the helper: results on fd 1, its compile slot on fd 3, /dev/null
+ * for 0 and 2, nothing else of the host's open (its sockets, its locks);
+ * signals at their defaults, unblocked; SIGPIPE ignored. */
+static void helper_detach(int fd, int slot)
 {
+    /* Out of the way of 0-3 first: the host may have closed its stdio. */
+    fd = fcntl(fd, F_DUPFD, 10);
+    slot = fcntl(slot, F_DUPFD, 10);
     int null = open("/dev/null", O_RDWR);
-    if (fd != 1) {
-        dup2(fd, 1);
-        close(fd);
-    }
+    dup2(fd, 1);
+    dup2(slot, 3);
     if (null >= 0) {
         dup2(null, 0);
         dup2(null, 2);
     }
-    close_range(3, ~0U, 0);
+    close_range(4, ~0U, 0);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
@@ -141,13 +156,134 @@ static void helper_detach(int fd)
         if (s != SIGKILL && s != SIGSTOP)
             signal(s, SIG_DFL);
     signal(SIGPIPE, SIG_IGN);
+    prctl(PR_SET_NAME, "opjit-optimize"); /* what ps and top show */
     /* Background work: the host and whatever it starts next come first. */
     if (setpriority(PRIO_PROCESS, 0, 10) != 0)
         errno = 0;
 }
 
+/* ---- reaping helpers that became the host's children ------------------------
+ *
+ * When the process between the host and a helper exits, the helper goes
+ * to the nearest subreaper above it: init, or the host itself when it is
+ * one (PR_SET_CHILD_SUBREAPER, or PID 1 of a container). Then nobody but
+ * us knows to reap it: one thread per process waits for those helpers by
+ * pid, in turn (each ends within its alarm), and exits when none is left.
+ * It outlives opjit_destroy, so the library stays mapped from then on. */
+
+static struct {
+    pthread_mutex_t lock;
+    pid_t *pids;
+    int n, cap, running;
+} reaper = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0};
+
+static int host_is_subreaper(void)
+{
+    int on = 0;
+    return getpid() == 1 || (prctl(PR_GET_CHILD_SUBREAPER, &on) == 0 && on);
+}
+
+static void *reaper_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&reaper.lock);
+    while (reaper.n) {
+        pid_t pid = reaper.pids[0];
+        pthread_mutex_unlock(&reaper.lock);
+        int st;
+        /* ECHILD: the host reaped it itself. */
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+            ;
+        pthread_mutex_lock(&reaper.lock);
+        memmove(reaper.pids, reaper.pids + 1, (size_t)--reaper.n * sizeof *reaper.pids);
+    }
+    reaper.running = 0;
+    pthread_mutex_unlock(&reaper.lock);
+    return NULL;
+}
+
+/* Keep this library loaded for the thread's sake (a host may dlclose it). */
+static void reaper_pin_library(void)
+{
+    Dl_info di;
+    if (dladdr((void *)reaper_main, &di) && di.dli_fname && *di.dli_fname)
+        (void)dlopen(di.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+}
+
+/* Have the reaper wait for helper, now our child; started when needed,
+ * with every signal blocked (the host's handlers run on its own threads). */
+static void reaper_add(pid_t helper)
+{
+    pthread_mutex_lock(&reaper.lock);
+    if (reaper.n == reaper.cap) {
+        int cap = reaper.cap ? reaper.cap * 2 : 8;
+        pid_t *p = realloc(reaper.pids, (size_t)cap * sizeof *p);
+        if (!p) {
+            pthread_mutex_unlock(&reaper.lock);
+            return;
+        }
+        reaper.pids = p;
+        reaper.cap = cap;
+    }
+    reaper.pids[reaper.n++] = helper;
+    if (!reaper.running) {
+        pthread_t th;
+        pthread_attr_t at;
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&th, &at, reaper_main, NULL) == 0) {
+            reaper.running = 1;
+            reaper_pin_library();
+        } else {
+            reaper.n--; /* left to the host: nothing better to do */
+        }
+        pthread_attr_destroy(&at);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+    pthread_mutex_unlock(&reaper.lock);
+}
+
+/* ---- starting a helper ---------------------------------------------------------- */
+
+/* In the child of helper_spawn: fork the helper, tell the host its pid
+ * on pidfd, exit. */
+static void helper_fork(loader *l, tier_job *batch, int res, int slot, int pidfd,
+                        unsigned life_s)
+{
+    setsid();
+    pid_t g = fork();
+    if (g == 0) {
+        helper_detach(res, slot);
+        alarm(life_s); /* SIGALRM is at its default: it ends the helper */
+        helper_run(l, batch, 1);
+        _exit(0);
+    }
+    if (g > 0 && write(pidfd, &g, sizeof g) != (ssize_t)sizeof g)
+        g = -1;
+    _exit(g < 0 ? 1 : 0);
+}
+
+/* Reap the short-lived child of helper_spawn (it exits within
+ * milliseconds: waiting is cheap, and never leaves a zombie). ECHILD: the
+ * host reaped it (a SIGCHLD handler). Then its helper is the reaper's
+ * when it became ours. */
+static void helper_reap(pid_t child, int pidfd)
+{
+    int st;
+    while (waitpid(child, &st, 0) < 0 && errno == EINTR)
+        ;
+    pid_t helper = -1;
+    if (read(pidfd, &helper, sizeof helper) == (ssize_t)sizeof helper && helper > 0 &&
+        host_is_subreaper())
+        reaper_add(helper);
+}
+
 /* Fork a helper for batch, detached (a grandchild in a session of its
- * own: nobody has to reap it). The read end of its pipe, or -1.
+ * own), holding the compile slot slot (the host's copy is closed here).
+ * The read end of its pipe, or -1.
  *
  * The child of a threaded process may only use what no other thread held
  * at the fork: the helper opens its own cache and scratch directory and
@@ -156,52 +292,58 @@ static void helper_detach(int fd)
  * sanitizer allocators, which are not fork-safe, that keeps our own
  * threads out of them at that instant. An alarm bounds the helper's life
  * whatever happens: the time limit of each compile, and a margin. */
-static int helper_spawn(loader *l, tier_job *batch, pid_t *child, char *err, size_t n)
+static int helper_spawn(loader *l, tier_job *batch, int slot, char *err, size_t n)
 {
-    int p[2], njobs = 0;
+    int p[2], q[2], njobs = 0;
     for (tier_job *j = batch; j; j = j->next)
         njobs++;
     unsigned life_s = (unsigned)((l->pipe.set.cc_timeout_ms / 1000 + 5) * (njobs + 1) + 30);
     if (pipe2(p, O_CLOEXEC)) {
         snprintf(err, n, "cannot start the background compiler: pipe: %s", strerror(errno));
+        close(slot);
+        return -1;
+    }
+    if (pipe2(q, O_CLOEXEC | O_NONBLOCK)) {
+        snprintf(err, n, "cannot start the background compiler: pipe: %s", strerror(errno));
+        close(p[0]);
+        close(p[1]);
+        close(slot);
         return -1;
     }
     pthread_mutex_lock(&l->lock);
     pid_t pid = fork();
-    if (pid == 0) {
-        setsid();
-        pid_t g = fork();
-        if (g == 0) {
-            helper_detach(p[1]);
-            alarm(life_s); /* SIGALRM is at its default: it ends the helper */
-            helper_run(l, batch, 1);
-            _exit(0);
-        }
-        _exit(g < 0 ? 1 : 0);
-    }
+    if (pid == 0)
+        helper_fork(l, batch, p[1], slot, q[1], life_s);
     pthread_mutex_unlock(&l->lock);
     int e = errno;
     close(p[1]);
+    close(q[1]);
+    close(slot); /* the helper holds it now */
     if (pid < 0) {
         snprintf(err, n, "cannot start the background compiler: fork: %s", strerror(e));
         close(p[0]);
+        close(q[0]);
         return -1;
     }
-    /* The child only forks the helper and exits: it is reaped after the
-     * results are read (helper_reap), not waited for here. A helper that
-     * could not be forked closes the pipe unheard: an error then. */
-    *child = pid;
+    /* A helper that could not be forked closes the pipe unheard: an error
+     * then, when its results are read. */
+    helper_reap(pid, q[0]);
+    close(q[0]);
     return p[0];
 }
 
-/* Reap the short-lived child of helper_spawn. When stopping, only if it
- * is done already (it exits within milliseconds; else the host's exit
- * reaps it). ECHILD: the host reaped it (a SIGCHLD handler). */
-static void helper_reap(tier_state *t, pid_t child)
+/* A free compile slot: 0 and *fd, EAGAIN when stopping and none is free,
+ * or another errno. Waits for one otherwise (tier_destroy wakes it). */
+static int take_slot(loader *l, int *fd)
 {
-    int st;
-    while (waitpid(child, &st, atomic_load(&t->stop) ? WNOHANG : 0) < 0 && errno == EINTR)
-        ;
+    tier_state *t = l->tier;
+    for (;;) {
+        int e = cache_slot_take(l->cache, t->slots, fd);
+        if (e != EAGAIN || atomic_load(&t->stop))
+            return e;
+        struct pollfd pfd = {t->wake[0], POLLIN, 0};
+        poll(&pfd, 1, TIER_SLOT_POLL_MS);
+    }
 }
 
 /* ---- the worker thread -------------------------------------------------------- */
@@ -280,15 +422,26 @@ static void run_batch(loader *l, tier_job *batch)
 {
     tier_state *t = l->tier;
     char err[512];
-    pid_t child = -1;
-    int fd = helper_spawn(l, batch, &child, err, sizeof err);
+    int n = 0, slot = -1;
+    for (tier_job *j = batch; j; j = j->next)
+        n++;
+    int e = take_slot(l, &slot);
+    if (e == EAGAIN) { /* stopping: the next load of these sources queues them again */
+        rt_log(l->rt, OPJIT_LOG_INFO, "tiering: all %d compile slots (OPJIT_CC_JOBS) are "
+               "busy; %d optimizing compile(s) left to a later load", t->slots, n);
+        return;
+    }
+    if (e) {
+        snprintf(err, sizeof err, "cannot start the background compiler: no compile slot "
+                 "in %s/v1/locks: %s", cache_dir(l->cache), strerror(e));
+        note_error(l, OPJIT_EIO, err);
+        return;
+    }
+    int fd = helper_spawn(l, batch, slot, err, sizeof err);
     if (fd < 0) {
         note_error(l, OPJIT_EIO, err);
         return;
     }
-    int n = 0;
-    for (tier_job *j = batch; j; j = j->next)
-        n++;
     for (int done = 0; done < n; done++) {
         helper_result r;
         char msg[HELPER_MSG_MAX + 1];
@@ -314,7 +467,6 @@ static void run_batch(loader *l, tier_job *batch)
         }
     }
     close(fd);
-    helper_reap(t, child);
 }
 
 static void *worker_main(void *arg)
@@ -434,6 +586,27 @@ static long compile_timeout(loader *l, const opjit_config *cfg)
     return TIER_DEFAULT_TIMEOUT_MS;
 }
 
+/* $OPJIT_CC_JOBS, else the CPUs online: how many helpers may run at once
+ * on this machine, per cache. */
+static int compile_jobs(loader *l)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int dflt = ncpu < 1 ? 1 : ncpu > TIER_MAX_JOBS ? TIER_MAX_JOBS : (int)ncpu;
+    const char *e = getenv("OPJIT_CC_JOBS");
+    if (!e || !*e)
+        return dflt;
+    char *end;
+    errno = 0;
+    long v = strtol(e, &end, 10);
+    while (*end == ' ')
+        end++;
+    if (!errno && !*end && end != e && v >= 1 && v <= TIER_MAX_JOBS)
+        return (int)v;
+    rt_log(l->rt, OPJIT_LOG_WARN, "OPJIT_CC_JOBS='%s' is not a number from 1 to %d; using %d",
+           e, TIER_MAX_JOBS, dflt);
+    return dflt;
+}
+
 int tier_create(loader *l, const opjit_config *cfg)
 {
     tier_state *t = calloc(1, sizeof *t);
@@ -463,6 +636,7 @@ int tier_create(loader *l, const opjit_config *cfg)
     if (!found)
         set->cc[0] = '\0';
     set->cc_timeout_ms = compile_timeout(l, cfg);
+    t->slots = compile_jobs(l);
     t->wanted = want;
     t->enabled = want && found;
     if (want && !found && cfg->tiering == 1)
