@@ -341,7 +341,7 @@ int opjit_tensor_to_device(opjit_runtime *rt, const DLTensor *src, int device, i
 /* Argument of an op's schema. */
 typedef struct opjit_arg_info {
     const char *name;
-    const char *type;      /* "Tensor", "Tensor?", "int", "float", "bool", "int[2]" */
+    const char *type;      /* "Tensor", "Tensor?", "int", "float", "bool", "int[2]", "str" */
     int kind;              /* opjit_kind it takes */
     int optional;          /* T?: may be None */
     int list_len;          /* N of int[N], else 0 */
@@ -423,6 +423,11 @@ static inline opjit_value opjit_bool(int b)
 static inline opjit_value opjit_ints(const int64_t *p, int n)
 {
     opjit_value v; v.kind = OPJIT_KIND_INTS; v.len = n; v.u.ints = p; return v;
+}
+/* A str argument; s must stay valid until the call returns. */
+static inline opjit_value opjit_str(const char *s)
+{
+    opjit_value v; v.kind = s ? OPJIT_KIND_STR : OPJIT_KIND_NONE; v.len = 0; v.u.str = s; return v;
 }
 static inline opjit_value opjit_none(void)
 {

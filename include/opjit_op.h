@@ -54,7 +54,8 @@ typedef enum opjit_kind {
     OPJIT_KIND_INT,
     OPJIT_KIND_FLOAT,
     OPJIT_KIND_BOOL,
-    OPJIT_KIND_INTS /* int[N] */
+    OPJIT_KIND_INTS, /* int[N] */
+    OPJIT_KIND_STR   /* str: a NUL-terminated UTF-8 string (appended) */
 } opjit_kind;
 
 typedef struct opjit_value {
@@ -66,6 +67,7 @@ typedef struct opjit_value {
         double f;
         int64_t b;
         const int64_t *ints;
+        const char *str; /* OPJIT_KIND_STR; the caller's, valid during the call */
     } u;
 } opjit_value;
 
@@ -178,6 +180,11 @@ static inline double opjit_arg_float(opjit_args *a, int i) { return a->v[i].u.f;
 static inline int opjit_arg_bool(opjit_args *a, int i) { return a->v[i].u.b != 0; }
 static inline const int64_t *opjit_arg_ints(opjit_args *a, int i) { return a->v[i].u.ints; }
 static inline int opjit_arg_len(opjit_args *a, int i) { return a->v[i].len; }
+/* A str argument, or NULL when it is None (str?). */
+static inline const char *opjit_arg_str(opjit_args *a, int i)
+{
+    return a->v[i].kind == OPJIT_KIND_STR ? a->v[i].u.str : NULL;
+}
 
 /* Allocate output number index (0-based) on the call's device, contiguous.
  * The runtime owns it until the call returns it to the host. NULL on

@@ -5,9 +5,16 @@
  *   conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1,
  *          int[2] padding=0, int[2] dilation=1, int groups=1) -> Tensor
  *
+ *   conv2d.padding(..., str padding="valid", ...) -> Tensor
+ *
  * input [N, C, H, W] (or unbatched [C, H, W], as PyTorch allows), weight
  * [O, C/groups, kH, kW], bias [O]; the output is [N, O, Ho, Wo] (or
  * [O, Ho, Wo]) with Ho = (H + 2*padH - dilH*(kH-1) - 1) / strideH + 1.
+ * conv2d.padding takes F.conv2d's string padding: "valid" (none) or
+ * "same" (stride 1 only; dil*(k-1) in all, the odd one at the bottom or
+ * right, as torch pads). Operands may have any strides (channels_last,
+ * views): those that are not row-major are copied into a dense block
+ * first (strided.h), one pass against the convolution's many.
  *
  * Method (Caffe's): for each image and group, unfold the input patches into
  * a [C/groups * kH * kW, Ho * Wo] column matrix in workspace memory
@@ -34,6 +41,7 @@
 
 #include "conv2d_common.h"
 #include "sgemm_avx512.h"
+#include "strided.h"
 
 
 /* Smallest q >= 0 with q * s >= num (s > 0). */
@@ -799,21 +807,22 @@ static int64_t conv_grain(const conv_job *j)
 
 /* The unit geometry and per-thread areas of the GEMM paths, then the
  * loop. fast: this file's GEMM (float32, AVX-512), else OpenBLAS. */
-static int conv_gemm_paths(opjit_ctx *ctx, const conv_geom *g, const DLTensor *input,
-                           const DLTensor *weight, const DLTensor *bias, void *out, int fast)
+static int conv_gemm_paths(opjit_ctx *ctx, const conv_geom *g, const void *x, const void *w,
+                           const void *bias, void *out, int fast)
 {
     conv_job j;
     size_t esz = g->is64 ? sizeof(double) : sizeof(float);
     int64_t T = opjit_num_threads(ctx);
     j.ctx = ctx;
     j.g = g;
-    j.x = opjit_data(input);
-    j.w = opjit_data(weight);
-    j.bias = bias ? opjit_data(bias) : NULL;
+    j.x = x;
+    j.w = w;
+    j.bias = bias;
     j.y = out;
     j.kdim = g->cg * g->kh * g->kw;
     j.plane = g->ho * g->wo;
-    j.direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
+    j.direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 &&
+               g->pw == 0 && g->ph2 == 0 && g->pw2 == 0;
     j.xend = (const char *)j.x + (size_t)(g->n * g->c * g->h * g->w) * esz;
     j.pb = conv_blas_block(j.kdim, j.plane, esz);
     j.per = j.direct ? 0 : (size_t)(j.kdim * j.pb) * esz;
@@ -852,78 +861,109 @@ static int conv_gemm_paths(opjit_ctx *ctx, const conv_geom *g, const DLTensor *i
                               g->is64 ? conv_blas_run_f64 : conv_blas_run_f32, &j);
 }
 
-static int conv2d_cpu(opjit_ctx *ctx, opjit_args *a)
+/* Sizes every path can index with int (BLAS) and an im2col buffer that
+ * fits: 0, or the status of opjit_fail. */
+static int conv_sizes_ok(opjit_ctx *ctx, const conv_geom *g)
+{
+    int64_t kdim = g->cg * g->kh * g->kw, plane = g->ho * g->wo;
+    if (plane > INT_MAX || kdim > INT_MAX || g->og > INT_MAX || g->cg > INT_MAX ||
+        g->h * g->w > INT_MAX)
+        return opjit_fail(ctx, "sizes too large for BLAS (output plane %lld, patch size %lld)",
+                          (long long)plane, (long long)kdim);
+    if ((uint64_t)kdim * (uint64_t)plane > ((uint64_t)1 << 60) / 8)
+        return opjit_fail(ctx, "im2col buffer too large");
+    return 0;
+}
+
+/* No input channels: every output element is its channel's bias, or 0. */
+static void conv_fill_bias(const conv_geom *g, const void *bias, void *out)
+{
+    int64_t plane = g->ho * g->wo, i, e;
+    memset(out, 0, (size_t)(g->n * g->o * plane) * (g->is64 ? sizeof(double) : sizeof(float)));
+    for (i = 0; bias && i < g->n * g->o; i++)
+        for (e = 0; e < plane; e++) {
+            if (g->is64)
+                ((double *)out)[i * plane + e] = ((const double *)bias)[i % g->o];
+            else
+                ((float *)out)[i * plane + e] = ((const float *)bias)[i % g->o];
+        }
+}
+
+/* out [N, O, Ho, Wo] = conv(x, w) + bias over g; x, w and bias dense
+ * (bias may be NULL). 0, or the status of opjit_fail. */
+static int conv_forward(opjit_ctx *ctx, const conv_geom *g, const void *x, const void *w,
+                        const void *bias, void *out)
+{
+    int fast = 0;
+    if (g->n == 0 || g->ho * g->wo == 0)
+        return 0;
+    if (g->cg == 0) {
+        conv_fill_bias(g, bias, out);
+        return 0;
+    }
+#ifdef SG_FAST
+    fast = !g->is64 && sg_fast_ok();
+    /* Winograd for 3x3, stride 1, dilation 1, one group, with enough tiles
+     * (2x2 outputs) to repay transforming the weights; channels bounded so
+     * the workspace stays within about 64 MB a thread. */
+    if (fast && g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->dh == 1 &&
+        g->dw == 1 && g->groups == 1 && g->c <= 4096 && g->o * g->c <= ((int64_t)1 << 20) &&
+        g->n * ((g->ho + 1) / 2) * ((g->wo + 1) / 2) >= 32)
+        return conv_wino_f32(ctx, g, (const float *)x, (const float *)w, (const float *)bias,
+                             (float *)out);
+#endif
+    return conv_gemm_paths(ctx, g, x, w, bias, out, fast);
+}
+
+/* The output of a convolution over g: [N, O, Ho, Wo], or [O, Ho, Wo]
+ * unbatched. Its data, or NULL with the error recorded. */
+static void *conv_output(opjit_ctx *ctx, int index, const conv_geom *g, DLDataType dt)
+{
+    int64_t shape[4] = {g->n, g->o, g->ho, g->wo};
+    DLTensor *out = g->batched ? opjit_output(ctx, index, dt, 4, shape)
+                               : opjit_output(ctx, index, dt, 3, shape + 1);
+    return out ? opjit_data(out) : NULL;
+}
+
+/* conv2d and conv2d.padding (str_padding): the checks, dense copies of
+ * strided operands (strided.h), the output, the convolution. */
+static int conv2d_run(opjit_ctx *ctx, opjit_args *a, int str_padding)
 {
     DLTensor *input = opjit_arg_tensor(a, 0);
     DLTensor *weight = opjit_arg_tensor(a, 1);
     DLTensor *bias = opjit_arg_tensor(a, 2);
-    int64_t shape[4], kdim, plane;
+    const void *x, *w, *b = NULL;
+    conv_args p;
     conv_geom g;
-    DLTensor *out;
-    int fast = 0, rc;
+    void *out;
+    int rc;
 
-    if ((rc = conv_check(ctx, a, input, weight, bias, &g)) != 0)
+    if ((rc = conv_read_args(ctx, a, 3, str_padding, &p)) != 0 ||
+        (rc = conv_check(ctx, input, weight, bias, &p, &g)) != 0 ||
+        (rc = conv_sizes_ok(ctx, &g)) != 0)
         return rc;
-    kdim = g.cg * g.kh * g.kw;
-    plane = g.ho * g.wo;
-    if (plane > INT_MAX || kdim > INT_MAX || g.og > INT_MAX ||
-        g.h * g.w > INT_MAX)
-        return opjit_fail(ctx, "sizes too large for BLAS (output plane %lld, "
-                               "patch size %lld)", (long long)plane, (long long)kdim);
-    if ((uint64_t)kdim * (uint64_t)plane > ((uint64_t)1 << 60) / 8)
-        return opjit_fail(ctx, "im2col buffer too large");
-
-    if (g.batched) {
-        shape[0] = g.n; shape[1] = g.o; shape[2] = g.ho; shape[3] = g.wo;
-        out = opjit_output(ctx, 0, input->dtype, 4, shape);
-    } else {
-        shape[0] = g.o; shape[1] = g.ho; shape[2] = g.wo;
-        out = opjit_output(ctx, 0, input->dtype, 3, shape);
-    }
-    if (!out)
+    if (!(x = st_dense(ctx, input)) || !(w = st_dense(ctx, weight)) ||
+        (bias && !(b = st_dense(ctx, bias))))
         return -1;
-    if (g.n == 0 || plane == 0)
-        return 0;
-    if (kdim == 0) { /* no input channels: the output is the bias, or 0 */
-        size_t esz = g.is64 ? sizeof(double) : sizeof(float);
-        int64_t i, e;
-        memset(opjit_data(out), 0, (size_t)(g.n * g.o * plane) * esz);
-        for (i = 0; bias && i < g.n * g.o; i++)
-            for (e = 0; e < plane; e++) {
-                if (g.is64)
-                    ((double *)opjit_data(out))[i * plane + e] =
-                        ((const double *)opjit_data(bias))[i % g.o];
-                else
-                    ((float *)opjit_data(out))[i * plane + e] =
-                        ((const float *)opjit_data(bias))[i % g.o];
-            }
-        return 0;
-    }
-#ifdef SG_FAST
-    fast = !g.is64 && sg_fast_ok();
-    /* Winograd for 3x3, stride 1, dilation 1, one group, with enough tiles
-     * (2x2 outputs) to repay transforming the weights; channels bounded so
-     * the workspace stays within about 64 MB a thread. */
-    if (fast && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
-        g.groups == 1 && g.c <= 4096 && g.o * g.c <= ((int64_t)1 << 20) &&
-        g.n * ((g.ho + 1) / 2) * ((g.wo + 1) / 2) >= 32)
-        return conv_wino_f32(ctx, &g, (const float *)opjit_data(input),
-                             (const float *)opjit_data(weight),
-                             bias ? (const float *)opjit_data(bias) : NULL,
-                             (float *)opjit_data(out));
-#endif
-    return conv_gemm_paths(ctx, &g, input, weight, bias, opjit_data(out), fast);
+    if (!(out = conv_output(ctx, 0, &g, input->dtype)))
+        return -1;
+    return conv_forward(ctx, &g, x, w, b, out);
 }
+
+static int conv2d_cpu(opjit_ctx *ctx, opjit_args *a) { return conv2d_run(ctx, a, 0); }
+static int conv2d_padding_cpu(opjit_ctx *ctx, opjit_args *a) { return conv2d_run(ctx, a, 1); }
 
 OPJIT_MODULE(conv2d, m)
 {
-    opjit_def(m,
-              "conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1, "
-              "int[2] padding=0, int[2] dilation=1, int groups=1) -> Tensor",
-              OPJIT_CPU, conv2d_cpu,
+    opjit_def(m, CONV2D_SCHEMA, OPJIT_CPU, conv2d_cpu,
               "2-D convolution, NCHW (torch.nn.functional.conv2d): im2col + GEMM, "
               "Winograd F(2x2, 3x3) for 3x3 stride 1 (optimizing tier, AVX-512)");
-    opjit_require(m, "input", "float32|float64 contiguous");
-    opjit_require(m, "weight", "float32|float64 rank=4 contiguous");
-    opjit_require(m, "bias", "float32|float64 rank=1 contiguous");
+    opjit_require(m, "input", "float32|float64");
+    opjit_require(m, "weight", "float32|float64 rank=4");
+    opjit_require(m, "bias", "float32|float64 rank=1");
+    opjit_def(m, CONV2D_PADDING_SCHEMA, OPJIT_CPU, conv2d_padding_cpu,
+              "conv2d with padding=\"valid\" or \"same\" (F.conv2d's string padding)");
+    opjit_require(m, "input", "float32|float64");
+    opjit_require(m, "weight", "float32|float64 rank=4");
+    opjit_require(m, "bias", "float32|float64 rank=1");
 }

@@ -228,6 +228,7 @@ static int conv2d_cuda(opjit_ctx *ctx, opjit_args *a)
     DLTensor *bias = opjit_arg_tensor(a, 2);
     int64_t stride[2], pad[2], dil[2], shape[4], plane;
     conv_geom g;
+    conv_args cargs;
     int64_t N, C, H, W, O, kh, kw, grp, ho, wo, cg;
     int is64, batched, dev, rc = 0, i, nalgo = 0, remembered = 0, on, oc, oh, ow;
     DLTensor *out;
@@ -243,7 +244,8 @@ static int conv2d_cuda(opjit_ctx *ctx, opjit_args *a)
     const char *what = "";
 
     /* The checks of conv2d.c, shared through conv2d_common.h. */
-    if ((rc = conv_check(ctx, a, input, weight, bias, &g)) != 0)
+    if ((rc = conv_read_args(ctx, a, 3, 0, &cargs)) != 0 ||
+        (rc = conv_check(ctx, input, weight, bias, &cargs, &g)) != 0)
         return rc;
     is64 = g.is64;
     batched = g.batched;
@@ -395,10 +397,7 @@ done:
 
 OPJIT_MODULE(conv2d_cuda, m)
 {
-    opjit_def(m,
-              "conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1, "
-              "int[2] padding=0, int[2] dilation=1, int groups=1) -> Tensor",
-              OPJIT_CUDA, conv2d_cuda,
+    opjit_def(m, CONV2D_SCHEMA, OPJIT_CUDA, conv2d_cuda,
               "2-D convolution, NCHW (torch.nn.functional.conv2d) on CUDA through cuDNN");
     opjit_require(m, "input", "float32|float64 contiguous");
     opjit_require(m, "weight", "float32|float64 rank=4 contiguous");

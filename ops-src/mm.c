@@ -7,9 +7,20 @@
  * Zero-size dimensions work: an empty product when n or m is 0, zeros when
  * k is 0.
  *
- * The operands need not be contiguous: a row-major view (unit column
- * stride) or a column-major one such as a transpose (unit row stride) is
- * read as it is. Any other layout is refused with a message.
+ *   mm_backward(Tensor grad, Tensor self, Tensor mat2, int[2] output_mask=1)
+ *       -> (Tensor grad_self, Tensor grad_mat2)
+ *
+ * the gradients of mm for the incoming gradient grad [n, m]: grad_self =
+ * grad mat2^T [n, k] and grad_mat2 = self^T grad [k, m], each [0] when its
+ * output_mask entry is 0 (not computed). Both products go through the
+ * same GEMMs as mm (a transpose is a flag of the operand, not a copy).
+ *
+ * The operands may have any strides, as torch.mm's: a row-major view
+ * (unit column stride) or a column-major one such as a transpose (unit
+ * row stride) is read as it is; any other layout (x[:, ::2], expand's
+ * zero strides, as_strided) is first copied into a dense block
+ * (strided.h), which costs one pass over the operand against the k (or
+ * m, n) passes of the product.
  *
  * How, over opjit_parallel_for's threads (every output element is written
  * by one thread, computed the same way for any thread count):
@@ -36,6 +47,7 @@
 
 #include "mm_common.h"
 #include "sgemm_avx512.h"
+#include "strided.h"
 
 typedef struct mm_job {
     opjit_ctx *ctx;
@@ -189,58 +201,67 @@ static int mm_fast(opjit_ctx *ctx, mm_job *j)
 }
 #endif
 
-static int mm_cpu(opjit_ctx *ctx, opjit_args *a)
+/* A 2-D operand as the GEMMs read it: its data, whether it is stored
+ * column-major (t), and its leading dimension. */
+typedef struct mm_operand {
+    const void *p;
+    int t;
+    int64_t ld;
+} mm_operand;
+
+/* Describe t [r, c] as an operand, copying it to a dense block first when
+ * its strides are neither row- nor column-major. 0, or the status of
+ * opjit_fail. what names it in messages. */
+static int mm_operand_of(opjit_ctx *ctx, const DLTensor *t, const char *what, mm_operand *o)
 {
-    DLTensor *x = opjit_arg_tensor(a, 0);
-    DLTensor *y = opjit_arg_tensor(a, 1);
-    DLTensor *out;
-    mm_job j;
-    int is64, rc;
-    int64_t n, k, m, shape[2];
-
-    if ((rc = mm_check(ctx, x, y, &is64, &n, &k, &m)) != 0)
-        return rc;
-    if (n > INT_MAX || k > INT_MAX || m > INT_MAX)
-        return opjit_fail(ctx, "dimensions above %d are not supported "
-                               "(%lldx%lld and %lldx%lld)",
-                          INT_MAX, (long long)n, (long long)k, (long long)k,
-                          (long long)m);
-    memset(&j, 0, sizeof j);
-    j.lda = j.ldb = 1;
-    /* An empty product touches no operand memory: any strides do. */
-    if (n > 0 && m > 0 && k > 0) {
-        if (!mm_layout(x, &j.xt, &j.lda))
-            return opjit_fail(ctx, "self has strides [%lld, %lld]: neither rows nor "
-                                   "columns are contiguous",
-                              (long long)x->strides[0], (long long)x->strides[1]);
-        if (!mm_layout(y, &j.yt, &j.ldb))
-            return opjit_fail(ctx, "mat2 has strides [%lld, %lld]: neither rows nor "
-                                   "columns are contiguous",
-                              (long long)y->strides[0], (long long)y->strides[1]);
-        if (j.lda > INT_MAX || j.ldb > INT_MAX)
-            return opjit_fail(ctx, "a leading dimension above %d is not supported",
-                              INT_MAX);
+    o->p = opjit_data(t);
+    o->t = 0;
+    o->ld = t->shape[1] > 1 ? t->shape[1] : 1;
+    if (opjit_numel(t) == 0)
+        return 0; /* an empty product touches no operand memory */
+    if (!mm_layout(t, &o->t, &o->ld)) {
+        o->t = 0;
+        o->ld = t->shape[1];
+        if (!(o->p = st_dense(ctx, t)))
+            return -1;
     }
+    if (o->ld > INT_MAX)
+        return opjit_fail(ctx, "%s: a leading dimension above %d is not supported", what,
+                          INT_MAX);
+    return 0;
+}
 
-    shape[0] = n;
-    shape[1] = m;
-    out = opjit_output(ctx, 0, x->dtype, 2, shape);
-    if (!out)
-        return -1;
+/* The operand read as its transpose. */
+static mm_operand mm_transposed(mm_operand o)
+{
+    o.t = !o.t;
+    return o;
+}
+
+/* out [n, m] (dense) = x [n, k] y [k, m]. 0, or the status of opjit_fail. */
+static int mm_product(opjit_ctx *ctx, int is64, int64_t n, int64_t k, int64_t m, mm_operand x,
+                      mm_operand y, void *out)
+{
+    mm_job j;
     if (n == 0 || m == 0)
         return 0;
     if (k == 0) {
-        memset(opjit_data(out), 0, (size_t)(n * m) * (is64 ? 8 : 4));
+        memset(out, 0, (size_t)(n * m) * (is64 ? 8 : 4));
         return 0;
     }
+    memset(&j, 0, sizeof j);
     j.ctx = ctx;
     j.n = n;
     j.k = k;
     j.m = m;
     j.is64 = is64;
-    j.x = opjit_data(x);
-    j.y = opjit_data(y);
-    j.out = opjit_data(out);
+    j.x = x.p;
+    j.xt = x.t;
+    j.lda = x.ld;
+    j.y = y.p;
+    j.yt = y.t;
+    j.ldb = y.ld;
+    j.out = out;
 #ifdef SG_FAST
     if (!is64 && sg_fast_ok())
         return mm_fast(ctx, &j);
@@ -248,11 +269,88 @@ static int mm_cpu(opjit_ctx *ctx, opjit_args *a)
     return mm_blas(ctx, &j);
 }
 
+static int mm_sizes_ok(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m)
+{
+    if (n > INT_MAX || k > INT_MAX || m > INT_MAX)
+        return opjit_fail(ctx, "dimensions above %d are not supported "
+                               "(%lldx%lld and %lldx%lld)",
+                          INT_MAX, (long long)n, (long long)k, (long long)k, (long long)m);
+    return 0;
+}
+
+static int mm_cpu(opjit_ctx *ctx, opjit_args *a)
+{
+    DLTensor *x = opjit_arg_tensor(a, 0);
+    DLTensor *y = opjit_arg_tensor(a, 1);
+    DLTensor *out;
+    mm_operand xo, yo;
+    int is64, rc;
+    int64_t n, k, m, shape[2];
+
+    if ((rc = mm_check(ctx, x, y, &is64, &n, &k, &m)) != 0 ||
+        (rc = mm_sizes_ok(ctx, n, k, m)) != 0)
+        return rc;
+    if ((rc = mm_operand_of(ctx, x, "self", &xo)) != 0 ||
+        (rc = mm_operand_of(ctx, y, "mat2", &yo)) != 0)
+        return rc;
+    shape[0] = n;
+    shape[1] = m;
+    if (!(out = opjit_output(ctx, 0, x->dtype, 2, shape)))
+        return -1;
+    return mm_product(ctx, is64, n, k, m, xo, yo, opjit_data(out));
+}
+
+/* Output index of mm_backward, [rows, cols] when wanted (want), else [0]:
+ * its data, or NULL with the error recorded. */
+static void *mm_grad_output(opjit_ctx *ctx, int index, DLDataType dt, int want, int64_t rows,
+                            int64_t cols)
+{
+    int64_t shape[2] = {rows, cols}, none = 0;
+    DLTensor *t = want ? opjit_output(ctx, index, dt, 2, shape)
+                       : opjit_output(ctx, index, dt, 1, &none);
+    return t ? opjit_data(t) : NULL;
+}
+
+static int mm_backward_cpu(opjit_ctx *ctx, opjit_args *a)
+{
+    DLTensor *g = opjit_arg_tensor(a, 0);
+    DLTensor *x = opjit_arg_tensor(a, 1);
+    DLTensor *y = opjit_arg_tensor(a, 2);
+    mm_operand go, xo, yo;
+    int is64, rc, want[2];
+    int64_t n, k, m;
+    void *gx, *gy;
+
+    if ((rc = mm_check(ctx, x, y, &is64, &n, &k, &m)) != 0 ||
+        (rc = mm_grad_check(ctx, a, g, x, n, m, want)) != 0 ||
+        (rc = mm_sizes_ok(ctx, n, k, m)) != 0)
+        return rc;
+    if ((rc = mm_operand_of(ctx, g, "grad", &go)) != 0 ||
+        (want[0] && (rc = mm_operand_of(ctx, y, "mat2", &yo)) != 0) ||
+        (want[1] && (rc = mm_operand_of(ctx, x, "self", &xo)) != 0))
+        return rc;
+    if (!(gx = mm_grad_output(ctx, 0, x->dtype, want[0], n, k)) ||
+        !(gy = mm_grad_output(ctx, 1, x->dtype, want[1], k, m)))
+        return -1;
+    /* grad_self [n, k] = grad [n, m] mat2^T [m, k] */
+    if (want[0] && (rc = mm_product(ctx, is64, n, m, k, go, mm_transposed(yo), gx)) != 0)
+        return rc;
+    /* grad_mat2 [k, m] = self^T [k, n] grad [n, m] */
+    if (want[1] && (rc = mm_product(ctx, is64, k, n, m, mm_transposed(xo), go, gy)) != 0)
+        return rc;
+    return 0;
+}
+
 OPJIT_MODULE(mm, m)
 {
     opjit_def(m, "mm(Tensor self, Tensor mat2) -> Tensor", OPJIT_CPU, mm_cpu,
               "Matrix product [n,k] x [k,m] -> [n,m] (OpenBLAS gemm; an AVX-512 GEMM in "
               "the optimizing tier)");
+    opjit_require(m, "self", "float32|float64 rank=2");
+    opjit_require(m, "mat2", "float32|float64 rank=2");
+    opjit_def(m, MM_BACKWARD_SCHEMA, OPJIT_CPU, mm_backward_cpu,
+              "Gradients of mm: grad mat2^T and self^T grad (the GEMMs of mm)");
+    opjit_require(m, "grad", "float32|float64 rank=2");
     opjit_require(m, "self", "float32|float64 rank=2");
     opjit_require(m, "mat2", "float32|float64 rank=2");
 }

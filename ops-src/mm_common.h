@@ -48,6 +48,37 @@ static int mm_check(opjit_ctx *ctx, const DLTensor *x, const DLTensor *y, int *i
     return 0;
 }
 
+/* The schema of mm's backward op, the same for both devices. */
+#define MM_BACKWARD_SCHEMA                                                     \
+    "mm_backward(Tensor grad, Tensor self, Tensor mat2, int[2] output_mask=1) " \
+    "-> (Tensor grad_self, Tensor grad_mat2)"
+
+/* The incoming gradient of mm(self [n, k], mat2 [k, m]) must be [n, m] of
+ * self's dtype; want[i] from output_mask (argument 3). Returns 0, or the
+ * status of opjit_fail. */
+static int mm_grad_check(opjit_ctx *ctx, opjit_args *a, const DLTensor *g, const DLTensor *x,
+                         int64_t n, int64_t m, int want[2])
+{
+    const int64_t *mask = opjit_arg_ints(a, 3);
+    if (!g)
+        return opjit_fail(ctx, "grad is required");
+    if (g->ndim != 2)
+        return opjit_fail(ctx, "grad must be a 2D matrix, got %dD", g->ndim);
+    if (g->dtype.code != x->dtype.code || g->dtype.bits != x->dtype.bits ||
+        g->dtype.lanes != x->dtype.lanes)
+        return opjit_fail(ctx, "grad dtype (%s) must match self dtype (%s)", mm_dtype_name(g),
+                          mm_dtype_name(x));
+    if (g->shape[0] != n || g->shape[1] != m)
+        return opjit_fail(ctx, "grad has shape [%lld, %lld]; mm's output is [%lld, %lld]",
+                          (long long)g->shape[0], (long long)g->shape[1], (long long)n,
+                          (long long)m);
+    if (!mask || opjit_arg_len(a, 3) != 2)
+        return opjit_fail(ctx, "output_mask must be 2 integers");
+    want[0] = mask[0] != 0;
+    want[1] = mask[1] != 0;
+    return 0;
+}
+
 /* How a BLAS reads the 2-D operand t [r, c]: *transposed 0 when it is
  * row-major (unit column stride; *ld the row stride), 1 when it is
  * column-major (unit row stride; *ld the column stride), the first when

@@ -324,6 +324,7 @@ static const char *kind_name(int kind)
     case OPJIT_KIND_FLOAT: return "float";
     case OPJIT_KIND_BOOL: return "bool";
     case OPJIT_KIND_INTS: return "int list";
+    case OPJIT_KIND_STR: return "str";
     }
     return "unknown kind";
 }
@@ -513,6 +514,9 @@ static int bind_arg(opjit_runtime *rt, const opjit_op *op, const schema_arg *a,
     } else if (ok && a->kind == OPJIT_KIND_INTS && (in->len != a->list_len || !in->u.ints)) {
         return rt_error(rt, OPJIT_ECALL, "%s: argument '%s': expected %s, got a list of %d",
                         op->name, a->name, a->type, in->len);
+    } else if (ok && a->kind == OPJIT_KIND_STR && !in->u.str) {
+        return rt_error(rt, OPJIT_ECALL, "%s: argument '%s': a str with a NULL pointer",
+                        op->name, a->name);
     }
     if (!ok)
         return rt_error(rt, OPJIT_ECALL, "%s: argument '%s': expected %s, got %s", op->name,

@@ -30,6 +30,7 @@ typedef struct schema_arg {
     char *default_text;
     opjit_value def;    /* the default, ready to hand to a kernel */
     int64_t def_ints[OPJIT_MAX_LIST];
+    char *def_str;      /* a str default, unquoted (def.u.str points here) */
 } schema_arg;
 
 typedef struct schema {

@@ -4,8 +4,9 @@
  *   conv2d(Tensor input, Tensor weight, Tensor? bias=None,
  *          int[2] stride=1, int[2] padding=0, int groups=1) -> Tensor
  *
- * Types: Tensor, int, float, bool, int[N] (N <= OPJIT_MAX_LIST), each
- * optionally followed by '?' (may be None). A bare '*' (keyword-only
+ * Types: Tensor, int, float, bool, int[N] (N <= OPJIT_MAX_LIST), str, each
+ * optionally followed by '?' (may be None). A str default is quoted, as in
+ * PyTorch's schemas: str padding="valid" (or 'valid'), no escapes. A bare '*' (keyword-only
  * marker) is accepted and ignored. Returns: Tensor or (Tensor, ...), with
  * optional names. */
 #include <ctype.h>
@@ -88,8 +89,10 @@ static int parse_type(parser *ps, schema_arg *a)
         a->kind = OPJIT_KIND_FLOAT;
     else if (!strcmp(t, "bool"))
         a->kind = OPJIT_KIND_BOOL;
+    else if (!strcmp(t, "str"))
+        a->kind = OPJIT_KIND_STR;
     else
-        rc = fail(ps, "unknown type (expected Tensor, int, float, bool or int[N])");
+        rc = fail(ps, "unknown type (expected Tensor, int, float, bool, str or int[N])");
     free(t);
     if (rc)
         return rc;
@@ -117,6 +120,7 @@ static int parse_type(parser *ps, schema_arg *a)
                  a->kind == OPJIT_KIND_TENSOR ? "Tensor"
                  : a->kind == OPJIT_KIND_INT  ? "int"
                  : a->kind == OPJIT_KIND_FLOAT ? "float"
+                 : a->kind == OPJIT_KIND_STR   ? "str"
                                                : "bool",
                  a->optional ? "?" : "");
     a->type = strdup(buf);
@@ -130,6 +134,27 @@ static int word_is(parser *ps, const char *w)
         return 0;
     ps->p += n;
     return 1;
+}
+
+/* A quoted str default, "..." or '...': no escapes, no newline. */
+static int parse_str_default(parser *ps, schema_arg *a)
+{
+    char q = *ps->p;
+    if (q != '"' && q != '\'')
+        return fail(ps, "expected a quoted string default (\"...\")");
+    const char *s = ++ps->p;
+    while (*ps->p && *ps->p != q && *ps->p != '\\' && *ps->p != '\n')
+        ps->p++;
+    if (*ps->p != q)
+        return fail(ps, *ps->p == '\\' ? "escapes are not supported in a string default"
+                                       : "unterminated string default");
+    a->def_str = strndup(s, (size_t)(ps->p - s));
+    ps->p++;
+    if (!a->def_str)
+        return fail(ps, "out of memory");
+    a->def.kind = OPJIT_KIND_STR;
+    a->def.u.str = a->def_str;
+    return OPJIT_OK;
 }
 
 static int parse_default(parser *ps, schema_arg *a)
@@ -181,6 +206,10 @@ static int parse_default(parser *ps, schema_arg *a)
         a->def.kind = OPJIT_KIND_INTS;
         a->def.len = a->list_len;
         a->def.u.ints = a->def_ints;
+    } else if (a->kind == OPJIT_KIND_STR) {
+        int rc = parse_str_default(ps, a);
+        if (rc)
+            return rc;
     } else {
         return fail(ps, "Tensor defaults can only be None");
     }
@@ -337,6 +366,7 @@ void schema_free(schema *s)
         free(s->args[i].name);
         free(s->args[i].type);
         free(s->args[i].default_text);
+        free(s->args[i].def_str);
     }
     free(s->text);
     free(s->canonical);

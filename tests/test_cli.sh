@@ -233,6 +233,14 @@ if [[ "$CONV_SCHEMA" == *"int[2] stride"* ]]; then
 else
     fail "conv2d has no 'int[2] stride' argument: $CONV_SCHEMA"
 fi
+# a str argument: conv2d.padding's padding="valid" | "same"
+run "$CLI" call conv2d.padding input=@"$T/x.npy" weight=@"$T/w.npy" padding=same
+expect "conv2d.padding padding=same" 0 "shape (1, 1, 4, 4)"
+check "conv2d.padding same values" grep -qF "[[[[14. 18. 22. 12.]" "$T/out"
+run "$CLI" call conv2d.padding input=@"$T/x.npy" weight=@"$T/w.npy"
+expect "conv2d.padding default valid" 0 "shape (1, 1, 3, 3)"
+run "$CLI" call conv2d.padding input=@"$T/x.npy" weight=@"$T/w.npy" padding=full
+expect "conv2d.padding padding=full" 1 "" "Invalid padding string: 'full'"
 
 # --- the op author's flow: a new source, called without rebuilding ------------------
 

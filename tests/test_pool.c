@@ -397,7 +397,7 @@ static void tensor_init(tensor *x, int bits, int ndim, const int64_t *shape, int
                       NULL, 0};
 }
 
-#define NCASES 12
+#define NCASES 24
 typedef struct op_case {
     const char *op, *what;
     tensor in[3];
@@ -465,6 +465,26 @@ static void make_cases(void)
         }
         q->nin = 2;
     }
+    { /* the gradients of mm [300, 200] x [200, 500] */
+        op_case *q = &cases[ncases++];
+        q->op = "mm_backward";
+        q->what = "mm_backward 300x200x500";
+        int64_t g[2] = {300, 500}, a[2] = {300, 200}, b[2] = {200, 500};
+        tensor_init(&q->in[0], 32, 2, g, 0);
+        tensor_init(&q->in[1], 32, 2, a, 0);
+        tensor_init(&q->in[2], 32, 2, b, 0);
+        q->nin = 3;
+    }
+    {
+        op_case *q = &cases[ncases++];
+        q->op = "mm_backward";
+        q->what = "mm_backward float64 129x257x65";
+        int64_t g[2] = {129, 65}, a[2] = {129, 257}, b[2] = {257, 65};
+        tensor_init(&q->in[0], 64, 2, g, 0);
+        tensor_init(&q->in[1], 64, 2, a, 0);
+        tensor_init(&q->in[2], 64, 2, b, 0);
+        q->nin = 3;
+    }
     {
         op_case *q = &cases[ncases++];
         q->op = "mm";
@@ -508,24 +528,39 @@ static void *run_case(opjit_runtime *rt, const op_case *q, size_t *len)
         a[0] = opjit_tensor((DLTensor *)&q->in[0].t);
         a[1] = opjit_tensor((DLTensor *)&q->in[1].t);
         na = 2;
+    } else if (!strcmp(q->op, "mm_backward")) {
+        for (int k = 0; k < 3; k++)
+            a[k] = opjit_tensor((DLTensor *)&q->in[k].t);
+        na = 3;
     } else {
         a[0] = opjit_tensor((DLTensor *)&q->in[0].t);
         a[1] = opjit_tensor((DLTensor *)&q->in[1].t);
         a[2] = opjit_float(q->iou);
         na = 3;
     }
-    DLManagedTensor *out = NULL;
-    if (opjit_call(rt, op, a, na, &out, 1)) {
+    DLManagedTensor *outs[3] = {NULL, NULL, NULL};
+    if (opjit_call(rt, op, a, na, outs, 3)) {
         fprintf(stderr, "%s: %s\n", q->what, opjit_errmsg(rt));
         return NULL;
     }
-    size_t n = out->dl_tensor.dtype.bits / 8;
-    for (int i = 0; i < out->dl_tensor.ndim; i++)
-        n *= (size_t)out->dl_tensor.shape[i];
-    void *copy = malloc(n ? n : 1);
-    memcpy(copy, out->dl_tensor.data, n);
+    /* every output's bytes, one after the other */
+    size_t n = 0, at = 0;
+    for (int o = 0; o < 3 && outs[o]; o++) {
+        size_t b = outs[o]->dl_tensor.dtype.bits / 8;
+        for (int i = 0; i < outs[o]->dl_tensor.ndim; i++)
+            b *= (size_t)outs[o]->dl_tensor.shape[i];
+        n += b;
+    }
+    char *copy = malloc(n ? n : 1);
+    for (int o = 0; o < 3 && outs[o]; o++) {
+        size_t b = outs[o]->dl_tensor.dtype.bits / 8;
+        for (int i = 0; i < outs[o]->dl_tensor.ndim; i++)
+            b *= (size_t)outs[o]->dl_tensor.shape[i];
+        memcpy(copy + at, outs[o]->dl_tensor.data, b);
+        at += b;
+        outs[o]->deleter(outs[o]);
+    }
     *len = n;
-    out->deleter(out);
     return copy;
 }
 

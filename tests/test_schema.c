@@ -51,6 +51,42 @@ static void defaults_of_every_type(void)
     schema_free(&s);
 }
 
+/* str arguments, PyTorch-style: conv2d.padding's str padding="valid". */
+static void str_arguments(void)
+{
+    schema s;
+    char err[256] = "";
+    int rc = schema_parse("conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, "
+                          "int[2] stride=1, str padding=\"valid\", int[2] dilation=1, "
+                          "int groups=1) -> Tensor",
+                          &s, err, sizeof err);
+    CHECKF(rc == OPJIT_OK, "%s", err);
+    if (rc)
+        return;
+    CHECK(!strcmp(s.name, "conv2d.padding"));
+    CHECK(s.args[4].kind == OPJIT_KIND_STR && !s.args[4].optional);
+    CHECK(!strcmp(s.args[4].type, "str"));
+    CHECK(s.args[4].has_default && s.args[4].def.kind == OPJIT_KIND_STR);
+    CHECK(!strcmp(s.args[4].def.u.str, "valid"));
+    CHECK(!strcmp(s.args[4].default_text, "\"valid\""));
+    CHECK_STR_CONTAINS(s.canonical, "str padding=\"valid\"");
+    schema_free(&s);
+
+    /* single quotes, an empty default, an optional str and its None */
+    rc = schema_parse("f(Tensor x, str a, str b='same', str c=\"\", str? d=None, str? e=None) "
+                      "-> Tensor", &s, err, sizeof err);
+    CHECKF(rc == OPJIT_OK, "%s", err);
+    if (rc)
+        return;
+    CHECK(s.args[1].kind == OPJIT_KIND_STR && !s.args[1].has_default);
+    CHECK(!strcmp(s.args[2].def.u.str, "same"));
+    CHECK(s.args[3].def.kind == OPJIT_KIND_STR && !strcmp(s.args[3].def.u.str, ""));
+    CHECK(s.args[4].optional && s.args[4].def.kind == OPJIT_KIND_NONE);
+    CHECK(!strcmp(s.args[4].type, "str?"));
+    CHECK(s.args[5].optional && s.args[5].def.kind == OPJIT_KIND_NONE);
+    schema_free(&s);
+}
+
 static void canonical_form_ignores_spacing(void)
 {
     schema a, b, c;
@@ -90,6 +126,12 @@ static void rejects_bad_schemas_with_a_position(void)
         {"f(int x=abc) -> Tensor", "expected an integer default"},
         {"f(Tensor x) -> Tensor junk", "unexpected text"},
         {"f(Tensor x -> Tensor", "expected ',' or ')'"},
+        {"f(str s=valid) -> Tensor", "expected a quoted string default"},
+        {"f(str s=\"valid) -> Tensor", "unterminated string default"},
+        {"f(str s='va\\'lid') -> Tensor", "escapes are not supported"},
+        {"f(str s=None) -> Tensor", "None is a default only for optional"},
+        {"f(str[2] s) -> Tensor", "only int lists"},
+        {"f(string s) -> Tensor", "unknown type"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         schema s;
@@ -122,6 +164,7 @@ int main(void)
 {
     T_RUN(parses_pytorch_signatures);
     T_RUN(defaults_of_every_type);
+    T_RUN(str_arguments);
     T_RUN(canonical_form_ignores_spacing);
     T_RUN(rejects_bad_schemas_with_a_position);
     T_RUN(status_and_device_names);

@@ -25,6 +25,7 @@ static const char call_help[] =
     "  0.5, 1, 1e-3  a float\n"
     "  true, false   a bool\n"
     "  2,3  or  2    an int[N] list (one value is repeated N times)\n"
+    "  same          a str, as given (padding=same)\n"
     "  none          nothing: a Tensor? argument left empty, or the default\n"
     "Arguments with a default may be left out.\n"
     "\n"
@@ -250,6 +251,9 @@ static int parse_value(call_state *cs, int idx, const opjit_arg_info *ai, const 
         return parse_scalar_value(&cs->vals[idx], ai, text, err, errlen);
     case OPJIT_KIND_INTS:
         return parse_ints_value(cs, idx, ai, text, err, errlen);
+    case OPJIT_KIND_STR: /* as given: padding=same */
+        cs->vals[idx] = opjit_str(text);
+        return 0;
     default:
         snprintf(err, errlen, "argument '%s' has a type (%s) the command line cannot give",
                  ai->name, ai->type ? ai->type : "?");

@@ -201,6 +201,24 @@ static int convert_number(opy_op *o, int i, PyObject *obj, call_frame *f)
     return -1;
 }
 
+/* A str argument: its UTF-8, owned by obj, which the caller holds for the
+ * call. An embedded NUL would cut it short: refused. */
+static int convert_str(opy_op *o, int i, PyObject *obj, call_frame *f)
+{
+    Py_ssize_t len;
+    const char *s = PyUnicode_AsUTF8AndSize(obj, &len);
+    if (s && (size_t)len == strlen(s)) {
+        f->v[i] = opjit_str(s);
+        return 0;
+    }
+    PyObject *name = s ? arg_label(o, i) : NULL;
+    if (name)
+        opy_raise(opy.CallError, OPJIT_ECALL, "%U: argument '%S': a str with a NUL character",
+                  o->name, name);
+    Py_XDECREF(name);
+    return -1;
+}
+
 static int convert(opy_op *o, int i, PyObject *obj, call_frame *f)
 {
     if (!obj || obj == Py_None) {
@@ -217,6 +235,8 @@ static int convert(opy_op *o, int i, PyObject *obj, call_frame *f)
     }
     if (PyLong_CheckExact(obj))
         return convert_number(o, i, obj, f);
+    if (PyUnicode_Check(obj))
+        return convert_str(o, i, obj, f);
     opy_framework fw = opy_tensor_kind(obj);
     if (fw != OPY_FW_NONE)
         return convert_tensor(o, i, obj, fw, f);
@@ -232,7 +252,7 @@ static int convert(opy_op *o, int i, PyObject *obj, call_frame *f)
     PyObject *name = arg_label(o, i);
     opy_raise(opy.CallError, OPJIT_ECALL,
               "%U: argument '%S': cannot pass a %s (expected a tensor: an object with __dlpack__ "
-              "or a DLPack capsule; or an int, float, bool, list of ints or None)",
+              "or a DLPack capsule; or an int, float, bool, str, list of ints or None)",
               o->name, name, Py_TYPE(obj)->tp_name);
     Py_XDECREF(name);
     return -1;

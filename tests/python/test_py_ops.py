@@ -165,7 +165,7 @@ class TestOpObjectAndValues(unittest.TestCase):
         self.assertEqual(rt.list_ops(), [])
         mm = rt.load_op(os.path.join(OPS_SRC, "mm.c"))
         self.assertEqual(mm.name, "mm")
-        self.assertEqual([op.name for op in rt.list_ops()], ["mm"])
+        self.assertEqual([op.name for op in rt.list_ops()], ["mm", "mm_backward"])
         rt.unload("mm")
         self.assertEqual(rt.list_ops(), [])
 

@@ -116,7 +116,9 @@ class TestThreads(unittest.TestCase):
             self.assertEqual(errors, [])
             self.assertEqual(len(got), 4)
             self.assertTrue(all(op == got[0] for op in got))
-            self.assertEqual([op.name for op in rt.list_ops()], ["conv2d"])
+            names = [op.name for op in rt.list_ops()]  # conv2d.c's ops, each once
+            self.assertEqual(names[0], "conv2d")
+            self.assertEqual(len(names), len(set(names)))
 
     @need_torch
     def test_torch_tensors_from_threads(self):
