@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "conv2d_common.h"
+#include "conv2d_decl.h"
 #include "sgemm_avx512.h"
 
 
@@ -926,4 +927,5 @@ OPJIT_MODULE(conv2d, m)
     opjit_require(m, "input", "float32|float64 contiguous");
     opjit_require(m, "weight", "float32|float64 rank=4 contiguous");
     opjit_require(m, "bias", "float32|float64 rank=1 contiguous");
+    conv2d_declare(m);
 }

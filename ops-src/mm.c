@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "mm_common.h"
+#include "mm_decl.h"
 #include "sgemm_avx512.h"
 
 typedef struct mm_job {
@@ -255,4 +256,5 @@ OPJIT_MODULE(mm, m)
               "the optimizing tier)");
     opjit_require(m, "self", "float32|float64 rank=2");
     opjit_require(m, "mat2", "float32|float64 rank=2");
+    mm_declare(m);
 }

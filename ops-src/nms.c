@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "nms_common.h"
+#include "nms_decl.h"
 
 /* Everything the suppression loop works on, in sorted order. The
  * per-coordinate arrays are float or double (the boxes' dtype, so every
@@ -494,4 +495,5 @@ OPJIT_MODULE(nms, m)
               "boxes, by decreasing score");
     opjit_require(m, "boxes", "float32|float64 rank=2 contiguous");
     opjit_require(m, "scores", "float32|float64 rank=1 contiguous");
+    nms_declare(m);
 }

@@ -330,6 +330,7 @@ extern "C" __global__ void __launch_bounds__(NMS_REDUCE_THREADS)
 #include <string.h>
 
 #include "nms_common.h"
+#include "nms_decl.h"
 
 #define NMS_TPB 64
 #define NMS_SORT_CHUNK 2048 /* as in the device half */
@@ -517,6 +518,7 @@ OPJIT_MODULE(nms_cuda, m)
               "over 64-box tiles, reduced on the device");
     opjit_require(m, "boxes", "float32|float64 rank=2 contiguous");
     opjit_require(m, "scores", "float32|float64 rank=1 contiguous");
+    nms_declare(m);
 }
 
 #endif
