@@ -368,6 +368,88 @@ int opjit_op_arg(opjit_runtime *rt, const opjit_op *op, int i, opjit_arg_info *i
 /* Index of argument name, or -1. */
 int opjit_op_arg_index(const opjit_op *op, const char *name);
 
+/* ---- gradients and shapes: what the op's source declares ----------------
+ * (opjit_derivative, opjit_not_differentiable, opjit_shape in opjit_op.h) */
+
+/* Whether op has a gradient (opjit_op_decls.gradient). */
+enum {
+    OPJIT_GRAD_UNDECLARED = 0, /* none declared: training through it is an error */
+    OPJIT_GRAD_DECLARED = 1,   /* a backward op computes it */
+    OPJIT_GRAD_NONE = 2        /* declared not differentiable (indices, masks) */
+};
+
+/* Where an argument of a backward op gets its value (opjit_grad_arg.from). */
+enum {
+    OPJIT_GRAD_FROM_DEFAULT = 0, /* its default */
+    OPJIT_GRAD_FROM_GRAD = 1,    /* the incoming gradient of the forward's output `index` */
+    OPJIT_GRAD_FROM_INPUT = 2,   /* the forward's argument `index`, as the forward got it */
+    OPJIT_GRAD_FROM_OUTPUT = 3,  /* the forward's output `index` */
+    OPJIT_GRAD_FROM_MASK = 4     /* output_mask: 1/0 per differentiable input */
+};
+
+typedef struct opjit_grad_arg {
+    int from;  /* OPJIT_GRAD_FROM_* */
+    int index; /* which output or argument of the forward */
+} opjit_grad_arg;
+
+typedef struct opjit_op_decls {
+    int gradient;         /* OPJIT_GRAD_* */
+    /* OPJIT_GRAD_DECLARED: */
+    const char *backward; /* the backward op, loaded with op (same module) */
+    int ninputs;          /* K, the differentiable inputs */
+    const int *inputs;    /* [K] their argument indices in op's schema, in the
+                           * order the backward returns their gradients */
+    int nbackward_args;   /* the backward op's arguments */
+    const opjit_grad_arg *backward_args; /* [nbackward_args]: where each gets its value */
+    int shape_rule;       /* 1: op has a shape rule (opjit_output_shapes) */
+} opjit_op_decls;
+
+/* What op's source declares, into *decls: owned by rt, valid until
+ * opjit_destroy (a reload makes a new one; ask again). The CPU kernel's
+ * declarations, else the first device's that has any (a .c and its .cu
+ * declare alike: a load refuses two that disagree). An op that declares
+ * nothing gets gradient OPJIT_GRAD_UNDECLARED and shape_rule 0.
+ * OPJIT_EINVAL for NULL arguments. */
+int opjit_op_decls_get(opjit_runtime *rt, const opjit_op *op, const opjit_op_decls **decls);
+
+/* The most dimensions of an output (opjit_output's limit). */
+#define OPJIT_MAX_DIMS 32
+
+/* One output's dtype and shape, from op's shape rule. Fixed in size: it
+ * never grows (new facts would come through a new function). */
+typedef struct opjit_out_shape {
+    DLDataType dtype;
+    int ndim;
+    int64_t shape[OPJIT_MAX_DIMS];
+    uint32_t dynamic; /* bit d set: dim d depends on the data; shape[d] is its upper bound */
+} opjit_out_shape;
+
+/* What opjit_call(rt, op, args, nargs, ...) would return, from op's shape
+ * rule, before the call: for memory planning. Arguments are bound and
+ * checked as for the call (the same kernel, the same messages), except
+ * that tensors need no data (data may be NULL: nothing is read). outs[0..k)
+ * receive the op's k outputs (nouts >= k). Thread-safe.
+ * Errors: OPJIT_ENOTFOUND when op declares no shape rule; OPJIT_ECALL for
+ * arguments that do not match the schema; OPJIT_EKERNEL when the rule
+ * refuses them (the kernel's message); OPJIT_ENOKERNEL as for the call. */
+int opjit_output_shapes(opjit_runtime *rt, const opjit_op *op, const opjit_value *args,
+                        int nargs, opjit_out_shape *outs, int nouts);
+
+/* Run op's backward op: args and nargs as given to the forward call, outs
+ * its outputs (DLTensors of what it returned; may be NULL when the
+ * backward takes no output), grads[j] the incoming gradient of output j
+ * (NULL for an output the backward takes no gradient of), want[i] 1/0 per
+ * differentiable input (NULL: all). grad_inputs[0..K) receive the gradients
+ * of the differentiable inputs (opjit_op_decls.inputs), owned by the
+ * caller; an input not wanted gets a tensor of shape [0] (or its
+ * gradient: a backward may compute it anyway). Thread-safe.
+ * Errors: OPJIT_ENOTFOUND when op has no gradient or its backward op is
+ * not loaded; OPJIT_ECALL for a missing gradient or output; the backward
+ * call's errors. */
+int opjit_call_backward(opjit_runtime *rt, const opjit_op *op, const opjit_value *args,
+                        int nargs, DLTensor *const *outs, DLTensor *const *grads,
+                        const int *want, DLManagedTensor **grad_inputs, int ngrad);
+
 /* Call fn for every loaded op, in load order; stops early if fn returns
  * non-zero. */
 int opjit_list(opjit_runtime *rt, int (*fn)(void *ud, const opjit_op *op), void *ud);

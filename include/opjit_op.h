@@ -84,6 +84,16 @@ typedef struct opjit_module opjit_module; /* a module being registered */
 /* A kernel returns 0 on success; on failure, the return of opjit_fail(). */
 typedef int (*opjit_kernel_fn)(opjit_ctx *ctx, opjit_args *a);
 
+/* A shape rule (opjit_shape): what a call with these arguments would
+ * return, computed from the tensors' shapes and dtypes and the other
+ * arguments, never from data. It runs with the arguments checked against
+ * the schema as for a call, but a tensor's data may be NULL (a framework's
+ * fake or meta tensor): it must not read it. It names every output with
+ * opjit_output_shape (and opjit_output_dynamic for a size that depends on
+ * the data) and refuses what the kernel refuses with opjit_fail, ideally
+ * by sharing the kernel's checks. Returns 0, or the status of opjit_fail. */
+typedef int (*opjit_shape_fn)(opjit_ctx *ctx, opjit_args *a);
+
 /* One chunk [lo, hi) of an opjit_parallel_for loop. Returns 0, or the
  * return of opjit_fail(). */
 typedef int (*opjit_chunk_fn)(void *user, int64_t lo, int64_t hi);
@@ -117,6 +127,14 @@ typedef struct opjit_api {
     int (*thread_num)(opjit_ctx *ctx);
     /* settings (appended) */
     int (*env_flag)(const char *name, int dflt);
+    /* gradients and shape rules (appended) */
+    int (*derivative)(opjit_module *m, const char *op, const char *backward,
+                      const char *inputs);
+    int (*not_differentiable)(opjit_module *m, const char *op);
+    int (*shape)(opjit_module *m, const char *op, opjit_shape_fn fn);
+    int (*output_shape)(opjit_ctx *ctx, int index, DLDataType dtype, int ndim,
+                        const int64_t *shape);
+    int (*output_dynamic)(opjit_ctx *ctx, int index, int dim);
 } opjit_api;
 
 /* Directions for opjit_memcpy. */
@@ -168,6 +186,68 @@ static inline int opjit_require(opjit_module *m, const char *arg,
                                 const char *spec)
 {
     return OPJIT__API->require(m, arg, spec);
+}
+
+/* ---- gradients and shape rules: what a framework needs beside the kernel.
+ * Declared in the module's init after the opjit_def of the ops they name,
+ * per op (not per kernel: the .c and .cu of an op declare alike), in the
+ * spirit of PyTorch's derivatives.yaml. A bad declaration fails the load
+ * with a message naming it. */
+
+/* op's gradient is computed by the op backward, defined in this module
+ * for this device, for the Tensor inputs listed in `inputs` (comma-
+ * separated argument names of op: "input, weight, bias"); other inputs
+ * get none. backward's arguments are filled by name:
+ *   grad                 the incoming gradient of op's output (an op
+ *                        with several outputs: grad_<output name>);
+ *   <an argument of op>  that argument's value as op got it (the tensors
+ *                        named so are what the forward saves);
+ *   result               op's output (several: the output's own name);
+ *   int[K] output_mask   1/0 per listed input: whether its gradient is
+ *                        wanted (the kernel may skip a 0 and return a
+ *                        tensor of shape [0] in that slot);
+ *   anything else        must have a default, and gets it.
+ * backward returns one Tensor per listed input, in that order. It is an
+ * ordinary op (callable from C, the CLI, Python); declare its own
+ * derivative to make op twice differentiable. */
+static inline int opjit_derivative(opjit_module *m, const char *op, const char *backward,
+                                   const char *inputs)
+{
+    return OPJIT__API->derivative(m, op, backward, inputs);
+}
+
+/* op's outputs are not differentiable functions of its inputs (indices,
+ * counts, masks): frameworks give them no gradient (torch: outputs that
+ * do not require grad). An op that declares neither this nor a derivative
+ * has no gradient: training through it is an error at backward time. */
+static inline int opjit_not_differentiable(opjit_module *m, const char *op)
+{
+    return OPJIT__API->not_differentiable(m, op);
+}
+
+/* op's shape rule (see opjit_shape_fn): hosts plan memory with it
+ * (opjit_output_shapes), the Python front makes torch's fake kernel of it
+ * (torch.compile). */
+static inline int opjit_shape(opjit_module *m, const char *op, opjit_shape_fn fn)
+{
+    return OPJIT__API->shape(m, op, fn);
+}
+
+/* In a shape rule: output index (0-based) will have dtype and shape
+ * (ndim sizes, ndim <= 32). Returns 0, or the status of the failure
+ * recorded (return it). */
+static inline int opjit_output_shape(opjit_ctx *ctx, int index, DLDataType dtype, int ndim,
+                                     const int64_t *shape)
+{
+    return OPJIT__API->output_shape(ctx, index, dtype, ndim, shape);
+}
+
+/* In a shape rule, after opjit_output_shape: dimension dim of output
+ * index depends on the data (nms: how many boxes are kept); the size
+ * given for it is its upper bound. */
+static inline int opjit_output_dynamic(opjit_ctx *ctx, int index, int dim)
+{
+    return OPJIT__API->output_dynamic(ctx, index, dim);
 }
 
 /* Argument accessors. The runtime has checked kinds against the schema. */

@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "conv2d_common.h"
+#include "conv2d_decl.h"
 #include "sgemm_avx512.h"
 #include "strided.h"
 
@@ -966,4 +967,5 @@ OPJIT_MODULE(conv2d, m)
     opjit_require(m, "input", "float32|float64");
     opjit_require(m, "weight", "float32|float64 rank=4");
     opjit_require(m, "bias", "float32|float64 rank=1");
+    conv2d_declare(m);
 }

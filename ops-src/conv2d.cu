@@ -64,6 +64,7 @@ extern "C" __global__ void conv2d_bias_f64(long long total, long long plane, int
 #include <string.h>
 
 #include "conv2d_common.h"
+#include "conv2d_decl.h"
 #include "cuda_handles.h"
 
 /* ---- cuDNN, resolved at the first call ------------------------------------ */
@@ -402,6 +403,7 @@ OPJIT_MODULE(conv2d_cuda, m)
     opjit_require(m, "input", "float32|float64 contiguous");
     opjit_require(m, "weight", "float32|float64 rank=4 contiguous");
     opjit_require(m, "bias", "float32|float64 rank=1 contiguous");
+    conv2d_declare(m);
 }
 
 #endif

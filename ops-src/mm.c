@@ -46,6 +46,7 @@
 #include <string.h>
 
 #include "mm_common.h"
+#include "mm_decl.h"
 #include "sgemm_avx512.h"
 #include "strided.h"
 
@@ -353,4 +354,5 @@ OPJIT_MODULE(mm, m)
     opjit_require(m, "grad", "float32|float64 rank=2");
     opjit_require(m, "self", "float32|float64 rank=2");
     opjit_require(m, "mat2", "float32|float64 rank=2");
+    mm_declare(m);
 }

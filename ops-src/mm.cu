@@ -126,6 +126,7 @@ extern "C" __global__ void __launch_bounds__(MM_THREADS)
 
 #include "cuda_handles.h"
 #include "mm_common.h"
+#include "mm_decl.h"
 
 #define MM_TILE 64
 #define MM_THREADS 256
@@ -457,6 +458,7 @@ OPJIT_MODULE(mm_cuda, m)
               "tiles)");
     opjit_require(m, "self", "float32|float64 rank=2");
     opjit_require(m, "mat2", "float32|float64 rank=2");
+    mm_declare(m);
 }
 
 #endif

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "nms_common.h"
+#include "nms_decl.h"
 
 /* Everything the suppression loop works on, in sorted order. The
  * per-coordinate arrays are float or double (the boxes' dtype, so every
@@ -522,4 +523,5 @@ OPJIT_MODULE(nms, m)
               "boxes, by decreasing score");
     opjit_require(m, "boxes", "floating rank=2 contiguous");
     opjit_require(m, "scores", "floating rank=1 contiguous");
+    nms_declare(m);
 }

@@ -350,6 +350,7 @@ extern "C" __global__ void nms_widen_bf16(int n, const unsigned short *src, floa
 #include <string.h>
 
 #include "nms_common.h"
+#include "nms_decl.h"
 
 #define NMS_TPB 64
 #define NMS_SORT_CHUNK 2048 /* as in the device half */
@@ -561,6 +562,7 @@ OPJIT_MODULE(nms_cuda, m)
               "over 64-box tiles, reduced on the device");
     opjit_require(m, "boxes", "floating rank=2 contiguous");
     opjit_require(m, "scores", "floating rank=1 contiguous");
+    nms_declare(m);
 }
 
 #endif

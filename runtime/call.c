@@ -121,6 +121,11 @@ static DLTensor *api_output(opjit_ctx *ctx, int index, DLDataType dtype, int ndi
                             const int64_t *shape)
 {
     const kernel *k = ctx->k;
+    if (ctx->shapes) {
+        kernel_error(ctx, OPJIT_EKERNEL, "opjit_output: not allowed in a shape rule (it makes "
+                     "no tensor: say the shape with opjit_output_shape)");
+        return NULL;
+    }
     if (pool_in_chunk()) { /* ctx belongs to the thread that started the loop */
         kernel_error(ctx, OPJIT_EKERNEL, "opjit_output: not allowed inside a parallel_for "
                      "chunk; allocate outputs before the loop");
@@ -177,6 +182,10 @@ struct overflow {
 static void *api_workspace(opjit_ctx *ctx, size_t bytes)
 {
     opjit_runtime *rt = ctx->rt;
+    if (ctx->shapes) {
+        kernel_error(ctx, OPJIT_EKERNEL, "opjit_workspace: not allowed in a shape rule");
+        return NULL;
+    }
     if (pool_in_chunk()) {
         kernel_error(ctx, OPJIT_EKERNEL, "opjit_workspace: not allowed inside a parallel_for "
                      "chunk; take per-thread workspace before the loop (opjit_num_threads)");
@@ -311,6 +320,11 @@ const opjit_api runtime_api = {
     .parallel_for = api_parallel_for,
     .num_threads = api_num_threads,
     .thread_num = api_thread_num,
+    .derivative = decl_derivative,
+    .not_differentiable = decl_not_differentiable,
+    .shape = decl_shape,
+    .output_shape = decl_output_shape,
+    .output_dynamic = decl_output_dynamic,
 };
 
 /* ---- the call --------------------------------------------------------------- */
@@ -398,8 +412,10 @@ static const char *arg_name(const opjit_op *op, int i)
     return i < s->nargs ? s->args[i].name : "?";
 }
 
-/* A tensor a kernel can trust: shape present, sizes sane, data present. */
-static int check_dltensor(opjit_runtime *rt, const opjit_op *op, int i, const DLTensor *t)
+/* A tensor a kernel can trust: shape present, sizes sane, data present
+ * (unless need_data is 0: a shape rule reads no data). */
+static int check_dltensor(opjit_runtime *rt, const opjit_op *op, int i, const DLTensor *t,
+                          int need_data)
 {
     if (!t)
         return rt_error(rt, OPJIT_ECALL, "%s: argument '%s' is a NULL tensor", op->name,
@@ -415,7 +431,7 @@ static int check_dltensor(opjit_runtime *rt, const opjit_op *op, int i, const DL
         if (__builtin_mul_overflow(numel, t->shape[d], &numel)) /* no division on the hot path */
             numel = INT64_MAX;
     }
-    if (numel > 0 && !t->data)
+    if (numel > 0 && !t->data && need_data)
         return rt_error(rt, OPJIT_ECALL, "%s: argument '%s' has %lld elements but no data",
                         op->name, arg_name(op, i), (long long)numel);
     return OPJIT_OK;
@@ -456,14 +472,14 @@ static int check_tensor(opjit_runtime *rt, const kernel *k, const arg_check *c,
  * formed and agree (the CPU when there is none). *first: the first tensor
  * argument, or NULL. */
 static int call_device(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, int nargs,
-                       int *device, const DLTensor **first)
+                       int need_data, int *device, const DLTensor **first)
 {
     *first = NULL;
     for (int i = 0; i < nargs; i++) {
         if (args[i].kind != OPJIT_KIND_TENSOR)
             continue;
         const DLTensor *t = args[i].u.tensor;
-        int rc = check_dltensor(rt, op, i, t);
+        int rc = check_dltensor(rt, op, i, t, need_data);
         if (rc)
             return rc;
         const DLTensor *f = *first;
@@ -587,6 +603,7 @@ static int run_kernel(opjit_runtime *rt, const opjit_op *op, const kernel *k, in
     ctx.dws = NULL;
     ctx.pushed = 0;
     ctx.htod_pending = 0;
+    ctx.shapes = NULL;
     for (int i = 0; i < s->nouts; i++)
         ctx.outs[i] = NULL;
     opjit_args kargs = {s->nargs, v};
@@ -620,29 +637,33 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
 {
     if (!rt || !op || nargs < 0 || (nargs && !args) || nouts < 0 || (nouts && !outs))
         return rt_error(rt, OPJIT_EINVAL, "opjit_call: bad arguments");
-    int device;
-    const DLTensor *first;
-    int rc = call_device(rt, op, args, nargs, &device, &first);
+    call_bound b;
+    int rc = call_bind(rt, op, args, nargs, 1, &b);
     if (rc)
         return rc;
-    const kernel *k = atomic_load_explicit(&op->kernels[device], memory_order_acquire);
-    if (!k)
-        return no_kernel(rt, op, device);
+    if (nouts < b.k->sch.nouts)
+        return rt_error(rt, OPJIT_ECALL, "%s returns %d outputs; room was given for %d",
+                        op->name, b.k->sch.nouts, nouts);
+    return run_kernel(rt, op, b.k, b.device, b.device_id, b.v, outs);
+}
+
+int call_bind(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, int nargs,
+              int need_data, call_bound *b)
+{
+    const DLTensor *first;
+    int rc = call_device(rt, op, args, nargs, need_data, &b->device, &first);
+    if (rc)
+        return rc;
+    b->device_id = first ? first->device.device_id : 0;
+    b->k = atomic_load_explicit(&op->kernels[b->device], memory_order_acquire);
+    if (!b->k)
+        return no_kernel(rt, op, b->device);
     /* From here on only the kernel's own schema counts: a reload may have
      * changed the op's since this call began. */
-    const schema *s = &k->sch;
-    if (nargs > s->nargs)
+    if (nargs > b->k->sch.nargs)
         return rt_error(rt, OPJIT_ECALL, "%s takes at most %d arguments, got %d", op->name,
-                        s->nargs, nargs);
-    if (nouts < s->nouts)
-        return rt_error(rt, OPJIT_ECALL, "%s returns %d outputs; room was given for %d",
-                        op->name, s->nouts, nouts);
-    opjit_value v[OPJIT_MAX_ARGS];
-    int64_t expanded[OPJIT_MAX_ARGS][OPJIT_MAX_LIST];
-    rc = bind_args(rt, op, k, args, nargs, v, expanded);
-    if (rc)
-        return rc;
-    return run_kernel(rt, op, k, device, first ? first->device.device_id : 0, v, outs);
+                        b->k->sch.nargs, nargs);
+    return bind_args(rt, op, b->k, args, nargs, b->v, b->expanded);
 }
 
 /* ---- copies between devices ------------------------------------------------- */

@@ -34,6 +34,7 @@ module *module_new(opjit_runtime *rt, const char *source, const char *real, cons
 
 static void kernel_free(kernel *k)
 {
+    decl_free(k->decls);
     schema_free(&k->sch);
     free(k->doc);
     free(k);
@@ -261,6 +262,14 @@ static int publish_check_locked(opjit_runtime *rt, const module *m)
                             m->source, k->sch.name, k->sch.text,
                             other ? other->mod->source : "an earlier module", cur->text);
         }
+        for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
+            const kernel *o = atomic_load(&op->kernels[d]);
+            if (o && d != k->device && strcmp(o->mod->real, m->real) && !decl_agree(k, o))
+                return rt_error(rt, OPJIT_ESCHEMA,
+                                "%s declares the gradient of %s otherwise than %s does; the "
+                                "declarations of one op must agree",
+                                m->source, k->sch.name, o->mod->source);
+        }
         const kernel *held = atomic_load(&op->kernels[k->device]);
         if (held && strcmp(held->mod->real, m->real))
             return rt_error(rt, OPJIT_EEXIST,
@@ -300,9 +309,12 @@ static int publish_kernel_locked(opjit_runtime *rt, kernel *k)
 
 int module_publish(opjit_runtime *rt, module *m)
 {
+    int rc = decl_resolve(rt, m); /* the module's own: no lock needed */
+    if (rc)
+        return rc;
     pthread_mutex_lock(&rt->lock);
     /* Check everything first: publish all or nothing. */
-    int rc = publish_check_locked(rt, m);
+    rc = publish_check_locked(rt, m);
     for (kernel *k = m->kernels; k && rc == OPJIT_OK; k = k->next_in_module)
         rc = publish_kernel_locked(rt, k);
     if (rc == OPJIT_OK) {

@@ -31,6 +31,7 @@ typedef struct schema_arg {
     opjit_value def;    /* the default, ready to hand to a kernel */
     int64_t def_ints[OPJIT_MAX_LIST];
     char *def_str;      /* a str default, unquoted (def.u.str points here) */
+    char *alias;        /* Tensor(a!): "a", the kernel writes this input; else NULL */
 } schema_arg;
 
 typedef struct schema {
@@ -40,6 +41,7 @@ typedef struct schema {
     int nargs;
     schema_arg args[OPJIT_MAX_ARGS];
     int nouts;
+    char *out_names[OPJIT_MAX_OUTS]; /* "-> (Tensor values, Tensor indices)"; NULL if unnamed */
 } schema;
 
 /* Parse text into s. On failure returns OPJIT_ESCHEMA with a message in
@@ -61,6 +63,17 @@ typedef struct arg_check {
 
 typedef struct module module;
 
+/* What a module declared for one of its ops beside the kernel: its
+ * gradient and shape rule (runtime/decl.c). pub is what hosts read. */
+typedef struct kernel_decls {
+    opjit_op_decls pub;
+    char *backward;       /* opjit_derivative's backward op */
+    char *inputs_text;    /* and its inputs, as declared */
+    int inputs[OPJIT_MAX_ARGS];
+    opjit_grad_arg bargs[OPJIT_MAX_ARGS]; /* filled when the module is published */
+    opjit_shape_fn shape;
+} kernel_decls;
+
 /* One kernel registered for one device. Immutable once published. */
 typedef struct kernel {
     opjit_kernel_fn fn;
@@ -70,6 +83,7 @@ typedef struct kernel {
     schema sch;
     int nchecks;
     arg_check checks[OPJIT_MAX_ARGS];
+    kernel_decls *decls; /* NULL: the module declared nothing for it */
     struct kernel *next_in_module;
 } kernel;
 
@@ -141,7 +155,22 @@ struct opjit_ctx {
     struct cuda_ws *dws;          /* device workspace of this call */
     int pushed;                   /* the context was pushed */
     int htod_pending;             /* a host-to-device copy may still read host memory */
+    struct shape_run *shapes;     /* a shape rule's context (runtime/decl.c), else NULL */
 };
+
+/* Arguments bound to the kernel a call picks (call_bind). */
+typedef struct call_bound {
+    const kernel *k;
+    int device, device_id;
+    opjit_value v[OPJIT_MAX_ARGS];
+    int64_t expanded[OPJIT_MAX_ARGS][OPJIT_MAX_LIST];
+} call_bound;
+
+/* The first steps of opjit_call: the call's device, its kernel, every
+ * argument bound and checked against the kernel's schema. need_data 0:
+ * tensors may have no data (a shape query). Sets the message on failure. */
+int call_bind(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, int nargs,
+              int need_data, call_bound *b);
 
 extern const opjit_api runtime_api;
 void workspace_free_all(opjit_runtime *rt);
@@ -207,6 +236,20 @@ void module_discard(module *m);
 int dispatch_def(opjit_module *m, const char *schema, int device, opjit_kernel_fn fn,
                  const char *doc);
 int dispatch_require(opjit_module *m, const char *arg, const char *spec);
+/* runtime/decl.c: the declaration entries of the api table, and checking
+ * them when the module is published (backward ops resolved): OPJIT_OK, or
+ * the status with a message on rt. */
+int decl_derivative(opjit_module *m, const char *op, const char *backward, const char *inputs);
+int decl_not_differentiable(opjit_module *m, const char *op);
+int decl_shape(opjit_module *m, const char *op, opjit_shape_fn fn);
+int decl_output_shape(opjit_ctx *ctx, int index, DLDataType dtype, int ndim,
+                      const int64_t *shape);
+int decl_output_dynamic(opjit_ctx *ctx, int index, int dim);
+int decl_resolve(opjit_runtime *rt, module *m);
+/* Whether k's gradient declaration agrees with other's (either declaring
+ * none agrees with anything). */
+int decl_agree(const kernel *k, const kernel *other);
+void decl_free(kernel_decls *d);
 /* runtime/dtype.c: the dtype table (opjit_dtype_parse/_name) */
 int dtype_parse(const char *s, DLDataType *out);
 const char *dtype_name(DLDataType t, char *buf, size_t n);

@@ -6,9 +6,12 @@
  *
  * Types: Tensor, int, float, bool, int[N] (N <= OPJIT_MAX_LIST), str, each
  * optionally followed by '?' (may be None). A str default is quoted, as in
- * PyTorch's schemas: str padding="valid" (or 'valid'), no escapes. A bare '*' (keyword-only
- * marker) is accepted and ignored. Returns: Tensor or (Tensor, ...), with
- * optional names. */
+ * PyTorch's schemas: str padding="valid" (or 'valid'), no escapes. A bare
+ * '*' (keyword-only marker) is accepted and ignored. A Tensor the kernel
+ * writes in place says so as PyTorch does, Tensor(a!) self (frameworks
+ * must know: torch functionalizes such ops); outputs are always new
+ * tensors, so nothing else may alias. Returns: Tensor or (Tensor, ...),
+ * with optional names. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -235,12 +238,14 @@ static int parse_returns(parser *ps, schema *s)
         free(t);
         if (!ok)
             return fail(ps, "outputs must be Tensor");
+        if (*ps->p == '(')
+            return fail(ps, "an output cannot alias an input: opjit outputs are new tensors");
         if (s->nouts == OPJIT_MAX_OUTS)
             return fail(ps, "too many outputs");
         s->nouts++;
         skip_ws(ps);
         if (paren && (isalpha((unsigned char)*ps->p) || *ps->p == '_'))
-            free(ident(ps, 0)); /* an output's name: documentation only */
+            s->out_names[s->nouts - 1] = ident(ps, 0); /* grad_<name> in a backward */
     } while (paren && accept(ps, ','));
     if (paren && !accept(ps, ')'))
         return fail(ps, "expected ')' after outputs");
@@ -259,7 +264,8 @@ static void canonicalize(schema *s)
     p += snprintf(p, cap, "%s(", s->name);
     for (int i = 0; i < s->nargs; i++) {
         const schema_arg *a = &s->args[i];
-        p += snprintf(p, cap - (size_t)(p - c), "%s%s %s%s%s", i ? ", " : "", a->type,
+        p += snprintf(p, cap - (size_t)(p - c), "%s%s%s%s%s %s%s%s", i ? ", " : "", a->type,
+                      a->alias ? "(" : "", a->alias ? a->alias : "", a->alias ? "!)" : "",
                       a->name, a->has_default ? "=" : "",
                       a->has_default ? a->default_text : "");
     }
@@ -288,6 +294,32 @@ static int parse_name(parser *ps, schema *s)
     return OPJIT_OK;
 }
 
+/* After a type: PyTorch's write annotation, Tensor(a!) or Tensor(a!)?. */
+static int parse_alias(parser *ps, schema_arg *a)
+{
+    if (*ps->p != '(')
+        return OPJIT_OK;
+    ps->p++;
+    if (a->kind != OPJIT_KIND_TENSOR || a->optional)
+        return fail(ps, "only a Tensor can carry an alias annotation, as Tensor(a!) or "
+                        "Tensor(a!)?");
+    a->alias = ident(ps, 0);
+    if (!a->alias)
+        return fail(ps, "expected an alias set name, as in Tensor(a!)");
+    if (!accept(ps, '!'))
+        return fail(ps, "an alias annotation must say '!' (the kernel writes this input): "
+                        "opjit outputs are new tensors, so none may alias an input");
+    if (!accept(ps, ')'))
+        return fail(ps, "expected ')' after the alias annotation");
+    if (*ps->p == '?') {
+        ps->p++;
+        a->optional = 1;
+        free(a->type);
+        a->type = strdup("Tensor?");
+    }
+    return OPJIT_OK;
+}
+
 /* One argument, "type name[=default]", or the keyword-only marker '*'.
  * *seen_default: an earlier argument had a default (then this one must). */
 static int parse_arg(parser *ps, schema *s, int *seen_default)
@@ -301,6 +333,8 @@ static int parse_arg(parser *ps, schema *s, int *seen_default)
         return fail(ps, "too many arguments");
     schema_arg *a = &s->args[s->nargs++];
     int rc = parse_type(ps, a);
+    if (!rc)
+        rc = parse_alias(ps, a);
     if (rc)
         return rc;
     a->name = ident(ps, 0);
@@ -367,7 +401,10 @@ void schema_free(schema *s)
         free(s->args[i].type);
         free(s->args[i].default_text);
         free(s->args[i].def_str);
+        free(s->args[i].alias);
     }
+    for (int i = 0; i < s->nouts; i++)
+        free(s->out_names[i]);
     free(s->text);
     free(s->canonical);
     free(s->name);

@@ -160,8 +160,43 @@ static void status_and_device_names(void)
     CHECK(!strcmp(opjit_version_string(), "0.1.0"));
 }
 
+/* PyTorch's write annotation on inputs, output names kept; nothing else
+ * may alias (opjit outputs are new tensors). */
+static void mutation_and_output_names(void)
+{
+    schema s;
+    char err[256];
+    CHECK(schema_parse("fill(Tensor(a!) self, Tensor(b!)? out=None, float value=0) -> Tensor",
+                       &s, err, sizeof err) == OPJIT_OK);
+    CHECK(s.args[0].alias && !strcmp(s.args[0].alias, "a") && !s.args[0].optional);
+    CHECK(s.args[1].alias && !strcmp(s.args[1].alias, "b") && s.args[1].optional);
+    CHECK(!strcmp(s.args[1].type, "Tensor?") && !s.args[2].alias);
+    CHECK_STR_CONTAINS(s.canonical, "Tensor(a!) self");
+    schema_free(&s);
+    CHECK(schema_parse("f(Tensor x) -> (Tensor values, Tensor indices)", &s, err, sizeof err) == 0);
+    CHECK(s.out_names[0] && !strcmp(s.out_names[0], "values"));
+    CHECK(s.out_names[1] && !strcmp(s.out_names[1], "indices"));
+    schema_free(&s);
+    CHECK(schema_parse("f(Tensor x) -> Tensor", &s, err, sizeof err) == 0 && !s.out_names[0]);
+    schema_free(&s);
+    static const struct {
+        const char *text, *msg;
+    } bad[] = {
+        {"f(Tensor(a) x) -> Tensor", "must say '!'"},
+        {"f(int(a!) x) -> Tensor", "only a Tensor can carry an alias annotation"},
+        {"f(Tensor?(a!) x) -> Tensor", "only a Tensor can carry"},
+        {"f(Tensor(a! x) -> Tensor", "expected ')' after the alias annotation"},
+        {"f(Tensor(a!) x) -> Tensor(a!)", "an output cannot alias an input"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECKF(schema_parse(bad[i].text, &s, err, sizeof err) == OPJIT_ESCHEMA, "%s", bad[i].text);
+        CHECK_STR_CONTAINS(err, bad[i].msg);
+    }
+}
+
 int main(void)
 {
+    T_RUN(mutation_and_output_names);
     T_RUN(parses_pytorch_signatures);
     T_RUN(defaults_of_every_type);
     T_RUN(str_arguments);
