@@ -296,6 +296,39 @@ typedef struct opjit_load_info {
 int opjit_load_file(opjit_runtime *rt, const char *path, opjit_op **op,
                     opjit_load_info *info);
 
+/* Load a module from source text in memory, as torch's load_inline or
+ * CuPy's RawModule(code=...) take a string. name is a file name without a
+ * directory: "scale2.c" (C, compiled by libtcc) or "scale2.cu" (CUDA: the
+ * device half by NVRTC, the host half by libtcc); letters, digits, '_',
+ * '-' and '.' only. Diagnostics point at lines of text under that name
+ * ("scale2.c:3: error: ..."). text is NUL-terminated and copied; the
+ * caller keeps it. The text is cached by content exactly like a file of
+ * that name: the same name, text and headers hit the cache in any process
+ * (a file of that name and text too).
+ * include_dir names the directory its local headers come from: every
+ * `#include "x.h"` of text is looked up there (and refused when it is not
+ * there), and every local header, however included, must resolve inside
+ * it (a "../x.h" or a link leading out is refused). NULL: no local headers
+ * (`#include <...>` still finds opjit_op.h and system headers). Loading the
+ * same name again with another text replaces the module (its kernels swap
+ * in atomically, as for an edited file), with the same text does nothing.
+ * *op (may be NULL) receives, owned by rt, the op named after the name's
+ * stem, else the first the module registers; opjit_module_ops lists the
+ * others. *info (may be NULL) as for opjit_load_file.
+ * Errors: OPJIT_EINVAL (a NULL or empty name or text, a name with a '/' or
+ * without a .c/.cu suffix, an include refused: the message names the line
+ * and why), OPJIT_ENOTFOUND (include_dir does not exist), OPJIT_ECOMPILE
+ * (the diagnostics), and those of opjit_load_file. */
+int opjit_load_inline(opjit_runtime *rt, const char *name, const char *text,
+                      const char *include_dir, opjit_op **op, opjit_load_info *info);
+
+/* Call fn for every op the module of op registers (the source holding
+ * op's kernel: an op of llama_ops.c gives rmsnorm, softmax and matvec), in
+ * load order; stops early if fn returns non-zero. OPJIT_EINVAL for NULL
+ * arguments, OPJIT_ENOKERNEL when op was unloaded. */
+int opjit_module_ops(opjit_runtime *rt, const opjit_op *op,
+                     int (*fn)(void *ud, const opjit_op *op), void *ud);
+
 /* Wait until the background optimizing compiles started by loads on rt
  * have finished and swapped in. Returns the status of the first that
  * failed since the last wait (the op kept its libtcc code), else OPJIT_OK. */

@@ -324,19 +324,32 @@ static int load_source(load_job *j)
 
 int loader_load_locked(loader *l, const char *path, opjit_op **op, opjit_load_info *info)
 {
-    load_job *j = calloc(1, sizeof *j);
-    if (!j)
-        return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
-    *j = (load_job){.l = l, .path = path, .info = info, .t0 = loader_now_ms()};
+    double t0 = loader_now_ms();
     if (info) {
         memset(info, 0, sizeof *info);
         snprintf(info->source, sizeof info->source, "%s", path);
     }
-    int rc = source_read(l, path, &j->src);
-    if (rc) {
-        free(j);
+    source src;
+    int rc = source_read(l, path, &src);
+    if (rc)
         return rc;
+    rc = loader_load_read_locked(l, &src, t0, op, info);
+    source_free(&src);
+    return rc;
+}
+
+int loader_load_read_locked(loader *l, source *s, double t0, opjit_op **op,
+                            opjit_load_info *info)
+{
+    load_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
+    *j = (load_job){.l = l, .path = s->path, .info = info, .t0 = t0, .src = *s};
+    if (info) {
+        memset(info, 0, sizeof *info);
+        snprintf(info->source, sizeof info->source, "%s", s->path);
     }
+    int rc = OPJIT_OK;
     j->half = j->src.device == OPJIT_CUDA ? JIT_CU_HOST : JIT_C;
     j->t_key = loader_now_ms();
     loaded *prev = loader_find_loaded(l, j->src.real);
@@ -348,7 +361,6 @@ int loader_load_locked(loader *l, const char *path, opjit_op **op, opjit_load_in
     } else {
         rc = load_source(j);
     }
-    source_free(&j->src);
     if (!rc && op)
         rc = opjit_find_op(l->rt, j->opname, op);
     free(j);

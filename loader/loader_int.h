@@ -72,6 +72,21 @@ void readable_add(readable *r, const char *name, const char *value, const void *
                   size_t len);
 void readable_free(readable *r);
 
+/* The rule an inline source's local headers follow (loader/inline.c):
+ * every one resolves inside dir, and the source's own "x.h" includes are
+ * found there. dir NULL: no rule (a file); "": no directory was named,
+ * so there are no local headers. */
+typedef struct source_confine {
+    const char *dir;  /* realpath */
+    const char *name; /* the source's name, for messages */
+} source_confine;
+
+/* Why a source's includes break its rule: kind 0 when they do not. */
+typedef struct source_refusal {
+    int kind;
+    char msg[PATH_MAX + 1024];
+} source_refusal;
+
 /* A source file read into memory. */
 typedef struct source {
     const char *path; /* as given */
@@ -84,6 +99,7 @@ typedef struct source {
     int device;
     cache_key digest; /* of everything the artifacts depend on, read once */
     readable inputs;  /* the digest's inputs, readable */
+    source_confine confine; /* an inline source's rule for its headers */
 } source;
 
 /* Read a whole file, NUL-terminated; NULL with errno on failure (EINVAL:
@@ -102,6 +118,20 @@ int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **ou
 void loader_destroy(struct loader *l);
 
 int source_read(loader *l, const char *path, source *s);
+/* The rest of reading a source whose path, real, dir, text, len, device
+ * (and for an inline source confine) are set: its name, stem and digest.
+ * On failure s is freed and the message is on l's runtime. */
+int source_finish(loader *l, source *s);
+/* Whether the include of name (quoted or <>) at `at` in text, found or
+ * not at real by the loader (depth 0: in the source itself), breaks the
+ * inline rule c: then 1, with why in r (loader/inline.c). */
+int source_confine_check(const source_confine *c, source_refusal *r, const char *text,
+                         const char *at, int depth, int quoted, int found, const char *name,
+                         const char *real);
+/* Load the source s (read by source_read or made from text), the loader's
+ * lock held; t0 is when reading it began. s stays the caller's. */
+int loader_load_read_locked(loader *l, source *s, double t0, opjit_op **op,
+                            opjit_load_info *info);
 /* Whether the source calls OpenBLAS (then its artifact links it). */
 int source_uses_blas(const source *s);
 void source_free(source *s);

@@ -206,7 +206,8 @@ static int build(void *ud, const char *dir, char *err, size_t errlen)
     int rc = scratch_dir(b->p, err, errlen);
     if (rc)
         return rc;
-    const char *includes[] = {b->src->dir, b->p->scratch, NULL};
+    /* An inline source given no directory has none to search. */
+    const char *includes[] = {b->src->dir[0] ? b->src->dir : b->p->scratch, b->p->scratch, NULL};
     b->job.include_dirs = includes;
     b->job.dir = dir;
     rc = b->jc->compile(&b->job, b->diag, b->diaglen);

@@ -82,6 +82,8 @@ typedef struct header_set {
     int oom;
     char *bad;   /* the first local header that is not a regular file */
     readable *inputs; /* "header NAME HASH" lines, or NULL: not wanted */
+    const source_confine *confine; /* NULL, or the inline source's rule */
+    source_refusal *refused;       /* where a confine rule was broken */
 } header_set;
 
 typedef struct header_bufs {
@@ -158,6 +160,10 @@ static void add_local_headers(cache_keygen *g, const char *src_dir, const char *
             found = 1;
             snprintf(b->rel, sizeof b->rel, "%s", b->name);
         }
+        if (hs->confine && hs->confine->dir &&
+            source_confine_check(hs->confine, hs->refused, text, p, depth, quoted, found, b->name,
+                                 found ? b->real : NULL))
+            break; /* refused: the load fails with why */
         if (!found)
             continue; /* not local: a system header, or the compiler will fail */
         if (header_seen(hs, b->real))
@@ -180,6 +186,8 @@ static void add_local_headers(cache_keygen *g, const char *src_dir, const char *
                  b->rel);
         add_local_headers(g, src_dir, b->hdir, h, b->hprefix, hs, depth + 1);
         free(h);
+        if (hs->refused && hs->refused->kind)
+            break;
     }
     free(b);
 }
@@ -198,7 +206,8 @@ static int has_suffix(const char *s, const char *suf)
     return n >= m && !strcmp(s + n - m, suf);
 }
 
-static void source_digest(const source *s, cache_key *out, char **bad_header, readable *inputs);
+static void source_digest(const source *s, cache_key *out, char **bad_header, readable *inputs,
+                          source_refusal *refused);
 
 int source_read(loader *l, const char *path, source *s)
 {
@@ -226,12 +235,25 @@ int source_read(loader *l, const char *path, source *s)
     }
     snprintf(s->dir, sizeof s->dir, "%s", s->real);
     *strrchr(s->dir, '/') = '\0';
-    s->name = base_name(path);
+    return source_finish(l, s);
+}
+
+int source_finish(loader *l, source *s)
+{
+    s->name = base_name(s->path);
     snprintf(s->stem, sizeof s->stem, "%.*s", (int)(strrchr(s->name, '.') - s->name), s->name);
     char *bad = NULL;
-    source_digest(s, &s->digest, &bad, &s->inputs);
+    source_refusal refused = {0};
+    source_digest(s, &s->digest, &bad, &s->inputs, &refused);
+    if (refused.kind) {
+        rt_error(l->rt, OPJIT_EINVAL, "%s", refused.msg);
+        free(bad);
+        source_free(s);
+        return OPJIT_EINVAL;
+    }
     if (bad) {
-        rt_error(rt, OPJIT_EINVAL, "%s: the local header %s is not a regular file", path, bad);
+        rt_error(l->rt, OPJIT_EINVAL, "%s: the local header %s is not a regular file", s->path,
+                 bad);
         free(bad);
         source_free(s);
         return OPJIT_EINVAL;
@@ -287,7 +309,8 @@ void readable_free(readable *r)
  * the source's name and bytes, its local headers as they are on disk.
  * *bad_header (NULL: not wanted) receives a local header that is not a
  * regular file (malloc'd), which no compile may be asked to open. */
-static void source_digest(const source *s, cache_key *out, char **bad_header, readable *inputs)
+static void source_digest(const source *s, cache_key *out, char **bad_header, readable *inputs,
+                          source_refusal *refused)
 {
     cache_keygen *g = cache_keygen_new();
     if (!g) {
@@ -303,7 +326,9 @@ static void source_digest(const source *s, cache_key *out, char **bad_header, re
     readable_add(inputs, "opjit-abi", abi, NULL, 0);
     readable_add(inputs, "opjit_op.h", "", opjit_op_h_text, sizeof opjit_op_h_text);
     readable_add(inputs, "source", s->name, s->text, s->len);
-    header_set hs = {.inputs = inputs};
+    source_refusal ignored = {0};
+    header_set hs = {.inputs = inputs, .confine = s->confine.dir ? &s->confine : NULL,
+                     .refused = refused ? refused : &ignored};
     add_local_headers(g, s->dir, s->dir, s->text, "", &hs, 0);
     for (int i = 0; i < hs.n; i++)
         free(hs.real[i]);
@@ -312,7 +337,7 @@ static void source_digest(const source *s, cache_key *out, char **bad_header, re
         *bad_header = hs.bad;
     else
         free(hs.bad);
-    if (hs.oom || hs.bad || (inputs && inputs->oom)) {
+    if (hs.oom || hs.bad || hs.refused->kind || (inputs && inputs->oom)) {
         /* Never a key that silently lacks headers: the all-zero key, which
          * the cache refuses (out of memory). */
         cache_keygen_finish(g, out);
@@ -329,7 +354,8 @@ void loader_add_op_header(cache_keygen *g)
 
 void source_each_header(const source *s, void (*fn)(void *ud, const char *real), void *ud)
 {
-    header_set hs = {0};
+    source_refusal ignored = {0};
+    header_set hs = {.confine = s->confine.dir ? &s->confine : NULL, .refused = &ignored};
     add_local_headers(NULL, s->dir, s->dir, s->text, "", &hs, 0); /* NULL: no hashing */
     for (int i = 0; i < hs.n; i++) {
         fn(ud, hs.real[i]);
@@ -356,7 +382,7 @@ cache_keygen *source_keygen(const source *s)
 int source_unchanged(const source *s)
 {
     cache_key now;
-    source_digest(s, &now, NULL, NULL);
+    source_digest(s, &now, NULL, NULL, NULL);
     return !memcmp(now.bytes, s->digest.bytes, sizeof now.bytes);
 }
 

@@ -1,0 +1,222 @@
+/* loader/inline.c - op modules whose source text the host hands over in
+ * memory (opjit_load_inline), the way torch.utils.cpp_extension.load_inline
+ * and CuPy's RawModule(code=...) take a string.
+ *
+ * An inline source is a source like any other once made: its name ("scale2.c")
+ * and bytes and its local headers go into the same digest a file of that
+ * name in that directory would get, so an identical string hits the cache in
+ * a later process (and a file with the same text and headers hits the same
+ * entry). What differs is where its headers may come from: only from the
+ * directory the host names, resolved inside it, or nowhere. A source read
+ * from a file includes headers from anywhere its text points; a string has
+ * no directory of its own, and its "x.h" would otherwise be looked up in the
+ * process's current directory (libtcc looks there first for the text it
+ * compiles), which no key records.
+ *
+ * Its identity in the runtime is "<inline>/NAME": loading the same name again
+ * replaces the module (a changed text) or does nothing (the same text), as
+ * loading a file again does; that string is no path, so the watcher and
+ * unloading by path never find a file behind it. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "loader/loader_int.h"
+
+#define INLINE_PREFIX "<inline>/"
+
+enum { REFUSE_NONE, REFUSE_ABSOLUTE, REFUSE_NO_DIR, REFUSE_NOT_IN_DIR, REFUSE_OUTSIDE,
+       REFUSE_SHADOWED };
+
+/* "scale2.c:3: " for an include of the source itself, "scale2.c: a header's " else. */
+static int where(char *out, size_t n, const source_confine *c, const char *text, const char *at,
+                 int depth)
+{
+    if (depth > 0)
+        return snprintf(out, n, "%s: a header's ", c->name);
+    int line = 1;
+    for (const char *p = text; p < at; p++)
+        line += *p == '\n';
+    return snprintf(out, n, "%s:%d: ", c->name, line);
+}
+
+static int under(const char *dir, const char *real)
+{
+    size_t n = strlen(dir);
+    return n && !strncmp(real, dir, n) && (real[n] == '/' || (n == 1 && dir[0] == '/'));
+}
+
+/* The compiler reads a quoted include of the text itself from the current
+ * directory first: one there that is not the header the key hashed would
+ * be compiled in its place. */
+static int shadowed(const char *name, const char *real)
+{
+    char here[PATH_MAX];
+    return realpath(name, here) && strcmp(here, real) != 0;
+}
+
+int source_confine_check(const source_confine *c, source_refusal *r, const char *text,
+                         const char *at, int depth, int quoted, int found, const char *name,
+                         const char *real)
+{
+    int kind = REFUSE_NONE;
+    if (name[0] == '/')
+        kind = REFUSE_ABSOLUTE;
+    else if (found && !under(c->dir, real))
+        kind = c->dir[0] ? REFUSE_OUTSIDE : REFUSE_NO_DIR;
+    else if (depth == 0 && quoted && !found)
+        kind = c->dir[0] ? REFUSE_NOT_IN_DIR : REFUSE_NO_DIR;
+    else if (depth == 0 && quoted && shadowed(name, real))
+        kind = REFUSE_SHADOWED;
+    if (kind == REFUSE_NONE)
+        return 0;
+    char o = quoted ? '"' : '<', e = quoted ? '"' : '>';
+    size_t k = (size_t)where(r->msg, sizeof r->msg, c, text, at, depth);
+    k = k < sizeof r->msg ? k : sizeof r->msg - 1;
+    char *m = r->msg + k;
+    size_t n = sizeof r->msg - k;
+    switch (kind) {
+    case REFUSE_ABSOLUTE:
+        snprintf(m, n, "#include %c%s%c: an inline source includes headers by relative path "
+                 "only", o, name, e);
+        break;
+    case REFUSE_NO_DIR:
+        snprintf(m, n, "#include %c%s%c: no include directory was given, so this inline "
+                 "source has no local headers (name a directory, or write <...> for "
+                 "opjit_op.h and system headers)", o, name, e);
+        break;
+    case REFUSE_NOT_IN_DIR:
+        snprintf(m, n, "#include \"%s\": no such header in the include directory %s (write "
+                 "<...> for opjit_op.h and system headers)", name, c->dir);
+        break;
+    case REFUSE_OUTSIDE:
+        snprintf(m, n, "#include %c%s%c resolves to %s, outside the include directory %s", o,
+                 name, e, real, c->dir);
+        break;
+    default:
+        snprintf(m, n, "#include \"%s\": the current directory holds another %s, which the "
+                 "compiler would read first; rename one of them or write <%s>", name, name,
+                 name);
+    }
+    r->kind = kind;
+    return 1;
+}
+
+/* "scale2.c", "scale2.cu": a file name without a directory, of an op
+ * source, made of characters a module name and a #line directive take. */
+static int check_name(opjit_runtime *rt, const char *name)
+{
+    if (!name || !*name)
+        return rt_error(rt, OPJIT_EINVAL, "opjit_load_inline: NULL or empty name");
+    size_t n = strlen(name);
+    if (n > NAME_MAX)
+        return rt_error(rt, OPJIT_EINVAL, "opjit_load_inline: the name is longer than %d bytes",
+                        NAME_MAX);
+    if (strchr(name, '/'))
+        return rt_error(rt, OPJIT_EINVAL, "opjit_load_inline: '%s': a name, not a path (no "
+                        "'/')", name);
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '_' || *p == '-' || *p == '.'))
+            return rt_error(rt, OPJIT_EINVAL, "opjit_load_inline: '%s': a name holds letters, "
+                            "digits, '_', '-' and '.' only", name);
+    if (!loader_source_stem(name))
+        return rt_error(rt, OPJIT_EINVAL, "opjit_load_inline: '%s': expected NAME.c (C, for "
+                        "libtcc) or NAME.cu (CUDA: NVRTC and libtcc)", name);
+    return OPJIT_OK;
+}
+
+/* The source for name and text, its headers under include_dir (or none). */
+static int inline_source(loader *l, const char *name, const char *text, const char *include_dir,
+                         source *s)
+{
+    opjit_runtime *rt = l->rt;
+    memset(s, 0, sizeof *s);
+    s->path = name;
+    s->device = loader_is_cuda_source(name) ? OPJIT_CUDA : OPJIT_CPU;
+    snprintf(s->real, sizeof s->real, INLINE_PREFIX "%s", name);
+    if (include_dir) {
+        struct stat st;
+        if (!*include_dir)
+            return rt_error(rt, OPJIT_EINVAL, "%s: the include directory is \"\"", name);
+        if (!realpath(include_dir, s->dir))
+            return rt_error(rt, errno == ENOENT ? OPJIT_ENOTFOUND : OPJIT_EIO,
+                            "%s: include directory %s: %s", name, include_dir, strerror(errno));
+        if (stat(s->dir, &st) != 0 || !S_ISDIR(st.st_mode))
+            return rt_error(rt, OPJIT_EINVAL, "%s: include directory %s: not a directory", name,
+                            include_dir);
+    }
+    s->confine = (source_confine){.dir = s->dir, .name = name};
+    s->len = strlen(text);
+    if (!(s->text = malloc(s->len + 1)))
+        return rt_error(rt, OPJIT_ENOMEM, "out of memory");
+    memcpy(s->text, text, s->len + 1);
+    return source_finish(l, s);
+}
+
+int opjit_load_inline(opjit_runtime *rt, const char *name, const char *text,
+                      const char *include_dir, opjit_op **op, opjit_load_info *info)
+{
+    if (op)
+        *op = NULL;
+    if (!rt)
+        return OPJIT_EINVAL;
+    int rc = check_name(rt, name);
+    if (rc)
+        return rc;
+    if (!text || !*text)
+        return rt_error(rt, OPJIT_EINVAL, "opjit_load_inline: %s: NULL or empty source text",
+                        name);
+    double t0 = loader_now_ms();
+    source s;
+    if ((rc = inline_source(rt->loader, name, text, include_dir, &s)))
+        return rc;
+    pthread_mutex_lock(&rt->loader->lock);
+    rc = loader_load_read_locked(rt->loader, &s, t0, op, info);
+    pthread_mutex_unlock(&rt->loader->lock);
+    source_free(&s);
+    return rc;
+}
+
+/* The module that holds op's kernel for its first device with one. */
+static const module *module_of(const opjit_op *op)
+{
+    for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
+        const kernel *k = atomic_load(&op->kernels[d]);
+        if (k)
+            return k->mod;
+    }
+    return NULL;
+}
+
+/* Whether a kernel of o comes from the source at real. */
+static int from_source(const opjit_op *o, const char *real)
+{
+    for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
+        const kernel *k = atomic_load(&o->kernels[d]);
+        if (k && !strcmp(k->mod->real, real))
+            return 1;
+    }
+    return 0;
+}
+
+int opjit_module_ops(opjit_runtime *rt, const opjit_op *op,
+                     int (*fn)(void *ud, const opjit_op *op), void *ud)
+{
+    if (!rt || !op || !fn)
+        return rt_error(rt, OPJIT_EINVAL, "opjit_module_ops: NULL argument");
+    const module *m = module_of(op);
+    if (!m)
+        return rt_error(rt, OPJIT_ENOKERNEL, "%s: the op has no kernel left (unloaded)",
+                        op->name);
+    /* As opjit_list: ops are never removed, and modules (their real
+     * paths included) live until opjit_destroy, so no lock is needed. */
+    for (opjit_op *o = atomic_load_explicit(&rt->ops, memory_order_acquire); o;
+         o = atomic_load_explicit(&o->next, memory_order_acquire))
+        if (from_source(o, m->real) && fn(ud, o))
+            break;
+    return OPJIT_OK;
+}
