@@ -967,5 +967,5 @@ OPJIT_MODULE(conv2d, m)
     opjit_require(m, "input", "float32|float64");
     opjit_require(m, "weight", "float32|float64 rank=4");
     opjit_require(m, "bias", "float32|float64 rank=1");
-    conv2d_declare(m);
+    conv2d_declare(m, 1);
 }

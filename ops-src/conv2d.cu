@@ -403,7 +403,7 @@ OPJIT_MODULE(conv2d_cuda, m)
     opjit_require(m, "input", "float32|float64 contiguous");
     opjit_require(m, "weight", "float32|float64 rank=4 contiguous");
     opjit_require(m, "bias", "float32|float64 rank=1 contiguous");
-    conv2d_declare(m);
+    conv2d_declare(m, 0);
 }
 
 #endif

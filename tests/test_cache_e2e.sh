@@ -15,8 +15,8 @@ no() { fail=$((fail + 1)); echo "FAIL $1"; }
 check() { local what=$1; shift; if "$@"; then ok "$what"; else no "$what"; fi; }
 
 ops=$T/ops; mkdir -p "$ops"
-cp "$SRC/ops-src/nms.c" "$SRC/ops-src/nms_common.h" "$SRC/ops-src/mm.c" "$SRC/ops-src/mm_common.h" \
-    "$SRC/ops-src/sgemm_avx512.h" "$ops/"
+cp "$SRC/ops-src/nms.c" "$SRC/ops-src/mm.c" "$SRC"/ops-src/*.h \
+    "$ops/"
 cat >"$ops/helper.h" <<'H'
 #define SCALE 2.0f
 H

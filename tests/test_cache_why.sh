@@ -15,7 +15,7 @@ unset OPJIT_CC OPJIT_OFFLINE OPJIT_CACHE_READONLY
 export OPJIT_CACHE_DIR="$T/cache" OPJIT_TIERING=0
 
 mkdir "$T/ops"
-cp "$OPS/nms.c" "$OPS/nms_common.h" "$T/ops/"
+cp "$OPS/nms.c" "$OPS"/*.h "$T/ops/"
 run "$CLI" cache why nms --ops-path "$T/ops"
 expect "an empty cache: not cached" 0 "tcc x86_64-linux: not cached"
 check "  inputs name the source and its header" grep -q "source nms.c " "$T/out"

@@ -13,7 +13,7 @@ OPS=${OPJIT_OPS_PATH:?OPJIT_OPS_PATH must name ops-src}
 unset OPJIT_TIERING OPJIT_OFFLINE OPJIT_CACHE_READONLY OPJIT_CACHE_MAX_SIZE
 export OPJIT_OPS_PATH="$T/ops"
 mkdir -p "$T/ops"
-cp "$OPS"/nms.c "$OPS"/nms_common.h "$OPS"/mm.c "$OPS"/mm_common.h "$OPS"/sgemm_avx512.h "$T/ops/"
+cp "$OPS"/nms.c "$OPS"/mm.c "$OPS"/*.h "$T/ops/"
 
 # A cache too small for what it is asked to hold: warm says so.
 export OPJIT_CACHE_DIR="$T/small"

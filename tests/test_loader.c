@@ -1146,17 +1146,21 @@ static void list_info_args_and_find(void)
 
 static void by_name_and_by_path_agree(void)
 {
-    /* A file whose op is not named after it: loading it by name hands back
-     * the same op as loading it by path. */
+    /* A file whose op is not named after it: loading that op by name hands
+     * back the same op as loading the file by path; the file's name is no
+     * op's name (issue 20.9: it never resolves to another op). */
     const char *d = tmpdir_new();
     write_const_op(d, "qal_file.c", "qal_other_name", 6);
     ops_path_set(d);
     opjit_runtime *rt = rt_new();
     opjit_op *by_path = NULL, *by_name = NULL;
     CHECK(opjit_load_op(rt, pjoin(d, "qal_file.c"), &by_path) == OPJIT_OK && by_path);
-    int rc = opjit_load_op(rt, "qal_file", &by_name);
+    int rc = opjit_load_op(rt, "qal_other_name", &by_name);
     CHECKF(rc == OPJIT_OK && by_name == by_path, "by name: %s: %s", opjit_status_name(rc),
            opjit_errmsg(rt));
+    by_name = NULL;
+    CHECK(opjit_load_op(rt, "qal_file", &by_name) == OPJIT_ENOTFOUND && !by_name);
+    CHECK_STR_CONTAINS(opjit_errmsg(rt), "registers qal_other_name");
     opjit_destroy(rt);
     ops_path_restore();
 }
