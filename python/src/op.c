@@ -112,6 +112,57 @@ static int bind(opy_op *o, PyObject *const *args, Py_ssize_t npos, PyObject *kwn
 
 /* ---- Python values to opjit values ---------------------------------------------------- */
 
+/* What argument i takes, for a message: the schema's type, in words where
+ * Python's spelling differs. A new reference. */
+static PyObject *arg_expects(opy_op *o, int i)
+{
+    opjit_arg_info a;
+    if (opjit_op_arg(o->rt->rt, o->op, i, &a))
+        return PyUnicode_FromString("a tensor, int, float, bool, str, list of ints or None");
+    if (a.kind == OPJIT_KIND_INTS && a.list_len > 0)
+        return PyUnicode_FromFormat("%s (an int or a list of %d ints)", a.type, a.list_len);
+    if (a.kind == OPJIT_KIND_INTS)
+        return PyUnicode_FromFormat("%s (a list of ints)", a.type);
+    if (a.kind == OPJIT_KIND_TENSOR)
+        return PyUnicode_FromFormat("%s (an object with __dlpack__ or a DLPack capsule%s)", a.type,
+                                    a.optional ? ", or None" : "");
+    return PyUnicode_FromString(a.type);
+}
+
+/* Raise "<op>: argument '<name>': expected <what it takes>, got <got>",
+ * got made from fmt; the pending exception, if any, is its cause. */
+static int wrong_value(opy_op *o, int i, const char *fmt, ...)
+{
+    PyObject *cause = opy_err_take(); /* no Python code runs with it pending */
+    va_list ap;
+    va_start(ap, fmt);
+    PyObject *got = PyUnicode_FromFormatV(fmt, ap);
+    va_end(ap);
+    PyObject *name = got ? arg_label(o, i) : NULL;
+    PyObject *expects = name ? arg_expects(o, i) : NULL;
+    if (expects) {
+        if (cause)
+            opy_err_restore(cause);
+        opy_raise(opy.CallError, OPJIT_ECALL, "%U: argument '%S': expected %S, got %S", o->name,
+                  name, expects, got);
+    } else {
+        Py_XDECREF(cause);
+    }
+    Py_XDECREF(expects);
+    Py_XDECREF(name);
+    Py_XDECREF(got);
+    return -1;
+}
+
+/* A list element that is not an int64, described: "a list of str
+ * (element 1 is 'a')". */
+static int wrong_element(opy_op *o, int i, PyObject *seq, Py_ssize_t j, PyObject *item,
+                         int overflow)
+{
+    return wrong_value(o, i, "a %s of %s (element %zd is %R%s)", Py_TYPE(seq)->tp_name,
+                       Py_TYPE(item)->tp_name, j, item, overflow ? ", out of int64 range" : "");
+}
+
 /* The list is copied first: __index__ may change it (or drop its items)
  * while it is read. */
 static int convert_ints(opy_op *o, int i, PyObject *seq, call_frame *f)
@@ -121,26 +172,16 @@ static int convert_ints(opy_op *o, int i, PyObject *seq, call_frame *f)
         return -1;
     Py_ssize_t len = PyTuple_GET_SIZE(items);
     int rc = 0;
-    if (len > OPY_MAX_LIST) {
-        PyObject *name = arg_label(o, i);
-        opy_raise(opy.CallError, OPJIT_ECALL, "%U: argument '%S': a list of %zd ints is too long",
-                  o->name, name, len);
-        Py_XDECREF(name);
-        rc = -1;
-    }
+    if (len > OPY_MAX_LIST)
+        rc = wrong_value(o, i, "a %s of %zd (too long: opjit takes at most %d)",
+                         Py_TYPE(seq)->tp_name, len, OPY_MAX_LIST);
     for (Py_ssize_t j = 0; !rc && j < len; j++) {
         PyObject *item = PyNumber_Index(PyTuple_GET_ITEM(items, j));
         int overflow = 0;
         long long x = item ? PyLong_AsLongLongAndOverflow(item, &overflow) : -1;
         Py_XDECREF(item);
-        if (!item || overflow || (x == -1 && PyErr_Occurred())) {
-            PyObject *name = arg_label(o, i);
-            opy_raise(opy.CallError, OPJIT_ECALL,
-                      "%U: argument '%S': element %zd of the list is not an int64 (%R)", o->name,
-                      name, j, PyTuple_GET_ITEM(items, j));
-            Py_XDECREF(name);
-            rc = -1;
-        }
+        if (!item || overflow || (x == -1 && PyErr_Occurred()))
+            rc = wrong_element(o, i, seq, j, PyTuple_GET_ITEM(items, j), overflow);
         f->ints[i][j] = x;
     }
     Py_DECREF(items);
@@ -199,11 +240,10 @@ static int convert_number(opy_op *o, int i, PyObject *obj, call_frame *f)
             return 0;
         }
     }
-    PyObject *name = arg_label(o, i);
-    opy_raise(opy.CallError, OPJIT_ECALL, "%U: argument '%S': %R is not an int64 or a float",
-              o->name, name, obj);
-    Py_XDECREF(name);
-    return -1;
+    if (PyLong_Check(obj))
+        return wrong_value(o, i, "an int out of int64 range (%R)", obj);
+    return wrong_value(o, i, "%s (%R), which is not an int64 or a float", Py_TYPE(obj)->tp_name,
+                       obj);
 }
 
 /* A str argument: its UTF-8, owned by obj, which the caller holds for the
@@ -258,13 +298,7 @@ static int convert(opy_op *o, int i, PyObject *obj, call_frame *f)
     PyNumberMethods *nb = Py_TYPE(obj)->tp_as_number;
     if (PyIndex_Check(obj) || (nb && nb->nb_float))
         return convert_number(o, i, obj, f);
-    PyObject *name = arg_label(o, i);
-    opy_raise(opy.CallError, OPJIT_ECALL,
-              "%U: argument '%S': cannot pass a %s (expected a tensor: an object with __dlpack__ "
-              "or a DLPack capsule; or an int, float, bool, str, list of ints or None)",
-              o->name, name, Py_TYPE(obj)->tp_name);
-    Py_XDECREF(name);
-    return -1;
+    return wrong_value(o, i, "%s", Py_TYPE(obj)->tp_name);
 }
 
 /* Take the tensors once every other argument is converted, the ones whose
