@@ -6,10 +6,10 @@ module removed from sys.modules. Each case gets an answer or an exception,
 never a crash or a read of freed memory.
 
 Each case runs in a child interpreter, so a crash fails the test with its
-signal instead of killing the runner. The child runs with PYTHONMALLOC=debug:
-a freed Python object is overwritten at once, so using one crashes (or, in
-the sanitizer build, which the child inherits through LD_PRELOAD, is
-reported by ASan)."""
+signal instead of killing the runner. The child runs with PYTHONMALLOC=debug
+(malloc_debug in the sanitizer build, whose runtimes it inherits through
+LD_PRELOAD): a freed Python object is overwritten at once, so using one
+crashes, or ASan reports it."""
 import os
 import signal
 import subprocess
@@ -19,15 +19,17 @@ import threading
 import unittest
 
 import opjit
-from opjit_testing import HERE, need_torch, runtime, torch
+from opjit_testing import HERE, OPS_SRC, TEST_OPS, need_torch, runtime, torch
 
-# What every child starts with: the test helpers (torch and numpy imported).
+# What every child starts with; torch is imported where a case needs it
+# (it takes seconds in the sanitizer build).
 PRELUDE = """
 import sys
 sys.path.insert(0, %r)
 import opjit
-from opjit_testing import F, OPS_SRC, TEST_OPS, np, runtime, torch
-""" % HERE
+OPS_SRC, TEST_OPS = %r, %r
+""" % (HERE, OPS_SRC, TEST_OPS)
+TORCH = PRELUDE + "from opjit_testing import F, runtime, torch\n"
 
 
 def signal_name(rc):
@@ -38,7 +40,7 @@ def signal_name(rc):
 
 
 class ChildCase(unittest.TestCase):
-    def child(self, code, prelude=PRELUDE):
+    def child(self, code, prelude=TORCH):
         """Run prelude + code in a fresh interpreter; it must exit 0 and
         print "ok" last. Returns its stdout."""
         # malloc_debug in the sanitizer build: ASan sees every object freed.
@@ -103,7 +105,7 @@ class TestListsChangedDuringConversion(ChildCase):
             rt = opjit.Runtime(ops_path=l, tiering=False)
             assert rt.load_op("fail").name == "fail"  # from TEST_OPS, the second
             print("ok")
-        """)
+        """, prelude=PRELUDE)
 
     def test_ops_path_cleared_then_fspath_fails(self):
         self.child("""
@@ -119,7 +121,7 @@ class TestListsChangedDuringConversion(ChildCase):
             else:
                 raise AssertionError("no error")
             print("ok")
-        """)
+        """, prelude=PRELUDE)
 
     def test_runtime_kwargs_emptied_by_fspath(self):
         # A C caller may hand Runtime() a dict Python code can reach: the
@@ -146,7 +148,7 @@ class TestListsChangedDuringConversion(ChildCase):
             assert rt.load_op("fail").tier == "tcc"
             assert any(os.scandir(tmp)), "the cache_dir given was not used"
             print("ok")
-        """)
+        """, prelude=PRELUDE)
 
 
 @need_torch
@@ -257,11 +259,7 @@ class TestModulesDroppedDuringLookup(ChildCase):
         # an argument it does not know; a module whose __getattr__ removes
         # it from sys.modules was freed while opjit still used it.
         self.child("""
-            import sys, types
-            sys.path.insert(0, %r)
-            import opjit
-            from opjit_testing import TEST_OPS
-
+            import types
             seen = []
             class Vanishing(types.ModuleType):
                 def __getattr__(self, name):
@@ -280,14 +278,14 @@ class TestModulesDroppedDuringLookup(ChildCase):
             assert "torch" not in sys.modules and "numpy" not in sys.modules
             assert set(seen) == {"Vanishing"}, seen
             print("ok")
-        """ % HERE, prelude="")
+        """, prelude=PRELUDE)
 
 
 @need_torch
 class TestInProcess(unittest.TestCase):
     def test_message_whose_repr_fails(self):
-        # The message quotes the element; when its repr raises too, the
-        # element's own error comes out (it was a SystemError).
+        # The message quotes the element; when its repr raises too, that
+        # error comes out (it was a SystemError: no exception set).
         class E:
             def __index__(self):
                 raise ValueError("no index")
