@@ -52,10 +52,10 @@ static int tristate(PyObject *obj)
 
 /* The settings Runtime() takes, held: a C caller's kwargs dict may be one
  * that Python code run by __fspath__ or __bool__ empties. */
-enum { ARG_OPS_PATH, ARG_CACHE_DIR, ARG_TIERING, ARG_OFFLINE, ARG_ARCHS, NARGS };
+enum { ARG_OPS_PATH, ARG_CACHE_DIR, ARG_TIERING, ARG_OFFLINE, ARG_ARCHS, ARG_COUNT };
 
 /* cfg from the arguments; *keep holds the bytes cfg points into. */
-static int make_config(PyObject *const a[NARGS], opjit_config *cfg, PyObject *keep[3])
+static int make_config(PyObject *const a[ARG_COUNT], opjit_config *cfg, PyObject *keep[3])
 {
     opjit_config_init(cfg);
     if (a[ARG_OPS_PATH] != Py_None && !(keep[0] = ops_path_bytes(a[ARG_OPS_PATH])))
@@ -81,7 +81,7 @@ static int runtime_init(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"ops_path", "cache_dir", "tiering", "offline", "cuda_archs", NULL};
     opy_runtime *r = (opy_runtime *)self;
-    PyObject *a[NARGS] = {Py_None, Py_None, Py_None, Py_None, Py_None};
+    PyObject *a[ARG_COUNT] = {Py_None, Py_None, Py_None, Py_None, Py_None};
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOO$OO:Runtime", kwlist, &a[ARG_OPS_PATH],
                                      &a[ARG_CACHE_DIR], &a[ARG_TIERING], &a[ARG_OFFLINE],
                                      &a[ARG_ARCHS]))
@@ -91,7 +91,7 @@ static int runtime_init(PyObject *self, PyObject *args, PyObject *kw)
         return -1;
     }
     r->initializing = 1;
-    for (int i = 0; i < NARGS; i++)
+    for (int i = 0; i < ARG_COUNT; i++)
         Py_INCREF(a[i]);
     opjit_config cfg;
     PyObject *keep[3] = {NULL, NULL, NULL};
@@ -112,7 +112,7 @@ static int runtime_init(PyObject *self, PyObject *args, PyObject *kw)
     r->initializing = 0;
     for (int i = 0; i < 3; i++)
         Py_XDECREF(keep[i]);
-    for (int i = 0; i < NARGS; i++)
+    for (int i = 0; i < ARG_COUNT; i++)
         Py_DECREF(a[i]);
     return rc;
 }
