@@ -35,7 +35,12 @@ static PyObject *raise_text(PyObject *cls, int status, PyObject *text)
     PyObject *exc = text ? PyObject_CallOneArg(cls, text) : NULL;
     Py_XDECREF(text);
     if (!exc) {
-        Py_XDECREF(cause);
+        /* The text could not be made (a repr that raised...): then the
+         * error that failed it, else the cause, comes out. */
+        if (cause && !PyErr_Occurred())
+            opy_err_restore(cause);
+        else
+            Py_XDECREF(cause);
         return NULL;
     }
     PyObject *name = PyUnicode_FromString(opjit_status_name(status));
@@ -135,9 +140,9 @@ static PyObject *attr_chain(PyObject *obj, const char *a, const char *b)
 static void look_up_torch(PyObject *torch)
 {
     PyObject *tensor = PyObject_GetAttrString(torch, "Tensor");
-    PyObject *to = attr_chain(torch, "_C", "_to_dlpack");
-    PyObject *from = attr_chain(torch, "_C", "_from_dlpack");
-    if (!from) {
+    PyObject *to = tensor ? attr_chain(torch, "_C", "_to_dlpack") : NULL;
+    PyObject *from = to ? attr_chain(torch, "_C", "_from_dlpack") : NULL;
+    if (to && !from) {
         PyErr_Clear();
         from = PyObject_GetAttrString(torch, "from_dlpack");
     }
@@ -157,8 +162,8 @@ static void look_up_torch(PyObject *torch)
 static void look_up_numpy(PyObject *np)
 {
     PyObject *nd = PyObject_GetAttrString(np, "ndarray");
-    PyObject *bool_ = PyObject_GetAttrString(np, "bool_");
-    PyObject *from = PyObject_GetAttrString(np, "from_dlpack"); /* numpy >= 1.22 */
+    PyObject *bool_ = nd ? PyObject_GetAttrString(np, "bool_") : NULL;
+    PyObject *from = bool_ ? PyObject_GetAttrString(np, "from_dlpack") : NULL; /* numpy >= 1.22 */
     if (nd && bool_ && from && PyType_Check(nd) && PyType_Check(bool_)) {
         opy.np_ndarray = (PyTypeObject *)nd;
         opy.np_bool = (PyTypeObject *)bool_;
@@ -171,19 +176,24 @@ static void look_up_numpy(PyObject *np)
     Py_XDECREF(from);
 }
 
+/* sys.modules[name], held (its __getattr__ may take it out of sys.modules
+ * while it is looked at), or NULL without an error. */
+static PyObject *loaded_module(const char *name)
+{
+    PyObject *mod = PyDict_GetItemString(PyImport_GetModuleDict(), name);
+    return Py_XNewRef(mod);
+}
+
 void opy_refresh_frameworks(void)
 {
-    PyObject *mods = PyImport_GetModuleDict(); /* borrowed */
-    if (!opy.torch_tensor) {
-        PyObject *torch = PyDict_GetItemString(mods, "torch");
-        if (torch)
-            look_up_torch(torch);
-    }
-    if (!opy.np_ndarray) {
-        PyObject *np = PyDict_GetItemString(mods, "numpy");
-        if (np)
-            look_up_numpy(np);
-    }
+    PyObject *torch = opy.torch_tensor ? NULL : loaded_module("torch");
+    if (torch)
+        look_up_torch(torch);
+    Py_XDECREF(torch);
+    PyObject *np = opy.np_ndarray ? NULL : loaded_module("numpy");
+    if (np)
+        look_up_numpy(np);
+    Py_XDECREF(np);
 }
 
 /* ---- module functions ------------------------------------------------------------ */

@@ -16,10 +16,12 @@
 typedef struct call_frame {
     opjit_value v[OPY_MAX_ARGS];
     int64_t ints[OPY_MAX_ARGS][OPY_MAX_LIST];
+    opy_framework tensor_fw[OPY_MAX_ARGS]; /* OPY_FW_NONE: not a tensor */
     opy_borrowed borrowed[OPY_MAX_ARGS];
     int nborrowed;
     opy_framework fw;  /* of the first tensor argument */
     PyObject *first;   /* that argument (borrowed from the caller) */
+    int first_index;
     const DLTensor *first_tensor;
 } call_frame;
 
@@ -110,36 +112,79 @@ static int bind(opy_op *o, PyObject *const *args, Py_ssize_t npos, PyObject *kwn
 
 /* ---- Python values to opjit values ---------------------------------------------------- */
 
+/* What argument i takes, for a message: the schema's type, in words where
+ * Python's spelling differs. A new reference. */
+static PyObject *arg_expects(opy_op *o, int i)
+{
+    opjit_arg_info a;
+    if (opjit_op_arg(o->rt->rt, o->op, i, &a))
+        return PyUnicode_FromString("a tensor, int, float, bool, str, list of ints or None");
+    if (a.kind == OPJIT_KIND_INTS && a.list_len > 0)
+        return PyUnicode_FromFormat("%s (an int or a list of %d ints)", a.type, a.list_len);
+    if (a.kind == OPJIT_KIND_INTS)
+        return PyUnicode_FromFormat("%s (a list of ints)", a.type);
+    if (a.kind == OPJIT_KIND_TENSOR)
+        return PyUnicode_FromFormat("%s (an object with __dlpack__ or a DLPack capsule%s)", a.type,
+                                    a.optional ? ", or None" : "");
+    return PyUnicode_FromString(a.type);
+}
+
+/* Raise "<op>: argument '<name>': expected <what it takes>, got <got>",
+ * got made from fmt; the pending exception, if any, is its cause. */
+static int wrong_value(opy_op *o, int i, const char *fmt, ...)
+{
+    PyObject *cause = opy_err_take(); /* no Python code runs with it pending */
+    va_list ap;
+    va_start(ap, fmt);
+    PyObject *got = PyUnicode_FromFormatV(fmt, ap);
+    va_end(ap);
+    PyObject *name = got ? arg_label(o, i) : NULL;
+    PyObject *expects = name ? arg_expects(o, i) : NULL;
+    if (expects) {
+        if (cause)
+            opy_err_restore(cause);
+        opy_raise(opy.CallError, OPJIT_ECALL, "%U: argument '%S': expected %S, got %S", o->name,
+                  name, expects, got);
+    } else {
+        Py_XDECREF(cause);
+    }
+    Py_XDECREF(expects);
+    Py_XDECREF(name);
+    Py_XDECREF(got);
+    return -1;
+}
+
+/* A list element that is not an int64, described: "a list of str
+ * (element 1 is 'a')". */
+static int wrong_element(opy_op *o, int i, PyObject *seq, Py_ssize_t j, PyObject *item,
+                         int overflow)
+{
+    return wrong_value(o, i, "a %s of %s (element %zd is %R%s)", Py_TYPE(seq)->tp_name,
+                       Py_TYPE(item)->tp_name, j, item, overflow ? ", out of int64 range" : "");
+}
+
+/* The list is copied first: __index__ may change it (or drop its items)
+ * while it is read. */
 static int convert_ints(opy_op *o, int i, PyObject *seq, call_frame *f)
 {
-    PyObject *fast = PySequence_Fast(seq, "");
-    if (!fast)
+    PyObject *items = PySequence_Tuple(seq);
+    if (!items)
         return -1;
-    Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
+    Py_ssize_t len = PyTuple_GET_SIZE(items);
     int rc = 0;
-    if (len > OPY_MAX_LIST) {
-        PyObject *name = arg_label(o, i);
-        opy_raise(opy.CallError, OPJIT_ECALL, "%U: argument '%S': a list of %zd ints is too long",
-                  o->name, name, len);
-        Py_XDECREF(name);
-        rc = -1;
-    }
+    if (len > OPY_MAX_LIST)
+        rc = wrong_value(o, i, "a %s of %zd (too long: opjit takes at most %d)",
+                         Py_TYPE(seq)->tp_name, len, OPY_MAX_LIST);
     for (Py_ssize_t j = 0; !rc && j < len; j++) {
-        PyObject *item = PyNumber_Index(PySequence_Fast_GET_ITEM(fast, j));
+        PyObject *item = PyNumber_Index(PyTuple_GET_ITEM(items, j));
         int overflow = 0;
         long long x = item ? PyLong_AsLongLongAndOverflow(item, &overflow) : -1;
         Py_XDECREF(item);
-        if (!item || overflow || (x == -1 && PyErr_Occurred())) {
-            PyObject *name = arg_label(o, i);
-            opy_raise(opy.CallError, OPJIT_ECALL,
-                      "%U: argument '%S': element %zd of the list is not an int64 (%R)", o->name,
-                      name, j, PySequence_Fast_GET_ITEM(fast, j));
-            Py_XDECREF(name);
-            rc = -1;
-        }
+        if (!item || overflow || (x == -1 && PyErr_Occurred()))
+            rc = wrong_element(o, i, seq, j, PyTuple_GET_ITEM(items, j), overflow);
         f->ints[i][j] = x;
     }
-    Py_DECREF(fast);
+    Py_DECREF(items);
     if (!rc)
         f->v[i] = opjit_ints(f->ints[i], (int)len);
     return rc;
@@ -166,8 +211,9 @@ static int convert_tensor(opy_op *o, int i, PyObject *obj, opy_framework fw, cal
         return -1;
     }
     f->nborrowed++;
-    if (!f->first) {
+    if (!f->first || i < f->first_index) {
         f->first = obj;
+        f->first_index = i;
         f->fw = fw;
         f->first_tensor = b->tensor;
     }
@@ -194,11 +240,10 @@ static int convert_number(opy_op *o, int i, PyObject *obj, call_frame *f)
             return 0;
         }
     }
-    PyObject *name = arg_label(o, i);
-    opy_raise(opy.CallError, OPJIT_ECALL, "%U: argument '%S': %R is not an int64 or a float",
-              o->name, name, obj);
-    Py_XDECREF(name);
-    return -1;
+    if (PyLong_Check(obj))
+        return wrong_value(o, i, "an int out of int64 range (%R)", obj);
+    return wrong_value(o, i, "%s (%R), which is not an int64 or a float", Py_TYPE(obj)->tp_name,
+                       obj);
 }
 
 /* A str argument: its UTF-8, owned by obj, which the caller holds for the
@@ -219,8 +264,10 @@ static int convert_str(opy_op *o, int i, PyObject *obj, call_frame *f)
     return -1;
 }
 
+/* Everything but tensors, which are only recognised here: see lend_tensors. */
 static int convert(opy_op *o, int i, PyObject *obj, call_frame *f)
 {
+    f->tensor_fw[i] = OPY_FW_NONE;
     if (!obj || obj == Py_None) {
         f->v[i] = opjit_none(); /* the default, or None for Tensor? */
         return 0;
@@ -238,8 +285,10 @@ static int convert(opy_op *o, int i, PyObject *obj, call_frame *f)
     if (PyUnicode_Check(obj))
         return convert_str(o, i, obj, f);
     opy_framework fw = opy_tensor_kind(obj);
-    if (fw != OPY_FW_NONE)
-        return convert_tensor(o, i, obj, fw, f);
+    if (fw != OPY_FW_NONE) {
+        f->tensor_fw[i] = fw;
+        return 0;
+    }
     if (PyList_Check(obj) || PyTuple_Check(obj))
         return convert_ints(o, i, obj, f);
     if (opy.np_bool && Py_TYPE(obj) == opy.np_bool) {
@@ -249,13 +298,29 @@ static int convert(opy_op *o, int i, PyObject *obj, call_frame *f)
     PyNumberMethods *nb = Py_TYPE(obj)->tp_as_number;
     if (PyIndex_Check(obj) || (nb && nb->nb_float))
         return convert_number(o, i, obj, f);
-    PyObject *name = arg_label(o, i);
-    opy_raise(opy.CallError, OPJIT_ECALL,
-              "%U: argument '%S': cannot pass a %s (expected a tensor: an object with __dlpack__ "
-              "or a DLPack capsule; or an int, float, bool, str, list of ints or None)",
-              o->name, name, Py_TYPE(obj)->tp_name);
-    Py_XDECREF(name);
-    return -1;
+    return wrong_value(o, i, "%s", Py_TYPE(obj)->tp_name);
+}
+
+/* Take the tensors once every other argument is converted, the ones whose
+ * export runs Python code (another producer's __dlpack__, a numpy subclass)
+ * before torch's, numpy's and capsules: Python code run after a tensor was
+ * taken could resize it or consume its capsule, freeing what the call
+ * reads. (Capsules are also lent under another name: see tensor.c.) */
+static int lend_tensors(opy_op *o, PyObject **bound, int n, call_frame *f)
+{
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            opy_framework fw = f->tensor_fw[i];
+            if (fw == OPY_FW_NONE)
+                continue;
+            int runs_code = fw == OPY_FW_OTHER ||
+                            (fw == OPY_FW_NUMPY && Py_TYPE(bound[i]) != opy.np_ndarray);
+            if (runs_code != (pass == 0))
+                continue;
+            if (convert_tensor(o, i, bound[i], fw, f) < 0)
+                return -1;
+        }
+    return 0;
 }
 
 /* ---- into the runtime, on the right CUDA stream ------------------------------------- */
@@ -268,7 +333,9 @@ static int cuda_stream_for(int dev, opy_framework fw, void **stream)
     *stream = NULL;
     if (fw != OPY_FW_TORCH || !opy.torch_stream_hook)
         return 0;
-    PyObject *s = PyObject_CallFunction(opy.torch_stream_hook, "i", dev);
+    PyObject *hook = Py_NewRef(opy.torch_stream_hook); /* it may replace itself */
+    PyObject *s = PyObject_CallFunction(hook, "i", dev);
+    Py_DECREF(hook);
     if (!s)
         return -1;
     *stream = PyLong_AsVoidPtr(s);
@@ -368,12 +435,13 @@ static PyObject *op_vectorcall(PyObject *self, PyObject *const *args, size_t nar
     f.nborrowed = 0;
     f.fw = OPY_FW_NONE;
     f.first = NULL;
+    f.first_index = 0;
     f.first_tensor = NULL;
     PyObject *result = NULL;
     int i = 0;
     while (i < n && convert(o, i, bound[i], &f) == 0)
         i++;
-    if (i == n) {
+    if (i == n && lend_tensors(o, bound, n, &f) == 0) {
         DLManagedTensor *outs[OPY_MAX_OUTS] = {0};
         int rc = runtime_call(o->rt, o->op, f.v, n, outs, OPY_MAX_OUTS, f.first_tensor,
                                   f.fw);

@@ -60,6 +60,7 @@ typedef struct opy_runtime {
      * holds it for writing. Always taken with the GIL released. */
     pthread_rwlock_t cuda_lock;
     int cuda_lock_ready;
+    int initializing; /* __init__ is making rt (with the GIL released) */
     struct {
         int set;
         void *stream;
@@ -81,6 +82,7 @@ typedef struct opy_op {
 /* A tensor argument, borrowed for one call: keep holds what owns it. */
 typedef struct opy_borrowed {
     PyObject *keep;     /* a capsule (or NULL) */
+    int lent;           /* keep is lent under another name until released */
     DLTensor *tensor;
 } opy_borrowed;
 

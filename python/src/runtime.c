@@ -9,20 +9,27 @@
 
 /* ---- construction ---------------------------------------------------------------- */
 
-/* ops_path: a str/PathLike, or an iterable of them, into "a:b:c" bytes. */
+/* ops_path: a str/PathLike, or an iterable of them, into "a:b:c" bytes.
+ * The list is copied first: __fspath__ may change it while it is read. */
 static PyObject *ops_path_bytes(PyObject *obj)
 {
     PyObject *one = NULL;
     if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyObject_HasAttrString(obj, "__fspath__"))
         return PyUnicode_FSConverter(obj, &one) ? one : NULL;
-    PyObject *items = PySequence_Fast(obj, "ops_path: expected a path or a list of paths");
-    if (!items)
+    PyObject *items = PySequence_Tuple(obj);
+    if (!items) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "ops_path: expected a path or a list of paths, got %s",
+                         Py_TYPE(obj)->tp_name);
+        }
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(items);
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(items);
     PyObject *parts = PyList_New(n);
     for (Py_ssize_t i = 0; parts && i < n; i++) {
         PyObject *b = NULL;
-        if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(items, i), &b))
+        if (!PyUnicode_FSConverter(PyTuple_GET_ITEM(items, i), &b))
             Py_CLEAR(parts);
         else
             PyList_SET_ITEM(parts, i, b);
@@ -43,49 +50,70 @@ static int tristate(PyObject *obj)
     return obj == Py_None ? -1 : PyObject_IsTrue(obj);
 }
 
+/* The settings Runtime() takes, held: a C caller's kwargs dict may be one
+ * that Python code run by __fspath__ or __bool__ empties. */
+enum { ARG_OPS_PATH, ARG_CACHE_DIR, ARG_TIERING, ARG_OFFLINE, ARG_ARCHS, ARG_COUNT };
+
+/* cfg from the arguments; *keep holds the bytes cfg points into. */
+static int make_config(PyObject *const a[ARG_COUNT], opjit_config *cfg, PyObject *keep[3])
+{
+    opjit_config_init(cfg);
+    if (a[ARG_OPS_PATH] != Py_None && !(keep[0] = ops_path_bytes(a[ARG_OPS_PATH])))
+        return -1;
+    if (a[ARG_CACHE_DIR] != Py_None && !PyUnicode_FSConverter(a[ARG_CACHE_DIR], &keep[1]))
+        return -1;
+    if (a[ARG_ARCHS] != Py_None && !PyUnicode_FSConverter(a[ARG_ARCHS], &keep[2]))
+        return -1;
+    if ((cfg->tiering = tristate(a[ARG_TIERING])) == -1 && PyErr_Occurred())
+        return -1;
+    if ((cfg->offline = tristate(a[ARG_OFFLINE])) == -1 && PyErr_Occurred())
+        return -1;
+    cfg->ops_path = keep[0] ? PyBytes_AS_STRING(keep[0]) : NULL;
+    cfg->cache_dir = keep[1] ? PyBytes_AS_STRING(keep[1]) : NULL;
+    cfg->cuda_archs = keep[2] ? PyBytes_AS_STRING(keep[2]) : NULL;
+    return 0;
+}
+
+/* The runtime is made with the GIL released into a local, and stored with
+ * the GIL held; r->initializing turns other threads' __init__ away
+ * meanwhile. */
 static int runtime_init(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"ops_path", "cache_dir", "tiering", "offline", "cuda_archs", NULL};
     opy_runtime *r = (opy_runtime *)self;
-    PyObject *ops_path = Py_None, *cache_dir = Py_None, *tiering = Py_None, *offline = Py_None;
-    PyObject *archs = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOO$OO:Runtime", kwlist, &ops_path, &cache_dir,
-                                     &tiering, &offline, &archs))
+    PyObject *a[ARG_COUNT] = {Py_None, Py_None, Py_None, Py_None, Py_None};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOO$OO:Runtime", kwlist, &a[ARG_OPS_PATH],
+                                     &a[ARG_CACHE_DIR], &a[ARG_TIERING], &a[ARG_OFFLINE],
+                                     &a[ARG_ARCHS]))
         return -1;
-    if (r->rt) {
+    if (r->rt || r->initializing) {
         PyErr_SetString(PyExc_RuntimeError, "Runtime.__init__ may run once");
         return -1;
     }
+    r->initializing = 1;
+    for (int i = 0; i < ARG_COUNT; i++)
+        Py_INCREF(a[i]);
     opjit_config cfg;
-    opjit_config_init(&cfg);
-    PyObject *path_b = NULL, *cache_b = NULL, *archs_b = NULL;
-    int rc = -1;
-    if (ops_path != Py_None && !(path_b = ops_path_bytes(ops_path)))
-        goto done;
-    if (cache_dir != Py_None && !PyUnicode_FSConverter(cache_dir, &cache_b))
-        goto done;
-    if (archs != Py_None && !PyUnicode_FSConverter(archs, &archs_b))
-        goto done;
-    if ((cfg.tiering = tristate(tiering)) == -1 && PyErr_Occurred())
-        goto done;
-    if ((cfg.offline = tristate(offline)) == -1 && PyErr_Occurred())
-        goto done;
-    cfg.ops_path = path_b ? PyBytes_AS_STRING(path_b) : NULL;
-    cfg.cache_dir = cache_b ? PyBytes_AS_STRING(cache_b) : NULL;
-    cfg.cuda_archs = archs_b ? PyBytes_AS_STRING(archs_b) : NULL;
-    int status;
-    Py_BEGIN_ALLOW_THREADS
-    status = opjit_create(&cfg, &r->rt); /* copies what it keeps of cfg */
-    Py_END_ALLOW_THREADS
-    if (status)
-        opy_raise(opy.Error, status, "opjit_create: %s (%s)", opjit_errstr(status),
-                  opjit_status_name(status));
-    else
-        rc = 0;
-done:
-    Py_XDECREF(path_b);
-    Py_XDECREF(cache_b);
-    Py_XDECREF(archs_b);
+    PyObject *keep[3] = {NULL, NULL, NULL};
+    int rc = make_config(a, &cfg, keep);
+    if (rc == 0) {
+        opjit_runtime *rt = NULL;
+        int status;
+        Py_BEGIN_ALLOW_THREADS
+        status = opjit_create(&cfg, &rt); /* copies what it keeps of cfg */
+        Py_END_ALLOW_THREADS
+        if (status) {
+            opy_raise(opy.Error, status, "opjit_create: %s (%s)", opjit_errstr(status),
+                      opjit_status_name(status));
+            rc = -1;
+        }
+        r->rt = rt;
+    }
+    r->initializing = 0;
+    for (int i = 0; i < 3; i++)
+        Py_XDECREF(keep[i]);
+    for (int i = 0; i < ARG_COUNT; i++)
+        Py_DECREF(a[i]);
     return rc;
 }
 
@@ -117,12 +145,13 @@ static int is_finalizing(void)
 static void runtime_dealloc(PyObject *self)
 {
     opy_runtime *r = (opy_runtime *)self;
-    if (r->rt) {
+    opjit_runtime *rt = r->rt;
+    if (rt) {
         if (is_finalizing()) {
-            opjit_destroy(r->rt);
+            opjit_destroy(rt);
         } else {
             Py_BEGIN_ALLOW_THREADS
-            opjit_destroy(r->rt);
+            opjit_destroy(rt);
             Py_END_ALLOW_THREADS
         }
     }
@@ -147,10 +176,12 @@ static PyObject *runtime_load_op(PyObject *self, PyObject *spec)
     PyObject *b = NULL;
     if (ready(r) < 0 || !PyUnicode_FSConverter(spec, &b))
         return NULL;
+    opjit_runtime *rt = r->rt;
+    const char *text = PyBytes_AS_STRING(b);
     opjit_op *op = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = opjit_load_op(r->rt, PyBytes_AS_STRING(b), &op);
+    rc = opjit_load_op(rt, text, &op);
     Py_END_ALLOW_THREADS
     Py_DECREF(b);
     if (rc)
@@ -217,9 +248,10 @@ static PyObject *runtime_wait(PyObject *self, PyObject *unused)
     opy_runtime *r = (opy_runtime *)self;
     if (ready(r) < 0)
         return NULL;
+    opjit_runtime *rt = r->rt;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = opjit_wait(r->rt);
+    rc = opjit_wait(rt);
     Py_END_ALLOW_THREADS
     if (rc)
         return opy_raise_status(r->rt, rc);
@@ -232,9 +264,11 @@ static PyObject *runtime_unload(PyObject *self, PyObject *spec)
     PyObject *b = NULL;
     if (ready(r) < 0 || !PyUnicode_FSConverter(spec, &b))
         return NULL;
+    opjit_runtime *rt = r->rt;
+    const char *text = PyBytes_AS_STRING(b);
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = opjit_unload(r->rt, PyBytes_AS_STRING(b));
+    rc = opjit_unload(rt, text);
     Py_END_ALLOW_THREADS
     Py_DECREF(b);
     if (rc)

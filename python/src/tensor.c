@@ -4,7 +4,8 @@
  * In: a torch.Tensor (torch._C._to_dlpack, skipping Tensor.__dlpack__'s
  * Python code), a numpy array or any object with __dlpack__, or a raw
  * "dltensor" capsule. The capsule is held for the call and released
- * unconsumed afterwards, so its producer's deleter runs when it dies.
+ * unconsumed afterwards, so its producer's deleter runs when it dies;
+ * meanwhile it is lent under another name, so nothing consumes it.
  *
  * Out: an opjit output (a DLManagedTensor whose deleter frees opjit's
  * block) handed to the framework of the first tensor argument: torch takes
@@ -33,6 +34,85 @@ opy_framework opy_tensor_kind(PyObject *obj)
     return OPY_FW_NONE;
 }
 
+/* ---- capsules lent to calls ---- */
+
+/* A capsule Python code can reach (the caller's, or one its producer kept)
+ * could be consumed while a call uses its tensor, by the __dlpack__ of a
+ * later argument or by another thread while the call runs without the GIL,
+ * and the tensor freed under the call. So while calls hold it, it carries
+ * a name no DLPack consumer takes, and gets its own back when the last of
+ * them is over. Touched with the GIL held only. */
+static const char LENT_NAME[] = "opjit_lent_dltensor";
+
+typedef struct lent_capsule {
+    PyObject *cap;    /* borrowed: each call lending it holds it */
+    const char *name; /* the producer's, put back at the end */
+    Py_ssize_t calls;
+} lent_capsule;
+
+static struct {
+    lent_capsule *v;
+    Py_ssize_t n, cap;
+} lent;
+
+/* NULL, with the TypeError for a capsule that is not "dltensor". */
+static DLManagedTensor *not_a_dltensor(PyObject *cap)
+{
+    const char *name = PyCapsule_CheckExact(cap) ? PyCapsule_GetName(cap) : NULL;
+    PyErr_Format(PyExc_TypeError,
+                 name && !strcmp(name, "used_dltensor")
+                     ? "the DLPack capsule was already consumed"
+                     : "expected a DLPack capsule named \"dltensor\", got %R",
+                 cap);
+    return NULL;
+}
+
+static lent_capsule *find_lent(PyObject *cap)
+{
+    for (Py_ssize_t i = 0; i < lent.n; i++)
+        if (lent.v[i].cap == cap)
+            return &lent.v[i];
+    return NULL;
+}
+
+/* The tensor of a "dltensor" capsule or of one already lent, lent once more;
+ * NULL with an exception set if it is neither. */
+static DLManagedTensor *lend_capsule(PyObject *cap)
+{
+    lent_capsule *l = find_lent(cap);
+    if (l) {
+        l->calls++;
+        return PyCapsule_GetPointer(cap, LENT_NAME);
+    }
+    if (!PyCapsule_IsValid(cap, "dltensor"))
+        return not_a_dltensor(cap);
+    if (lent.n == lent.cap) {
+        Py_ssize_t n = lent.cap ? 2 * lent.cap : 16;
+        lent_capsule *v = PyMem_Realloc(lent.v, (size_t)n * sizeof *v);
+        if (!v)
+            return PyErr_NoMemory(), NULL;
+        lent.v = v;
+        lent.cap = n;
+    }
+    const char *name = PyCapsule_GetName(cap);
+    DLManagedTensor *mt = PyCapsule_GetPointer(cap, "dltensor");
+    if (PyCapsule_SetName(cap, LENT_NAME) < 0)
+        return NULL;
+    lent.v[lent.n++] = (lent_capsule){cap, name, 1};
+    return mt;
+}
+
+static void return_capsule(PyObject *cap)
+{
+    lent_capsule *l = find_lent(cap);
+    if (!l || --l->calls > 0)
+        return;
+    PyCapsule_SetName(cap, l->name); /* cannot fail on a valid capsule */
+    *l = lent.v[--lent.n];
+}
+
+/* ---- borrowing ---- */
+
 int opy_borrow_tensor(PyObject *obj, opy_framework fw, opy_borrowed *out)
 {
     PyObject *cap;
@@ -44,24 +124,30 @@ int opy_borrow_tensor(PyObject *obj, opy_framework fw, opy_borrowed *out)
         cap = PyObject_CallMethodNoArgs(obj, opy.s_dlpack);
     if (!cap)
         return -1;
-    if (!PyCapsule_IsValid(cap, "dltensor")) {
-        const char *name = PyCapsule_CheckExact(cap) ? PyCapsule_GetName(cap) : NULL;
-        PyErr_Format(PyExc_TypeError,
-                     name && !strcmp(name, "used_dltensor")
-                         ? "the DLPack capsule was already consumed"
-                         : "expected a DLPack capsule named \"dltensor\", got %R",
-                     cap);
+    /* torch's capsule is new and ours alone (nothing else can consume it);
+     * any other may be reachable, and is lent. */
+    int lend = fw != OPY_FW_TORCH;
+    DLManagedTensor *mt;
+    if (lend)
+        mt = lend_capsule(cap);
+    else if (PyCapsule_IsValid(cap, "dltensor"))
+        mt = PyCapsule_GetPointer(cap, "dltensor");
+    else
+        mt = not_a_dltensor(cap);
+    if (!mt) {
         Py_DECREF(cap);
         return -1;
     }
-    DLManagedTensor *mt = PyCapsule_GetPointer(cap, "dltensor");
     out->keep = cap;
+    out->lent = lend;
     out->tensor = &mt->dl_tensor;
     return 0;
 }
 
 void opy_release_tensor(opy_borrowed *b)
 {
+    if (b->keep && b->lent)
+        return_capsule(b->keep);
     Py_CLEAR(b->keep); /* unconsumed: its destructor calls the producer's deleter */
     b->tensor = NULL;
 }
@@ -229,9 +315,12 @@ static PyObject *module_from_dlpack(PyObject *obj)
     if (modname && PyUnicode_Check(modname)) {
         Py_ssize_t dot = PyUnicode_FindChar(modname, '.', 0, PyUnicode_GET_LENGTH(modname), 1);
         PyObject *top = dot >= 0 ? PyUnicode_Substring(modname, 0, dot) : Py_NewRef(modname);
+        /* held: its __getattr__ may take it out of sys.modules */
         PyObject *mod = top ? PyDict_GetItemWithError(PyImport_GetModuleDict(), top) : NULL;
+        Py_XINCREF(mod);
         if (mod)
             fn = PyObject_GetAttr(mod, opy.s_from_dlpack);
+        Py_XDECREF(mod);
         Py_XDECREF(top);
     }
     Py_XDECREF(modname);
