@@ -39,7 +39,7 @@
 
 #define REDIS_MAX_REPLY (1u << 20)      /* a reply to anything but GET */
 #define REDIS_MAX_ELEMENTS (1 << 20)    /* of one array in a reply */
-#define REDIS_READ_CHUNK 65536
+#define REDIS_READ_CHUNK 16384
 
 struct redis_link {
     char *url;       /* as given, for messages */
@@ -242,11 +242,14 @@ static int redis_dial_one(const struct sockaddr *addr, socklen_t len, int64_t de
     return fd;
 }
 
-/* Connect r's socket within connect_ms. The fd, or -1 and why. (A host
- * name's lookup is not bounded: the README says to name it by address.) */
-static int redis_dial(const redis_link *r, char *why, size_t whylen)
+/* Connect r's socket within connect_ms, and by the request's deadline.
+ * The fd, or -1 and why. (A host name's lookup is not bounded: the README
+ * says to name the server by address.) */
+static int redis_dial(const redis_link *r, int64_t request_deadline, char *why, size_t whylen)
 {
     int64_t deadline = redis_now_ms() + r->connect_ms;
+    if (deadline > request_deadline)
+        deadline = request_deadline;
     int fd = -1;
     if (r->path) {
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -384,7 +387,7 @@ static void redis_why(int rc, const redis_link *r, char *why, size_t whylen)
 /* Connect (and select the database) by deadline. 0, or -1 and why. */
 static int redis_connect(redis_link *r, int64_t deadline, char *why, size_t whylen)
 {
-    if ((r->fd = redis_dial(r, why, whylen)) < 0)
+    if ((r->fd = redis_dial(r, deadline, why, whylen)) < 0)
         return -1;
     if (!(r->reader = redis_reader_new())) {
         snprintf(why, whylen, "out of memory");
