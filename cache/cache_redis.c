@@ -201,19 +201,21 @@ static redisReader *redis_reader_new(void)
 /* ---- the socket ---------------------------------------------------------------- */
 
 /* Wait until fd is ready for events, at most until deadline (monotonic
- * ms). 0, or -1 with errno (ETIMEDOUT when the time is up). */
+ * ms). 0, or -1 with errno (ETIMEDOUT when the time is up). A process
+ * that was not scheduled until past the deadline still looks once: what
+ * is there already was not late. */
 static int redis_wait(int fd, short events, int64_t deadline)
 {
     for (;;) {
         int64_t left = deadline - redis_now_ms();
-        if (left <= 0) {
+        struct pollfd p = {fd, events, 0};
+        int n = poll(&p, 1, left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left);
+        if (n > 0)
+            return 0;
+        if (n == 0 && left <= 0) {
             errno = ETIMEDOUT;
             return -1;
         }
-        struct pollfd p = {fd, events, 0};
-        int n = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
-        if (n > 0)
-            return 0;
         if (n < 0 && errno != EINTR)
             return -1;
     }
