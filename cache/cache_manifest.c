@@ -596,7 +596,7 @@ int cache_scan_artifacts(int dirfd, int sync, cache_artifact **out, int *nout,
 {
     *out = NULL;
     *nout = 0;
-    int dfd = dup(dirfd);
+    int dfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
     DIR *d = dfd < 0 ? NULL : fdopendir(dfd);
     if (!d) {
         if (dfd >= 0)

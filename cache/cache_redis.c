@@ -1,29 +1,45 @@
 /*
- * cache/cache_redis.c - the connection to the remote cache's Redis server
- * (hiredis, blocking, with time limits), shared by the threads of a cache.
+ * cache/cache_redis.c - the connection to the remote cache's Redis server,
+ * shared by the threads of a cache. hiredis formats commands and parses
+ * replies; the socket and its time limits are ours.
  *
- * Never a hang: connecting is bounded by connect_ms and every read or
- * write of a request by timeout_ms. A failure (refused, timed out, reset)
+ * Never a hang: connecting is bounded by connect_ms, and each request
+ * (sending the command and receiving the whole reply) by timeout_ms, however
+ * slowly the server sends. Never unbounded memory: a reply over the
+ * request's limit is refused from its header, before its body is read (the
+ * connection is then dropped). A failure (refused, timed out, reset)
  * costs that once: the link then backs off for backoff_ms, every command
  * failing at once, and says so with one warning per outage. A connection
  * that broke while idle (the server restarted) is reopened once at once.
- * A process forked with an open connection drops it (never shares it).
+ * The socket is close-on-exec, and a process forked with an open
+ * connection drops it (never shares it).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include <hiredis/hiredis.h>
 
 #include "opjit.h"
 #include "cache/cache_int.h"
 #include "cache/cache_remote.h"
+
+#define REDIS_MAX_REPLY (1u << 20)      /* a reply to anything but GET */
+#define REDIS_MAX_ELEMENTS (1 << 20)    /* of one array in a reply */
+#define REDIS_READ_CHUNK 16384
 
 struct redis_link {
     char *url;       /* as given, for messages */
@@ -33,8 +49,9 @@ struct redis_link {
     int db;
     int connect_ms, timeout_ms, backoff_ms;
     pthread_mutex_t mu;
-    redisContext *ctx;
-    pid_t pid;       /* the process ctx belongs to */
+    int fd;          /* the connection, or -1 */
+    redisReader *reader; /* its reply parser */
+    pid_t pid;       /* the process fd belongs to */
     int64_t down_until; /* monotonic ms; 0: up */
     int warned;      /* this outage was warned about */
 };
@@ -103,6 +120,7 @@ redis_link *redis_link_new(const char *url, int connect_ms, int timeout_ms, int 
         return NULL;
     }
     pthread_mutex_init(&r->mu, NULL);
+    r->fd = -1;
     if (!(r->url = strdup(url))) {
         redis_link_free(r);
         snprintf(why, whylen, "out of memory");
@@ -125,12 +143,22 @@ redis_link *redis_link_new(const char *url, int connect_ms, int timeout_ms, int 
     return r;
 }
 
+/* Drop the connection (the protocol state with it). */
+static void redis_close(redis_link *r)
+{
+    if (r->fd >= 0)
+        close(r->fd);
+    r->fd = -1;
+    if (r->reader)
+        redisReaderFree(r->reader);
+    r->reader = NULL;
+}
+
 void redis_link_free(redis_link *r)
 {
     if (!r)
         return;
-    if (r->ctx)
-        redisFree(r->ctx);
+    redis_close(r);
     pthread_mutex_destroy(&r->mu);
     free(r->url);
     free(r->host);
@@ -140,115 +168,292 @@ void redis_link_free(redis_link *r)
 
 const char *redis_link_url(const redis_link *r) { return r->url; }
 
-static struct timeval redis_tv(int ms)
+/* ---- replies: hiredis's objects, arrays bounded ----------------------------- */
+
+static redisReplyObjectFunctions redis_fns;
+static void *(*redis_array_default)(const redisReadTask *, int);
+static pthread_once_t redis_fns_once = PTHREAD_ONCE_INIT;
+
+/* An array header is a count the server chooses: hiredis would allocate
+ * that many pointers before a byte of the elements came. */
+static void *redis_array_bounded(const redisReadTask *task, int elements)
 {
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    return tv;
+    return elements > REDIS_MAX_ELEMENTS ? NULL : redis_array_default(task, elements);
 }
 
-/* Connect (and select the database). NULL and why on failure. */
-static redisContext *redis_connect(redis_link *r, char *why, size_t whylen)
+static void redis_fns_init(void)
 {
-    redisContext *ctx = r->path ? redisConnectUnixWithTimeout(r->path, redis_tv(r->connect_ms))
-                                : redisConnectWithTimeout(r->host, r->port, redis_tv(r->connect_ms));
-    if (!ctx || ctx->err) {
-        snprintf(why, whylen, "cannot connect: %s", ctx ? ctx->errstr : "out of memory");
-        if (ctx)
-            redisFree(ctx);
-        return NULL;
-    }
-    if (redisSetTimeout(ctx, redis_tv(r->timeout_ms)) != REDIS_OK) {
-        snprintf(why, whylen, "cannot set a time limit: %s", ctx->errstr);
-        redisFree(ctx);
-        return NULL;
-    }
-    if (r->db) {
-        redisReply *rep = redisCommand(ctx, "SELECT %d", r->db);
-        int ok = rep && rep->type == REDIS_REPLY_STATUS;
-        if (!ok)
-            snprintf(why, whylen, "SELECT %d failed: %s", r->db,
-                     rep && rep->type == REDIS_REPLY_ERROR ? rep->str : ctx->errstr);
-        if (rep)
-            freeReplyObject(rep);
-        if (!ok) {
-            redisFree(ctx);
-            return NULL;
+    redisReader *d = redisReaderCreate();
+    if (!d)
+        return;
+    redis_fns = *d->fn;
+    redis_array_default = d->fn->createArray;
+    redis_fns.createArray = redis_array_bounded;
+    redisReaderFree(d);
+}
+
+static redisReader *redis_reader_new(void)
+{
+    pthread_once(&redis_fns_once, redis_fns_init);
+    return redis_array_default ? redisReaderCreateWithFunctions(&redis_fns) : NULL;
+}
+
+/* ---- the socket ---------------------------------------------------------------- */
+
+/* Wait until fd is ready for events, at most until deadline (monotonic
+ * ms). 0, or -1 with errno (ETIMEDOUT when the time is up). A process
+ * that was not scheduled until past the deadline still looks once: what
+ * is there already was not late. */
+static int redis_wait(int fd, short events, int64_t deadline)
+{
+    for (;;) {
+        int64_t left = deadline - redis_now_ms();
+        struct pollfd p = {fd, events, 0};
+        int n = poll(&p, 1, left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left);
+        if (n > 0)
+            return 0;
+        if (n == 0 && left <= 0) {
+            errno = ETIMEDOUT;
+            return -1;
         }
+        if (n < 0 && errno != EINTR)
+            return -1;
     }
-    return ctx;
 }
 
-/* hiredis write()s: writing to a connection the server closed raises
- * SIGPIPE, which would kill the host. It is blocked in this thread around
- * our I/O, and one raised meanwhile is taken off before unblocking. */
-static int redis_sigpipe_block(sigset_t *old)
+/* A connected, non-blocking, close-on-exec socket to addr; -1 and errno. */
+static int redis_dial_one(const struct sockaddr *addr, socklen_t len, int64_t deadline)
 {
-    sigset_t set, pending;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    sigpending(&pending);
-    pthread_sigmask(SIG_BLOCK, &set, old);
-    return sigismember(&pending, SIGPIPE) == 1; /* the host's own, left alone */
+    int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    int e = 0;
+    socklen_t elen = sizeof e;
+    if (connect(fd, addr, len) != 0 &&
+        (errno != EINPROGRESS || redis_wait(fd, POLLOUT, deadline) != 0 ||
+         getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &elen) != 0 || (errno = e) != 0)) {
+        e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    if (addr->sa_family != AF_UNIX) { /* requests are small: no Nagle delay */
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    return fd;
 }
 
-static void redis_sigpipe_restore(const sigset_t *old, int was_pending)
+/* Connect r's socket within connect_ms, and by the request's deadline.
+ * The fd, or -1 and why. (A host name's lookup is not bounded: the README
+ * says to name the server by address.) */
+static int redis_dial(const redis_link *r, int64_t request_deadline, char *why, size_t whylen)
 {
-    sigset_t set, pending;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    sigpending(&pending);
-    if (!was_pending && sigismember(&pending, SIGPIPE) == 1) {
-        struct timespec zero = {0, 0};
-        while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR)
-            ;
+    int64_t deadline = redis_now_ms() + r->connect_ms;
+    if (deadline > request_deadline)
+        deadline = request_deadline;
+    int fd = -1;
+    if (r->path) {
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", r->path);
+        fd = redis_dial_one((const struct sockaddr *)&sa, sizeof sa, deadline);
+    } else {
+        char port[16];
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                                 .ai_flags = AI_NUMERICSERV}, *ai = NULL;
+        snprintf(port, sizeof port, "%d", r->port);
+        int g = getaddrinfo(r->host, port, &hints, &ai);
+        if (g != 0) {
+            snprintf(why, whylen, "cannot connect: %s: %s", r->host, gai_strerror(g));
+            return -1;
+        }
+        errno = EADDRNOTAVAIL;
+        for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next)
+            fd = redis_dial_one(a->ai_addr, a->ai_addrlen, deadline);
+        freeaddrinfo(ai);
     }
-    pthread_sigmask(SIG_SETMASK, old, NULL);
+    if (fd < 0)
+        snprintf(why, whylen, "cannot connect: %s",
+                 errno == ETIMEDOUT ? "no answer in time" : strerror(errno));
+    return fd;
+}
+
+/* Send all n bytes by deadline. 0, or -1 and errno. MSG_NOSIGNAL: a
+ * connection the server closed is an error, never a SIGPIPE. */
+static int redis_send(int fd, const char *p, size_t n, int64_t deadline)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (redis_wait(fd, POLLOUT, deadline) != 0)
+                return -1;
+            continue;
+        }
+        if (w == 0)
+            errno = EPIPE;
+        return -1;
+    }
+    return 0;
+}
+
+enum { LINK_IO = -1, LINK_LATE = -2, LINK_BIG = -3, LINK_PROTO = -4 };
+
+/* What a reply's first line announces: LINK_BIG when it is a string
+ * longer than max. head collects the line across reads. */
+static int redis_head(char head[32], size_t *hl, const char *p, size_t n, size_t max)
+{
+    if (*hl >= 31 || memchr(head, '\n', *hl))
+        return 0;
+    size_t take = n < 31 - *hl ? n : 31 - *hl;
+    memcpy(head + *hl, p, take);
+    *hl += take;
+    head[*hl] = '\0';
+    if (head[0] != '$' || !strchr(head, '\n'))
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(head + 1, &end, 10);
+    return head[1] != '-' && (errno || v > max) ? LINK_BIG : 0;
+}
+
+/* Receive one whole reply by deadline, at most max bytes of it (and its
+ * framing). 0 (*out set) or a LINK_ error. */
+static int redis_recv(redis_link *r, size_t max, int64_t deadline, redisReply **out)
+{
+    char buf[REDIS_READ_CHUNK], head[32] = "";
+    size_t hl = 0, got = 0;
+    void *rep = NULL;
+    for (;;) {
+        if (redisReaderGetReply(r->reader, &rep) != REDIS_OK)
+            return LINK_PROTO;
+        if (rep) {
+            *out = rep;
+            return 0;
+        }
+        if (redis_wait(r->fd, POLLIN, deadline) != 0)
+            return errno == ETIMEDOUT ? LINK_LATE : LINK_IO;
+        ssize_t n = read(r->fd, buf, sizeof buf);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+            continue;
+        if (n <= 0) {
+            if (n == 0)
+                errno = ECONNRESET;
+            return LINK_IO;
+        }
+        got += (size_t)n;
+        if (redis_head(head, &hl, buf, (size_t)n, max) || got > max + 64)
+            return LINK_BIG;
+        if (redisReaderFeed(r->reader, buf, (size_t)n) != REDIS_OK)
+            return LINK_PROTO;
+    }
+}
+
+/* One command and its reply on r's connection, by deadline. 0 (*out set)
+ * or a LINK_ error. */
+static int redis_exchange(redis_link *r, int argc, const char **argv, const size_t *lens,
+                          size_t max, int64_t deadline, redisReply **out)
+{
+    char *cmd = NULL;
+    int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+    if (len < 0) {
+        errno = ENOMEM;
+        return LINK_IO;
+    }
+    int rc = redis_send(r->fd, cmd, (size_t)len, deadline);
+    redisFreeCommand(cmd);
+    if (rc != 0)
+        return errno == ETIMEDOUT ? LINK_LATE : LINK_IO;
+    return redis_recv(r, max, deadline, out);
+}
+
+static void redis_why(int rc, const redis_link *r, char *why, size_t whylen)
+{
+    if (rc == LINK_LATE)
+        snprintf(why, whylen, "no answer in time");
+    else if (rc == LINK_PROTO)
+        snprintf(why, whylen, "a malformed reply (%s)",
+                 r->reader ? r->reader->errstr : "out of memory");
+    else if (rc == LINK_BIG)
+        snprintf(why, whylen, "a reply over the size limit");
+    else
+        snprintf(why, whylen, "%s", strerror(errno));
+}
+
+/* Connect (and select the database) by deadline. 0, or -1 and why. */
+static int redis_connect(redis_link *r, int64_t deadline, char *why, size_t whylen)
+{
+    if ((r->fd = redis_dial(r, deadline, why, whylen)) < 0)
+        return -1;
+    if (!(r->reader = redis_reader_new())) {
+        snprintf(why, whylen, "out of memory");
+        redis_close(r);
+        return -1;
+    }
+    r->pid = getpid();
+    if (!r->db)
+        return 0;
+    char db[16];
+    snprintf(db, sizeof db, "%d", r->db);
+    const char *argv[] = {"SELECT", db};
+    redisReply *rep = NULL;
+    int rc = redis_exchange(r, 2, argv, NULL, REDIS_MAX_REPLY, deadline, &rep);
+    int ok = rc == 0 && rep->type == REDIS_REPLY_STATUS;
+    if (rc != 0)
+        redis_why(rc, r, why, whylen);
+    else if (!ok)
+        snprintf(why, whylen, "SELECT %d failed: %.200s", r->db,
+                 rep->type == REDIS_REPLY_ERROR ? rep->str : "an unexpected reply");
+    if (rep)
+        freeReplyObject(rep);
+    if (!ok)
+        redis_close(r);
+    return ok ? 0 : -1;
 }
 
 /* The command on a connection: reconnecting when there is none, and once
- * more when a connection kept from before turned out broken (not slow). */
-static redisReply *redis_try(redis_link *r, int argc, const char **argv, const size_t *lens,
-                             char *why, size_t whylen)
+ * more when a connection kept from before turned out broken (not slow).
+ * REDIS_LINK_OK (*out set), REDIS_LINK_BIG or REDIS_LINK_DOWN (why). */
+static int redis_try(redis_link *r, int argc, const char **argv, const size_t *lens, size_t max,
+                     redisReply **out, char *why, size_t whylen)
 {
+    int64_t deadline = redis_now_ms() + r->timeout_ms;
     for (int attempt = 0; attempt < 2; attempt++) {
-        int fresh = !r->ctx;
-        if (r->ctx && r->pid != getpid()) {
-            redisFree(r->ctx); /* a forked copy: never talk on the parent's socket */
-            r->ctx = NULL;
-            fresh = 1;
-        }
-        if (!r->ctx && !(r->ctx = redis_connect(r, why, whylen)))
-            return NULL;
-        r->pid = getpid();
-        errno = 0;
-        redisReply *rep = redisCommandArgv(r->ctx, argc, argv, lens);
-        int e = errno;
-        if (rep)
-            return rep;
-        int timed_out = r->ctx->err == REDIS_ERR_IO && (e == EAGAIN || e == EWOULDBLOCK);
-        snprintf(why, whylen, "%s", timed_out ? "no answer in time" : r->ctx->errstr);
-        redisFree(r->ctx);
-        r->ctx = NULL;
-        if (fresh || timed_out)
-            return NULL;
+        if (r->fd >= 0 && r->pid != getpid())
+            redis_close(r); /* a forked copy: never talk on the parent's socket */
+        int fresh = r->fd < 0;
+        if (fresh && redis_connect(r, deadline, why, whylen) != 0)
+            return REDIS_LINK_DOWN;
+        int rc = redis_exchange(r, argc, argv, lens, max, deadline, out);
+        if (rc == 0)
+            return REDIS_LINK_OK;
+        redis_why(rc, r, why, whylen);
+        redis_close(r); /* its state is unknown: a reply may be in flight */
+        if (rc == LINK_BIG)
+            return REDIS_LINK_BIG;
+        if (fresh || rc != LINK_IO)
+            return REDIS_LINK_DOWN;
     }
-    return NULL;
+    return REDIS_LINK_DOWN;
 }
 
-redisReply *redis_run(const cache *c, redis_link *r, int argc, const char **argv,
-                      const size_t *lens)
+int redis_request(const cache *c, redis_link *r, int argc, const char **argv,
+                  const size_t *lens, size_t max_reply, redisReply **out)
 {
     char why[256] = "";
+    *out = NULL;
     pthread_mutex_lock(&r->mu);
-    int64_t now = redis_now_ms();
-    redisReply *rep = NULL;
-    if (r->down_until && now < r->down_until)
+    int rc = REDIS_LINK_DOWN;
+    if (r->down_until && redis_now_ms() < r->down_until)
         goto out;
-    sigset_t old;
-    int pending = redis_sigpipe_block(&old);
-    rep = redis_try(r, argc, argv, lens, why, sizeof why);
-    redis_sigpipe_restore(&old, pending);
-    if (rep) {
+    rc = redis_try(r, argc, argv, lens, max_reply, out, why, sizeof why);
+    if (rc != REDIS_LINK_DOWN) {
         r->down_until = 0;
         r->warned = 0;
         goto out;
@@ -264,7 +469,15 @@ redisReply *redis_run(const cache *c, redis_link *r, int argc, const char **argv
     }
 out:
     pthread_mutex_unlock(&r->mu);
-    return rep;
+    return rc;
+}
+
+redisReply *redis_run(const cache *c, redis_link *r, int argc, const char **argv,
+                      const size_t *lens)
+{
+    redisReply *rep;
+    return redis_request(c, r, argc, argv, lens, REDIS_MAX_REPLY, &rep) == REDIS_LINK_OK ? rep
+                                                                                       : NULL;
 }
 
 int redis_down(redis_link *r)

@@ -275,10 +275,11 @@ static int remote_encode(cache *c, const cache_remote *r, const char *hex, const
     return 0;
 }
 
-/* The header line of a value: how it is signed. Returns the body, or NULL
- * and why when the value must be rejected. */
-static const char *remote_check_sig(const cache_remote *r, const char *rkey, const char *val,
-                                    size_t len, size_t *blen, char *why, size_t whylen)
+/* The header line of a value: how it is signed (*how, *hl bytes: "unsigned"
+ * or "hmac-sha256 <64 hex>"). Returns the body, or NULL and why when no
+ * opjit writes such a value (damaged, whatever the key). */
+static const char *remote_head(const char *val, size_t len, const char **how, size_t *hl,
+                               size_t *blen, char *why, size_t whylen)
 {
     static const char magic[] = "opjit-remote 1 ";
     const char *nl = memchr(val, '\n', len < REMOTE_HEAD_ROOM ? len : REMOTE_HEAD_ROOM);
@@ -286,30 +287,47 @@ static const char *remote_check_sig(const cache_remote *r, const char *rkey, con
         snprintf(why, whylen, "not an opjit remote entry (or truncated)");
         return NULL;
     }
-    const char *how = val + sizeof magic - 1, *body = nl + 1;
-    size_t hl = (size_t)(nl - how);
-    *blen = len - (size_t)(body - val);
-    if (!r->key)
-        return body; /* unsigned mode: the signature is not checked */
-    if (hl == 8 && !strncmp(how, "unsigned", 8)) {
-        snprintf(why, whylen, "it is unsigned, and this cache requires signatures");
-        return NULL;
-    }
-    unsigned char mac[SIGN_MAC_LEN];
-    char want[2 * SIGN_MAC_LEN + 1];
-    if (hl != 12 + 2 * SIGN_MAC_LEN || strncmp(how, "hmac-sha256 ", 12) != 0 ||
-        sign_compute(r->key, r->keylen, rkey, body, *blen, mac) != 0) {
+    *how = val + sizeof magic - 1;
+    *hl = (size_t)(nl - *how);
+    *blen = len - (size_t)(nl + 1 - val);
+    if (*hl == 8 && !strncmp(*how, "unsigned", 8))
+        return nl + 1;
+    int ok = *hl == 12 + 2 * SIGN_MAC_LEN && !strncmp(*how, "hmac-sha256 ", 12);
+    for (size_t i = 12; ok && i < *hl; i++)
+        ok = ((*how)[i] >= '0' && (*how)[i] <= '9') || ((*how)[i] >= 'a' && (*how)[i] <= 'f');
+    if (!ok) {
         snprintf(why, whylen, "its signature is malformed");
         return NULL;
+    }
+    return nl + 1;
+}
+
+/* Whether the body was signed with our key (always, in unsigned mode): 1,
+ * or 0 and why. A value that fails may be another fleet key's (a key
+ * rotation) as well as altered. */
+static int remote_verify(const cache_remote *r, const char *rkey, const char *how, size_t hl,
+                         const char *body, size_t blen, char *why, size_t whylen)
+{
+    unsigned char mac[SIGN_MAC_LEN];
+    char want[2 * SIGN_MAC_LEN + 1];
+    if (!r->key)
+        return 1; /* unsigned mode: the signature is not checked */
+    if (hl == 8) {
+        snprintf(why, whylen, "it is unsigned, and this cache requires signatures");
+        return 0;
+    }
+    if (sign_compute(r->key, r->keylen, rkey, body, blen, mac) != 0) {
+        snprintf(why, whylen, "its signature cannot be computed");
+        return 0;
     }
     remote_hex(mac, sizeof mac, want);
     if (!sign_equal((const unsigned char *)want, (const unsigned char *)how + 12) ||
         !sign_equal((const unsigned char *)want + SIGN_MAC_LEN,
                     (const unsigned char *)how + 12 + SIGN_MAC_LEN)) {
-        snprintf(why, whylen, "bad signature (altered, or signed with another key)");
-        return NULL;
+        snprintf(why, whylen, "bad signature (signed with another key, or altered)");
+        return 0;
     }
-    return body;
+    return 1;
 }
 
 /* One section header "<size> <name>\n" at *p (end: e). 0 with name (NUL
@@ -359,7 +377,10 @@ static int remote_write(int dfd, const char *name, const char *data, size_t n)
     return e;
 }
 
-enum { UNPACK_OK = 0, UNPACK_BAD = -1, UNPACK_LOCAL = 1 };
+/* UNPACK_BAD: the value is damaged for every reader (malformed, or its
+ * files fail their manifest); UNPACK_FOREIGN: intact, but not signed with
+ * our key; UNPACK_LOCAL: we failed. */
+enum { UNPACK_OK = 0, UNPACK_BAD = -1, UNPACK_LOCAL = 1, UNPACK_FOREIGN = 2 };
 
 /* The files of body into the empty directory dfd: UNPACK_OK (*n sections
  * written), UNPACK_BAD (the value is wrong) or UNPACK_LOCAL (we failed). */
@@ -394,39 +415,58 @@ static int remote_unpack(const char *hex, const char *body, size_t blen, int dfd
     return UNPACK_OK;
 }
 
-/* Verify val (the value of rkey) and install it at dir: UNPACK_OK,
- * UNPACK_BAD (rejected: why) or UNPACK_LOCAL. keep (may be NULL) receives
- * the manifest checked when this call installed the entry (else it stays
- * empty, and the caller checks what is at dir). */
-static int remote_install(cache *c, const char *hex, const char *rkey, const char *val,
-                          size_t len, const char *dir, cache_manifest *keep, char *why,
-                          size_t whylen)
+/* Unpack body into a new directory of tmp/ (*tmp) and check it like any
+ * entry: UNPACK_OK (*m filled), UNPACK_BAD or UNPACK_LOCAL (why). */
+static int remote_unpack_check(cache *c, const char *hex, const char *body, size_t blen,
+                               char tmp[PATH_MAX], cache_manifest *m, char *why, size_t whylen)
 {
-    size_t blen;
-    const char *body = remote_check_sig(c->remote, rkey, val, len, &blen, why, whylen);
-    if (!body)
-        return UNPACK_BAD;
-    char tmp[PATH_MAX];
     /* Named like a build: swept once the key's build lock (which the
      * caller holds) is free, if this process dies before the rename. */
-    snprintf(tmp, sizeof tmp, "%s/%s.b%ld.XXXXXX", c->tmp, hex, (long)getpid());
+    snprintf(tmp, PATH_MAX, "%s/%s.b%ld.XXXXXX", c->tmp, hex, (long)getpid());
     if (!mkdtemp(tmp)) {
         snprintf(why, whylen, "cannot create a directory in %s: %s", c->tmp, strerror(errno));
+        tmp[0] = '\0';
         return UNPACK_LOCAL;
     }
     int dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC), n = 0;
     int rc = dfd < 0 ? UNPACK_LOCAL : remote_unpack(hex, body, blen, dfd, &n, why, whylen);
     if (dfd >= 0)
         close(dfd);
-    cache_manifest m = {0};
-    int chk = rc == UNPACK_OK ? cache_check(c, tmp, hex, CACHE_CHK_SUMS | CACHE_CHK_OWNER, &m, why,
-                                            whylen)
-                              : CACHE_MISSING;
-    if (rc == UNPACK_OK && chk != CACHE_OK)
-        rc = chk == CACHE_TRANSIENT ? UNPACK_LOCAL : UNPACK_BAD;
-    if (chk == CACHE_OK && n != m.nart + 1) {
+    if (rc != UNPACK_OK)
+        return rc;
+    int chk = cache_check(c, tmp, hex, CACHE_CHK_SUMS | CACHE_CHK_OWNER, m, why, whylen);
+    if (chk != CACHE_OK)
+        return chk == CACHE_TRANSIENT ? UNPACK_LOCAL : UNPACK_BAD;
+    if (n != m->nart + 1) {
         snprintf(why, whylen, "it holds files its manifest does not list");
-        rc = UNPACK_BAD;
+        cache_manifest_free(m);
+        return UNPACK_BAD;
+    }
+    return UNPACK_OK;
+}
+
+/* Verify val (the value of rkey) and install it at dir: UNPACK_OK,
+ * UNPACK_BAD, UNPACK_FOREIGN (rejected: why) or UNPACK_LOCAL. The files
+ * are checked even when the signature fails, to tell a damaged value
+ * from another key's. keep (may be NULL) receives the manifest checked
+ * when this call installed the entry (else it stays empty, and the caller
+ * checks what is at dir). */
+static int remote_install(cache *c, const char *hex, const char *rkey, const char *val,
+                          size_t len, const char *dir, cache_manifest *keep, char *why,
+                          size_t whylen)
+{
+    size_t blen, hl;
+    const char *how;
+    char sigwhy[128] = "", tmp[PATH_MAX];
+    const char *body = remote_head(val, len, &how, &hl, &blen, why, whylen);
+    if (!body)
+        return UNPACK_BAD;
+    int ours = remote_verify(c->remote, rkey, how, hl, body, blen, sigwhy, sizeof sigwhy);
+    cache_manifest m = {0};
+    int rc = remote_unpack_check(c, hex, body, blen, tmp, &m, why, whylen);
+    if (rc == UNPACK_OK && !ours) {
+        snprintf(why, whylen, "%s", sigwhy);
+        rc = UNPACK_FOREIGN;
     }
     /* Not synced: after a crash, a lost or torn entry is a miss or fails
      * its checksums (then it is fetched again). */
@@ -437,9 +477,9 @@ static int remote_install(cache *c, const char *hex, const char *rkey, const cha
     }
     if (e == 0 && keep)
         *keep = m; /* the caller's now */
-    else if (chk == CACHE_OK)
+    else
         cache_manifest_free(&m);
-    if (e != 0)
+    if (e != 0 && tmp[0])
         cache_rm_rf(tmp);
     return rc;
 }
@@ -491,7 +531,25 @@ static void remote_delete(cache *c, const char *rkey)
         freeReplyObject(rep);
 }
 
-enum { GET_DOWN = -1, GET_MISS = 0, GET_HIT = 1 };
+/* GET_FOREIGN: the remote holds a value we cannot use and must not
+ * delete (another fleet key's): build here, without waiting for others. */
+enum { GET_DOWN = -1, GET_MISS = 0, GET_HIT = 1, GET_FOREIGN = 2 };
+
+/* A value of req was rejected: warn, and delete it when it is damaged for
+ * every reader (never another key's, never in read-only mode). */
+static int remote_rejected(cache *c, const cache_request *req, const char *rkey, int u,
+                           const char *why)
+{
+    int del = u == UNPACK_BAD && !c->remote->ro;
+    cache_logf(c, OPJIT_LOG_WARN, "cache: remote entry %s (op %s, source %s) is rejected: %s; %s",
+               req->key.hex, req->op_name ? req->op_name : "?",
+               req->source_name ? req->source_name : "?", why,
+               del ? "deleting it" : u == UNPACK_BAD ? "ignoring it (read-only mode)"
+                                                     : "keeping it (its files are intact)");
+    if (del)
+        remote_delete(c, rkey);
+    return del ? GET_MISS : GET_FOREIGN;
+}
 
 /* GET the value of req and install it at dir. */
 static int remote_get(cache *c, const cache_request *req, const char *dir, cache_manifest *keep)
@@ -499,8 +557,15 @@ static int remote_get(cache *c, const cache_request *req, const char *dir, cache
     char rkey[64], why[PATH_MAX + 256];
     remote_rkey(rkey, sizeof rkey, REMOTE_PREFIX, req->key.hex);
     double t0 = remote_now_us();
-    redisReply *rep = remote_cmd2(c, "GET", rkey);
-    if (!rep)
+    const char *argv[] = {"GET", rkey};
+    redisReply *rep = NULL;
+    int lr = redis_request(c, c->remote->link, 2, argv, NULL, REMOTE_MAX_VALUE, &rep);
+    if (lr == REDIS_LINK_BIG) {
+        /* No opjit writes a value this large: not read, damaged. */
+        snprintf(why, sizeof why, "it is over %u MiB (not fetched)", REMOTE_MAX_VALUE >> 20);
+        return remote_rejected(c, req, rkey, UNPACK_BAD, why);
+    }
+    if (lr != REDIS_LINK_OK)
         return GET_DOWN;
     int rc = GET_MISS;
     if (rep->type == REDIS_REPLY_STRING) {
@@ -513,12 +578,8 @@ static int remote_get(cache *c, const cache_request *req, const char *dir, cache
                        "%.3f ms, verify and install %.3f ms)", req->key.hex, rep->len,
                        (remote_now_us() - t0) / 1e3, (t1 - t0) / 1e3,
                        (remote_now_us() - t1) / 1e3);
-        } else if (u == UNPACK_BAD) {
-            cache_logf(c, OPJIT_LOG_WARN, "cache: remote entry %s (op %s, source %s) is rejected: "
-                       "%s; %s", req->key.hex, req->op_name ? req->op_name : "?",
-                       req->source_name ? req->source_name : "?", why,
-                       c->remote->ro ? "ignoring it" : "deleting it");
-            remote_delete(c, rkey);
+        } else if (u == UNPACK_BAD || u == UNPACK_FOREIGN) {
+            rc = remote_rejected(c, req, rkey, u, why);
         } else {
             cache_logf(c, OPJIT_LOG_WARN, "cache: remote entry %s: %s", req->key.hex, why);
         }
@@ -526,6 +587,27 @@ static int remote_get(cache *c, const cache_request *req, const char *dir, cache
         cache_logf(c, OPJIT_LOG_DEBUG, "cache: remote GET %s: %s", rkey, rep->str);
     }
     freeReplyObject(rep);
+    return rc;
+}
+
+/* The lock at rkey is held: take it over (1) when it can never be a
+ * holder's, with no time limit or one over the lease (planted, or a
+ * server that lost its expiry); else 0, or -1 when the remote is down. */
+static int remote_lock_bogus(cache *c, const cache_request *req, const char *rkey,
+                             const char *token, const char *px)
+{
+    static const char script[] =
+        "local t = redis.call('pttl', KEYS[1]) "
+        "if t == -1 or t > tonumber(ARGV[2]) then "
+        "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end return 0";
+    const char *argv[] = {"EVAL", script, "1", rkey, token, px};
+    redisReply *rep = remote_cmd(c, 6, argv, NULL);
+    int rc = !rep ? -1 : rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+    if (rep)
+        freeReplyObject(rep);
+    if (rc == 1)
+        cache_logf(c, OPJIT_LOG_WARN, "cache: the fleet lock of key %s had no time limit or one "
+                   "over the lease (%s ms); taken over", req->key.hex, px);
     return rc;
 }
 
@@ -548,6 +630,8 @@ static int remote_lock(cache *c, const cache_request *req, char token[REMOTE_TOK
     int rc = !rep || rep->type == REDIS_REPLY_ERROR ? -1 : rep->type == REDIS_REPLY_STATUS;
     if (rep)
         freeReplyObject(rep);
+    if (rc == 0)
+        rc = remote_lock_bogus(c, req, rkey, token, px);
     if (rc != 1)
         token[0] = '\0';
     return rc;
@@ -619,7 +703,7 @@ int cache_remote_fetch(cache *c, const cache_request *req, const char *dir, int 
     int g = remote_get(c, req, dir, keep);
     if (g == GET_HIT)
         return REMOTE_GOT;
-    if (g == GET_DOWN || !may_build || c->remote->ro)
+    if (g != GET_MISS || !may_build || c->remote->ro)
         return REMOTE_BUILD;
     int l = remote_lock(c, req, token);
     if (l < 0)

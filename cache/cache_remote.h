@@ -55,10 +55,18 @@ redis_link *redis_link_new(const char *url, int connect_ms, int timeout_ms, int 
                            char *why, size_t whylen);
 void redis_link_free(redis_link *r);
 const char *redis_link_url(const redis_link *r);
-/* Run one command. NULL when the server could not be reached or did not
- * answer in time (then the link backs off: later commands fail at once
- * for backoff_ms; one warning per outage through c's log). A reply of type
- * error is returned (the caller frees every reply with freeReplyObject). */
+/* Run one command, sending it and receiving its whole reply within the
+ * link's timeout_ms however slowly the server sends, the reply at most
+ * max_reply bytes. REDIS_LINK_OK (*out: the reply, freeReplyObject it; a
+ * reply of type error too); REDIS_LINK_BIG when the reply is larger (not
+ * read: the connection is dropped); REDIS_LINK_DOWN when the server could
+ * not be reached or did not answer in time (then the link backs off: later
+ * commands fail at once for backoff_ms; one warning per outage through
+ * c's log). */
+enum { REDIS_LINK_OK = 0, REDIS_LINK_DOWN = -1, REDIS_LINK_BIG = -2 };
+int redis_request(const cache *c, redis_link *r, int argc, const char **argv,
+                  const size_t *lens, size_t max_reply, struct redisReply **out);
+/* redis_request with a reply of at most 1 MiB: the reply, or NULL. */
 struct redisReply *redis_run(const cache *c, redis_link *r, int argc, const char **argv,
                              const size_t *lens);
 /* 1 while the link is backing off after a failure. */

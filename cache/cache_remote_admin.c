@@ -17,13 +17,36 @@
 
 #define REMOTE_HEAD_READ 8191 /* bytes of a value read to list it */
 
+/* An integer reply to a one-key command; 0 when none. */
+static uint64_t remote_int(cache *c, const char *verb, const char *rkey);
+
+#define REMOTE_SCAN_COUNT 500
+
 /* Walk the entry keys: fn(ud, key) for each; a non-zero return stops. 0,
- * or -1 when the server could not be asked. */
+ * -1 when the server could not be asked, or -2 when it did not end the
+ * walk within what its DBSIZE (at most 2^24 counted) allows: 16 pages per
+ * COUNT keys and 64 more, 4 keys per key and 1024 more. An honest server
+ * needs about a page per COUNT keys and per 10 x COUNT buckets of its
+ * table, and returns each key once (twice while it rehashes); a cursor
+ * that never comes back to 0 ends there. */
 static int remote_scan(cache *c, int (*fn)(cache *c, void *ud, const char *rkey), void *ud)
 {
-    char cursor[32] = "0";
+    const char *dbsize[] = {"DBSIZE"};
+    redisReply *n = cache_remote_cmd(c, 1, dbsize, NULL);
+    if (!n || n->type != REDIS_REPLY_INTEGER || n->integer < 0) {
+        if (n)
+            freeReplyObject(n);
+        return -1;
+    }
+    uint64_t keys = n->integer > (1LL << 24) ? 1ULL << 24 : (uint64_t)n->integer;
+    uint64_t max_pages = 64 + 16 * (keys / REMOTE_SCAN_COUNT + 1), max_keys = 1024 + 4 * keys;
+    freeReplyObject(n);
+    char cursor[32] = "0", count[16];
+    snprintf(count, sizeof count, "%d", REMOTE_SCAN_COUNT);
     do {
-        const char *argv[] = {"SCAN", cursor, "MATCH", REMOTE_PREFIX "*", "COUNT", "500"};
+        if (max_pages-- == 0)
+            return -2;
+        const char *argv[] = {"SCAN", cursor, "MATCH", REMOTE_PREFIX "*", "COUNT", count};
         redisReply *rep = cache_remote_cmd(c, 6, argv, NULL);
         if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
             rep->element[0]->type != REDIS_REPLY_STRING) {
@@ -32,21 +55,21 @@ static int remote_scan(cache *c, int (*fn)(cache *c, void *ud, const char *rkey)
             return -1;
         }
         snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
-        redisReply *keys = rep->element[1];
+        redisReply *got = rep->element[1];
         int stop = 0;
-        for (size_t i = 0; keys->type == REDIS_REPLY_ARRAY && i < keys->elements && !stop; i++) {
-            const char *k = keys->element[i]->str;
-            if (k && strncmp(k, REMOTE_LOCK_PREFIX, strlen(REMOTE_LOCK_PREFIX)) != 0)
+        for (size_t i = 0; got->type == REDIS_REPLY_ARRAY && i < got->elements && !stop; i++) {
+            const char *k = got->element[i]->str;
+            stop = max_keys-- == 0 ? -2 : 0;
+            if (!stop && k && strncmp(k, REMOTE_LOCK_PREFIX, strlen(REMOTE_LOCK_PREFIX)) != 0)
                 stop = fn(c, ud, k);
         }
         freeReplyObject(rep);
         if (stop)
-            return 0;
+            return stop < 0 ? stop : 0;
     } while (strcmp(cursor, "0") != 0);
     return 0;
 }
 
-/* An integer reply to a one-key command; 0 when none. */
 static uint64_t remote_int(cache *c, const char *verb, const char *rkey)
 {
     const char *argv[] = {verb, rkey};
@@ -125,7 +148,12 @@ int cache_remote_foreach(cache *c, cache_entry_fn fn, void *ud, char *err, size_
                           c->remote_url ? " (see the warnings about " : "",
                           c->remote_url ? "it)" : " (set OPJIT_REMOTE_CACHE)");
     remote_walk w = {fn, ud, 0, 0};
-    if (remote_scan(c, remote_list_one, &w) != 0)
+    int rc = remote_scan(c, remote_list_one, &w);
+    if (rc == -2)
+        return cache_errf(err, errlen, OPJIT_EIO, "cache: remote cache %s: its SCAN did not "
+                          "end within the pages and keys its DBSIZE allows; the list is "
+                          "incomplete", c->remote_url);
+    if (rc != 0)
         return cache_errf(err, errlen, OPJIT_EIO, "cache: remote cache %s cannot be reached",
                           c->remote_url);
     return OPJIT_OK;
@@ -164,7 +192,11 @@ int cache_remote_info_get(cache *c, cache_remote_info *info)
     if (remote_memory(c, info) != 0)
         return OPJIT_OK;
     remote_walk w = {NULL, NULL, 0, 0};
-    info->reachable = remote_scan(c, remote_count, &w) == 0;
+    int rc = remote_scan(c, remote_count, &w);
+    info->reachable = rc != -1;
+    if (rc == -2)
+        cache_logf(c, OPJIT_LOG_WARN, "cache: remote cache %s: its SCAN did not end within the "
+                   "pages and keys its DBSIZE allows; the counts are incomplete", c->remote_url);
     info->entries = w.entries;
     info->bytes = w.bytes;
     return OPJIT_OK;

@@ -110,7 +110,7 @@ static int jit_run_logged(char *const argv[], const char *log, long timeout_ms)
 /* A small text file (a compiler's log), NUL-terminated; NULL on failure. */
 static char *jit_read_log(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = fopen(path, "rbe");
     char *buf = f ? malloc(65537) : NULL;
     size_t n = buf ? fread(buf, 1, 65536, f) : 0;
     if (f)
@@ -137,7 +137,7 @@ char *jit_cc_version(const char *cc, const char *scratch, long timeout_ms, size_
  * source, which could still be valid C. */
 static int jit_cc_write_source(const jit_cc_job *job, const char *path, char *diag, size_t n)
 {
-    FILE *f = fopen(path, "wb");
+    FILE *f = fopen(path, "wbe");
     if (!f) {
         snprintf(diag, n, "cannot write %s: %s", path, strerror(errno));
         return OPJIT_EIO;

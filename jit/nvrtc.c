@@ -531,7 +531,7 @@ static int nv_image(nvrtcProgram prog, const jit_nvrtc_job *job, int ptx, char *
 
 static int nv_write(const char *path, const char *bin, size_t size, char *diag, size_t diaglen)
 {
-    FILE *f = fopen(path, "wb");
+    FILE *f = fopen(path, "wbe");
     int ok = f && fwrite(bin, 1, size, f) == size;
     if (f && fclose(f))
         ok = 0;

@@ -267,7 +267,7 @@ static void cu_host_versions(char *out, size_t n)
     }
     char p[PATH_MAX + 32], line[256], version[64] = "unknown";
     snprintf(p, sizeof p, "%s/cuda.h", inc);
-    FILE *f = fopen(p, "rb");
+    FILE *f = fopen(p, "rbe");
     for (int i = 0; f && i < 2000 && fgets(line, sizeof line, f); i++)
         if (sscanf(line, "#define CUDA_VERSION %63s", version) == 1)
             break;
@@ -275,7 +275,7 @@ static void cu_host_versions(char *out, size_t n)
         fclose(f);
     snprintf(p, sizeof p, "%s/cudnn_version.h", dnn ? dnn : inc);
     unsigned long long dnn_hash = 0;
-    f = fopen(p, "rb");
+    f = fopen(p, "rbe");
     if (f) {
         char buf[65536];
         size_t got = fread(buf, 1, sizeof buf, f);

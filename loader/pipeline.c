@@ -52,7 +52,7 @@ static int write_op_header(const char *dir, char *err, size_t errlen)
 {
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/opjit_op.h", dir);
-    FILE *f = fopen(path, "wb");
+    FILE *f = fopen(path, "wbe");
     int ok = f && fwrite(opjit_op_h_text, 1, sizeof opjit_op_h_text, f) == sizeof opjit_op_h_text;
     int e = errno;
     if (f && fclose(f) && ok)

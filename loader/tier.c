@@ -141,7 +141,7 @@ static void helper_detach(int fd, int slot)
     /* Out of the way of 0-3 first: the host may have closed its stdio. */
     fd = fcntl(fd, F_DUPFD, 10);
     slot = fcntl(slot, F_DUPFD, 10);
-    int null = open("/dev/null", O_RDWR);
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
     dup2(fd, 1);
     dup2(slot, 3);
     if (null >= 0) {

@@ -5,7 +5,8 @@
 # failure): sharing between processes with separate local caches, one
 # compile per fleet, a compiling process killed while it holds the fleet
 # lock, a dead, paused, restarted and full server, and values that are
-# flipped, truncated, swapped, signed with another key or unsigned.
+# flipped, truncated, swapped or re-signed (deleted), or intact and signed
+# with another key or unsigned (kept).
 # Skipped (77) without redis-server.
 #
 # Env (set by ctest): OPJIT_CLI, OPJIT_OPS_PATH, OPJIT_TEST_TMP, OPJIT_CC.
@@ -13,45 +14,13 @@ set -euo pipefail
 
 . "$(dirname "$0")/cli_lib.sh"
 need_cli
-if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
-    echo "redis-server (Debian package redis-server) is not installed; skipping" >&2
-    exit 77
-fi
 fresh_tmp
+. "$(dirname "$0")/remote_lib.sh"
+need_redis
 OPS=${OPJIT_OPS_PATH:?OPJIT_OPS_PATH must name ops-src}
 unset OPJIT_CACHE_DIR OPJIT_CACHE_READONLY OPJIT_REMOTE_MODE OPJIT_REMOTE_TRUST OPJIT_OFFLINE
 export OPJIT_CUDA_ARCHS=sm_90
 
-# --- the server --------------------------------------------------------------------
-
-REDIS_PID=
-free_port() {
-    /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-PORT=$(free_port)
-SOCK=$T/redis.sock
-
-# start_redis [ARGS...]: a server on $PORT and $SOCK, waited for.
-start_redis() {
-    redis-server --port "$PORT" --bind 127.0.0.1 --unixsocket "$SOCK" --unixsocketperm 700 \
-        --save '' --appendonly no --dir "$T" --logfile "$T/redis.log" "$@" &
-    REDIS_PID=$!
-    for _ in $(seq 100); do
-        rcli PING 2>/dev/null | grep -q PONG && return 0
-        sleep 0.05
-    done
-    echo "redis-server did not start:" >&2
-    cat "$T/redis.log" >&2
-    exit 1
-}
-stop_redis() {
-    if [[ -n "$REDIS_PID" ]]; then
-        kill -CONT "$REDIS_PID" 2>/dev/null || true
-        kill -KILL "$REDIS_PID" 2>/dev/null || true
-        wait "$REDIS_PID" 2>/dev/null || true
-        REDIS_PID=
-    fi
-}
 BLOCKED_CC=
 cleanup() {
     stop_redis
@@ -59,29 +28,10 @@ cleanup() {
     [[ -n "$BLOCKED_CC" ]] && kill -KILL "$BLOCKED_CC" 2>/dev/null || true
 }
 trap cleanup EXIT
-rcli() { redis-cli -p "$PORT" "$@"; }
 
 start_redis
-
-# The fleet key, and another one.
-head -c 32 /dev/urandom >"$T/fleet.key"
-head -c 32 /dev/urandom >"$T/other.key"
-chmod 600 "$T/fleet.key" "$T/other.key"
+fleet_keys
 export OPJIT_REMOTE_CACHE=redis://127.0.0.1:$PORT
-export OPJIT_REMOTE_KEY_FILE=$T/fleet.key
-
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-
-# count PATTERN FILE: lines of FILE holding the fixed string.
-count() { grep -cF -- "$1" "$2" || true; }
-
-# cold_source FILE TAG [OP]: a source with a key nobody has built: OP.c
-# (nms.c) with a unique comment, as FILE, and the headers beside it.
-cold_source() {
-    mkdir -p "$(dirname "$1")"
-    { echo "/* $2 $RANDOM$RANDOM $(date +%s%N) */"; cat "$OPS/${3:-nms}.c"; } >"$1"
-    cp "$OPS"/*.h "$(dirname "$1")/"
-}
 
 # --- NVRTC: the .cu ops need it ------------------------------------------------------
 
@@ -304,16 +254,47 @@ check "the value was read back ($size bytes)" test "$size" -gt 1000
 
 # put_value FILE: store FILE under the victim's key.
 put_value() { rcli DEL "$RKEY" >/dev/null; redis-cli -p "$PORT" -x SET "$RKEY" <"$1" >/dev/null; }
-# rejected NAME [ENV...]: a fresh process must reject the value, compile,
-# load, and put a good value back.
+value_sum() { rcli --raw GET "$RKEY" | sha256sum; }
+# rejected NAME [ENV...]: the value is damaged for every reader: a fresh
+# process must reject it (one warning), delete it, compile, load, and put a
+# good value back.
 rejected() {
     local name=$1 n=$((++bad_n))
     shift
     run env OPJIT_CACHE_DIR="$T/bad-$n" OPJIT_TIERING=0 "$@" "$CLI" load -v "$T/bad/victim.c"
     expect "$name: the load succeeds, compiled" 0 "compiled (cache miss)" "is rejected"
     check "$name: one warning" test "$(count "is rejected" "$T/err")" = 1
+    check "$name: deleted" grep -qF "deleting it" "$T/err"
     run env OPJIT_CACHE_DIR="$T/bad-$n-after" OPJIT_TIERING=0 "$@" "$CLI" load "$T/bad/victim.c"
     expect "$name: a good value is back in the remote" 0 "remote cache hit"
+}
+# kept NAME [ENV...]: the value is intact but not signed with this
+# process's key (another fleet key's, as during a key rotation): a fresh
+# process must reject it (one warning), compile and load, and leave it as
+# it was for the readers it is good for.
+kept() {
+    local name=$1 n=$((++bad_n)) before
+    shift
+    before=$(value_sum)
+    run env OPJIT_CACHE_DIR="$T/bad-$n" OPJIT_TIERING=0 "$@" "$CLI" load -v "$T/bad/victim.c"
+    expect "$name: the load succeeds, compiled" 0 "compiled (cache miss)" "is rejected"
+    check "$name: one warning" test "$(count "is rejected" "$T/err")" = 1
+    check "$name: kept" grep -qF "keeping it" "$T/err"
+    check "$name: the value is left as it was" test "$(value_sum)" = "$before"
+}
+# resign IN OUT KEYFILE: IN with a byte of its body flipped, signed again
+# with KEYFILE (a writer with that key that stored a bad value).
+resign() {
+    /usr/bin/python3 - "$1" "$2" "$3" "$RKEY" <<'PY2'
+import hashlib, hmac, sys
+v = open(sys.argv[1], "rb").read()
+body = bytearray(v[v.index(b"\n") + 1:])
+body[len(body) * 2 // 3] ^= 0x10
+mac = hmac.new(open(sys.argv[3], "rb").read(),
+               b"opjit-remote-signature 1\n" + sys.argv[4].encode() + b"\0" + bytes(body),
+               hashlib.sha256).hexdigest()
+open(sys.argv[2], "wb").write(b"opjit-remote 1 hmac-sha256 " + mac.encode() + b"\n" + bytes(body))
+PY2
 }
 bad_n=0
 /usr/bin/python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[len(b) * 2 // 3] ^= 0x10; open(sys.argv[2], "wb").write(b)' "$T/good.val" "$T/flipped.val"
@@ -324,16 +305,26 @@ put_value "$T/truncated.val"
 rejected truncated
 put_value "$T/other.val"
 rejected swapped
+resign "$T/good.val" "$T/own-bad.val" "$T/fleet.key"
+put_value "$T/own-bad.val"
+rejected "damaged, signed with our key"
+resign "$T/good.val" "$T/other-bad.val" "$T/other.key"
+put_value "$T/other-bad.val"
+rejected "damaged, signed with another key"
+# Intact values of other writers: never deleted by a reader without their key.
 rcli DEL "$RKEY" >/dev/null
 run env OPJIT_CACHE_DIR="$T/bad-otherkey" OPJIT_TIERING=0 OPJIT_REMOTE_KEY_FILE="$T/other.key" \
     "$CLI" load "$T/bad/victim.c"
 expect "a process with another key publishes" 0
-rejected "signed with another key"
+kept "signed with another key"
+run env OPJIT_CACHE_DIR="$T/bad-otherkey-2" OPJIT_TIERING=0 OPJIT_REMOTE_KEY_FILE="$T/other.key" \
+    "$CLI" load "$T/bad/victim.c"
+expect "signed with another key: its own fleet still gets it" 0 "remote cache hit"
 rcli DEL "$RKEY" >/dev/null
 run env OPJIT_CACHE_DIR="$T/bad-unsigned" OPJIT_TIERING=0 OPJIT_REMOTE_KEY_FILE= \
     OPJIT_REMOTE_TRUST=unsigned "$CLI" load "$T/bad/victim.c"
 expect "an unsigned process publishes" 0
-rejected unsigned
+kept unsigned
 # Unsigned mode still checks the entry itself: a flipped artifact byte.
 put_value "$T/flipped.val"
 rejected "flipped, unsigned reader" OPJIT_REMOTE_KEY_FILE= OPJIT_REMOTE_TRUST=unsigned
