@@ -110,5 +110,10 @@ const char *cli_dtype_name(DLDataType dt, char *buf, size_t len);
 void cli_print_tensor(FILE *f, const char *label, const DLTensor *t);
 /* 1 when t's data is in host memory. */
 int cli_host_tensor(const DLTensor *t);
+/* s (NULL: "") into buf with control bytes, backslashes, C1 controls and
+ * bytes that are not UTF-8 written C-style (\n, \x1b, \\): a file or op
+ * name from disk never reaches a terminal raw. keep_lines: newlines and
+ * tabs stay (a compiler's diagnostics). Cut short to fit; returns buf. */
+const char *cli_escape(const char *s, int keep_lines, char *buf, size_t len);
 
 #endif
