@@ -75,19 +75,25 @@ const char *cache_printable(const char *s, char *out, size_t n)
     size_t k = 0;
     if (!n)
         return out;
-    for (const unsigned char *p = (const unsigned char *)s; *p && k + 5 < n; p++) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         unsigned ch = *p;
+        char e[4] = {'\\', 0, 0, 0};
+        size_t len = 2;
         if (ch == '\\' || ch == '\n' || ch == '\t' || ch == '\r') {
-            out[k++] = '\\';
-            out[k++] = ch == '\\' ? '\\' : ch == '\n' ? 'n' : ch == '\t' ? 't' : 'r';
+            e[1] = ch == '\\' ? '\\' : ch == '\n' ? 'n' : ch == '\t' ? 't' : 'r';
         } else if (ch < 0x20 || ch == 0x7f) {
-            out[k++] = '\\';
-            out[k++] = 'x';
-            out[k++] = hexd[ch >> 4];
-            out[k++] = hexd[ch & 15];
+            e[1] = 'x';
+            e[2] = hexd[ch >> 4];
+            e[3] = hexd[ch & 15];
+            len = 4;
         } else {
-            out[k++] = (char)ch;
+            e[0] = (char)ch;
+            len = 1;
         }
+        if (k + len >= n)
+            break;
+        memcpy(out + k, e, len);
+        k += len;
     }
     out[k] = '\0';
     return out;

@@ -79,15 +79,17 @@ static void json_str(const char *s)
 
 /* s made safe for a terminal (cli_escape), in one of a few buffers that
  * rotate: good for the arguments of one printf. */
-static const char *esc_as(const char *s, int keep_lines)
+static const char *esc_as(const char *s, int keep)
 {
     static char bufs[8][4 * 4096 + 1];
     static int next;
     char *b = bufs[next++ % 8];
-    return cli_escape(s, keep_lines, b, sizeof bufs[0]);
+    return cli_escape(s, keep, b, sizeof bufs[0]);
 }
 
 static const char *esc(const char *s) { return esc_as(s, 0); }
+/* A message of the library's: its lines stay, its escapes too. */
+static const char *esc_msg(const char *s) { return esc_as(s, CLI_ESC_LINES | CLI_ESC_BACKSLASH); }
 
 static const char *human_size(uint64_t n, char *buf, size_t len)
 {
@@ -173,8 +175,8 @@ static int ls_one(void *ud, const opjit_cache_entry *e)
         printf("%s\n  ", w->n ? "," : "");
         json_entry(e);
     } else if (e->problem) {
-        printf("%-32s  DAMAGED: %s  %s\n", esc(e->key), esc(e->problem),
-               layer_name(e, layer, sizeof layer));
+        printf("%-32s  DAMAGED: %s  %s\n", esc(e->key),
+               esc_as(e->problem, CLI_ESC_BACKSLASH), layer_name(e, layer, sizeof layer));
     } else {
         printf("%-32s  %-14s %-16s %-14s %-5s %10s  %-16s  %s\n", esc(e->key), esc(e->op_name),
                esc(e->source_name), esc(e->target), esc(e->tier),
@@ -197,7 +199,7 @@ static int cmd_ls(opjit_runtime *rt, int json, int remote)
     if (json)
         printf("%s]\n", w.n ? "\n" : "");
     if (rc != OPJIT_OK) {
-        fprintf(stderr, "opjit cache ls: %s\n", esc_as(opjit_errmsg(rt), 1));
+        fprintf(stderr, "opjit cache ls: %s\n", esc_msg(opjit_errmsg(rt)));
         return CLI_EXIT_FAIL;
     }
     return CLI_EXIT_OK;
@@ -250,7 +252,7 @@ static int cmd_remote_info(opjit_runtime *rt, int json)
     opjit_cache_remote_info r;
     char a[32], b[32], c[32];
     if (opjit_cache_remote_info_get(rt, &r) != OPJIT_OK) {
-        fprintf(stderr, "opjit cache info: %s\n", esc_as(opjit_errmsg(rt), 1));
+        fprintf(stderr, "opjit cache info: %s\n", esc_msg(opjit_errmsg(rt)));
         return CLI_EXIT_FAIL;
     }
     if (json) {
@@ -287,7 +289,7 @@ static int cmd_info(opjit_runtime *rt, int json)
 {
     opjit_cache_info t;
     if (opjit_cache_info_get(rt, &t) != OPJIT_OK) {
-        fprintf(stderr, "opjit cache info: %s\n", esc_as(opjit_errmsg(rt), 1));
+        fprintf(stderr, "opjit cache info: %s\n", esc_msg(opjit_errmsg(rt)));
         return CLI_EXIT_FAIL;
     }
     if (json)
@@ -314,7 +316,7 @@ static int verify_one(void *ud, const opjit_cache_entry *e)
             printf("}");
         } else {
             printf("DAMAGED %s (%s): %s\n  %s\n", esc(e->key), layer_name(e, layer, sizeof layer),
-                   esc(e->problem), esc(e->dir));
+                   esc_as(e->problem, CLI_ESC_BACKSLASH), esc(e->dir));
         }
         w->damaged++;
     }
@@ -336,7 +338,7 @@ static int cmd_verify(opjit_runtime *rt, int json, int repair)
         printf("verified %d entr%s: %d damaged%s\n", w.n, w.n == 1 ? "y" : "ies", nd,
                nd && repair ? " (those in the writable cache evicted, unless in use)" : "");
     if (rc != OPJIT_OK) {
-        fprintf(stderr, "opjit cache verify: %s\n", esc_as(opjit_errmsg(rt), 1));
+        fprintf(stderr, "opjit cache verify: %s\n", esc_msg(opjit_errmsg(rt)));
         return CLI_EXIT_FAIL;
     }
     return nd ? CLI_EXIT_FAIL : CLI_EXIT_OK;
@@ -351,7 +353,7 @@ static int cmd_prune(opjit_runtime *rt, int json, int clear, uint64_t max)
     int rc = clear ? opjit_cache_clear(rt, &r) : opjit_cache_prune(rt, max, &r);
     if (rc != OPJIT_OK) {
         fprintf(stderr, "opjit cache %s: %s\n", clear ? "clear" : "prune",
-                esc_as(opjit_errmsg(rt), 1));
+                esc_msg(opjit_errmsg(rt)));
         return CLI_EXIT_FAIL;
     }
     if (json) {

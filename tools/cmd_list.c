@@ -91,7 +91,8 @@ static int collect_source(void *ud, const opjit_source_ops *src)
     size_t n = src->error ? strlen(src->error) * 4 + 1 : 0;
     if (src->status != OPJIT_OK && (src->status != OPJIT_EDEVICE || cli_opt.verbose > 0) &&
         (esc = malloc(n))) /* the diagnostics keep their lines; escapes go */
-        fprintf(stderr, "opjit: %s\n", cli_escape(src->error, 1, esc, n));
+        fprintf(stderr, "opjit: %s\n",
+                cli_escape(src->error, CLI_ESC_LINES | CLI_ESC_BACKSLASH, esc, n));
     free(esc);
     for (int i = 0; i < src->nops && !ops->oom; i++)
         if (listed_add(ops, src, i) != 0)

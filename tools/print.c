@@ -354,35 +354,40 @@ static size_t utf8_printable(const unsigned char *p)
     return n;
 }
 
-const char *cli_escape(const char *s, int keep_lines, char *buf, size_t len)
+const char *cli_escape(const char *s, int keep, char *buf, size_t len)
 {
     static const char hexd[] = "0123456789abcdef";
     const unsigned char *p = (const unsigned char *)(s ? s : "");
     size_t k = 0;
     if (!len)
         return buf;
-    while (*p && k + 5 < len) {
-        size_t n = *p >= 0x80 ? utf8_printable(p) : 0;
-        if (n && k + n < len) {
-            memcpy(buf + k, p, n);
-            k += n;
-            p += n;
-            continue;
-        }
-        unsigned ch = *p++;
-        if ((ch == '\n' || ch == '\t') && keep_lines) {
-            buf[k++] = (char)ch;
+    while (*p) {
+        char piece[4];
+        const char *out = piece;
+        size_t n = *p >= 0x80 ? utf8_printable(p) : 0, used = n ? n : 1;
+        unsigned ch = *p;
+        if (n) {
+            out = (const char *)p;
+        } else if (((ch == '\n' || ch == '\t') && (keep & CLI_ESC_LINES)) ||
+                   (ch == '\\' && (keep & CLI_ESC_BACKSLASH))) {
+            piece[0] = (char)ch;
+            n = 1;
         } else if (ch == '\\' || ch == '\n' || ch == '\t' || ch == '\r') {
-            buf[k++] = '\\';
-            buf[k++] = ch == '\\' ? '\\' : ch == '\n' ? 'n' : ch == '\t' ? 't' : 'r';
+            piece[0] = '\\';
+            piece[1] = ch == '\\' ? '\\' : ch == '\n' ? 'n' : ch == '\t' ? 't' : 'r';
+            n = 2;
         } else if (ch < 0x20 || ch >= 0x7f) {
-            buf[k++] = '\\';
-            buf[k++] = 'x';
-            buf[k++] = hexd[ch >> 4];
-            buf[k++] = hexd[ch & 15];
+            memcpy(piece, (char[]){'\\', 'x', hexd[ch >> 4], hexd[ch & 15]}, 4);
+            n = 4;
         } else {
-            buf[k++] = (char)ch;
+            piece[0] = (char)ch;
+            n = 1;
         }
+        if (k + n >= len)
+            break; /* cut short, never in the middle of an escape */
+        memcpy(buf + k, out, n);
+        k += n;
+        p += used;
     }
     buf[k] = '\0';
     return buf;
