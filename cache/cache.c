@@ -130,8 +130,18 @@ static const char *cache_setup_dir(cache *c, char *why, size_t whylen, int *untr
             res = why;
             goto out;
         }
-        if (stat(dirs[i], &st) != 0) {
+        /* The root may be a link (the user's choice, checked below as
+         * spelled and resolved); nothing under it may. */
+        if ((i ? lstat : stat)(dirs[i], &st) != 0) {
             snprintf(why, whylen, "cannot stat %s: %s", dirs[i], strerror(errno));
+            res = why;
+            goto out;
+        }
+        if (!S_ISDIR(st.st_mode)) {
+            snprintf(why, whylen, "%s is %s", dirs[i], S_ISLNK(st.st_mode) ?
+                     "a symbolic link (the cache never follows one below its root)" :
+                     "not a directory");
+            *untrusted = 1;
             res = why;
             goto out;
         }
@@ -157,6 +167,25 @@ out:
     return res;
 }
 
+/* root/v1 and root/v1/entries are directories, not links: 0, else -1
+ * and why. */
+static int cache_no_link_below(const char *root, char *why, size_t whylen)
+{
+    static const char *const below[] = {"v1", "v1/entries"};
+    for (int i = 0; i < 2; i++) {
+        char p[PATH_MAX];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", root, below[i]);
+        if (lstat(p, &st) == 0 && !S_ISDIR(st.st_mode)) {
+            snprintf(why, whylen, "%s is %s", p, S_ISLNK(st.st_mode) ?
+                     "a symbolic link (the cache never follows one below its root)" :
+                     "not a directory");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Whether a read-only layer may serve: its entries directory and every
  * directory above it are ours or root's and writable by nobody else.
  * NULL, or why not (malloc'd; "" when out of memory); *absent when it has
@@ -169,7 +198,8 @@ static char *cache_layer_distrust(const cache *c, const char *root, char *absent
     *absent = stat(entries, &st) != 0 && errno == ENOENT;
     if (*absent)
         snprintf(why, sizeof why, "%s does not exist", entries);
-    else if (cache_trusted_path(entries, c->euid, why, sizeof why) == 0)
+    else if (cache_no_link_below(root, why, sizeof why) == 0 &&
+             cache_trusted_path(entries, c->euid, why, sizeof why) == 0)
         return NULL;
     char *r = strdup(why);
     return r ? r : strdup("");
@@ -682,21 +712,27 @@ static int cache_publish(cache *c, const cache_request *req, const char *tmp, co
 
 int cache_install_dir(cache *c, const char *hex, const char *tmp, const char *dir, int sync)
 {
-    char shard[PATH_MAX];
-    snprintf(shard, sizeof shard, "%s/%.2s", c->entries, hex);
+    (void)dir; /* reached from entries/ by descriptors: no link is followed */
+    char shard[3] = {hex[0], hex[1], '\0'};
     struct stat st;
-    if (mkdir(shard, 0700) != 0 && errno != EEXIST)
-        return errno;
-    if (stat(shard, &st) != 0 || !S_ISDIR(st.st_mode))
-        return ENOTDIR;
-    if (cache_untrusted(&st, CACHE_OWNER_SELF, c->euid))
-        return EPERM;
+    int efd = cache_open_below(c, c->entries, NULL, 0);
+    if (efd < 0)
+        return errno == ENOTDIR ? EPERM : errno;
+    int sfd = mkdirat(efd, shard, 0700) != 0 && errno != EEXIST
+                  ? -1
+                  : openat(efd, shard, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int e = sfd < 0 ? (errno == ENOTDIR || errno == ELOOP ? EPERM : errno) : 0;
+    close(efd);
+    if (!e && (fstat(sfd, &st) != 0 || cache_untrusted(&st, CACHE_OWNER_SELF, c->euid)))
+        e = EPERM;
     /* rename() of a directory is atomic: others see no entry or all of it. */
-    if (rename(tmp, dir) != 0)
-        return errno;
-    if (sync)
-        cache_fsync_path(shard, 1);
-    return 0;
+    if (!e && renameat(AT_FDCWD, tmp, sfd, hex) != 0)
+        e = errno;
+    if (!e && sync && fsync(sfd) != 0)
+        errno = 0; /* the entry is there; some file systems cannot sync a directory */
+    if (sfd >= 0)
+        close(sfd);
+    return e;
 }
 
 /* ---- fetch from the writable cache ---------------------------------------

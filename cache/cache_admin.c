@@ -48,8 +48,8 @@ typedef struct cache_walker {
 
 /* What the callback learns of an entry that cache_check found r (with m
  * or why). */
-static void cache_info_fill(cache_entry_info *info, int r, const cache_manifest *m,
-                            const char *why)
+static void cache_info_fill(const cache *c, cache_entry_info *info, int r,
+                            const cache_manifest *m, const char *why)
 {
     if (r == CACHE_OK) {
         info->op_name = m->op;
@@ -66,7 +66,7 @@ static void cache_info_fill(cache_entry_info *info, int r, const cache_manifest 
     } else {
         int hasm;
         info->problem = why;
-        cache_dir_usage(info->dir, &info->size, &info->last_use, &hasm);
+        cache_dir_usage(c, info->dir, &info->size, &info->last_use, &hasm);
         info->created = info->last_use;
     }
 }
@@ -119,7 +119,7 @@ static void cache_walk_entry(cache_walker *w, int li, const char *root, const ch
     info.layer_dir = root;
     if (r != CACHE_OK)
         w->damaged++;
-    cache_info_fill(&info, r, &m, why);
+    cache_info_fill(c, &info, r, &m, why);
     if (w->fn && w->fn(w->ud, &info))
         w->stop = 1;
     cache_manifest_free(&m);
@@ -127,6 +127,37 @@ static void cache_walk_entry(cache_walker *w, int li, const char *root, const ch
         close(fd);
     if (r == CACHE_DAMAGED && w->repair && writable)
         cache_walk_repair(w, dir, hex);
+}
+
+/* A shard of layer li that is not a directory (a symbolic link, a file):
+ * damage, never entered; repair unlinks it (the link, not its target). */
+static void cache_walk_bad_shard(cache_walker *w, int li, const char *root, const char *entries,
+                                 const char *shard)
+{
+    int writable = li == w->c->nro;
+    char dir[PATH_MAX + 8], why[PATH_MAX + 200];
+    snprintf(dir, sizeof dir, "%s/%s", entries, shard);
+    int fd = cache_open_below(w->c, dir, why, sizeof why);
+    if (fd >= 0) { /* a directory now: listed next time */
+        close(fd);
+        return;
+    }
+    if (errno != ENOTDIR)
+        snprintf(why, sizeof why, "cannot open the shard: %s", strerror(errno));
+    cache_entry_info info;
+    memset(&info, 0, sizeof info);
+    info.key = shard;
+    info.dir = dir;
+    info.layer = writable ? 0 : li + 1;
+    info.layer_dir = root;
+    info.problem = why;
+    w->damaged++;
+    if (w->fn && w->fn(w->ud, &info))
+        w->stop = 1;
+    int e = w->repair && writable ? cache_discard_shard(w->c, shard) : 0;
+    if (e && w->rc == OPJIT_OK)
+        w->rc = cache_errf(w->err, w->errlen, OPJIT_EIO, "cache: cannot remove %s: %s", dir,
+                           strerror(e));
 }
 
 /* Every entry of layer li (the writable cache when li == c->nro). 0, or
@@ -145,16 +176,18 @@ static int cache_walk_layer(cache_walker *w, int li)
     char entries[PATH_MAX];
     snprintf(entries, sizeof entries, "%s/v1/entries", root);
     cache_keylist kl;
-    int e = cache_list_keys(entries, &kl);
+    int e = cache_list_keys(c, entries, &kl);
     if (e) {
-        free(kl.hex);
+        cache_keylist_free(&kl);
         w->rc = cache_errf(w->err, w->errlen, e == ENOMEM ? OPJIT_ENOMEM : OPJIT_EIO,
                            "cache: cannot read %s: %s", entries, strerror(e));
         return -1;
     }
+    for (size_t i = 0; i < kl.nbad && !w->stop; i++)
+        cache_walk_bad_shard(w, li, root, entries, kl.bad[i]);
     for (size_t i = 0; i < kl.n && !w->stop; i++)
         cache_walk_entry(w, li, root, entries, kl.hex[i]);
-    free(kl.hex);
+    cache_keylist_free(&kl);
     return 0;
 }
 
@@ -215,9 +248,9 @@ int cache_get_totals(cache *c, cache_totals *t, char *err, size_t errlen)
         char entries[PATH_MAX];
         snprintf(entries, sizeof entries, "%s/v1/entries", writable ? c->root : c->ro[li]);
         cache_keylist kl;
-        int e = cache_list_keys(entries, &kl);
+        int e = cache_list_keys(c, entries, &kl);
         if (e) {
-            free(kl.hex);
+            cache_keylist_free(&kl);
             return cache_errf(err, errlen, OPJIT_EIO, "cache: cannot read %s: %s", entries, strerror(e));
         }
         for (size_t i = 0; i < kl.n; i++) {
@@ -226,11 +259,11 @@ int cache_get_totals(cache *c, cache_totals *t, char *err, size_t errlen)
             int64_t mt;
             int hasm;
             cache_entry_dir_of(entries, kl.hex[i], dir, sizeof dir);
-            cache_dir_usage(dir, &size, &mt, &hasm);
+            cache_dir_usage(c, dir, &size, &mt, &hasm);
             *(writable ? &t->entries : &t->ro_entries) += 1;
             *(writable ? &t->bytes : &t->ro_bytes) += size;
         }
-        free(kl.hex);
+        cache_keylist_free(&kl);
     }
     t->tmp_dirs = cache_count_tmp(c);
     return OPJIT_OK;

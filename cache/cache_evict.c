@@ -27,48 +27,92 @@ static int cache_hex_cmp(const void *a, const void *b)
     return strcmp((const char *)a, (const char *)b);
 }
 
-/* The keys under an entries/ directory, sorted. A missing directory is an
- * empty list. Returns 0 or an errno. */
-int cache_list_keys(const char *entries, cache_keylist *kl)
+static int cache_keylist_add(cache_keylist *kl, const char *hex)
+{
+    if (kl->n == kl->cap) {
+        size_t cap = kl->cap ? kl->cap * 2 : 64;
+        void *p = realloc(kl->hex, cap * sizeof *kl->hex);
+        if (!p)
+            return ENOMEM;
+        kl->hex = p;
+        kl->cap = cap;
+    }
+    memcpy(kl->hex[kl->n++], hex, 33);
+    return 0;
+}
+
+static int cache_keylist_bad(cache_keylist *kl, const char *shard)
+{
+    if (kl->nbad == kl->capbad) {
+        size_t cap = kl->capbad ? kl->capbad * 2 : 8;
+        void *p = realloc(kl->bad, cap * sizeof *kl->bad);
+        if (!p)
+            return ENOMEM;
+        kl->bad = p;
+        kl->capbad = cap;
+    }
+    memcpy(kl->bad[kl->nbad++], shard, 3);
+    return 0;
+}
+
+void cache_keylist_free(cache_keylist *kl)
+{
+    free(kl->hex);
+    free(kl->bad);
+    memset(kl, 0, sizeof *kl);
+}
+
+/* The keys of one shard (sfd, closed here) into kl. */
+static int cache_list_shard(int sfd, const char *shard, cache_keylist *kl)
+{
+    DIR *s = fdopendir(sfd);
+    if (!s) {
+        close(sfd);
+        return cache_transient_errno(errno) ? errno : 0;
+    }
+    int rc = 0;
+    struct dirent *ed;
+    while (rc == 0 && (ed = readdir(s))) {
+        const char *n = ed->d_name;
+        if (strlen(n) == 32 && cache_is_hex(n, 32) && !strncmp(n, shard, 2))
+            rc = cache_keylist_add(kl, n);
+    }
+    closedir(s);
+    return rc;
+}
+
+/* The keys under an entries/ directory of c, sorted; shards that are not
+ * directories (a symbolic link, a file) in kl->bad, never entered. A
+ * missing directory is an empty list. Returns 0 or an errno. */
+int cache_list_keys(const cache *c, const char *entries, cache_keylist *kl)
 {
     memset(kl, 0, sizeof *kl);
-    DIR *d = opendir(entries);
-    if (!d)
-        return errno == ENOENT ? 0 : errno;
+    int efd = cache_open_below(c, entries, NULL, 0);
+    int dfd = efd < 0 ? -1 : dup(efd);
+    DIR *d = dfd < 0 ? NULL : fdopendir(dfd);
+    if (!d) {
+        int e = errno;
+        if (dfd >= 0)
+            close(dfd);
+        if (efd >= 0)
+            close(efd);
+        return e == ENOENT ? 0 : e;
+    }
     int rc = 0;
     struct dirent *sd;
     while (rc == 0 && (sd = readdir(d))) {
         if (strlen(sd->d_name) != 2 || !cache_is_hex(sd->d_name, 2))
             continue;
-        char shard[PATH_MAX];
-        snprintf(shard, sizeof shard, "%s/%s", entries, sd->d_name);
-        DIR *s = opendir(shard);
-        if (!s) {
-            /* Out of file descriptors, say: not an empty shard. */
-            if (cache_transient_errno(errno))
-                rc = errno;
-            continue;
-        }
-        struct dirent *ed;
-        while ((ed = readdir(s))) {
-            const char *n = ed->d_name;
-            if (strlen(n) != 32 || !cache_is_hex(n, 32) || strncmp(n, sd->d_name, 2) != 0)
-                continue;
-            if (kl->n == kl->cap) {
-                size_t cap = kl->cap ? kl->cap * 2 : 64;
-                void *p = realloc(kl->hex, cap * sizeof *kl->hex);
-                if (!p) {
-                    rc = ENOMEM;
-                    break;
-                }
-                kl->hex = p;
-                kl->cap = cap;
-            }
-            memcpy(kl->hex[kl->n++], n, 33);
-        }
-        closedir(s);
+        int sfd = openat(efd, sd->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sfd >= 0)
+            rc = cache_list_shard(sfd, sd->d_name, kl);
+        else if (errno == ENOTDIR || errno == ELOOP)
+            rc = cache_keylist_bad(kl, sd->d_name);
+        else if (cache_transient_errno(errno)) /* out of descriptors: not an empty shard */
+            rc = errno;
     }
     closedir(d);
+    close(efd);
     if (kl->n > 1)
         qsort(kl->hex, kl->n, sizeof *kl->hex, cache_hex_cmp);
     return rc;
@@ -76,13 +120,14 @@ int cache_list_keys(const char *entries, cache_keylist *kl)
 
 /* Bytes of the regular files in dir, and the manifest's mtime (else the
  * directory's; *has_manifest says which). */
-void cache_dir_usage(const char *dir, uint64_t *size, int64_t *mtime, int *has_manifest)
+void cache_dir_usage(const cache *c, const char *dir, uint64_t *size, int64_t *mtime,
+                     int *has_manifest)
 {
     *size = 0;
     *mtime = 0;
     *has_manifest = 0;
     struct stat st;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = cache_open_below(c, dir, NULL, 0);
     if (fd < 0) {
         /* A file or link where the entry should be: damage, of its size. */
         if (lstat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
@@ -122,23 +167,78 @@ int cache_need_writable(const cache *c, char *err, size_t errlen)
 
 /* ---- removal ------------------------------------------------------------ */
 
-int cache_discard_entry(cache *c, const char *dir, const char *hex, int have_use)
+/* name in dirfd, unless it is a directory: unlinked (a symbolic link
+ * itself, never what it points at). 1: gone (or never there), 0: a
+ * directory, left as is; else -errno. */
+static int cache_unlink_nondir(int dirfd, const char *name)
 {
     struct stat st;
-    if (lstat(dir, &st) != 0)
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? 1 : -errno;
+    if (S_ISDIR(st.st_mode))
+        return 0;
+    return unlinkat(dirfd, name, 0) == 0 || errno == ENOENT ? 1 : -errno;
+}
+
+int cache_discard_shard(cache *c, const char *shard)
+{
+    int efd = cache_open_below(c, c->entries, NULL, 0);
+    if (efd < 0)
         return errno == ENOENT ? 0 : errno;
+    int r = cache_unlink_nondir(efd, shard);
+    close(efd);
+    return r < 0 ? -r : 0;
+}
+
+/* The shard directory of hex, open; -1 with *gone (nothing to discard:
+ * absent, or not a directory and unlinked now) or *e. */
+static int cache_open_shard(cache *c, const char *hex, int *gone, int *e)
+{
+    char shard[3] = {hex[0], hex[1], '\0'};
+    *gone = *e = 0;
+    int efd = cache_open_below(c, c->entries, NULL, 0);
+    if (efd < 0) {
+        *gone = errno == ENOENT;
+        *e = *gone ? 0 : errno;
+        return -1;
+    }
+    int r = cache_unlink_nondir(efd, shard);
+    int sfd = r == 0 ? openat(efd, shard, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    if (r == 0 && sfd < 0)
+        r = errno == ENOENT ? 1 : -errno;
+    close(efd);
+    *gone = r > 0;
+    *e = r < 0 ? -r : 0;
+    return sfd;
+}
+
+int cache_discard_entry(cache *c, const char *dir, const char *hex, int have_use)
+{
+    (void)dir; /* reached by descriptors from entries/: no link is followed */
+    int gone, e;
+    int sfd = cache_open_shard(c, hex, &gone, &e);
+    if (sfd < 0)
+        return e;
     /* A file or symbolic link where an entry should be never served a
      * load, so nobody uses it: unlinking it is atomic already. */
-    if (!S_ISDIR(st.st_mode))
-        return unlink(dir) == 0 || errno == ENOENT ? 0 : errno;
+    int r = cache_unlink_nondir(sfd, hex);
+    if (r != 0) {
+        close(sfd);
+        return r > 0 ? 0 : -r;
+    }
     char trash[PATH_MAX];
     snprintf(trash, sizeof trash, "%s/%s.t.XXXXXX", c->tmp, hex);
-    if (!mkdtemp(trash))
-        return errno;
+    if (!mkdtemp(trash)) {
+        e = errno;
+        close(sfd);
+        return e;
+    }
     /* Renaming over the empty directory mkdtemp made is atomic: the entry
      * leaves entries/ whole, even if we are killed right after. */
-    if (rename(dir, trash) != 0) {
-        int e = errno;
+    r = renameat(sfd, hex, AT_FDCWD, trash);
+    e = r ? errno : 0;
+    close(sfd);
+    if (r) {
         rmdir(trash);
         return e == ENOENT ? 0 : e;
     }
@@ -239,27 +339,28 @@ int cache_evict_to(cache *c, uint64_t cap, int all, cache_prune_result *r, char 
     if (rc != OPJIT_OK)
         return rc;
     cache_keylist kl;
-    int e = cache_list_keys(c->entries, &kl);
+    int e = cache_list_keys(c, c->entries, &kl);
     cache_victim *v = e ? NULL : calloc(kl.n + 1, sizeof *v);
     if (!v) {
-        free(kl.hex);
+        cache_keylist_free(&kl);
         return cache_errf(err, errlen, e && e != ENOMEM ? OPJIT_EIO : OPJIT_ENOMEM,
                           "cache: cannot list %s: %s", c->entries, strerror(e ? e : ENOMEM));
     }
     uint64_t total = 0;
-    for (size_t i = 0; i < kl.n; i++) {
+    size_t nv = kl.n;
+    for (size_t i = 0; i < nv; i++) {
         char dir[PATH_MAX];
         int hasm;
         memcpy(v[i].hex, kl.hex[i], 33);
         cache_entry_dir_of(c->entries, v[i].hex, dir, sizeof dir);
-        cache_dir_usage(dir, &v[i].size, &v[i].last_use, &hasm);
+        cache_dir_usage(c, dir, &v[i].size, &v[i].last_use, &hasm);
         v[i].damaged = !hasm;
         total += v[i].size;
     }
-    free(kl.hex);
+    cache_keylist_free(&kl);
     if (all || total > cap) {
-        qsort(v, kl.n, sizeof *v, cache_victim_cmp);
-        for (size_t i = 0; i < kl.n && (all || total > cap); i++) {
+        qsort(v, nv, sizeof *v, cache_victim_cmp);
+        for (size_t i = 0; i < nv && (all || total > cap); i++) {
             char dir[PATH_MAX], lockpath[PATH_MAX];
             int fd;
             cache_entry_dir_of(c->entries, v[i].hex, dir, sizeof dir);
@@ -271,7 +372,7 @@ int cache_evict_to(cache *c, uint64_t cap, int all, cache_prune_result *r, char 
             uint64_t size;
             int64_t last;
             int hasm;
-            cache_dir_usage(dir, &size, &last, &hasm);
+            cache_dir_usage(c, dir, &size, &last, &hasm);
             if (hasm && last > v[i].last_use && !all) {
                 close(fd);
                 continue;

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +65,102 @@ int cache_is_hex(const char *s, size_t n)
         if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
             return 0;
     return s[n] == '\0' || s[n] == '.';
+}
+
+/* s with every byte below 0x20, 0x7f and '\' written C-style (\n, \x1b,
+ * \\), so a name from disk never reaches a terminal raw. */
+const char *cache_printable(const char *s, char *out, size_t n)
+{
+    static const char hexd[] = "0123456789abcdef";
+    size_t k = 0;
+    if (!n)
+        return out;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        unsigned ch = *p;
+        char e[4] = {'\\', 0, 0, 0};
+        size_t len = 2;
+        if (ch == '\\' || ch == '\n' || ch == '\t' || ch == '\r') {
+            e[1] = ch == '\\' ? '\\' : ch == '\n' ? 'n' : ch == '\t' ? 't' : 'r';
+        } else if (ch < 0x20 || ch == 0x7f) {
+            e[1] = 'x';
+            e[2] = hexd[ch >> 4];
+            e[3] = hexd[ch & 15];
+            len = 4;
+        } else {
+            e[0] = (char)ch;
+            len = 1;
+        }
+        if (k + len >= n)
+            break;
+        memcpy(out + k, e, len);
+        k += len;
+    }
+    out[k] = '\0';
+    return out;
+}
+
+/* The layer root of c that path lies below (the longest), or NULL. */
+static const char *cache_root_of(const cache *c, const char *path)
+{
+    const char *best = NULL;
+    size_t blen = 0;
+    for (int i = -1; i < c->nro; i++) {
+        const char *r = i < 0 ? c->root : c->ro[i];
+        size_t n = r ? strlen(r) : 0;
+        if (n > blen && !strncmp(path, r, n) && path[n] == '/') {
+            best = r;
+            blen = n;
+        }
+    }
+    return best;
+}
+
+/* What is wrong with name in dirfd, which is not a directory we may
+ * enter. */
+static void cache_why_not_dir(int dirfd, const char *path, size_t len, const char *name,
+                              char *why, size_t whylen)
+{
+    struct stat st;
+    char shown[PATH_MAX];
+    snprintf(shown, sizeof shown, "%.*s", (int)len, path);
+    char esc[PATH_MAX];
+    cache_printable(shown, esc, sizeof esc);
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+        snprintf(why, whylen, "%s is a symbolic link (the cache never follows one below its "
+                 "root)", esc);
+    else
+        snprintf(why, whylen, "%s is not a directory", esc);
+}
+
+int cache_open_below(const cache *c, const char *path, char *why, size_t whylen)
+{
+    const char *root = cache_root_of(c, path);
+    if (!root)
+        return open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    for (const char *p = path + strlen(root); fd >= 0 && *p;) {
+        while (*p == '/')
+            p++;
+        size_t n = strcspn(p, "/");
+        char name[NAME_MAX + 1];
+        if (!n)
+            break;
+        int e = n > NAME_MAX ? ENAMETOOLONG : (n <= 2 && !strncmp(p, "..", n)) ? EINVAL : 0;
+        int next = -1;
+        if (!e) {
+            memcpy(name, p, n);
+            name[n] = '\0';
+            next = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            e = next < 0 ? errno : 0;
+            if ((e == ENOTDIR || e == ELOOP) && why)
+                cache_why_not_dir(fd, path, (size_t)(p + n - path), name, why, whylen);
+        }
+        close(fd);
+        fd = next;
+        errno = e;
+        p += n;
+    }
+    return fd;
 }
 
 /* mkdir -p with mode 0700 for every directory it creates. */

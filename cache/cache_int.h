@@ -103,6 +103,15 @@ int cache_errf(char *err, size_t errlen, int status, const char *fmt, ...)
 char *cache_path(const char *a, const char *b, const char *c);
 void cache_entry_dir_of(const char *entries, const char *hex, char *out, size_t outlen);
 int cache_is_hex(const char *s, size_t n);
+/* s into out with control bytes and backslashes escaped C-style (\n, \x1b,
+ * \\): a name from disk, safe to print. */
+const char *cache_printable(const char *s, char *out, size_t n);
+/* Open the directory path below one of c's layer roots (the writable
+ * cache's or a read-only layer's), walking down from that root with
+ * O_NOFOLLOW: a symbolic link (or a file) on the way fails with ENOTDIR,
+ * why (may be NULL) saying which. A path below no root: opened with
+ * O_NOFOLLOW alone. The descriptor, or -1 and errno. */
+int cache_open_below(const cache *c, const char *path, char *why, size_t whylen);
 /* Rename the checked directory tmp (in tmp/) to the entry dir of hex,
  * making its shard directory; sync: and flush the rename to disk. 0 or an
  * errno (EEXIST, ENOTEMPTY: the entry is there already; EPERM: the shard
@@ -152,23 +161,35 @@ const char *cache_elf_problem(int rc); /* "incomplete" or "unsafe" */
 int cache_elf_check(int fd, uint64_t size, char *why, size_t whylen);
 
 /* cache_evict.c */
-/* The keys under an entries/ directory, sorted. */
+/* The keys under an entries/ directory of c (a layer's), sorted, never
+ * through a symbolic link; bad: the shards that are not directories (a
+ * symbolic link, a file), never entered. */
 typedef struct cache_keylist {
     char (*hex)[33];
     size_t n, cap;
+    char (*bad)[3];
+    size_t nbad, capbad;
 } cache_keylist;
-int cache_list_keys(const char *entries, cache_keylist *kl);
+int cache_list_keys(const cache *c, const char *entries, cache_keylist *kl);
+void cache_keylist_free(cache_keylist *kl);
 /* Bytes of the regular files in an entry's directory, and its last use. */
-void cache_dir_usage(const char *dir, uint64_t *size, int64_t *mtime, int *has_manifest);
+void cache_dir_usage(const cache *c, const char *dir, uint64_t *size, int64_t *mtime,
+                     int *has_manifest);
 /* OPJIT_OK, or OPJIT_ECACHE with err when there is no writable cache. */
 int cache_need_writable(const cache *c, char *err, size_t errlen);
 void cache_clean_tmp(cache *c, uint64_t *removed);
 void cache_clean_locks(cache *c);
 /* Move an entry out of entries/ (atomically) into tmp/ and delete it
  * there: at once when the caller holds the exclusive use lock (have_use),
- * else later, once nobody uses the key. 0 (also when it was gone) or an
- * errno. */
+ * else later, once nobody uses the key. Reached from entries/ by
+ * descriptors: a symbolic link (or file) as its shard or entry is
+ * unlinked itself, and nothing outside the cache is ever touched. 0 (also
+ * when it was gone) or an errno. */
 int cache_discard_entry(cache *c, const char *dir, const char *hex, int have_use);
+/* Unlink the shard entries/<shard> of the writable cache when it is not a
+ * directory (a symbolic link itself: never what it points at). 0 or an
+ * errno. */
+int cache_discard_shard(cache *c, const char *shard);
 int cache_evict_to(cache *c, uint64_t cap, int all, cache_prune_result *r,
                    char *err, size_t errlen);
 

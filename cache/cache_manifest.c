@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -479,6 +480,53 @@ static void cache_touch(int mfd, cache_manifest *m)
     }
 }
 
+static int cache_name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The manifest names each artifact once, and the directory (dfd) holds
+ * the manifest and its artifacts, nothing else: a file it does not list
+ * would be installed and served unchecked. CACHE_OK or why not. */
+static int cache_check_listing(int dfd, const cache_manifest *m, char *why, size_t whylen)
+{
+    char esc[600];
+    const char **names = malloc(((size_t)m->nart + 1) * sizeof *names);
+    if (!names)
+        return cache_failed(why, whylen, ENOMEM, "checking the entry's files");
+    for (int i = 0; i < m->nart; i++)
+        names[i] = m->art[i].name;
+    qsort(names, (size_t)m->nart, sizeof *names, cache_name_cmp);
+    for (int i = 1; i < m->nart; i++)
+        if (!strcmp(names[i - 1], names[i])) {
+            cache_printable(names[i], esc, sizeof esc);
+            free(names);
+            return cache_damaged(why, whylen, "manifest lists artifact %s twice", esc);
+        }
+    int fd = dup(dfd), rc = CACHE_OK;
+    DIR *d = fd < 0 ? NULL : fdopendir(fd);
+    if (!d) {
+        rc = cache_failed(why, whylen, errno, "cannot list the entry");
+        if (fd >= 0)
+            close(fd);
+        free(names);
+        return rc;
+    }
+    rewinddir(d); /* the dup shares dfd's offset */
+    struct dirent *de;
+    while (rc == CACHE_OK && (de = readdir(d))) {
+        const char *n = de->d_name, *key = n;
+        if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, "manifest") ||
+            bsearch(&key, names, (size_t)m->nart, sizeof *names, cache_name_cmp))
+            continue;
+        cache_printable(n, esc, sizeof esc);
+        rc = cache_damaged(why, whylen, "holds %s, a file its manifest does not list", esc);
+    }
+    closedir(d);
+    free(names);
+    return rc;
+}
+
 /* Check the entry in dir against its manifest. Returns CACHE_OK (m filled:
  * free it with cache_manifest_free), CACHE_MISSING, CACHE_DAMAGED or
  * CACHE_TRANSIENT (why says what). */
@@ -489,10 +537,14 @@ int cache_check(const cache *c, const char *dir, const char *hex, int flags,
     int mfd = -1;
     struct stat st;
     memset(m, 0, sizeof *m);
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    /* Never through a symbolic link: what is checked is what is used. */
+    char bad[PATH_MAX + 128] = "";
+    int dfd = cache_open_below(c, dir, bad, sizeof bad);
     if (dfd < 0) {
         if (errno == ENOENT)
             return CACHE_MISSING;
+        if (errno == ENOTDIR && *bad)
+            return cache_damaged(why, whylen, "%s", bad);
         return cache_failed(why, whylen, errno, "cannot open the entry");
     }
     int rc = cache_check_dirs(c, dfd, owner, why, whylen);
@@ -508,6 +560,8 @@ int cache_check(const cache *c, const char *dir, const char *hex, int flags,
         rc = cache_check_artifact(c, dfd, &m->art[i], owner, flags, why, whylen);
         m->size += m->art[i].size;
     }
+    if (rc == CACHE_OK)
+        rc = cache_check_listing(dfd, m, why, whylen);
     if (rc == CACHE_OK && (flags & CACHE_CHK_TOUCH))
         cache_touch(mfd, m);
     if (mfd >= 0)

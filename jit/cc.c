@@ -66,17 +66,18 @@ static double jit_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* Run argv with stdout and stderr into log, in a process group of its own;
- * the exit status, -1 when it could not run, or -2 when it ran past
- * timeout_ms and was killed with everything it started (cc runs cc1, as,
- * ld). */
-static int jit_run_logged(char *const argv[], const char *log, long timeout_ms)
+/* Run argv with stdout and stderr into logfd, in a process group of its
+ * own; the exit status, -1 when it could not run (errno in *spawn_err),
+ * -3 when a signal ended it (*sig), or -2 when it ran past timeout_ms and
+ * was killed with everything it started (cc runs cc1, as, ld). */
+static int jit_run_logged(char *const argv[], int logfd, long timeout_ms, int *spawn_err,
+                          int *sig)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawn_file_actions_adddup2(&fa, logfd, 1);
+    posix_spawn_file_actions_adddup2(&fa, logfd, 2);
     posix_spawnattr_init(&at);
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
     posix_spawnattr_setpgroup(&at, 0);
@@ -84,6 +85,8 @@ static int jit_run_logged(char *const argv[], const char *log, long timeout_ms)
     int rc = posix_spawn(&pid, argv[0], &fa, &at, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
+    *spawn_err = rc;
+    *sig = 0;
     if (rc)
         return -1;
     double deadline = jit_now_ms() + (double)timeout_ms;
@@ -104,21 +107,38 @@ static int jit_run_logged(char *const argv[], const char *log, long timeout_ms)
         usleep((useconds_t)nap_us); /* 1 ms, doubling up to 10 ms */
         nap_us = nap_us < 10000 ? nap_us * 2 : 10000;
     }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    if (WIFSIGNALED(st))
+        *sig = WTERMSIG(st);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -3;
 }
 
-/* A small text file (a compiler's log), NUL-terminated; NULL on failure. */
-static char *jit_read_log(const char *path, size_t *len)
+/* A log file for a child's output, opened (and unlinked) by us: read back
+ * through the descriptor, so it survives its directory being removed
+ * meanwhile (a cache deleted during a compile). -1 and errno. */
+static int jit_open_log(const char *path)
 {
-    FILE *f = fopen(path, "rbe");
-    char *buf = f ? malloc(65537) : NULL;
-    size_t n = buf ? fread(buf, 1, 65536, f) : 0;
-    if (f)
-        fclose(f);
-    if (buf) {
-        buf[n] = '\0';
-        *len = n;
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd >= 0)
+        unlink(path);
+    return fd;
+}
+
+/* The log's text, at most its last 64 KiB, NUL-terminated; NULL when out
+ * of memory or unreadable. */
+static char *jit_read_log(int fd, size_t *len)
+{
+    enum { MAX = 65536 };
+    struct stat st;
+    off_t size = fstat(fd, &st) == 0 ? st.st_size : 0;
+    off_t from = size > MAX ? size - MAX : 0;
+    char *buf = malloc(MAX + 1);
+    ssize_t n = buf ? pread(fd, buf, MAX, from) : -1;
+    if (n < 0) {
+        free(buf);
+        return NULL;
     }
+    buf[n] = '\0';
+    *len = (size_t)n;
     return buf;
 }
 
@@ -127,8 +147,12 @@ char *jit_cc_version(const char *cc, const char *scratch, long timeout_ms, size_
     char log[PATH_MAX + 32];
     snprintf(log, sizeof log, "%s/cc-version.txt", scratch);
     char *argv[] = {(char *)cc, "--version", NULL};
-    char *out = jit_run_logged(argv, log, timeout_ms) == 0 ? jit_read_log(log, len) : NULL;
-    unlink(log); /* else the scratch directory outlives the runtime */
+    int fd = jit_open_log(log), serr, sig;
+    char *out = fd >= 0 && jit_run_logged(argv, fd, timeout_ms, &serr, &sig) == 0
+                    ? jit_read_log(fd, len)
+                    : NULL;
+    if (fd >= 0)
+        close(fd);
     return out;
 }
 
@@ -153,6 +177,49 @@ static int jit_cc_write_source(const jit_cc_job *job, const char *path, char *di
         return OPJIT_EIO;
     }
     return OPJIT_OK;
+}
+
+/* The last lines of a compiler's output (at most max bytes, from a line
+ * start where there is one), trailing blanks cut. */
+static const char *jit_log_tail(char *text, size_t len, size_t max)
+{
+    while (len && (text[len - 1] == '\n' || text[len - 1] == ' '))
+        text[--len] = '\0';
+    if (len <= max)
+        return text;
+    const char *t = text + len - max, *nl = strchr(t, '\n');
+    return nl ? nl + 1 : t;
+}
+
+/* Why the compile failed: the time limit, the compiler's exit status or
+ * signal with its last lines of output, and whether its output directory
+ * still exists (a cache removed meanwhile says nothing on its own). */
+static void jit_cc_why(const jit_cc_job *job, int st, int serr, int sig, int logfd, char *diag,
+                       size_t n)
+{
+    size_t len = 0;
+    char *text = jit_read_log(logfd, &len);
+    const char *tail = text ? jit_log_tail(text, len, 3000) : "";
+    struct stat dst;
+    int gone = stat(job->dir, &dst) != 0 && errno == ENOENT;
+    char status[96];
+    if (st == -2)
+        snprintf(status, sizeof status, "ran past its time limit of %.1f s and was killed "
+                 "(OPJIT_CC_TIMEOUT)", (double)job->timeout_ms / 1000.0);
+    else if (st == -1)
+        snprintf(status, sizeof status, "could not be run: %s", strerror(serr ? serr : errno));
+    else if (st == -3)
+        snprintf(status, sizeof status, "was killed by signal %d (%s)", sig, strsignal(sig));
+    else
+        snprintf(status, sizeof status, "failed (exit status %d)", st);
+    snprintf(diag, n, "%s %s%s%s%s%s", job->cc, status,
+             gone ? "; its output directory " : "", gone ? job->dir : "",
+             gone ? " no longer exists (was the cache removed meanwhile?)" : "",
+             *tail ? ":\n" : st == -2 ? "" : "; it printed nothing");
+    size_t k = strlen(diag);
+    if (*tail && k + 1 < n)
+        snprintf(diag + k, n - k, "%s", tail);
+    free(text);
 }
 
 int jit_cc_compile(const jit_cc_job *job, char *diag, size_t diaglen)
@@ -190,17 +257,18 @@ int jit_cc_compile(const jit_cc_job *job, char *diag, size_t diaglen)
     }
     argv[n++] = "-lm";
     argv[n] = NULL;
-    int st = jit_run_logged((char *const *)argv, log, job->timeout_ms);
-    size_t len = 0;
-    char *text = st ? jit_read_log(log, &len) : NULL;
-    if (st == -2)
-        snprintf(diag, diaglen, "%s ran past its time limit of %.1f s and was killed "
-                 "(OPJIT_CC_TIMEOUT)", job->cc, (double)job->timeout_ms / 1000.0);
-    else if (st)
-        snprintf(diag, diaglen, "%s failed (%d): %.3000s", job->cc, st, text ? text : "");
-    free(text);
+    int logfd = jit_open_log(log), serr = 0, sig = 0;
+    if (logfd < 0) {
+        snprintf(diag, diaglen, "cannot create %s: %s", log, strerror(errno));
+        unlink(srcf);
+        return OPJIT_EIO;
+    }
+    int st = jit_run_logged((char *const *)argv, logfd, job->timeout_ms, &serr, &sig);
+    if (st)
+        jit_cc_why(job, st, serr, sig, logfd, diag, diaglen);
+    if (logfd >= 0)
+        close(logfd);
     unlink(srcf); /* the directory holds the artifact only */
-    unlink(log);
     return st ? OPJIT_ECOMPILE : OPJIT_OK;
 }
 

@@ -110,5 +110,13 @@ const char *cli_dtype_name(DLDataType dt, char *buf, size_t len);
 void cli_print_tensor(FILE *f, const char *label, const DLTensor *t);
 /* 1 when t's data is in host memory. */
 int cli_host_tensor(const DLTensor *t);
+/* s (NULL: "") into buf with control bytes, backslashes, C1 controls and
+ * bytes that are not UTF-8 written C-style (\n, \x1b, \\): a file or op
+ * name from disk never reaches a terminal raw. keep: CLI_ESC_LINES leaves
+ * newlines and tabs (a compiler's diagnostics), CLI_ESC_BACKSLASH leaves
+ * backslashes (a message whose names the library escaped already). Cut
+ * short to fit; returns buf. */
+enum { CLI_ESC_LINES = 1, CLI_ESC_BACKSLASH = 2 };
+const char *cli_escape(const char *s, int keep, char *buf, size_t len);
 
 #endif

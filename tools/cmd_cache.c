@@ -77,6 +77,20 @@ static void json_str(const char *s)
     putchar('"');
 }
 
+/* s made safe for a terminal (cli_escape), in one of a few buffers that
+ * rotate: good for the arguments of one printf. */
+static const char *esc_as(const char *s, int keep)
+{
+    static char bufs[8][4 * 4096 + 1];
+    static int next;
+    char *b = bufs[next++ % 8];
+    return cli_escape(s, keep, b, sizeof bufs[0]);
+}
+
+static const char *esc(const char *s) { return esc_as(s, 0); }
+/* A message of the library's: its lines stay, its escapes too. */
+static const char *esc_msg(const char *s) { return esc_as(s, CLI_ESC_LINES | CLI_ESC_BACKSLASH); }
+
 static const char *human_size(uint64_t n, char *buf, size_t len)
 {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -109,7 +123,7 @@ static const char *layer_name(const opjit_cache_entry *e, char *buf, size_t len)
     else if (e->layer < 0)
         snprintf(buf, len, "remote");
     else
-        snprintf(buf, len, "ro:%s", e->layer_dir);
+        snprintf(buf, len, "ro:%s", esc(e->layer_dir));
     return buf;
 }
 
@@ -156,16 +170,18 @@ typedef struct walk_state {
 static int ls_one(void *ud, const opjit_cache_entry *e)
 {
     walk_state *w = ud;
-    char sz[32], tm[32], layer[1100];
+    char sz[32], tm[32], layer[4 * 4096 + 8];
     if (w->json) {
         printf("%s\n  ", w->n ? "," : "");
         json_entry(e);
     } else if (e->problem) {
-        printf("%-32s  DAMAGED: %s  %s\n", e->key, e->problem, layer_name(e, layer, sizeof layer));
+        printf("%-32s  DAMAGED: %s  %s\n", esc(e->key),
+               esc_as(e->problem, CLI_ESC_BACKSLASH), layer_name(e, layer, sizeof layer));
     } else {
-        printf("%-32s  %-14s %-16s %-14s %-5s %10s  %-16s  %s\n", e->key, e->op_name,
-               e->source_name, e->target, e->tier, human_size(e->size, sz, sizeof sz),
-               human_time(e->last_use, tm, sizeof tm), layer_name(e, layer, sizeof layer));
+        printf("%-32s  %-14s %-16s %-14s %-5s %10s  %-16s  %s\n", esc(e->key), esc(e->op_name),
+               esc(e->source_name), esc(e->target), esc(e->tier),
+               human_size(e->size, sz, sizeof sz), human_time(e->last_use, tm, sizeof tm),
+               layer_name(e, layer, sizeof layer));
     }
     w->n++;
     return 0;
@@ -183,7 +199,7 @@ static int cmd_ls(opjit_runtime *rt, int json, int remote)
     if (json)
         printf("%s]\n", w.n ? "\n" : "");
     if (rc != OPJIT_OK) {
-        fprintf(stderr, "opjit cache ls: %s\n", opjit_errmsg(rt));
+        fprintf(stderr, "opjit cache ls: %s\n", esc_msg(opjit_errmsg(rt)));
         return CLI_EXIT_FAIL;
     }
     return CLI_EXIT_OK;
@@ -214,14 +230,14 @@ static void info_json(opjit_runtime *rt, const opjit_cache_info *t)
 static void info_text(opjit_runtime *rt, const opjit_cache_info *t)
 {
     char a[32], b[32];
-    printf("cache directory:  %s%s\n", *t->dir ? t->dir : "(none)",
+    printf("cache directory:  %s%s\n", *t->dir ? esc(t->dir) : "(none)",
            t->writable ? "" : " (unusable: operators compile into temporary directories)");
     printf("entries:          %" PRIu64 " (%s)\n", t->entries, human_size(t->bytes, a, sizeof a));
     printf("size cap:         %s\n",
            t->max_size == UINT64_MAX ? "none" : human_size(t->max_size, b, sizeof b));
     printf("read-only layers: %s\n", t->nreadonly ? "" : "none");
     for (int i = 0; i < t->nreadonly; i++)
-        printf("  %s\n", opjit_cache_readonly_dir(rt, i));
+        printf("  %s\n", esc(opjit_cache_readonly_dir(rt, i)));
     if (t->nreadonly)
         printf("read-only entries: %" PRIu64 " (%s)\n", t->readonly_entries,
                human_size(t->readonly_bytes, a, sizeof a));
@@ -236,7 +252,7 @@ static int cmd_remote_info(opjit_runtime *rt, int json)
     opjit_cache_remote_info r;
     char a[32], b[32], c[32];
     if (opjit_cache_remote_info_get(rt, &r) != OPJIT_OK) {
-        fprintf(stderr, "opjit cache info: %s\n", opjit_errmsg(rt));
+        fprintf(stderr, "opjit cache info: %s\n", esc_msg(opjit_errmsg(rt)));
         return CLI_EXIT_FAIL;
     }
     if (json) {
@@ -252,7 +268,7 @@ static int cmd_remote_info(opjit_runtime *rt, int json)
         printf("}\n");
         return r.enabled && r.reachable ? CLI_EXIT_OK : CLI_EXIT_FAIL;
     }
-    printf("remote cache:     %s%s\n", *r.url ? r.url : "(none: set OPJIT_REMOTE_CACHE)",
+    printf("remote cache:     %s%s\n", *r.url ? esc(r.url) : "(none: set OPJIT_REMOTE_CACHE)",
            !*r.url || r.enabled ? "" : " (not used: see the warning)");
     if (!r.enabled)
         return CLI_EXIT_FAIL;
@@ -265,7 +281,7 @@ static int cmd_remote_info(opjit_runtime *rt, int json)
     printf("entries:          %" PRIu64 " (%s)\n", r.entries, human_size(r.bytes, a, sizeof a));
     printf("server memory:    %s used, maxmemory %s, policy %s\n",
            human_size(r.used_memory, b, sizeof b),
-           r.maxmemory ? human_size(r.maxmemory, c, sizeof c) : "none", r.policy);
+           r.maxmemory ? human_size(r.maxmemory, c, sizeof c) : "none", esc(r.policy));
     return CLI_EXIT_OK;
 }
 
@@ -273,7 +289,7 @@ static int cmd_info(opjit_runtime *rt, int json)
 {
     opjit_cache_info t;
     if (opjit_cache_info_get(rt, &t) != OPJIT_OK) {
-        fprintf(stderr, "opjit cache info: %s\n", opjit_errmsg(rt));
+        fprintf(stderr, "opjit cache info: %s\n", esc_msg(opjit_errmsg(rt)));
         return CLI_EXIT_FAIL;
     }
     if (json)
@@ -288,7 +304,7 @@ static int cmd_info(opjit_runtime *rt, int json)
 static int verify_one(void *ud, const opjit_cache_entry *e)
 {
     walk_state *w = ud;
-    char layer[1100];
+    char layer[4 * 4096 + 8];
     if (e->problem) {
         if (w->json) {
             printf("%s\n    {\"key\": ", w->damaged ? "," : "");
@@ -299,8 +315,8 @@ static int verify_one(void *ud, const opjit_cache_entry *e)
             json_str(e->problem);
             printf("}");
         } else {
-            printf("DAMAGED %s (%s): %s\n  %s\n", e->key, layer_name(e, layer, sizeof layer),
-                   e->problem, e->dir);
+            printf("DAMAGED %s (%s): %s\n  %s\n", esc(e->key), layer_name(e, layer, sizeof layer),
+                   esc_as(e->problem, CLI_ESC_BACKSLASH), esc(e->dir));
         }
         w->damaged++;
     }
@@ -322,7 +338,7 @@ static int cmd_verify(opjit_runtime *rt, int json, int repair)
         printf("verified %d entr%s: %d damaged%s\n", w.n, w.n == 1 ? "y" : "ies", nd,
                nd && repair ? " (those in the writable cache evicted, unless in use)" : "");
     if (rc != OPJIT_OK) {
-        fprintf(stderr, "opjit cache verify: %s\n", opjit_errmsg(rt));
+        fprintf(stderr, "opjit cache verify: %s\n", esc_msg(opjit_errmsg(rt)));
         return CLI_EXIT_FAIL;
     }
     return nd ? CLI_EXIT_FAIL : CLI_EXIT_OK;
@@ -336,7 +352,8 @@ static int cmd_prune(opjit_runtime *rt, int json, int clear, uint64_t max)
     char a[32], b[32];
     int rc = clear ? opjit_cache_clear(rt, &r) : opjit_cache_prune(rt, max, &r);
     if (rc != OPJIT_OK) {
-        fprintf(stderr, "opjit cache %s: %s\n", clear ? "clear" : "prune", opjit_errmsg(rt));
+        fprintf(stderr, "opjit cache %s: %s\n", clear ? "clear" : "prune",
+                esc_msg(opjit_errmsg(rt)));
         return CLI_EXIT_FAIL;
     }
     if (json) {

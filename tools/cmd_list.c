@@ -36,7 +36,10 @@ static int check_ops_dirs(const char *path)
         if (d)
             closedir(d);
         else if (len && dir) {
-            fprintf(stderr, "opjit: --ops-path %s: %s\n", dir, strerror(errno));
+            char esc[4 * 4096 + 1];
+            int e = errno;
+            fprintf(stderr, "opjit: --ops-path %s: %s\n", cli_escape(dir, 0, esc, sizeof esc),
+                    strerror(e));
             fail = 1;
         }
         free(dir);
@@ -84,11 +87,13 @@ static int collect_source(void *ud, const opjit_source_ops *src)
 {
     listed_ops *ops = ud;
     ops->sources++;
-    if (src->status == OPJIT_EDEVICE) { /* no CUDA here: not an error */
-        if (cli_opt.verbose > 0)
-            fprintf(stderr, "opjit: %s\n", src->error);
-    } else if (src->status != OPJIT_OK)
-        fprintf(stderr, "opjit: %s\n", src->error);
+    char *esc = NULL;
+    size_t n = src->error ? strlen(src->error) * 4 + 1 : 0;
+    if (src->status != OPJIT_OK && (src->status != OPJIT_EDEVICE || cli_opt.verbose > 0) &&
+        (esc = malloc(n))) /* the diagnostics keep their lines; escapes go */
+        fprintf(stderr, "opjit: %s\n",
+                cli_escape(src->error, CLI_ESC_LINES | CLI_ESC_BACKSLASH, esc, n));
+    free(esc);
     for (int i = 0; i < src->nops && !ops->oom; i++)
         if (listed_add(ops, src, i) != 0)
             ops->oom = 1;
@@ -113,21 +118,24 @@ static void listed_free(listed_ops *ops)
     free(ops->v);
 }
 
-/* Each op's schema, then a row per device: "cpu/tcc  path  doc". */
+/* Each op's schema, then a row per device: "cpu/tcc  path  doc". What
+ * came from the sources (names, docs) is printed escaped. */
 static void print_listed(listed_ops *ops)
 {
     if (ops->n > 1)
         qsort(ops->v, ops->n, sizeof *ops->v, cmp_listed);
+    static char a[4 * 4096 + 1], b[4 * 4096 + 1];
     for (size_t i = 0; i < ops->n; i++) {
         const listed_op *o = &ops->v[i];
         if (i == 0 || strcmp(o->name, ops->v[i - 1].name))
-            printf("%s%s\n", i ? "\n" : "", o->schema);
+            printf("%s%s\n", i ? "\n" : "", cli_escape(o->schema, 0, a, sizeof a));
         char where[64];
         snprintf(where, sizeof where, "%s/%s", opjit_device_name(o->device), o->tier);
+        cli_escape(o->path, 0, a, sizeof a);
         if (*o->doc)
-            printf("    %-9s %s  %s\n", where, o->path, o->doc);
+            printf("    %-9s %s  %s\n", where, a, cli_escape(o->doc, 0, b, sizeof b));
         else
-            printf("    %-9s %s\n", where, o->path);
+            printf("    %-9s %s\n", where, a);
     }
 }
 
@@ -154,9 +162,11 @@ int cmd_list(int argc, char **argv)
     int st = opjit_discover(rt, collect_source, &ops);
     int fail = bad_dir || (st != OPJIT_OK && st != OPJIT_EDEVICE) || ops.oom;
     print_listed(&ops);
+    static char esc[4 * 4096 + 1];
     if (ops.n == 0 && !ops.sources)
         fprintf(stderr, "opjit: no operator sources found on the search path %s (give "
-                        "--ops-path DIR or set OPJIT_OPS_PATH)\n", opjit_ops_path(rt));
+                        "--ops-path DIR or set OPJIT_OPS_PATH)\n",
+                cli_escape(opjit_ops_path(rt), 0, esc, sizeof esc));
     listed_free(&ops);
     opjit_destroy(rt);
     return fail ? CLI_EXIT_FAIL : CLI_EXIT_OK;

@@ -1,7 +1,8 @@
 /*
  * tools/print.c - tensors as text, the way numpy prints them: the shortest
  * digits that read back as the same value at the tensor's precision,
- * decimal points aligned, rows wrapped at 75 columns.
+ * decimal points aligned, rows wrapped at 75 columns. And names from disk
+ * made safe to print.
  */
 #include <math.h>
 #include <stdint.h>
@@ -331,4 +332,63 @@ void cli_print_tensor(FILE *f, const char *label, const DLTensor *t)
         fprintf(f, "[]\n");
     else
         print_values(f, t, numel);
+}
+
+/* ---- names from disk ---- */
+
+/* The length of the valid UTF-8 sequence at p that is not a C1 control
+ * (U+0080..U+009F, which terminals may obey like ESC [), else 0. */
+static size_t utf8_printable(const unsigned char *p)
+{
+    size_t n = p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 ? 2 : 0;
+    if (p[0] >= 0xf5)
+        n = 0;
+    for (size_t i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    if (n == 2 && p[0] == 0xc2 && p[1] < 0xa0)
+        return 0;
+    if ((n == 3 && p[0] == 0xe0 && p[1] < 0xa0) || (n == 3 && p[0] == 0xed && p[1] >= 0xa0) ||
+        (n == 4 && p[0] == 0xf0 && p[1] < 0x90) || (n == 4 && p[0] == 0xf4 && p[1] >= 0x90))
+        return 0; /* overlong, a surrogate, or past U+10FFFF */
+    return n;
+}
+
+const char *cli_escape(const char *s, int keep, char *buf, size_t len)
+{
+    static const char hexd[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    size_t k = 0;
+    if (!len)
+        return buf;
+    while (*p) {
+        char piece[4];
+        const char *out = piece;
+        size_t n = *p >= 0x80 ? utf8_printable(p) : 0, used = n ? n : 1;
+        unsigned ch = *p;
+        if (n) {
+            out = (const char *)p;
+        } else if (((ch == '\n' || ch == '\t') && (keep & CLI_ESC_LINES)) ||
+                   (ch == '\\' && (keep & CLI_ESC_BACKSLASH))) {
+            piece[0] = (char)ch;
+            n = 1;
+        } else if (ch == '\\' || ch == '\n' || ch == '\t' || ch == '\r') {
+            piece[0] = '\\';
+            piece[1] = ch == '\\' ? '\\' : ch == '\n' ? 'n' : ch == '\t' ? 't' : 'r';
+            n = 2;
+        } else if (ch < 0x20 || ch >= 0x7f) {
+            memcpy(piece, (char[]){'\\', 'x', hexd[ch >> 4], hexd[ch & 15]}, 4);
+            n = 4;
+        } else {
+            piece[0] = (char)ch;
+            n = 1;
+        }
+        if (k + n >= len)
+            break; /* cut short, never in the middle of an escape */
+        memcpy(buf + k, out, n);
+        k += n;
+        p += used;
+    }
+    buf[k] = '\0';
+    return buf;
 }
