@@ -5,7 +5,8 @@
  *
  * The hot path takes no lock and allocates nothing unless the kernel asks:
  * one atomic load picks the kernel, the checks read the schema parsed at
- * registration. */
+ * registration; two stores into this thread's own record say when a call
+ * runs (runtime/reclaim.c: replaced code is unloaded after). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -611,17 +612,19 @@ static int run_kernel(opjit_runtime *rt, const opjit_op *op, const kernel *k, in
     return OPJIT_OK;
 }
 
-int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, int nargs,
-               DLManagedTensor **outs, int nouts)
+/* The call, between reclaim_enter and reclaim_exit: the kernel it picks
+ * stays loaded until it returns. */
+static int call_entered(opjit_runtime *rt, const opjit_op *op, const opjit_value *args,
+                        int nargs, DLManagedTensor **outs, int nouts)
 {
-    if (!rt || !op || nargs < 0 || (nargs && !args) || nouts < 0 || (nouts && !outs))
-        return rt_error(rt, OPJIT_EINVAL, "opjit_call: bad arguments");
     int device;
     const DLTensor *first;
     int rc = call_device(rt, op, args, nargs, &device, &first);
     if (rc)
         return rc;
-    const kernel *k = atomic_load_explicit(&op->kernels[device], memory_order_acquire);
+    /* Sequentially consistent, after reclaim_enter's store (a plain load
+     * on x86): see runtime/reclaim.c. */
+    const kernel *k = atomic_load(&op->kernels[device]);
     if (!k)
         return no_kernel(rt, op, device);
     /* From here on only the kernel's own schema counts: a reload may have
@@ -639,6 +642,17 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
     if (rc)
         return rc;
     return run_kernel(rt, op, k, device, first ? first->device.device_id : 0, v, outs);
+}
+
+int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, int nargs,
+               DLManagedTensor **outs, int nouts)
+{
+    if (!rt || !op || nargs < 0 || (nargs && !args) || nouts < 0 || (nouts && !outs))
+        return rt_error(rt, OPJIT_EINVAL, "opjit_call: bad arguments");
+    reclaim_enter();
+    int rc = call_entered(rt, op, args, nargs, outs, nouts);
+    reclaim_exit();
+    return rc;
 }
 
 /* ---- copies between devices ------------------------------------------------- */
