@@ -229,6 +229,13 @@ static void child_failed(found *f, int timed_out, int st, long timeout_ms)
                  "called exit?)", f->pub.path, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
+static _Thread_local int outside_lock;
+
+void discover_outside_lock(void)
+{
+    outside_lock = 1;
+}
+
 /* Load path in a child and fill f with what it registered. */
 static void discover_one(loader *l, found *f, long timeout_ms)
 {
@@ -238,9 +245,13 @@ static void discover_one(loader *l, found *f, long timeout_ms)
         snprintf(f->msg, sizeof f->msg, "%s: cannot make a pipe: %s", f->pub.path, strerror(errno));
         return;
     }
+    if (outside_lock)
+        pthread_mutex_lock(&l->lock);
     jit_tcc_fork_prepare();
     pid_t pid = fork();
     jit_tcc_fork_done();
+    if (outside_lock && pid != 0)
+        pthread_mutex_unlock(&l->lock);
     if (pid == 0) {
         close(p[0]);
         child_main(l, f->pub.path, f->pub.device, p[1]);

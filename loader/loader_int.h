@@ -168,6 +168,11 @@ double loader_now_ms(void);
 int loader_discover_one(loader *l, const char *path,
                         int (*fn)(void *ud, const opjit_source_ops *src), void *ud);
 
+/* This thread discovers holding no loader lock (the watcher's indexer):
+ * its discovery forks take the lock for the instant of the fork, as the
+ * tier's helper does, so that loads are not in the allocator then. */
+void discover_outside_lock(void);
+
 /* ---- the op index (loader/index.c) ---------------------------------------- */
 
 /* Call fn for each source of the module that registers op (an op no file

@@ -66,6 +66,7 @@ typedef struct known {
     char *abs;     /* path made absolute, symlinks kept: what it names now */
     char *name_r;  /* abs with its directory resolved: where events about it land */
     char *real;    /* the file loaded */
+    char *tried;   /* the file its path names, when loading that failed; or NULL */
     strs headers;  /* real paths of its local headers */
     int failed;    /* its last reload failed: the next good one is news */
     int gone;      /* unloaded here (its file went): loaded again when one is back */
@@ -89,6 +90,7 @@ struct watcher {
     void *ud;
     pthread_t thread, indexer;
     int ifd, stop[2], have_thread, have_indexer;
+    int started;        /* the search path is watched: directories appearing are news */
     wdir *dirs;
     int ndirs;
     known *loaded;
@@ -245,7 +247,7 @@ static void check_dir(struct watcher *w, wdir *d)
         d->said = 1;
         return;
     }
-    int again = d->real != NULL;
+    int again = d->real != NULL || (d->search && w->started);
     d->wd = wd;
     d->dev = st.st_dev;
     d->ino = st.st_ino;
@@ -349,6 +351,7 @@ static void forget_known(struct watcher *w, known *k)
     free(k->abs);
     free(k->name_r);
     free(k->real);
+    free(k->tried);
     strs_free(&k->headers);
     *k = w->loaded[--w->nloaded];
 }
@@ -444,7 +447,8 @@ static void look_at_loads(struct watcher *w)
  * one of its headers. */
 static int touched(const struct watcher *w, const known *k)
 {
-    if (strs_has(&w->pending, k->real) || strs_has(&w->pending, k->name_r))
+    if (strs_has(&w->pending, k->real) || strs_has(&w->pending, k->name_r) ||
+        (k->tried && strs_has(&w->pending, k->tried)))
         return 1;
     for (int i = 0; i < k->headers.n; i++)
         if (strs_has(&w->pending, k->headers.v[i]))
@@ -516,11 +520,17 @@ static void reload(struct watcher *w, known *k, const char *now_real)
                           : loader_load_locked(l, k->path, NULL, NULL);
     if (!rc) {
         set_str(&k->real, now_real);
+        free(k->tried);
+        k->tried = NULL;
         k->gone = 0;
         know_headers(w, k); /* its headers may have changed too */
     }
     pthread_mutex_unlock(&l->lock);
     if (rc) {
+        if (moved) { /* the new file's next edit is news too */
+            set_str(&k->tried, now_real);
+            watch_dir_of(w, now_real);
+        }
         k->failed = 1;
         emit(w, OPJIT_WATCH_FAILED, k->path, rc, opjit_errmsg(l->rt), 0);
         return;
@@ -615,6 +625,7 @@ static void index_new(struct watcher *w, const char *path)
 static void *index_main(void *arg)
 {
     struct watcher *w = arg;
+    discover_outside_lock();
     pthread_mutex_lock(&w->qlock);
     while (!w->qstop) {
         if (!w->queue.n) {
@@ -810,6 +821,7 @@ int watch_start(loader *l, const opjit_config *cfg)
         return cfg->watch == 1 ? OPJIT_EIO : OPJIT_OK;
     }
     watch_search_path(w);
+    w->started = 1;
     l->discover_cancel_fd = w->stop[0];
     w->have_thread = pthread_create(&w->thread, NULL, watch_main, w) == 0;
     w->have_indexer = w->have_thread && pthread_create(&w->indexer, NULL, index_main, w) == 0;

@@ -436,6 +436,20 @@ static void test_symlink_retarget(void)
     sleep_ms(600);
     CHECKF(count_events() == n, "%d events for an edit of the old target", count_events() - n);
     CHECK(call_ver(rt) == 22.0f);
+
+    /* Retargeted to a file that does not compile: v2 serves until it is fixed. */
+    char v3[1024], p3[1024];
+    path_in(v3, sizeof v3, base, "v3");
+    CHECK(mkdir(v3, 0700) == 0);
+    write_ver(path_in(p3, sizeof p3, v3, "ver.c"), "3 +");
+    n = count_events();
+    CHECK(symlink(p3, tmp) == 0 && rename(tmp, name) == 0);
+    CHECK(wait_kind(n, OPJIT_WATCH_FAILED, "/ver.c") >= 0);
+    CHECK(call_ver(rt) == 22.0f);
+    n = count_events();
+    write_ver(p3, "3");
+    CHECKF(wait_kind(n, OPJIT_WATCH_RELOADED, "/ver.c") >= 0, "fixing the new target is no reload");
+    CHECK(call_ver(rt) == 3.0f);
     opjit_destroy(rt);
 }
 
@@ -603,7 +617,8 @@ static void test_reload_unmaps(void)
     CHECK(started == THREADS && reloaded == RELOADS);
     CHECKF(calls > 0 && bad == 0, "%ld calls, %ld failed", calls, bad);
     printf("     %d memory maps before %d reloads, %d after\n", maps0, RELOADS, maps1);
-    CHECKF(maps1 - maps0 < 30, "%d memory maps before %d reloads, %d after", maps0, RELOADS,
+    /* Each module kept would add 3 or more (its text, data, relro). */
+    CHECKF(maps1 - maps0 < RELOADS, "%d memory maps before %d reloads, %d after", maps0, RELOADS,
            maps1);
     CHECK(call_ver(rt) == (float)(RELOADS + 1));
     opjit_op_info after;
