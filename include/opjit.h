@@ -114,9 +114,13 @@ enum {
                                * changed: its new kernels serve calls */
     OPJIT_WATCH_FAILED = 1,   /* it changed and did not compile or load: the
                                * old kernels keep serving; message says why
-                               * (a compile error with file:line) */
-    OPJIT_WATCH_REMOVED = 2,  /* a loaded source was deleted: its kernels
-                               * left the dispatch table */
+                               * (a compile error with file:line). Also a
+                               * new source whose ops could not be indexed
+                               * (its init crashed or did not return) */
+    OPJIT_WATCH_REMOVED = 2,  /* a loaded source was deleted and not back
+                               * within a second: its kernels left the
+                               * dispatch table (a file appearing under its
+                               * path later is loaded again: RELOADED) */
     OPJIT_WATCH_ADDED = 3     /* a source on the search path that is not
                                * loaded was created or changed: it was
                                * indexed, and is loadable by name */
@@ -131,9 +135,9 @@ typedef struct opjit_watch_event {
                           * callable (compile included) */
 } opjit_watch_event;
 
-/* Called on the watcher's thread, with no lock held: it may call the API
- * (load a source it was told was added, say). Strings live during the
- * call only. */
+/* Called on one of the watcher's threads, one event at a time, with no
+ * lock held: it may call the API (load a source it was told was added,
+ * say). Strings live during the call only. */
 typedef void (*opjit_watch_fn)(void *ud, const opjit_watch_event *ev);
 
 typedef struct opjit_config {
@@ -189,11 +193,17 @@ typedef struct opjit_config {
      * path and of the loaded sources and their local headers (inotify).
      * When a loaded source or one of its headers changes it is recompiled
      * and its kernels swapped in (calls already running finish on the old
-     * code); a burst of writes (an editor saving in several steps) makes
-     * one rebuild, about 25 ms after the last write. A broken edit keeps
-     * the old kernels and reports the error (log callback, watch_fn). A new
-     * source on the search path is indexed: loadable by name. A deleted
-     * loaded source is unloaded. opjit_destroy stops the thread. With
+     * code, which is then unmapped); a burst of writes (an editor saving
+     * in several steps) makes one rebuild, about 25 ms after the last
+     * write. A broken edit keeps the old kernels and reports the error
+     * (log callback, watch_fn). A loaded source is followed by the path it
+     * was loaded by: when that path comes to name another file (a symlink
+     * retargeted, a directory replaced) the new file is loaded in its
+     * place; when it names nothing for a second the source is unloaded,
+     * and loaded again when a file appears there. Directories replaced or
+     * moved away are watched anew by their paths. A new source on the
+     * search path is indexed (a second thread; loads never wait for it):
+     * loadable by name. opjit_destroy stops the threads. With
      * watch 1 and no inotify, opjit_create fails with OPJIT_EIO (from
      * $OPJIT_WATCH: a warning, and no watching). */
     int watch;
@@ -269,8 +279,8 @@ int opjit_load_op(opjit_runtime *rt, const char *spec, opjit_op **op);
 /* Unload what was loaded from a source path ("ops-src/nms.c"), or every
  * source of a loaded op ("nms"): its kernels leave the dispatch table at
  * once, and a later opjit_load_op loads it afresh (a cache hit when it is
- * unchanged). Calls already running finish safely: the code stays mapped
- * until opjit_destroy. An op left with no kernel is no longer found or
+ * unchanged). Calls already running finish safely: the code is unmapped
+ * once they have (so is code a reload replaced). An op left with no kernel is no longer found or
  * listed; handles to it stay valid and their calls fail with
  * OPJIT_ENOKERNEL. OPJIT_ENOTFOUND when nothing was loaded from spec. */
 int opjit_unload(opjit_runtime *rt, const char *spec);

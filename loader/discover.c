@@ -122,18 +122,21 @@ static long discover_timeout_ms(opjit_runtime *rt)
     return DISCOVER_DEFAULT_TIMEOUT_MS;
 }
 
-/* Read everything from fd until EOF or the deadline; 1 when it timed out. */
-static int read_until(int fd, char **buf, size_t *len, double deadline)
+/* Read everything from fd until EOF or the deadline; 1 when it timed out
+ * (or cancel, when >= 0, became readable). */
+static int read_until(int fd, char **buf, size_t *len, double deadline, int cancel)
 {
     size_t cap = 0;
     for (;;) {
         double left = deadline - loader_now_ms();
         if (left <= 0)
             return 1;
-        struct pollfd p = {fd, POLLIN, 0};
-        int r = poll(&p, 1, left > 1e6 ? 1000000 : (int)left + 1);
+        struct pollfd p[2] = {{fd, POLLIN, 0}, {cancel, POLLIN, 0}};
+        int r = poll(p, cancel >= 0 ? 2 : 1, left > 1e6 ? 1000000 : (int)left + 1);
         if (r < 0 && errno == EINTR)
             continue;
+        if (r > 0 && cancel >= 0 && p[1].revents)
+            return 1;
         if (r <= 0)
             return r == 0;
         if (*len + 4096 + 1 > cap) {
@@ -226,6 +229,13 @@ static void child_failed(found *f, int timed_out, int st, long timeout_ms)
                  "called exit?)", f->pub.path, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
+static _Thread_local int outside_lock;
+
+void discover_outside_lock(void)
+{
+    outside_lock = 1;
+}
+
 /* Load path in a child and fill f with what it registered. */
 static void discover_one(loader *l, found *f, long timeout_ms)
 {
@@ -235,9 +245,13 @@ static void discover_one(loader *l, found *f, long timeout_ms)
         snprintf(f->msg, sizeof f->msg, "%s: cannot make a pipe: %s", f->pub.path, strerror(errno));
         return;
     }
+    if (outside_lock)
+        pthread_mutex_lock(&l->lock);
     jit_tcc_fork_prepare();
     pid_t pid = fork();
     jit_tcc_fork_done();
+    if (outside_lock && pid != 0)
+        pthread_mutex_unlock(&l->lock);
     if (pid == 0) {
         close(p[0]);
         child_main(l, f->pub.path, f->pub.device, p[1]);
@@ -250,7 +264,8 @@ static void discover_one(loader *l, found *f, long timeout_ms)
         return;
     }
     size_t len = 0;
-    int timed_out = read_until(p[0], &f->buf, &len, loader_now_ms() + (double)timeout_ms);
+    int timed_out = read_until(p[0], &f->buf, &len, loader_now_ms() + (double)timeout_ms,
+                               l->discover_cancel_fd);
     close(p[0]);
     if (timed_out)
         kill(pid, SIGKILL);

@@ -20,7 +20,8 @@
  * changed less than RACY_MS ago: a second edit within the file system's
  * timestamp granularity could leave the state as it was ("racily clean").
  *
- * Everything here runs with the loader's lock held. */
+ * Everything here runs with the loader's lock held, but index_source,
+ * which keeps nothing in memory (the watcher indexes without it). */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -759,6 +760,8 @@ int index_source(loader *l, const char *path)
     *slash = '\0';
     idx_src s;
     int rc = source_index(l, real, slash + 1, &s);
+    if (rc == OPJIT_OK && s.status != OPJIT_OK)
+        rc = rt_error(l->rt, s.status, "%s", s.msg);
     src_free(&s);
     return rc;
 }

@@ -159,6 +159,7 @@ int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **ou
     if (!l)
         return OPJIT_ENOMEM;
     l->rt = rt;
+    l->discover_cancel_fd = -1;
     pthread_mutex_init(&l->lock, NULL);
     int rc = keep_settings(l, cfg), parts = 0;
     cache_config cc;
@@ -220,6 +221,7 @@ typedef struct load_job {
     source src;
     unsigned half;         /* JIT_C, or JIT_CU_HOST for a .cu */
     opjit_load_info *info; /* may be NULL */
+    const char *replaces;  /* the loaded source this one takes over, or NULL */
     double t0, t_key, t_fetch;
     int hit; /* a CACHE_* origin: built, local or remote hit */
     int served;            /* index in jit_compilers of the host code's compiler */
@@ -268,7 +270,8 @@ static int load_host(load_job *j, const jit_compiler *jc, struct cuda_module *cm
         cuda_module_free(cm);
         rc = rt_error(l->rt, OPJIT_ECACHE, "%s: the cache entry has no %s", j->path, art.name);
     } else
-        rc = loader_publish_module(l, &j->src, art.path, tier, j->opname, sizeof j->opname, cm);
+        rc = loader_publish_module(l, &j->src, art.path, tier, j->opname, sizeof j->opname, cm,
+                                   j->replaces);
     cache_entry_release(art.entry);
     if (rc && jc->background)
         rt_log(l->rt, OPJIT_LOG_WARN, "%s: the %s artifact did not load (%s); compiling anew",
@@ -322,29 +325,16 @@ static int load_source(load_job *j)
     return OPJIT_OK;
 }
 
-int loader_load_locked(loader *l, const char *path, opjit_op **op, opjit_load_info *info)
-{
-    double t0 = loader_now_ms();
-    if (info) {
-        memset(info, 0, sizeof *info);
-        snprintf(info->source, sizeof info->source, "%s", path);
-    }
-    source src;
-    int rc = source_read(l, path, &src);
-    if (rc)
-        return rc;
-    rc = loader_load_read_locked(l, &src, t0, op, info);
-    source_free(&src);
-    return rc;
-}
-
-int loader_load_read_locked(loader *l, source *s, double t0, opjit_op **op,
+/* Load s (read already); replaces: the path of a source it takes the
+ * place of (watch: a renamed or re-pointed file), or NULL. */
+static int load_read_locked(loader *l, source *s, const char *replaces, double t0, opjit_op **op,
                             opjit_load_info *info)
 {
     load_job *j = calloc(1, sizeof *j);
     if (!j)
         return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
-    *j = (load_job){.l = l, .path = s->path, .info = info, .t0 = t0, .src = *s};
+    *j = (load_job){.l = l, .path = s->path, .info = info, .replaces = replaces, .t0 = t0,
+                    .src = *s};
     if (info) {
         memset(info, 0, sizeof *info);
         snprintf(info->source, sizeof info->source, "%s", s->path);
@@ -358,6 +348,10 @@ int loader_load_read_locked(loader *l, source *s, double t0, opjit_op **op,
         snprintf(j->opname, sizeof j->opname, "%s", prev->op_name);
         j->hit = CACHE_HIT_LOCAL;
         load_report(j, prev->tier);
+        if (replaces && strcmp(replaces, j->src.real)) { /* the new file serves already */
+            module_unpublish(l->rt, replaces);
+            loader_forget(l, replaces);
+        }
     } else {
         rc = load_source(j);
     }
@@ -365,6 +359,39 @@ int loader_load_read_locked(loader *l, source *s, double t0, opjit_op **op,
         rc = opjit_find_op(l->rt, j->opname, op);
     free(j);
     return rc;
+}
+
+int loader_load_read_locked(loader *l, source *s, double t0, opjit_op **op,
+                            opjit_load_info *info)
+{
+    return load_read_locked(l, s, NULL, t0, op, info);
+}
+
+static int load_locked(loader *l, const char *path, const char *replaces, opjit_op **op,
+                       opjit_load_info *info)
+{
+    double t0 = loader_now_ms();
+    if (info) {
+        memset(info, 0, sizeof *info);
+        snprintf(info->source, sizeof info->source, "%s", path);
+    }
+    source src;
+    int rc = source_read(l, path, &src);
+    if (rc)
+        return rc;
+    rc = load_read_locked(l, &src, replaces, t0, op, info);
+    source_free(&src);
+    return rc;
+}
+
+int loader_load_locked(loader *l, const char *path, opjit_op **op, opjit_load_info *info)
+{
+    return load_locked(l, path, NULL, op, info);
+}
+
+int loader_load_replacing(loader *l, const char *path, const char *replaces)
+{
+    return load_locked(l, path, replaces, NULL, NULL);
 }
 
 

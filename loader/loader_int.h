@@ -57,6 +57,8 @@ typedef struct loader {
     int cfg_remote_connect_ms, cfg_remote_timeout_ms, cfg_remote_push;
     struct op_index *index; /* which ops each source defines (loader/index.c) */
     struct watcher *watch;  /* cfg.watch: the search path watched (loader/watch.c) */
+    int discover_cancel_fd; /* readable: discovery's children are killed at once
+                             * (opjit_destroy stopping the watcher); -1: none */
 } loader;
 
 /* What went into a key, readable: "name value" lines (a file's value is
@@ -109,6 +111,10 @@ char *loader_read_file(const char *path, size_t *len);
 /* Load the source at path (the loader's lock held): read it, pick the
  * compilers, publish the module. */
 int loader_load_locked(loader *l, const char *path, opjit_op **op, opjit_load_info *info);
+/* The same for a path that named the loaded source at replaces and now
+ * names another file (a symlink retargeted): the new file's module takes
+ * over the old one's ops, which stays serving when it fails. */
+int loader_load_replacing(loader *l, const char *path, const char *replaces);
 /* A runtime with a loader and nothing else (no watcher): what discovery's
  * children and warming load by path with. */
 int loader_runtime_new(const opjit_config *cfg, opjit_runtime **out);
@@ -154,9 +160,11 @@ int load_module(loader *l, const source *s, const char *so, const char *tier, mo
 /* Load the module in so, publish its kernels and remember s's state; opname
  * receives the op to hand back (named after the file, else the first). On
  * failure cm (a .cu's device code, may be NULL) is freed; else the module
- * owns it. */
+ * owns it. replaces (or NULL): the loaded source s takes over (its kernels
+ * leave, it is forgotten). */
 int loader_publish_module(loader *l, const source *s, const char *so, const char *tier,
-                          char *opname, size_t opname_len, struct cuda_module *cm);
+                          char *opname, size_t opname_len, struct cuda_module *cm,
+                          const char *replaces);
 loaded *loader_find_loaded(loader *l, const char *real);
 /* Forget the source at real (its kernels unpublished): the next load of it
  * compiles or hits the cache again. Loader lock held. */
@@ -190,6 +198,11 @@ double loader_now_ms(void);
 int loader_discover_one(loader *l, const char *path,
                         int (*fn)(void *ud, const opjit_source_ops *src), void *ud);
 
+/* This thread discovers holding no loader lock (the watcher's indexer):
+ * its discovery forks take the lock for the instant of the fork, as the
+ * tier's helper does, so that loads are not in the allocator then. */
+void discover_outside_lock(void);
+
 /* ---- the op index (loader/index.c) ---------------------------------------- */
 
 /* Call fn for the sources of op on the search path, directory by
@@ -200,7 +213,10 @@ int loader_discover_one(loader *l, const char *path,
  * (the message names both), each with a message. */
 int index_each_source(loader *l, const char *op, int (*fn)(void *ud, const char *path),
                       void *ud);
-/* Index the source at path now (a new or edited source the watcher saw). */
+/* Index the source at path now (a new or edited source the watcher saw):
+ * OPJIT_OK, or why its ops are not known (then with a message; OPJIT_EDEVICE
+ * for a .cu CUDA cannot run here). Needs no lock: it touches only the
+ * caches, and runs discovery's child without holding up loads. */
 int index_source(loader *l, const char *path);
 /* Forget what the index keeps in memory (opjit_destroy). */
 void index_free(loader *l);

@@ -95,7 +95,8 @@ fail:
 
 /* Load, publish and remember the module in a host artifact. */
 int loader_publish_module(loader *l, const source *s, const char *so, const char *tier,
-                          char *opname, size_t opname_len, struct cuda_module *cm)
+                          char *opname, size_t opname_len, struct cuda_module *cm,
+                          const char *replaces)
 {
     module *m;
     if (s->device == OPJIT_CUDA)
@@ -116,10 +117,14 @@ int loader_publish_module(loader *l, const source *s, const char *so, const char
     }
     m->cuda = cm; /* the module owns its device code now */
     snprintf(opname, opname_len, "%s", module_op_name(m, s->stem));
-    if ((rc = module_publish(l->rt, m))) {
+    if (replaces && !strcmp(replaces, s->real))
+        replaces = NULL;
+    if ((rc = module_publish_replacing(l->rt, m, replaces))) {
         module_discard(m);
         return rc;
     }
+    if (replaces) /* its kernels left with the publish */
+        loader_forget(l, replaces);
     if (remember(l, s, opname, tier))
         return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
     return OPJIT_OK;

@@ -27,11 +27,13 @@ int opjit_unload(opjit_runtime *rt, const char *spec)
         opjit_op *op;
         if (opjit_find_op(rt, spec, &op))
             return rt_error(rt, OPJIT_ENOTFOUND, "no op named '%s' is loaded", spec);
+        reclaim_enter(); /* the modules stay while we read them */
         for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
             const kernel *k = atomic_load(&op->kernels[d]);
             if (k)
                 snprintf(reals[nreal++], PATH_MAX, "%s", k->mod->real);
         }
+        reclaim_exit();
     }
     pthread_mutex_lock(&l->lock);
     int n = 0;
@@ -93,14 +95,16 @@ static int load_one(void *ud, const char *path)
 static int op_from_module(const opjit_op *o, const char *dir, const char *mod, size_t n)
 {
     size_t dl = strlen(dir);
-    for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
+    int from = 0;
+    reclaim_enter(); /* the modules stay while we read them */
+    for (int d = 0; d < OPJIT_DEVICE_COUNT && !from; d++) {
         const kernel *k = atomic_load(&o->kernels[d]);
         const char *file = k ? strrchr(k->mod->real, '/') + 1 : "";
-        if (k && loader_source_stem(file) == n && !strncmp(file, mod, n) &&
-            (size_t)(file - 1 - k->mod->real) == dl && !strncmp(k->mod->real, dir, dl))
-            return 1;
+        from = k && loader_source_stem(file) == n && !strncmp(file, mod, n) &&
+               (size_t)(file - 1 - k->mod->real) == dl && !strncmp(k->mod->real, dir, dl);
     }
-    return 0;
+    reclaim_exit();
+    return from;
 }
 
 typedef struct defined {

@@ -4,7 +4,7 @@
  * as fast as gcc -O0. A background compiler of the table (jit/jit.h; today
  * the system's cc at -O2) builds each source loaded through libtcc again,
  * into the cache, and its kernels are swapped in atomically when ready
- * (calls in flight finish on the libtcc code, which stays mapped).
+ * (calls in flight finish on the libtcc code, unmapped once they have).
  *
  * The compiles run in a helper process detached from the host (its own
  * session, every inherited descriptor closed, its own cache handle and

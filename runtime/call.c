@@ -5,7 +5,8 @@
  *
  * The hot path takes no lock and allocates nothing unless the kernel asks:
  * one atomic load picks the kernel, the checks read the schema parsed at
- * registration. */
+ * registration; two stores into this thread's own record say when a call
+ * runs (runtime/reclaim.c: replaced code is unloaded after). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -632,11 +633,11 @@ static int run_kernel(opjit_runtime *rt, const opjit_op *op, const kernel *k, in
     return OPJIT_OK;
 }
 
-int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, int nargs,
-               DLManagedTensor **outs, int nouts)
+/* The call, between reclaim_enter and reclaim_exit: the kernel it picks
+ * stays loaded until it returns. */
+static int call_entered(opjit_runtime *rt, const opjit_op *op, const opjit_value *args,
+                        int nargs, DLManagedTensor **outs, int nouts)
 {
-    if (!rt || !op || nargs < 0 || (nargs && !args) || nouts < 0 || (nouts && !outs))
-        return rt_error(rt, OPJIT_EINVAL, "opjit_call: bad arguments");
     call_bound b;
     int rc = call_bind(rt, op, args, nargs, 1, &b);
     if (rc)
@@ -647,6 +648,8 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
     return run_kernel(rt, op, b.k, b.device, b.device_id, b.v, outs);
 }
 
+/* Call it between reclaim_enter and reclaim_exit: b->k stays loaded
+ * until then. */
 int call_bind(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, int nargs,
               int need_data, call_bound *b)
 {
@@ -655,7 +658,9 @@ int call_bind(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, in
     if (rc)
         return rc;
     b->device_id = first ? first->device.device_id : 0;
-    b->k = atomic_load_explicit(&op->kernels[b->device], memory_order_acquire);
+    /* Sequentially consistent, after reclaim_enter's store (a plain load
+     * on x86): see runtime/reclaim.c. */
+    b->k = atomic_load(&op->kernels[b->device]);
     if (!b->k)
         return no_kernel(rt, op, b->device);
     /* From here on only the kernel's own schema counts: a reload may have
@@ -664,6 +669,17 @@ int call_bind(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, in
         return rt_error(rt, OPJIT_ECALL, "%s takes at most %d arguments, got %d", op->name,
                         b->k->sch.nargs, nargs);
     return bind_args(rt, op, b->k, args, nargs, b->v, b->expanded);
+}
+
+int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, int nargs,
+               DLManagedTensor **outs, int nouts)
+{
+    if (!rt || !op || nargs < 0 || (nargs && !args) || nouts < 0 || (nouts && !outs))
+        return rt_error(rt, OPJIT_EINVAL, "opjit_call: bad arguments");
+    reclaim_enter();
+    int rc = call_entered(rt, op, args, nargs, outs, nouts);
+    reclaim_exit();
+    return rc;
 }
 
 /* ---- copies between devices ------------------------------------------------- */

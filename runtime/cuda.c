@@ -104,7 +104,8 @@ enum {
     X(MemPoolTrimTo, "cuMemPoolTrimTo", CUresult, (CUmemoryPool, size_t))               \
     X(MemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", CUresult,                       \
       (CUdeviceptr *, size_t, CUmemoryPool, CUstream))                                  \
-    X(MemFreeAsync, "cuMemFreeAsync", CUresult, (CUdeviceptr, CUstream))
+    X(MemFreeAsync, "cuMemFreeAsync", CUresult, (CUdeviceptr, CUstream))                \
+    X(CtxSynchronize, "cuCtxSynchronize", CUresult, (void))
 
 static struct {
     pthread_once_t once;
@@ -350,6 +351,9 @@ void cuda_module_free(cuda_module *cm)
     for (cuda_loaded *l = cm->loaded, *next; l; l = next) {
         next = l->next;
         if (drv.CtxPushCurrent && drv.CtxPushCurrent(l->cuctx) == CUDA_SUCCESS) {
+            /* A replaced module's last launches may still be queued. */
+            if (drv.CtxSynchronize)
+                drv.CtxSynchronize();
             drv.ModuleUnload(l->mod);
             CUcontext dummy;
             drv.CtxPopCurrent(&dummy);

@@ -381,11 +381,11 @@ static int run_shape(opjit_runtime *rt, const opjit_op *op, call_bound *b, opjit
     return ctx.status;
 }
 
-int opjit_output_shapes(opjit_runtime *rt, const opjit_op *op, const opjit_value *args,
-                        int nargs, opjit_out_shape *outs, int nouts)
+/* opjit_output_shapes between reclaim_enter and reclaim_exit (the rule's
+ * code stays loaded). */
+static int shapes_entered(opjit_runtime *rt, const opjit_op *op, const opjit_value *args,
+                          int nargs, opjit_out_shape *outs, int nouts)
 {
-    if (!rt || !op || nargs < 0 || (nargs && !args) || nouts < 0 || (nouts && !outs))
-        return rt_error(rt, OPJIT_EINVAL, "opjit_output_shapes: bad arguments");
     call_bound b;
     int rc = call_bind(rt, op, args, nargs, 0, &b);
     if (rc)
@@ -398,6 +398,17 @@ int opjit_output_shapes(opjit_runtime *rt, const opjit_op *op, const opjit_value
         return rt_error(rt, OPJIT_ECALL, "%s returns %d outputs; room was given for %d",
                         op->name, b.k->sch.nouts, nouts);
     return run_shape(rt, op, &b, fn, outs);
+}
+
+int opjit_output_shapes(opjit_runtime *rt, const opjit_op *op, const opjit_value *args,
+                        int nargs, opjit_out_shape *outs, int nouts)
+{
+    if (!rt || !op || nargs < 0 || (nargs && !args) || nouts < 0 || (nouts && !outs))
+        return rt_error(rt, OPJIT_EINVAL, "opjit_output_shapes: bad arguments");
+    reclaim_enter();
+    int rc = shapes_entered(rt, op, args, nargs, outs, nouts);
+    reclaim_exit();
+    return rc;
 }
 
 /* ---- calling the backward op ------------------------------------------------------- */
@@ -432,9 +443,11 @@ static int backward_value(opjit_runtime *rt, const opjit_op *op, const opjit_gra
     return OPJIT_OK;
 }
 
-int opjit_call_backward(opjit_runtime *rt, const opjit_op *op, const opjit_value *args,
-                        int nargs, DLTensor *const *outs, DLTensor *const *grads,
-                        const int *want, DLManagedTensor **grad_inputs, int ngrad)
+/* opjit_call_backward between reclaim_enter and reclaim_exit (the
+ * declarations read stay loaded). */
+static int backward_entered(opjit_runtime *rt, const opjit_op *op, const opjit_value *args,
+                            int nargs, DLTensor *const *outs, DLTensor *const *grads,
+                            const int *want, DLManagedTensor **grad_inputs, int ngrad)
 {
     const opjit_op_decls *d;
     int rc = opjit_op_decls_get(rt, op, &d);
@@ -459,4 +472,14 @@ int opjit_call_backward(opjit_runtime *rt, const opjit_op *op, const opjit_value
                                  d->ninputs, &bv[i])))
             return rc;
     return opjit_call(rt, bop, bv, d->nbackward_args, grad_inputs, ngrad);
+}
+
+int opjit_call_backward(opjit_runtime *rt, const opjit_op *op, const opjit_value *args,
+                        int nargs, DLTensor *const *outs, DLTensor *const *grads,
+                        const int *want, DLManagedTensor **grad_inputs, int ngrad)
+{
+    reclaim_enter();
+    int rc = backward_entered(rt, op, args, nargs, outs, grads, want, grad_inputs, ngrad);
+    reclaim_exit();
+    return rc;
 }

@@ -3,16 +3,70 @@
  *
  * A module's registrations are staged on the module while its init runs and
  * published together afterwards, so a module whose init fails registers
- * nothing. Publishing swaps each op's per-device kernel pointer atomically;
- * replaced kernels stay alive until the runtime is destroyed, so calls in
- * flight finish on the code they started with. */
+ * nothing. Publishing swaps each op's per-device kernel pointer atomically.
+ * A module none of whose kernels is in the table any more (replaced by a
+ * reload, unloaded) is retired: unloaded once no call can still be running
+ * in it (runtime/reclaim.c), so calls in flight finish on the code they
+ * started with. What hosts are handed about ops (schemas, sources, docs,
+ * tiers) is the runtime's and the op's own, never the module's, so it
+ * outlives the module. */
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/cuda.h"
 #include "runtime/runtime.h"
+
+/* ---- strings kept until the runtime goes ------------------------------------ */
+
+static size_t str_hash(const char *s)
+{
+    size_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Where s is, or the empty slot it would take. rt->lock held. */
+static char **str_slot(opjit_runtime *rt, const char *s)
+{
+    size_t mask = rt->strings.cap - 1, i = str_hash(s) & mask;
+    while (rt->strings.v[i] && strcmp(rt->strings.v[i], s))
+        i = (i + 1) & mask;
+    return &rt->strings.v[i];
+}
+
+static int strings_grow(opjit_runtime *rt)
+{
+    size_t cap = rt->strings.cap ? rt->strings.cap * 2 : 64;
+    char **old = rt->strings.v, **v = calloc(cap, sizeof *v);
+    if (!v)
+        return -1;
+    size_t oldcap = rt->strings.cap;
+    rt->strings.v = v;
+    rt->strings.cap = cap;
+    for (size_t i = 0; i < oldcap; i++)
+        if (old[i])
+            *str_slot(rt, old[i]) = old[i];
+    free(old);
+    return 0;
+}
+
+const char *rt_intern(opjit_runtime *rt, const char *s)
+{
+    pthread_mutex_lock(&rt->lock);
+    char **slot = NULL;
+    if ((rt->strings.n + 1) * 2 <= rt->strings.cap || strings_grow(rt) == 0)
+        slot = str_slot(rt, s);
+    if (slot && !*slot && (*slot = strdup(s)))
+        rt->strings.n++;
+    pthread_mutex_unlock(&rt->lock);
+    return slot ? *slot : NULL;
+}
+
+/* ---- modules ---------------------------------------------------------------- */
 
 module *module_new(opjit_runtime *rt, const char *source, const char *real, const char *tier,
                    int device)
@@ -21,9 +75,9 @@ module *module_new(opjit_runtime *rt, const char *source, const char *real, cons
     if (!m)
         return NULL;
     m->rt = rt;
-    m->source = strdup(source);
+    m->source = rt_intern(rt, source);
     m->real = strdup(real);
-    m->tier = strdup(tier);
+    m->tier = rt_intern(rt, tier);
     m->device = device;
     if (!m->source || !m->real || !m->tier) {
         module_discard(m);
@@ -36,7 +90,6 @@ static void kernel_free(kernel *k)
 {
     decl_free(k->decls);
     schema_free(&k->sch);
-    free(k->doc);
     free(k);
 }
 
@@ -51,9 +104,7 @@ void module_discard(module *m)
     cuda_module_free(m->cuda);
     if (m->dl)
         dlclose(m->dl);
-    free(m->source);
     free(m->real);
-    free(m->tier);
     free(m);
 }
 
@@ -134,7 +185,11 @@ int dispatch_def(opjit_module *om, const char *text, int device, opjit_kernel_fn
     k->fn = fn;
     k->device = device;
     k->mod = m;
-    k->doc = strdup(doc ? doc : "");
+    k->doc = rt_intern(m->rt, doc ? doc : "");
+    if (!k->doc) {
+        kernel_free(k);
+        return module_error(m, OPJIT_ENOMEM, "out of memory");
+    }
     /* Keep registration order: list in order, remember the last. */
     if (m->last)
         m->last->next_in_module = k;
@@ -204,12 +259,18 @@ static opjit_op *find_op_locked(opjit_runtime *rt, const char *name)
     return NULL;
 }
 
-/* Whether every kernel of op comes from the source at real. */
-static int only_from(const opjit_op *op, const char *real)
+/* Whether kernel k comes from the source at real or at also (may be NULL). */
+static int from_source(const kernel *k, const char *real, const char *also)
+{
+    return !strcmp(k->mod->real, real) || (also && !strcmp(k->mod->real, also));
+}
+
+/* Whether every kernel of op comes from the source at real (or also). */
+static int only_from(const opjit_op *op, const char *real, const char *also)
 {
     for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
         const kernel *k = atomic_load(&op->kernels[d]);
-        if (k && strcmp(k->mod->real, real))
+        if (k && !from_source(k, real, also))
             return 0;
     }
     return 1;
@@ -223,24 +284,90 @@ static int module_defines(const module *m, const char *name, int device)
     return 0;
 }
 
-/* A reload (m from a source already loaded): the ops the source's earlier
- * module registered and m does not (removed or renamed) are gone, so a
- * module's ops are exactly what its latest init registered. Their old code
- * stays mapped, as for an unload. Called with rt->lock held. */
-static void retire_dropped(opjit_runtime *rt, const module *m)
+/* The modules whose kernels one publish or unpublish took out of the
+ * table: those with none left are retired. */
+#define CANDIDATES 8
+typedef struct candidates {
+    module *v[CANDIDATES];
+    int n, overflow; /* overflow: look at every published module */
+} candidates;
+
+static void candidate_add(candidates *c, const kernel *old)
+{
+    if (!old)
+        return;
+    for (int i = 0; i < c->n; i++)
+        if (c->v[i] == old->mod)
+            return;
+    if (c->n < CANDIDATES)
+        c->v[c->n++] = old->mod;
+    else
+        c->overflow = 1;
+}
+
+/* op's kernel for device becomes k (NULL: none); the one replaced is a
+ * candidate for retirement. Sequentially consistent: see reclaim.c. */
+static void kernel_swap(opjit_op *op, int device, kernel *k, candidates *c)
+{
+    candidate_add(c, atomic_exchange(&op->kernels[device], k));
+}
+
+/* A reload (m from a source already loaded, or from the one it replaces):
+ * the ops the source's earlier module registered and m does not (removed
+ * or renamed) are gone, so a module's ops are exactly what its latest init
+ * registered. Called with rt->lock held. */
+static void retire_dropped(opjit_runtime *rt, const module *m, const char *replaces,
+                           candidates *c)
 {
     for (opjit_op *op = rt->ops; op; op = atomic_load(&op->next)) {
         const kernel *k = atomic_load(&op->kernels[m->device]);
-        if (k && k->mod != m && !strcmp(k->mod->real, m->real) &&
+        if (k && k->mod != m && from_source(k, m->real, replaces) &&
             !module_defines(m, op->name, m->device))
-            atomic_store_explicit(&op->kernels[m->device], NULL, memory_order_release);
+            kernel_swap(op, m->device, NULL, c);
+    }
+}
+
+static int module_reachable(const module *m)
+{
+    for (const kernel *k = m->kernels; k; k = k->next_in_module)
+        if (k->op && atomic_load(&k->op->kernels[k->device]) == k)
+            return 1;
+    return 0;
+}
+
+static int is_candidate(const candidates *c, const module *m)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->v[i] == m)
+            return 1;
+    return c->overflow;
+}
+
+/* The candidates none of whose kernels is in the table any more leave the
+ * published modules for the retired ones, stamped with one epoch taken
+ * after the table changed. rt->lock held. */
+static void retire_unreachable_locked(opjit_runtime *rt, const candidates *c)
+{
+    uint64_t e = 0;
+    for (module **p = &rt->modules; *p && (c->n || c->overflow);) {
+        module *m = *p;
+        if (!is_candidate(c, m) || module_reachable(m)) {
+            p = &m->next;
+            continue;
+        }
+        if (!e)
+            e = reclaim_retire();
+        *p = m->next;
+        m->retired = e;
+        m->next = rt->retired;
+        rt->retired = m;
     }
 }
 
 /* Whether every kernel of m may be published: its schema agrees with
  * the op's other sources, and no other module holds its op and device.
  * rt->lock held. */
-static int publish_check_locked(opjit_runtime *rt, const module *m)
+static int publish_check_locked(opjit_runtime *rt, const module *m, const char *replaces)
 {
     for (const kernel *k = m->kernels; k; k = k->next_in_module) {
         opjit_op *op = find_op_locked(rt, k->sch.name);
@@ -249,11 +376,11 @@ static int publish_check_locked(opjit_runtime *rt, const module *m)
         const schema *cur = atomic_load(&op->sch);
         /* A new schema is fine when this source is the op's only one
          * (an edit and reload); otherwise all sources must agree. */
-        if (strcmp(cur->canonical, k->sch.canonical) && !only_from(op, m->real)) {
+        if (strcmp(cur->canonical, k->sch.canonical) && !only_from(op, m->real, replaces)) {
             const kernel *other = NULL;
             for (int d = 0; d < OPJIT_DEVICE_COUNT && !other; d++) {
                 other = atomic_load(&op->kernels[d]);
-                if (other && !strcmp(other->mod->real, m->real))
+                if (other && from_source(other, m->real, replaces))
                     other = NULL;
             }
             return rt_error(rt, OPJIT_ESCHEMA,
@@ -271,7 +398,7 @@ static int publish_check_locked(opjit_runtime *rt, const module *m)
                                 m->source, k->sch.name, o->mod->source);
         }
         const kernel *held = atomic_load(&op->kernels[k->device]);
-        if (held && strcmp(held->mod->real, m->real))
+        if (held && !from_source(held, m->real, replaces))
             return rt_error(rt, OPJIT_EEXIST,
                             "%s: %s already has a %s kernel from %s; a second module may "
                             "not register the same op and device",
@@ -281,69 +408,129 @@ static int publish_check_locked(opjit_runtime *rt, const module *m)
     return OPJIT_OK;
 }
 
-/* k becomes its op's kernel for its device (the op is made when it is
- * new). rt->lock held. */
-static int publish_kernel_locked(opjit_runtime *rt, kernel *k)
+/* The op's own copy of schema s: the one of the same text, else a new one.
+ * NULL when out of memory. rt->lock held. */
+static const schema *op_schema_locked(opjit_op *op, const schema *s)
+{
+    for (op_schema *o = op->schemas; o; o = o->next)
+        if (!strcmp(o->s.text, s->text))
+            return &o->s;
+    op_schema *o = calloc(1, sizeof *o);
+    char err[64];
+    if (!o || schema_parse(s->text, &o->s, err, sizeof err)) {
+        free(o);
+        return NULL;
+    }
+    o->next = op->schemas;
+    op->schemas = o;
+    return &o->s;
+}
+
+/* What publishing k needs, made before anything is published: its op
+ * (a new one is appended with no kernel, so nobody finds it yet) and the
+ * op's copy of its schema. rt->lock held. */
+static int publish_prepare_locked(opjit_runtime *rt, kernel *k)
 {
     opjit_op *op = find_op_locked(rt, k->sch.name);
-    if (op) {
-        atomic_store_explicit(&op->kernels[k->device], k, memory_order_release);
-        atomic_store_explicit(&op->sch, &k->sch, memory_order_release);
-        return OPJIT_OK;
-    }
-    op = calloc(1, sizeof *op);
-    if (!op || !(op->name = strdup(k->sch.name))) {
-        free(op);
+    if (!op) {
+        if (!(op = calloc(1, sizeof *op)) || !(op->name = strdup(k->sch.name)) ||
+            !(k->op_sch = op_schema_locked(op, &k->sch))) {
+            if (op)
+                free(op->name);
+            free(op);
+            return rt_error(rt, OPJIT_ENOMEM, "out of memory");
+        }
+        atomic_init(&op->sch, k->op_sch);
+        /* Fully built before it becomes reachable. */
+        if (rt->ops_tail)
+            atomic_store_explicit(&rt->ops_tail->next, op, memory_order_release);
+        else
+            atomic_store_explicit(&rt->ops, op, memory_order_release);
+        rt->ops_tail = op;
+    } else if (!(k->op_sch = op_schema_locked(op, &k->sch))) {
         return rt_error(rt, OPJIT_ENOMEM, "out of memory");
     }
-    atomic_init(&op->sch, &k->sch);
-    atomic_store_explicit(&op->kernels[k->device], k, memory_order_release);
-    /* Fully built before it becomes reachable. */
-    if (rt->ops_tail)
-        atomic_store_explicit(&rt->ops_tail->next, op, memory_order_release);
-    else
-        atomic_store_explicit(&rt->ops, op, memory_order_release);
-    rt->ops_tail = op;
+    k->op = op;
     return OPJIT_OK;
 }
 
-int module_publish(opjit_runtime *rt, module *m)
+int module_publish_replacing(opjit_runtime *rt, module *m, const char *replaces)
 {
+    candidates c = {.n = 0};
     int rc = decl_resolve(rt, m); /* the module's own: no lock needed */
     if (rc)
         return rc;
     pthread_mutex_lock(&rt->lock);
-    /* Check everything first: publish all or nothing. */
-    rc = publish_check_locked(rt, m);
+    /* Check and allocate everything first: publish all or nothing. */
+    rc = publish_check_locked(rt, m, replaces);
     for (kernel *k = m->kernels; k && rc == OPJIT_OK; k = k->next_in_module)
-        rc = publish_kernel_locked(rt, k);
+        rc = publish_prepare_locked(rt, k);
     if (rc == OPJIT_OK) {
-        retire_dropped(rt, m);
+        for (kernel *k = m->kernels; k; k = k->next_in_module) {
+            kernel_swap(k->op, k->device, k, &c);
+            atomic_store_explicit(&k->op->sch, k->op_sch, memory_order_release);
+        }
+        retire_dropped(rt, m, replaces, &c);
         m->next = rt->modules;
         rt->modules = m;
+        retire_unreachable_locked(rt, &c);
     }
     pthread_mutex_unlock(&rt->lock);
-    if (rc == OPJIT_OK)
+    if (rc == OPJIT_OK) {
         pool_blas_module(m->dl);
+        module_reclaim(rt);
+    }
     return rc;
+}
+
+int module_publish(opjit_runtime *rt, module *m)
+{
+    return module_publish_replacing(rt, m, NULL);
 }
 
 int module_unpublish(opjit_runtime *rt, const char *real)
 {
     int n = 0;
+    candidates c = {.n = 0};
     pthread_mutex_lock(&rt->lock);
     for (opjit_op *op = rt->ops; op; op = atomic_load(&op->next))
         for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
             const kernel *k = atomic_load(&op->kernels[d]);
             if (k && !strcmp(k->mod->real, real)) {
-                /* The module stays mapped until opjit_destroy: calls that
-                 * already picked this kernel finish on it. */
-                atomic_store_explicit(&op->kernels[d], NULL, memory_order_release);
+                kernel_swap(op, d, NULL, &c);
                 n++;
             }
         }
+    retire_unreachable_locked(rt, &c);
     pthread_mutex_unlock(&rt->lock);
+    module_reclaim(rt);
     return n;
+}
+
+int module_reclaim(opjit_runtime *rt)
+{
+    module *done = NULL;
+    int left = 0;
+    pthread_mutex_lock(&rt->lock);
+    uint64_t oldest = rt->retired ? reclaim_oldest() : 0;
+    for (module **p = &rt->retired; *p;) {
+        module *m = *p;
+        if (m->retired < oldest) {
+            *p = m->next;
+            m->next = done;
+            done = m;
+        } else {
+            p = &m->next;
+            left++;
+        }
+    }
+    pthread_mutex_unlock(&rt->lock);
+    while (done) { /* unreachable now: unloaded without the lock */
+        module *m = done;
+        done = m->next;
+        module_discard(m);
+    }
+    return left;
 }
 
 /* An op whose every source was unloaded stays in the list (readers walk it
@@ -394,6 +581,9 @@ int opjit_op_info_get(opjit_runtime *rt, const opjit_op *op, opjit_op_info *info
     info->schema = sch->text;
     info->nargs = sch->nargs;
     info->nouts = sch->nouts;
+    /* The strings are the runtime's: only reading the kernels needs them
+     * not to be unloaded meanwhile. */
+    reclaim_enter();
     for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
         const kernel *k = atomic_load(&op->kernels[d]);
         if (k) {
@@ -402,6 +592,7 @@ int opjit_op_info_get(opjit_runtime *rt, const opjit_op *op, opjit_op_info *info
             info->tier[d] = k->mod->tier;
         }
     }
+    reclaim_exit();
     return OPJIT_OK;
 }
 

@@ -33,6 +33,7 @@ static int create_failed(opjit_runtime *rt, int status)
 int runtime_new(const opjit_config *cfg, opjit_runtime **out)
 {
     *out = NULL;
+    reclaim_init();
     opjit_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return OPJIT_ENOMEM;
@@ -66,17 +67,39 @@ int opjit_get_num_threads(const opjit_runtime *rt, int *num_threads)
     return OPJIT_OK;
 }
 
-void runtime_free(opjit_runtime *rt)
+static void ops_free(opjit_runtime *rt)
 {
     for (opjit_op *op = atomic_load(&rt->ops), *next; op; op = next) {
         next = atomic_load(&op->next);
+        for (op_schema *s = op->schemas, *sn; s; s = sn) {
+            sn = s->next;
+            schema_free(&s->s);
+            free(s);
+        }
         free(op->name);
         free(op);
     }
-    for (module *m = rt->modules, *next; m; m = next) {
-        next = m->next;
-        module_discard(m);
-    }
+}
+
+/* Every module, published or retired: no call is running (opjit_destroy's
+ * contract). */
+static void modules_free(opjit_runtime *rt)
+{
+    module *lists[2] = {rt->modules, rt->retired};
+    for (int i = 0; i < 2; i++)
+        for (module *m = lists[i], *next; m; m = next) {
+            next = m->next;
+            module_discard(m);
+        }
+    for (size_t i = 0; i < rt->strings.cap; i++)
+        free(rt->strings.v[i]);
+    free(rt->strings.v);
+}
+
+void runtime_free(opjit_runtime *rt)
+{
+    ops_free(rt);
+    modules_free(rt);
     pool_free(rt->pool); /* no call is running: the workers are idle */
     workspace_free_all(rt);
     cuda_rt_free(rt->cuda); /* after the modules: they unload in its contexts */

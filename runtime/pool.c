@@ -364,4 +364,10 @@ void pool_blas_module(void *dl)
         return;
     memcpy(&set_threads, &sym, sizeof sym);
     set_threads(1);
+    /* Modules are unloaded when replaced: OpenBLAS stays (unloading it
+     * would stop its threads, loading it start them again). */
+    static _Atomic int pinned;
+    Dl_info di;
+    if (!atomic_exchange(&pinned, 1) && dladdr(sym, &di) && di.dli_fname)
+        (void)dlopen(di.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
 }

@@ -79,19 +79,30 @@ typedef struct kernel {
     opjit_kernel_fn fn;
     int device;
     module *mod;
-    char *doc;
+    const char *doc;        /* the runtime's copy (rt_intern) */
     schema sch;
+    struct opjit_op *op;    /* the op it is published in (set when publishing) */
+    const schema *op_sch;   /* that op's copy of sch */
     int nchecks;
     arg_check checks[OPJIT_MAX_ARGS];
     kernel_decls *decls; /* NULL: the module declared nothing for it */
     struct kernel *next_in_module;
 } kernel;
 
+/* The op's own copy of one schema text its kernels had. */
+typedef struct op_schema {
+    schema s;
+    struct op_schema *next;
+} op_schema;
+
 struct opjit_op {
     char *name;
-    /* The schema all its kernels share. A reload of the only source of an
-     * op may change it; old schemas stay alive with their kernels. */
+    /* The schema all its kernels share: the op's own copy, so that what
+     * opjit_op_arg hands out outlives the kernels. A reload of the only
+     * source of an op may change it; every schema text the op had stays
+     * (in schemas) as long as the op. */
     _Atomic(const schema *) sch;
+    op_schema *schemas;
     _Atomic(kernel *) kernels[OPJIT_DEVICE_COUNT];
     _Atomic(struct opjit_op *) next; /* ops are appended while others read */
 };
@@ -99,9 +110,9 @@ struct opjit_op {
 /* A loaded shared object and what its init registered. */
 struct module {
     opjit_runtime *rt;
-    char *source;   /* path of the source file, as the host named it */
+    const char *source; /* path of the source file, as the host named it (rt_intern) */
     char *real;     /* its real path: what identifies "the same source" */
-    char *tier;     /* "tcc", ... */
+    const char *tier;   /* "tcc", ... (rt_intern) */
     int device;     /* the device its kernels may register for (.c: CPU) */
     void *dl;       /* dlopen handle */
     kernel *kernels;
@@ -109,7 +120,8 @@ struct module {
     int status;     /* first registration error */
     char err[1024];
     struct cuda_module *cuda; /* .cu: device code per architecture (runtime/cuda.h) */
-    module *next;
+    uint64_t retired; /* the epoch it was retired in (runtime/reclaim.c) */
+    module *next;     /* in rt->modules, or in rt->retired */
 };
 
 /* ---- runtime ------------------------------------------------------------ */
@@ -126,7 +138,12 @@ struct opjit_runtime {
     pthread_mutex_t lock; /* ops, modules, workspace pool */
     _Atomic(opjit_op *) ops; /* appended under lock, read without */
     opjit_op *ops_tail;
-    module *modules;
+    module *modules; /* published: some kernel of each is in the table */
+    module *retired; /* out of the table; unloaded once no call can be in them */
+    struct {
+        char **v; /* an open-addressing set; cap a power of two */
+        size_t n, cap;
+    } strings;    /* what op info hands out: kept until the runtime goes */
     workspace *free_ws;
     opjit_alloc_fn alloc;
     void *alloc_ud;
@@ -227,9 +244,21 @@ module *module_new(opjit_runtime *rt, const char *source, const char *real, cons
 /* Publish the module's kernels into the dispatch table, replacing kernels
  * earlier loaded from the same source. On a conflict nothing is published. */
 int module_publish(opjit_runtime *rt, module *m);
+/* The same, when m's source replaces the source at replaces (the file a
+ * path names changed: a retargeted symlink): the kernels of both count as
+ * one source's, and those of replaces that m does not define leave. */
+int module_publish_replacing(opjit_runtime *rt, module *m, const char *replaces);
 /* Take every kernel loaded from the source at real out of the dispatch
- * table; returns how many. Their modules stay mapped until destroy. */
+ * table; returns how many. Their modules are unloaded once no call can be
+ * running in them (module_reclaim). */
 int module_unpublish(opjit_runtime *rt, const char *real);
+/* Unload the modules taken out of the table that no call can be running
+ * in any more; returns how many are still waiting. Publishing and
+ * unpublishing call it; a watcher calls it now and then. */
+int module_reclaim(opjit_runtime *rt);
+/* s kept by rt until it is freed (one copy per distinct string); NULL when
+ * out of memory. */
+const char *rt_intern(opjit_runtime *rt, const char *s);
 /* Free a module that was never published (its dl handle is closed). */
 void module_discard(module *m);
 /* The registration entries of the api table. */
@@ -253,6 +282,65 @@ void decl_free(kernel_decls *d);
 /* runtime/dtype.c: the dtype table (opjit_dtype_parse/_name) */
 int dtype_parse(const char *s, DLDataType *out);
 const char *dtype_name(DLDataType t, char *buf, size_t n);
+
+/* ---- retired code (runtime/reclaim.c) ------------------------------------ */
+
+/* Anything that reads kernels or modules from the table without rt->lock
+ * (a call, op info) runs between reclaim_enter and reclaim_exit; they
+ * nest, take no lock and cost a store each. Inline: the call path. */
+typedef struct reclaim_reader {
+    _Atomic uint64_t active; /* the epoch its outermost open call began in; 0: none */
+    _Atomic int used;        /* claimed by a thread */
+    struct reclaim_reader *next; /* set before it is listed, never changed */
+} reclaim_reader;
+
+typedef struct reclaim_thread {
+    reclaim_reader *r; /* this thread's record, once it called */
+    unsigned depth;    /* nested calls: only the outermost marks the record */
+    int unrecorded;    /* the outermost call runs without a record */
+} reclaim_thread;
+
+extern _Thread_local reclaim_thread reclaim_me;
+extern _Atomic uint64_t reclaim_epoch;
+extern int reclaim_asym; /* membarrier: calls store without a fence */
+void reclaim_enter_slow(void); /* the first call of a thread, or no membarrier */
+void reclaim_exit_slow(void);
+
+static inline void reclaim_enter(void)
+{
+    reclaim_thread *t = &reclaim_me;
+    if (t->depth++)
+        return;
+    if (__builtin_expect(t->r && reclaim_asym, 1)) {
+        /* Release: whoever reads it sees this thread's earlier calls. The
+         * scan's barrier orders it before the kernel load (reclaim.c). */
+        atomic_store_explicit(&t->r->active,
+                              atomic_load_explicit(&reclaim_epoch, memory_order_acquire),
+                              memory_order_release);
+        atomic_signal_fence(memory_order_seq_cst);
+    } else {
+        reclaim_enter_slow();
+    }
+}
+
+static inline void reclaim_exit(void)
+{
+    reclaim_thread *t = &reclaim_me;
+    if (--t->depth)
+        return;
+    atomic_signal_fence(memory_order_seq_cst);
+    if (__builtin_expect(t->r && !t->unrecorded, 1))
+        atomic_store_explicit(&t->r->active, 0, memory_order_release);
+    else
+        reclaim_exit_slow();
+}
+/* Once per process before any of the others (runtime_new). */
+void reclaim_init(void);
+/* After taking code out of the table: its epoch E. */
+uint64_t reclaim_retire(void);
+/* The epoch the oldest call still running began in (UINT64_MAX: none;
+ * 0: unknown): code of epoch E may go when E < reclaim_oldest(). */
+uint64_t reclaim_oldest(void);
 
 /* ---- lifetime (runtime/lifetime.c) ------------------------------------- */
 /* The runtime's own parts (allocator, log, CUDA bookkeeping); the loader is
