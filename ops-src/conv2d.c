@@ -926,13 +926,14 @@ static int conv_forward(opjit_ctx *ctx, const conv_geom *g, const void *x, const
 }
 
 /* The output of a convolution over g: [N, O, Ho, Wo], or [O, Ho, Wo]
- * unbatched. Its data, or NULL with the error recorded. */
-static void *conv_output(opjit_ctx *ctx, int index, const conv_geom *g, DLDataType dt)
+ * unbatched, its data into *data. 0, or -1 with the error recorded. */
+static int conv_output(opjit_ctx *ctx, const conv_geom *g, DLDataType dt, void **data)
 {
     int64_t shape[4] = {g->n, g->o, g->ho, g->wo};
-    DLTensor *out = g->batched ? opjit_output(ctx, index, dt, 4, shape)
-                               : opjit_output(ctx, index, dt, 3, shape + 1);
-    return out ? opjit_data(out) : NULL;
+    DLTensor *out = g->batched ? opjit_output(ctx, 0, dt, 4, shape)
+                               : opjit_output(ctx, 0, dt, 3, shape + 1);
+    *data = out ? opjit_data(out) : NULL;
+    return out ? 0 : -1;
 }
 
 /* conv2d and conv2d.padding (str_padding): the checks, dense copies of
@@ -952,10 +953,10 @@ static int conv2d_run(opjit_ctx *ctx, opjit_args *a, int str_padding)
         (rc = conv_check(ctx, input, weight, bias, &p, &g)) != 0 ||
         (rc = conv_sizes_ok(ctx, &g)) != 0)
         return rc;
-    if (!(x = st_dense(ctx, input)) || !(w = st_dense(ctx, weight)) ||
-        (bias && !(b = st_dense(ctx, bias))))
+    if (st_dense(ctx, input, &x) || st_dense(ctx, weight, &w) ||
+        (bias && st_dense(ctx, bias, &b)))
         return -1;
-    if (!(out = conv_output(ctx, 0, &g, input->dtype)))
+    if (conv_output(ctx, &g, input->dtype, &out))
         return -1;
     return conv_forward(ctx, &g, x, w, b, out);
 }
@@ -1529,14 +1530,16 @@ static int conv_grad_weight(opjit_ctx *ctx, const conv_geom *g, const void *x, c
     return opjit_parallel_for(ctx, 0, count, 4096, conv_gw_sum_run, &q);
 }
 
-/* Output index of conv2d_backward shaped like t (want), else [0]: its
- * data, or NULL with the error recorded. */
-static void *conv_grad_output(opjit_ctx *ctx, int index, const DLTensor *t, int want)
+/* Output index of conv2d_backward shaped like t (want), else [0], its
+ * data into *data (NULL when it has no elements). 0, or -1 with the error
+ * recorded. */
+static int conv_grad_output(opjit_ctx *ctx, int index, const DLTensor *t, int want, void **data)
 {
     int64_t none = 0;
     DLTensor *o = want ? opjit_output(ctx, index, t->dtype, t->ndim, t->shape)
                        : opjit_output(ctx, index, t->dtype, 1, &none);
-    return o ? opjit_data(o) : NULL;
+    *data = o ? opjit_data(o) : NULL;
+    return o ? 0 : -1;
 }
 
 /* conv2d_backward and conv2d_backward.padding (str_padding). */
@@ -1559,12 +1562,12 @@ static int conv2d_backward_run(opjit_ctx *ctx, opjit_args *a, int str_padding)
     want[2] = want[2] && bias;
     if ((want[0] || want[1]) && (rc = conv_sizes_ok(ctx, &g)) != 0)
         return rc;
-    if (!(dy = st_dense(ctx, grad)) || (want[1] && !(x = st_dense(ctx, input))) ||
-        (want[0] && !(w = st_dense(ctx, weight))))
+    if (st_dense(ctx, grad, &dy) || (want[1] && st_dense(ctx, input, &x)) ||
+        (want[0] && st_dense(ctx, weight, &w)))
         return -1;
-    if (!(dx = conv_grad_output(ctx, 0, input, want[0])) ||
-        !(dw = conv_grad_output(ctx, 1, weight, want[1])) ||
-        !(db = conv_grad_output(ctx, 2, bias ? bias : weight, want[2])))
+    if (conv_grad_output(ctx, 0, input, want[0], &dx) ||
+        conv_grad_output(ctx, 1, weight, want[1], &dw) ||
+        conv_grad_output(ctx, 2, bias ? bias : weight, want[2], &db))
         return -1;
     if (want[2] && (rc = conv_grad_bias(ctx, &g, dy, db)) != 0)
         return rc;

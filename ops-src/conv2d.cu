@@ -534,17 +534,19 @@ static int conv_gather(opjit_ctx *ctx, int is64, const void *src, conv_gather_ar
 }
 
 /* t as a dense 4-D block ([1, ...] in front of fewer dimensions) of eh
- * more rows and ew more columns, zero there: t's own data when it is dense
- * and nothing is added, else a gather into device workspace. NULL on
- * failure, recorded. */
-static const void *conv_dense(opjit_ctx *ctx, const DLTensor *t, int64_t eh, int64_t ew)
+ * more rows and ew more columns, zero there, into *out: t's own data when
+ * it is dense and nothing is added, else a gather into device workspace.
+ * 0, or -1 with the error recorded. */
+static int conv_dense(opjit_ctx *ctx, const DLTensor *t, int64_t eh, int64_t ew,
+                      const void **out)
 {
     conv_gather_args ga;
     size_t esz = (t->dtype.bits + 7) / 8;
     int k = 4 - t->ndim, i;
     void *to;
+    *out = opjit_data(t);
     if (st_is_dense(t) && !eh && !ew)
-        return opjit_data(t);
+        return 0;
     for (i = 0; i < 4; i++) {
         ga.e[i] = i < k ? 1 : t->shape[i - k];
         ga.s[i] = i < k || !t->strides ? 0 : t->strides[i - k];
@@ -556,8 +558,9 @@ static const void *conv_dense(opjit_ctx *ctx, const DLTensor *t, int64_t eh, int
     ga.d[3] += ew;
     to = opjit_device_workspace(ctx, (size_t)(ga.d[0] * ga.d[1] * ga.d[2] * ga.d[3]) * esz);
     if (!to || conv_gather(ctx, t->dtype.bits == 64, opjit_data(t), &ga, to))
-        return NULL;
-    return to;
+        return -1;
+    *out = to;
+    return 0;
 }
 
 /* db [O] = the sums of dy over images and positions. */
@@ -590,13 +593,15 @@ static int conv_cuda_sizes_ok(opjit_ctx *ctx, const conv_geom *g)
     return 0;
 }
 
-/* The output over g on the device, [N, O, Ho, Wo] or [O, Ho, Wo]. */
-static void *conv_output(opjit_ctx *ctx, const conv_geom *g, DLDataType dt)
+/* The output over g on the device, [N, O, Ho, Wo] or [O, Ho, Wo], its
+ * data into *data. 0, or -1 with the error recorded. */
+static int conv_output(opjit_ctx *ctx, const conv_geom *g, DLDataType dt, void **data)
 {
     int64_t shape[4] = {g->n, g->o, g->ho, g->wo};
     DLTensor *out = g->batched ? opjit_output(ctx, 0, dt, 4, shape)
                                : opjit_output(ctx, 0, dt, 3, shape + 1);
-    return out ? opjit_data(out) : NULL;
+    *data = out ? opjit_data(out) : NULL;
+    return out ? 0 : -1;
 }
 
 /* conv2d and conv2d.padding (str_padding). */
@@ -618,17 +623,17 @@ static int conv2d_cuda_run(opjit_ctx *ctx, opjit_args *a, int str_padding)
         (rc = conv_check(ctx, input, weight, bias, &p, &g)) != 0 ||
         (rc = conv_cuda_sizes_ok(ctx, &g)) != 0)
         return rc;
-    if (!(out = conv_output(ctx, &g, input->dtype)))
+    if (conv_output(ctx, &g, input->dtype, &out))
         return -1;
     if (g.n == 0)
         return 0;
-    if (bias && !(b = conv_dense(ctx, bias, 0, 0)))
+    if (bias && conv_dense(ctx, bias, 0, 0, &b))
         return -1;
     if (g.cg == 0) /* no input channels: the output is the bias, or 0 */
         return conv_bias(ctx, g.is64, out, b, g.n, g.o, g.ho * g.wo, 1);
     eh = g.ph2 - g.ph; /* an asymmetric "same": the input padded at the end */
     ew = g.pw2 - g.pw;
-    if (!(x = conv_dense(ctx, input, eh, ew)) || !(w = conv_dense(ctx, weight, 0, 0)))
+    if (conv_dense(ctx, input, eh, ew, &x) || conv_dense(ctx, weight, 0, 0, &w))
         return -1;
     if ((rc = conv_dnn_open(ctx, &g, g.h + eh, g.w + ew, &d)) == 0 &&
         (rc = conv_run_dnn(ctx, &d, CONV_FWD, g.is64, x, w, out)) == 0 && b)
@@ -643,13 +648,15 @@ static int conv2d_padding_cuda(opjit_ctx *ctx, opjit_args *a)
     return conv2d_cuda_run(ctx, a, 1);
 }
 
-/* Output index of conv2d_backward shaped like t (want), else [0]. */
-static void *conv_grad_output(opjit_ctx *ctx, int index, const DLTensor *t, int want)
+/* Output index of conv2d_backward shaped like t (want), else [0], its
+ * data into *data. 0, or -1 with the error recorded. */
+static int conv_grad_output(opjit_ctx *ctx, int index, const DLTensor *t, int want, void **data)
 {
     int64_t none = 0;
     DLTensor *o = want ? opjit_output(ctx, index, t->dtype, t->ndim, t->shape)
                        : opjit_output(ctx, index, t->dtype, 1, &none);
-    return o ? opjit_data(o) : NULL;
+    *data = o ? opjit_data(o) : NULL;
+    return o ? 0 : -1;
 }
 
 /* grad_input and grad_weight through cuDNN (N > 0, C > 0): dy dense; the
@@ -665,8 +672,8 @@ static int conv_cuda_grads(opjit_ctx *ctx, const conv_geom *g, const DLTensor *i
     void *dxp = dx;
     conv_dnn d;
     int rc;
-    if ((want[1] && !(x = conv_dense(ctx, input, eh, ew))) ||
-        (want[0] && !(w = conv_dense(ctx, weight, 0, 0))))
+    if ((want[1] && conv_dense(ctx, input, eh, ew, &x)) ||
+        (want[0] && conv_dense(ctx, weight, 0, 0, &w)))
         return -1;
     if (want[0] && (eh || ew) &&
         !(dxp = opjit_device_workspace(ctx, (size_t)(g->n * g->c * (g->h + eh) * (g->w + ew)) *
@@ -705,10 +712,10 @@ static int conv2d_backward_cuda_run(opjit_ctx *ctx, opjit_args *a, int str_paddi
         (rc = conv_cuda_sizes_ok(ctx, &g)) != 0)
         return rc;
     want[2] = want[2] && bias;
-    if (!(dx = conv_grad_output(ctx, 0, input, want[0])) ||
-        !(dw = conv_grad_output(ctx, 1, weight, want[1])) ||
-        !(db = conv_grad_output(ctx, 2, bias ? bias : weight, want[2])) ||
-        !(dy = conv_dense(ctx, grad, 0, 0)))
+    if (conv_grad_output(ctx, 0, input, want[0], &dx) ||
+        conv_grad_output(ctx, 1, weight, want[1], &dw) ||
+        conv_grad_output(ctx, 2, bias ? bias : weight, want[2], &db) ||
+        conv_dense(ctx, grad, 0, 0, &dy))
         return -1;
     if (want[2] && (rc = conv_grad_bias(ctx, &g, dy, db)) != 0)
         return rc;

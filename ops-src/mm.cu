@@ -483,14 +483,16 @@ static DLTensor mm_t(const DLTensor *t, int64_t shape[2], int64_t strides[2])
     return v;
 }
 
-/* Output index of mm_backward, [rows, cols] when wanted, else [0]. */
-static void *mm_grad_output(opjit_ctx *ctx, int index, DLDataType dt, int want, int64_t rows,
-                            int64_t cols)
+/* Output index of mm_backward, [rows, cols] when wanted, else [0], its
+ * data into *data. 0, or -1 with the error recorded. */
+static int mm_grad_output(opjit_ctx *ctx, int index, DLDataType dt, int want, int64_t rows,
+                          int64_t cols, void **data)
 {
     int64_t shape[2] = {rows, cols}, none = 0;
     DLTensor *t = want ? opjit_output(ctx, index, dt, 2, shape)
                        : opjit_output(ctx, index, dt, 1, &none);
-    return t ? opjit_data(t) : NULL;
+    *data = t ? opjit_data(t) : NULL;
+    return t ? 0 : -1;
 }
 
 static int mm_backward_cuda(opjit_ctx *ctx, opjit_args *a)
@@ -510,8 +512,8 @@ static int mm_backward_cuda(opjit_ctx *ctx, opjit_args *a)
         return -1;
     if ((rc = mm_sizes_ok(ctx, n, k, m)) != 0)
         return rc;
-    if (!(gx = mm_grad_output(ctx, 0, x->dtype, grads[0], n, k)) ||
-        !(gy = mm_grad_output(ctx, 1, x->dtype, grads[1], k, m)))
+    if (mm_grad_output(ctx, 0, x->dtype, grads[0], n, k, &gx) ||
+        mm_grad_output(ctx, 1, x->dtype, grads[1], k, m, &gy))
         return -1;
     xt = mm_t(x, xs, xst);
     yt = mm_t(y, ys, yst);
