@@ -10,6 +10,16 @@
  * input [N, C, H, W] (or unbatched [C, H, W], as PyTorch allows), weight
  * [O, C/groups, kH, kW], bias [O]; the output is [N, O, Ho, Wo] (or
  * [O, Ho, Wo]) with Ho = (H + 2*padH - dilH*(kH-1) - 1) / strideH + 1.
+ *
+ *   conv2d_backward(Tensor grad, Tensor input, Tensor weight, Tensor? bias,
+ *                   stride, padding, dilation, groups, int[3] output_mask=1)
+ *       -> (Tensor grad_input, Tensor grad_weight, Tensor grad_bias)
+ *   conv2d_backward.padding(..., str padding="valid", ...)
+ *
+ * the gradients for the incoming gradient grad (the output's shape), each
+ * [0] when its output_mask entry is 0 (grad_bias also when bias is None);
+ * see "gradients" below for how.
+ *
  * conv2d.padding takes F.conv2d's string padding: "valid" (none) or
  * "same" (stride 1 only; dil*(k-1) in all, the odd one at the bottom or
  * right, as torch pads). Operands may have any strides (channels_last,
@@ -917,13 +927,14 @@ static int conv_forward(opjit_ctx *ctx, const conv_geom *g, const void *x, const
 }
 
 /* The output of a convolution over g: [N, O, Ho, Wo], or [O, Ho, Wo]
- * unbatched. Its data, or NULL with the error recorded. */
-static void *conv_output(opjit_ctx *ctx, int index, const conv_geom *g, DLDataType dt)
+ * unbatched, its data into *data. 0, or -1 with the error recorded. */
+static int conv_output(opjit_ctx *ctx, const conv_geom *g, DLDataType dt, void **data)
 {
     int64_t shape[4] = {g->n, g->o, g->ho, g->wo};
-    DLTensor *out = g->batched ? opjit_output(ctx, index, dt, 4, shape)
-                               : opjit_output(ctx, index, dt, 3, shape + 1);
-    return out ? opjit_data(out) : NULL;
+    DLTensor *out = g->batched ? opjit_output(ctx, 0, dt, 4, shape)
+                               : opjit_output(ctx, 0, dt, 3, shape + 1);
+    *data = out ? opjit_data(out) : NULL;
+    return out ? 0 : -1;
 }
 
 /* conv2d and conv2d.padding (str_padding): the checks, dense copies of
@@ -943,16 +954,640 @@ static int conv2d_run(opjit_ctx *ctx, opjit_args *a, int str_padding)
         (rc = conv_check(ctx, input, weight, bias, &p, &g)) != 0 ||
         (rc = conv_sizes_ok(ctx, &g)) != 0)
         return rc;
-    if (!(x = st_dense(ctx, input)) || !(w = st_dense(ctx, weight)) ||
-        (bias && !(b = st_dense(ctx, bias))))
+    if (st_dense(ctx, input, &x) || st_dense(ctx, weight, &w) ||
+        (bias && st_dense(ctx, bias, &b)))
         return -1;
-    if (!(out = conv_output(ctx, 0, &g, input->dtype)))
+    if (conv_output(ctx, &g, input->dtype, &out))
         return -1;
     return conv_forward(ctx, &g, x, w, b, out);
 }
 
 static int conv2d_cpu(opjit_ctx *ctx, opjit_args *a) { return conv2d_run(ctx, a, 0); }
 static int conv2d_padding_cpu(opjit_ctx *ctx, opjit_args *a) { return conv2d_run(ctx, a, 1); }
+
+/* ==== gradients ====================================================================
+ *
+ * conv2d_backward(grad, input, weight, bias, stride, padding, dilation,
+ * groups, output_mask) -> (grad_input, grad_weight, grad_bias), each
+ * computed on its own, every unit of work fixed by the shape (so the bits
+ * do not depend on the thread count):
+ *
+ *  - grad_bias [O]: per output channel, the sum of grad over images and
+ *    positions, in double (eight running sums, then their tree).
+ *  - grad_input: with stride 1 (and padding at most dil * (k - 1)), the
+ *    transposed convolution is a convolution of grad with the weights
+ *    flipped and their two channel dimensions swapped, padded
+ *    dil * (k - 1) - padding: the forward paths above serve it (Winograd
+ *    for 3x3, the direct GEMM for 1x1, im2col otherwise). Else, per image
+ *    and group, cols [C/g * kH * kW, Ho * Wo] = W_g^T grad_g (GEMM, in
+ *    blocks of positions), then col2im per input channel (each channel's
+ *    plane sums its kH * kW rows in a fixed order).
+ *  - grad_weight: per group, grad_g [O/g, N Ho Wo] times im2col(input)^T,
+ *    a product whose long dimension is the reduction. Units: slices of
+ *    that dimension (whole blocks of positions of one image) x blocks of
+ *    columns (whole input channels) x blocks of rows; each unit walks its
+ *    blocks of positions, unfolds its channels, and accumulates one GEMM
+ *    per block into its own part of grad_weight (or, with several slices,
+ *    of that slice's copy, summed in slice order at the end). In the
+ *    optimizing tier the unfolded block is transposed in registers and
+ *    sgemm_avx512.h's GEMM continues each element's chain of fused
+ *    multiply-adds from the last block; elsewhere OpenBLAS's gemm with
+ *    beta = 1 on calls of shapes the slicing alone fixes. */
+
+/* ---- grad_bias ------------------------------------------------------------------ */
+
+typedef struct gb_job {
+    const conv_geom *g;
+    const void *dy;
+    void *db;
+} gb_job;
+
+/* Output channels [lo, hi). */
+static int conv_gb_run(void *user, int64_t lo, int64_t hi)
+{
+    const gb_job *j = (const gb_job *)user;
+    const conv_geom *g = j->g;
+    const int64_t plane = g->ho * g->wo;
+    int64_t o, n, p;
+    for (o = lo; o < hi; o++) {
+        double s[8] = {0, 0, 0, 0, 0, 0, 0, 0}, t;
+        for (n = 0; n < g->n; n++) {
+            int64_t base = (n * g->o + o) * plane;
+            if (g->is64) {
+                const double *r = (const double *)j->dy + base;
+                for (p = 0; p + 8 <= plane; p += 8) {
+                    s[0] += r[p]; s[1] += r[p + 1]; s[2] += r[p + 2]; s[3] += r[p + 3];
+                    s[4] += r[p + 4]; s[5] += r[p + 5]; s[6] += r[p + 6]; s[7] += r[p + 7];
+                }
+                for (; p < plane; p++)
+                    s[p & 7] += r[p];
+            } else {
+                const float *r = (const float *)j->dy + base;
+                for (p = 0; p + 8 <= plane; p += 8) {
+                    s[0] += r[p]; s[1] += r[p + 1]; s[2] += r[p + 2]; s[3] += r[p + 3];
+                    s[4] += r[p + 4]; s[5] += r[p + 5]; s[6] += r[p + 6]; s[7] += r[p + 7];
+                }
+                for (; p < plane; p++)
+                    s[p & 7] += r[p];
+            }
+        }
+        t = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+        if (g->is64)
+            ((double *)j->db)[o] = t;
+        else
+            ((float *)j->db)[o] = (float)t;
+    }
+    return 0;
+}
+
+static int conv_grad_bias(opjit_ctx *ctx, const conv_geom *g, const void *dy, void *db)
+{
+    gb_job j;
+    int64_t grain = ((int64_t)1 << 16) / (g->n * g->ho * g->wo + 1);
+    j.g = g;
+    j.dy = dy;
+    j.db = db;
+    return opjit_parallel_for(ctx, 0, g->o, grain < 1 ? 1 : grain, conv_gb_run, &j);
+}
+
+/* ---- grad_input -------------------------------------------------------------------- */
+
+/* The geometry of the transposed convolution that gives grad_input when
+ * the stride is 1: grad [N, O, Ho, Wo] convolved with the flipped weights
+ * [C, O/g, kH, kW]. 0 when it does not apply (a stride, or a padding
+ * above dil * (k - 1)). */
+static int conv_transposed_geom(const conv_geom *g, conv_geom *t)
+{
+    int64_t eh = g->dh * (g->kh - 1), ew = g->dw * (g->kw - 1);
+    if (g->sh != 1 || g->sw != 1 || g->ph > eh || g->ph2 > eh || g->pw > ew || g->pw2 > ew)
+        return 0;
+    *t = *g;
+    t->c = g->o;
+    t->h = g->ho;
+    t->w = g->wo;
+    t->o = g->c;
+    t->ph = eh - g->ph;
+    t->ph2 = eh - g->ph2;
+    t->pw = ew - g->pw;
+    t->pw2 = ew - g->pw2;
+    t->ho = g->h;
+    t->wo = g->w;
+    t->cg = g->og;
+    t->og = g->cg;
+    return 1;
+}
+
+/* wt[gi*cg + c][o][ki][kj] = w[gi*og + o][c][kh-1-ki][kw-1-kj]: the
+ * weights of the transposed convolution. */
+static void conv_flip_weights(const conv_geom *g, const void *w, void *wt)
+{
+    const int64_t khw = g->kh * g->kw;
+    int64_t gi, o, c, k;
+    for (gi = 0; gi < g->groups; gi++)
+        for (o = 0; o < g->og; o++)
+            for (c = 0; c < g->cg; c++) {
+                int64_t from = ((gi * g->og + o) * g->cg + c) * khw;
+                int64_t to = ((gi * g->cg + c) * g->og + o) * khw;
+                for (k = 0; k < khw; k++) {
+                    if (g->is64)
+                        ((double *)wt)[to + khw - 1 - k] = ((const double *)w)[from + k];
+                    else
+                        ((float *)wt)[to + khw - 1 - k] = ((const float *)w)[from + k];
+                }
+            }
+}
+
+/* grad_input by col2im: the job of the two loops below, for images
+ * n0 .. n0 + nimg - 1. */
+typedef struct gi_job {
+    opjit_ctx *ctx;
+    const conv_geom *g;
+    const void *dy, *w, *wt; /* wt: the fast path's W_g^T, [G][kdim][og] */
+    void *dx, *cols;         /* cols: [nimg][G][kdim][plane] */
+    int64_t n0, nimg, kdim, plane, pb, nblk;
+    char *ws; /* the fast path's per-thread GEMM scratch, per bytes each */
+    size_t per;
+    int fast;
+} gi_job;
+
+/* Units [lo, hi) of (image, group, block of positions): the block of
+ * cols = W_g^T grad_g. */
+static int conv_gi_cols_run(void *user, int64_t lo, int64_t hi)
+{
+    const gi_job *j = (const gi_job *)user;
+    const conv_geom *g = j->g;
+    const int64_t kdim = j->kdim, plane = j->plane, G = g->groups;
+    int64_t u;
+    for (u = lo; u < hi; u++) {
+        int64_t blk = u % j->nblk, gi = u / j->nblk % G, ni = u / (j->nblk * G);
+        int64_t p0 = blk * j->pb, np = plane - p0 < j->pb ? plane - p0 : j->pb;
+        int64_t dyo = ((j->n0 + ni) * g->o + gi * g->og) * plane + p0;
+        int64_t co = (ni * G + gi) * kdim * plane + p0;
+#ifdef SG_FAST
+        if (j->fast) {
+            float *scr = (float *)(void *)(j->ws + (size_t)opjit_thread_num(j->ctx) * j->per);
+            sg_sgemm(kdim, np, g->og, (const float *)j->wt + gi * kdim * g->og, g->og,
+                     (const float *)j->dy + dyo, plane, (float *)j->cols + co, plane, scr);
+            continue;
+        }
+#endif
+        if (g->is64)
+            cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)kdim, (int)np, (int)g->og,
+                        1.0, (const double *)j->w + gi * g->og * kdim, (int)kdim,
+                        (const double *)j->dy + dyo, (int)plane, 0.0,
+                        (double *)j->cols + co, (int)plane);
+        else
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)kdim, (int)np, (int)g->og,
+                        1.0f, (const float *)j->w + gi * g->og * kdim, (int)kdim,
+                        (const float *)j->dy + dyo, (int)plane, 0.0f,
+                        (float *)j->cols + co, (int)plane);
+    }
+    return 0;
+}
+
+/* col2im of one input channel's kH * kW rows of cols into its plane dx
+ * (zeroed first), taps in order. */
+#define CONV_COL2IM(T, SUF)                                                            \
+    static void conv_col2im_##SUF(const conv_geom *g, const T *cols, T *dx)            \
+    {                                                                                  \
+        const int64_t H = g->h, W = g->w, wo = g->wo, plane = g->ho * g->wo;           \
+        int64_t ki, kj, oh, ow;                                                        \
+        memset(dx, 0, (size_t)(H * W) * sizeof(T));                                   \
+        for (ki = 0; ki < g->kh; ki++)                                                 \
+            for (kj = 0; kj < g->kw; kj++, cols += plane) {                            \
+                int64_t ih0 = ki * g->dh - g->ph, iw0 = kj * g->dw - g->pw;            \
+                int64_t lo = conv_ceil_div(-iw0, g->sw);                               \
+                int64_t hi = conv_ceil_div(W - iw0, g->sw);                            \
+                if (hi > wo)                                                           \
+                    hi = wo;                                                           \
+                for (oh = 0; oh < g->ho; oh++) {                                       \
+                    int64_t ih = oh * g->sh + ih0;                                     \
+                    T *d;                                                              \
+                    const T *s = cols + oh * wo;                                       \
+                    if (ih < 0 || ih >= H)                                             \
+                        continue;                                                      \
+                    d = dx + ih * W;                                                   \
+                    if (g->sw == 1)                                                    \
+                        for (ow = lo; ow < hi; ow++)                                   \
+                            d[ow + iw0] += s[ow];                                      \
+                    else                                                               \
+                        for (ow = lo; ow < hi; ow++)                                   \
+                            d[ow * g->sw + iw0] += s[ow];                              \
+                }                                                                      \
+            }                                                                          \
+    }
+CONV_COL2IM(float, f32)
+CONV_COL2IM(double, f64)
+
+/* Units [lo, hi) of (image, group, input channel): col2im. */
+static int conv_gi_col2im_run(void *user, int64_t lo, int64_t hi)
+{
+    const gi_job *j = (const gi_job *)user;
+    const conv_geom *g = j->g;
+    const int64_t cg = g->cg, G = g->groups, khw = g->kh * g->kw;
+    int64_t u;
+    for (u = lo; u < hi; u++) {
+        int64_t c = u % cg, gi = u / cg % G, ni = u / (cg * G);
+        int64_t co = ((ni * G + gi) * j->kdim + c * khw) * j->plane;
+        int64_t xo = ((j->n0 + ni) * g->c + gi * cg + c) * g->h * g->w;
+        if (g->is64)
+            conv_col2im_f64(g, (const double *)j->cols + co, (double *)j->dx + xo);
+        else
+            conv_col2im_f32(g, (const float *)j->cols + co, (float *)j->dx + xo);
+    }
+    return 0;
+}
+
+/* Images a batch of cols holds: about 8M elements. */
+static int64_t conv_gi_images(const conv_geom *g, int64_t kdim, int64_t plane)
+{
+    int64_t per = g->groups * kdim * plane, n = ((int64_t)8 << 20) / (per > 0 ? per : 1);
+    return n < 1 ? 1 : n > g->n ? g->n : n;
+}
+
+/* grad_input through cols and col2im, images in batches (conv_gi_images);
+ * blocks of positions for about 48 units a batch, at least 64 positions,
+ * fixed by the shape. 0, or the status of opjit_fail. */
+static int conv_gi_col2im(opjit_ctx *ctx, const conv_geom *g, const void *dy, const void *w,
+                          void *dx, int fast)
+{
+    gi_job j;
+    size_t esz = g->is64 ? sizeof(double) : sizeof(float);
+    int64_t nb, n0, G = g->groups;
+    int rc;
+    memset(&j, 0, sizeof j);
+    j.ctx = ctx;
+    j.g = g;
+    j.dy = dy;
+    j.w = w;
+    j.dx = dx;
+    j.fast = fast;
+    j.kdim = g->cg * g->kh * g->kw;
+    j.plane = g->ho * g->wo;
+    j.nimg = conv_gi_images(g, j.kdim, j.plane);
+    nb = (48 + j.nimg * G - 1) / (j.nimg * G);
+    if (nb > (j.plane + 63) / 64)
+        nb = (j.plane + 63) / 64;
+    if (nb < 1)
+        nb = 1;
+    j.pb = ((j.plane + nb - 1) / nb + 15) / 16 * 16;
+    j.nblk = (j.plane + j.pb - 1) / j.pb;
+    if (!(j.cols = opjit_workspace(ctx, (size_t)(j.nimg * G * j.kdim * j.plane) * esz)))
+        return opjit_fail(ctx, "out of memory for grad_input's columns");
+#ifdef SG_FAST
+    if (fast) { /* W_g^T [kdim][og] per group, and GEMM scratch per thread */
+        float *wt = (float *)opjit_workspace(ctx, (size_t)(G * j.kdim * g->og) * sizeof(float));
+        int64_t gi, o, r;
+        j.per = (sg_sgemm_scratch(g->og) + 63) / 64 * 64;
+        j.ws = (char *)opjit_workspace(ctx, (size_t)opjit_num_threads(ctx) * j.per);
+        if (!wt || !j.ws)
+            return opjit_fail(ctx, "out of memory for grad_input's workspace");
+        for (gi = 0; gi < G; gi++)
+            for (o = 0; o < g->og; o++)
+                for (r = 0; r < j.kdim; r++)
+                    wt[(gi * j.kdim + r) * g->og + o] =
+                        ((const float *)w)[(gi * g->og + o) * j.kdim + r];
+        j.wt = wt;
+    }
+#endif
+    for (n0 = 0; n0 < g->n; n0 += j.nimg) {
+        int64_t cnt = g->n - n0 < j.nimg ? g->n - n0 : j.nimg;
+        j.n0 = n0;
+        if ((rc = opjit_parallel_for(ctx, 0, cnt * G * j.nblk, 1, conv_gi_cols_run, &j)) ||
+            (rc = opjit_parallel_for(ctx, 0, cnt * G * g->cg, 1, conv_gi_col2im_run, &j)))
+            return rc;
+    }
+    return 0;
+}
+
+/* grad_input [N, C, H, W] for grad [N, O, Ho, Wo] (dense). */
+static int conv_grad_input(opjit_ctx *ctx, const conv_geom *g, const void *dy, const void *w,
+                           void *dx)
+{
+    conv_geom t;
+    int fast = 0, rc;
+#ifdef SG_FAST
+    fast = !g->is64 && sg_fast_ok();
+#endif
+    if (g->n == 0 || g->c == 0)
+        return 0;
+    if (conv_transposed_geom(g, &t) && conv_sizes_ok(ctx, &t) == 0) {
+        size_t bytes = (size_t)(g->o * g->cg * g->kh * g->kw) * (g->is64 ? 8 : 4);
+        void *wt = opjit_workspace(ctx, bytes);
+        if (!wt)
+            return opjit_fail(ctx, "out of memory for the flipped weights");
+        conv_flip_weights(g, w, wt);
+        return conv_forward(ctx, &t, dy, wt, NULL, dx);
+    }
+    if ((rc = conv_sizes_ok(ctx, g)) != 0)
+        return rc;
+    return conv_gi_col2im(ctx, g, dy, w, dx, fast);
+}
+
+/* ---- grad_weight -------------------------------------------------------------------- */
+
+typedef struct gw_job {
+    opjit_ctx *ctx;
+    const conv_geom *g;
+    const void *x, *dy, *xend;
+    void *dw;   /* grad_weight [O, kdim]; with slices, their copies */
+    int64_t S;  /* slices of the positions, each whole blocks */
+    int64_t kdim, plane, khw, kb, nkb; /* positions a block, blocks an image */
+    int64_t cbc, ncb, rbs, nrb;        /* channels a column block, rows a row block */
+    int64_t ldcol, ldbt;               /* the unfolded block and its transpose */
+    int direct, fast;
+    char *ws;
+    size_t per;
+} gw_job;
+
+/* The unit's target: rows [r0, r0 + nr) and channels [c0, c0 + nc) of
+ * group gi in slice s, zeroed. */
+static void *conv_gw_target(const gw_job *j, int64_t s, int64_t gi, int64_t r0, int64_t nr,
+                            int64_t c0, int64_t nc)
+{
+    const conv_geom *g = j->g;
+    size_t esz = g->is64 ? sizeof(double) : sizeof(float);
+    char *t = (char *)j->dw + ((size_t)(s * g->o * j->kdim) +
+                               (size_t)((gi * g->og + r0) * j->kdim + c0 * j->khw)) * esz;
+    int64_t r;
+    for (r = 0; r < nr; r++)
+        memset(t + (size_t)(r * j->kdim) * esz, 0, (size_t)(nc * j->khw) * esz);
+    return t;
+}
+
+/* The unfolded block: channels [c0, c0 + nc) of group gi, image n,
+ * positions [p0, p0 + np), as nc * kh * kw rows. Its data and leading
+ * dimension (the input itself for a direct 1x1). */
+static const void *conv_gw_unfold(const gw_job *j, void *buf, int64_t n, int64_t gi, int64_t c0,
+                                  int64_t nc, int64_t p0, int64_t np, int64_t *ld)
+{
+    const conv_geom *g = j->g;
+    conv_geom sub = *g;
+    size_t esz = g->is64 ? sizeof(double) : sizeof(float);
+    const char *im = (const char *)j->x + (size_t)((n * g->c + gi * g->cg + c0) * g->h * g->w) * esz;
+    sub.cg = nc;
+    if (j->direct) {
+        *ld = j->plane;
+        return im + (size_t)p0 * esz;
+    }
+#ifdef SG_FAST
+    if (j->fast) {
+        conv_im2col_blk(&sub, (const float *)(const void *)im, (const float *)j->xend, p0, np,
+                        (float *)buf, j->ldcol);
+        *ld = j->ldcol;
+        return buf;
+    }
+#endif
+    if (g->is64)
+        conv_im2col_f64(&sub, (const double *)(const void *)im, p0, np, (double *)buf);
+    else
+        conv_im2col_f32(&sub, (const float *)(const void *)im, p0, np, (float *)buf);
+    *ld = np;
+    return buf;
+}
+
+/* One block: target (nr x ncols, rows kdim apart) += grad rows (nr x np,
+ * rows plane apart) times the unfolded block (ncols x np, rows ld apart)
+ * transposed. */
+static void conv_gw_block(const gw_job *j, char *area, const void *dyr, const void *col,
+                          int64_t ld, int64_t nr, int64_t ncols, int64_t np, void *target)
+{
+    const conv_geom *g = j->g;
+#ifdef SG_FAST
+    if (j->fast) {
+        float *bt = (float *)(void *)(area + (size_t)(j->cbc * j->khw * j->ldcol + 16) * 4);
+        float *scr = bt + j->kb * j->ldbt + 16;
+        sg_transpose((const float *)col, ld, ncols, np, bt, j->ldbt);
+        sg_gemm(nr, ncols, np, (const float *)dyr, j->plane, bt, j->ldbt, (float *)target,
+                j->kdim, scr, 1);
+        return;
+    }
+#else
+    (void)area;
+#endif
+    if (g->is64)
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)ncols, (int)np, 1.0,
+                    (const double *)dyr, (int)j->plane, (const double *)col, (int)ld, 1.0,
+                    (double *)target, (int)j->kdim);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)ncols, (int)np, 1.0f,
+                    (const float *)dyr, (int)j->plane, (const float *)col, (int)ld, 1.0f,
+                    (float *)target, (int)j->kdim);
+}
+
+/* Units [lo, hi) of (slice, group, column block, row block): the unit's
+ * blocks of positions in order, each unfolded and multiplied in. */
+static int conv_gw_run(void *user, int64_t lo, int64_t hi)
+{
+    const gw_job *j = (const gw_job *)user;
+    const conv_geom *g = j->g;
+    const int64_t G = g->groups, nblocks = g->n * j->nkb;
+    const size_t esz = g->is64 ? sizeof(double) : sizeof(float);
+    char *area = j->ws + (size_t)opjit_thread_num(j->ctx) * j->per;
+    int64_t u, t;
+    for (u = lo; u < hi; u++) {
+        int64_t rb = u % j->nrb, cb = u / j->nrb % j->ncb, gi = u / (j->nrb * j->ncb) % G;
+        int64_t s = u / (j->nrb * j->ncb * G), r0 = rb * j->rbs, c0 = cb * j->cbc;
+        int64_t nr = g->og - r0 < j->rbs ? g->og - r0 : j->rbs;
+        int64_t nc = g->cg - c0 < j->cbc ? g->cg - c0 : j->cbc;
+        void *target = conv_gw_target(j, s, gi, r0, nr, c0, nc);
+        for (t = s * nblocks / j->S; t < (s + 1) * nblocks / j->S; t++) {
+            int64_t n = t / j->nkb, p0 = (t % j->nkb) * j->kb, ld;
+            int64_t np = j->plane - p0 < j->kb ? j->plane - p0 : j->kb;
+            const void *col = conv_gw_unfold(j, area, n, gi, c0, nc, p0, np, &ld);
+            const char *dyr = (const char *)j->dy +
+                              (size_t)((n * g->o + gi * g->og + r0) * j->plane + p0) * esz;
+            conv_gw_block(j, area, dyr, col, ld, nr, nc * j->khw, np, target);
+        }
+    }
+    return 0;
+}
+
+/* The units of grad_weight, from the shape alone: column blocks of whole
+ * channels, about 144 columns; row blocks of 256 when there are more than
+ * 512 rows; blocks of positions whose unfolded block and its transpose are
+ * about 128 KB each; slices enough for about 48 units, each two blocks or
+ * more, their copies at most 4M elements in all. */
+static void conv_gw_plan(gw_job *j)
+{
+    const conv_geom *g = j->g;
+    int64_t ncols, units, nblocks, r16;
+    j->khw = g->kh * g->kw;
+    j->kdim = g->cg * j->khw;
+    j->plane = g->ho * g->wo;
+    j->direct = j->khw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
+                g->ph2 == 0 && g->pw2 == 0;
+    j->cbc = 144 / j->khw < 1 ? 1 : 144 / j->khw;
+    if (j->cbc > g->cg)
+        j->cbc = g->cg;
+    j->ncb = (g->cg + j->cbc - 1) / j->cbc;
+    j->cbc = (g->cg + j->ncb - 1) / j->ncb;
+    j->rbs = g->og <= 512 ? g->og : 256;
+    j->nrb = (g->og + j->rbs - 1) / j->rbs;
+    ncols = j->cbc * j->khw;
+    r16 = (j->plane + 15) / 16 * 16;
+    j->kb = (32768 / ncols) / 16 * 16;
+    j->kb = j->kb < 64 ? 64 : j->kb > 1024 ? 1024 : j->kb;
+    j->kb = j->kb > r16 ? r16 : j->kb;
+    j->nkb = (j->plane + j->kb - 1) / j->kb;
+    j->kb = ((j->plane + j->nkb - 1) / j->nkb + 15) / 16 * 16;
+    j->nkb = (j->plane + j->kb - 1) / j->kb;
+    units = g->groups * j->ncb * j->nrb;
+    nblocks = g->n * j->nkb;
+    j->S = (48 + units - 1) / units;
+    if (j->S > nblocks / 2)
+        j->S = nblocks / 2;
+    if (j->S > ((int64_t)4 << 20) / (g->o * j->kdim))
+        j->S = ((int64_t)4 << 20) / (g->o * j->kdim);
+    if (j->S < 1)
+        j->S = 1;
+    j->ldcol = (j->kb + 15) / 16 * 16 + 16;
+    j->ldcol += j->ldcol % 256 == 0 ? 16 : 0;
+    j->ldbt = (ncols + 15) / 16 * 16;
+    j->ldbt += j->ldbt % 256 == 0 ? 16 : 0;
+}
+
+/* Bytes of one thread's area: the unfolded block; in the optimizing tier
+ * also its transpose and the GEMM's scratch. */
+static size_t conv_gw_area(const gw_job *j)
+{
+    size_t esz = j->g->is64 ? sizeof(double) : sizeof(float);
+    size_t b = (size_t)(j->cbc * j->khw) * (size_t)(j->fast ? j->ldcol : j->kb) * esz + 64;
+#ifdef SG_FAST
+    if (j->fast)
+        b += (size_t)(j->kb * j->ldbt + 16) * sizeof(float) + sg_sgemm_scratch(j->kb);
+#endif
+    return (b + 63) / 64 * 64;
+}
+
+typedef struct gw_sum {
+    const conv_geom *g;
+    const void *parts;
+    void *dw;
+    int64_t S, count;
+} gw_sum;
+
+/* Elements [lo, hi) of grad_weight: the slices' copies summed in order. */
+static int conv_gw_sum_run(void *user, int64_t lo, int64_t hi)
+{
+    const gw_sum *q = (const gw_sum *)user;
+    int64_t i, s;
+    for (i = lo; i < hi; i++) {
+        if (q->g->is64) {
+            const double *p = (const double *)q->parts + i;
+            double t = p[0];
+            for (s = 1; s < q->S; s++)
+                t += p[s * q->count];
+            ((double *)q->dw)[i] = t;
+        } else {
+            const float *p = (const float *)q->parts + i;
+            float t = p[0];
+            for (s = 1; s < q->S; s++)
+                t += p[s * q->count];
+            ((float *)q->dw)[i] = t;
+        }
+    }
+    return 0;
+}
+
+/* grad_weight [O, C/g, kH, kW] for input x and grad dy (dense). */
+static int conv_grad_weight(opjit_ctx *ctx, const conv_geom *g, const void *x, const void *dy,
+                            void *dw)
+{
+    gw_job j;
+    gw_sum q;
+    size_t esz = g->is64 ? sizeof(double) : sizeof(float);
+    int64_t count = g->o * g->cg * g->kh * g->kw, units;
+    int rc;
+    if (count == 0)
+        return 0;
+    if (g->n == 0) { /* no positions: a sum of nothing */
+        memset(dw, 0, (size_t)count * esz);
+        return 0;
+    }
+    memset(&j, 0, sizeof j);
+    j.ctx = ctx;
+    j.g = g;
+    j.x = x;
+    j.dy = dy;
+    j.xend = (const char *)x + (size_t)(g->n * g->c * g->h * g->w) * esz;
+#ifdef SG_FAST
+    j.fast = !g->is64 && sg_fast_ok();
+#endif
+    conv_gw_plan(&j);
+    j.per = conv_gw_area(&j);
+    j.dw = j.S > 1 ? opjit_workspace(ctx, (size_t)(j.S * count) * esz) : dw;
+    j.ws = (char *)opjit_workspace(ctx, (size_t)opjit_num_threads(ctx) * j.per);
+    if (!j.dw || !j.ws)
+        return opjit_fail(ctx, "out of memory for grad_weight's workspace");
+    units = j.S * g->groups * j.ncb * j.nrb;
+    if ((rc = opjit_parallel_for(ctx, 0, units, 1, conv_gw_run, &j)) || j.S == 1)
+        return rc;
+    q.g = g;
+    q.parts = j.dw;
+    q.dw = dw;
+    q.S = j.S;
+    q.count = count;
+    return opjit_parallel_for(ctx, 0, count, 4096, conv_gw_sum_run, &q);
+}
+
+/* Output index of conv2d_backward shaped like t (want), else [0], its
+ * data into *data (NULL when it has no elements). 0, or -1 with the error
+ * recorded. */
+static int conv_grad_output(opjit_ctx *ctx, int index, const DLTensor *t, int want, void **data)
+{
+    int64_t none = 0;
+    DLTensor *o = want ? opjit_output(ctx, index, t->dtype, t->ndim, t->shape)
+                       : opjit_output(ctx, index, t->dtype, 1, &none);
+    *data = o ? opjit_data(o) : NULL;
+    return o ? 0 : -1;
+}
+
+/* conv2d_backward and conv2d_backward.padding (str_padding). */
+static int conv2d_backward_run(opjit_ctx *ctx, opjit_args *a, int str_padding)
+{
+    DLTensor *grad = opjit_arg_tensor(a, 0);
+    DLTensor *input = opjit_arg_tensor(a, 1);
+    DLTensor *weight = opjit_arg_tensor(a, 2);
+    DLTensor *bias = opjit_arg_tensor(a, 3);
+    const void *dy, *x = NULL, *w = NULL;
+    void *dx, *dw, *db;
+    conv_args p;
+    conv_geom g;
+    int want[3], rc;
+
+    if ((rc = conv_read_args(ctx, a, 4, str_padding, &p)) != 0 ||
+        (rc = conv_check(ctx, input, weight, bias, &p, &g)) != 0 ||
+        (rc = conv_check_grad(ctx, a, 8, grad, input, &g, want)) != 0)
+        return rc;
+    want[2] = want[2] && bias;
+    if ((want[0] || want[1]) && (rc = conv_sizes_ok(ctx, &g)) != 0)
+        return rc;
+    if (st_dense(ctx, grad, &dy) || (want[1] && st_dense(ctx, input, &x)) ||
+        (want[0] && st_dense(ctx, weight, &w)))
+        return -1;
+    if (conv_grad_output(ctx, 0, input, want[0], &dx) ||
+        conv_grad_output(ctx, 1, weight, want[1], &dw) ||
+        conv_grad_output(ctx, 2, bias ? bias : weight, want[2], &db))
+        return -1;
+    if (want[2] && (rc = conv_grad_bias(ctx, &g, dy, db)) != 0)
+        return rc;
+    if (want[0] && (rc = conv_grad_input(ctx, &g, dy, w, dx)) != 0)
+        return rc;
+    if (want[1] && (rc = conv_grad_weight(ctx, &g, x, dy, dw)) != 0)
+        return rc;
+    return 0;
+}
+
+static int conv2d_backward_cpu(opjit_ctx *ctx, opjit_args *a)
+{
+    return conv2d_backward_run(ctx, a, 0);
+}
+
+static int conv2d_backward_padding_cpu(opjit_ctx *ctx, opjit_args *a)
+{
+    return conv2d_backward_run(ctx, a, 1);
+}
 
 OPJIT_MODULE(conv2d, m)
 {
@@ -964,6 +1599,19 @@ OPJIT_MODULE(conv2d, m)
     opjit_require(m, "bias", "float32|float64 rank=1");
     opjit_def(m, CONV2D_PADDING_SCHEMA, OPJIT_CPU, conv2d_padding_cpu,
               "conv2d with padding=\"valid\" or \"same\" (F.conv2d's string padding)");
+    opjit_require(m, "input", "float32|float64");
+    opjit_require(m, "weight", "float32|float64 rank=4");
+    opjit_require(m, "bias", "float32|float64 rank=1");
+    opjit_def(m, CONV2D_BACKWARD_SCHEMA, OPJIT_CPU, conv2d_backward_cpu,
+              "Gradients of conv2d: grad_input (a transposed convolution), grad_weight, "
+              "grad_bias");
+    opjit_require(m, "grad", "float32|float64");
+    opjit_require(m, "input", "float32|float64");
+    opjit_require(m, "weight", "float32|float64 rank=4");
+    opjit_require(m, "bias", "float32|float64 rank=1");
+    opjit_def(m, CONV2D_BACKWARD_PADDING_SCHEMA, OPJIT_CPU, conv2d_backward_padding_cpu,
+              "Gradients of conv2d.padding (padding=\"valid\" or \"same\")");
+    opjit_require(m, "grad", "float32|float64");
     opjit_require(m, "input", "float32|float64");
     opjit_require(m, "weight", "float32|float64 rank=4");
     opjit_require(m, "bias", "float32|float64 rank=1");

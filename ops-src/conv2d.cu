@@ -1,22 +1,37 @@
 /*
- * conv2d.cu - 2-D convolution on CUDA through cuDNN, the twin of conv2d.c
- * (torch.nn.functional.conv2d semantics, NCHW float32 and float64).
+ * conv2d.cu - 2-D convolution and its gradients on CUDA through cuDNN, the
+ * twin of conv2d.c (torch.nn.functional.conv2d semantics, NCHW float32 and
+ * float64). The same schemas:
  *
- *   conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1,
- *          int[2] padding=0, int[2] dilation=1, int groups=1) -> Tensor
+ *   conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1,
+ *          groups=1) -> Tensor                  (and conv2d.padding, str)
+ *   conv2d_backward(grad, input, weight, bias=None, stride, padding,
+ *          dilation, groups, output_mask=1)
+ *       -> (grad_input, grad_weight, grad_bias)  (and .padding)
  *
  * input [N, C, H, W] (or unbatched [C, H, W]), weight [O, C/groups, kH, kW],
  * bias [O]; output [N, O, Ho, Wo] (or [O, Ho, Wo]) on the input's device.
  *
  * cuDNN's legacy API: tensor, filter and convolution descriptors (groups
  * through cudnnSetConvolutionGroupCount), FMA math only (no TF32, so
- * float32 results stay close to the CPU twin), the forward algorithm
- * chosen by measuring them (cudnnFindConvolutionForwardAlgorithm, at the
- * first call of each shape), or by cuDNN's heuristic
- * (cudnnGetConvolutionForwardAlgorithm_v7) when $OPJIT_CUDNN_FIND=0 (measured
- * on an H100: the heuristic's picks ran up to 10x slower than PyTorch's
- * for small batches), and remembered per shape; its workspace from
- * opjit_device_workspace. The bias is added by a kernel of this file.
+ * float32 results stay close to the CPU twin). The forward runs
+ * cudnnConvolutionForward, grad_input cudnnConvolutionBackwardData and
+ * grad_weight cudnnConvolutionBackwardFilter, each with the algorithm
+ * chosen by measuring them (cudnnFind*, at the first call of each shape),
+ * or by cuDNN's heuristic (cudnnGet*_v7) when $OPJIT_CUDNN_FIND=0
+ * (measured on an H100: the heuristic's forward picks ran up to 10x
+ * slower than PyTorch's for small batches), and remembered per shape and
+ * direction; workspaces from opjit_device_workspace. The bias is added by
+ * a kernel of this file, and grad_bias is summed by one (a block per
+ * output channel, in double, in a fixed order): it needs no cuDNN, so a
+ * convolution without input channels runs without it too.
+ *
+ * Operands of any strides (channels_last, views, expand) are first
+ * gathered into dense device workspace by conv2d_gather_* (a filter
+ * descriptor cannot take strides). padding="same" with an even dilated
+ * kernel pads one more at the bottom or right, which cuDNN cannot say: the
+ * input is then gathered into a zero-padded copy (as torch does), and
+ * grad_input is cut out of the padded one's gradient.
  *
  * cuDNN is taken at the first call by dlsym (the runtime makes
  * libcudnn.so.9 global before loading .cu host code when it exists; else
@@ -52,6 +67,77 @@ extern "C" __global__ void conv2d_bias_f64(long long total, long long plane, int
     conv_bias_body<double>(total, plane, o, bias, out, fill);
 }
 
+/* A 4-D gather: dst [d0, d1, d2, d3] dense from src at element strides s,
+ * zeros where an index reaches the source's extent e (a padded copy), a
+ * cut when e is larger (a crop). */
+struct conv_gather_args {
+    long long d[4], e[4], s[4];
+};
+
+template <typename T>
+__device__ __forceinline__ void conv_gather_body(long long total, conv_gather_args a,
+                                                 const T *__restrict__ src, T *__restrict__ dst)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        long long r = i, i3 = r % a.d[3], i2, i1, i0;
+        r /= a.d[3];
+        i2 = r % a.d[2];
+        r /= a.d[2];
+        i1 = r % a.d[1];
+        i0 = r / a.d[1];
+        dst[i] = i0 < a.e[0] && i1 < a.e[1] && i2 < a.e[2] && i3 < a.e[3]
+                     ? src[i0 * a.s[0] + i1 * a.s[1] + i2 * a.s[2] + i3 * a.s[3]]
+                     : (T)0;
+    }
+}
+
+extern "C" __global__ void conv2d_gather_f32(long long total, conv_gather_args a,
+                                             const float *src, float *dst)
+{
+    conv_gather_body<float>(total, a, src, dst);
+}
+
+extern "C" __global__ void conv2d_gather_f64(long long total, conv_gather_args a,
+                                             const double *src, double *dst)
+{
+    conv_gather_body<double>(total, a, src, dst);
+}
+
+/* db[o] = the sum of dy[n, o, :] over n: one block of 256 threads a
+ * channel, each summing a strided share in double, then a tree. */
+template <typename T>
+__device__ __forceinline__ void conv_grad_bias_body(long long n, int o, long long plane,
+                                                    const T *__restrict__ dy, T *__restrict__ db)
+{
+    __shared__ double part[256];
+    const int ch = blockIdx.x;
+    double acc = 0;
+    for (long long i = threadIdx.x; i < n * plane; i += blockDim.x)
+        acc += (double)dy[(i / plane * o + ch) * plane + i % plane];
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int h = 128; h > 0; h /= 2) {
+        if (threadIdx.x < h)
+            part[threadIdx.x] += part[threadIdx.x + h];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        db[ch] = (T)part[0];
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    conv2d_grad_bias_f32(long long n, int o, long long plane, const float *dy, float *db)
+{
+    conv_grad_bias_body<float>(n, o, plane, dy, db);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    conv2d_grad_bias_f64(long long n, int o, long long plane, const double *dy, double *db)
+{
+    conv_grad_bias_body<double>(n, o, plane, dy, db);
+}
+
 #else /* the host half, compiled by libtcc */
 
 #define _GNU_SOURCE /* RTLD_DEFAULT */
@@ -66,6 +152,7 @@ extern "C" __global__ void conv2d_bias_f64(long long total, long long plane, int
 #include "conv2d_common.h"
 #include "conv2d_decl.h"
 #include "cuda_handles.h"
+#include "strided.h"
 
 /* ---- cuDNN, resolved at the first call ------------------------------------ */
 
@@ -79,7 +166,15 @@ extern "C" __global__ void conv2d_bias_f64(long long total, long long plane, int
     X(cudnnSetConvolutionMathType) X(cudnnGetConvolution2dForwardOutputDim)    \
     X(cudnnGetConvolutionForwardAlgorithm_v7)                                  \
     X(cudnnFindConvolutionForwardAlgorithm)                                    \
-    X(cudnnGetConvolutionForwardWorkspaceSize) X(cudnnConvolutionForward)
+    X(cudnnGetConvolutionForwardWorkspaceSize) X(cudnnConvolutionForward)      \
+    X(cudnnGetConvolutionBackwardDataAlgorithm_v7)                             \
+    X(cudnnFindConvolutionBackwardDataAlgorithm)                               \
+    X(cudnnGetConvolutionBackwardDataWorkspaceSize)                            \
+    X(cudnnConvolutionBackwardData)                                            \
+    X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)                           \
+    X(cudnnFindConvolutionBackwardFilterAlgorithm)                             \
+    X(cudnnGetConvolutionBackwardFilterWorkspaceSize)                          \
+    X(cudnnConvolutionBackwardFilter)
 
 static struct {
     int state; /* 0 not tried, 1 ready, -1 unavailable */
@@ -128,20 +223,10 @@ static int conv_cudnn_load(void)
 /* Handles per device, one per call in flight (cuda_handles.h). */
 static handle_pool conv_handles = HANDLE_POOL_INIT;
 
-static cudnnStatus_t conv_handle_get(int dev, cudnnHandle_t *h)
-{
-    *h = (cudnnHandle_t)handle_pool_take(&conv_handles, dev);
-    if (*h)
-        return CUDNN_STATUS_SUCCESS;
-    return dnn.cudnnCreate(h); /* in the call's context, which is current */
-}
+/* ---- algorithms, remembered per shape and direction ------------------------ */
 
-static void conv_handle_put(int dev, cudnnHandle_t h)
-{
-    handle_pool_give(&conv_handles, dev, (void *)h);
-}
-
-/* ---- the algorithm, remembered per shape -------------------------------- */
+enum { CONV_FWD = 0, CONV_BWD_DATA = 1, CONV_BWD_FILTER = 2 };
+#define CONV_MAX_ALGOS 16
 
 typedef struct conv_key {
     int64_t v[20];
@@ -150,12 +235,12 @@ typedef struct conv_key {
 #define CONV_CACHE 256
 static struct {
     conv_key key;
-    cudnnConvolutionFwdAlgo_t algo;
+    int algo;
     int used;
 } conv_algos[CONV_CACHE];
 static int conv_next_slot;
 
-static int conv_algo_lookup(const conv_key *k, cudnnConvolutionFwdAlgo_t *algo)
+static int conv_algo_lookup(const conv_key *k, int *algo)
 {
     int i, found = 0;
     pthread_mutex_lock(&dnn_lock);
@@ -168,7 +253,7 @@ static int conv_algo_lookup(const conv_key *k, cudnnConvolutionFwdAlgo_t *algo)
     return found;
 }
 
-static void conv_algo_store(const conv_key *k, cudnnConvolutionFwdAlgo_t algo)
+static void conv_algo_store(const conv_key *k, int algo)
 {
     pthread_mutex_lock(&dnn_lock);
     conv_algos[conv_next_slot].key = *k;
@@ -178,15 +263,22 @@ static void conv_algo_store(const conv_key *k, cudnnConvolutionFwdAlgo_t algo)
     pthread_mutex_unlock(&dnn_lock);
 }
 
-/* ---- the op ----------------------------------------------------------------- */
+/* ---- descriptors ---------------------------------------------------------------- */
 
-typedef struct conv_descs {
+/* One convolution as cuDNN sees it: the input (hp x wp: padded for an
+ * asymmetric "same"), output, filter and convolution descriptors, on the
+ * call's handle. */
+typedef struct conv_dnn {
+    cudnnHandle_t h;
+    int dev;
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t c;
-} conv_descs;
+    conv_key key;
+    const char *what; /* the cuDNN call that failed */
+} conv_dnn;
 
-static void conv_descs_free(conv_descs *d)
+static void conv_dnn_free(conv_dnn *d)
 {
     if (d->x)
         dnn.cudnnDestroyTensorDescriptor(d->x);
@@ -196,214 +288,480 @@ static void conv_descs_free(conv_descs *d)
         dnn.cudnnDestroyFilterDescriptor(d->w);
     if (d->c)
         dnn.cudnnDestroyConvolutionDescriptor(d->c);
+    if (d->h)
+        handle_pool_give(&conv_handles, d->dev, (void *)d->h);
+}
+
+/* The descriptors of g with the input hp x wp (symmetric padding ph, pw).
+ * CUDNN_STATUS_SUCCESS, or the status with d->what. */
+static cudnnStatus_t conv_dnn_descs(conv_dnn *d, const conv_geom *g, int64_t hp, int64_t wp)
+{
+    cudnnDataType_t dt = g->is64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+    cudnnStatus_t st;
+    int on, oc, oh, ow;
+    d->what = "descriptors";
+    if ((st = dnn.cudnnCreateTensorDescriptor(&d->x)) ||
+        (st = dnn.cudnnCreateTensorDescriptor(&d->y)) ||
+        (st = dnn.cudnnCreateFilterDescriptor(&d->w)) ||
+        (st = dnn.cudnnCreateConvolutionDescriptor(&d->c)))
+        return st;
+    if ((st = dnn.cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, dt, (int)g->n, (int)g->c,
+                                             (int)hp, (int)wp)) ||
+        (st = dnn.cudnnSetFilter4dDescriptor(d->w, dt, CUDNN_TENSOR_NCHW, (int)g->o, (int)g->cg,
+                                             (int)g->kh, (int)g->kw)) ||
+        (st = dnn.cudnnSetConvolution2dDescriptor(d->c, (int)g->ph, (int)g->pw, (int)g->sh,
+                                                  (int)g->sw, (int)g->dh, (int)g->dw,
+                                                  CUDNN_CROSS_CORRELATION, dt)) ||
+        (st = dnn.cudnnSetConvolutionGroupCount(d->c, (int)g->groups)) ||
+        (st = dnn.cudnnSetConvolutionMathType(d->c, CUDNN_FMA_MATH)))
+        return st;
+    d->what = "cudnnGetConvolution2dForwardOutputDim";
+    if ((st = dnn.cudnnGetConvolution2dForwardOutputDim(d->c, d->x, d->w, &on, &oc, &oh, &ow)))
+        return st;
+    if (on != g->n || oc != g->o || oh != g->ho || ow != g->wo)
+        return CUDNN_STATUS_BAD_PARAM; /* not the convolution conv_check computed */
+    d->what = "cudnnSetTensor4dDescriptor";
+    return dnn.cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, dt, on, oc, oh, ow);
+}
+
+/* cuDNN ready, a handle of the call's device on its stream, the
+ * descriptors of g: 0, or the status of opjit_fail. */
+static int conv_dnn_open(opjit_ctx *ctx, const conv_geom *g, int64_t hp, int64_t wp,
+                         conv_dnn *d)
+{
+    cudnnStatus_t st;
+    memset(d, 0, sizeof *d);
+    if (conv_cudnn_load() < 0)
+        return opjit_fail(ctx, "cuDNN is not available: %s", dnn.why);
+    d->dev = opjit_device_id(ctx);
+    if (!handle_pool_has_device(d->dev))
+        return opjit_fail(ctx, "CUDA device %d is beyond this op's table", d->dev);
+    d->h = (cudnnHandle_t)handle_pool_take(&conv_handles, d->dev);
+    d->what = "cudnnCreate";
+    if (!d->h && (st = dnn.cudnnCreate(&d->h)) != CUDNN_STATUS_SUCCESS) {
+        d->h = NULL;
+        return opjit_fail(ctx, "%s: %s", d->what, dnn.cudnnGetErrorString(st));
+    }
+    d->what = "cudnnSetStream";
+    if ((st = dnn.cudnnSetStream(d->h, (cudaStream_t)opjit_stream(ctx))) ||
+        (st = conv_dnn_descs(d, g, hp, wp)))
+        return opjit_fail(ctx, "%s: %s", d->what, dnn.cudnnGetErrorString(st));
+    d->key.v[0] = d->dev; d->key.v[1] = g->is64; d->key.v[2] = g->n; d->key.v[3] = g->c;
+    d->key.v[4] = hp; d->key.v[5] = wp; d->key.v[6] = g->o; d->key.v[7] = g->kh;
+    d->key.v[8] = g->kw; d->key.v[9] = g->sh; d->key.v[10] = g->sw; d->key.v[11] = g->ph;
+    d->key.v[12] = g->pw; d->key.v[13] = g->dh; d->key.v[14] = g->dw; d->key.v[15] = g->groups;
+    return 0;
+}
+
+/* ---- one cuDNN convolution, any direction ------------------------------------- */
+
+/* cuDNN's ranking of kind's algorithms (measured, or its heuristic), best
+ * first, those that work: into algos, *n of them. */
+static cudnnStatus_t conv_rank(conv_dnn *d, int kind, int *algos, int *n)
+{
+    int find = opjit_env_flag("OPJIT_CUDNN_FIND", 1), got = 0, i;
+    cudnnStatus_t st;
+    *n = 0;
+    if (kind == CONV_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        d->what = find ? "cudnnFindConvolutionForwardAlgorithm"
+                       : "cudnnGetConvolutionForwardAlgorithm_v7";
+        st = find ? dnn.cudnnFindConvolutionForwardAlgorithm(d->h, d->x, d->w, d->c, d->y,
+                                                              CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                              &got, p)
+                  : dnn.cudnnGetConvolutionForwardAlgorithm_v7(d->h, d->x, d->w, d->c, d->y,
+                                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                               &got, p);
+        for (i = 0; !st && i < got && *n < CONV_MAX_ALGOS; i++)
+            if (p[i].status == CUDNN_STATUS_SUCCESS)
+                algos[(*n)++] = (int)p[i].algo;
+    } else if (kind == CONV_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        d->what = find ? "cudnnFindConvolutionBackwardDataAlgorithm"
+                       : "cudnnGetConvolutionBackwardDataAlgorithm_v7";
+        st = find ? dnn.cudnnFindConvolutionBackwardDataAlgorithm(
+                        d->h, d->w, d->y, d->c, d->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, p)
+                  : dnn.cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                        d->h, d->w, d->y, d->c, d->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, p);
+        for (i = 0; !st && i < got && *n < CONV_MAX_ALGOS; i++)
+            if (p[i].status == CUDNN_STATUS_SUCCESS)
+                algos[(*n)++] = (int)p[i].algo;
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        d->what = find ? "cudnnFindConvolutionBackwardFilterAlgorithm"
+                       : "cudnnGetConvolutionBackwardFilterAlgorithm_v7";
+        st = find ? dnn.cudnnFindConvolutionBackwardFilterAlgorithm(
+                        d->h, d->x, d->y, d->c, d->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got,
+                        p)
+                  : dnn.cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                        d->h, d->x, d->y, d->c, d->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got,
+                        p);
+        for (i = 0; !st && i < got && *n < CONV_MAX_ALGOS; i++)
+            if (p[i].status == CUDNN_STATUS_SUCCESS)
+                algos[(*n)++] = (int)p[i].algo;
+    }
+    if (!st && *n == 0)
+        algos[(*n)++] = 0; /* *_ALGO_0 (IMPLICIT_GEMM forward) works for every shape */
+    return st;
+}
+
+/* The workspace kind's algorithm algo needs. */
+static cudnnStatus_t conv_wsize(conv_dnn *d, int kind, int algo, size_t *bytes)
+{
+    *bytes = 0;
+    if (kind == CONV_FWD)
+        return dnn.cudnnGetConvolutionForwardWorkspaceSize(
+            d->h, d->x, d->w, d->c, d->y, (cudnnConvolutionFwdAlgo_t)algo, bytes);
+    if (kind == CONV_BWD_DATA)
+        return dnn.cudnnGetConvolutionBackwardDataWorkspaceSize(
+            d->h, d->w, d->y, d->c, d->x, (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
+    return dnn.cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        d->h, d->x, d->y, d->c, d->w, (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
+}
+
+/* out = kind(a, b): forward (x, w) -> y, backward data (w, dy) -> dx,
+ * backward filter (x, dy) -> dw. */
+static cudnnStatus_t conv_exec(conv_dnn *d, int kind, int algo, int is64, const void *a,
+                               const void *b, void *ws, size_t wsize, void *out)
+{
+    double one_d = 1.0, zero_d = 0.0;
+    float one_f = 1.0f, zero_f = 0.0f;
+    const void *one = is64 ? (const void *)&one_d : (const void *)&one_f;
+    const void *zero = is64 ? (const void *)&zero_d : (const void *)&zero_f;
+    if (kind == CONV_FWD)
+        return dnn.cudnnConvolutionForward(d->h, one, d->x, a, d->w, b, d->c,
+                                           (cudnnConvolutionFwdAlgo_t)algo, ws, wsize, zero,
+                                           d->y, out);
+    if (kind == CONV_BWD_DATA)
+        return dnn.cudnnConvolutionBackwardData(d->h, one, d->w, a, d->y, b, d->c,
+                                                (cudnnConvolutionBwdDataAlgo_t)algo, ws, wsize,
+                                                zero, d->x, out);
+    return dnn.cudnnConvolutionBackwardFilter(d->h, one, d->x, a, d->y, b, d->c,
+                                              (cudnnConvolutionBwdFilterAlgo_t)algo, ws, wsize,
+                                              zero, d->w, out);
+}
+
+static const char *const conv_exec_names[3] = {
+    "cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter"};
+
+/* Run kind on the remembered algorithm for this shape, else on cuDNN's
+ * ranking, the first that runs (then remembered). 0, or the status of
+ * opjit_fail. */
+static int conv_run_dnn(opjit_ctx *ctx, conv_dnn *d, int kind, int is64, const void *a,
+                        const void *b, void *out)
+{
+    int algos[CONV_MAX_ALGOS], n = 0, i, remembered;
+    conv_key key = d->key;
+    cudnnStatus_t st;
+    key.v[16] = kind;
+    remembered = conv_algo_lookup(&key, &algos[0]);
+    if (remembered)
+        n = 1;
+    else if ((st = conv_rank(d, kind, algos, &n)))
+        return opjit_fail(ctx, "%s: %s", d->what, dnn.cudnnGetErrorString(st));
+    st = CUDNN_STATUS_NOT_SUPPORTED;
+    d->what = conv_exec_names[kind];
+    for (i = 0; i < n; i++) {
+        size_t wsize = 0;
+        void *ws = NULL;
+        if ((st = conv_wsize(d, kind, algos[i], &wsize)))
+            continue;
+        if (wsize && !(ws = opjit_device_workspace(ctx, wsize)))
+            return -1; /* the runtime recorded why */
+        st = conv_exec(d, kind, algos[i], is64, a, b, ws, wsize, out);
+        if (st == CUDNN_STATUS_SUCCESS) {
+            if (!remembered)
+                conv_algo_store(&key, algos[i]);
+            return 0;
+        }
+    }
+    return opjit_fail(ctx, "%s: %s", d->what, dnn.cudnnGetErrorString(st));
+}
+
+/* ---- kernels of this file ----------------------------------------------------------- */
+
+static void conv_grid(long long total, unsigned grid[3], unsigned block[3])
+{
+    long long blocks = (total + 255) / 256;
+    grid[0] = (unsigned)(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
+    grid[1] = grid[2] = 1;
+    block[0] = 256;
+    block[1] = block[2] = 1;
 }
 
 /* Add the bias (or fill with it, or with zeros: fill) on the device. */
-static int conv_bias(opjit_ctx *ctx, int is64, void *out, const DLTensor *bias, int64_t n,
+static int conv_bias(opjit_ctx *ctx, int is64, void *out, const void *bias, int64_t n,
                      int64_t o, int64_t plane, int fill)
 {
     long long total = (long long)(n * o * plane), pl = (long long)plane;
     int oc = (int)o;
-    void *b = bias ? opjit_data(bias) : NULL;
+    void *b = (void *)bias;
     void *params[6];
     unsigned grid[3], block[3];
-    long long blocks = (total + 255) / 256;
+    if (total == 0)
+        return 0;
     params[0] = &total;
     params[1] = &pl;
     params[2] = &oc;
     params[3] = &b;
     params[4] = &out;
     params[5] = &fill;
-    grid[0] = (unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16);
-    grid[1] = grid[2] = 1;
-    block[0] = 256;
-    block[1] = block[2] = 1;
+    conv_grid(total, grid, block);
     return opjit_launch(ctx, is64 ? "conv2d_bias_f64" : "conv2d_bias_f32", grid, block, 0,
                         params);
 }
 
-static int conv2d_cuda(opjit_ctx *ctx, opjit_args *a)
+/* Same layout as the device's struct conv_gather_args. */
+typedef struct conv_gather_args {
+    long long d[4], e[4], s[4];
+} conv_gather_args;
+
+/* dst (dense [d0..d3]) from src read through ga (extents, strides). */
+static int conv_gather(opjit_ctx *ctx, int is64, const void *src, conv_gather_args *ga,
+                       void *dst)
+{
+    long long total = ga->d[0] * ga->d[1] * ga->d[2] * ga->d[3];
+    void *s = (void *)src, *params[4];
+    unsigned grid[3], block[3];
+    if (total == 0)
+        return 0;
+    params[0] = &total;
+    params[1] = ga;
+    params[2] = &s;
+    params[3] = &dst;
+    conv_grid(total, grid, block);
+    return opjit_launch(ctx, is64 ? "conv2d_gather_f64" : "conv2d_gather_f32", grid, block, 0,
+                        params);
+}
+
+/* t as a dense 4-D block ([1, ...] in front of fewer dimensions) of eh
+ * more rows and ew more columns, zero there, into *out: t's own data when
+ * it is dense and nothing is added, else a gather into device workspace.
+ * 0, or -1 with the error recorded. */
+static int conv_dense(opjit_ctx *ctx, const DLTensor *t, int64_t eh, int64_t ew,
+                      const void **out)
+{
+    conv_gather_args ga;
+    size_t esz = (t->dtype.bits + 7) / 8;
+    int k = 4 - t->ndim, i;
+    void *to;
+    *out = opjit_data(t);
+    if (st_is_dense(t) && !eh && !ew)
+        return 0;
+    for (i = 0; i < 4; i++) {
+        ga.e[i] = i < k ? 1 : t->shape[i - k];
+        ga.s[i] = i < k || !t->strides ? 0 : t->strides[i - k];
+    }
+    for (i = 3; !t->strides && i >= k; i--) /* row-major strides */
+        ga.s[i] = i == 3 ? 1 : ga.s[i + 1] * ga.e[i + 1];
+    memcpy(ga.d, ga.e, sizeof ga.d);
+    ga.d[2] += eh;
+    ga.d[3] += ew;
+    to = opjit_device_workspace(ctx, (size_t)(ga.d[0] * ga.d[1] * ga.d[2] * ga.d[3]) * esz);
+    if (!to || conv_gather(ctx, t->dtype.bits == 64, opjit_data(t), &ga, to))
+        return -1;
+    *out = to;
+    return 0;
+}
+
+/* db [O] = the sums of dy over images and positions. */
+static int conv_grad_bias(opjit_ctx *ctx, const conv_geom *g, const void *dy, void *db)
+{
+    long long n = (long long)g->n, plane = (long long)(g->ho * g->wo);
+    int o = (int)g->o;
+    void *y = (void *)dy, *params[5];
+    unsigned grid[3] = {(unsigned)g->o, 1, 1}, block[3] = {256, 1, 1};
+    params[0] = &n;
+    params[1] = &o;
+    params[2] = &plane;
+    params[3] = &y;
+    params[4] = &db;
+    return opjit_launch(ctx, g->is64 ? "conv2d_grad_bias_f64" : "conv2d_grad_bias_f32", grid,
+                        block, 0, params);
+}
+
+/* ---- the ops ------------------------------------------------------------------------ */
+
+/* Sizes cuDNN's legacy API takes (int, tensors below 2^31 elements), and
+ * a grid of one block per output channel: 0, or the status of opjit_fail. */
+static int conv_cuda_sizes_ok(opjit_ctx *ctx, const conv_geom *g)
+{
+    int64_t hp = g->h + g->ph2 - g->ph, wp = g->w + g->pw2 - g->pw;
+    if (g->n * g->c * hp * wp > INT_MAX || g->n * g->o * g->ho * g->wo > INT_MAX ||
+        g->o * g->cg * g->kh * g->kw > INT_MAX || g->n > INT_MAX || g->o > 65535 * 1024)
+        return opjit_fail(ctx, "tensors too large for cuDNN's legacy API (at most %d elements "
+                               "each)", INT_MAX);
+    return 0;
+}
+
+/* The output over g on the device, [N, O, Ho, Wo] or [O, Ho, Wo], its
+ * data into *data. 0, or -1 with the error recorded. */
+static int conv_output(opjit_ctx *ctx, const conv_geom *g, DLDataType dt, void **data)
+{
+    int64_t shape[4] = {g->n, g->o, g->ho, g->wo};
+    DLTensor *out = g->batched ? opjit_output(ctx, 0, dt, 4, shape)
+                               : opjit_output(ctx, 0, dt, 3, shape + 1);
+    *data = out ? opjit_data(out) : NULL;
+    return out ? 0 : -1;
+}
+
+/* conv2d and conv2d.padding (str_padding). */
+static int conv2d_cuda_run(opjit_ctx *ctx, opjit_args *a, int str_padding)
 {
     DLTensor *input = opjit_arg_tensor(a, 0);
     DLTensor *weight = opjit_arg_tensor(a, 1);
     DLTensor *bias = opjit_arg_tensor(a, 2);
-    int64_t stride[2], pad[2], dil[2], shape[4], plane;
+    const void *x, *w, *b = NULL;
+    int64_t eh, ew;
+    conv_args p;
     conv_geom g;
-    conv_args cargs;
-    int64_t N, C, H, W, O, kh, kw, grp, ho, wo, cg;
-    int is64, batched, dev, rc = 0, i, nalgo = 0, remembered = 0, on, oc, oh, ow;
-    DLTensor *out;
-    cudnnDataType_t dt;
-    cudnnHandle_t h = NULL;
-    cudnnStatus_t st;
-    conv_descs d;
-    conv_key key;
-    cudnnConvolutionFwdAlgo_t algos[CUDNN_CONVOLUTION_FWD_ALGO_COUNT + 1];
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    float one_f = 1.0f, zero_f = 0.0f;
-    double one_d = 1.0, zero_d = 0.0;
-    const char *what = "";
+    conv_dnn d;
+    void *out;
+    int rc;
 
     /* The checks of conv2d.c, shared through conv2d_common.h. */
-    if ((rc = conv_read_args(ctx, a, 3, 0, &cargs)) != 0 ||
-        (rc = conv_check(ctx, input, weight, bias, &cargs, &g)) != 0)
+    if ((rc = conv_read_args(ctx, a, 3, str_padding, &p)) != 0 ||
+        (rc = conv_check(ctx, input, weight, bias, &p, &g)) != 0 ||
+        (rc = conv_cuda_sizes_ok(ctx, &g)) != 0)
         return rc;
-    is64 = g.is64;
-    batched = g.batched;
-    N = g.n; C = g.c; H = g.h; W = g.w;
-    O = g.o; kh = g.kh; kw = g.kw;
-    stride[0] = g.sh; stride[1] = g.sw;
-    pad[0] = g.ph; pad[1] = g.pw;
-    dil[0] = g.dh; dil[1] = g.dw;
-    grp = g.groups;
-    ho = g.ho;
-    wo = g.wo;
-    cg = g.cg;
-    plane = ho * wo;
-    /* cuDNN's legacy API takes int sizes and tensors below 2^31 elements. */
-    if (N * C * H * W > INT_MAX || N * O * plane > INT_MAX || O * cg * kh * kw > INT_MAX ||
-        N > INT_MAX)
-        return opjit_fail(ctx, "tensors too large for cuDNN's legacy API (at most %d elements "
-                               "each)", INT_MAX);
-
-    if (batched) {
-        shape[0] = N; shape[1] = O; shape[2] = ho; shape[3] = wo;
-        out = opjit_output(ctx, 0, input->dtype, 4, shape);
-    } else {
-        shape[0] = O; shape[1] = ho; shape[2] = wo;
-        out = opjit_output(ctx, 0, input->dtype, 3, shape);
-    }
-    if (!out)
+    if (conv_output(ctx, &g, input->dtype, &out))
         return -1;
-    if (N == 0)
+    if (g.n == 0)
         return 0;
-    if (cg == 0) /* no input channels: the output is the bias, or 0 */
-        return conv_bias(ctx, is64, opjit_data(out), bias, N, O, plane, 1);
-
-    if (conv_cudnn_load() < 0)
-        return opjit_fail(ctx, "cuDNN is not available: %s", dnn.why);
-    dev = opjit_device_id(ctx);
-    if (!handle_pool_has_device(dev))
-        return opjit_fail(ctx, "CUDA device %d is beyond this op's table", dev);
-    dt = is64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-    memset(&d, 0, sizeof d);
-    if ((st = conv_handle_get(dev, &h)) != CUDNN_STATUS_SUCCESS) {
-        h = NULL;
-        what = "cudnnCreate";
-        goto cudnn_fail;
-    }
-    what = "cudnnSetStream";
-    if ((st = dnn.cudnnSetStream(h, (cudaStream_t)opjit_stream(ctx))))
-        goto cudnn_fail;
-    what = "descriptors";
-    if ((st = dnn.cudnnCreateTensorDescriptor(&d.x)) ||
-        (st = dnn.cudnnCreateTensorDescriptor(&d.y)) ||
-        (st = dnn.cudnnCreateFilterDescriptor(&d.w)) ||
-        (st = dnn.cudnnCreateConvolutionDescriptor(&d.c)))
-        goto cudnn_fail;
-    if ((st = dnn.cudnnSetTensor4dDescriptor(d.x, CUDNN_TENSOR_NCHW, dt, (int)N, (int)C, (int)H,
-                                             (int)W)) ||
-        (st = dnn.cudnnSetFilter4dDescriptor(d.w, dt, CUDNN_TENSOR_NCHW, (int)O, (int)cg,
-                                             (int)kh, (int)kw)) ||
-        (st = dnn.cudnnSetConvolution2dDescriptor(d.c, (int)pad[0], (int)pad[1],
-                                                  (int)stride[0], (int)stride[1], (int)dil[0],
-                                                  (int)dil[1], CUDNN_CROSS_CORRELATION, dt)) ||
-        (st = dnn.cudnnSetConvolutionGroupCount(d.c, (int)grp)) ||
-        (st = dnn.cudnnSetConvolutionMathType(d.c, CUDNN_FMA_MATH)))
-        goto cudnn_fail;
-    what = "cudnnGetConvolution2dForwardOutputDim";
-    if ((st = dnn.cudnnGetConvolution2dForwardOutputDim(d.c, d.x, d.w, &on, &oc, &oh, &ow)))
-        goto cudnn_fail;
-    if (on != N || oc != O || oh != ho || ow != wo) {
-        rc = opjit_fail(ctx, "cuDNN computes output [%d, %d, %d, %d], expected "
-                             "[%lld, %lld, %lld, %lld]",
-                        on, oc, oh, ow, (long long)N, (long long)O, (long long)ho,
-                        (long long)wo);
-        goto done;
-    }
-    what = "cudnnSetTensor4dDescriptor";
-    if ((st = dnn.cudnnSetTensor4dDescriptor(d.y, CUDNN_TENSOR_NCHW, dt, on, oc, oh, ow)))
-        goto cudnn_fail;
-
-    /* Algorithms to try, best first: the one remembered for this shape,
-     * then cuDNN's ranking. */
-    memset(&key, 0, sizeof key);
-    key.v[0] = dev; key.v[1] = is64; key.v[2] = N; key.v[3] = C; key.v[4] = H;
-    key.v[5] = W; key.v[6] = O; key.v[7] = kh; key.v[8] = kw; key.v[9] = stride[0];
-    key.v[10] = stride[1]; key.v[11] = pad[0]; key.v[12] = pad[1]; key.v[13] = dil[0];
-    key.v[14] = dil[1]; key.v[15] = grp;
-    if (conv_algo_lookup(&key, &algos[0])) {
-        nalgo = 1;
-        remembered = 1;
-    } else {
-        int returned = 0;
-        if (opjit_env_flag("OPJIT_CUDNN_FIND", 1)) {
-            what = "cudnnFindConvolutionForwardAlgorithm";
-            st = dnn.cudnnFindConvolutionForwardAlgorithm(h, d.x, d.w, d.c, d.y,
-                                                          CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                          &returned, perf);
-        } else {
-            what = "cudnnGetConvolutionForwardAlgorithm_v7";
-            st = dnn.cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.c, d.y,
-                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                            &returned, perf);
-        }
-        if (st)
-            goto cudnn_fail;
-        for (i = 0; i < returned && nalgo < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; i++)
-            if (perf[i].status == CUDNN_STATUS_SUCCESS)
-                algos[nalgo++] = perf[i].algo;
-        if (!nalgo) /* the one that works for every shape */
-            algos[nalgo++] = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-    }
-
-    st = CUDNN_STATUS_NOT_SUPPORTED;
-    for (i = 0; i < nalgo; i++) {
-        size_t wsize = 0;
-        void *ws = NULL;
-        what = "cudnnGetConvolutionForwardWorkspaceSize";
-        st = dnn.cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.c, d.y, algos[i], &wsize);
-        if (st)
-            continue;
-        if (wsize && !(ws = opjit_device_workspace(ctx, wsize))) {
-            rc = -1; /* the runtime recorded why */
-            goto done;
-        }
-        what = "cudnnConvolutionForward";
-        st = dnn.cudnnConvolutionForward(h, is64 ? (void *)&one_d : (void *)&one_f, d.x,
-                                         opjit_data(input), d.w, opjit_data(weight), d.c,
-                                         algos[i], ws, wsize,
-                                         is64 ? (void *)&zero_d : (void *)&zero_f, d.y,
-                                         opjit_data(out));
-        if (st == CUDNN_STATUS_SUCCESS) {
-            if (!remembered)
-                conv_algo_store(&key, algos[i]);
-            break;
-        }
-    }
-    if (st)
-        goto cudnn_fail;
-    if (bias)
-        rc = conv_bias(ctx, is64, opjit_data(out), bias, N, O, plane, 0);
-    goto done;
-
-cudnn_fail:
-    rc = opjit_fail(ctx, "%s: %s", what, dnn.cudnnGetErrorString(st));
-done:
-    conv_descs_free(&d);
-    if (h)
-        conv_handle_put(dev, h);
+    if (bias && conv_dense(ctx, bias, 0, 0, &b))
+        return -1;
+    if (g.cg == 0) /* no input channels: the output is the bias, or 0 */
+        return conv_bias(ctx, g.is64, out, b, g.n, g.o, g.ho * g.wo, 1);
+    eh = g.ph2 - g.ph; /* an asymmetric "same": the input padded at the end */
+    ew = g.pw2 - g.pw;
+    if (conv_dense(ctx, input, eh, ew, &x) || conv_dense(ctx, weight, 0, 0, &w))
+        return -1;
+    if ((rc = conv_dnn_open(ctx, &g, g.h + eh, g.w + ew, &d)) == 0 &&
+        (rc = conv_run_dnn(ctx, &d, CONV_FWD, g.is64, x, w, out)) == 0 && b)
+        rc = conv_bias(ctx, g.is64, out, b, g.n, g.o, g.ho * g.wo, 0);
+    conv_dnn_free(&d);
     return rc;
+}
+
+static int conv2d_cuda(opjit_ctx *ctx, opjit_args *a) { return conv2d_cuda_run(ctx, a, 0); }
+static int conv2d_padding_cuda(opjit_ctx *ctx, opjit_args *a)
+{
+    return conv2d_cuda_run(ctx, a, 1);
+}
+
+/* Output index of conv2d_backward shaped like t (want), else [0], its
+ * data into *data. 0, or -1 with the error recorded. */
+static int conv_grad_output(opjit_ctx *ctx, int index, const DLTensor *t, int want, void **data)
+{
+    int64_t none = 0;
+    DLTensor *o = want ? opjit_output(ctx, index, t->dtype, t->ndim, t->shape)
+                       : opjit_output(ctx, index, t->dtype, 1, &none);
+    *data = o ? opjit_data(o) : NULL;
+    return o ? 0 : -1;
+}
+
+/* grad_input and grad_weight through cuDNN (N > 0, C > 0): dy dense; the
+ * input padded for an asymmetric "same", and grad_input cut out of the
+ * padded one's gradient. */
+static int conv_cuda_grads(opjit_ctx *ctx, const conv_geom *g, const DLTensor *input,
+                           const DLTensor *weight, const void *dy, const int want[3], void *dx,
+                           void *dw)
+{
+    int64_t eh = g->ph2 - g->ph, ew = g->pw2 - g->pw;
+    size_t esz = g->is64 ? sizeof(double) : sizeof(float);
+    const void *x = NULL, *w = NULL;
+    void *dxp = dx;
+    conv_dnn d;
+    int rc;
+    if ((want[1] && conv_dense(ctx, input, eh, ew, &x)) ||
+        (want[0] && conv_dense(ctx, weight, 0, 0, &w)))
+        return -1;
+    if (want[0] && (eh || ew) &&
+        !(dxp = opjit_device_workspace(ctx, (size_t)(g->n * g->c * (g->h + eh) * (g->w + ew)) *
+                                                esz)))
+        return -1;
+    if ((rc = conv_dnn_open(ctx, g, g->h + eh, g->w + ew, &d)) == 0 && want[0])
+        rc = conv_run_dnn(ctx, &d, CONV_BWD_DATA, g->is64, w, dy, dxp);
+    if (rc == 0 && want[1])
+        rc = conv_run_dnn(ctx, &d, CONV_BWD_FILTER, g->is64, x, dy, dw);
+    conv_dnn_free(&d);
+    if (rc == 0 && dxp != dx) { /* dx = the padded gradient without its extra rows */
+        conv_gather_args ga = {{g->n, g->c, g->h, g->w}, {g->n, g->c, g->h, g->w},
+                               {g->c * (g->h + eh) * (g->w + ew), (g->h + eh) * (g->w + ew),
+                                g->w + ew, 1}};
+        rc = conv_gather(ctx, g->is64, dxp, &ga, dx);
+    }
+    return rc;
+}
+
+/* conv2d_backward and conv2d_backward.padding (str_padding). */
+static int conv2d_backward_cuda_run(opjit_ctx *ctx, opjit_args *a, int str_padding)
+{
+    DLTensor *grad = opjit_arg_tensor(a, 0);
+    DLTensor *input = opjit_arg_tensor(a, 1);
+    DLTensor *weight = opjit_arg_tensor(a, 2);
+    DLTensor *bias = opjit_arg_tensor(a, 3);
+    const void *dy;
+    void *dx, *dw, *db;
+    conv_args p;
+    conv_geom g;
+    int want[3], rc;
+
+    if ((rc = conv_read_args(ctx, a, 4, str_padding, &p)) != 0 ||
+        (rc = conv_check(ctx, input, weight, bias, &p, &g)) != 0 ||
+        (rc = conv_check_grad(ctx, a, 8, grad, input, &g, want)) != 0 ||
+        (rc = conv_cuda_sizes_ok(ctx, &g)) != 0)
+        return rc;
+    want[2] = want[2] && bias;
+    if (conv_grad_output(ctx, 0, input, want[0], &dx) ||
+        conv_grad_output(ctx, 1, weight, want[1], &dw) ||
+        conv_grad_output(ctx, 2, bias ? bias : weight, want[2], &db) ||
+        conv_dense(ctx, grad, 0, 0, &dy))
+        return -1;
+    if (want[2] && (rc = conv_grad_bias(ctx, &g, dy, db)) != 0)
+        return rc;
+    if (want[1] && g.n == 0) /* a sum of nothing */
+        return conv_bias(ctx, g.is64, dw, NULL, 1, g.o * g.cg * g.kh * g.kw, 1, 1);
+    if (g.n == 0 || g.cg == 0 || (!want[0] && !want[1]))
+        return 0;
+    return conv_cuda_grads(ctx, &g, input, weight, dy, want, dx, dw);
+}
+
+static int conv2d_backward_cuda(opjit_ctx *ctx, opjit_args *a)
+{
+    return conv2d_backward_cuda_run(ctx, a, 0);
+}
+static int conv2d_backward_padding_cuda(opjit_ctx *ctx, opjit_args *a)
+{
+    return conv2d_backward_cuda_run(ctx, a, 1);
 }
 
 OPJIT_MODULE(conv2d_cuda, m)
 {
     opjit_def(m, CONV2D_SCHEMA, OPJIT_CUDA, conv2d_cuda,
               "2-D convolution, NCHW (torch.nn.functional.conv2d) on CUDA through cuDNN");
-    opjit_require(m, "input", "float32|float64 contiguous");
-    opjit_require(m, "weight", "float32|float64 rank=4 contiguous");
-    opjit_require(m, "bias", "float32|float64 rank=1 contiguous");
-    conv2d_declare(m, 0);
+    opjit_require(m, "input", "float32|float64");
+    opjit_require(m, "weight", "float32|float64 rank=4");
+    opjit_require(m, "bias", "float32|float64 rank=1");
+    opjit_def(m, CONV2D_PADDING_SCHEMA, OPJIT_CUDA, conv2d_padding_cuda,
+              "conv2d with padding=\"valid\" or \"same\" on CUDA through cuDNN");
+    opjit_require(m, "input", "float32|float64");
+    opjit_require(m, "weight", "float32|float64 rank=4");
+    opjit_require(m, "bias", "float32|float64 rank=1");
+    opjit_def(m, CONV2D_BACKWARD_SCHEMA, OPJIT_CUDA, conv2d_backward_cuda,
+              "Gradients of conv2d on CUDA: cuDNN's backward data and filter, grad_bias "
+              "summed by a kernel of conv2d.cu");
+    opjit_require(m, "grad", "float32|float64");
+    opjit_require(m, "input", "float32|float64");
+    opjit_require(m, "weight", "float32|float64 rank=4");
+    opjit_require(m, "bias", "float32|float64 rank=1");
+    opjit_def(m, CONV2D_BACKWARD_PADDING_SCHEMA, OPJIT_CUDA, conv2d_backward_padding_cuda,
+              "Gradients of conv2d.padding on CUDA (cuDNN)");
+    opjit_require(m, "grad", "float32|float64");
+    opjit_require(m, "input", "float32|float64");
+    opjit_require(m, "weight", "float32|float64 rank=4");
+    opjit_require(m, "bias", "float32|float64 rank=1");
+    conv2d_declare(m, 1);
 }
 
 #endif

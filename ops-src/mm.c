@@ -223,7 +223,7 @@ static int mm_operand_of(opjit_ctx *ctx, const DLTensor *t, const char *what, mm
     if (!mm_layout(t, &o->t, &o->ld)) {
         o->t = 0;
         o->ld = t->shape[1];
-        if (!(o->p = st_dense(ctx, t)))
+        if (st_dense(ctx, t, &o->p))
             return -1;
     }
     if (o->ld > INT_MAX)
@@ -301,15 +301,16 @@ static int mm_cpu(opjit_ctx *ctx, opjit_args *a)
     return mm_product(ctx, is64, n, k, m, xo, yo, opjit_data(out));
 }
 
-/* Output index of mm_backward, [rows, cols] when wanted (want), else [0]:
- * its data, or NULL with the error recorded. */
-static void *mm_grad_output(opjit_ctx *ctx, int index, DLDataType dt, int want, int64_t rows,
-                            int64_t cols)
+/* Output index of mm_backward, [rows, cols] when wanted (want), else [0],
+ * its data into *data. 0, or -1 with the error recorded. */
+static int mm_grad_output(opjit_ctx *ctx, int index, DLDataType dt, int want, int64_t rows,
+                          int64_t cols, void **data)
 {
     int64_t shape[2] = {rows, cols}, none = 0;
     DLTensor *t = want ? opjit_output(ctx, index, dt, 2, shape)
                        : opjit_output(ctx, index, dt, 1, &none);
-    return t ? opjit_data(t) : NULL;
+    *data = t ? opjit_data(t) : NULL;
+    return t ? 0 : -1;
 }
 
 static int mm_backward_cpu(opjit_ctx *ctx, opjit_args *a)
@@ -330,8 +331,8 @@ static int mm_backward_cpu(opjit_ctx *ctx, opjit_args *a)
         (want[0] && (rc = mm_operand_of(ctx, y, "mat2", &yo)) != 0) ||
         (want[1] && (rc = mm_operand_of(ctx, x, "self", &xo)) != 0))
         return rc;
-    if (!(gx = mm_grad_output(ctx, 0, x->dtype, want[0], n, k)) ||
-        !(gy = mm_grad_output(ctx, 1, x->dtype, want[1], k, m)))
+    if (mm_grad_output(ctx, 0, x->dtype, want[0], n, k, &gx) ||
+        mm_grad_output(ctx, 1, x->dtype, want[1], k, m, &gy))
         return -1;
     /* grad_self [n, k] = grad [n, m] mat2^T [m, k] */
     if (want[0] && (rc = mm_product(ctx, is64, n, m, k, go, mm_transposed(yo), gx)) != 0)

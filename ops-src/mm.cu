@@ -3,10 +3,15 @@
  *
  *   mm(Tensor self, Tensor mat2) -> Tensor
  *
+ *   mm_backward(Tensor grad, Tensor self, Tensor mat2, int[2] output_mask=1)
+ *       -> (Tensor grad_self, Tensor grad_mat2)
+ *
  * self [n, k] times mat2 [k, m] gives a contiguous [n, m] of the same dtype,
  * float32 or float64, on the operands' device. Any strides work (a
  * transpose needs no copy); zero-size dimensions work (an empty product,
- * or zeros when k is 0).
+ * or zeros when k is 0). mm_backward's two products, grad mat2^T and
+ * self^T grad, are the same products with the operands read transposed
+ * (a view: strides swapped), each [0] when output_mask says so.
  *
  * What runs:
  *
@@ -344,47 +349,47 @@ static int mm_use_cublas(int dev, void **h, char *no, size_t len)
     return 1;
 }
 
-static int mm_cuda(opjit_ctx *ctx, opjit_args *a)
+/* How this call is served: 0 auto, 1 this file's kernel, 2 cuBLAS
+ * ($OPJIT_MM_KERNEL), or -1 with the error recorded. */
+static int mm_want(opjit_ctx *ctx)
 {
-    DLTensor *x = opjit_arg_tensor(a, 0);
-    DLTensor *y = opjit_arg_tensor(a, 1);
-    DLTensor *out;
-    int64_t n, k, m, shape[2];
+    const char *env = getenv("OPJIT_MM_KERNEL");
+    if (!env || !*env)
+        return 0;
+    if (!strcmp(env, "own"))
+        return 1;
+    if (!strcmp(env, "cublas"))
+        return 2;
+    opjit_fail(ctx, "OPJIT_MM_KERNEL is '%s': expected own, cublas or nothing", env);
+    return -1;
+}
+
+/* out [n, m] (dense, on the device) = x [n, k] y [k, m], x and y of any
+ * strides: cuBLAS where it can read them, else the kernel above. 0, or
+ * the status of opjit_fail. */
+static int mm_product(opjit_ctx *ctx, int is64, int want, int64_t n, int64_t k, int64_t m,
+                      const DLTensor *x, const DLTensor *y, void *out)
+{
     long long sa0, sa1, sb0, sb1;
     int64_t lda, ldb;
-    int is64, rc, st, dev, opa, opb, want; /* want: 0 auto, 1 own, 2 cuBLAS */
-    int xt = 0, yt = 0; /* operands column-major (mm_layout) */
-    int blas_ok = 0;
-    const char *env = getenv("OPJIT_MM_KERNEL"), *what;
+    int rc = 0, st, dev, xt = 0, yt = 0, blas_ok = 0;
+    const char *what;
     char no[400];
     void *h = NULL;
     float one_f = 1.0f, zero_f = 0.0f;
     double one_d = 1.0, zero_d = 0.0;
 
-    if ((rc = mm_check(ctx, x, y, &is64, &n, &k, &m)) != 0)
-        return rc;
-    if (!env || !*env)
-        want = 0;
-    else if (!strcmp(env, "own"))
-        want = 1;
-    else if (!strcmp(env, "cublas"))
-        want = 2;
-    else
-        return opjit_fail(ctx, "OPJIT_MM_KERNEL is '%s': expected own, cublas or nothing", env);
-    if (n > INT_MAX || k > INT_MAX || m > INT_MAX)
-        return opjit_fail(ctx, "dimensions too large for the CUDA kernels (%lldx%lld and "
-                               "%lldx%lld; each at most %d)",
-                          (long long)n, (long long)k, (long long)k, (long long)m, INT_MAX);
     /* Element strides; DLPack's NULL strides mean row-major. */
     sa0 = x->strides ? x->strides[0] : k;
     sa1 = x->strides ? x->strides[1] : 1;
     sb0 = y->strides ? y->strides[0] : m;
     sb1 = y->strides ? y->strides[1] : 1;
     dev = opjit_device_id(ctx);
-
+    if (n == 0 || m == 0)
+        return 0;
     /* cuBLAS, unless something rules it out. */
     no[0] = '\0';
-    if (n == 0 || m == 0 || k == 0)
+    if (k == 0)
         ; /* nothing to multiply: the kernel below writes the zeros */
     else if (want == 1)
         snprintf(no, sizeof no, "OPJIT_MM_KERNEL=own");
@@ -402,36 +407,23 @@ static int mm_cuda(opjit_ctx *ctx, opjit_args *a)
                                "%lldx%lld; rows at most %d without cuBLAS)",
                           (long long)n, (long long)k, (long long)k, (long long)m,
                           65535 * MM_TILE);
-
-    shape[0] = n;
-    shape[1] = m;
-    out = opjit_output(ctx, 0, x->dtype, 2, shape);
-    if (!out) {
-        rc = -1;
-        goto done;
-    }
-    if (n == 0 || m == 0)
-        goto done;
-    if (!blas_ok) {
-        rc = mm_own(ctx, is64, n, k, m, opjit_data(x), sa0, sa1, opjit_data(y), sb0, sb1,
-                    opjit_data(out));
-        goto done;
-    }
+    if (!blas_ok)
+        return mm_own(ctx, is64, n, k, m, opjit_data(x), sa0, sa1, opjit_data(y), sb0, sb1, out);
 
     /* C [n, m] row-major is C^T [m, n] column-major: C^T = B^T A^T, where a
      * row-major operand is, to cuBLAS, its own transpose already. */
-    opa = xt ? MM_CUBLAS_OP_T : MM_CUBLAS_OP_N;
-    opb = yt ? MM_CUBLAS_OP_T : MM_CUBLAS_OP_N;
     what = "cublasSetStream";
     if ((st = blas.set_stream(h, opjit_stream(ctx))) != MM_CUBLAS_SUCCESS)
         goto blas_fail;
     what = is64 ? "cublasDgemm" : "cublasSgemm";
     if (is64)
-        st = blas.dgemm(h, opb, opa, (int)m, (int)n, (int)k, &one_d, opjit_data(y), (int)ldb,
-                        opjit_data(x), (int)lda, &zero_d, opjit_data(out), (int)m);
+        st = blas.dgemm(h, yt ? MM_CUBLAS_OP_T : MM_CUBLAS_OP_N,
+                        xt ? MM_CUBLAS_OP_T : MM_CUBLAS_OP_N, (int)m, (int)n, (int)k, &one_d,
+                        opjit_data(y), (int)ldb, opjit_data(x), (int)lda, &zero_d, out, (int)m);
     else
-        st = blas.sgemm(h, opb, opa, (int)m, (int)n, (int)k, &one_f, opjit_data(y), (int)ldb,
-                        opjit_data(x), (int)lda, &zero_f, opjit_data(out), (int)m);
+        st = blas.sgemm(h, yt ? MM_CUBLAS_OP_T : MM_CUBLAS_OP_N,
+                        xt ? MM_CUBLAS_OP_T : MM_CUBLAS_OP_N, (int)m, (int)n, (int)k, &one_f,
+                        opjit_data(y), (int)ldb, opjit_data(x), (int)lda, &zero_f, out, (int)m);
     if (st == MM_CUBLAS_SUCCESS)
         goto done;
     if ((st == MM_CUBLAS_ARCH_MISMATCH || st == MM_CUBLAS_NOT_SUPPORTED) && want != 2 &&
@@ -439,16 +431,100 @@ static int mm_cuda(opjit_ctx *ctx, opjit_args *a)
         /* Nothing ran: this file's kernel instead. */
         if (st == MM_CUBLAS_ARCH_MISMATCH)
             mm_cublas_dead(dev, what, st);
-        rc = mm_own(ctx, is64, n, k, m, opjit_data(x), sa0, sa1, opjit_data(y), sb0, sb1,
-                    opjit_data(out));
+        rc = mm_own(ctx, is64, n, k, m, opjit_data(x), sa0, sa1, opjit_data(y), sb0, sb1, out);
         goto done;
     }
 blas_fail:
     rc = opjit_fail(ctx, "%s: %s", what, mm_cublas_status(st));
 done:
-    if (h)
-        handle_pool_give(&blas_handles, dev, h);
+    handle_pool_give(&blas_handles, dev, h);
     return rc;
+}
+
+static int mm_sizes_ok(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m)
+{
+    if (n > INT_MAX || k > INT_MAX || m > INT_MAX)
+        return opjit_fail(ctx, "dimensions too large for the CUDA kernels (%lldx%lld and "
+                               "%lldx%lld; each at most %d)",
+                          (long long)n, (long long)k, (long long)k, (long long)m, INT_MAX);
+    return 0;
+}
+
+static int mm_cuda(opjit_ctx *ctx, opjit_args *a)
+{
+    DLTensor *x = opjit_arg_tensor(a, 0);
+    DLTensor *y = opjit_arg_tensor(a, 1);
+    DLTensor *out;
+    int64_t n, k, m, shape[2];
+    int is64, rc, want;
+
+    if ((rc = mm_check(ctx, x, y, &is64, &n, &k, &m)) != 0)
+        return rc;
+    if ((want = mm_want(ctx)) < 0)
+        return -1;
+    if ((rc = mm_sizes_ok(ctx, n, k, m)) != 0)
+        return rc;
+    shape[0] = n;
+    shape[1] = m;
+    if (!(out = opjit_output(ctx, 0, x->dtype, 2, shape)))
+        return -1;
+    return mm_product(ctx, is64, want, n, k, m, x, y, opjit_data(out));
+}
+
+/* The transpose of the 2-D t as a view: shape and strides swapped. */
+static DLTensor mm_t(const DLTensor *t, int64_t shape[2], int64_t strides[2])
+{
+    DLTensor v = *t;
+    shape[0] = t->shape[1];
+    shape[1] = t->shape[0];
+    strides[0] = t->strides ? t->strides[1] : 1;
+    strides[1] = t->strides ? t->strides[0] : t->shape[1];
+    v.shape = shape;
+    v.strides = strides;
+    return v;
+}
+
+/* Output index of mm_backward, [rows, cols] when wanted, else [0], its
+ * data into *data. 0, or -1 with the error recorded. */
+static int mm_grad_output(opjit_ctx *ctx, int index, DLDataType dt, int want, int64_t rows,
+                          int64_t cols, void **data)
+{
+    int64_t shape[2] = {rows, cols}, none = 0;
+    DLTensor *t = want ? opjit_output(ctx, index, dt, 2, shape)
+                       : opjit_output(ctx, index, dt, 1, &none);
+    *data = t ? opjit_data(t) : NULL;
+    return t ? 0 : -1;
+}
+
+static int mm_backward_cuda(opjit_ctx *ctx, opjit_args *a)
+{
+    DLTensor *g = opjit_arg_tensor(a, 0);
+    DLTensor *x = opjit_arg_tensor(a, 1);
+    DLTensor *y = opjit_arg_tensor(a, 2);
+    DLTensor xt, yt;
+    int64_t n, k, m, xs[2], xst[2], ys[2], yst[2];
+    int is64, rc, want, grads[2];
+    void *gx, *gy;
+
+    if ((rc = mm_check(ctx, x, y, &is64, &n, &k, &m)) != 0 ||
+        (rc = mm_grad_check(ctx, a, g, x, n, m, grads)) != 0)
+        return rc;
+    if ((want = mm_want(ctx)) < 0)
+        return -1;
+    if ((rc = mm_sizes_ok(ctx, n, k, m)) != 0)
+        return rc;
+    if (mm_grad_output(ctx, 0, x->dtype, grads[0], n, k, &gx) ||
+        mm_grad_output(ctx, 1, x->dtype, grads[1], k, m, &gy))
+        return -1;
+    xt = mm_t(x, xs, xst);
+    yt = mm_t(y, ys, yst);
+    /* grad_self [n, k] = grad [n, m] mat2^T [m, k] */
+    if (grads[0] && (rc = mm_product(ctx, is64, want, n, m, k, g, &yt, gx)) != 0)
+        return rc;
+    /* grad_mat2 [k, m] = self^T [k, n] grad [n, m] */
+    if (grads[1] && (rc = mm_product(ctx, is64, want, k, n, m, &xt, g, gy)) != 0)
+        return rc;
+    return 0;
 }
 
 OPJIT_MODULE(mm_cuda, m)
@@ -456,6 +532,12 @@ OPJIT_MODULE(mm_cuda, m)
     opjit_def(m, "mm(Tensor self, Tensor mat2) -> Tensor", OPJIT_CUDA, mm_cuda,
               "Matrix product [n,k] x [k,m] -> [n,m] on CUDA (cuBLAS, else shared-memory "
               "tiles)");
+    opjit_require(m, "self", "float32|float64 rank=2");
+    opjit_require(m, "mat2", "float32|float64 rank=2");
+    opjit_def(m, MM_BACKWARD_SCHEMA, OPJIT_CUDA, mm_backward_cuda,
+              "Gradients of mm on CUDA: grad mat2^T and self^T grad (cuBLAS, else "
+              "shared-memory tiles)");
+    opjit_require(m, "grad", "float32|float64 rank=2");
     opjit_require(m, "self", "float32|float64 rank=2");
     opjit_require(m, "mat2", "float32|float64 rank=2");
     mm_declare(m);

@@ -5,7 +5,7 @@
  * row-major blocks. A local header of conv2d.c and mm.c: their cache keys
  * include it.
  *
- *   const float *x = st_dense(ctx, t);   // t's data, or a copy in workspace
+ *   if (st_dense(ctx, t, &x)) return -1;   // x: t's data, or a copy in workspace
  *
  * A copy costs a read and a write of the tensor; the products that follow
  * read each element many times (a GEMM, a convolution), so the copy pays
@@ -202,19 +202,22 @@ static int st_copy_to(opjit_ctx *ctx, const DLTensor *t, void *to)
     return opjit_parallel_for(ctx, 0, c.rows, grain < 1 ? 1 : grain, st_copy_run, &c);
 }
 
-/* t's elements in row-major order: its own data when it is dense (no
- * copy), else a copy in the call's workspace. NULL on failure, with the
- * error recorded: return opjit_fail's status, or -1. Call it before any
- * opjit_parallel_for of the kernel (workspace is taken here). */
-static const void *st_dense(opjit_ctx *ctx, const DLTensor *t)
+/* t's elements in row-major order into *out: its own data when it is
+ * dense (no copy; NULL may come with no elements), else a copy in the
+ * call's workspace. Returns 0, or -1 with the error recorded: return
+ * opjit_fail's status, or -1. Call it before any opjit_parallel_for of the
+ * kernel (workspace is taken here). */
+static int st_dense(opjit_ctx *ctx, const DLTensor *t, const void **out)
 {
     void *to;
+    *out = opjit_data(t);
     if (st_is_dense(t))
-        return opjit_data(t);
+        return 0;
     to = opjit_workspace(ctx, (size_t)opjit_numel(t) * (size_t)((t->dtype.bits + 7) / 8) + 64);
     if (!to || st_copy_to(ctx, t, to))
-        return NULL;
-    return to;
+        return -1;
+    *out = to;
+    return 0;
 }
 
 #endif

@@ -473,6 +473,64 @@ static float fake_bf16(unsigned short h)
 WIDEN_EMU(f16, fake_f16)
 WIDEN_EMU(bf16, fake_bf16)
 
+/* conv2d.cu's gather: dst [d0..d3] from src at strides s, zeros past the
+ * extents e. */
+typedef struct gather_args {
+    long long d[4], e[4], s[4];
+} gather_args;
+#define GATHER_EMU(T, SUF)                                                                 \
+    static void conv2d_gather_##SUF(const unsigned g[3], const unsigned b[3], unsigned shm, \
+                                    void **p)                                              \
+    {                                                                                      \
+        long long total = *(long long *)p[0];                                              \
+        const gather_args *a = p[1];                                                       \
+        const T *src = PTR(2);                                                             \
+        T *dst = PTR(3);                                                                   \
+        (void)shm;                                                                         \
+        if ((long long)g[0] * b[0] < total && g[0] < 65535 * 16)                           \
+            violation("conv2d_gather: the grid does not cover the output");                \
+        CHECK_DEV(dst, (size_t)total * sizeof(T));                                         \
+        CHECK_DEV(src, sizeof(T));                                                         \
+        for (long long i = 0; i < total; i++) {                                            \
+            long long r = i, i3 = r % a->d[3], i2, i1, i0;                                 \
+            r /= a->d[3];                                                                  \
+            i2 = r % a->d[2];                                                              \
+            r /= a->d[2];                                                                  \
+            i1 = r % a->d[1];                                                              \
+            i0 = r / a->d[1];                                                              \
+            dst[i] = i0 < a->e[0] && i1 < a->e[1] && i2 < a->e[2] && i3 < a->e[3]          \
+                         ? src[i0 * a->s[0] + i1 * a->s[1] + i2 * a->s[2] + i3 * a->s[3]]  \
+                         : (T)0;                                                           \
+        }                                                                                  \
+    }
+GATHER_EMU(float, f32)
+GATHER_EMU(double, f64)
+
+/* conv2d.cu's grad_bias: a block of 256 per channel, sums in double. */
+#define GRAD_BIAS_EMU(T, SUF)                                                                \
+    static void conv2d_grad_bias_##SUF(const unsigned g[3], const unsigned b[3],             \
+                                       unsigned shm, void **p)                               \
+    {                                                                                        \
+        long long n = *(long long *)p[0], plane = *(long long *)p[2];                        \
+        int o = *(int *)p[1];                                                                \
+        const T *dy = PTR(3);                                                                \
+        T *db = PTR(4);                                                                      \
+        (void)shm;                                                                           \
+        if (g[0] != (unsigned)o || b[0] != 256)                                              \
+            violation("conv2d_grad_bias: expected a block of 256 per channel");              \
+        CHECK_DEV(db, (size_t)o * sizeof(T));                                                \
+        if (n * plane)                                                                       \
+            CHECK_DEV(dy, (size_t)(n * o * plane) * sizeof(T));                              \
+        for (int ch = 0; ch < o; ch++) {                                                     \
+            double acc = 0;                                                                  \
+            for (long long i = 0; i < n * plane; i++)                                        \
+                acc += dy[(i / plane * o + ch) * plane + i % plane];                         \
+            db[ch] = (T)acc;                                                                 \
+        }                                                                                    \
+    }
+GRAD_BIAS_EMU(float, f32)
+GRAD_BIAS_EMU(double, f64)
+
 /* A kernel with 16 KiB of static shared memory that takes dynamic shared
  * memory too: writes the dynamic size it got to x[0] (tests/test_cuda.c). */
 static void qcu_shared(const unsigned g[3], const unsigned b[3], unsigned shm, void **p)
@@ -499,6 +557,10 @@ static kern kernels[] = {
     {"mm_f64", mm_f64, 16 * (65 + 64) * 8, 0},
     {"conv2d_bias_f32", conv2d_bias_f32, 0, 0},
     {"conv2d_bias_f64", conv2d_bias_f64, 0, 0},
+    {"conv2d_gather_f32", conv2d_gather_f32, 0, 0},
+    {"conv2d_gather_f64", conv2d_gather_f64, 0, 0},
+    {"conv2d_grad_bias_f32", conv2d_grad_bias_f32, 256 * 8, 0},
+    {"conv2d_grad_bias_f64", conv2d_grad_bias_f64, 256 * 8, 0},
     {"qcu_shared", qcu_shared, 16 << 10, 0},
     {NULL, NULL, 0, 0},
 };

@@ -69,7 +69,7 @@ static inline void rt_view(rtensor *x, int bits, int ndim, const int64_t *shape,
         x->shape[i] = shape[i];
         x->strides[i] = strides ? strides[i] : 0;
     }
-    x->t.data = x->store;
+    x->t.data = nstore > 0 ? x->store : NULL; /* empty: no data, as torch gives */
     x->t.byte_offset = (uint64_t)off * (uint64_t)(bits / 8);
     x->t.device.device_type = kDLCPU;
     x->t.ndim = ndim;

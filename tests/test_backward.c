@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 static opjit_runtime *rt;
-static opjit_op *op_mm_bw;
+static opjit_op *op_mm_bw, *op_conv_bw, *op_conv_bw_pad;
 
 /* Call op; 0 and outs[0..nouts) on success, else the status (the message
  * is checked by the caller). */
@@ -155,6 +155,254 @@ static void test_mm_backward_defaults_and_errors(void)
     rt_free(&g), rt_free(&x), rt_free(&y), rt_free(&g_bad), rt_free(&g64), rt_free(&g3);
 }
 
+
+/* ---- conv2d_backward ----------------------------------------------------------- */
+
+/* One call of conv2d_backward (pad_str: conv2d_backward.padding with that
+ * padding; then g's padding must be what it means) with grad, input and
+ * weight in layouts lg, lx, lw, against the reference. */
+typedef struct bw_case {
+    ref_conv g;
+    int bias, unbatched, mask; /* mask: bit i = output_mask[i] */
+    int lg, lx, lw;
+    const char *pad_str;
+} bw_case;
+
+static void conv_bw_check(const bw_case *bc, int bits, DLManagedTensor **outs, const rtensor *dy,
+                          const rtensor *x, const rtensor *w, const char *what)
+{
+    const ref_conv *g = &bc->g;
+    int64_t nx = ref_numel(4, x->shape), nw = ref_numel(4, w->shape), worst_i;
+    double *dyd = rt_doubles(dy), *xd = rt_doubles(x), *wd = rt_doubles(w), worst;
+    double *dx = malloc(sizeof(double) * (size_t)(nx + 1)), *dxm = malloc(sizeof(double) * (size_t)(nx + 1));
+    double *dw = malloc(sizeof(double) * (size_t)(nw + 1)), *dwm = malloc(sizeof(double) * (size_t)(nw + 1));
+    double *db = malloc(sizeof(double) * (size_t)(g->o + 1)), *dbm = malloc(sizeof(double) * (size_t)(g->o + 1));
+    int64_t bs[1] = {g->o}, xs4[4] = {g->n, g->c, g->h, g->w};
+    ref_conv_backward(g, dyd, xd, wd, dx, dxm, dw, dwm, db, dbm);
+    const double *want[3] = {dx, dw, db}, *mag[3] = {dxm, dwm, dbm};
+    const int64_t *shape[3] = {bc->unbatched ? xs4 + 1 : xs4, w->shape, bs};
+    int nd[3] = {bc->unbatched ? 3 : 4, 4, 1};
+    int64_t count[3] = {nx, nw, g->o};
+    for (int i = 0; i < 3; i++) {
+        int wanted = (bc->mask >> i & 1) && (i < 2 || bc->bias);
+        if (!wanted) {
+            CHECKF(is_empty_1d(outs[i]), "%s: output %d not asked for must be [0]", what, i);
+            continue;
+        }
+        CHECKF(out_shape_is(outs[i], nd[i], shape[i]) && outs[i]->dl_tensor.dtype.bits == bits,
+               "%s: output %d shape or dtype", what, i);
+        if (!out_shape_is(outs[i], nd[i], shape[i]))
+            continue;
+        worst_i = ref_compare(outs[i], want[i], mag[i], count[i], bits, &worst);
+        CHECKF(worst_i == 0, "%s: output %d: %lld elements off (worst %g)", what, i,
+               (long long)worst_i, worst);
+    }
+    free(dyd), free(xd), free(wd), free(dx), free(dxm), free(dw), free(dwm), free(db), free(dbm);
+}
+
+static void conv_bw_run(const bw_case *bc, int bits, const char *what)
+{
+    ref_conv g = bc->g;
+    rtensor dy, x, w, b;
+    ref_conv_sizes(&g);
+    int64_t xs[4] = {g.n, g.c, g.h, g.w}, ws[4] = {g.o, g.c / g.groups, g.kh, g.kw};
+    int64_t ys[4] = {g.n, g.o, g.ho, g.wo}, bs[1] = {g.o};
+    int u = bc->unbatched;
+    rt_layout(&dy, bits, u ? 3 : 4, ys + u, u ? RL_DENSE : bc->lg);
+    rt_layout(&x, bits, u ? 3 : 4, xs + u, u ? RL_DENSE : bc->lx);
+    rt_layout(&w, bits, 4, ws, bc->lw);
+    rt_dense(&b, bits, 1, bs);
+    int64_t st[2] = {g.sh, g.sw}, pd[2] = {g.ph, g.pw}, dl[2] = {g.dh, g.dw};
+    int64_t mk[3] = {bc->mask & 1, bc->mask >> 1 & 1, bc->mask >> 2 & 1};
+    opjit_value a[9] = {opjit_tensor(&dy.t), opjit_tensor(&x.t), opjit_tensor(&w.t),
+                        bc->bias ? opjit_tensor(&b.t) : opjit_none(), opjit_ints(st, 2),
+                        bc->pad_str ? opjit_str(bc->pad_str) : opjit_ints(pd, 2),
+                        opjit_ints(dl, 2), opjit_int(g.groups), opjit_ints(mk, 3)};
+    DLManagedTensor *outs[3];
+    int rc = call(bc->pad_str ? op_conv_bw_pad : op_conv_bw, a, 9, outs, 3);
+    CHECKF(rc == OPJIT_OK, "%s: %s", what, opjit_errmsg(rt));
+    if (!rc) {
+        if (u) { /* the reference sees a batch of one */
+            x.t.ndim = dy.t.ndim = 4;
+            memmove(x.shape + 1, x.shape, 3 * sizeof(int64_t));
+            memmove(dy.shape + 1, dy.shape, 3 * sizeof(int64_t));
+            x.shape[0] = dy.shape[0] = 1;
+        }
+        bw_case c = *bc;
+        c.g = g;
+        conv_bw_check(&c, bits, outs, &dy, &x, &w, what);
+        free_outs(outs, 3);
+    }
+    rt_free(&dy), rt_free(&x), rt_free(&w), rt_free(&b);
+}
+
+static void test_conv2d_backward_cases(void)
+{
+    /* n c h w o kh kw sh sw ph pw ph2 pw2 dh dw groups; bias unbatched */
+    static const struct {
+        ref_conv g;
+        int bias, unbatched;
+    } cases[] = {
+        {{2, 3, 9, 11, 4, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0}, 1, 0}, /* plain */
+        {{1, 4, 8, 8, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 0, 0}, 0, 0},  /* groups 2 */
+        {{2, 6, 10, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 6, 0, 0}, 1, 0}, /* depthwise */
+        {{2, 6, 10, 7, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 6, 0, 0}, 1, 0}, /* depthwise x2 */
+        {{1, 4, 12, 12, 8, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 1, 0, 0}, 1, 0}, /* dilation 2 */
+        {{3, 5, 13, 9, 7, 3, 2, 2, 3, 1, 0, 1, 0, 1, 2, 1, 0, 0}, 1, 0}, /* mixed */
+        {{2, 8, 7, 5, 16, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0}, 1, 0}, /* 1x1 */
+        {{2, 8, 7, 5, 16, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 2, 0, 0}, 0, 0}, /* 1x1 groups */
+        {{2, 8, 7, 5, 16, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1, 0, 0}, 1, 0}, /* 1x1 stride 2 */
+        {{2, 8, 7, 5, 16, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 1, 0}, /* 1x1 padded */
+        {{1, 3, 5, 5, 2, 5, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0}, 1, 0}, /* kernel = input */
+        {{1, 3, 5, 5, 2, 5, 5, 3, 3, 4, 4, 4, 4, 1, 1, 1, 0, 0}, 1, 0}, /* big padding */
+        {{1, 3, 4, 6, 2, 3, 3, 7, 7, 0, 4, 0, 4, 1, 1, 1, 0, 0}, 1, 0}, /* stride > size */
+        {{1, 3, 6, 6, 3, 3, 3, 1, 1, 5, 5, 5, 5, 3, 3, 1, 0, 0}, 1, 0}, /* pad > input */
+        {{1, 3, 6, 6, 3, 3, 3, 1, 1, 4, 1, 4, 1, 1, 1, 1, 0, 0}, 1, 0}, /* pad > k - 1 */
+        {{1, 2, 1, 1, 3, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0}, 1, 0}, /* 1x1 image */
+        {{1, 3, 1, 17, 4, 1, 3, 1, 2, 0, 1, 0, 1, 1, 1, 1, 0, 0}, 1, 0}, /* one row */
+        {{2, 32, 17, 19, 64, 5, 3, 2, 1, 2, 1, 2, 1, 1, 3, 4, 0, 0}, 1, 0}, /* bigger */
+        {{1, 3, 8, 9, 5, 3, 3, 1, 2, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 1, 1}, /* unbatched */
+        {{1, 6, 13, 14, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 0, 1}, /* unbatched, 3x3 */
+        {{0, 3, 5, 5, 4, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0}, 1, 0}, /* empty batch */
+        {{2, 0, 5, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 1, 0}, /* no channels */
+        {{1, 3, 28, 28, 8, 7, 7, 2, 2, 3, 3, 3, 3, 1, 1, 1, 0, 0}, 1, 0}, /* stem-like */
+        /* 3x3 stride 1 with enough tiles: Winograd for grad_input (opt) */
+        {{4, 5, 9, 9, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 1, 0},
+        {{2, 16, 13, 17, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 1, 0},
+        {{3, 4, 7, 9, 5, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0}, 0, 0}, /* no padding */
+        /* grad_weight in slices: a long reduction, few columns */
+        {{6, 8, 40, 40, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 1, 0},
+        {{4, 3, 60, 50, 16, 7, 7, 2, 2, 3, 3, 3, 3, 1, 1, 1, 0, 0}, 0, 0},
+        /* many columns: several column blocks; many rows: row blocks */
+        {{2, 70, 9, 8, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 1, 0},
+        {{2, 300, 5, 6, 40, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0}, 1, 0},
+        {{1, 40, 4, 5, 600, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0}, 1, 0},
+        {{2, 64, 16, 16, 64, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 1, 0}, /* stride 2 */
+    };
+    char what[96];
+    for (int bits = 32; bits <= 64; bits += 32)
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+            bw_case bc = {cases[i].g, cases[i].bias, cases[i].unbatched, 7, RL_DENSE, RL_DENSE,
+                          RL_DENSE, NULL};
+            snprintf(what, sizeof what, "conv2d_backward case %zu f%d", i, bits);
+            ref_seed(200 + i);
+            conv_bw_run(&bc, bits, what);
+        }
+}
+
+static void test_conv2d_backward_random(void)
+{
+    char what[96];
+    ref_seed(9);
+    for (int t = 0; t < 100; t++) {
+        ref_conv g;
+        memset(&g, 0, sizeof g);
+        g.groups = ref_int(1, 4);
+        g.c = g.groups * ref_int(1, 4);
+        g.o = g.groups * ref_int(1, 4);
+        g.kh = ref_int(1, 5);
+        g.kw = ref_int(1, 5);
+        g.sh = ref_int(1, 4);
+        g.sw = ref_int(1, 4);
+        g.ph = g.ph2 = ref_int(0, 4);
+        g.pw = g.pw2 = ref_int(0, 4);
+        g.dh = ref_int(1, 3);
+        g.dw = ref_int(1, 3);
+        int64_t hmin = g.dh * (g.kh - 1) + 1 - 2 * g.ph, wmin = g.dw * (g.kw - 1) + 1 - 2 * g.pw;
+        g.h = ref_int(hmin < 1 ? 1 : hmin, (hmin < 1 ? 1 : hmin) + 10);
+        g.w = ref_int(wmin < 1 ? 1 : wmin, (wmin < 1 ? 1 : wmin) + 10);
+        g.n = ref_int(1, 3);
+        bw_case bc = {g, (int)ref_int(0, 2), 0, (int)ref_int(1, 8), (int)ref_int(0, RL_COUNT),
+                      (int)ref_int(0, RL_COUNT), (int)ref_int(0, RL_COUNT), NULL};
+        snprintf(what, sizeof what, "conv2d_backward random %d (mask %d)", t, bc.mask);
+        conv_bw_run(&bc, t % 3 == 0 ? 64 : 32, what);
+    }
+}
+
+/* Every output_mask, operands of every layout, and padding="same"/"valid". */
+static void test_conv2d_backward_masks_layouts_padding(void)
+{
+    ref_conv g = {2, 6, 11, 10, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 0, 0};
+    char what[128];
+    ref_seed(10);
+    for (int mask = 0; mask < 8; mask++)
+        for (int bias = 0; bias < 2; bias++) {
+            bw_case bc = {g, bias, 0, mask, RL_DENSE, RL_DENSE, RL_DENSE, NULL};
+            snprintf(what, sizeof what, "conv2d_backward mask %d bias %d", mask, bias);
+            conv_bw_run(&bc, 32, what);
+        }
+    for (int lay = 0; lay < RL_COUNT; lay++)
+        for (int bits = 32; bits <= 64; bits += 32) {
+            bw_case bc = {g, 1, 0, 7, lay, (lay + 1) % RL_COUNT, (lay + 2) % RL_COUNT, NULL};
+            snprintf(what, sizeof what, "conv2d_backward f%d grad %s input %s weight %s", bits,
+                     rl_names[bc.lg], rl_names[bc.lx], rl_names[bc.lw]);
+            conv_bw_run(&bc, bits, what);
+        }
+    /* "same" with an even kernel pads one more at the bottom and right */
+    static const int64_t ks[][4] = {{3, 3, 1, 1}, {2, 2, 1, 1}, {4, 3, 1, 2}, {2, 5, 3, 1}};
+    for (size_t i = 0; i < sizeof ks / sizeof *ks; i++)
+        for (int same = 0; same < 2; same++) {
+            ref_conv q = {2, 4, 9, 10, 6, ks[i][0], ks[i][1], 1, 1, 0, 0, 0, 0, ks[i][2],
+                          ks[i][3], 2, 0, 0};
+            if (same) {
+                q.ph = q.dh * (q.kh - 1) / 2;
+                q.ph2 = q.dh * (q.kh - 1) - q.ph;
+                q.pw = q.dw * (q.kw - 1) / 2;
+                q.pw2 = q.dw * (q.kw - 1) - q.pw;
+            }
+            bw_case bc = {q, 1, 0, 7, RL_DENSE, RL_DENSE, RL_DENSE, same ? "same" : "valid"};
+            snprintf(what, sizeof what, "conv2d_backward.padding %s %zu", bc.pad_str, i);
+            conv_bw_run(&bc, 32, what);
+        }
+}
+
+static void test_conv2d_backward_errors(void)
+{
+    rtensor dy, x, w, b, dy_bad, dy64;
+    int64_t ys[4] = {1, 4, 3, 3}, xs[4] = {1, 2, 5, 5}, ws[4] = {4, 2, 3, 3}, bs[1] = {4};
+    int64_t ybs[4] = {1, 4, 3, 2};
+    rt_dense(&dy, 32, 4, ys);
+    rt_dense(&x, 32, 4, xs);
+    rt_dense(&w, 32, 4, ws);
+    rt_dense(&b, 32, 1, bs);
+    rt_dense(&dy_bad, 32, 4, ybs);
+    rt_dense(&dy64, 64, 4, ys);
+    opjit_value a[9] = {opjit_tensor(&dy.t), opjit_tensor(&x.t), opjit_tensor(&w.t),
+                        opjit_tensor(&b.t)};
+    DLManagedTensor *outs[3];
+    /* only grad, input and weight given: all three gradients (the bias's) */
+    CHECKF(call(op_conv_bw, a, 4, outs, 3) == OPJIT_OK, "%s", opjit_errmsg(rt));
+    if (outs[0]) {
+        CHECK(out_shape_is(outs[0], 4, xs) && out_shape_is(outs[1], 4, ws));
+        CHECK(out_shape_is(outs[2], 1, bs));
+        free_outs(outs, 3);
+    }
+    a[0] = opjit_tensor(&dy_bad.t);
+    expect_fail(op_conv_bw, a, 4, OPJIT_EKERNEL, "grad must have the shape of the convolution's "
+                "output, [1, 4, 3, 3], but got [1, 4, 3, 2]", "grad shape");
+    a[0] = opjit_tensor(&dy64.t);
+    expect_fail(op_conv_bw, a, 4, OPJIT_EKERNEL, "grad type (double)", "grad dtype");
+    a[0] = opjit_tensor(&dy.t);
+    a[8] = opjit_ints(ws, 2);
+    expect_fail(op_conv_bw, a, 9, OPJIT_ECALL, "output_mask", "output_mask of 2");
+    a[4] = opjit_int(1);
+    a[5] = opjit_int(0);
+    a[6] = opjit_int(1);
+    a[7] = opjit_int(3);
+    a[8] = opjit_int(1);
+    expect_fail(op_conv_bw, a, 9, OPJIT_EKERNEL, "Given groups=3", "groups 3");
+    a[7] = opjit_int(1);
+    a[5] = opjit_str("same");
+    expect_fail(op_conv_bw_pad, a, 9, OPJIT_EKERNEL, "grad must have the shape", "same: grad 3x3");
+    a[5] = opjit_str("nope");
+    expect_fail(op_conv_bw_pad, a, 9, OPJIT_EKERNEL, "Invalid padding string: 'nope'", "nope");
+    a[4] = opjit_int(2);
+    a[5] = opjit_str("same");
+    expect_fail(op_conv_bw_pad, a, 9, OPJIT_EKERNEL,
+                "padding='same' is not supported for strided convolutions", "same stride 2");
+    rt_free(&dy), rt_free(&x), rt_free(&w), rt_free(&b), rt_free(&dy_bad), rt_free(&dy64);
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 static const char *setup(int tiering)
@@ -168,7 +416,10 @@ static const char *setup(int tiering)
     if (opjit_create(&cfg, &rt) != OPJIT_OK)
         return NULL;
     if (opjit_load_op(rt, "mm", &any) != OPJIT_OK ||
-        opjit_find_op(rt, "mm_backward", &op_mm_bw) != OPJIT_OK) {
+        opjit_find_op(rt, "mm_backward", &op_mm_bw) != OPJIT_OK ||
+        opjit_load_op(rt, "conv2d", &any) != OPJIT_OK ||
+        opjit_find_op(rt, "conv2d_backward", &op_conv_bw) != OPJIT_OK ||
+        opjit_find_op(rt, "conv2d_backward.padding", &op_conv_bw_pad) != OPJIT_OK) {
         fprintf(stderr, "loading the ops failed: %s\n", opjit_errmsg(rt));
         return NULL;
     }
@@ -185,6 +436,10 @@ static void run_suite(void)
 {
     T_RUN(test_mm_backward);
     T_RUN(test_mm_backward_defaults_and_errors);
+    T_RUN(test_conv2d_backward_cases);
+    T_RUN(test_conv2d_backward_random);
+    T_RUN(test_conv2d_backward_masks_layouts_padding);
+    T_RUN(test_conv2d_backward_errors);
 }
 
 int main(void)

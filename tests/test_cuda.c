@@ -849,6 +849,133 @@ static void mm_agrees(opjit_runtime *rt, opjit_op *op, int n, int k, int m, int 
     free(b);
 }
 
+
+/* Relative worst difference of n elements of two outputs. */
+static double worst_rel(const DLManagedTensor *a, const DLManagedTensor *b, int64_t n, int is64)
+{
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double x = is64 ? ((double *)a->dl_tensor.data)[i] : ((float *)a->dl_tensor.data)[i];
+        double y = is64 ? ((double *)b->dl_tensor.data)[i] : ((float *)b->dl_tensor.data)[i];
+        double e = fabs(x - y) / (1 + fabs(x));
+        if (!(e <= worst))
+            worst = e;
+    }
+    return worst;
+}
+
+/* mm_backward on the fake device (this file's kernel serves: cuBLAS does
+ * not run on a stand-in driver) against the CPU twin; self transposed in
+ * memory when trans; both gradients. */
+static void mm_bw_agrees(opjit_runtime *rt, opjit_op *op, int n, int k, int m, int is64,
+                         int trans)
+{
+    size_t esz = is64 ? 8 : 4;
+    int64_t gs[2] = {n, m}, as[2] = {n, k}, bs[2] = {k, m}, ast[2] = {1, n};
+    int64_t cnt[3] = {(int64_t)n * m, (int64_t)n * k, (int64_t)k * m};
+    char *h[3];
+    void *d[3];
+    DLTensor ht[3], gt[3];
+    DLDataType dt = {kDLFloat, (uint8_t)(esz * 8), 1};
+    const int64_t *shape[3] = {gs, as, bs};
+    for (int t = 0; t < 3; t++) {
+        h[t] = malloc((size_t)cnt[t] * esz + 8);
+        for (int64_t i = 0; i < cnt[t]; i++)
+            is64 ? (((double *)h[t])[i] = urand() - 0.5) : (((float *)h[t])[i] = (float)(urand() - 0.5));
+        d[t] = fake_dev(h[t], (size_t)cnt[t] * esz);
+        ht[t] = tensor(h[t], kDLCPU, dt, 2, (int64_t *)shape[t]);
+        gt[t] = tensor(d[t], kDLCUDA, dt, 2, (int64_t *)shape[t]);
+    }
+    if (trans)
+        ht[1].strides = gt[1].strides = ast;
+    opjit_value hv[3] = {opjit_tensor(&ht[0]), opjit_tensor(&ht[1]), opjit_tensor(&ht[2])};
+    opjit_value gv[3] = {opjit_tensor(&gt[0]), opjit_tensor(&gt[1]), opjit_tensor(&gt[2])};
+    DLManagedTensor *ho[2] = {NULL, NULL}, *go[2] = {NULL, NULL};
+    int rc = opjit_call(rt, op, hv, 3, ho, 2);
+    CHECKF(rc == OPJIT_OK, "cpu mm_backward: %s", opjit_errmsg(rt));
+    rc = opjit_call(rt, op, gv, 3, go, 2);
+    CHECKF(rc == OPJIT_OK, "cuda mm_backward %dx%dx%d: %s", n, k, m, opjit_errmsg(rt));
+    for (int i = 0; i < 2 && ho[i] && go[i]; i++) {
+        double w = worst_rel(ho[i], go[i], cnt[i + 1], is64);
+        CHECKF(w < (is64 ? 1e-12 : 1e-5), "mm_backward %dx%dx%d output %d: relative error %g", n,
+               k, m, i, w);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (ho[i])
+            ho[i]->deleter(ho[i]);
+        if (go[i])
+            go[i]->deleter(go[i]);
+    }
+    for (int t = 0; t < 3; t++) {
+        fake_dev_free(d[t]);
+        free(h[t]);
+    }
+}
+
+/* conv2d_backward on the fake device, where no cuDNN runs: grad_bias alone
+ * (a channels_last grad, gathered first), then an empty batch (grad_weight
+ * zeros) and no input channels, each against the CPU twin. */
+static void conv_bw_fake(opjit_runtime *rt, opjit_op *op)
+{
+    DLDataType dt = {kDLFloat, 32, 1};
+    int64_t ys[4] = {2, 3, 4, 5}, yst[4] = {60, 1, 15, 3}, xs[4] = {2, 2, 6, 7};
+    int64_t ws[4] = {3, 2, 3, 3}, bs[1] = {3}, mask[3] = {0, 0, 1}, all[3] = {1, 1, 1};
+    float hy[120], hx[168], hw[54], hb[3] = {0, 0, 0};
+    for (int i = 0; i < 120; i++)
+        hy[i] = (float)(urand() - 0.5);
+    for (int i = 0; i < 168; i++)
+        hx[i] = (float)(urand() - 0.5);
+    for (int i = 0; i < 54; i++)
+        hw[i] = (float)(urand() - 0.5);
+    void *dy = fake_dev(hy, sizeof hy), *dx = fake_dev(hx, sizeof hx);
+    void *dw = fake_dev(hw, sizeof hw), *dbias = fake_dev(hb, sizeof hb);
+    DLTensor gy = tensor(dy, kDLCUDA, dt, 4, ys), gx = tensor(dx, kDLCUDA, dt, 4, xs);
+    DLTensor gw = tensor(dw, kDLCUDA, dt, 4, ws), gb = tensor(dbias, kDLCUDA, dt, 1, bs);
+    DLTensor cy = tensor(hy, kDLCPU, dt, 4, ys), cx = tensor(hx, kDLCPU, dt, 4, xs);
+    DLTensor cw = tensor(hw, kDLCPU, dt, 4, ws), cb = tensor(hb, kDLCPU, dt, 1, bs);
+    gy.strides = cy.strides = yst;
+    opjit_value gv[9] = {opjit_tensor(&gy), opjit_tensor(&gx), opjit_tensor(&gw),
+                         opjit_tensor(&gb), opjit_int(1), opjit_int(0), opjit_int(1),
+                         opjit_int(1), opjit_ints(mask, 3)};
+    opjit_value cv[9];
+    memcpy(cv, gv, sizeof gv);
+    cv[0] = opjit_tensor(&cy), cv[1] = opjit_tensor(&cx), cv[2] = opjit_tensor(&cw);
+    cv[3] = opjit_tensor(&cb);
+    DLManagedTensor *ho[3] = {0}, *go[3] = {0};
+    int rc = opjit_call(rt, op, cv, 9, ho, 3);
+    CHECKF(rc == OPJIT_OK, "cpu conv2d_backward: %s", opjit_errmsg(rt));
+    rc = opjit_call(rt, op, gv, 9, go, 3);
+    CHECKF(rc == OPJIT_OK, "cuda conv2d_backward grad_bias: %s", opjit_errmsg(rt));
+    if (ho[2] && go[2]) {
+        CHECK(go[0]->dl_tensor.ndim == 1 && go[0]->dl_tensor.shape[0] == 0);
+        CHECKF(worst_rel(ho[2], go[2], 3, 0) < 1e-6, "grad_bias: %g", worst_rel(ho[2], go[2], 3, 0));
+    }
+    for (int i = 0; i < 3; i++) {
+        if (ho[i])
+            ho[i]->deleter(ho[i]);
+        if (go[i])
+            go[i]->deleter(go[i]);
+        ho[i] = go[i] = NULL;
+    }
+    /* An empty batch: grad_weight is zeros, grad_bias too, without cuDNN. */
+    int64_t y0[4] = {0, 3, 4, 5}, x0[4] = {0, 2, 6, 7};
+    DLTensor ey = tensor(dy, kDLCUDA, dt, 4, y0), ex = tensor(dx, kDLCUDA, dt, 4, x0);
+    gv[0] = opjit_tensor(&ey), gv[1] = opjit_tensor(&ex), gv[8] = opjit_ints(all, 3);
+    rc = opjit_call(rt, op, gv, 9, go, 3);
+    CHECKF(rc == OPJIT_OK, "cuda conv2d_backward N=0: %s", opjit_errmsg(rt));
+    if (go[1] && go[2]) {
+        int zeros = 1;
+        for (int i = 0; i < 54; i++)
+            zeros &= ((float *)go[1]->dl_tensor.data)[i] == 0;
+        CHECKF(zeros, "N=0: grad_weight must be zeros");
+        CHECK(((float *)go[2]->dl_tensor.data)[0] == 0 && go[0]->dl_tensor.shape[0] == 0);
+    }
+    for (int i = 0; i < 3; i++)
+        if (go[i])
+            go[i]->deleter(go[i]);
+    fake_dev_free(dy), fake_dev_free(dx), fake_dev_free(dw), fake_dev_free(dbias);
+}
+
 /* ---- opjit_tensor_to_device ------------------------------------------------------------ */
 
 /* One tensor shape and dtype to round-trip, with its layout quirks. */
@@ -1293,6 +1420,18 @@ static int child_fake_driver(void)
             for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
                 for (int tr = 0; tr < 2; tr++)
                     mm_agrees(rt, mm, dims[i][0], dims[i][1], dims[i][2], is64, tr);
+        /* mm_backward: both gradients, dense and a transposed self */
+        opjit_op *mm_bw = NULL, *conv_bw = NULL;
+        CHECKF(opjit_find_op(rt, "mm_backward", &mm_bw) == OPJIT_OK, "%s", opjit_errmsg(rt));
+        CHECKF(opjit_find_op(rt, "conv2d_backward", &conv_bw) == OPJIT_OK, "%s",
+               opjit_errmsg(rt));
+        static const int bdims[][3] = {{1, 1, 1}, {5, 3, 7}, {65, 17, 130}, {3, 0, 4}, {0, 2, 3}};
+        for (int is64 = 0; mm_bw && is64 < 2; is64++)
+            for (size_t i = 0; i < sizeof bdims / sizeof *bdims; i++)
+                for (int tr = 0; tr < 2; tr++)
+                    mm_bw_agrees(rt, mm_bw, bdims[i][0], bdims[i][1], bdims[i][2], is64, tr);
+        if (conv_bw)
+            conv_bw_fake(rt, conv_bw);
         /* conv2d without input channels: the bias, on the device (no cuDNN). */
         {
             float bias[3] = {1.5f, -2, 4}, none = 0;

@@ -408,6 +408,164 @@ static void conv2d_matches_cpu(void)
             conv_case(op, cfgs[i], is64);
 }
 
+
+/* ---- the gradients: conv2d_backward (.padding) and mm_backward against the CPU ---- */
+
+/* A random float32/float64 buffer of n elements, on the host and the device. */
+static void rand_pair(size_t n, int is64, char **h, void **d)
+{
+    size_t esz = is64 ? 8 : 4;
+    *h = malloc(n * esz + 8);
+    for (size_t i = 0; i < n; i++)
+        is64 ? (((double *)*h)[i] = urand() - 0.5) : (((float *)*h)[i] = (float)(urand() - 0.5));
+    *d = dev_copy(*h, n * esz);
+}
+
+/* conv2d_backward of f (pad: .padding with that string), input and grad
+ * channels_last when chlast, all three gradients, CUDA against the CPU. */
+static void conv_bw_case(opjit_op *op, conv_cfg f, int is64, int chlast, const char *pad)
+{
+    int64_t ho = (f.h + 2 * f.ph - f.dh * (f.kh - 1) - 1) / f.sh + 1;
+    int64_t wo = (f.w + 2 * f.pw - f.dw * (f.kw - 1) - 1) / f.sw + 1;
+    if (pad && !strcmp(pad, "same"))
+        ho = f.h, wo = f.w;
+    else if (pad)
+        ho = f.h - f.dh * (f.kh - 1), wo = f.w - f.dw * (f.kw - 1);
+    int64_t xs[4] = {f.n, f.c, f.h, f.w}, ws[4] = {f.o, f.c / f.g, f.kh, f.kw}, bs[1] = {f.o};
+    int64_t ys[4] = {f.n, f.o, ho, wo};
+    int64_t xst[4] = {f.c * f.h * f.w, 1, f.w * f.c, f.c}, yst[4] = {f.o * ho * wo, 1, wo * f.o, f.o};
+    size_t nx = (size_t)(f.n * f.c * f.h * f.w), nw = (size_t)(f.o * (f.c / f.g) * f.kh * f.kw);
+    size_t ny = (size_t)(f.n * f.o * ho * wo);
+    DLDataType dt = {kDLFloat, (uint8_t)(is64 ? 64 : 32), 1};
+    char *hx, *hw, *hy, *hb;
+    void *dx, *dw, *dy, *db;
+    rand_pair(nx, is64, &hx, &dx);
+    rand_pair(nw, is64, &hw, &dw);
+    rand_pair(ny, is64, &hy, &dy);
+    rand_pair((size_t)f.o, is64, &hb, &db);
+    DLTensor t[2][4] = {{tensor(hy, kDLCPU, dt, 4, ys), tensor(hx, kDLCPU, dt, 4, xs),
+                         tensor(hw, kDLCPU, dt, 4, ws), tensor(hb, kDLCPU, dt, 1, bs)},
+                        {tensor(dy, kDLCUDA, dt, 4, ys), tensor(dx, kDLCUDA, dt, 4, xs),
+                         tensor(dw, kDLCUDA, dt, 4, ws), tensor(db, kDLCUDA, dt, 1, bs)}};
+    int64_t st[2] = {f.sh, f.sw}, pd[2] = {f.ph, f.pw}, dl[2] = {f.dh, f.dw};
+    DLManagedTensor *o[2][3] = {{0}, {0}};
+    for (int side = 0; side < 2; side++) {
+        if (chlast)
+            t[side][0].strides = yst, t[side][1].strides = xst;
+        opjit_value v[8] = {opjit_tensor(&t[side][0]), opjit_tensor(&t[side][1]),
+                            opjit_tensor(&t[side][2]),
+                            f.bias ? opjit_tensor(&t[side][3]) : opjit_none(), opjit_ints(st, 2),
+                            pad ? opjit_str(pad) : opjit_ints(pd, 2), opjit_ints(dl, 2),
+                            opjit_int(f.g)};
+        int rc = opjit_call(rt, op, v, 8, o[side], 3);
+        CHECKF(rc == OPJIT_OK, "%s conv2d_backward: %s", side ? "cuda" : "cpu", opjit_errmsg(rt));
+    }
+    double red[3] = {(double)(f.o / f.g) * f.kh * f.kw, (double)(f.n * ho * wo),
+                     (double)(f.n * ho * wo)};
+    for (int i = 0; i < 3; i++) {
+        char what[192];
+        snprintf(what, sizeof what, "conv2d_backward output %d x[%d,%d,%d,%d] w[%d,%d,%d,%d] s%d,%d "
+                 "p%s d%d,%d g%d f%d%s", i, f.n, f.c, f.h, f.w, f.o, f.c / f.g, f.kh, f.kw, f.sh,
+                 f.sw, pad ? pad : "(int)", f.dh, f.dw, f.g, is64 ? 64 : 32,
+                 chlast ? " channels_last" : "");
+        if (o[0][i] && o[1][i])
+            close_enough(what, o[0][i], o[1][i], is64, (is64 ? 1e-13 : 4e-6) * sqrt(red[i] + 1));
+        for (int side = 0; side < 2; side++)
+            if (o[side][i])
+                o[side][i]->deleter(o[side][i]);
+    }
+    dev_free(dx), dev_free(dw), dev_free(dy), dev_free(db);
+    free(hx), free(hw), free(hy), free(hb);
+}
+
+static void conv2d_backward_matches_cpu(void)
+{
+    opjit_op *op = NULL, *op_pad = NULL;
+    if (!load_pair("conv2d") || opjit_find_op(rt, "conv2d_backward", &op) ||
+        opjit_find_op(rt, "conv2d_backward.padding", &op_pad)) {
+        CHECKF(0, "conv2d_backward: %s", opjit_errmsg(rt));
+        return;
+    }
+    static const conv_cfg cfgs[] = {
+        {2, 3, 17, 19, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0},
+        {2, 4, 16, 16, 6, 3, 5, 2, 1, 2, 0, 1, 2, 2, 1, 0},   /* groups, dilation */
+        {1, 8, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 1, 0},     /* depthwise */
+        {3, 16, 8, 8, 32, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0},   /* 1x1 */
+        {0, 3, 7, 7, 4, 3, 3, 1, 1, 0, 0, 1, 1, 1, 1, 0},     /* empty batch */
+        {2, 0, 5, 5, 4, 3, 3, 1, 1, 0, 0, 1, 1, 1, 1, 0},     /* no input channels */
+        {8, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0}, /* ResNet-50 3x3 */
+        {8, 256, 56, 56, 64, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0}, /* ResNet-50 1x1 */
+        {2, 64, 28, 28, 128, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 0}, /* stride 2 */
+        {1, 3, 64, 64, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1, 0},  /* stem-like */
+    };
+    for (int is64 = 0; is64 < 2; is64++)
+        for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++)
+            for (int chlast = 0; chlast < 2; chlast++)
+                conv_bw_case(op, cfgs[i], is64, chlast, NULL);
+    /* padding="same": even kernels pad one more at the end (a padded copy) */
+    static const conv_cfg same[] = {
+        {2, 4, 9, 10, 6, 2, 2, 1, 1, 0, 0, 1, 1, 2, 1, 0},
+        {2, 4, 9, 10, 6, 4, 3, 1, 1, 0, 0, 1, 2, 1, 1, 0},
+        {2, 4, 9, 10, 6, 3, 3, 1, 1, 0, 0, 1, 1, 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
+        conv_bw_case(op_pad, same[i], 0, 0, "same");
+        conv_bw_case(op_pad, same[i], 1, 1, "same");
+        conv_bw_case(op_pad, same[i], 0, 1, "valid");
+    }
+}
+
+/* mm_backward: both gradients, each operand dense or transposed. */
+static void mm_backward_matches_cpu(void)
+{
+    opjit_op *op = NULL;
+    if (!load_pair("mm") || opjit_find_op(rt, "mm_backward", &op)) {
+        CHECKF(0, "mm_backward: %s", opjit_errmsg(rt));
+        return;
+    }
+    static const int dims[][3] = {{1, 1, 1}, {65, 17, 130}, {257, 513, 129}, {1024, 1024, 1024},
+                                  {3, 0, 4}, {0, 3, 4}};
+    for (int is64 = 0; is64 < 2; is64++)
+        for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
+            for (int tr = 0; tr < 2; tr++) {
+                int n = dims[i][0], k = dims[i][1], m = dims[i][2];
+                size_t cnt[3] = {(size_t)n * m, (size_t)n * k, (size_t)k * m};
+                int64_t shp[3][2] = {{n, m}, {n, k}, {k, m}}, ast[2] = {1, n};
+                DLDataType dt = {kDLFloat, (uint8_t)(is64 ? 64 : 32), 1};
+                char *h[3];
+                void *d[3];
+                DLTensor ht[3], gt[3];
+                for (int t = 0; t < 3; t++) {
+                    rand_pair(cnt[t], is64, &h[t], &d[t]);
+                    ht[t] = tensor(h[t], kDLCPU, dt, 2, shp[t]);
+                    gt[t] = tensor(d[t], kDLCUDA, dt, 2, shp[t]);
+                }
+                if (tr)
+                    ht[1].strides = gt[1].strides = ast;
+                opjit_value hv[3] = {opjit_tensor(&ht[0]), opjit_tensor(&ht[1]), opjit_tensor(&ht[2])};
+                opjit_value gv[3] = {opjit_tensor(&gt[0]), opjit_tensor(&gt[1]), opjit_tensor(&gt[2])};
+                DLManagedTensor *ho[2] = {0}, *go[2] = {0};
+                CHECKF(opjit_call(rt, op, hv, 3, ho, 2) == OPJIT_OK, "cpu: %s", opjit_errmsg(rt));
+                CHECKF(opjit_call(rt, op, gv, 3, go, 2) == OPJIT_OK, "cuda: %s", opjit_errmsg(rt));
+                for (int j = 0; j < 2; j++) {
+                    char what[96];
+                    snprintf(what, sizeof what, "mm_backward %dx%dx%d f%d T%d output %d", n, k, m,
+                             is64 ? 64 : 32, tr, j);
+                    if (ho[j] && go[j])
+                        close_enough(what, ho[j], go[j], is64,
+                                     (is64 ? 1e-13 : 2e-6) * sqrt((j ? n : m) + 1.0));
+                    if (ho[j])
+                        ho[j]->deleter(ho[j]);
+                    if (go[j])
+                        go[j]->deleter(go[j]);
+                }
+                for (int t = 0; t < 3; t++) {
+                    dev_free(d[t]);
+                    free(h[t]);
+                }
+            }
+}
+
 /* ---- opjit_tensor_to_device: bytes survive the round trip ---------------------------- */
 
 static void tensor_to_device_round_trips(void)
@@ -727,6 +885,8 @@ int main(void)
         T_RUN(nms_matches_cpu);
         T_RUN(mm_matches_cpu);
         T_RUN(conv2d_matches_cpu);
+        T_RUN(conv2d_backward_matches_cpu);
+        T_RUN(mm_backward_matches_cpu);
         T_RUN(tensor_to_device_round_trips);
         T_RUN(ptx_fallback_runs);
         T_RUN(host_stream_orders_work);

@@ -401,6 +401,7 @@ static void tensor_init(tensor *x, int bits, int ndim, const int64_t *shape, int
 typedef struct op_case {
     const char *op, *what;
     tensor in[3];
+    tensor *grad; /* conv2d_backward's incoming gradient */
     int nin;
     int64_t stride, pad, groups;
     double iou;
@@ -437,6 +438,27 @@ static void make_cases(void)
     conv_case("conv 3x3 stride 2 groups 2 @33 batch 2 (im2col)", 32, 2, 32, 33, 64, 3, 2, 1,
               2, 1);
     conv_case("conv 3x3 float64 @24 batch 2", 64, 2, 16, 24, 24, 3, 1, 1, 1, 1);
+    /* the gradients: grad_input, grad_weight (in slices), grad_bias */
+    static const struct {
+        const char *what;
+        int bits;
+        int64_t n, c, hw, o, k, stride, pad, groups;
+    } bw[] = {
+        {"conv2d_backward 3x3 32->48 @28 batch 2 (transposed Winograd, slices)", 32, 2, 32, 28,
+         48, 3, 1, 1, 1},
+        {"conv2d_backward 3x3 stride 2 @29 batch 2 (col2im)", 32, 2, 16, 29, 24, 3, 2, 1, 1},
+        {"conv2d_backward 1x1 96->600 @9 (row and column blocks)", 32, 3, 96, 9, 600, 1, 1, 0, 1},
+        {"conv2d_backward 5x5 groups 2 float64 @17", 64, 2, 8, 17, 12, 5, 1, 2, 2},
+    };
+    for (size_t i = 0; i < sizeof bw / sizeof *bw; i++) {
+        op_case *q = conv_case(bw[i].what, bw[i].bits, bw[i].n, bw[i].c, bw[i].hw, bw[i].o,
+                               bw[i].k, bw[i].stride, bw[i].pad, bw[i].groups, 1);
+        int64_t ho = (bw[i].hw + 2 * bw[i].pad - bw[i].k) / bw[i].stride + 1;
+        int64_t gs[4] = {bw[i].n, bw[i].o, ho, ho};
+        q->op = "conv2d_backward";
+        q->grad = malloc(sizeof(tensor));
+        tensor_init(q->grad, bw[i].bits, 4, gs, 0);
+    }
     const int64_t mms[][3] = {{300, 200, 500}, {1000, 64, 96}, {97, 300, 1029}};
     for (int i = 0; i < 3; i++) {
         op_case *q = &cases[ncases++];
@@ -512,7 +534,7 @@ static void *run_case(opjit_runtime *rt, const op_case *q, size_t *len)
     opjit_op *op = NULL;
     if (opjit_find_op(rt, q->op, &op))
         return NULL;
-    opjit_value a[7];
+    opjit_value a[9];
     int na;
     int64_t st[2] = {q->stride, q->stride}, pd[2] = {q->pad, q->pad}, dl[2] = {1, 1};
     if (!strcmp(q->op, "conv2d")) {
@@ -524,6 +546,15 @@ static void *run_case(opjit_runtime *rt, const op_case *q, size_t *len)
         a[5] = opjit_ints(dl, 2);
         a[6] = opjit_int(q->groups);
         na = 7;
+    } else if (!strcmp(q->op, "conv2d_backward")) {
+        a[0] = opjit_tensor((DLTensor *)&q->grad->t);
+        for (int k = 0; k < 3; k++)
+            a[k + 1] = opjit_tensor((DLTensor *)&q->in[k].t);
+        a[4] = opjit_ints(st, 2);
+        a[5] = opjit_ints(pd, 2);
+        a[6] = opjit_ints(dl, 2);
+        a[7] = opjit_int(q->groups);
+        na = 8;
     } else if (!strcmp(q->op, "mm")) {
         a[0] = opjit_tensor((DLTensor *)&q->in[0].t);
         a[1] = opjit_tensor((DLTensor *)&q->in[1].t);
@@ -599,9 +630,14 @@ static void test_ops_same_bits(void)
         for (int i = 0; i < ncases; i++)
             free(ref[i]);
     }
-    for (int i = 0; i < ncases; i++)
+    for (int i = 0; i < ncases; i++) {
         for (int k = 0; k < cases[i].nin; k++)
             free(cases[i].in[k].data);
+        if (cases[i].grad) {
+            free(cases[i].grad->data);
+            free(cases[i].grad);
+        }
+    }
 }
 
 int main(void)
