@@ -145,6 +145,7 @@ class _Plan:
         bargs = self.backward._schema.arguments
         self.npositional = sum(1 for a in fargs if not a.kwarg_only)
         self.fnames = [a.name for a in fargs]
+        self.fdefaults = [a.default_value if a.has_default_value() else None for a in fargs]
         # per backward argument: (name, from, index) but defaults (left to the op)
         self.args = [(bargs[i].name, frm, j) for i, (frm, j) in enumerate(d["backward_args"])
                      if frm != "default"]
@@ -154,7 +155,13 @@ class _Plan:
                              if frm == "input" and "Tensor" in str(fargs[j].type)}
 
     def forward_value(self, inputs, kwonly, j):
-        return inputs[j] if j < self.npositional else kwonly[self.fnames[j]]
+        """Forward argument j: given (positional or keyword-only), or its
+        default (torch passes setup_context the arguments given only)."""
+        if j < min(self.npositional, len(inputs)):
+            return inputs[j]
+        if j >= self.npositional and self.fnames[j] in kwonly:
+            return kwonly[self.fnames[j]]
+        return self.fdefaults[j]
 
     def save(self, ctx, inputs, kwonly, output):
         """setup_context: what the backward op takes from the forward."""
@@ -187,12 +194,12 @@ class _Plan:
                     g = torch.zeros(shape, dtype=dtype, device=device)
                 kwargs[name] = g.contiguous()
             elif frm == "mask":
-                kwargs[name] = [int(bool(needs[i])) for i in self.inputs]
+                kwargs[name] = [int(i < len(needs) and bool(needs[i])) for i in self.inputs]
         res = self.backward(**kwargs)
         res = res if isinstance(res, (tuple, list)) else (res,)
-        out = [None] * self.npositional
+        out = [None] * len(needs)  # one per input given
         for k, i in enumerate(self.inputs):
-            if needs[i]:
+            if i < len(needs) and needs[i]:
                 out[i] = res[k]
         return tuple(out)
 
@@ -268,13 +275,13 @@ def _register_autograd(torch, lib, namespace, op, backward_of):
         return
     backward, why = _no_derivative(qualname, backward_of)
     mutable = _is_mutable(torch, namespace, name)
-    if mutable or not hasattr(torch.library, "register_autograd"):
-        if kind == "derivative" and not mutable:
-            lib.impl(name, _function_kernel(torch, namespace, op), "Autograd")
-        else:
-            if mutable:
-                why = "%s writes an input in place and cannot be differentiated" % qualname
-            lib.impl(name, _refuse_grad(torch, overload, why), "Autograd")
+    if mutable:
+        why = "%s writes an input in place and cannot be differentiated" % qualname
+        lib.impl(name, _refuse_grad(torch, overload, why), "Autograd")
+        return
+    if not hasattr(torch.library, "register_autograd"):
+        plan = _Plan(torch, namespace, op) if kind == "derivative" else None
+        lib.impl(name, _function_kernel(torch, overload, plan, backward), "Autograd")
         return
     if kind == "derivative":
         plan = _Plan(torch, namespace, op)
@@ -290,22 +297,23 @@ def _register_autograd(torch, lib, namespace, op, backward_of):
         torch.library.register_autograd(qualname, backward, lib=lib)
 
 
-def _function_kernel(torch, namespace, op):
-    """torch without register_autograd (1.13): the derivative through an
-    autograd.Function registered at the Autograd key."""
-    plan = _Plan(torch, namespace, op)
-    overload = _overload(torch, namespace, op.name)
-
+def _function_kernel(torch, overload, plan, no_derivative):
+    """torch without register_autograd (1.13): the derivative (plan, or
+    no_derivative's error) through an autograd.Function at the Autograd
+    key."""
     class Fn(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *args):
             with _BelowAutograd(torch):
                 out = overload(*args)
-            plan.save(ctx, args, {}, out)
+            if plan is not None:
+                plan.save(ctx, args, {}, out)
             return out
 
         @staticmethod
         def backward(ctx, *grads):
+            if plan is None:
+                return no_derivative(ctx, *grads)
             return plan.run(torch, ctx, grads)
 
     def kernel(*args):
