@@ -8,6 +8,10 @@ example can drift unseen):
   <!-- test: run -->            c: compiled against libopjit.so and run;
                                 python: run with the package on the path;
                                 sh: run with bash -e (opjit on PATH)
+  <!-- test: run torch2 -->     python: run by the torch 2 environment's
+                                interpreter (OPJIT_DOCS_TORCH2_PYTHON) with
+                                its copy of the package; where the build
+                                has none, said and not run
   <!-- test: file NAME -->      written to NAME (an op source, a header,
                                 a script a later block runs)
   <!-- test: transcript -->     sh lines "$ cmd" are run; the lines after
@@ -70,8 +74,8 @@ class Page:
         for d in ("samples", "ops-src", "include"):
             os.symlink(os.path.join(repo, d), os.path.join(self.dir, d))
 
-    def run(self, argv, **kw):
-        return subprocess.run(argv, cwd=self.dir, env=self.env, capture_output=True,
+    def run(self, argv, env=None, **kw):
+        return subprocess.run(argv, cwd=self.dir, env=env or self.env, capture_output=True,
                               text=True, timeout=300, **kw)
 
     def c(self, text):
@@ -90,11 +94,19 @@ class Page:
         r = self.run([exe])
         return None if r.returncode == 0 else "exits %d:\n%s%s" % (r.returncode, r.stdout, r.stderr)
 
-    def python(self, text):
+    def python(self, text, torch2=False):
         self.n += 1
         script = os.path.join(self.dir, "block%d.py" % self.n)  # a file: TorchScript reads it
         open(script, "w").write(text)
-        r = self.run([os.environ.get("OPJIT_DOCS_PYTHON", "/usr/bin/python3"), script])
+        python, env = os.environ.get("OPJIT_DOCS_PYTHON", "/usr/bin/python3"), None
+        if torch2:
+            python = os.environ.get("OPJIT_DOCS_TORCH2_PYTHON")
+            if not python:
+                print("%s: block %d needs the torch 2 environment, which this build has not: "
+                      "not run" % (os.path.relpath(self.path, self.repo), self.n))
+                return None
+            env = dict(self.env, PYTHONPATH=os.path.join(self.build, "python-extra"))
+        r = self.run([python, script], **({"env": env} if env else {}))
         return None if r.returncode == 0 else "exits %d:\n%s%s" % (r.returncode, r.stdout, r.stderr)
 
     def sh(self, text):
@@ -160,7 +172,9 @@ def check_page(repo, build, path):
                 why = page.file(arg, text)
             elif directive == "transcript":
                 why = page.transcript(text)
-            elif directive == "run" and lang in ("c", "python", "sh"):
+            elif directive == "run" and lang == "python" and arg == "torch2":
+                why = page.python(text, torch2=True)
+            elif directive == "run" and lang in ("c", "python", "sh") and not arg:
                 why = getattr(page, lang)(text)
             else:
                 why = "unknown test directive '%s' for a %s block" % (directive, lang or "plain")

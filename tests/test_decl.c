@@ -434,6 +434,18 @@ static void shipped_shape_rules(void)
         free(in);
         free(w);
     }
+    /* conv2d.padding: "same" keeps the spatial size */
+    opjit_op *convp = NULL;
+    CHECKF(opjit_find_op(r, "conv2d.padding", &convp) == OPJIT_OK, "%s", opjit_errmsg(r));
+    int64_t is[4] = {2, 4, 9, 7}, wsh[4] = {5, 4, 3, 2};
+    DLTensor ti = cpu_tensor(NULL, F32, 4, is), tw = cpu_tensor(NULL, F32, 4, wsh);
+    opjit_value pv[5] = {opjit_tensor(&ti), opjit_tensor(&tw), opjit_none(), opjit_int(1),
+                         opjit_str("same")};
+    CHECKF(convp && opjit_output_shapes(r, convp, pv, 5, &o, 1) == OPJIT_OK, "%s", opjit_errmsg(r));
+    CHECK(o.ndim == 4 && o.shape[0] == 2 && o.shape[1] == 5 && o.shape[2] == 9 && o.shape[3] == 7);
+    pv[4] = opjit_str("full");
+    CHECK(convp && opjit_output_shapes(r, convp, pv, 5, &o, 1) == OPJIT_EKERNEL);
+    CHECK_STR_CONTAINS(opjit_errmsg(r), "Invalid padding string");
     opjit_destroy(r);
 }
 

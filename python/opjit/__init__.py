@@ -11,8 +11,9 @@ PyTorch, NumPy or any DLPack tensors without copying.
 
 Outputs come back in the framework of the first tensor argument (torch in,
 torch out; numpy in, numpy out), sharing opjit's memory. A failed load or
-call raises opjit.Error (CompileError, NotFoundError, CallError (also a
-TypeError), KernelError, DeviceError) with the runtime's message.
+call raises opjit.Error, a RuntimeError as torch's errors are
+(CompileError, NotFoundError, CallError (also a TypeError), KernelError,
+DeviceError), with the runtime's message.
 """
 import _thread
 import atexit as _atexit
@@ -28,6 +29,7 @@ try:
         NotFoundError,
         Op,
         Runtime,
+        TensorMeta,
         library_version,
     )
     from . import _opjit
@@ -41,7 +43,7 @@ __version__ = library_version
 
 __all__ = [
     "load_op", "list_ops", "default_runtime", "register_torch", "Runtime", "Op",
-    "DLPackTensor", "Error", "CompileError", "NotFoundError", "CallError", "KernelError",
+    "DLPackTensor", "TensorMeta", "Error", "CompileError", "NotFoundError", "CallError", "KernelError",
     "DeviceError",
 ]
 
@@ -95,66 +97,35 @@ _opjit._set_torch_stream_hook(_torch_cuda_stream)
 
 # ---- torch.library ---------------------------------------------------------
 
-_torch_libraries = {}   # namespace -> torch.library.Library (kept alive: it owns the registrations)
-_torch_registered = {}  # (namespace, name) -> (schema, Op)
-_torch_lock = _thread.allocate_lock()
-
-
-def _torch_library(torch, namespace):
-    lib = _torch_libraries.get(namespace)
-    if lib is None:
-        try:
-            lib = torch.library.Library(namespace, "DEF")
-        except RuntimeError:
-            # The namespace is defined elsewhere already: add to it.
-            lib = torch.library.Library(namespace, "FRAGMENT")
-        _torch_libraries[namespace] = lib
-    return lib
-
-
-def _register_fake(torch, lib, qualname, name, fake):
-    if hasattr(torch.library, "register_fake"):      # torch >= 2.4
-        torch.library.register_fake(qualname, fake, lib=lib)
-    elif hasattr(torch.library, "impl_abstract"):    # torch 2.1 - 2.3
-        torch.library.impl_abstract(qualname, fake, lib=lib)
-    else:                                            # torch 1.13, 2.0
-        lib.impl(name, fake, "Meta")
-        # torch 1.13 has no fallthrough for meta tensors' autograd key.
-        lib.impl(name, fake, "AutogradMeta")
-
 
 def register_torch(op, namespace="opjit", *, runtime=None, fake=None):
     """Define op (an opjit.Op, or a name or path loaded into runtime, by
-    default the default runtime) as torch.ops.<namespace>.<name>, with its
-    schema, implemented for CPU and, where the op has a CUDA kernel, CUDA.
-    It can then be called from Python and from torch.jit.script code.
+    default the default runtime) as torch.ops.<namespace>.<name>: a torch op
+    with its schema and opjit's CPU and (where it has one) CUDA kernels,
+    callable from Python, torch.jit.script and torch.compile code. Its
+    overloads loaded beside it (conv2d.padding) and the backward ops its
+    gradient declares are registered with it.
 
-    fake: an optional shape function (same arguments, returns empty tensors
-    of the output shapes) registered as the op's fake/meta implementation,
-    which torch.compile needs to trace it (torch 2.x). opjit ops declare no
-    output-shape rule, so none is registered without it.
+    From what the op's source declares (Op.declarations): its shape rule
+    becomes the fake kernel torch.compile traces with (a size that depends
+    on the data becomes a new unbacked size, at most the rule's bound); its
+    derivative becomes its autograd formula (torch.library.register_autograd:
+    the backward op runs with the saved inputs and an output_mask from
+    ctx.needs_input_grad); "not differentiable" outputs do not require
+    grad; an op that declares no gradient raises RuntimeError when a
+    gradient reaches it. torch before 2.4 (Debian's 1.13) gets the schema,
+    the kernels, a meta kernel from the shape rule and the derivative
+    through an autograd.Function.
 
-    Registering the same op again returns the same torch op; another schema
-    under a registered name raises opjit.Error (torch cannot redefine an op).
-    Returns the torch op (an OpOverloadPacket)."""
-    import torch
-    if not isinstance(op, Op):
-        op = (runtime or default_runtime()).load_op(op)
-    name, schema = op.name, op.schema
-    key = (namespace, name)
-    with _torch_lock:
-        known = _torch_registered.get(key)
-        if known is not None:
-            if known[0] != schema:
-                raise Error("%s::%s is registered with torch as %r; torch cannot redefine it as %r"
-                            % (namespace, name, known[0], schema))
-        else:
-            lib = _torch_library(torch, namespace)
-            lib.define(schema)
-            for device, key_name in (("cpu", "CPU"), ("cuda", "CUDA")):
-                if device in op.devices:
-                    lib.impl(name, op, key_name)
-            if fake is not None:
-                _register_fake(torch, lib, "%s::%s" % (namespace, name), name, fake)
-            _torch_registered[key] = (schema, op)
-    return getattr(getattr(torch.ops, namespace), name)
+    fake: a shape function (the op's arguments -> empty tensors of the
+    output shapes) to use instead of the shape rule.
+
+    namespace must be a Python identifier (ValueError otherwise).
+    Registering the same op again returns the same torch op; another op
+    under a registered name raises opjit.Error: another schema (torch cannot
+    redefine an op), or the same schema from another runtime or source
+    (torch.ops.<namespace>.<name> keeps calling the first: register the
+    other under another namespace). Returns the torch op (an
+    OpOverloadPacket)."""
+    from . import _torch
+    return _torch.register(op, namespace, runtime, fake)

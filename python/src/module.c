@@ -87,9 +87,11 @@ static PyObject *new_error(const char *name, PyObject *bases, const char *doc)
 
 static int add_exceptions(PyObject *m)
 {
-    opy.Error = new_error("opjit.Error", NULL,
-                          "An error of the opjit runtime; str() is its message. .status names "
-                          "the runtime's status code (\"OPJIT_ECALL\", ...).");
+    /* A RuntimeError, as torch's and torchvision's errors for bad calls are. */
+    opy.Error = new_error("opjit.Error", PyExc_RuntimeError,
+                          "An error of the opjit runtime (a RuntimeError, as torch's); str() is "
+                          "its message. .status names the runtime's status code "
+                          "(\"OPJIT_ECALL\", ...).");
     if (!opy.Error)
         return -1;
     struct {
@@ -229,7 +231,7 @@ PyMODINIT_FUNC PyInit__opjit(void)
                             "opjit._opjit was built for libopjit %d.%d but %s is loaded",
                             OPJIT_VERSION_MAJOR, OPJIT_VERSION_MINOR, opjit_version_string());
     if (PyType_Ready(&opy_runtime_type) < 0 || PyType_Ready(&opy_op_type) < 0 ||
-        PyType_Ready(&opy_dlpack_tensor_type) < 0)
+        PyType_Ready(&opy_dlpack_tensor_type) < 0 || PyType_Ready(&opy_tensor_meta_type) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (!m)
@@ -238,6 +240,7 @@ PyMODINIT_FUNC PyInit__opjit(void)
         PyModule_AddObjectRef(m, "Runtime", (PyObject *)&opy_runtime_type) < 0 ||
         PyModule_AddObjectRef(m, "Op", (PyObject *)&opy_op_type) < 0 ||
         PyModule_AddObjectRef(m, "DLPackTensor", (PyObject *)&opy_dlpack_tensor_type) < 0 ||
+        PyModule_AddObjectRef(m, "TensorMeta", (PyObject *)&opy_tensor_meta_type) < 0 ||
         PyModule_AddStringConstant(m, "library_version", opjit_version_string()) < 0 ||
         !(opy.s_dlpack = PyUnicode_InternFromString("__dlpack__")) ||
         !(opy.s_dlpack_device = PyUnicode_InternFromString("__dlpack_device__")) ||

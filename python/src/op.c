@@ -268,6 +268,10 @@ static int convert_str(opy_op *o, int i, PyObject *obj, call_frame *f)
 static int convert(opy_op *o, int i, PyObject *obj, call_frame *f)
 {
     f->tensor_fw[i] = OPY_FW_NONE;
+    if (obj && Py_TYPE(obj) == &opy_tensor_meta_type) { /* no data: a shape query's */
+        f->v[i] = opjit_tensor(&((opy_tensor_meta *)obj)->t);
+        return 0;
+    }
     if (!obj || obj == Py_None) {
         f->v[i] = opjit_none(); /* the default, or None for Tensor? */
         return 0;
@@ -423,8 +427,9 @@ static PyObject *outputs(DLManagedTensor **outs, call_frame *f)
     return tuple;
 }
 
-static PyObject *op_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
-                               PyObject *kwnames)
+/* A call, or (shapes) a shape query: what the call would return. */
+static PyObject *op_invoke(PyObject *self, PyObject *const *args, size_t nargsf,
+                           PyObject *kwnames, int shapes)
 {
     opy_op *o = (opy_op *)self;
     PyObject *bound[OPY_MAX_ARGS];
@@ -441,7 +446,10 @@ static PyObject *op_vectorcall(PyObject *self, PyObject *const *args, size_t nar
     int i = 0;
     while (i < n && convert(o, i, bound[i], &f) == 0)
         i++;
-    if (i == n && lend_tensors(o, bound, n, &f) == 0) {
+    int ready = i == n && lend_tensors(o, bound, n, &f) == 0;
+    if (ready && shapes) {
+        result = opy_shapes_call(o, f.v, n);
+    } else if (ready) {
         DLManagedTensor *outs[OPY_MAX_OUTS] = {0};
         int rc = runtime_call(o->rt, o->op, f.v, n, outs, OPY_MAX_OUTS, f.first_tensor,
                                   f.fw);
@@ -453,6 +461,18 @@ static PyObject *op_vectorcall(PyObject *self, PyObject *const *args, size_t nar
     for (int j = 0; j < f.nborrowed; j++)
         opy_release_tensor(&f.borrowed[j]);
     return result;
+}
+
+static PyObject *op_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames)
+{
+    return op_invoke(self, args, nargsf, kwnames, 0);
+}
+
+static PyObject *op_output_shapes(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames)
+{
+    return op_invoke(self, args, (size_t)nargs, kwnames, 1);
 }
 
 /* ---- the type ---------------------------------------------------------------------------- */
@@ -630,7 +650,24 @@ static PyGetSetDef op_getset[] = {
     {"sources", op_get_sources, NULL, "{device: path of the source holding its kernel}", NULL},
     {"doc", op_get_doc, NULL, "the schema and the kernel's description", NULL},
     {"runtime", op_get_runtime, NULL, "the opjit.Runtime the op lives in", NULL},
+    {"declarations", opy_op_declarations, NULL,
+     "what the op's source declares: {'gradient': 'derivative' | 'not differentiable' | "
+     "'undeclared', 'shape_rule': bool}, and for a derivative 'backward' (the backward op's "
+     "name), 'inputs' (indices of the differentiable arguments, in the order the backward "
+     "returns their gradients) and 'backward_args' (per backward argument, where its value "
+     "comes from: ('grad', output), ('input', argument), ('output', output), ('mask', 0) or "
+     "('default', 0))", NULL},
     {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef op_methods[] = {
+    {"output_shapes", (PyCFunction)(void (*)(void))op_output_shapes,
+     METH_FASTCALL | METH_KEYWORDS,
+     "output_shapes(*args, **kwargs) -> ((shape, dtype, dynamic_dims), ...): what a call with "
+     "these arguments would return, from the op's shape rule, reading no data. Tensors may be "
+     "opjit.TensorMeta (no data). dynamic_dims: the dimensions whose size depends on the data "
+     "(shape gives their upper bound). NotFoundError when the op declares no shape rule."},
+    {NULL, NULL, 0, NULL},
 };
 
 PyTypeObject opy_op_type = {
@@ -647,4 +684,5 @@ PyTypeObject opy_op_type = {
     .tp_hash = op_hash,
     .tp_richcompare = op_richcompare,
     .tp_getset = op_getset,
+    .tp_methods = op_methods,
 };

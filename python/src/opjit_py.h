@@ -50,7 +50,7 @@ typedef struct opy_state {
 } opy_state;
 
 extern opy_state opy;
-extern PyTypeObject opy_runtime_type, opy_op_type, opy_dlpack_tensor_type;
+extern PyTypeObject opy_runtime_type, opy_op_type, opy_dlpack_tensor_type, opy_tensor_meta_type;
 
 typedef struct opy_runtime {
     PyObject_HEAD
@@ -78,6 +78,14 @@ typedef struct opy_op {
     PyObject *arg_names;
     const char *names_schema; /* the schema text arg_names was read from */
 } opy_op;
+
+/* opjit.TensorMeta: a tensor with no data (decls.c). */
+typedef struct opy_tensor_meta {
+    PyObject_HEAD
+    DLTensor t; /* data NULL */
+    int64_t shape[OPJIT_MAX_DIMS];
+    int64_t strides[OPJIT_MAX_DIMS];
+} opy_tensor_meta;
 
 /* A tensor argument, borrowed for one call: keep holds what owns it. */
 typedef struct opy_borrowed {
@@ -137,5 +145,9 @@ PyObject *opy_output(DLManagedTensor *mt, opy_framework fw, PyObject *first_arg)
 
 /* op.c */
 PyObject *opy_op_new(opy_runtime *rt, opjit_op *op);
+
+/* decls.c: Op.output_shapes on converted arguments; Op.declarations. */
+PyObject *opy_shapes_call(opy_op *o, const opjit_value *args, int nargs);
+PyObject *opy_op_declarations(PyObject *self, void *unused);
 
 #endif /* OPJIT_PY_H */

@@ -70,10 +70,53 @@ class TestRegisterTorch(unittest.TestCase):
             with self.assertRaises(opjit.Error):
                 opjit.register_torch(other)
 
+    def test_another_runtimes_op_under_a_registered_name_is_refused(self):
+        # #20.10: the same name and schema from another runtime (another
+        # source) must not silently call the first runtime's op.
+        import os
+        import tempfile
+        src = ('#include <opjit_op.h>\n'
+               'static int k(opjit_ctx *c, opjit_args *a)\n'
+               '{\n'
+               '    int64_t one = 1;\n'
+               '    DLTensor *o = opjit_output(c, 0, OPJIT_INT64, 1, &one);\n'
+               '    (void)a;\n'
+               '    if (!o) return -1;\n'
+               '    *(int64_t *)o->data = %d;\n'
+               '    return 0;\n'
+               '}\n'
+               'OPJIT_MODULE(twin, m) { opjit_def(m, "twin(Tensor x) -> Tensor", OPJIT_CPU, k, ""); }\n')
+        with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
+            for d, value in ((d1, 1), (d2, 2)):
+                with open(os.path.join(d, "twin.c"), "w") as f:
+                    f.write(src % value)
+            first = opjit.Runtime(ops_path=d1, tiering=False).load_op("twin")
+            second = opjit.Runtime(ops_path=d2, tiering=False).load_op("twin")
+            self.assertEqual(first.schema, second.schema)
+            x = torch.zeros(1)
+            op = opjit.register_torch(first, namespace="opjit_twin")
+            self.assertIs(opjit.register_torch(first, namespace="opjit_twin"), op)
+            with self.assertRaises(opjit.Error) as e:
+                opjit.register_torch(second, namespace="opjit_twin")
+            self.assertIn("another opjit op", str(e.exception))
+            self.assertIn(d1, str(e.exception))
+            self.assertIn(d2, str(e.exception))
+            self.assertEqual(int(op(x)[0]), 1)  # still the first
+            other = opjit.register_torch(second, namespace="opjit_twin2")
+            self.assertEqual(int(other(x)[0]), 2)
+
+    def test_namespaces_must_be_identifiers(self):
+        # #20.20: "" and "bad ns!" were accepted
+        for ns in ("", "bad ns!", "1st", "a.b", "class", None, 3):
+            with self.assertRaises(ValueError, msg=repr(ns)):
+                opjit.register_torch(self.rt.load_op("mm"), namespace=ns)
+        self.assertIsNotNone(opjit.register_torch(self.rt.load_op("mm"), namespace="_ok_ns2"))
+
     def test_errors_reach_the_caller(self):
         b, s = self.boxes(10)
-        with self.assertRaises(Exception) as e:
+        with self.assertRaises(RuntimeError) as e:  # as torch's own ops raise
             torch.ops.opjit.nms(b.int(), s, 0.5)
+        self.assertIsInstance(e.exception, opjit.Error)
         self.assertIn("nms", str(e.exception))
         self.assertIn("boxes", str(e.exception))
 

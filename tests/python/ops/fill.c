@@ -1,6 +1,7 @@
-/* fill(Tensor self, float value) -> Tensor: writes value into every
- * element of self (float32, contiguous) in place; returns int64[1] holding
- * the element count. Proves the kernel writes the caller's memory. */
+/* fill(Tensor(a!) self, float value) -> Tensor: writes value into every
+ * element of self (float32, contiguous) in place, as its schema says;
+ * returns int64[1] holding the element count. Proves the kernel writes the
+ * caller's memory. */
 #include <opjit_op.h>
 
 static int fill_cpu(opjit_ctx *ctx, opjit_args *a)
@@ -18,8 +19,16 @@ static int fill_cpu(opjit_ctx *ctx, opjit_args *a)
     return 0;
 }
 
+static int fill_shape(opjit_ctx *ctx, opjit_args *a)
+{
+    int64_t one = 1;
+    (void)a;
+    return opjit_output_shape(ctx, 0, OPJIT_INT64, 1, &one);
+}
+
 OPJIT_MODULE(fill, m)
 {
-    opjit_def(m, "fill(Tensor self, float value) -> Tensor", OPJIT_CPU, fill_cpu, "in place");
+    opjit_def(m, "fill(Tensor(a!) self, float value) -> Tensor", OPJIT_CPU, fill_cpu, "in place");
     opjit_require(m, "self", "float32 contiguous");
+    opjit_shape(m, "fill", fill_shape);
 }
