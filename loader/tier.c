@@ -142,6 +142,11 @@ static void helper_detach(int fd, int slot)
     fd = fcntl(fd, F_DUPFD, 10);
     slot = fcntl(slot, F_DUPFD, 10);
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null >= 0 && null < 10) { /* else it could be the 3 the slot goes to */
+        int high = fcntl(null, F_DUPFD_CLOEXEC, 10);
+        close(null);
+        null = high;
+    }
     dup2(fd, 1);
     dup2(slot, 3);
     if (null >= 0) {
