@@ -20,6 +20,7 @@ int opjit_create(const opjit_config *cfg, opjit_runtime **out)
     int rc = loader_runtime_new(cfg, &rt);
     if (rc)
         return rc;
+    loader_warn_missing_dirs(rt->loader, cfg);
     if ((rc = watch_start(rt->loader, cfg))) {
         loader_runtime_free(rt);
         return rc;

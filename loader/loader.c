@@ -395,6 +395,25 @@ int loader_load_replacing(loader *l, const char *path, const char *replaces)
 }
 
 
+/* One warning for each directory the user put on the search path
+ * (cfg.ops_path, $OPJIT_OPS_PATH) that is not one: a typo would otherwise
+ * only show as "no source for op" later. */
+void loader_warn_missing_dirs(loader *l, const opjit_config *cfg)
+{
+    const char *from[2] = {cfg->ops_path, getenv("OPJIT_OPS_PATH")};
+    const char *what[2] = {"the configured ops path", "OPJIT_OPS_PATH"};
+    for (int i = 0; i < 2; i++) {
+        char *list = from[i] ? strdup(from[i]) : NULL, *save = NULL;
+        for (char *d = list ? strtok_r(list, ":", &save) : NULL; d; d = strtok_r(NULL, ":", &save)) {
+            struct stat st;
+            if (stat(d, &st) != 0 || !S_ISDIR(st.st_mode))
+                rt_log(l->rt, OPJIT_LOG_WARN, "%s names %s, which is %s", what[i], d,
+                       stat(d, &st) != 0 ? "not there" : "not a directory");
+        }
+        free(list);
+    }
+}
+
 int loader_runtime_new(const opjit_config *cfg, opjit_runtime **out)
 {
     opjit_runtime *rt;

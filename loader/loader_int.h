@@ -115,6 +115,9 @@ int loader_load_locked(loader *l, const char *path, opjit_op **op, opjit_load_in
  * names another file (a symlink retargeted): the new file's module takes
  * over the old one's ops, which stays serving when it fails. */
 int loader_load_replacing(loader *l, const char *path, const char *replaces);
+/* Warn of each directory cfg.ops_path or $OPJIT_OPS_PATH names that is not
+ * one (opjit_create; not the runtimes the library makes for itself). */
+void loader_warn_missing_dirs(loader *l, const opjit_config *cfg);
 /* A runtime with a loader and nothing else (no watcher): what discovery's
  * children and warming load by path with. */
 int loader_runtime_new(const opjit_config *cfg, opjit_runtime **out);

@@ -23,6 +23,20 @@ run env HOME="$T/home" "$CLI" load "$OPS/nms.c"
 expect "a HOME that exists gets ~/.cache/opjit" 0 "compiled"
 check "  made under it" test -d "$T/home/.cache/opjit/v1/entries"
 
+# A mistyped op name gets a suggestion; a search path entry that is not a
+# directory gets a warning.
+run "$CLI" call --ops-path "$OPS" nsm
+expect "a mistyped op name fails" 1 "" "did you mean 'nms'?"
+run "$CLI" call --ops-path "$OPS" zzzzzz
+expect "a name near nothing" 1 "" "no source for op 'zzzzzz'"
+check "  has no suggestion" test "$(grep -c 'did you mean' "$T/err")" = 0
+run env OPJIT_OPS_PATH="$T/no-such-dir" "$CLI" call --ops-path "$T/typo" "$OPS/nms.c" \
+    boxes=@"$T/b.npy"
+check "--ops-path that is not there: a warning" \
+    grep -q "the configured ops path names $T/typo, which is not there" "$T/err"
+check "OPJIT_OPS_PATH that is not there: a warning" \
+    grep -q "OPJIT_OPS_PATH names $T/no-such-dir, which is not there" "$T/err"
+
 # The man page, made from the help texts, installed with the tool.
 MAN=${OPJIT_BINARY_DIR:?}/opjit.1
 check "the build made opjit.1" test -s "$MAN"

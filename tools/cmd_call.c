@@ -4,6 +4,7 @@
  * save or print its outputs.
  */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -322,11 +323,75 @@ static int parse_call_args(int argc, char **argv, call_args *ca)
 
 /* ---- the call -------------------------------------------------------------------- */
 
+/* Edit distance of a and b, a swap of neighbours counting one (optimal
+ * string alignment); names longer than 64: far. */
+static size_t edit_distance(const char *a, const char *b)
+{
+    enum { MAX = 64 };
+    size_t m = strlen(a), n = strlen(b), d[MAX + 1][MAX + 1];
+    if (m > MAX || n > MAX)
+        return (size_t)-1;
+    for (size_t i = 0; i <= m; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= n; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= m; i++)
+        for (size_t j = 1; j <= n; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            best = d[i - 1][j] + 1 < best ? d[i - 1][j] + 1 : best;
+            best = d[i][j - 1] + 1 < best ? d[i][j - 1] + 1 : best;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[m][n];
+}
+
+typedef struct near_name {
+    const char *want;
+    char best[NAME_MAX + 1];
+    size_t dist;
+} near_name;
+
+static int consider_source(void *ud, const char *path)
+{
+    near_name *nn = ud;
+    const char *file = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    size_t stem = cli_source_stem(file);
+    char name[NAME_MAX + 1];
+    if (!stem || stem > NAME_MAX)
+        return 0;
+    snprintf(name, sizeof name, "%.*s", (int)stem, file);
+    size_t d = edit_distance(nn->want, name);
+    if (d < nn->dist) {
+        nn->dist = d;
+        snprintf(nn->best, sizeof nn->best, "%s", name);
+    }
+    return 0;
+}
+
+/* A name that failed to load: the source on the search path whose name is
+ * nearest, when it is near (a typo), as a hint. */
+static void suggest_name(opjit_runtime *rt, const char *spec)
+{
+    near_name nn = {spec, "", (size_t)-1};
+    if (strchr(spec, '/') || strstr(spec, "::"))
+        return;
+    opjit_sources(rt, NULL, consider_source, &nn);
+    size_t len = strlen(spec), allow = len <= 4 ? 1 : 2;
+    if (nn.best[0] && nn.dist > 0 && nn.dist <= allow)
+        fprintf(stderr, "opjit: did you mean '%s'?\n", nn.best);
+}
+
 /* The op for OP: loaded by name or path. */
 static int call_load_op(call_state *cs, const char *spec)
 {
-    if (opjit_load_op(cs->rt, spec, &cs->op) != OPJIT_OK) {
+    int rc = opjit_load_op(cs->rt, spec, &cs->op);
+    if (rc != OPJIT_OK) {
         cli_rt_error(cs->rt, spec);
+        if (rc == OPJIT_ENOTFOUND)
+            suggest_name(cs->rt, spec);
         return -1;
     }
     if (cs->op)
