@@ -64,6 +64,36 @@ static int read_device(const char *type, int index, DLDevice *dev)
     return -1;
 }
 
+static int meta_init_once(opy_tensor_meta *m)
+{
+    if (!m->ready)
+        return 0;
+    PyErr_SetString(PyExc_RuntimeError, "TensorMeta.__init__ may run once");
+    return -1;
+}
+
+/* t's shape and strides from the sequences, into dims and steps. */
+static int meta_read_dims(PyObject *shape, PyObject *strides, DLTensor *t, int64_t *dims,
+                          int64_t *steps)
+{
+    int ndim = read_dims(shape, "shape", dims);
+    if (ndim < 0)
+        return -1;
+    int ns = strides == Py_None ? ndim : read_dims(strides, "strides", steps);
+    if (ns < 0)
+        return -1;
+    if (ns != ndim) {
+        PyErr_Format(PyExc_ValueError, "TensorMeta: %d strides for %d dimensions", ns, ndim);
+        return -1;
+    }
+    t->ndim = ndim;
+    return 0;
+}
+
+/* dtype and device first (their text is borrowed from the arguments,
+ * which a C caller's kwargs dict may drop), then the dims, whose __index__
+ * runs Python code that may use m: read into locals, and m set whole at
+ * the end, as a call on another thread may be reading it. */
 static int meta_init(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"shape", "dtype", "strides", "device", "index", NULL};
@@ -72,28 +102,32 @@ static int meta_init(PyObject *self, PyObject *args, PyObject *kw)
     const char *dtype, *device = "cpu";
     int index = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|Osi:TensorMeta", kwlist, &shape, &dtype,
-                                     &strides, &device, &index))
+                                     &strides, &device, &index) ||
+        meta_init_once(m) < 0)
         return -1;
-    memset(&m->t, 0, sizeof m->t);
-    int ndim = read_dims(shape, "shape", m->shape);
-    if (ndim < 0 || read_device(device, index, &m->t.device) < 0)
+    DLTensor t;
+    int64_t dims[OPJIT_MAX_DIMS], steps[OPJIT_MAX_DIMS];
+    memset(&t, 0, sizeof t);
+    if (read_device(device, index, &t.device) < 0)
         return -1;
-    if (opjit_dtype_parse(dtype, &m->t.dtype) != OPJIT_OK) {
+    if (opjit_dtype_parse(dtype, &t.dtype) != OPJIT_OK) {
         PyErr_Format(PyExc_ValueError, "TensorMeta: unknown dtype '%s'", dtype);
         return -1;
     }
-    m->t.ndim = ndim;
-    m->t.shape = m->shape;
-    if (strides != Py_None) {
-        int ns = read_dims(strides, "strides", m->strides);
-        if (ns < 0)
-            return -1;
-        if (ns != ndim) {
-            PyErr_Format(PyExc_ValueError, "TensorMeta: %d strides for %d dimensions", ns, ndim);
-            return -1;
-        }
-        m->t.strides = m->strides;
-    }
+    Py_INCREF(shape);
+    Py_INCREF(strides);
+    int has_strides = strides != Py_None;
+    int rc = meta_read_dims(shape, strides, &t, dims, steps);
+    Py_DECREF(shape);
+    Py_DECREF(strides);
+    if (rc < 0 || meta_init_once(m) < 0) /* the Python code above may have */
+        return -1;
+    memcpy(m->shape, dims, (size_t)t.ndim * sizeof dims[0]);
+    memcpy(m->strides, steps, has_strides ? (size_t)t.ndim * sizeof steps[0] : 0);
+    t.shape = m->shape;
+    t.strides = has_strides ? m->strides : NULL;
+    m->t = t;
+    m->ready = 1;
     return 0;
 }
 

@@ -269,7 +269,10 @@ static int convert(opy_op *o, int i, PyObject *obj, call_frame *f)
 {
     f->tensor_fw[i] = OPY_FW_NONE;
     if (obj && Py_TYPE(obj) == &opy_tensor_meta_type) { /* no data: a shape query's */
-        f->v[i] = opjit_tensor(&((opy_tensor_meta *)obj)->t);
+        opy_tensor_meta *m = (opy_tensor_meta *)obj;
+        if (!m->ready) /* set once, then never changed: read without the GIL */
+            return wrong_value(o, i, "a TensorMeta that was not initialised");
+        f->v[i] = opjit_tensor(&m->t);
         return 0;
     }
     if (!obj || obj == Py_None) {

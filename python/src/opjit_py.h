@@ -79,9 +79,11 @@ typedef struct opy_op {
     const char *names_schema; /* the schema text arg_names was read from */
 } opy_op;
 
-/* opjit.TensorMeta: a tensor with no data (decls.c). */
+/* opjit.TensorMeta: a tensor with no data (decls.c). Calls read t with the
+ * GIL released, so it is set once, whole, and never changed after. */
 typedef struct opy_tensor_meta {
     PyObject_HEAD
+    int ready;  /* __init__ has set t */
     DLTensor t; /* data NULL */
     int64_t shape[OPJIT_MAX_DIMS];
     int64_t strides[OPJIT_MAX_DIMS];

@@ -150,6 +150,26 @@ class TestListsChangedDuringConversion(ChildCase):
             print("ok")
         """, prelude=PRELUDE)
 
+    def test_tensor_meta_kwargs_emptied_by_index(self):
+        # The same through TensorMeta(): its dtype text and strides were
+        # read from the emptied dict.
+        self.child("""
+            import ctypes
+            call = ctypes.pythonapi.PyObject_Call
+            call.restype = ctypes.py_object
+            call.argtypes = [ctypes.py_object] * 3
+            class E:
+                def __index__(self):
+                    d.clear()
+                    return 2
+            d = {"shape": (E(), 3), "dtype": "".join(["float", "64"]), "strides": [3, 1],
+                 "device": "".join(["c", "pu"])}
+            m = call(opjit.TensorMeta, (), d)
+            assert d == {}
+            assert repr(m) == "opjit.TensorMeta((2, 3), 'float64', device='cpu')", repr(m)
+            print("ok")
+        """, prelude=PRELUDE)
+
 
 @need_torch
 class TestTensorsChangedDuringConversion(ChildCase):
@@ -324,6 +344,41 @@ class TestInProcess(unittest.TestCase):
                 t.join()
             self.assertEqual(sorted(results), ["made"] + ["refused"] * 7)
         self.assertEqual(r.load_op("nms").name, "nms")
+
+class TestTensorMeta(unittest.TestCase):
+    """A call reads a TensorMeta's shape with the GIL released, so it is set
+    once, whole: re-initialising it (from __index__ or another thread) while
+    a call read it could hand the call a NULL shape with the old ndim."""
+
+    def test_set_once(self):
+        M = opjit.TensorMeta
+        m = M((2, 3), "float32")
+        with self.assertRaises(RuntimeError) as e:
+            m.__init__((4,), "float32")
+        self.assertIn("once", str(e.exception))
+        self.assertIn("(2, 3)", repr(m))
+
+    def test_set_by_its_own_index(self):
+        M = opjit.TensorMeta
+        m = M.__new__(M)
+
+        class E:
+            def __index__(self):
+                m.__init__((5,), "float32")
+                return 2
+        with self.assertRaises(RuntimeError):
+            m.__init__((E(), 3), "float32")
+        self.assertIn("(5,)", repr(m))  # the inner one, whole
+
+    def test_not_initialised_is_refused(self):
+        mm = runtime().load_op("mm")
+        M = opjit.TensorMeta
+        with self.assertRaises(opjit.CallError) as e:
+            mm.output_shapes(M.__new__(M), M((4, 5), "float32"))
+        self.assertIn("not initialised", str(e.exception))
+        self.assertEqual(mm.output_shapes(M((3, 4), "float32"), M((4, 5), "float32")),
+                         (((3, 5), "float32", ()),))
+
 
 if __name__ == "__main__":
     unittest.main()
