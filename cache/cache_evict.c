@@ -348,6 +348,8 @@ int cache_evict_to(cache *c, uint64_t cap, int all, cache_prune_result *r, char 
     }
     uint64_t total = 0;
     size_t nv = kl.n;
+    for (size_t i = 0; all && i < kl.nbad; i++) /* clear: a link as a shard goes too */
+        cache_discard_shard(c, kl.bad[i]);
     for (size_t i = 0; i < nv; i++) {
         char dir[PATH_MAX];
         int hasm;

@@ -149,6 +149,7 @@ static void helper_detach(int fd, int slot)
     }
     dup2(fd, 1);
     dup2(slot, 3);
+    fcntl(3, F_SETFD, FD_CLOEXEC); /* the compilers it runs do not hold the slot */
     if (null >= 0) {
         dup2(null, 0);
         dup2(null, 2);

@@ -65,6 +65,11 @@ check "  keeps the directory outside the cache" test -f "$V/$key/manifest"
 check "  and removes the link" test ! -e "$shard"
 run "$CLI" cache verify
 expect "  after which the cache verifies" 0 "0 damaged"
+ln -s "$V" "$shard"
+run "$CLI" cache clear
+expect "cache clear with a symlinked shard" 0
+check "  removes the link" test ! -e "$shard"
+check "  and nothing it pointed at" test -f "$V/$key/manifest"
 
 # --- 11. a symbolic link as an entry ----------------------------------------------
 fresh entry
