@@ -1271,6 +1271,47 @@ static int conv_gi_col2im(opjit_ctx *ctx, const conv_geom *g, const void *dy, co
     return 0;
 }
 
+/* to [C][N * P] = from [N][C][P] (C channels, P positions an image): the
+ * batch as more positions. 0, or the status of opjit_fail. */
+static int conv_fold_batch(opjit_ctx *ctx, const conv_geom *g, const void *from, int64_t c,
+                           void *to)
+{
+    DLTensor v;
+    int64_t plane = g->ho * g->wo, shape[3] = {c, g->n, plane}, strides[3] = {plane, c * plane, 1};
+    memset(&v, 0, sizeof v);
+    v.data = (void *)from;
+    v.device.device_type = kDLCPU;
+    v.ndim = 3;
+    v.dtype = g->is64 ? OPJIT_FLOAT64 : OPJIT_FLOAT32;
+    v.shape = shape;
+    v.strides = strides;
+    return st_copy_to(ctx, &v, to);
+}
+
+/* to [N][C][P] = from [C][N * P]: conv_fold_batch undone. */
+static int conv_unfold_batch(opjit_ctx *ctx, const conv_geom *g, const void *from, int64_t c,
+                             void *to)
+{
+    DLTensor v;
+    int64_t plane = g->ho * g->wo, shape[3] = {g->n, c, plane};
+    int64_t strides[3] = {plane, g->n * plane, 1};
+    memset(&v, 0, sizeof v);
+    v.data = (void *)from;
+    v.device.device_type = kDLCPU;
+    v.ndim = 3;
+    v.dtype = g->is64 ? OPJIT_FLOAT64 : OPJIT_FLOAT32;
+    v.shape = shape;
+    v.strides = strides;
+    return st_copy_to(ctx, &v, to);
+}
+
+/* Whether g is a 1x1 convolution with stride 1 and no padding. */
+static int conv_is_pointwise(const conv_geom *g)
+{
+    return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
+           g->ph2 == 0 && g->pw2 == 0;
+}
+
 /* grad_input of a 1x1 convolution with stride 1 and no padding: per image
  * and group, dx [cg, plane] = W_g^T [cg, og] dy [og, plane], W read
  * transposed in place (no flipped copy). Units of (image, group, block of
@@ -1359,8 +1400,23 @@ static int conv_grad_input(opjit_ctx *ctx, const conv_geom *g, const void *dy, c
 #endif
     if (g->n == 0 || g->c == 0)
         return 0;
-    if (g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
-        g->ph2 == 0 && g->pw2 == 0)
+    if (conv_is_pointwise(g) && g->n > 1 && g->ho * g->wo < 256) {
+        /* small images: one image of all the positions, so W is read once */
+        conv_geom g1 = *g;
+        size_t esz = g->is64 ? sizeof(double) : sizeof(float), plane = (size_t)(g->h * g->w);
+        void *yr = opjit_workspace(ctx, (size_t)(g->n * g->o) * plane * esz);
+        void *xr = opjit_workspace(ctx, (size_t)(g->n * g->c) * plane * esz);
+        if (!xr || !yr)
+            return opjit_fail(ctx, "out of memory for grad_input's workspace");
+        g1.n = 1;
+        g1.h = g1.ho = 1;
+        g1.w = g1.wo = g->n * g->h * g->w;
+        if ((rc = conv_fold_batch(ctx, g, dy, g->o, yr)) ||
+            (rc = conv_gi_direct(ctx, &g1, yr, w, xr, fast)))
+            return rc;
+        return conv_unfold_batch(ctx, g, xr, g->c, dx);
+    }
+    if (conv_is_pointwise(g))
         return conv_gi_direct(ctx, g, dy, w, dx, fast);
     if (conv_transposed_geom(g, &t) && conv_sizes_ok(ctx, &t) == 0) {
         size_t bytes = (size_t)(g->o * g->cg * g->kh * g->kw) * (g->is64 ? 8 : 4);
@@ -1637,23 +1693,6 @@ static int conv_gw_transpose_grad(opjit_ctx *ctx, gw_job *j)
 }
 #endif
 
-/* to [C][N * P] = from [N][C][P] (C channels, P positions an image): the
- * batch as more positions. 0, or the status of opjit_fail. */
-static int conv_fold_batch(opjit_ctx *ctx, const conv_geom *g, const void *from, int64_t c,
-                           void *to)
-{
-    DLTensor v;
-    int64_t plane = g->ho * g->wo, shape[3] = {c, g->n, plane}, strides[3] = {plane, c * plane, 1};
-    memset(&v, 0, sizeof v);
-    v.data = (void *)from;
-    v.device.device_type = kDLCPU;
-    v.ndim = 3;
-    v.dtype = g->is64 ? OPJIT_FLOAT64 : OPJIT_FLOAT32;
-    v.shape = shape;
-    v.strides = strides;
-    return st_copy_to(ctx, &v, to);
-}
-
 /* grad_weight [O, C/g, kH, kW] for input x and grad dy (dense). */
 static int conv_grad_weight(opjit_ctx *ctx, const conv_geom *g, const void *x, const void *dy,
                             void *dw)
@@ -1669,8 +1708,7 @@ static int conv_grad_weight(opjit_ctx *ctx, const conv_geom *g, const void *x, c
         memset(dw, 0, (size_t)count * esz);
         return 0;
     }
-    if (g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
-        g->ph2 == 0 && g->pw2 == 0 && g->n > 1 && g->ho * g->wo < 256) {
+    if (conv_is_pointwise(g) && g->n > 1 && g->ho * g->wo < 256) {
         /* A 1x1 on small images: one image of all the positions, so the
          * products run over long rows instead of an image's few. */
         conv_geom g1 = *g;
