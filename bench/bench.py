@@ -26,7 +26,8 @@ interpreters against load_inline) come from bench/py_bench.py.
 
 usage: bench/bench.py --bin build/bench/opjit_bench [--dnnl build/bench/dnnl_anchor]
                       [--quick] [--reps N] [--threads 1,N]
-                      [--only loads,cli,call,nms,conv2d,mm,python,lookup,remote [--merge]] [--results DIR]
+                      [--only loads,cli,call,nms,conv2d,mm,python,lookup,remote,backward [--merge]]
+                      [--results DIR] [--torch2 PYTHON]
 
 --merge keeps the sections not named by --only from the existing
 latest.json (for rerunning one section on a busy machine).
@@ -55,6 +56,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import torchvision  # noqa: E402
 
+import backward_bench  # noqa: E402
 import py_bench  # noqa: E402
 import remote_bench  # noqa: E402
 
@@ -734,6 +736,7 @@ def build_rows(R):
             rows.append((metric, fms(s["opt@%d_ms" % T]),
                          "cblas_sgemm, %s: %s" % (thr(T), fms(s["sgemm@%d_ms" % T])),
                          "%.3fx throughput" % r, ">= 0.97x throughput", yesno(r >= 0.97)))
+    rows.extend(backward_bench.rows(R.get("backward"), fms, yesno, thr))
     cu = L.get("nms.cu")
     if cu is None or not R["nvrtc"]:
         why = ("not run" if not R["ran_loads"] else "n/a: ops-src/nms.cu missing") if cu is None \
@@ -900,6 +903,7 @@ def write_md(R, path):
         lines.append(md_table(["n", "threads", "opjit opt", "opjit tcc", "cblas_sgemm",
                                "throughput opt", "throughput tcc", "max rel. error vs float64"], mw))
         lines.append("")
+    lines.extend(backward_bench.md_section(R.get("backward"), fms, md_table))
     H = R.get("hosts", {})
     if H.get("sides"):
         lines.append("## Many host threads, one runtime")
@@ -1267,7 +1271,7 @@ def cli_rows(R):
 # What each --only section writes into the results.
 SECTION_KEYS = {"loads": ["loads", "ran_loads"], "call": ["call_overhead"], "nms": ["nms"],
                 "conv2d": ["conv2d"], "mm": ["mm"], "python": ["python"], "lookup": ["lookup"],
-                "cli": ["cli"], "remote": ["remote"]}
+                "cli": ["cli"], "remote": ["remote"], "backward": ["backward"]}
 
 
 def merged_results(path, fresh, only):
@@ -1297,7 +1301,9 @@ def main():
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="3 repetitions (to try the harness)")
     ap.add_argument("--only", default="",
-                    help="comma list: loads,cli,call,nms,conv2d,mm,python,lookup,remote")
+                    help="comma list: loads,cli,call,nms,conv2d,mm,python,lookup,remote,backward")
+    ap.add_argument("--torch2", default="",
+                    help="the torch 2.x interpreter for the backward rows (bench/run finds it)")
     ap.add_argument("--merge", action="store_true",
                     help="rerun only the --only sections and keep the others of the existing "
                          "latest.json")
@@ -1309,7 +1315,7 @@ def main():
         THREADS = sorted({int(x) for x in a.threads.split(",")})
     reps = 3 if a.quick else a.reps
     only = set(a.only.split(",")) if a.only else {"loads", "cli", "call", "nms", "conv2d", "mm",
-                                                  "python", "lookup", "remote"}
+                                                  "python", "lookup", "remote", "backward"}
     exe = os.path.abspath(a.bin)
     out_dir = os.path.abspath(a.results)
     os.chdir(ROOT)
@@ -1354,6 +1360,8 @@ def main():
                 R["python"] = py_bench.bench(sv, reps, sys.modules[__name__], tmp)
             if "conv2d" in only:
                 R["hosts"] = bench_hosts(sv, reps)
+            if "backward" in only:
+                R["backward"] = backward_bench.run(a.torch2, THREADS, reps, tmp)
         finally:
             sv.close()
             if dn:

@@ -1078,23 +1078,34 @@ static int conv_transposed_geom(const conv_geom *g, conv_geom *t)
 }
 
 /* wt[gi*cg + c][o][ki][kj] = w[gi*og + o][c][kh-1-ki][kw-1-kj]: the
- * weights of the transposed convolution. */
+ * weights of the transposed convolution. (o, c) in tiles of 16 x 16: for
+ * a 1x1 kernel this is a transpose, which element by element would touch
+ * a page per write. */
+#define CONV_FLIP(T, SUF)                                                                \
+    static void conv_flip_##SUF(const conv_geom *g, const T *w, T *wt)                   \
+    {                                                                                    \
+        const int64_t khw = g->kh * g->kw, og = g->og, cg = g->cg;                       \
+        int64_t gi, o0, c0, o, c, k;                                                     \
+        for (gi = 0; gi < g->groups; gi++)                                               \
+            for (o0 = 0; o0 < og; o0 += 16)                                              \
+                for (c0 = 0; c0 < cg; c0 += 16)                                          \
+                    for (c = c0; c < c0 + 16 && c < cg; c++)                             \
+                        for (o = o0; o < o0 + 16 && o < og; o++) {                       \
+                            const T *f = w + ((gi * og + o) * cg + c) * khw;             \
+                            T *t = wt + ((gi * cg + c) * og + o) * khw + khw - 1;        \
+                            for (k = 0; k < khw; k++)                                    \
+                                t[-k] = f[k];                                            \
+                        }                                                                \
+    }
+CONV_FLIP(float, f32)
+CONV_FLIP(double, f64)
+
 static void conv_flip_weights(const conv_geom *g, const void *w, void *wt)
 {
-    const int64_t khw = g->kh * g->kw;
-    int64_t gi, o, c, k;
-    for (gi = 0; gi < g->groups; gi++)
-        for (o = 0; o < g->og; o++)
-            for (c = 0; c < g->cg; c++) {
-                int64_t from = ((gi * g->og + o) * g->cg + c) * khw;
-                int64_t to = ((gi * g->cg + c) * g->og + o) * khw;
-                for (k = 0; k < khw; k++) {
-                    if (g->is64)
-                        ((double *)wt)[to + khw - 1 - k] = ((const double *)w)[from + k];
-                    else
-                        ((float *)wt)[to + khw - 1 - k] = ((const float *)w)[from + k];
-                }
-            }
+    if (g->is64)
+        conv_flip_f64(g, (const double *)w, (double *)wt);
+    else
+        conv_flip_f32(g, (const float *)w, (float *)wt);
 }
 
 /* grad_input by col2im: the job of the two loops below, for images
@@ -1260,6 +1271,124 @@ static int conv_gi_col2im(opjit_ctx *ctx, const conv_geom *g, const void *dy, co
     return 0;
 }
 
+/* to [C][N * P] = from [N][C][P] (C channels, P positions an image): the
+ * batch as more positions. 0, or the status of opjit_fail. */
+static int conv_fold_batch(opjit_ctx *ctx, const conv_geom *g, const void *from, int64_t c,
+                           void *to)
+{
+    DLTensor v;
+    int64_t plane = g->ho * g->wo, shape[3] = {c, g->n, plane}, strides[3] = {plane, c * plane, 1};
+    memset(&v, 0, sizeof v);
+    v.data = (void *)from;
+    v.device.device_type = kDLCPU;
+    v.ndim = 3;
+    v.dtype = g->is64 ? OPJIT_FLOAT64 : OPJIT_FLOAT32;
+    v.shape = shape;
+    v.strides = strides;
+    return st_copy_to(ctx, &v, to);
+}
+
+/* to [N][C][P] = from [C][N * P]: conv_fold_batch undone. */
+static int conv_unfold_batch(opjit_ctx *ctx, const conv_geom *g, const void *from, int64_t c,
+                             void *to)
+{
+    DLTensor v;
+    int64_t plane = g->ho * g->wo, shape[3] = {g->n, c, plane};
+    int64_t strides[3] = {plane, g->n * plane, 1};
+    memset(&v, 0, sizeof v);
+    v.data = (void *)from;
+    v.device.device_type = kDLCPU;
+    v.ndim = 3;
+    v.dtype = g->is64 ? OPJIT_FLOAT64 : OPJIT_FLOAT32;
+    v.shape = shape;
+    v.strides = strides;
+    return st_copy_to(ctx, &v, to);
+}
+
+/* Whether g is a 1x1 convolution with stride 1 and no padding. */
+static int conv_is_pointwise(const conv_geom *g)
+{
+    return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
+           g->ph2 == 0 && g->pw2 == 0;
+}
+
+/* grad_input of a 1x1 convolution with stride 1 and no padding: per image
+ * and group, dx [cg, plane] = W_g^T [cg, og] dy [og, plane], W read
+ * transposed in place (no flipped copy). Units of (image, group, block of
+ * positions), the blocks fixed by the shape (OpenBLAS's rounding follows
+ * its calls). */
+typedef struct gid_job {
+    opjit_ctx *ctx;
+    const conv_geom *g;
+    const void *dy, *w;
+    void *dx;
+    int64_t plane, pb, nblk;
+    char *ws;
+    size_t per;
+    int fast;
+} gid_job;
+
+static int conv_gid_run(void *user, int64_t lo, int64_t hi)
+{
+    const gid_job *j = (const gid_job *)user;
+    const conv_geom *g = j->g;
+    const int64_t plane = j->plane, cg = g->cg, og = g->og;
+    int64_t u;
+    for (u = lo; u < hi; u++) {
+        int64_t blk = u % j->nblk, gi = u / j->nblk % g->groups, n = u / (j->nblk * g->groups);
+        int64_t p0 = blk * j->pb, np = plane - p0 < j->pb ? plane - p0 : j->pb;
+        int64_t yo = (n * g->o + gi * og) * plane + p0, xo = (n * g->c + gi * cg) * plane + p0;
+#ifdef SG_FAST
+        if (j->fast) {
+            float *scr = (float *)(void *)(j->ws + (size_t)opjit_thread_num(j->ctx) * j->per);
+            sg_gemm_ex(cg, np, og, (const float *)j->w + gi * og * cg, 1, cg,
+                       (const float *)j->dy + yo, plane, (float *)j->dx + xo, plane, scr, 0);
+            continue;
+        }
+#endif
+        if (g->is64)
+            cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)cg, (int)np, (int)og, 1.0,
+                        (const double *)j->w + gi * og * cg, (int)cg, (const double *)j->dy + yo,
+                        (int)plane, 0.0, (double *)j->dx + xo, (int)plane);
+        else
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)cg, (int)np, (int)og, 1.0f,
+                        (const float *)j->w + gi * og * cg, (int)cg, (const float *)j->dy + yo,
+                        (int)plane, 0.0f, (float *)j->dx + xo, (int)plane);
+    }
+    return 0;
+}
+
+static int conv_gi_direct(opjit_ctx *ctx, const conv_geom *g, const void *dy, const void *w,
+                          void *dx, int fast)
+{
+    gid_job j;
+    int64_t nb, units = g->n * g->groups;
+    memset(&j, 0, sizeof j);
+    j.ctx = ctx;
+    j.g = g;
+    j.dy = dy;
+    j.w = w;
+    j.dx = dx;
+    j.fast = fast;
+    j.plane = g->ho * g->wo;
+    /* blocks of at least 96 positions, enough for about 48 units */
+    nb = (48 + units - 1) / units;
+    if (nb > (j.plane + 95) / 96)
+        nb = (j.plane + 95) / 96;
+    if (nb < 1)
+        nb = 1;
+    j.pb = ((j.plane + nb - 1) / nb + 15) / 16 * 16;
+    j.nblk = (j.plane + j.pb - 1) / j.pb;
+#ifdef SG_FAST
+    if (fast) {
+        j.per = (sg_sgemm_scratch(g->og) + 63) / 64 * 64;
+        if (!(j.ws = (char *)opjit_workspace(ctx, (size_t)opjit_num_threads(ctx) * j.per)))
+            return opjit_fail(ctx, "out of memory for grad_input's workspace");
+    }
+#endif
+    return opjit_parallel_for(ctx, 0, units * j.nblk, 1, conv_gid_run, &j);
+}
+
 /* grad_input [N, C, H, W] for grad [N, O, Ho, Wo] (dense). */
 static int conv_grad_input(opjit_ctx *ctx, const conv_geom *g, const void *dy, const void *w,
                            void *dx)
@@ -1271,6 +1400,24 @@ static int conv_grad_input(opjit_ctx *ctx, const conv_geom *g, const void *dy, c
 #endif
     if (g->n == 0 || g->c == 0)
         return 0;
+    if (conv_is_pointwise(g) && g->n > 1 && g->ho * g->wo < 256) {
+        /* small images: one image of all the positions, so W is read once */
+        conv_geom g1 = *g;
+        size_t esz = g->is64 ? sizeof(double) : sizeof(float), plane = (size_t)(g->h * g->w);
+        void *yr = opjit_workspace(ctx, (size_t)(g->n * g->o) * plane * esz);
+        void *xr = opjit_workspace(ctx, (size_t)(g->n * g->c) * plane * esz);
+        if (!xr || !yr)
+            return opjit_fail(ctx, "out of memory for grad_input's workspace");
+        g1.n = 1;
+        g1.h = g1.ho = 1;
+        g1.w = g1.wo = g->n * g->h * g->w;
+        if ((rc = conv_fold_batch(ctx, g, dy, g->o, yr)) ||
+            (rc = conv_gi_direct(ctx, &g1, yr, w, xr, fast)))
+            return rc;
+        return conv_unfold_batch(ctx, g, xr, g->c, dx);
+    }
+    if (conv_is_pointwise(g))
+        return conv_gi_direct(ctx, g, dy, w, dx, fast);
     if (conv_transposed_geom(g, &t) && conv_sizes_ok(ctx, &t) == 0) {
         size_t bytes = (size_t)(g->o * g->cg * g->kh * g->kw) * (g->is64 ? 8 : 4);
         void *wt = opjit_workspace(ctx, bytes);
@@ -1296,6 +1443,8 @@ typedef struct gw_job {
     int64_t cbc, ncb, rbs, nrb;        /* channels a column block, rows a row block */
     int64_t ldcol, ldbt;               /* the unfolded block and its transpose */
     int direct, fast;
+    const float *dyt; /* fast path, direct, O/g <= 256: grad transposed, [N][plane][O];
+                       * the products then make grad_weight^T ([S][G][kdim][og]) */
     char *ws;
     size_t per;
 } gw_job;
@@ -1310,6 +1459,13 @@ static void *conv_gw_target(const gw_job *j, int64_t s, int64_t gi, int64_t r0, 
     char *t = (char *)j->dw + ((size_t)(s * g->o * j->kdim) +
                                (size_t)((gi * g->og + r0) * j->kdim + c0 * j->khw)) * esz;
     int64_t r;
+    if (j->dyt) { /* grad_weight^T: rows of kdim, og apart */
+        t = (char *)j->dw + ((size_t)(s * g->o * j->kdim) +
+                             (size_t)((gi * j->kdim + c0 * j->khw) * g->og + r0)) * esz;
+        for (r = 0; r < nc * j->khw; r++)
+            memset(t + (size_t)(r * g->og) * esz, 0, (size_t)nr * esz);
+        return t;
+    }
     for (r = 0; r < nr; r++)
         memset(t + (size_t)(r * j->kdim) * esz, 0, (size_t)(nc * j->khw) * esz);
     return t;
@@ -1346,14 +1502,22 @@ static const void *conv_gw_unfold(const gw_job *j, void *buf, int64_t n, int64_t
     return buf;
 }
 
-/* One block: target (nr x ncols, rows kdim apart) += grad rows (nr x np,
- * rows plane apart) times the unfolded block (ncols x np, rows ld apart)
- * transposed. */
-static void conv_gw_block(const gw_job *j, char *area, const void *dyr, const void *col,
-                          int64_t ld, int64_t nr, int64_t ncols, int64_t np, void *target)
+/* One block: target (nr x ncols, rows kdim apart) += grad rows dyr (nr x
+ * np, rows plane apart) times the unfolded block (ncols x np, rows ld
+ * apart) transposed; or, with dyt (grad^T rows, np x nr, O apart), the
+ * transposed target (ncols x nr, rows og apart) += the block times dyt. */
+static void conv_gw_block(const gw_job *j, char *area, const void *dyr, const float *dyt,
+                          const void *col, int64_t ld, int64_t nr, int64_t ncols, int64_t np,
+                          void *target)
 {
     const conv_geom *g = j->g;
 #ifdef SG_FAST
+    if (dyt) { /* target^T (ncols x nr) += the unfolded block times grad^T */
+        float *scr = (float *)(void *)(area + (size_t)(j->cbc * j->khw * j->ldcol + 16) * 4);
+        sg_gemm(ncols, nr, np, (const float *)col, ld, dyt, g->o, (float *)target, g->og, scr,
+                1);
+        return;
+    }
     if (j->fast) {
         float *bt = (float *)(void *)(area + (size_t)(j->cbc * j->khw * j->ldcol + 16) * 4);
         float *scr = bt + j->kb * j->ldbt + 16;
@@ -1397,7 +1561,9 @@ static int conv_gw_run(void *user, int64_t lo, int64_t hi)
             const void *col = conv_gw_unfold(j, area, n, gi, c0, nc, p0, np, &ld);
             const char *dyr = (const char *)j->dy +
                               (size_t)((n * g->o + gi * g->og + r0) * j->plane + p0) * esz;
-            conv_gw_block(j, area, dyr, col, ld, nr, nc * j->khw, np, target);
+            const float *dyt = j->dyt ? j->dyt + (n * j->plane + p0) * g->o + gi * g->og + r0
+                                      : NULL;
+            conv_gw_block(j, area, dyr, dyt, col, ld, nr, nc * j->khw, np, target);
         }
     }
     return 0;
@@ -1464,16 +1630,25 @@ typedef struct gw_sum {
     const conv_geom *g;
     const void *parts;
     void *dw;
-    int64_t S, count;
+    int64_t S, count, kdim;
+    int transposed; /* the parts hold grad_weight^T per group, [G][kdim][og] */
 } gw_sum;
 
 /* Elements [lo, hi) of grad_weight: the slices' copies summed in order. */
 static int conv_gw_sum_run(void *user, int64_t lo, int64_t hi)
 {
     const gw_sum *q = (const gw_sum *)user;
+    const int64_t og = q->g->og, kdim = q->kdim;
     int64_t i, s;
     for (i = lo; i < hi; i++) {
-        if (q->g->is64) {
+        if (q->transposed) { /* i = (gi * og + o) * kdim + r, float32 */
+            int64_t r = i % kdim, o = i / kdim % og, gi = i / (kdim * og);
+            const float *p = (const float *)q->parts + (gi * kdim + r) * og + o;
+            float t = p[0];
+            for (s = 1; s < q->S; s++)
+                t += p[s * q->count];
+            ((float *)q->dw)[i] = t;
+        } else if (q->g->is64) {
             const double *p = (const double *)q->parts + i;
             double t = p[0];
             for (s = 1; s < q->S; s++)
@@ -1490,6 +1665,34 @@ static int conv_gw_sum_run(void *user, int64_t lo, int64_t hi)
     return 0;
 }
 
+#ifdef SG_FAST
+/* Units [lo, hi) of (image, block of 256 positions): grad^T. */
+static int conv_gw_dyt_run(void *user, int64_t lo, int64_t hi)
+{
+    const gw_job *j = (const gw_job *)user;
+    const int64_t O = j->g->o, nb = (j->plane + 255) / 256;
+    int64_t u;
+    for (u = lo; u < hi; u++) {
+        int64_t n = u / nb, p0 = u % nb * 256, np = j->plane - p0 < 256 ? j->plane - p0 : 256;
+        sg_transpose((const float *)j->dy + n * O * j->plane + p0, j->plane, O, np,
+                     (float *)j->dyt + (n * j->plane + p0) * O, O);
+    }
+    return 0;
+}
+
+/* grad [N][O][plane] transposed into workspace, [N][plane][O], for the
+ * products that make grad_weight^T. 0, or the status of opjit_fail. */
+static int conv_gw_transpose_grad(opjit_ctx *ctx, gw_job *j)
+{
+    size_t n = (size_t)(j->g->n * j->g->o * j->plane);
+    float *t = (float *)opjit_workspace(ctx, n * sizeof(float));
+    if (!t)
+        return opjit_fail(ctx, "out of memory for grad_weight's workspace");
+    j->dyt = t;
+    return opjit_parallel_for(ctx, 0, j->g->n * ((j->plane + 255) / 256), 1, conv_gw_dyt_run, j);
+}
+#endif
+
 /* grad_weight [O, C/g, kH, kW] for input x and grad dy (dense). */
 static int conv_grad_weight(opjit_ctx *ctx, const conv_geom *g, const void *x, const void *dy,
                             void *dw)
@@ -1505,6 +1708,21 @@ static int conv_grad_weight(opjit_ctx *ctx, const conv_geom *g, const void *x, c
         memset(dw, 0, (size_t)count * esz);
         return 0;
     }
+    if (conv_is_pointwise(g) && g->n > 1 && g->ho * g->wo < 256) {
+        /* A 1x1 on small images: one image of all the positions, so the
+         * products run over long rows instead of an image's few. */
+        conv_geom g1 = *g;
+        void *xr = opjit_workspace(ctx, (size_t)(g->n * g->c * g->h * g->w) * esz);
+        void *yr = opjit_workspace(ctx, (size_t)(g->n * g->o * g->h * g->w) * esz);
+        if (!xr || !yr)
+            return opjit_fail(ctx, "out of memory for grad_weight's workspace");
+        if ((rc = conv_fold_batch(ctx, g, x, g->c, xr)) || (rc = conv_fold_batch(ctx, g, dy, g->o, yr)))
+            return rc;
+        g1.n = 1;
+        g1.h = g1.ho = 1;
+        g1.w = g1.wo = g->n * g->h * g->w;
+        return conv_grad_weight(ctx, &g1, xr, yr, dw);
+    }
     memset(&j, 0, sizeof j);
     j.ctx = ctx;
     j.g = g;
@@ -1516,18 +1734,27 @@ static int conv_grad_weight(opjit_ctx *ctx, const conv_geom *g, const void *x, c
 #endif
     conv_gw_plan(&j);
     j.per = conv_gw_area(&j);
-    j.dw = j.S > 1 ? opjit_workspace(ctx, (size_t)(j.S * count) * esz) : dw;
+#ifdef SG_FAST
+    /* A 1x1 with fewer output than input channels: the products read the
+     * input in place and a transposed grad (smaller than the input). */
+    if (j.fast && j.direct && g->og <= 256 && g->og <= j.cbc &&
+        (rc = conv_gw_transpose_grad(ctx, &j)))
+        return rc;
+#endif
+    j.dw = j.S > 1 || j.dyt ? opjit_workspace(ctx, (size_t)(j.S * count) * esz) : dw;
     j.ws = (char *)opjit_workspace(ctx, (size_t)opjit_num_threads(ctx) * j.per);
     if (!j.dw || !j.ws)
         return opjit_fail(ctx, "out of memory for grad_weight's workspace");
     units = j.S * g->groups * j.ncb * j.nrb;
-    if ((rc = opjit_parallel_for(ctx, 0, units, 1, conv_gw_run, &j)) || j.S == 1)
+    if ((rc = opjit_parallel_for(ctx, 0, units, 1, conv_gw_run, &j)) || j.dw == dw)
         return rc;
     q.g = g;
     q.parts = j.dw;
     q.dw = dw;
     q.S = j.S;
     q.count = count;
+    q.kdim = j.kdim;
+    q.transposed = j.dyt != NULL;
     return opjit_parallel_for(ctx, 0, count, 4096, conv_gw_sum_run, &q);
 }
 

@@ -102,22 +102,19 @@ static int mm_blas(opjit_ctx *ctx, mm_job *j)
 }
 
 #ifdef SG_FAST
-/* Copy columns [c0, c0 + nb) of mat2 into p, a contiguous [k, nb]. */
+/* Copy columns [c0, c0 + nb) of mat2 into p, a contiguous [k, nb]; a
+ * column-major mat2 (a transposed view) is transposed in 16 x 16 blocks. */
 static void mm_pack_panel(const mm_job *j, int64_t c0, int64_t nb, float *p)
 {
     const float *y = (const float *)j->y;
-    int64_t r, c;
+    int64_t r;
     if (!j->yt) {
         for (r = 0; r < j->k; r++)
             memcpy(p + r * nb, y + r * j->ldb + c0, (size_t)nb * sizeof(float));
         return;
     }
     /* column-major: element (r, c) at y[c * ldb + r] */
-    for (c = 0; c < nb; c++) {
-        const float *col = y + (c0 + c) * j->ldb;
-        for (r = 0; r < j->k; r++)
-            p[r * nb + c] = col[r];
-    }
+    sg_transpose(y + c0 * j->ldb, j->ldb, nb, j->k, p, nb);
 }
 
 /* Chunks [lo, hi) of (block of rows, panel of columns), panel fastest:
@@ -142,16 +139,15 @@ static int mm_fast_run(void *user, int64_t lo, int64_t hi)
     return 0;
 }
 
-/* Rows [lo, hi) of a column-major self into a row-major copy (lda = k). */
+/* Rows [64 lo, 64 hi) of a column-major self into a row-major copy
+ * (lda = k), 16 x 16 blocks at a time: read in place, a column-major
+ * operand would cost the GEMM a page per step of k. */
 static int mm_transpose_run(void *user, int64_t lo, int64_t hi)
 {
     const mm_job *j = (const mm_job *)user;
-    const float *x = (const float *)j->x;
-    float *t = (float *)(void *)j->ws;
-    int64_t r, c;
-    for (r = lo; r < hi; r++)
-        for (c = 0; c < j->k; c++)
-            t[r * j->k + c] = x[c * j->lda + r];
+    int64_t r0 = lo * 64, r1 = hi * 64 < j->n ? hi * 64 : j->n;
+    sg_transpose((const float *)j->x + r0, j->lda, j->k, r1 - r0, (float *)(void *)j->ws + r0 * j->k,
+                 j->k);
     return 0;
 }
 
@@ -164,7 +160,7 @@ static int mm_fast(opjit_ctx *ctx, mm_job *j)
         if (!copy)
             return -1;
         j->ws = (char *)copy;
-        if ((rc = opjit_parallel_for(ctx, 0, j->n, 64, mm_transpose_run, j)))
+        if ((rc = opjit_parallel_for(ctx, 0, (j->n + 63) / 64, 1, mm_transpose_run, j)))
             return rc;
         j->x = copy;
         j->lda = j->k;

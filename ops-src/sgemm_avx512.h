@@ -49,9 +49,11 @@ static int sg_fast_ok(void)
 /* ---- GEMM ---------------------------------------------------------------------- */
 
 /* Micro-kernels: C[8][16*NV] = A[8][K] . B[K][16*NV] (acc: C +=, the
- * chains of fused multiply-adds starting from C instead of 0), row-major
- * with leading dimensions lda, ldb, ldc. Rows 0-3 of A are read through
- * p, rows 4-7 through q = p + 4*lda. */
+ * chains of fused multiply-adds starting from C instead of 0), B and C
+ * row-major with leading dimensions ldb, ldc; A's element (i, k) at
+ * A[i * lda + k * aks] (aks 1: row-major; lda 1: a transposed view, read
+ * without a copy). Rows 0-3 of A are read through p, rows 4-7 through
+ * q = p + 4*lda. */
 #define SG_I(r, v) (acc ? SG_LD(C + (r) * ldc + 16 * (v)) : z)
 #define SG_R3(r, p, i)                                                      \
     a = p[(i) * lda]; c##r##0 += a * b0; c##r##1 += a * b1; c##r##2 += a * b2;
@@ -64,7 +66,8 @@ static int sg_fast_ok(void)
 /* pf: also prefetch the next 48 columns of B (the next panel), whose rows
  * are far apart when B is not packed (a 1x1 convolution reads the input
  * in place), so that the next call does not wait on memory row by row. */
-SG_AVX512 static void sg_k8x48(int64_t K, const float *A, int64_t lda, const float *B,
+SG_AVX512 static void sg_k8x48(int64_t K, const float *A, int64_t lda, int64_t aks,
+                                   const float *B,
                                    int64_t ldb, float *C, int64_t ldc, int pf, int acc)
 {
     const sg_v16 z = {0};
@@ -77,7 +80,7 @@ SG_AVX512 static void sg_k8x48(int64_t K, const float *A, int64_t lda, const flo
     const float *p = A, *q = A + 4 * lda;
     int64_t k;
     if (pf)
-        for (k = 0; k < K; k++, p++, q++, B += ldb) {
+        for (k = 0; k < K; k++, p += aks, q += aks, B += ldb) {
             sg_v16 b0 = SG_LD(B), b1 = SG_LD(B + 16), b2 = SG_LD(B + 32);
             float a;
             __builtin_prefetch(B + 48);
@@ -86,7 +89,7 @@ SG_AVX512 static void sg_k8x48(int64_t K, const float *A, int64_t lda, const flo
             SG_ROWS(SG_R3)
         }
     else
-        for (k = 0; k < K; k++, p++, q++, B += ldb) {
+        for (k = 0; k < K; k++, p += aks, q += aks, B += ldb) {
             sg_v16 b0 = SG_LD(B), b1 = SG_LD(B + 16), b2 = SG_LD(B + 32);
             float a;
             SG_ROWS(SG_R3)
@@ -97,7 +100,8 @@ SG_AVX512 static void sg_k8x48(int64_t K, const float *A, int64_t lda, const flo
 #undef SG_S3
 }
 
-SG_AVX512 static void sg_k8x32(int64_t K, const float *A, int64_t lda, const float *B,
+SG_AVX512 static void sg_k8x32(int64_t K, const float *A, int64_t lda, int64_t aks,
+                                   const float *B,
                                    int64_t ldb, float *C, int64_t ldc, int acc)
 {
     const sg_v16 z = {0};
@@ -107,7 +111,7 @@ SG_AVX512 static void sg_k8x32(int64_t K, const float *A, int64_t lda, const flo
     sg_v16 c60 = SG_I(6, 0), c61 = SG_I(6, 1), c70 = SG_I(7, 0), c71 = SG_I(7, 1);
     const float *p = A, *q = A + 4 * lda;
     int64_t k;
-    for (k = 0; k < K; k++, p++, q++, B += ldb) {
+    for (k = 0; k < K; k++, p += aks, q += aks, B += ldb) {
         sg_v16 b0 = SG_LD(B), b1 = SG_LD(B + 16);
         float a;
         SG_ROWS(SG_R2)
@@ -117,7 +121,8 @@ SG_AVX512 static void sg_k8x32(int64_t K, const float *A, int64_t lda, const flo
 #undef SG_S2
 }
 
-SG_AVX512 static void sg_k8x16(int64_t K, const float *A, int64_t lda, const float *B,
+SG_AVX512 static void sg_k8x16(int64_t K, const float *A, int64_t lda, int64_t aks,
+                                   const float *B,
                                    int64_t ldb, float *C, int64_t ldc, int acc)
 {
     const sg_v16 z = {0};
@@ -125,7 +130,7 @@ SG_AVX512 static void sg_k8x16(int64_t K, const float *A, int64_t lda, const flo
     sg_v16 c40 = SG_I(4, 0), c50 = SG_I(5, 0), c60 = SG_I(6, 0), c70 = SG_I(7, 0);
     const float *p = A, *q = A + 4 * lda;
     int64_t k;
-    for (k = 0; k < K; k++, p++, q++, B += ldb) {
+    for (k = 0; k < K; k++, p += aks, q += aks, B += ldb) {
         sg_v16 b0 = SG_LD(B);
         float a;
         SG_ROWS(SG_R1)
@@ -144,12 +149,13 @@ static size_t sg_sgemm_scratch(int64_t K)
 
 /* C (M x N) = A (M x K) . B (K x N), or with acc C += A . B (each element's
  * chain of fused multiply-adds continues from C's value: splitting K into
- * calls with acc gives the bits of one call), row-major, K >= 1. Panels
- * of 48 columns (64 left: two of 32), blocks of 8 rows; the last M % 8
- * rows and N % 16 columns go through zero-padded copies. */
-SG_AVX512 static void sg_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                                  const float *B, int64_t ldb, float *C, int64_t ldc,
-                                  float *scratch, int acc)
+ * calls with acc gives the bits of one call); A's element (i, k) at
+ * A[i * lda + k * aks], B and C row-major, K >= 1. Panels of 48 columns
+ * (64 left: two of 32), blocks of 8 rows; the last M % 8 rows and N % 16
+ * columns go through zero-padded copies. */
+SG_AVX512 static void sg_gemm_ex(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                                     int64_t aks, const float *B, int64_t ldb, float *C,
+                                     int64_t ldc, float *scratch, int acc)
 {
     float *at = scratch, *bt = at + 8 * K, *ct = bt + 16 * K;
     int64_t mfull = M & ~(int64_t)7, nfull = N & ~(int64_t)15, i, j, r, k, w;
@@ -157,8 +163,14 @@ SG_AVX512 static void sg_gemm(int64_t M, int64_t N, int64_t K, const float *A, i
     int64_t iblk = M > N ? 8 : (M + 7) / 8 * 8, i0;
     if (M > mfull) {
         memset(at, 0, (size_t)(8 * K) * sizeof(float));
-        for (r = 0; r < M - mfull; r++)
-            memcpy(at + r * K, A + (mfull + r) * lda, (size_t)K * sizeof(float));
+        for (r = 0; r < M - mfull; r++) {
+            const float *row = A + (mfull + r) * lda;
+            if (aks == 1)
+                memcpy(at + r * K, row, (size_t)K * sizeof(float));
+            else
+                for (k = 0; k < K; k++)
+                    at[r * K + k] = row[k * aks];
+        }
     }
     if (N > nfull) {
         memset(bt, 0, (size_t)(16 * K) * sizeof(float));
@@ -171,7 +183,8 @@ SG_AVX512 static void sg_gemm(int64_t M, int64_t N, int64_t K, const float *A, i
             w = w == 64 ? 32 : w >= 48 ? 48 : w >= 32 ? 32 : w >= 16 ? 16 : w;
             for (i = i0; i < i0 + iblk && i < M; i += 8) {
                 const float *a = i < mfull ? A + i * lda : at;
-                int64_t la = i < mfull ? lda : K, rows = M - i < 8 ? M - i : 8;
+                int64_t la = i < mfull ? lda : K, ka = i < mfull ? aks : 1;
+                int64_t rows = M - i < 8 ? M - i : 8;
                 float *dst = rows == 8 && w >= 16 ? C + i * ldc + j : ct;
                 int64_t ld = dst == ct ? 48 : ldc;
                 if (dst == ct && acc) /* the partial block's values, to go on from */
@@ -179,19 +192,27 @@ SG_AVX512 static void sg_gemm(int64_t M, int64_t N, int64_t K, const float *A, i
                         if (r < rows)
                             memcpy(ct + r * 48, C + (i + r) * ldc + j, (size_t)w * sizeof(float));
                 if (w == 48) /* the first block of rows fetches the next panel */
-                    sg_k8x48(K, a, la, B + j, ldb, dst, ld, i == i0 && j + 48 < N, acc);
+                    sg_k8x48(K, a, la, ka, B + j, ldb, dst, ld, i == i0 && j + 48 < N, acc);
                 else if (w == 32)
-                    sg_k8x32(K, a, la, B + j, ldb, dst, ld, acc);
+                    sg_k8x32(K, a, la, ka, B + j, ldb, dst, ld, acc);
                 else if (w == 16)
-                    sg_k8x16(K, a, la, B + j, ldb, dst, ld, acc);
+                    sg_k8x16(K, a, la, ka, B + j, ldb, dst, ld, acc);
                 else
-                    sg_k8x16(K, a, la, bt, 16, dst, ld, acc);
+                    sg_k8x16(K, a, la, ka, bt, 16, dst, ld, acc);
                 if (dst == ct)
                     for (r = 0; r < rows; r++)
                         memcpy(C + (i + r) * ldc + j, ct + r * 48, (size_t)w * sizeof(float));
             }
         }
     }
+}
+
+/* sg_gemm_ex of a row-major A (aks 1). */
+SG_AVX512 static void sg_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                                  const float *B, int64_t ldb, float *C, int64_t ldc,
+                                  float *scratch, int acc)
+{
+    sg_gemm_ex(M, N, K, A, lda, 1, B, ldb, C, ldc, scratch, acc);
 }
 
 /* C (M x N) = A (M x K) . B (K x N): sg_gemm without acc. */
