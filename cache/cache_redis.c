@@ -31,10 +31,9 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
-#include <hiredis/hiredis.h>
-
 #include "opjit.h"
 #include "cache/cache_int.h"
+#include "cache/cache_libs.h"
 #include "cache/cache_remote.h"
 
 #define REDIS_MAX_REPLY (1u << 20)      /* a reply to anything but GET */
@@ -150,7 +149,7 @@ static void redis_close(redis_link *r)
         close(r->fd);
     r->fd = -1;
     if (r->reader)
-        redisReaderFree(r->reader);
+        remote_lib.reader_free(r->reader);
     r->reader = NULL;
 }
 
@@ -183,19 +182,19 @@ static void *redis_array_bounded(const redisReadTask *task, int elements)
 
 static void redis_fns_init(void)
 {
-    redisReader *d = redisReaderCreate();
+    redisReader *d = remote_lib.reader_create();
     if (!d)
         return;
     redis_fns = *d->fn;
     redis_array_default = d->fn->createArray;
     redis_fns.createArray = redis_array_bounded;
-    redisReaderFree(d);
+    remote_lib.reader_free(d);
 }
 
 static redisReader *redis_reader_new(void)
 {
     pthread_once(&redis_fns_once, redis_fns_init);
-    return redis_array_default ? redisReaderCreateWithFunctions(&redis_fns) : NULL;
+    return redis_array_default ? remote_lib.reader_create_with(&redis_fns) : NULL;
 }
 
 /* ---- the socket ---------------------------------------------------------------- */
@@ -331,7 +330,7 @@ static int redis_recv(redis_link *r, size_t max, int64_t deadline, redisReply **
     size_t hl = 0, got = 0;
     void *rep = NULL;
     for (;;) {
-        if (redisReaderGetReply(r->reader, &rep) != REDIS_OK)
+        if (remote_lib.reader_get_reply(r->reader, &rep) != REDIS_OK)
             return LINK_PROTO;
         if (rep) {
             *out = rep;
@@ -350,7 +349,7 @@ static int redis_recv(redis_link *r, size_t max, int64_t deadline, redisReply **
         got += (size_t)n;
         if (redis_head(head, &hl, buf, (size_t)n, max) || got > max + 64)
             return LINK_BIG;
-        if (redisReaderFeed(r->reader, buf, (size_t)n) != REDIS_OK)
+        if (remote_lib.reader_feed(r->reader, buf, (size_t)n) != REDIS_OK)
             return LINK_PROTO;
     }
 }
@@ -361,13 +360,13 @@ static int redis_exchange(redis_link *r, int argc, const char **argv, const size
                           size_t max, int64_t deadline, redisReply **out)
 {
     char *cmd = NULL;
-    int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+    int len = remote_lib.format_argv(&cmd, argc, argv, lens);
     if (len < 0) {
         errno = ENOMEM;
         return LINK_IO;
     }
     int rc = redis_send(r->fd, cmd, (size_t)len, deadline);
-    redisFreeCommand(cmd);
+    remote_lib.free_command(cmd);
     if (rc != 0)
         return errno == ETIMEDOUT ? LINK_LATE : LINK_IO;
     return redis_recv(r, max, deadline, out);
@@ -411,7 +410,7 @@ static int redis_connect(redis_link *r, int64_t deadline, char *why, size_t whyl
         snprintf(why, whylen, "SELECT %d failed: %.200s", r->db,
                  rep->type == REDIS_REPLY_ERROR ? rep->str : "an unexpected reply");
     if (rep)
-        freeReplyObject(rep);
+        remote_lib.free_reply(rep);
     if (!ok)
         redis_close(r);
     return ok ? 0 : -1;

@@ -25,10 +25,9 @@
 
 #include <sys/random.h>
 
-#include <hiredis/hiredis.h>
-
 #include "opjit.h"
 #include "cache/cache_int.h"
+#include "cache/cache_libs.h"
 #include "cache/cache_remote.h"
 #include "runtime/env.h"
 
@@ -118,6 +117,13 @@ int cache_remote_open(cache *c, const cache_config *cfg, cache_remote **out)
     int backoff_ms = remote_ms(c, 0, "OPJIT_REMOTE_BACKOFF", 30000);
     char why[512];
     if (remote_trust(c, r, cfg, url) != 0) {
+        cache_remote_close(r);
+        return OPJIT_OK;
+    }
+    /* The client and the crypto library are loaded now, for the first
+     * time in the process: a host without a remote never pays for them. */
+    if (!remote_libs_get(why, sizeof why)) {
+        cache_logf(c, OPJIT_LOG_WARN, "cache: remote cache %s is not used: %s", url, why);
         cache_remote_close(r);
         return OPJIT_OK;
     }
@@ -528,7 +534,7 @@ static void remote_delete(cache *c, const char *rkey)
 {
     redisReply *rep = c->remote->ro ? NULL : remote_cmd2(c, "DEL", rkey);
     if (rep)
-        freeReplyObject(rep);
+        remote_lib.free_reply(rep);
 }
 
 /* GET_FOREIGN: the remote holds a value we cannot use and must not
@@ -586,7 +592,7 @@ static int remote_get(cache *c, const cache_request *req, const char *dir, cache
     } else if (rep->type == REDIS_REPLY_ERROR) {
         cache_logf(c, OPJIT_LOG_DEBUG, "cache: remote GET %s: %s", rkey, rep->str);
     }
-    freeReplyObject(rep);
+    remote_lib.free_reply(rep);
     return rc;
 }
 
@@ -604,7 +610,7 @@ static int remote_lock_bogus(cache *c, const cache_request *req, const char *rke
     redisReply *rep = remote_cmd(c, 6, argv, NULL);
     int rc = !rep ? -1 : rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
     if (rep)
-        freeReplyObject(rep);
+        remote_lib.free_reply(rep);
     if (rc == 1)
         cache_logf(c, OPJIT_LOG_WARN, "cache: the fleet lock of key %s had no time limit or one "
                    "over the lease (%s ms); taken over", req->key.hex, px);
@@ -629,7 +635,7 @@ static int remote_lock(cache *c, const cache_request *req, char token[REMOTE_TOK
     redisReply *rep = remote_cmd(c, 6, argv, NULL);
     int rc = !rep || rep->type == REDIS_REPLY_ERROR ? -1 : rep->type == REDIS_REPLY_STATUS;
     if (rep)
-        freeReplyObject(rep);
+        remote_lib.free_reply(rep);
     if (rc == 0)
         rc = remote_lock_bogus(c, req, rkey, token, px);
     if (rc != 1)
@@ -649,7 +655,7 @@ void cache_remote_unlock(cache *c, const cache_request *req, const char *token)
     const char *argv[] = {"EVAL", script, "1", rkey, token};
     redisReply *rep = remote_cmd(c, 5, argv, NULL);
     if (rep)
-        freeReplyObject(rep);
+        remote_lib.free_reply(rep);
 }
 
 
@@ -718,7 +724,7 @@ static int remote_has(cache *c, const char *rkey)
     redisReply *rep = remote_cmd2(c, "EXISTS", rkey);
     int has = !rep || rep->type != REDIS_REPLY_INTEGER || rep->integer != 0;
     if (rep)
-        freeReplyObject(rep);
+        remote_lib.free_reply(rep);
     return has;
 }
 
@@ -747,7 +753,7 @@ void cache_remote_put(cache *c, const cache_request *req, const char *dir, const
         cache_logf(c, OPJIT_LOG_DEBUG, "cache: stored %s in the remote cache (%zu bytes)",
                    req->key.hex, len);
     if (rep)
-        freeReplyObject(rep);
+        remote_lib.free_reply(rep);
 out:
     free(base);
     cache_remote_unlock(c, req, token);

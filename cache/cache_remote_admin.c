@@ -9,10 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <hiredis/hiredis.h>
-
 #include "opjit.h"
 #include "cache/cache_int.h"
+#include "cache/cache_libs.h"
 #include "cache/cache_remote.h"
 
 #define REMOTE_HEAD_READ 8191 /* bytes of a value read to list it */
@@ -35,12 +34,12 @@ static int remote_scan(cache *c, int (*fn)(cache *c, void *ud, const char *rkey)
     redisReply *n = cache_remote_cmd(c, 1, dbsize, NULL);
     if (!n || n->type != REDIS_REPLY_INTEGER || n->integer < 0) {
         if (n)
-            freeReplyObject(n);
+            remote_lib.free_reply(n);
         return -1;
     }
     uint64_t keys = n->integer > (1LL << 24) ? 1ULL << 24 : (uint64_t)n->integer;
     uint64_t max_pages = 64 + 16 * (keys / REMOTE_SCAN_COUNT + 1), max_keys = 1024 + 4 * keys;
-    freeReplyObject(n);
+    remote_lib.free_reply(n);
     char cursor[32] = "0", count[16];
     snprintf(count, sizeof count, "%d", REMOTE_SCAN_COUNT);
     do {
@@ -51,7 +50,7 @@ static int remote_scan(cache *c, int (*fn)(cache *c, void *ud, const char *rkey)
         if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
             rep->element[0]->type != REDIS_REPLY_STRING) {
             if (rep)
-                freeReplyObject(rep);
+                remote_lib.free_reply(rep);
             return -1;
         }
         snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
@@ -63,7 +62,7 @@ static int remote_scan(cache *c, int (*fn)(cache *c, void *ud, const char *rkey)
             if (!stop && k && strncmp(k, REMOTE_LOCK_PREFIX, strlen(REMOTE_LOCK_PREFIX)) != 0)
                 stop = fn(c, ud, k);
         }
-        freeReplyObject(rep);
+        remote_lib.free_reply(rep);
         if (stop)
             return stop < 0 ? stop : 0;
     } while (strcmp(cursor, "0") != 0);
@@ -77,7 +76,7 @@ static uint64_t remote_int(cache *c, const char *verb, const char *rkey)
     uint64_t v = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer > 0
                      ? (uint64_t)rep->integer : 0;
     if (rep)
-        freeReplyObject(rep);
+        remote_lib.free_reply(rep);
     return v;
 }
 
@@ -137,7 +136,7 @@ static int remote_list_one(cache *c, void *ud, const char *rkey)
     };
     int stop = w->fn(w->ud, &info);
     if (rep)
-        freeReplyObject(rep);
+        remote_lib.free_reply(rep);
     return stop;
 }
 
@@ -166,7 +165,7 @@ static int remote_memory(cache *c, cache_remote_info *info)
     redisReply *rep = cache_remote_cmd(c, 2, argv, NULL);
     if (!rep || rep->type != REDIS_REPLY_STRING) {
         if (rep)
-            freeReplyObject(rep);
+            remote_lib.free_reply(rep);
         return -1;
     }
     const char *p;
@@ -176,7 +175,7 @@ static int remote_memory(cache *c, cache_remote_info *info)
         info->maxmemory = strtoull(p + 11, NULL, 10);
     if ((p = strstr(rep->str, "\nmaxmemory_policy:")))
         snprintf(info->policy, sizeof info->policy, "%.*s", (int)strcspn(p + 18, "\r\n"), p + 18);
-    freeReplyObject(rep);
+    remote_lib.free_reply(rep);
     return 0;
 }
 

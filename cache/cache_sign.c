@@ -1,6 +1,6 @@
 /*
  * cache/cache_sign.c - the fleet key and the signatures of remote entries:
- * HMAC-SHA256 (SHA-256 from OpenSSL's libcrypto) over a domain tag, the Redis key the
+ * HMAC-SHA256 (SHA-256 from OpenSSL's libcrypto, loaded on first use) over a domain tag, the Redis key the
  * value is stored under, and the value's body. Covering the Redis key means
  * a value copied under another key no longer verifies.
  */
@@ -12,13 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* SHA256_Init and friends are deprecated in OpenSSL 3.0 in favour of
- * EVP, which loads providers on first use; they are still there. */
-#define OPENSSL_API_COMPAT 10101
-#include <openssl/crypto.h>
-#include <openssl/sha.h>
-
 #include "cache/cache_int.h"
+#include "cache/cache_libs.h"
 #include "cache/cache_remote.h"
 
 #define SIGN_KEY_MIN 16
@@ -93,7 +88,7 @@ int sign_key_load(const char *path, uid_t euid, unsigned char **key, size_t *len
         else if (n < 0 && buf)
             snprintf(why, whylen, "cannot read %s: %s", path, strerror(errno));
         if (buf)
-            OPENSSL_cleanse(buf, SIGN_KEY_MAX + 1);
+            explicit_bzero(buf, SIGN_KEY_MAX + 1);
         free(buf);
         return -1;
     }
@@ -105,40 +100,49 @@ int sign_key_load(const char *path, uid_t euid, unsigned char **key, size_t *len
 void sign_key_free(unsigned char *key, size_t len)
 {
     if (key)
-        OPENSSL_cleanse(key, len);
+        explicit_bzero(key, len);
     free(key);
 }
 
 /* HMAC (RFC 2104) over SHA-256 from libcrypto's SHA256_* functions: they
  * need none of OpenSSL's providers, whose first use costs milliseconds (a
- * remote hit is meant to take about one). */
+ * remote hit is meant to take about one). -1 also when libcrypto cannot
+ * be loaded. */
 int sign_compute(const unsigned char *key, size_t keylen, const char *rkey, const void *body,
                  size_t len, unsigned char mac[SIGN_MAC_LEN])
 {
     enum { BLOCK = 64 };
     unsigned char k[BLOCK] = {0}, pad[BLOCK], inner[SHA256_DIGEST_LENGTH];
     SHA256_CTX ctx;
+    char why[512];
+    const remote_libs *L = remote_libs_get(why, sizeof why);
+    if (!L)
+        return -1;
+    int ok = 1;
     if (keylen > BLOCK)
-        SHA256(key, keylen, k);
+        ok = L->sha256_init(&ctx) && L->sha256_update(&ctx, key, keylen) &&
+             L->sha256_final(k, &ctx);
     else
         memcpy(k, key, keylen);
     for (int i = 0; i < BLOCK; i++)
         pad[i] = k[i] ^ 0x36;
-    int ok = SHA256_Init(&ctx) && SHA256_Update(&ctx, pad, BLOCK) &&
-             SHA256_Update(&ctx, SIGN_DOMAIN, strlen(SIGN_DOMAIN)) &&
-             SHA256_Update(&ctx, rkey, strlen(rkey) + 1) && SHA256_Update(&ctx, body, len) &&
-             SHA256_Final(inner, &ctx);
+    ok = ok && L->sha256_init(&ctx) && L->sha256_update(&ctx, pad, BLOCK) &&
+         L->sha256_update(&ctx, SIGN_DOMAIN, strlen(SIGN_DOMAIN)) &&
+         L->sha256_update(&ctx, rkey, strlen(rkey) + 1) && L->sha256_update(&ctx, body, len) &&
+         L->sha256_final(inner, &ctx);
     for (int i = 0; i < BLOCK; i++)
         pad[i] = k[i] ^ 0x5c;
-    ok = ok && SHA256_Init(&ctx) && SHA256_Update(&ctx, pad, BLOCK) &&
-         SHA256_Update(&ctx, inner, sizeof inner) && SHA256_Final(mac, &ctx);
-    OPENSSL_cleanse(k, sizeof k);
-    OPENSSL_cleanse(pad, sizeof pad);
-    OPENSSL_cleanse(&ctx, sizeof ctx);
+    ok = ok && L->sha256_init(&ctx) && L->sha256_update(&ctx, pad, BLOCK) &&
+         L->sha256_update(&ctx, inner, sizeof inner) && L->sha256_final(mac, &ctx);
+    explicit_bzero(k, sizeof k);
+    explicit_bzero(pad, sizeof pad);
+    explicit_bzero(&ctx, sizeof ctx);
     return ok ? 0 : -1;
 }
 
 int sign_equal(const unsigned char *a, const unsigned char *b)
 {
-    return CRYPTO_memcmp(a, b, SIGN_MAC_LEN) == 0;
+    char why[512];
+    const remote_libs *L = remote_libs_get(why, sizeof why);
+    return L && L->memcmp_ct(a, b, SIGN_MAC_LEN) == 0;
 }
