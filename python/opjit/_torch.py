@@ -30,8 +30,8 @@ _registered = {}  # (namespace, op name) -> Op
 def _check_namespace(namespace):
     if not isinstance(namespace, str) or not namespace.isidentifier() or \
             keyword.iskeyword(namespace):
-        raise ValueError("register_torch: namespace must be a Python identifier (torch.ops.<namespace>), "
-                         "got %r" % (namespace,))
+        raise ValueError("register_torch: namespace must be a Python identifier "
+                         "(torch.ops.<namespace>), got %r" % (namespace,))
 
 
 def _library(torch, namespace):
