@@ -26,8 +26,14 @@ interpreters against load_inline) come from bench/py_bench.py.
 
 usage: bench/bench.py --bin build/bench/opjit_bench [--dnnl build/bench/dnnl_anchor]
                       [--quick] [--reps N] [--threads 1,N]
-                      [--only loads,cli,call,nms,conv2d,mm,python,lookup,remote,backward [--merge]]
+                      [--only loads,cli,call,nms,conv2d,mm,python,lookup,remote,backward,torch2 [--merge]]
                       [--results DIR] [--torch2 PYTHON]
+
+The torch2 rows (opjit ops as torch 2 custom ops: the call through
+torch.ops against a Python custom_op, a training step against F.conv2d,
+eager and compiled) come from bench/torch2_bench.py, run by the torch 2
+interpreter of the development environment ($OPJIT_BENCH_TORCH2_PYTHON,
+set by bench/run) on the package built for it.
 
 --merge keeps the sections not named by --only from the existing
 latest.json (for rerunning one section on a busy machine).
@@ -767,6 +773,56 @@ def build_rows(R):
                          "n/a (%s)" % "; ".join(l.get("errors", ["?"]))[:200]))
     if "python" in R:
         rows.extend(py_bench.rows(R["python"], fms))
+    rows.extend(torch2_rows(R))
+    return rows
+
+
+def bench_torch2(reps):
+    """bench/torch2_bench.py under the torch 2 interpreter: its JSON."""
+    py = os.environ.get("OPJIT_BENCH_TORCH2_PYTHON", "")
+    if not py or not os.path.exists(py):
+        return {"missing": "no torch 2 interpreter (scripts/install-deps makes the environment; "
+                           "bench/run passes it)"}
+    out = os.path.join(tempfile.mkdtemp(prefix="opjit-torch2-"), "torch2.json")
+    env = dict(os.environ, PYTHONPATH=os.environ.get("OPJIT_BENCH_TORCH2_PATH", ""))
+    log("torch2: %s bench/torch2_bench.py" % py)
+    r = subprocess.run([py, os.path.join(ROOT, "bench", "torch2_bench.py"), "--reps", str(reps),
+                        "--threads", ",".join(map(str, THREADS)), "--out", out], env=env)
+    if r.returncode or not os.path.exists(out):
+        return {"missing": "bench/torch2_bench.py failed (exit %d)" % r.returncode}
+    with open(out) as f:
+        return json.load(f)
+
+
+def torch2_rows(R):
+    T = R.get("torch2")
+    if T is None:
+        return []
+    if "missing" in T:
+        return [("torch 2 rows (call through torch.ops, training step)", "n/a", "-", "-", "-",
+                 "n/a (%s)" % T["missing"])]
+    c = T["call"]
+    us = c["us"]
+    rows = [("call of an opjit op through torch.ops on torch %s (tiny %dx%d mm, 1 thread; schema, "
+             "fake kernel and autograd registered)" % (T["torch"].split("+")[0], c["shape"][0],
+                                                       c["shape"][1]),
+             "%.1f us" % us["opjit_torch_ops"],
+             "torch.library.custom_op in Python (torch.mm inside, fake + autograd): %.1f us"
+             % us["custom_op_torch_mm"],
+             "%.2fx time" % c["ratio"], "<= 1.0x time", yesno(c["ratio"] <= 1.0)),
+            ("  for scale: the custom_op wrapping the opjit call; opjit called directly; torch.mm",
+             "%.1f us / %.1f us" % (us["custom_op_opjit"], us["opjit_direct"]),
+             "torch.mm: %.1f us" % us["torch_mm"], "-", "report", "-")]
+    if "missing" in T["train"]:
+        rows.append(("training step of a small CNN: opjit conv2d vs F.conv2d", "n/a", "-", "-",
+                     "report", "n/a (%s)" % T["train"]["missing"]))
+        return rows
+    for key in sorted(T["train"], key=lambda k: (int(k.split()[1][:-1]), k)):
+        t = T["train"][key]
+        rows.append(("training step of a small CNN (3 conv2d, batch 8 of 3x32x32), %s: opjit "
+                     "conv2d + torch ops vs F.conv2d" % key,
+                     "%.2f ms" % t["ms"]["opjit"], "F.conv2d: %.2f ms" % t["ms"]["torch"],
+                     "%.2fx throughput" % t["ratio"], "report", "-"))
     return rows
 
 
@@ -1271,7 +1327,8 @@ def cli_rows(R):
 # What each --only section writes into the results.
 SECTION_KEYS = {"loads": ["loads", "ran_loads"], "call": ["call_overhead"], "nms": ["nms"],
                 "conv2d": ["conv2d"], "mm": ["mm"], "python": ["python"], "lookup": ["lookup"],
-                "cli": ["cli"], "remote": ["remote"], "backward": ["backward"]}
+                "cli": ["cli"], "remote": ["remote"], "backward": ["backward"],
+                "torch2": ["torch2"]}
 
 
 def merged_results(path, fresh, only):
@@ -1301,7 +1358,8 @@ def main():
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="3 repetitions (to try the harness)")
     ap.add_argument("--only", default="",
-                    help="comma list: loads,cli,call,nms,conv2d,mm,python,lookup,remote,backward")
+                    help="comma list: loads,cli,call,nms,conv2d,mm,python,lookup,remote,backward,"
+                         "torch2")
     ap.add_argument("--torch2", default="",
                     help="the torch 2.x interpreter for the backward rows (bench/run finds it)")
     ap.add_argument("--merge", action="store_true",
@@ -1315,7 +1373,8 @@ def main():
         THREADS = sorted({int(x) for x in a.threads.split(",")})
     reps = 3 if a.quick else a.reps
     only = set(a.only.split(",")) if a.only else {"loads", "cli", "call", "nms", "conv2d", "mm",
-                                                  "python", "lookup", "remote", "backward"}
+                                                  "python", "lookup", "remote", "backward",
+                                                  "torch2"}
     exe = os.path.abspath(a.bin)
     out_dir = os.path.abspath(a.results)
     os.chdir(ROOT)
@@ -1362,6 +1421,8 @@ def main():
                 R["hosts"] = bench_hosts(sv, reps)
             if "backward" in only:
                 R["backward"] = backward_bench.run(a.torch2, THREADS, reps, tmp)
+            if "torch2" in only:
+                R["torch2"] = bench_torch2(reps)
         finally:
             sv.close()
             if dn:

@@ -172,7 +172,15 @@ struct opjit_ctx {
     struct cuda_ws *dws;          /* device workspace of this call */
     int pushed;                   /* the context was pushed */
     int htod_pending;             /* a host-to-device copy may still read host memory */
-    struct shape_run *shapes;     /* a shape rule's context (runtime/decl.c), else NULL */
+    struct shape_run *shapes;     /* a shape rule's context (runtime/decl_query.c), else NULL */
+};
+
+/* Where a shape rule's answers go (runtime/decl_query.c runs the rule,
+ * decl.c's opjit_output_shape fills them). */
+struct shape_run {
+    opjit_out_shape *outs;
+    int nouts;
+    unsigned set; /* bit i: output i was named */
 };
 
 /* Arguments bound to the kernel a call picks (call_bind). */

@@ -371,6 +371,59 @@ static void bad_declarations(void)
     }
 }
 
+/* Every output's shape of a call of op against the rule's. */
+static void rule_matches_call(opjit_runtime *r, opjit_op *op, opjit_value *v, int n, int nouts,
+                              const char *what)
+{
+    DLManagedTensor *res[3] = {NULL, NULL, NULL};
+    opjit_out_shape o[3];
+    CHECKF(opjit_call(r, op, v, n, res, nouts) == OPJIT_OK, "%s: %s", what, opjit_errmsg(r));
+    CHECKF(opjit_output_shapes(r, op, v, n, o, nouts) == OPJIT_OK, "%s: %s", what,
+           opjit_errmsg(r));
+    for (int i = 0; i < nouts; i++) {
+        if (!res[i])
+            continue;
+        DLTensor *t = &res[i]->dl_tensor;
+        int same = t->ndim == o[i].ndim && t->dtype.bits == o[i].dtype.bits && !o[i].dynamic;
+        for (int d = 0; same && d < t->ndim; d++)
+            same = t->shape[d] == o[i].shape[d];
+        CHECKF(same, "%s: output %d: the rule says %d-d, the call made %d-d", what, i,
+               o[i].ndim, t->ndim);
+        res[i]->deleter(res[i]);
+    }
+}
+
+/* mm_backward and conv2d_backward, every output_mask, bias or none. */
+static void backward_shapes_match_calls(opjit_runtime *r)
+{
+    opjit_op *mmb = NULL, *cb = NULL;
+    CHECKF(opjit_find_op(r, "mm_backward", &mmb) == 0, "%s", opjit_errmsg(r));
+    CHECKF(opjit_find_op(r, "conv2d_backward", &cb) == 0, "%s", opjit_errmsg(r));
+    if (!mmb || !cb)
+        return;
+    static float buf[4096];
+    int64_t gs[2] = {3, 5}, xs[2] = {3, 4}, ys[2] = {4, 5};
+    DLTensor g = cpu_tensor(buf, F32, 2, gs), x = cpu_tensor(buf, F32, 2, xs),
+             y = cpu_tensor(buf, F32, 2, ys);
+    for (int mask = 0; mask < 4; mask++) {
+        int64_t m2[2] = {mask & 1, mask >> 1};
+        opjit_value v[4] = {opjit_tensor(&g), opjit_tensor(&x), opjit_tensor(&y), opjit_ints(m2, 2)};
+        rule_matches_call(r, mmb, v, 4, 2, "mm_backward");
+    }
+    int64_t is[4] = {2, 4, 7, 6}, ws[4] = {6, 2, 3, 2}, bs[1] = {6}, os[4] = {2, 6, 3, 7};
+    DLTensor in = cpu_tensor(buf, F32, 4, is), w = cpu_tensor(buf, F32, 4, ws),
+             b = cpu_tensor(buf, F32, 1, bs), go = cpu_tensor(buf, F32, 4, os);
+    int64_t st[2] = {2, 1}, pd[2] = {0, 1}, dl[2] = {1, 1};
+    for (int mask = 0; mask < 16; mask++) {
+        int64_t m3[3] = {mask & 1, (mask >> 1) & 1, (mask >> 2) & 1};
+        opjit_value v[9] = {opjit_tensor(&go), opjit_tensor(&in), opjit_tensor(&w),
+                            mask & 8 ? opjit_none() : opjit_tensor(&b), opjit_ints(st, 2),
+                            opjit_ints(pd, 2), opjit_ints(dl, 2), opjit_int(2),
+                            opjit_ints(m3, 3)};
+        rule_matches_call(r, cb, v, 9, 3, "conv2d_backward");
+    }
+}
+
 /* The shipped ops' rules say what their calls return, with no data. */
 static void shipped_shape_rules(void)
 {
@@ -434,6 +487,14 @@ static void shipped_shape_rules(void)
         free(in);
         free(w);
     }
+    /* the derivatives, and the backward ops' rules against their calls */
+    CHECK(opjit_op_decls_get(r, mm, &d) == 0 && d->gradient == OPJIT_GRAD_DECLARED);
+    CHECK(!strcmp(t_str(d->backward), "mm_backward") && d->ninputs == 2);
+    CHECK(opjit_op_decls_get(r, conv, &d) == 0 && d->gradient == OPJIT_GRAD_DECLARED);
+    CHECK(!strcmp(t_str(d->backward), "conv2d_backward") && d->ninputs == 3);
+    CHECK(d->inputs[0] == 0 && d->inputs[1] == 1 && d->inputs[2] == 2);
+    backward_shapes_match_calls(r);
+
     /* conv2d.padding: "same" keeps the spatial size */
     opjit_op *convp = NULL;
     CHECKF(opjit_find_op(r, "conv2d.padding", &convp) == OPJIT_OK, "%s", opjit_errmsg(r));

@@ -30,8 +30,8 @@ _registered = {}  # (namespace, op name) -> Op
 def _check_namespace(namespace):
     if not isinstance(namespace, str) or not namespace.isidentifier() or \
             keyword.iskeyword(namespace):
-        raise ValueError("register_torch: namespace must be a Python identifier (torch.ops.<namespace>), "
-                         "got %r" % (namespace,))
+        raise ValueError("register_torch: namespace must be a Python identifier "
+                         "(torch.ops.<namespace>), got %r" % (namespace,))
 
 
 def _library(torch, namespace):
@@ -149,6 +149,9 @@ class _Plan:
         # per backward argument: (name, from, index) but defaults (left to the op)
         self.args = [(bargs[i].name, frm, j) for i, (frm, j) in enumerate(d["backward_args"])
                      if frm != "default"]
+        # the backward op's arguments in order: (name, keyword-only, default)
+        self.bargs = [(a.name, a.kwarg_only, a.default_value if a.has_default_value() else None)
+                      for a in bargs]
 
         # forward arguments the backward takes that are tensors: saved
         self.tensor_input = {j for _, frm, j in self.args
@@ -195,7 +198,11 @@ class _Plan:
                 kwargs[name] = g.contiguous()
             elif frm == "mask":
                 kwargs[name] = [int(i < len(needs) and bool(needs[i])) for i in self.inputs]
-        res = self.backward(**kwargs)
+        # positional but for keyword-only arguments: torch 1.13's
+        # OpOverload.__call__ takes a keyword named self (mm_backward's) amiss
+        pos = [kwargs.get(n, dflt) for n, kwonly, dflt in self.bargs if not kwonly]
+        kw = {n: kwargs[n] for n, kwonly, _ in self.bargs if kwonly and n in kwargs}
+        res = self.backward(*pos, **kw)
         res = res if isinstance(res, (tuple, list)) else (res,)
         out = [None] * len(needs)  # one per input given
         for k, i in enumerate(self.inputs):
@@ -323,21 +330,26 @@ def _function_kernel(torch, overload, plan, no_derivative):
 
 # ---- registration --------------------------------------------------------------------
 
-def _define(torch, lib, namespace, op, fake, backward_of):
-    """Define op in namespace, or find it defined there for this very op."""
-    key = (namespace, op.name)
-    known = _registered.get(key)
-    if known is not None:
-        if known.schema != op.schema:
-            raise Error("%s::%s is registered with torch as %r; torch cannot redefine it as %r"
-                        % (namespace, op.name, known.schema, op.schema))
-        if known != op:
-            raise Error("%s::%s is registered with torch for another opjit op (from %s); "
-                        "it cannot call this one (from %s) under that name: register it "
-                        "under another namespace (register_torch(op, namespace=...))"
-                        % (namespace, op.name, _where(known), _where(op)))
-        return
-    lib.define(op.schema)
+def _is_new(namespace, op):
+    """Whether op is to be defined in namespace: False when this very op
+    is; opjit.Error when another op holds the name."""
+    known = _registered.get((namespace, op.name))
+    if known is None:
+        return True
+    if known.schema != op.schema:
+        raise Error("%s::%s is registered with torch as %r; torch cannot redefine it as %r"
+                    % (namespace, op.name, known.schema, op.schema))
+    if known != op:
+        raise Error("%s::%s is registered with torch for another opjit op (from %s); "
+                    "it cannot call this one (from %s) under that name: register it "
+                    "under another namespace (register_torch(op, namespace=...))"
+                    % (namespace, op.name, _where(known), _where(op)))
+    return False
+
+
+def _implement(torch, lib, namespace, op, fake, backward_of):
+    """op's kernels, fake kernel and autograd, once every op of its family
+    is defined (torch 1.13 keeps the overloads a packet saw first)."""
     for device, dispatch_key in (("cpu", "CPU"), ("cuda", "CUDA")):
         if device in op.devices:
             lib.impl(op.name, op, dispatch_key)
@@ -346,7 +358,6 @@ def _define(torch, lib, namespace, op, fake, backward_of):
         fake = _make_fake(torch, op, modern)
     if fake is not None:
         _register_fake(torch, lib, namespace, op.name, fake)
-    _registered[key] = op
     _register_autograd(torch, lib, namespace, op, backward_of)
 
 
@@ -363,8 +374,10 @@ def register(op, namespace, runtime, fake):
         op = (runtime or default_runtime()).load_op(op)
     with _lock:
         lib = _library(torch, namespace)
-        family = _family(op)
-        # backward ops first: a forward's formula refers to them
-        for o, of in reversed(family):
-            _define(torch, lib, namespace, o, fake if o == op else None, of)
+        new = [(o, of) for o, of in _family(op) if _is_new(namespace, o)]
+        for o, _ in new:  # every schema first, then what refers to them
+            lib.define(o.schema)
+            _registered[(namespace, o.name)] = o
+        for o, of in new:
+            _implement(torch, lib, namespace, o, fake if o == op else None, of)
     return getattr(getattr(torch.ops, namespace), _split(op.name)[0])

@@ -39,10 +39,6 @@ def ops():
     return getattr(torch.ops, NS)
 
 
-def has_derivative(name):
-    return _rt.load_op(name).declarations["gradient"] == "derivative"
-
-
 def gen(seed=0):
     return torch.Generator().manual_seed(seed)
 
@@ -57,6 +53,13 @@ class TestDeclarations(unittest.TestCase):
             self.assertTrue(d["shape_rule"], name)
         self.assertEqual(_rt.load_op("nms").declarations,
                          {"gradient": "not differentiable", "shape_rule": True})
+        for module, fwd, bwd, n in (("mm", "mm", "mm_backward", 2),
+                                    ("conv2d", "conv2d", "conv2d_backward", 3),
+                                    ("conv2d", "conv2d.padding", "conv2d_backward.padding", 3)):
+            d = _rt.load_op("%s::%s" % (module, fwd)).declarations
+            self.assertEqual((d["gradient"], d["backward"], d["inputs"]),
+                             ("derivative", bwd, tuple(range(n))))
+            self.assertTrue(_rt.load_op("%s::%s" % (module, bwd)).declarations["shape_rule"])
 
     def test_a_derivative_as_data(self):
         d = _rt.load_op("scale").declarations
@@ -144,9 +147,6 @@ class TestGradients(unittest.TestCase):
         self.assertIn("writes an input in place", str(e.exception))
 
     def test_gradcheck_of_the_shipped_ops(self):
-        if not (has_derivative("mm") and has_derivative("conv2d")):
-            self.skipTest("mm and conv2d declare no derivative yet (their backward ops are "
-                          "not in ops-src)")
         g = gen(6)
         a = torch.randn(3, 4, dtype=torch.float64, generator=g, requires_grad=True)
         b = torch.randn(4, 2, dtype=torch.float64, generator=g, requires_grad=True)
@@ -157,16 +157,33 @@ class TestGradients(unittest.TestCase):
         for stride, pad, dil in (([1, 1], [0, 0], [1, 1]), ([2, 1], [1, 2], [1, 2])):
             f = lambda x, w, bias: ops().conv2d(x, w, bias, stride, pad, dil, 2)  # noqa: E731
             self.assertTrue(torch.autograd.gradcheck(f, (x, w, bias)))
+        f = lambda x, w: ops().conv2d(x, w, None, [1, 1], "same", [1, 1], 2)  # noqa: E731
+        self.assertTrue(torch.autograd.gradcheck(f, (x, w)))
+        # their backward ops declare no derivative: not twice differentiable, said so
+        with self.assertRaises(RuntimeError) as e:
+            torch.autograd.gradgradcheck(ops().mm, (a, b))
+        self.assertIn("mm_backward has no derivative", str(e.exception))
+        self.assertIn("not twice differentiable", str(e.exception))
+        with self.assertRaises(RuntimeError) as e:
+            torch.autograd.gradgradcheck(lambda x, w: ops().conv2d(x, w, None, 1, 1, 1, 2),
+                                         (x, w))
+        self.assertIn("conv2d_backward has no derivative", str(e.exception))
 
 
 def conv_samples():
-    """(args, kwargs) for conv2d: strides, padding, dilation, groups, bias or
-    not, float32 and float64, unbatched, non-contiguous."""
+    """(args, kwargs) for conv2d, each of strides, padding, dilation,
+    groups, bias or not, float32 and float64 varied across the samples (not
+    every combination: opcheck takes a while each), unbatched, channels
+    last."""
     g = gen(7)
     out = []
-    for dtype, (n, c, o, groups), stride, pad, dil, bias in itertools.product(
-            (torch.float32, torch.float64), ((2, 4, 6, 1), (1, 6, 6, 3)), ([1, 1], [2, 1]),
-            ([0, 0], [1, 2]), ([1, 1], [2, 1]), (False, True)):
+    for dtype, (n, c, o, groups), stride, pad, dil, bias in (
+            (torch.float32, (2, 4, 6, 1), [1, 1], [0, 0], [1, 1], True),
+            (torch.float64, (2, 4, 6, 1), [2, 1], [1, 2], [1, 1], False),
+            (torch.float32, (1, 6, 6, 3), [1, 1], [1, 2], [2, 1], False),
+            (torch.float64, (1, 6, 6, 3), [2, 1], [0, 0], [2, 1], True),
+            (torch.float32, (2, 4, 4, 4), [2, 2], [1, 1], [1, 2], True),
+            (torch.float64, (3, 2, 4, 1), [1, 2], [2, 0], [1, 1], True)):
         x = torch.randn(n, c, 8, 7, dtype=dtype, generator=g)
         w = torch.randn(o, c // groups, 3, 2, dtype=dtype, generator=g)
         b = torch.randn(o, dtype=dtype, generator=g) if bias else None
@@ -231,21 +248,21 @@ class TestOpcheck(unittest.TestCase):
         self.check("nms", grads=True)  # not differentiable: no gradient, no error
 
     def test_mm(self):
-        self.check("mm", grads=has_derivative("mm"))
+        self.check("mm", grads=True)
 
     def test_conv2d(self):
-        self.check("conv2d", grads=has_derivative("conv2d"))
-        self.check("conv2d.padding", grads=has_derivative("conv2d.padding"))
+        self.check("conv2d", grads=True)
+        self.check("conv2d.padding", grads=True)
 
     def test_backward_ops(self):
         for fwd in ("mm", "conv2d"):
-            if not has_derivative(fwd):
-                continue
             bname = _rt.load_op(fwd).declarations["backward"]
             bw = getattr(getattr(ops(), bname), "default")
-            for args, kwargs in samples(fwd):
+            for args, kwargs in samples(fwd)[:3]:
                 if kwargs or not all(isinstance(t, torch.Tensor) for t in args[:2]):
                     continue
+                if fwd == "conv2d":  # every argument, defaults filled
+                    args = tuple(args) + (None, [1, 1], [0, 0], [1, 1], 1)[len(args) - 2:]
                 out = getattr(ops(), fwd)(*args)
                 grad = torch.randn_like(out)
                 n = len(_rt.load_op(fwd).declarations["inputs"])
@@ -323,8 +340,6 @@ class TestCompile(unittest.TestCase):
             torch.testing.assert_close(want, ref(x), rtol=1e-4, atol=1e-4)
 
     def test_training_step_compiles(self):
-        if not (has_derivative("mm") and has_derivative("conv2d")):
-            self.skipTest("mm and conv2d declare no derivative yet")
         x = torch.randn(2, 3, 16, 16, generator=gen(11))
         grads = []
         for compiled in (False, True):
