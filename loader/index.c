@@ -333,30 +333,6 @@ static int source_look(loader *l, const char *dir_real, idx_src *e, idx_hdrs *h,
     return rc;
 }
 
-/* The name of an op in its schema: "rmsnorm(Tensor x) -> Tensor". */
-typedef struct took {
-    loader *l;
-    idx_src *v;
-    const pending *q;
-} took;
-
-static void took_ops(void *ud, int i, const opjit_source_ops *src)
-{
-    took *t = ud;
-    idx_src *e = &t->v[t->q->at[i]];
-    e->status = src->status;
-    if (src_set_msg(e, src->error))
-        e->keep = 0;
-    for (int k = 0; k < src->nops; k++) {
-        const char *sch = src->schemas[k];
-        size_t len = strcspn(sch, "( \t\n");
-        if (len && src_add_op(e, sch, len))
-            e->keep = 0;
-    }
-    rt_log(t->l->rt, e->status ? OPJIT_LOG_WARN : OPJIT_LOG_DEBUG, "indexed %s: %s", src->path,
-           e->status ? e->msg : "ok");
-}
-
 /* Note what discovery found for the source of q entry i, when it will
  * hold for that version (the source still has the digest it had). */
 static void source_note_put(loader *l, const pending *q, int i, idx_src *e)
@@ -384,14 +360,37 @@ static void source_note_put(loader *l, const pending *q, int i, idx_src *e)
     free(t);
 }
 
+/* The name of an op in its schema: "rmsnorm(Tensor x) -> Tensor". */
+typedef struct took {
+    loader *l;
+    idx_src *v;
+    const pending *q;
+} took;
+
+static void took_ops(void *ud, int i, const opjit_source_ops *src)
+{
+    took *t = ud;
+    idx_src *e = &t->v[t->q->at[i]];
+    e->status = src->status;
+    if (src_set_msg(e, src->error))
+        e->keep = 0;
+    for (int k = 0; k < src->nops; k++) {
+        const char *sch = src->schemas[k];
+        size_t len = strcspn(sch, "( \t\n");
+        if (len && src_add_op(e, sch, len))
+            e->keep = 0;
+    }
+    rt_log(t->l->rt, e->status ? OPJIT_LOG_WARN : OPJIT_LOG_DEBUG, "indexed %s: %s", src->path,
+           e->status ? e->msg : "ok");
+    /* Noted at once: an index cut short is resumed, not redone. */
+    source_note_put(t->l, t->q, i, e);
+}
+
 /* Discovery for every source in q, one child per CPU at once. */
 static int discover_pending(loader *l, idx_src *v, const pending *q)
 {
     took t = {l, v, q};
-    int rc = loader_discover_many(l, (const char *const *)q->path, q->n, took_ops, &t);
-    for (int i = 0; !rc && i < q->n; i++)
-        source_note_put(l, q, i, &v[q->at[i]]);
-    return rc;
+    return loader_discover_many(l, (const char *const *)q->path, q->n, took_ops, &t);
 }
 
 /* ---- one directory ------------------------------------------------------------- */
