@@ -15,7 +15,8 @@
  *    its local headers with theirs (loader/index_note.c: sorted, searched
  *    in place, any size);
  *  - per directory, a pointer keyed by the directory's own state (inode,
- *    mtime, ctime: which files it holds) to its latest note.
+ *    mtime, ctime: which files it holds) to its latest note, and one keyed
+ *    by its inode alone to its first (a base to keep entries from).
  *
  * A lookup in a directory of up to INDEX_CHECK_EACH sources lists it and
  * stats every file: any edit is seen. A larger directory would cost
@@ -589,6 +590,37 @@ typedef struct dir_look {
     idx_note pnote;   /* that note, when it could be read */
 } dir_look;
 
+/* The request of the directory's base: the key of the first note made of
+ * it (by its inode; first writer wins). A rebuild keeps the entries of the
+ * files unchanged since, where it has no newer note to go on (a new
+ * process after a file was added to a directory of 10,000 sources). */
+static void base_request(cache_request *req, const char *real, const file_sig *dsig)
+{
+    file_sig inode = {dsig->dev, dsig->ino, 0, 0, 0};
+    index_request(req, "-", dir_name(real));
+    cache_keygen *g = cache_keygen_new();
+    cache_keygen_add_str(g, "what", "op-index-dir-base");
+    cache_keygen_add_str(g, "format", INDEX_FORMAT);
+    cache_keygen_add_str(g, "target", jit_host_target());
+    cache_keygen_add_str(g, "dir", real);
+    cache_keygen_add(g, "inode", &inode, sizeof inode);
+    cache_keygen_finish(g, &req->key);
+}
+
+/* Note the directory's entries under key, and name them its base when it
+ * has none (*had_base 0). */
+static void dir_note_put(loader *l, const dir_look *dl, const cache_key *key, const char *text,
+                         int had_base)
+{
+    cache_request req;
+    index_request(&req, "-", dir_name(dl->real));
+    req.key = *key;
+    if (cache_note_put(l->cache, &req, "ops", text) == OPJIT_OK && !had_base) {
+        base_request(&req, dl->real, &dl->dsig);
+        cache_index_put(l->cache, &req, key);
+    }
+}
+
 /* Build the entries of real afresh and note them: *out (own: not
  * remembered, the caller frees it). */
 static int dir_rebuild(loader *l, dir_look *dl, const dir_file *v, int n, const cache_key *key,
@@ -596,10 +628,21 @@ static int dir_rebuild(loader *l, dir_look *dl, const dir_file *v, int n, const 
 {
     idx_dir *m = dir_known(l, dl->real);
     const idx_note *old = m ? &m->note : dl->pnote.text ? &dl->pnote : NULL;
+    idx_note base = {0};
+    int had_base = old != NULL;
+    if (!old) {
+        cache_request req;
+        cache_key bkey;
+        base_request(&req, dl->real, &dl->dsig);
+        had_base = cache_index_get(l->cache, &req, &bkey) == OPJIT_OK;
+        if (had_base && note_fetch(l, dl->real, &bkey, &base) == 0)
+            old = &base;
+    }
     idx_src *e = NULL;
     idx_hdrs h = {0};
     int ne = 0, keep;
     int rc = dir_build(l, dl->real, v, n, old, &e, &ne, &h, &keep);
+    note_close(&base);
     char *text = rc ? NULL : note_text(e, ne, &h, cuda);
     for (int i = 0; i < h.n; i++)
         keep &= one_field(h.real[i]);
@@ -610,12 +653,8 @@ static int dir_rebuild(loader *l, dir_look *dl, const dir_file *v, int n, const 
     idx_note note;
     if (!text || note_open(&note, text, strlen(text)))
         return rt_error(l->rt, rc ? rc : OPJIT_ENOMEM, "out of memory");
-    if (keep && trusted) {
-        cache_request req;
-        index_request(&req, "-", dir_name(dl->real));
-        req.key = *key;
-        cache_note_put(l->cache, &req, "ops", note.text);
-    }
+    if (keep && trusted)
+        dir_note_put(l, dl, key, note.text, had_base);
     idx_dir *d = dir_new(dl->real, &dl->dsig, key, &note);
     if (!d)
         return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
