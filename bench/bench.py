@@ -1205,26 +1205,29 @@ def environment(reps):
 
 LOOKUP_MODULE = """#include <opjit_op.h>
 static int k(opjit_ctx *c, opjit_args *a) { (void)c; (void)a; return 0; }
-OPJIT_MODULE(mod_%02d, m) { opjit_def(m, "op_%02d(Tensor x) -> Tensor", OPJIT_CPU, k, ""); }
+OPJIT_MODULE(mod_%05d, m) { opjit_def(m, "op_%05d(Tensor x) -> Tensor", OPJIT_CPU, k, ""); }
 """
+LOOKUP_SIZES = (50, 10000)
 
 
-def bench_lookup(exe, reps, tmp):
-    """opjit_load_op(rt, "rmsnorm") with samples/ops/llama_ops.c among 50
-    sources, the index warm, each load in a fresh runtime; against
-    opjit_load_file of llama_ops.c (the same load without the lookup)."""
-    d = os.path.join(tmp, "lookup-ops")
+def bench_lookup(exe, reps, tmp, nsrc=50):
+    """opjit_load_op(rt, "rmsnorm") with samples/ops/llama_ops.c among nsrc
+    sources (the others tiny modules of one op each), the index warm, each
+    load in a fresh runtime; against opjit_load_file of llama_ops.c (the
+    same load without the lookup). The first lookup indexes them all, one
+    discovery child per CPU at once (information)."""
+    d = os.path.join(tmp, "lookup-ops-%d" % nsrc)
     os.makedirs(d, exist_ok=True)
     shutil.copy(os.path.join(ROOT, "samples", "ops", "llama_ops.c"), d)
-    for i in range(49):
-        with open(os.path.join(d, "mod_%02d.c" % i), "w") as f:
+    for i in range(nsrc - 1):
+        with open(os.path.join(d, "mod_%05d.c" % i), "w") as f:
             f.write(LOOKUP_MODULE % (i, i))
     time.sleep(2.2)  # past the index's racy window, so its directory note is kept
-    env = dict(os.environ, OPJIT_CACHE_DIR=os.path.join(tmp, "lookup-cache"))
-    res = {"sources": 50}
+    env = dict(os.environ, OPJIT_CACHE_DIR=os.path.join(tmp, "lookup-cache-%d" % nsrc))
+    res = {"sources": nsrc, "cpus": len(os.sched_getaffinity(0))}
     for what, n in (("cold", 1), ("warm", max(3 * reps, 11))):
         p = subprocess.run([exe, "lookup", d, "rmsnorm", "llama_ops.c", str(n)], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=900)
+                           capture_output=True, text=True, timeout=3600)
         line = (p.stdout.strip().splitlines() or ["err no output"])[-1]
         if p.returncode != 0 or not line.startswith("ok "):
             return {"error": ("%s: %s %s" % (what, line, p.stderr.strip()))[:200]}
@@ -1237,19 +1240,26 @@ def bench_lookup(exe, reps, tmp):
 
 
 def lookup_rows(R):
-    lk = R.get("lookup")
-    if not lk:
-        return []
-    metric = ("lookup of an op by name in a multi-op module (rmsnorm of llama_ops.c) among 50 "
-              "sources, warm cache, fresh runtime: opjit_load_op by name minus opjit_load_file")
-    if "error" in lk:
-        return [(metric, "n/a", "n/a", "n/a", "<= 1 ms", "n/a (%s)" % lk["error"])]
-    w = lk["warm"]
-    return [(metric, fms(lk["lookup_ms"]),
-             "by path: %s, by name: %s" % (fms(w["path_ms"]), fms(w["name_ms"])),
-             "+%s" % fms(lk["lookup_ms"]), "<= 1 ms, compiles nothing", yesno(lk["lookup_ms"] <= 1.0)),
-            ("  same, the first lookup (indexes the 50 sources, each in a child process; information)",
-             fms(lk["cold_index_ms"]), "-", "-", "report", "-")]
+    rows = []
+    for nsrc in LOOKUP_SIZES:
+        lk = R.get("lookup" if nsrc == 50 else "lookup_%d" % nsrc)
+        if not lk:
+            continue
+        metric = ("lookup of an op by name in a multi-op module (rmsnorm of llama_ops.c) among %d "
+                  "sources, warm cache, fresh runtime: opjit_load_op by name minus opjit_load_file"
+                  % nsrc)
+        if "error" in lk:
+            rows.append((metric, "n/a", "n/a", "n/a", "<= 1 ms", "n/a (%s)" % lk["error"]))
+            continue
+        w = lk["warm"]
+        rows += [(metric, fms(lk["lookup_ms"]),
+                  "by path: %s, by name: %s" % (fms(w["path_ms"]), fms(w["name_ms"])),
+                  "+%s" % fms(lk["lookup_ms"]), "<= 1 ms, compiles nothing",
+                  yesno(lk["lookup_ms"] <= 1.0)),
+                 ("  same, the first lookup (indexes the %d sources, one child process per CPU "
+                  "at once, %s CPUs; information)" % (nsrc, lk.get("cpus", "?")),
+                  fms(lk["cold_index_ms"]), "-", "-", "report", "-")]
+    return rows
 
 
 # ---- a cold `opjit load` as a whole process (the optimizer detached) ----------
@@ -1326,9 +1336,9 @@ def cli_rows(R):
 
 # What each --only section writes into the results.
 SECTION_KEYS = {"loads": ["loads", "ran_loads"], "call": ["call_overhead"], "nms": ["nms"],
-                "conv2d": ["conv2d"], "mm": ["mm"], "python": ["python"], "lookup": ["lookup"],
-                "cli": ["cli"], "remote": ["remote"], "backward": ["backward"],
-                "torch2": ["torch2"]}
+                "conv2d": ["conv2d"], "mm": ["mm"], "python": ["python"],
+                "lookup": ["lookup", "lookup_10000"], "cli": ["cli"], "remote": ["remote"],
+                "backward": ["backward"], "torch2": ["torch2"]}
 
 
 def merged_results(path, fresh, only):
@@ -1389,7 +1399,9 @@ def main():
         if "loads" in only:
             R["loads"] = bench_loads(exe, reps)
         if "lookup" in only:
-            R["lookup"] = bench_lookup(exe, reps, tmp)
+            for nsrc in LOOKUP_SIZES:
+                log("lookup: an op by name among %d sources" % nsrc)
+                R["lookup" if nsrc == 50 else "lookup_%d" % nsrc] = bench_lookup(exe, reps, tmp, nsrc)
         if "cli" in only:
             log("cli: cold opjit load vs cc -O2 -shared, whole processes (%d reps)" % reps)
             R["cli"] = bench_cli_cold(reps, tmp)

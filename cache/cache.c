@@ -674,7 +674,9 @@ static void cache_after_build(cache *c, const cache_request *req)
 {
     cache_logf(c, OPJIT_LOG_DEBUG, "cache: built and published %s (op %s)", req->key.hex,
                cache_str(req->op_name));
-    if (c->max_size != UINT64_MAX) {
+    /* A note is small: the next build's eviction counts it (an index of
+     * 10,000 sources writes 10,000 notes, each walk reading every entry). */
+    if (c->max_size != UINT64_MAX && !req->note) {
         char eerr[256];
         if (cache_evict_to(c, c->max_size, 0, NULL, eerr, sizeof eerr) != OPJIT_OK)
             cache_logf(c, OPJIT_LOG_WARN, "%s", eerr);

@@ -158,8 +158,8 @@ int cache_slot_take(const cache *c, int nslots, int *fd);
 
 /* ---- notes and index entries (cache_note.c) ---------------------------- */
 
-#define CACHE_NOTE_MAX (64 * 1024)
-/* A small text value (at most CACHE_NOTE_MAX bytes) kept as the one
+#define CACHE_NOTE_MAX (64u << 20)
+/* A text value (at most CACHE_NOTE_MAX bytes, no NUL) kept as the one
  * artifact name of the entry of req: put publishes it (first writer wins,
  * like any entry), get gives a malloc'd copy or OPJIT_ENOTFOUND. Never
  * builds anything else. */
@@ -170,6 +170,9 @@ int cache_note_get(cache *c, const cache_request *req, const char *name, char **
  * compiler's identity where there is no compiler). fetch probes the entry
  * the index names, described by target (whose key is replaced). */
 int cache_index_put(cache *c, const cache_request *index, const cache_key *target);
+/* The key the entry of index names, into *target: OPJIT_OK or
+ * OPJIT_ENOTFOUND. */
+int cache_index_get(cache *c, const cache_request *index, cache_key *target);
 int cache_index_fetch(cache *c, const cache_request *index, const cache_request *target,
                       cache_entry **out);
 

@@ -1,19 +1,23 @@
 /*
- * cache/cache_note.c - small text values kept as cache entries, and index
+ * cache/cache_note.c - text values kept as cache entries, and index
  * entries: a note holding the key of another entry.
  *
  * Some answers are worth remembering across processes but cost too much to
  * compute on every load: which entry holds the optimized code of a source
  * when the compiler's identity is unknown (no compiler here) or too slow to
- * ask, or which version of NVRTC a library file is. Each is one entry with
- * one small artifact, published and checked like any other entry.
+ * ask, which version of NVRTC a library file is, which ops the sources of
+ * a directory register (loader/index.c: about a megabyte for 10,000
+ * sources). Each is one entry with one artifact, published and checked
+ * like any other entry.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "opjit.h"
@@ -63,12 +67,24 @@ int cache_note_get(cache *c, const cache_request *req, const char *name, char **
         return rc;
     const char *path = cache_entry_path(e, name);
     int fd = path ? open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
-    char *buf = malloc(CACHE_NOTE_MAX + 1);
-    ssize_t n = fd >= 0 && buf ? read(fd, buf, CACHE_NOTE_MAX + 1) : -1;
+    struct stat st;
+    /* The entry was verified: its size is the manifest's. */
+    size_t size = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                          st.st_size <= CACHE_NOTE_MAX ? (size_t)st.st_size : SIZE_MAX;
+    char *buf = size != SIZE_MAX ? malloc(size + 1) : NULL;
+    size_t n = 0;
+    while (buf && n < size) {
+        ssize_t r = read(fd, buf + n, size - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
     if (fd >= 0)
         close(fd);
     cache_entry_release(e);
-    if (n < 0 || n > CACHE_NOTE_MAX) { /* missing, unreadable, or not a note */
+    if (!buf || n != size || memchr(buf, '\0', n)) { /* missing, unreadable, or not a note */
         free(buf);
         return OPJIT_ENOTFOUND;
     }
@@ -95,6 +111,16 @@ static int cache_key_from_hex(const char *hex, cache_key *k)
 int cache_index_put(cache *c, const cache_request *index, const cache_key *target)
 {
     return cache_note_put(c, index, "key", target->hex);
+}
+
+int cache_index_get(cache *c, const cache_request *index, cache_key *target)
+{
+    char *hex = NULL;
+    int rc = cache_note_get(c, index, "key", &hex);
+    if (!rc && !cache_key_from_hex(hex, target))
+        rc = OPJIT_ENOTFOUND;
+    free(hex);
+    return rc;
 }
 
 int cache_index_fetch(cache *c, const cache_request *index, const cache_request *target,

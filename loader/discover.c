@@ -5,8 +5,8 @@
  * an unknown init may crash, call exit() or never return. So each source
  * is loaded in a child process, by a runtime of its own over the same
  * caches, which writes what it registered into a pipe; the parent waits
- * for it with a time limit. Only the host's own loads run op code in the
- * host process.
+ * for it with a time limit, up to one child per CPU at once. Only the
+ * host's own loads run op code in the host process.
  *
  * The pipe carries text lines, fields separated by tabs, with '\\', tab and
  * newline escaped:
@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@
 
 #define DISCOVER_DEFAULT_TIMEOUT_MS 60000
 #define DISCOVER_MAX_OUTPUT (16u << 20)
+#define DISCOVER_MAX_JOBS 64
 
 /* ---- the child ------------------------------------------------------------ */
 
@@ -80,6 +82,9 @@ static void child_main(loader *parent, const char *path, int device, int fd)
         _exit(120);
     opjit_config cfg;
     loader_same_caches(parent, &cfg);
+    /* No eviction here (0: no cap): each child walking the whole cache made
+     * indexing many sources quadratic; the host's next build keeps the cap. */
+    setenv("OPJIT_CACHE_MAX_SIZE", "0", 1);
     opjit_runtime *rt = NULL;
     int rc = loader_runtime_new(&cfg, &rt);
     if (rc == OPJIT_OK) {
@@ -102,14 +107,22 @@ static void child_main(loader *parent, const char *path, int device, int fd)
     _exit(bad ? 121 : 0);
 }
 
-/* ---- the parent ------------------------------------------------------------ */
+/* ---- the parent: several children at once ------------------------------------ */
 
+/* One source looked at: its child while it runs, what came from it. */
 typedef struct found {
     opjit_source_ops pub;
     char *buf;         /* the child's output, unescaped in place */
+    size_t len, cap;
     const char **schemas, **docs;
     char msg[PATH_MAX + 1024];
+    pid_t pid;         /* the child, while it runs; 0 */
+    int fd;            /* its pipe, until EOF; -1 */
+    double deadline;
+    int timed_out, cancelled, state;
 } found;
+
+enum { FOUND_IDLE, FOUND_READING, FOUND_REAPING, FOUND_DONE };
 
 static long discover_timeout_ms(opjit_runtime *rt)
 {
@@ -122,39 +135,40 @@ static long discover_timeout_ms(opjit_runtime *rt)
     return DISCOVER_DEFAULT_TIMEOUT_MS;
 }
 
-/* Read everything from fd until EOF or the deadline; 1 when it timed out
- * (or cancel, when >= 0, became readable). */
-static int read_until(int fd, char **buf, size_t *len, double deadline, int cancel)
+/* How many children run at once: one per CPU this process may use. */
+static int discover_jobs(void)
 {
-    size_t cap = 0;
+    cpu_set_t set;
+    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (n <= 0)
+        n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > DISCOVER_MAX_JOBS ? DISCOVER_MAX_JOBS : n;
+}
+
+/* Read what the child wrote so far; 1 at EOF (or a flood: what came is
+ * enough to judge), 0 while more may come. */
+static int found_read(found *f)
+{
     for (;;) {
-        double left = deadline - loader_now_ms();
-        if (left <= 0)
-            return 1;
-        struct pollfd p[2] = {{fd, POLLIN, 0}, {cancel, POLLIN, 0}};
-        int r = poll(p, cancel >= 0 ? 2 : 1, left > 1e6 ? 1000000 : (int)left + 1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r > 0 && cancel >= 0 && p[1].revents)
-            return 1;
-        if (r <= 0)
-            return r == 0;
-        if (*len + 4096 + 1 > cap) {
-            if (cap >= DISCOVER_MAX_OUTPUT)
-                return 0; /* a flood: what came is enough to judge */
-            char *nb = realloc(*buf, cap ? cap * 2 : 8192);
+        if (f->len + 4096 + 1 > f->cap) {
+            if (f->cap >= DISCOVER_MAX_OUTPUT)
+                return 1;
+            size_t cap = f->cap ? f->cap * 2 : 8192;
+            char *nb = realloc(f->buf, cap);
             if (!nb)
-                return 0;
-            *buf = nb;
-            cap = cap ? cap * 2 : 8192;
+                return 1;
+            f->buf = nb;
+            f->cap = cap;
         }
-        ssize_t n = read(fd, *buf + *len, cap - *len - 1);
+        ssize_t n = read(f->fd, f->buf + f->len, f->cap - f->len - 1);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0)
+        if (n < 0 && errno == EAGAIN)
             return 0;
-        *len += (size_t)n;
-        (*buf)[*len] = '\0';
+        if (n <= 0)
+            return 1;
+        f->len += (size_t)n;
+        f->buf[f->len] = '\0';
     }
 }
 
@@ -214,10 +228,14 @@ static int parse_output(found *f)
 }
 
 /* Why a child that did not finish stopped, into f. */
-static void child_failed(found *f, int timed_out, int st, long timeout_ms)
+static void child_failed(found *f, int st, long timeout_ms)
 {
     f->pub.status = OPJIT_EMODULE;
-    if (timed_out)
+    if (f->cancelled) {
+        f->pub.status = OPJIT_EIO; /* not a lasting answer: nothing is noted */
+        snprintf(f->msg, sizeof f->msg, "%s: killed: the runtime is being destroyed",
+                 f->pub.path);
+    } else if (f->timed_out)
         snprintf(f->msg, sizeof f->msg, "%s: loading it did not finish within %.1f s (an init "
                  "that never returns?); killed (OPJIT_DISCOVER_TIMEOUT)", f->pub.path,
                  (double)timeout_ms / 1000.0);
@@ -229,6 +247,28 @@ static void child_failed(found *f, int timed_out, int st, long timeout_ms)
                  "called exit?)", f->pub.path, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
+/* What is known of path before any child: not a regular file, or a .cu
+ * CUDA cannot run here. 1 when that settles it. */
+static int found_precheck(found *f, const char *path)
+{
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    f->pub.path = path;
+    f->pub.device = loader_is_cuda_source(path) ? OPJIT_CUDA : OPJIT_CPU;
+    struct stat st;
+    char why[512];
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+        f->pub.status = OPJIT_EINVAL;
+        snprintf(f->msg, sizeof f->msg, "%s: not a regular file; skipped", path);
+    } else if (f->pub.device == OPJIT_CUDA && cu_usable(why, sizeof why)) {
+        f->pub.status = OPJIT_EDEVICE;
+        snprintf(f->msg, sizeof f->msg, "%s: skipped: %s", path, why);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 static _Thread_local int outside_lock;
 
 void discover_outside_lock(void)
@@ -236,19 +276,21 @@ void discover_outside_lock(void)
     outside_lock = 1;
 }
 
-/* Load path in a child and fill f with what it registered. */
-static void discover_one(loader *l, found *f, long timeout_ms)
+/* Start the child that loads f's source. 0, or an errno (f says why). */
+static int found_start(loader *l, found *f, long timeout_ms)
 {
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0) {
+        int e = errno;
         f->pub.status = OPJIT_EIO;
-        snprintf(f->msg, sizeof f->msg, "%s: cannot make a pipe: %s", f->pub.path, strerror(errno));
-        return;
+        snprintf(f->msg, sizeof f->msg, "%s: cannot make a pipe: %s", f->pub.path, strerror(e));
+        return e;
     }
     if (outside_lock)
         pthread_mutex_lock(&l->lock);
     jit_tcc_fork_prepare();
     pid_t pid = fork();
+    int e = errno;
     jit_tcc_fork_done();
     if (outside_lock && pid != 0)
         pthread_mutex_unlock(&l->lock);
@@ -260,72 +302,220 @@ static void discover_one(loader *l, found *f, long timeout_ms)
     if (pid < 0) {
         close(p[0]);
         f->pub.status = OPJIT_EIO;
-        snprintf(f->msg, sizeof f->msg, "%s: cannot fork: %s", f->pub.path, strerror(errno));
-        return;
+        snprintf(f->msg, sizeof f->msg, "%s: cannot fork: %s", f->pub.path, strerror(e));
+        return e;
     }
-    size_t len = 0;
-    int timed_out = read_until(p[0], &f->buf, &len, loader_now_ms() + (double)timeout_ms,
-                               l->discover_cancel_fd);
-    close(p[0]);
-    if (timed_out)
-        kill(pid, SIGKILL);
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    f->pid = pid;
+    f->fd = p[0];
+    f->deadline = loader_now_ms() + (double)timeout_ms;
+    f->state = FOUND_READING;
+    return 0;
+}
+
+/* Reap f's child (killed first when it ran out of time): 1 when it is
+ * gone, 0 while it still runs within its time. Then f holds the result. */
+static int found_reap(found *f, long timeout_ms)
+{
+    if (f->fd >= 0) {
+        close(f->fd);
+        f->fd = -1;
+    }
     int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+    pid_t r;
+    while ((r = waitpid(f->pid, &st, WNOHANG)) < 0 && errno == EINTR)
         ;
+    if (r == 0 && loader_now_ms() < f->deadline) {
+        f->state = FOUND_REAPING; /* EOF, yet still running: give it its time */
+        return 0;
+    }
+    if (r == 0) {
+        f->timed_out = 1;
+        kill(f->pid, SIGKILL);
+        while (waitpid(f->pid, &st, 0) < 0 && errno == EINTR)
+            ;
+    }
+    f->pid = 0;
+    f->state = FOUND_DONE;
     int ended = f->buf && parse_output(f);
     if (!ended || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         if (!ended || f->pub.status == OPJIT_OK)
-            child_failed(f, timed_out, st, timeout_ms);
+            child_failed(f, st, timeout_ms);
     } else if (f->pub.status == OPJIT_OK) {
         f->pub.tier = f->pub.device == OPJIT_CUDA ? "nvrtc" : NULL;
     }
+    f->pub.error = f->pub.status == OPJIT_OK ? "" : f->msg;
+    return 1;
 }
 
-/* Report one source: checked, loaded in a child where it can run here. */
-static int discover_report(loader *l, const char *path, long timeout_ms,
-                           int (*fn)(void *ud, const opjit_source_ops *src), void *ud,
-                           int *first_error)
+static void found_free(found *f)
 {
-    found f;
-    memset(&f, 0, sizeof f);
-    f.pub.path = path;
-    f.pub.device = strlen(path) > 3 && !strcmp(path + strlen(path) - 3, ".cu") ? OPJIT_CUDA
-                                                                              : OPJIT_CPU;
-    struct stat st;
-    char why[512];
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
-        f.pub.status = OPJIT_EINVAL;
-        snprintf(f.msg, sizeof f.msg, "%s: not a regular file; skipped", path);
-    } else if (f.pub.device == OPJIT_CUDA && cu_usable(why, sizeof why)) {
-        f.pub.status = OPJIT_EDEVICE;
-        snprintf(f.msg, sizeof f.msg, "%s: skipped: %s", path, why);
-    } else {
-        discover_one(l, &f, timeout_ms);
+    if (f->pid > 0) { /* stopped early: the child goes */
+        kill(f->pid, SIGKILL);
+        while (waitpid(f->pid, NULL, 0) < 0 && errno == EINTR)
+            ;
     }
-    source src;
-    if (f.pub.status == OPJIT_OK && !f.pub.tier) { /* a .c: optimized code cached? */
-        f.pub.tier = "tcc";
-        if (source_read(l, path, &src) == OPJIT_OK) {
-            f.pub.tier = tier_would_serve(l, &src);
-            source_free(&src);
+    if (f->fd >= 0)
+        close(f->fd);
+    free(f->buf);
+    free(f->schemas);
+    free(f->docs);
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+}
+
+/* A batch of sources, each looked at in a child; up to jobs at once. */
+typedef struct discover_run {
+    loader *l;
+    long timeout_ms;
+    int jobs, running, cancelled;
+    const char *const *paths;
+    int n, started, delivered;
+    int w;       /* the window: sources started and not yet delivered */
+    found *slot; /* slot[i % w] */
+    int (*done)(void *ud, int i, found *f);
+    void *ud;
+} discover_run;
+
+/* Start sources while there is room; a source settled without a child is
+ * done at once. */
+static void run_start(discover_run *r)
+{
+    while (r->started < r->n && r->started - r->delivered < r->w && r->running < r->jobs) {
+        found *f = &r->slot[r->started % r->w];
+        if (!found_precheck(f, r->paths[r->started]) && r->cancelled) {
+            f->pub.status = OPJIT_EIO; /* not a lasting answer: nothing is noted */
+            snprintf(f->msg, sizeof f->msg, "%s: not looked at: the runtime is being destroyed",
+                     f->pub.path);
+        } else if (f->pub.status == OPJIT_OK) {
+            int e = found_start(r->l, f, r->timeout_ms);
+            if (e == EAGAIN && r->running > 0) { /* too many processes: fewer at once */
+                r->jobs = r->running;
+                return;
+            }
+            r->running += !e;
         }
+        if (f->state == FOUND_IDLE) {
+            f->pub.error = f->pub.status == OPJIT_OK ? "" : f->msg;
+            f->state = FOUND_DONE;
+        }
+        r->started++;
     }
-    f.pub.error = f.pub.status == OPJIT_OK ? "" : f.msg;
-    if (f.pub.status != OPJIT_OK && f.pub.status != OPJIT_EDEVICE && !*first_error)
-        *first_error = f.pub.status;
-    int stop = fn(ud, &f.pub);
-    free(f.buf);
-    free(f.schemas);
-    free(f.docs);
-    return stop;
+}
+
+/* Wait for output, an exit or a deadline of the running children. */
+static void run_wait(discover_run *r)
+{
+    int w = r->w, np = 0;
+    struct pollfd p[2 * DISCOVER_MAX_JOBS + 1];
+    found *of[2 * DISCOVER_MAX_JOBS];
+    double now = loader_now_ms(), next = now + 1e6;
+    for (int i = r->delivered; i < r->started; i++) {
+        found *f = &r->slot[i % w];
+        if (f->state == FOUND_READING) {
+            p[np] = (struct pollfd){f->fd, POLLIN, 0};
+            of[np++] = f;
+        }
+        if (f->state == FOUND_REAPING) /* no fd to wake us: look again soon */
+            next = next < now + 10 ? next : now + 10;
+        if (f->state != FOUND_DONE && f->deadline < next)
+            next = f->deadline;
+    }
+    int ms = next <= now ? 0 : (int)(next - now) + 1, cancel = r->l->discover_cancel_fd;
+    if (cancel >= 0)
+        p[np] = (struct pollfd){cancel, POLLIN, 0};
+    if (poll(p, (nfds_t)(np + (cancel >= 0)), ms) < 0 && errno != EINTR)
+        poll(NULL, 0, 10); /* out of memory in the kernel, say: do not spin */
+    if (cancel >= 0 && p[np].revents) { /* opjit_destroy: every child goes now */
+        r->cancelled = 1;
+        for (int i = r->delivered; i < r->started; i++)
+            if (r->slot[i % w].state == FOUND_READING || r->slot[i % w].state == FOUND_REAPING) {
+                r->slot[i % w].deadline = 0;
+                r->slot[i % w].cancelled = 1;
+            }
+        np = 0;
+    }
+    for (int k = 0; k < np; k++)
+        if ((p[k].revents & (POLLIN | POLLHUP | POLLERR)) && found_read(of[k]))
+            r->running -= found_reap(of[k], r->timeout_ms);
+    now = loader_now_ms();
+    for (int i = r->delivered; i < r->started; i++) {
+        found *f = &r->slot[i % w];
+        if ((f->state == FOUND_REAPING || (f->state == FOUND_READING && f->deadline <= now)))
+            r->running -= found_reap(f, r->timeout_ms);
+    }
+}
+
+/* Look at n sources, up to one child per CPU at once; done(ud, i, f) is
+ * called for each in order (non-zero: stop, the children still running
+ * are killed). Returns how many were delivered. */
+static int discover_batch(loader *l, const char *const *paths, int n,
+                          int (*done)(void *ud, int i, found *f), void *ud)
+{
+    int jobs = discover_jobs(), stop = 0;
+    discover_run r = {l, discover_timeout_ms(l->rt), jobs, 0, 0, paths, n, 0, 0, 2 * jobs, NULL,
+                      done, ud};
+    if (!(r.slot = calloc((size_t)r.w, sizeof *r.slot)))
+        return -1;
+    for (int i = 0; i < r.w; i++)
+        r.slot[i].fd = -1;
+    while (r.delivered < n && !stop) {
+        run_start(&r);
+        found *f;
+        while (!stop && r.delivered < r.started &&
+               (f = &r.slot[r.delivered % r.w])->state == FOUND_DONE) {
+            stop = done(ud, r.delivered, f);
+            found_free(f);
+            r.delivered++;
+        }
+        if (!stop && r.running > 0)
+            run_wait(&r);
+    }
+    for (int i = r.delivered; i < r.started; i++)
+        found_free(&r.slot[i % r.w]);
+    free(r.slot);
+    return r.delivered;
+}
+
+/* ---- one source, or many, for the index ------------------------------------------- */
+
+typedef struct to_fn {
+    int (*fn)(void *ud, const opjit_source_ops *src);
+    void (*each)(void *ud, int i, const opjit_source_ops *src);
+    void *ud;
+    int first_error;
+} to_fn;
+
+static int deliver_one(void *ud, int i, found *f)
+{
+    to_fn *t = ud;
+    (void)i;
+    if (f->pub.status != OPJIT_OK && f->pub.status != OPJIT_EDEVICE && !t->first_error)
+        t->first_error = f->pub.status;
+    if (t->each) {
+        t->each(t->ud, i, &f->pub);
+        return 0;
+    }
+    return t->fn(t->ud, &f->pub);
 }
 
 int loader_discover_one(loader *l, const char *path,
                         int (*fn)(void *ud, const opjit_source_ops *src), void *ud)
 {
-    int first_error = 0;
-    discover_report(l, path, discover_timeout_ms(l->rt), fn, ud, &first_error);
-    return first_error;
+    to_fn t = {fn, NULL, ud, 0};
+    const char *paths[1] = {path};
+    if (discover_batch(l, paths, 1, deliver_one, &t) != 1)
+        return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
+    return t.first_error;
+}
+
+int loader_discover_many(loader *l, const char *const *paths, int n,
+                         void (*fn)(void *ud, int i, const opjit_source_ops *src), void *ud)
+{
+    to_fn t = {NULL, fn, ud, 0};
+    if (n > 0 && discover_batch(l, paths, n, deliver_one, &t) != n)
+        return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
+    return OPJIT_OK;
 }
 
 /* ---- the search path --------------------------------------------------------- */
@@ -334,13 +524,32 @@ int loader_discover_one(loader *l, const char *path,
  * source of the same name is shadowed (a load by name takes the first). */
 typedef struct discover_walk {
     loader *l;
-    long timeout_ms;
     int (*fn)(void *ud, const opjit_source_ops *src);
     void *ud;
     int first_error, oom;
     char **seen; /* "dir/stem" of each name taken, one per name */
     size_t nseen, cap;
+    char **paths; /* the sources to look at, in search order */
+    int npaths, cappaths;
 } discover_walk;
+
+static int strs_push(char ***v, int *n, int *cap, char *s)
+{
+    if (!s)
+        return -1;
+    if (*n == *cap) {
+        int c = *cap ? *cap * 2 : 32;
+        char **nv = realloc(*v, (size_t)c * sizeof *nv);
+        if (!nv) {
+            free(s);
+            return -1;
+        }
+        *v = nv;
+        *cap = c;
+    }
+    (*v)[(*n)++] = s;
+    return 0;
+}
 
 /* 1 when path's name was taken by an earlier directory; else records it. */
 static int discover_shadowed(discover_walk *w, const char *path)
@@ -372,18 +581,44 @@ static int discover_source(void *ud, const char *path)
     discover_walk *w = ud;
     if (discover_shadowed(w, path))
         return w->oom;
-    return discover_report(w->l, path, w->timeout_ms, w->fn, w->ud, &w->first_error);
+    if (strs_push(&w->paths, &w->npaths, &w->cappaths, strdup(path)))
+        return w->oom = 1;
+    return 0;
+}
+
+/* One source listed, in search order: which tier would serve it, then fn. */
+static int discover_deliver(void *ud, int i, found *f)
+{
+    discover_walk *w = ud;
+    (void)i;
+    source src;
+    if (f->pub.status == OPJIT_OK && !f->pub.tier) { /* a .c: optimized code cached? */
+        f->pub.tier = "tcc";
+        if (source_read(w->l, f->pub.path, &src) == OPJIT_OK) {
+            f->pub.tier = tier_would_serve(w->l, &src);
+            source_free(&src);
+        }
+    }
+    if (f->pub.status != OPJIT_OK && f->pub.status != OPJIT_EDEVICE && !w->first_error)
+        w->first_error = f->pub.status;
+    return w->fn(w->ud, &f->pub);
 }
 
 int opjit_discover(opjit_runtime *rt, int (*fn)(void *ud, const opjit_source_ops *src), void *ud)
 {
     if (!rt || !fn)
         return rt_error(rt, OPJIT_EINVAL, "opjit_discover: NULL argument");
-    discover_walk w = {.l = rt->loader, .timeout_ms = discover_timeout_ms(rt), .fn = fn, .ud = ud};
+    discover_walk w = {.l = rt->loader, .fn = fn, .ud = ud};
     int rc = opjit_sources(rt, NULL, discover_source, &w);
+    if (!rc && !w.oom &&
+        discover_batch(w.l, (const char *const *)w.paths, w.npaths, discover_deliver, &w) < 0)
+        w.oom = 1;
     for (size_t i = 0; i < w.nseen; i++)
         free(w.seen[i]);
     free(w.seen);
+    for (int i = 0; i < w.npaths; i++)
+        free(w.paths[i]);
+    free(w.paths);
     if (rc)
         return rc;
     if (w.oom)

@@ -2,23 +2,35 @@
  * op is found by its name in any module: opjit_load_op(rt, "rmsnorm")
  * finds llama_ops.c when its OPJIT_MODULE registers rmsnorm.
  *
- * Knowing a source's ops means running its init, which discovery does in a
- * child process with a time limit (loader/discover.c): an init that
- * crashes, exits or never returns costs that source only. The answers are
- * kept in the cache, so each version of a source is indexed once:
+ * Knowing a source's ops means running its init, which discovery does in
+ * child processes with a time limit, one per CPU at once
+ * (loader/discover.c): an init that crashes, exits or never returns costs
+ * that source only. The answers are kept in the cache, so each version of
+ * a source is indexed once:
  *
  *  - per source, a note keyed by its digest (bytes, local headers, opjit's
  *    ABI): the ops it registers, or why they are unknown;
  *  - per directory, a note keyed by the state of its files (name, inode,
- *    size, mtime, ctime of each): every source's entry, plus the local
- *    headers its sources include from other directories, with their state.
+ *    size, mtime, ctime of each): every source's entry with its state and
+ *    its local headers with theirs (loader/index_note.c: sorted, searched
+ *    in place, any size);
+ *  - per directory, a pointer keyed by the directory's own state (inode,
+ *    mtime, ctime: which files it holds) to its latest note, and one keyed
+ *    by its inode alone to its first (a base to keep entries from).
  *
- * A warm lookup reads each directory, stats its files and reads one note:
- * no source is read, nothing is compiled. A changed file makes another
- * directory key, and the sources are looked at again (their per-source
- * notes, else discovery). A directory note is not written while a file
- * changed less than RACY_MS ago: a second edit within the file system's
- * timestamp granularity could leave the state as it was ("racily clean").
+ * A lookup in a directory of up to INDEX_CHECK_EACH sources lists it and
+ * stats every file: any edit is seen. A larger directory would cost
+ * milliseconds per lookup that way, so there the pointer is trusted for
+ * which files the directory holds, and the sources a lookup picks are
+ * checked (their state and their headers'); a source edited in place to
+ * register an op that another source already provides is seen when the
+ * directory changes, or when a lookup finds nothing (which checks every
+ * file before it fails). A changed file makes another key, and the
+ * sources are looked at again: entries of unchanged files are kept, the
+ * others come from their per-source notes, else discovery. Nothing is
+ * noted while a file changed less than RACY_MS ago: a second edit within
+ * the file system's timestamp granularity could leave the state as it was
+ * ("racily clean").
  *
  * Everything here runs with the loader's lock held, but index_source,
  * which keeps nothing in memory (the watcher indexes without it). */
@@ -31,44 +43,24 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "loader/index_int.h"
 #include "loader/loader_int.h"
 #include "runtime/cuda.h"
 
 #define RACY_MS 2000
-#define INDEX_MSG_MAX 300
-#define INDEX_FORMAT "opjit-op-index 1"
+#define INDEX_CHECK_EACH 256
 
-typedef struct file_sig {
-    unsigned long long dev, ino, size;
-    long long mtime, ctime; /* nanoseconds */
-} file_sig;
-
-typedef struct idx_hdr {
-    char *real;
-    file_sig sig;
-} idx_hdr;
-
-/* One source of a directory and what it defines. */
-typedef struct idx_src {
-    char *file;       /* name in the directory */
-    int status;       /* OPJIT_OK, or why its ops are unknown */
-    char *msg;        /* "" or the reason */
-    char **ops;
-    int nops;
-    idx_hdr *hdrs;    /* its local headers in other directories */
-    int nhdrs;
-    int keep;         /* the entry may be kept in the cache */
-} idx_src;
-
+/* A directory's entries, as this runtime last saw them. */
 typedef struct idx_dir {
     char *real;
-    cache_key key;
-    idx_src *srcs;
-    int n;
+    file_sig dsig;  /* the directory's own state then */
+    int dsig_ok;    /* the note is known to be the one of dsig */
+    cache_key key;  /* of its files' state */
+    idx_note note;
+    int checked;    /* every file was checked in this lookup */
     struct idx_dir *next;
 } idx_dir;
 
-/* The directories known in this runtime, each by its latest key. */
 struct op_index {
     idx_dir *dirs;
 };
@@ -83,6 +75,21 @@ static file_sig sig_of(const struct stat *st)
                       (long long)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec};
 }
 
+static int sig_eq(const file_sig *a, const file_sig *b)
+{
+    return !memcmp(a, b, sizeof *a);
+}
+
+/* The state of the file at path now; 0, or -1 when it is gone. */
+static int sig_now(const char *path, file_sig *g)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -1;
+    *g = sig_of(&st);
+    return 0;
+}
+
 static long long now_ns(void)
 {
     struct timespec ts;
@@ -95,38 +102,16 @@ static int racy(const file_sig *s, long long t0)
     return s->ctime >= t0 - RACY_MS * 1000000LL || s->mtime >= t0 - RACY_MS * 1000000LL;
 }
 
-static int strv_add(char ***v, int *n, const char *s, size_t len)
+static int key_eq(const cache_key *a, const cache_key *b)
 {
-    char **nv = realloc(*v, (size_t)(*n + 1) * sizeof *nv);
-    if (!nv)
-        return -1;
-    *v = nv;
-    if (!(nv[*n] = strndup(s, len)))
-        return -1;
-    (*n)++;
-    return 0;
-}
-
-static void src_free(idx_src *s)
-{
-    free(s->file);
-    free(s->msg);
-    for (int i = 0; i < s->nops; i++)
-        free(s->ops[i]);
-    free(s->ops);
-    for (int i = 0; i < s->nhdrs; i++)
-        free(s->hdrs[i].real);
-    free(s->hdrs);
-    memset(s, 0, sizeof *s);
+    return !memcmp(a->bytes, b->bytes, sizeof a->bytes);
 }
 
 static void dir_free(idx_dir *d)
 {
     if (!d)
         return;
-    for (int i = 0; i < d->n; i++)
-        src_free(&d->srcs[i]);
-    free(d->srcs);
+    note_close(&d->note);
     free(d->real);
     free(d);
 }
@@ -143,149 +128,39 @@ void index_free(loader *l)
     l->index = NULL;
 }
 
-/* A string that fits one field of a line: no tab, no newline. */
-static int one_field(const char *s)
+/* Whether real lies in directory dir itself (its key covers it). */
+static int in_dir(const char *real, const char *dir)
 {
-    return !strpbrk(s, "\t\n");
+    size_t n = strlen(dir);
+    return !strncmp(real, dir, n) && real[n] == '/' && !strchr(real + n + 1, '/');
 }
 
-static int src_set_msg(idx_src *s, const char *msg)
+/* Whether CUDA's being usable is as when the note was made. */
+static int cuda_as_noted(const idx_note *n)
 {
-    free(s->msg);
-    if (!(s->msg = strndup(msg ? msg : "", INDEX_MSG_MAX)))
-        return -1;
-    for (char *p = s->msg; *p; p++)
-        if (*p == '\t' || *p == '\n')
-            *p = ' ';
-    return 0;
+    return n->cuda < 0 || n->cuda == (cu_usable(NULL, 0) == OPJIT_OK);
 }
 
-static int src_add_hdr(idx_src *s, const char *real, const file_sig *sig)
+/* Whether the headers the note names outside dir (every one: all) are
+ * as they were. */
+static int note_hdrs_valid(const idx_note *n, const char *dir, int all)
 {
-    idx_hdr *h = realloc(s->hdrs, (size_t)(s->nhdrs + 1) * sizeof *h);
-    if (!h)
-        return -1;
-    s->hdrs = h;
-    if (!(h[s->nhdrs].real = strdup(real)))
-        return -1;
-    h[s->nhdrs++].sig = *sig;
-    return 0;
-}
-
-/* Whether the headers of s from other directories are as they were. */
-static int hdrs_valid(const idx_src *s)
-{
-    struct stat st;
-    for (int i = 0; i < s->nhdrs; i++) {
-        if (stat(s->hdrs[i].real, &st) != 0)
+    for (long id = 0; id < n->nhdr; id++) {
+        const char *r;
+        size_t len;
+        file_sig was, now;
+        char real[PATH_MAX];
+        if (!note_hdr(n, id, &r, &len, &was) || len >= sizeof real)
             return 0;
-        file_sig now = sig_of(&st);
-        if (memcmp(&now, &s->hdrs[i].sig, sizeof now))
+        memcpy(real, r, len);
+        real[len] = '\0';
+        if ((all || !in_dir(real, dir)) && (sig_now(real, &now) || !sig_eq(&now, &was)))
             return 0;
     }
     return 1;
 }
 
-/* ---- entries as text ------------------------------------------------------------ *
- *   src <file> <status> <message>
- *   op <name>                              one per op it defines
- *   hdr <real> <dev> <ino> <size> <mtime> <ctime>
- */
-
-static void entry_write(FILE *f, const idx_src *s)
-{
-    fprintf(f, "src\t%s\t%d\t%s\n", s->file, s->status, s->msg ? s->msg : "");
-    for (int i = 0; i < s->nops; i++)
-        fprintf(f, "op\t%s\n", s->ops[i]);
-    for (int i = 0; i < s->nhdrs; i++) {
-        const file_sig *g = &s->hdrs[i].sig;
-        fprintf(f, "hdr\t%s\t%llu\t%llu\t%llu\t%lld\t%lld\n", s->hdrs[i].real, g->dev, g->ino,
-                g->size, g->mtime, g->ctime);
-    }
-}
-
-/* The text of n entries (malloc'd), or NULL. */
-static char *entries_text(const idx_src *v, int n)
-{
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f)
-        return NULL;
-    fprintf(f, "%s\n", INDEX_FORMAT);
-    for (int i = 0; i < n; i++)
-        entry_write(f, &v[i]);
-    if (fclose(f) != 0) {
-        free(buf);
-        return NULL;
-    }
-    return buf;
-}
-
-/* One line into the entries *v (the last one is the current source). */
-static int entry_line(char *line, idx_src **v, int *n)
-{
-    char *f[8];
-    int nf = 0;
-    for (char *p = line; nf < 8; p++) {
-        f[nf++] = p;
-        if (!(p = strchr(p, '\t')))
-            break;
-        *p = '\0';
-    }
-    if (!strcmp(f[0], "src") && nf == 4) {
-        idx_src *nv = realloc(*v, (size_t)(*n + 1) * sizeof *nv);
-        if (!nv)
-            return -1;
-        *v = nv;
-        memset(&nv[*n], 0, sizeof nv[*n]);
-        nv[*n].keep = 1;
-        nv[*n].status = atoi(f[2]);
-        (*n)++;
-        return (nv[*n - 1].file = strdup(f[1])) && !src_set_msg(&nv[*n - 1], f[3]) ? 0 : -1;
-    }
-    if (!*n)
-        return -1;
-    idx_src *s = &(*v)[*n - 1];
-    if (!strcmp(f[0], "op") && nf == 2)
-        return strv_add(&s->ops, &s->nops, f[1], strlen(f[1]));
-    if (!strcmp(f[0], "hdr") && nf == 7) {
-        file_sig g;
-        g.dev = strtoull(f[2], NULL, 10), g.ino = strtoull(f[3], NULL, 10);
-        g.size = strtoull(f[4], NULL, 10);
-        g.mtime = strtoll(f[5], NULL, 10), g.ctime = strtoll(f[6], NULL, 10);
-        return src_add_hdr(s, f[1], &g);
-    }
-    return -1;
-}
-
-/* Parse a note; 0, or -1 (and nothing in *v) when it is not one of ours. */
-static int entries_parse(char *text, idx_src **v, int *n)
-{
-    *v = NULL;
-    *n = 0;
-    size_t fl = strlen(INDEX_FORMAT);
-    if (strncmp(text, INDEX_FORMAT, fl) || text[fl] != '\n')
-        return -1;
-    char *next;
-    for (char *line = text + fl + 1; *line; line = next) {
-        if (!(next = strchr(line, '\n')))
-            break;
-        *next++ = '\0';
-        if (entry_line(line, v, n))
-            goto bad;
-    }
-    return 0;
-bad:
-    for (int i = 0; i < *n; i++)
-        src_free(&(*v)[i]);
-    free(*v);
-    *v = NULL;
-    *n = 0;
-    return -1;
-}
-
-/* ---- one source ------------------------------------------------------------------ */
+/* ---- cache requests --------------------------------------------------------------- */
 
 static void index_request(cache_request *req, const char *name, const char *src_name)
 {
@@ -293,6 +168,39 @@ static void index_request(cache_request *req, const char *name, const char *src_
                            .compiler = "opjit discovery", .options = "",
                            .target = jit_host_target(), .tier = "index"};
 }
+
+static const char *dir_name(const char *real)
+{
+    return strrchr(real, '/')[1] ? strrchr(real, '/') + 1 : "/";
+}
+
+/* The request of the pointer of the directory real in state dsig. */
+static void pointer_request(cache_request *req, const char *real, const file_sig *dsig)
+{
+    index_request(req, "-", dir_name(real));
+    cache_keygen *g = cache_keygen_new();
+    cache_keygen_add_str(g, "what", "op-index-dir-pointer");
+    cache_keygen_add_str(g, "format", INDEX_FORMAT);
+    loader_add_op_header(g);
+    cache_keygen_add_str(g, "target", jit_host_target());
+    cache_keygen_add_str(g, "dir", real);
+    cache_keygen_add(g, "state", dsig, sizeof *dsig);
+    cache_keygen_finish(g, &req->key);
+}
+
+/* The note of key (the directory real's, or a source's) into n. */
+static int note_fetch(loader *l, const char *real, const cache_key *key, idx_note *n)
+{
+    cache_request req;
+    index_request(&req, "-", dir_name(real));
+    req.key = *key;
+    char *text = NULL;
+    if (cache_note_get(l->cache, &req, "ops", &text) != OPJIT_OK)
+        return -1;
+    return note_open(n, text, strlen(text));
+}
+
+/* ---- one source ------------------------------------------------------------------ */
 
 /* Failures worth remembering for this version of a source: it will fail
  * the same way again. */
@@ -302,101 +210,188 @@ static int lasting_status(int status)
            status == OPJIT_ESCHEMA || status == OPJIT_EEXIST;
 }
 
-/* The name of an op in its schema: "rmsnorm(Tensor x) -> Tensor". */
-static int took_ops(void *ud, const opjit_source_ops *src)
+/* The key of the per-source note of s. */
+static int source_note_key(const source *s, cache_key *key)
 {
-    idx_src *s = ud;
-    s->status = src->status;
-    if (src_set_msg(s, src->error))
-        return s->keep = 0;
-    for (int i = 0; i < src->nops; i++) {
-        const char *sch = src->schemas[i];
-        size_t len = strcspn(sch, "( \t");
-        if (len && strv_add(&s->ops, &s->nops, sch, len))
-            s->keep = 0;
-    }
-    return 0;
-}
-
-typedef struct hdr_walk {
-    idx_src *s;
-    const char *dir_real;
-} hdr_walk;
-
-/* A local header of another directory: kept with its state. */
-static void took_header(void *ud, const char *real)
-{
-    hdr_walk *w = ud;
-    size_t n = strlen(w->dir_real);
-    if (!strncmp(real, w->dir_real, n) && real[n] == '/' && !strchr(real + n + 1, '/'))
-        return; /* the directory's key covers it */
-    struct stat st;
-    file_sig g;
-    if (stat(real, &st) != 0 || !one_field(real) ||
-        (g = sig_of(&st), src_add_hdr(w->s, real, &g)))
-        w->s->keep = 0;
-}
-
-/* The ops of source s from its note, else from discovery (then noted). */
-static void source_ops(loader *l, source *s, idx_src *out)
-{
-    cache_request req;
-    index_request(&req, s->stem, s->name);
     cache_keygen *g = source_keygen(s);
+    if (!g)
+        return -1;
     cache_keygen_add_str(g, "what", "op-index");
     cache_keygen_add_str(g, "format", INDEX_FORMAT);
     cache_keygen_add_str(g, "target", jit_host_target());
-    cache_keygen_finish(g, &req.key);
-    char *text = NULL;
-    idx_src *v = NULL;
-    int n = 0;
-    if (cache_note_get(l->cache, &req, "ops", &text) == OPJIT_OK &&
-        entries_parse(text, &v, &n) == 0 && n == 1) {
-        out->status = v[0].status;
-        out->msg = v[0].msg, v[0].msg = NULL;
-        out->ops = v[0].ops, v[0].ops = NULL;
-        out->nops = v[0].nops, v[0].nops = 0;
-    } else {
-        loader_discover_one(l, s->path, took_ops, out);
-        rt_log(l->rt, out->status ? OPJIT_LOG_WARN : OPJIT_LOG_DEBUG, "indexed %s: %s",
-               s->path, out->status ? out->msg : "ok");
-        int lasting = lasting_status(out->status) && source_unchanged(s);
-        /* A .cu skipped here: the directory's key says whether CUDA runs. */
-        out->keep &= lasting || out->status == OPJIT_EDEVICE;
-        idx_src one = *out;
-        one.nhdrs = 0; /* headers are the directory note's business */
-        char *t = out->keep && lasting ? entries_text(&one, 1) : NULL;
-        if (t && strlen(t) <= CACHE_NOTE_MAX)
-            cache_note_put(l->cache, &req, "ops", t);
-        free(t);
-    }
-    for (int i = 0; i < n; i++)
-        src_free(&v[i]);
-    free(v);
-    free(text);
+    cache_keygen_finish(g, key);
+    return 0;
 }
 
-/* What the source file of directory dir_real defines, looked at afresh. */
-static int source_index(loader *l, const char *dir_real, const char *file, idx_src *out)
+/* Sources waiting for discovery: their entries and per-source note keys. */
+typedef struct pending {
+    int *at;          /* index of the entry */
+    char **path;
+    cache_key *key;
+    int n, cap;
+} pending;
+
+static int pending_add(pending *q, int at, const char *path, const cache_key *key)
+{
+    if (q->n == q->cap) {
+        int cap = q->cap ? q->cap * 2 : 64;
+        int *a = realloc(q->at, (size_t)cap * sizeof *a);
+        if (a)
+            q->at = a;
+        char **p = a ? realloc(q->path, (size_t)cap * sizeof *p) : NULL;
+        if (p)
+            q->path = p;
+        cache_key *k = p ? realloc(q->key, (size_t)cap * sizeof *k) : NULL;
+        if (!k)
+            return -1;
+        q->key = k;
+        q->cap = cap;
+    }
+    if (!(q->path[q->n] = strdup(path)))
+        return -1;
+    q->at[q->n] = at;
+    q->key[q->n++] = *key;
+    return 0;
+}
+
+static void pending_free(pending *q)
+{
+    for (int i = 0; i < q->n; i++)
+        free(q->path[i]);
+    free(q->at);
+    free(q->path);
+    free(q->key);
+    memset(q, 0, sizeof *q);
+}
+
+/* The entry of a per-source note into e (file and state stay). */
+static int from_source_note(loader *l, const source *s, const cache_key *key, idx_src *e)
+{
+    idx_note n;
+    idx_ent ent;
+    idx_src got = {0};
+    const char *at = NULL;
+    if (note_fetch(l, s->real, key, &n))
+        return -1;
+    int rc = n.nsrc == 1 && note_next_src(&n, &at, &ent) && ent_to_src(&ent, &got) == 0 ? 0 : -1;
+    note_close(&n);
+    if (!rc) {
+        free(e->msg);
+        e->msg = got.msg, got.msg = NULL;
+        e->ops = got.ops, got.ops = NULL;
+        e->nops = got.nops, got.nops = 0;
+        e->status = got.status;
+    }
+    src_free(&got);
+    return rc;
+}
+
+/* A local header of source e (of directory dir_real), with its state. */
+typedef struct hdr_walk {
+    idx_src *e;
+    idx_hdrs *h;
+    long long t0;
+} hdr_walk;
+
+static void took_header(void *ud, const char *real)
+{
+    hdr_walk *w = ud;
+    int id = hdrs_find(w->h, real);
+    file_sig g;
+    if (id < 0 && (sig_now(real, &g) || !one_field(real) || (id = hdrs_add(w->h, real, &g)) < 0)) {
+        w->e->keep = 0;
+        return;
+    }
+    if (src_add_hdr(w->e, id) || racy(&w->h->sig[id], w->t0))
+        w->e->keep = 0;
+}
+
+/* Look at file of dir_real afresh: e from its per-source note, else it
+ * joins q for discovery. 0, or OPJIT_ENOMEM. */
+static int source_look(loader *l, const char *dir_real, idx_src *e, idx_hdrs *h, pending *q,
+                       int at, long long t0)
 {
     char path[PATH_MAX];
-    memset(out, 0, sizeof *out);
-    out->keep = 1;
-    if (!(out->file = strdup(file)) ||
-        (size_t)snprintf(path, sizeof path, "%s/%s", dir_real, file) >= sizeof path)
-        return OPJIT_ENOMEM;
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir_real, e->file) >= sizeof path) {
+        e->status = OPJIT_EINVAL;
+        return src_set_msg(e, "its path is too long") ? OPJIT_ENOMEM : OPJIT_OK;
+    }
     source s;
     int rc = source_read(l, path, &s);
     if (rc) {
-        out->status = rc;
-        out->keep = rc == OPJIT_EINVAL; /* not a text file: it stays that way */
-        return src_set_msg(out, opjit_errmsg(l->rt)) ? OPJIT_ENOMEM : OPJIT_OK;
+        e->status = rc;
+        e->keep = rc == OPJIT_EINVAL; /* not a text file: it stays that way */
+        return src_set_msg(e, opjit_errmsg(l->rt)) ? OPJIT_ENOMEM : OPJIT_OK;
     }
-    source_ops(l, &s, out);
-    hdr_walk w = {out, dir_real};
+    hdr_walk w = {e, h, t0};
     source_each_header(&s, took_header, &w);
+    cache_key key;
+    if (source_note_key(&s, &key))
+        rc = OPJIT_ENOMEM;
+    else if (from_source_note(l, &s, &key, e) != 0 && pending_add(q, at, path, &key))
+        rc = OPJIT_ENOMEM;
     source_free(&s);
-    return OPJIT_OK;
+    return rc;
+}
+
+/* Note what discovery found for the source of q entry i, when it will
+ * hold for that version (the source still has the digest it had). */
+static void source_note_put(loader *l, const pending *q, int i, idx_src *e)
+{
+    source s;
+    cache_key now;
+    int lasting = lasting_status(e->status) && source_read(l, q->path[i], &s) == OPJIT_OK;
+    if (lasting) {
+        lasting = source_note_key(&s, &now) == 0 && key_eq(&now, &q->key[i]);
+        source_free(&s);
+    }
+    /* A .cu skipped here: the directory's key says whether CUDA runs. */
+    e->keep &= lasting || e->status == OPJIT_EDEVICE;
+    if (!lasting || !e->keep)
+        return;
+    idx_src one = *e;
+    one.nhdrs = 0; /* headers are the directory note's business */
+    memset(&one.sig, 0, sizeof one.sig);
+    char *t = note_text(&one, 1, NULL, -1);
+    cache_request req;
+    index_request(&req, "-", strrchr(q->path[i], '/') + 1);
+    req.key = q->key[i];
+    if (t)
+        cache_note_put(l->cache, &req, "ops", t);
+    free(t);
+}
+
+/* The name of an op in its schema: "rmsnorm(Tensor x) -> Tensor". */
+typedef struct took {
+    loader *l;
+    idx_src *v;
+    const pending *q;
+} took;
+
+static void took_ops(void *ud, int i, const opjit_source_ops *src)
+{
+    took *t = ud;
+    idx_src *e = &t->v[t->q->at[i]];
+    e->status = src->status;
+    if (src_set_msg(e, src->error))
+        e->keep = 0;
+    for (int k = 0; k < src->nops; k++) {
+        const char *sch = src->schemas[k];
+        size_t len = strcspn(sch, "( \t\n");
+        if (len && src_add_op(e, sch, len))
+            e->keep = 0;
+    }
+    rt_log(t->l->rt, e->status ? OPJIT_LOG_WARN : OPJIT_LOG_DEBUG, "indexed %s: %s", src->path,
+           e->status ? e->msg : "ok");
+    /* Noted at once: an index cut short is resumed, not redone. */
+    source_note_put(t->l, t->q, i, e);
+}
+
+/* Discovery for every source in q, one child per CPU at once. */
+static int discover_pending(loader *l, idx_src *v, const pending *q)
+{
+    took t = {l, v, q};
+    return loader_discover_many(l, (const char *const *)q->path, q->n, took_ops, &t);
 }
 
 /* ---- one directory ------------------------------------------------------------- */
@@ -454,8 +449,10 @@ static int dir_files(const char *dir, dir_file **out, int *nout)
     return rc;
 }
 
-/* The key of the directory's state; *fresh when a file changed lately. */
-static void dir_key(const char *real, const dir_file *v, int n, cache_key *key, int *fresh)
+/* The key of the directory's files' state; *fresh when a file changed
+ * lately; *cuda: -1 (no .cu source), else whether CUDA is usable. */
+static void dir_key(const char *real, const dir_file *v, int n, cache_key *key, int *fresh,
+                    int *cuda)
 {
     long long t0 = now_ns();
     int has_cu = 0;
@@ -470,58 +467,93 @@ static void dir_key(const char *real, const dir_file *v, int n, cache_key *key, 
         cache_keygen_add_str(g, "file", v[i].name);
         cache_keygen_add(g, "state", &v[i].sig, sizeof v[i].sig);
         *fresh |= racy(&v[i].sig, t0);
-        size_t stem = loader_source_stem(v[i].name);
-        has_cu |= stem && v[i].name[stem + 1] == 'c' && v[i].name[stem + 2] == 'u';
+        has_cu |= loader_source_stem(v[i].name) && loader_is_cuda_source(v[i].name);
     }
     /* Whether .cu sources could be looked at: it decides their entries. */
+    *cuda = has_cu ? cu_usable(NULL, 0) == OPJIT_OK : -1;
     if (has_cu)
-        cache_keygen_add_str(g, "cuda", cu_usable(NULL, 0) == OPJIT_OK ? "yes" : "no");
+        cache_keygen_add_str(g, "cuda", *cuda ? "yes" : "no");
     cache_keygen_finish(g, key);
 }
 
-/* Every source of the directory looked at again (each from its note when
- * it has one). *keep: all entries may go into the directory's note. */
-static int dir_build(loader *l, idx_dir *d, const dir_file *v, int n, int *keep)
+/* Keep the entry of an unchanged file from an older note of the
+ * directory, when its headers are unchanged too. 1 when kept. */
+static int src_reuse(const idx_note *old, const dir_file *f, idx_src *e, idx_hdrs *h,
+                     long long t0)
 {
-    long long t0 = now_ns();
-    *keep = 1;
-    for (int i = 0; i < n; i++) {
-        if (!loader_source_stem(v[i].name))
-            continue;
-        idx_src *nv = realloc(d->srcs, (size_t)(d->n + 1) * sizeof *nv);
-        if (!nv)
-            return OPJIT_ENOMEM;
-        d->srcs = nv;
-        int rc = source_index(l, d->real, v[i].name, &nv[d->n]);
-        d->n++;
-        if (rc)
-            return rc;
-        idx_src *s = &nv[d->n - 1];
-        for (int h = 0; h < s->nhdrs; h++)
-            s->keep &= !racy(&s->hdrs[h].sig, t0);
-        *keep &= s->keep && one_field(v[i].name);
+    idx_ent ent;
+    if (!old || !note_src(old, f->name, strlen(f->name), &ent) || !sig_eq(&ent.sig, &f->sig) ||
+        ent_to_src(&ent, e))
+        return 0;
+    for (const char *p = ent.hdrs, *end = ent.hdrs + ent.hdrs_len; p < end;) {
+        char *next, real[PATH_MAX];
+        long id = strtol(p, &next, 10);
+        const char *r;
+        size_t len;
+        file_sig was, now;
+        if (next == p || !note_hdr(old, id, &r, &len, &was) || len >= sizeof real)
+            return 0;
+        memcpy(real, r, len);
+        real[len] = '\0';
+        int hid = hdrs_find(h, real);
+        if (hid < 0 && (sig_now(real, &now) || (hid = hdrs_add(h, real, &now)) < 0))
+            return 0;
+        if (!sig_eq(&h->sig[hid], &was) || src_add_hdr(e, hid))
+            return 0;
+        e->keep &= !racy(&was, t0);
+        p = *next == ',' ? next + 1 : end;
     }
-    return OPJIT_OK;
+    return 1;
 }
 
-/* The directory's entries from the note of its state, when they are valid. */
-static int dir_from_note(loader *l, idx_dir *d, const cache_request *req)
+/* The entries of the listed files v of directory real: kept from old
+ * (may be NULL), else from per-source notes, else discovery. *keep: all
+ * entries may go into the directory's note. */
+static int dir_build(loader *l, const char *real, const dir_file *v, int n, const idx_note *old,
+                     idx_src **out, int *nout, idx_hdrs *h, int *keep)
 {
-    char *text = NULL;
-    if (cache_note_get(l->cache, req, "ops", &text) != OPJIT_OK)
-        return -1;
-    int rc = entries_parse(text, &d->srcs, &d->n);
-    free(text);
-    for (int i = 0; !rc && i < d->n; i++)
-        if (!hdrs_valid(&d->srcs[i]))
-            rc = -1;
+    long long t0 = now_ns();
+    pending q = {0};
+    idx_src *e = calloc((size_t)n + 1, sizeof *e);
+    int k = 0, rc = e ? OPJIT_OK : OPJIT_ENOMEM;
+    for (int i = 0; !rc && i < n; i++) {
+        if (!loader_source_stem(v[i].name))
+            continue;
+        if (!src_reuse(old, &v[i], &e[k], h, t0)) {
+            src_free(&e[k]);
+            e[k].keep = 1;
+            e[k].sig = v[i].sig;
+            if (!(e[k].file = strdup(v[i].name)) || src_set_msg(&e[k], ""))
+                rc = OPJIT_ENOMEM;
+            else
+                rc = source_look(l, real, &e[k], h, &q, k, t0);
+        }
+        k++;
+    }
+    if (!rc)
+        rc = discover_pending(l, e, &q);
+    pending_free(&q);
+    *keep = 1;
+    for (int i = 0; i < k; i++)
+        *keep &= e[i].keep && one_field(e[i].file);
+    *out = e;
+    *nout = k;
     return rc;
 }
 
+/* ---- directories known, and their notes ------------------------------------------ */
+
+static idx_dir *dir_known(loader *l, const char *real)
+{
+    for (idx_dir *d = l->index ? l->index->dirs : NULL; d; d = d->next)
+        if (!strcmp(d->real, real))
+            return d;
+    return NULL;
+}
+
+/* Keep d as this runtime's view of its directory (an older one goes). */
 static void dir_remember(loader *l, idx_dir *d)
 {
-    if (!l->index && !(l->index = calloc(1, sizeof *l->index)))
-        return;
     for (idx_dir **p = &l->index->dirs; *p; p = &(*p)->next)
         if (!strcmp((*p)->real, d->real)) {
             idx_dir *old = *p;
@@ -533,172 +565,366 @@ static void dir_remember(loader *l, idx_dir *d)
     l->index->dirs = d;
 }
 
-/* This runtime's entries of the directory at real, when its key is still key. */
-static idx_dir *dir_known(loader *l, const char *real, const cache_key *key)
+static idx_dir *dir_new(const char *real, const file_sig *dsig, const cache_key *key,
+                        idx_note *note)
 {
-    for (idx_dir *d = l->index ? l->index->dirs : NULL; d; d = d->next)
-        if (!strcmp(d->real, real) && !memcmp(d->key.bytes, key->bytes, sizeof key->bytes)) {
-            for (int i = 0; i < d->n; i++)
-                if (!hdrs_valid(&d->srcs[i]))
-                    return NULL;
-            return d;
-        }
-    return NULL;
+    idx_dir *d = calloc(1, sizeof *d);
+    if (!d || !(d->real = strdup(real))) {
+        free(d);
+        note_close(note);
+        return NULL;
+    }
+    d->dsig = *dsig;
+    d->key = *key;
+    d->note = *note;
+    memset(note, 0, sizeof *note);
+    return d;
 }
 
-/* The entries of dir: *out, owned by the index (*own 0) or by the caller
- * (*own 1: dir_free it). OPJIT_ENOTFOUND when dir cannot be read. */
-static int index_dir(loader *l, const char *dir, idx_dir **out, int *own)
-{
+/* What a lookup of one directory has to go on. */
+typedef struct dir_look {
     char real[PATH_MAX];
-    dir_file *v = NULL;
-    int n = 0, fresh, keep, rc;
-    *out = NULL;
-    *own = 0;
-    if (!realpath(dir, real) || (rc = dir_files(real, &v, &n)) == OPJIT_ENOTFOUND)
-        return OPJIT_ENOTFOUND;
-    idx_dir *d = calloc(1, sizeof *d);
-    if (rc || !d || !(d->real = strdup(real))) {
-        files_free(v, n);
-        dir_free(d);
-        return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
-    }
-    dir_key(real, v, n, &d->key, &fresh);
+    file_sig dsig;
+    int pointed;      /* a pointer for dsig exists */
+    cache_key pkey;   /* the key it names */
+    idx_note pnote;   /* that note, when it could be read */
+} dir_look;
+
+/* The request of the directory's base: the key of the first note made of
+ * it (by its inode; first writer wins). A rebuild keeps the entries of the
+ * files unchanged since, where it has no newer note to go on (a new
+ * process after a file was added to a directory of 10,000 sources). */
+static void base_request(cache_request *req, const char *real, const file_sig *dsig)
+{
+    file_sig inode = {dsig->dev, dsig->ino, 0, 0, 0};
+    index_request(req, "-", dir_name(real));
+    cache_keygen *g = cache_keygen_new();
+    cache_keygen_add_str(g, "what", "op-index-dir-base");
+    cache_keygen_add_str(g, "format", INDEX_FORMAT);
+    cache_keygen_add_str(g, "target", jit_host_target());
+    cache_keygen_add_str(g, "dir", real);
+    cache_keygen_add(g, "inode", &inode, sizeof inode);
+    cache_keygen_finish(g, &req->key);
+}
+
+/* Note the directory's entries under key, and name them its base when it
+ * has none (*had_base 0). */
+static void dir_note_put(loader *l, const dir_look *dl, const cache_key *key, const char *text,
+                         int had_base)
+{
     cache_request req;
-    index_request(&req, "-", strrchr(real, '/')[1] ? strrchr(real, '/') + 1 : "/");
-    req.key = d->key;
-    if ((*out = dir_known(l, real, &d->key))) {
-        dir_free(d);
-    } else if (dir_from_note(l, d, &req) == 0) {
-        dir_remember(l, *out = d);
-    } else {
-        for (int i = 0; i < d->n; i++)
-            src_free(&d->srcs[i]);
-        d->n = 0;
-        if ((rc = dir_build(l, d, v, n, &keep))) {
-            dir_free(d);
-            files_free(v, n);
-            return rt_error(l->rt, rc, "out of memory");
-        }
-        char *t = keep && !fresh ? entries_text(d->srcs, d->n) : NULL;
-        if (t && strlen(t) <= CACHE_NOTE_MAX)
-            cache_note_put(l->cache, &req, "ops", t);
-        if (t)
-            dir_remember(l, d);
-        else
-            *own = 1;
+    index_request(&req, "-", dir_name(dl->real));
+    req.key = *key;
+    if (cache_note_put(l->cache, &req, "ops", text) == OPJIT_OK && !had_base) {
+        base_request(&req, dl->real, &dl->dsig);
+        cache_index_put(l->cache, &req, key);
+    }
+}
+
+/* Build the entries of real afresh and note them: *out (own: not
+ * remembered, the caller frees it). */
+static int dir_rebuild(loader *l, dir_look *dl, const dir_file *v, int n, const cache_key *key,
+                       int cuda, int trusted, idx_dir **out, int *own)
+{
+    idx_dir *m = dir_known(l, dl->real);
+    const idx_note *old = m ? &m->note : dl->pnote.text ? &dl->pnote : NULL;
+    idx_note base = {0};
+    int had_base = old != NULL;
+    if (!old) {
+        cache_request req;
+        cache_key bkey;
+        base_request(&req, dl->real, &dl->dsig);
+        had_base = cache_index_get(l->cache, &req, &bkey) == OPJIT_OK;
+        if (had_base && note_fetch(l, dl->real, &bkey, &base) == 0)
+            old = &base;
+    }
+    idx_src *e = NULL;
+    idx_hdrs h = {0};
+    int ne = 0, keep;
+    int rc = dir_build(l, dl->real, v, n, old, &e, &ne, &h, &keep);
+    note_close(&base);
+    char *text = rc ? NULL : note_text(e, ne, &h, cuda);
+    for (int i = 0; i < h.n; i++)
+        keep &= one_field(h.real[i]);
+    for (int i = 0; i < ne; i++)
+        src_free(&e[i]);
+    free(e);
+    hdrs_free(&h);
+    idx_note note;
+    if (!text || note_open(&note, text, strlen(text)))
+        return rt_error(l->rt, rc ? rc : OPJIT_ENOMEM, "out of memory");
+    if (keep && trusted)
+        dir_note_put(l, dl, key, note.text, had_base);
+    idx_dir *d = dir_new(dl->real, &dl->dsig, key, &note);
+    if (!d)
+        return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
+    d->checked = 1;
+    d->dsig_ok = keep && trusted;
+    *own = !d->dsig_ok;
+    if (!*own)
+        dir_remember(l, d);
+    *out = d;
+    return OPJIT_OK;
+}
+
+/* The note of key for the listed directory, from this runtime, the
+ * pointer's note or the cache, when its headers elsewhere are unchanged. */
+static idx_dir *dir_noted(loader *l, dir_look *dl, const cache_key *key)
+{
+    idx_dir *m = dir_known(l, dl->real);
+    if (m && key_eq(&m->key, key) && note_hdrs_valid(&m->note, dl->real, 0))
+        return m;
+    idx_note n = {0};
+    if (dl->pnote.text && key_eq(&dl->pkey, key))
+        n = dl->pnote, memset(&dl->pnote, 0, sizeof dl->pnote);
+    else if (note_fetch(l, dl->real, key, &n))
+        return NULL;
+    if (!note_hdrs_valid(&n, dl->real, 0)) {
+        note_close(&n);
+        return NULL;
+    }
+    idx_dir *d = dir_new(dl->real, &dl->dsig, key, &n);
+    if (d)
+        dir_remember(l, d);
+    return d;
+}
+
+/* List the directory and stat its files: its entries for that state. */
+static int dir_check_each(loader *l, dir_look *dl, idx_dir **out, int *own)
+{
+    dir_file *v = NULL;
+    int n = 0, fresh, cuda, rc = dir_files(dl->real, &v, &n);
+    if (rc) {
+        files_free(v, n);
+        return rc == OPJIT_ENOTFOUND ? rc : rt_error(l->rt, rc, "out of memory");
+    }
+    cache_key key;
+    dir_key(dl->real, v, n, &key, &fresh, &cuda);
+    /* The pointer may name this state's note only when the directory did
+     * not change while it was listed, nor lately. */
+    file_sig after;
+    int trusted = !fresh && !racy(&dl->dsig, now_ns()) && sig_now(dl->real, &after) == 0 &&
+                  sig_eq(&after, &dl->dsig);
+    idx_dir *d = dir_noted(l, dl, &key);
+    *own = 0;
+    if (d) {
+        d->checked = 1;
+        d->dsig = dl->dsig;
+        d->dsig_ok = trusted;
         *out = d;
-        free(t);
+    } else {
+        rc = dir_rebuild(l, dl, v, n, &key, cuda, trusted, out, own);
     }
     files_free(v, n);
-    return OPJIT_OK;
+    if (!rc && trusted && !dl->pointed && (*out)->dsig_ok) {
+        cache_request req;
+        pointer_request(&req, dl->real, &dl->dsig);
+        cache_index_put(l->cache, &req, &key);
+    }
+    return rc;
+}
+
+/* The entries of the directory dl->real: *out, owned by the index (*own
+ * 0) or by the caller (*own 1: dir_free it). Large directories come from
+ * the pointer of the directory's state unless check_each; then the
+ * sources a lookup picks are still to be checked ((*out)->checked 0).
+ * OPJIT_ENOTFOUND when the directory cannot be read. */
+static int index_dir(loader *l, dir_look *dl, int check_each, idx_dir **out, int *own)
+{
+    *out = NULL;
+    *own = 0;
+    dl->pointed = 0;
+    if (!l->index && !(l->index = calloc(1, sizeof *l->index)))
+        return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
+    idx_dir *m = dir_known(l, dl->real);
+    if (!check_each && m && m->dsig_ok && sig_eq(&m->dsig, &dl->dsig) &&
+        m->note.nsrc > INDEX_CHECK_EACH && cuda_as_noted(&m->note)) {
+        m->checked = 0;
+        *out = m;
+        return OPJIT_OK;
+    }
+    if (!racy(&dl->dsig, now_ns())) {
+        cache_request req;
+        pointer_request(&req, dl->real, &dl->dsig);
+        dl->pointed = cache_index_get(l->cache, &req, &dl->pkey) == OPJIT_OK;
+        if (dl->pointed && note_fetch(l, dl->real, &dl->pkey, &dl->pnote))
+            memset(&dl->pnote, 0, sizeof dl->pnote);
+    }
+    if (!check_each && dl->pnote.text && dl->pnote.nsrc > INDEX_CHECK_EACH &&
+        cuda_as_noted(&dl->pnote)) {
+        idx_dir *d = dir_new(dl->real, &dl->dsig, &dl->pkey, &dl->pnote);
+        if (!d)
+            return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
+        d->dsig_ok = 1;
+        dir_remember(l, *out = d);
+        return OPJIT_OK;
+    }
+    return dir_check_each(l, dl, out, own);
 }
 
 /* ---- lookup ---------------------------------------------------------------------- */
 
-static int src_defines(const idx_src *s, const char *op)
-{
-    for (int i = 0; s->status == OPJIT_OK && i < s->nops; i++)
-        if (!strcmp(s->ops[i], op))
-            return 1;
-    return 0;
-}
-
-static int stem_is(const char *file, const char *stem, size_t n)
-{
-    return loader_source_stem(file) == n && !strncmp(file, stem, n);
-}
-
-/* What one lookup gathers across directories. */
+/* The directories one lookup went through, in order. */
 typedef struct idx_walk {
     loader *l;
     const char *op;
-    char **stems;      /* op names taken by earlier directories */
-    int nstems;
+    idx_dir **dirs;
+    int *own;
+    int n, cap;
+    int unchecked;     /* some directory was taken on its pointer's word */
     char bad[2048];    /* sources that could not be indexed, for the message */
     int nbad;
 } idx_walk;
 
-static int walk_shadowed(const idx_walk *w, const char *file)
+static int walk_push(idx_walk *w, idx_dir *d, int own)
 {
-    size_t n = loader_source_stem(file);
-    for (int i = 0; i < w->nstems; i++)
-        if (strlen(w->stems[i]) == n && !strncmp(w->stems[i], file, n))
-            return 1;
+    if (w->n == w->cap) {
+        int cap = w->cap ? w->cap * 2 : 8;
+        idx_dir **v = realloc(w->dirs, (size_t)cap * sizeof *v);
+        if (v)
+            w->dirs = v;
+        int *o = v ? realloc(w->own, (size_t)cap * sizeof *o) : NULL;
+        if (!o)
+            return -1;
+        w->own = o;
+        w->cap = cap;
+    }
+    w->dirs[w->n] = d;
+    w->own[w->n++] = own;
     return 0;
 }
 
-static void walk_note_bad(idx_walk *w, const idx_dir *d, const idx_src *s)
+static void walk_end(idx_walk *w)
 {
-    if (s->status == OPJIT_OK || s->status == OPJIT_EDEVICE)
-        return;
-    /* Discovery's messages start with the source's path; others may not. */
-    int named = strstr(s->msg, s->file) != NULL;
-    char line[PATH_MAX + INDEX_MSG_MAX + 8];
-    if (named)
-        snprintf(line, sizeof line, "%s", s->msg);
-    else
-        snprintf(line, sizeof line, "%s/%s: %s", d->real, s->file, s->msg);
-    rt_log(w->l->rt, OPJIT_LOG_INFO, "its ops are not known: %s", line);
-    size_t k = strlen(w->bad), m = strlen(line);
-    if (k + m + 4 < sizeof w->bad) {
-        memcpy(w->bad + k, "\n  ", 3);
-        memcpy(w->bad + k + 3, line, m + 1);
-    }
-    w->nbad++;
+    for (int i = 0; i < w->n; i++)
+        if (w->own[i])
+            dir_free(w->dirs[i]);
+    free(w->dirs);
+    free(w->own);
+    w->dirs = NULL;
+    w->own = NULL;
+    w->n = w->cap = 0;
 }
 
-/* Look in one directory: 1 when it settled the lookup (*rc its status). */
-static int walk_dir(idx_walk *w, const idx_dir *d, int (*fn)(void *ud, const char *path),
-                    void *ud, int *rc)
+/* Whether the module named by file's stem (len bytes) is an earlier
+ * directory's (a load of that module takes the first). */
+static int walk_shadowed(const idx_walk *w, int upto, const char *file, size_t len)
 {
-    const idx_src *first = NULL, *second = NULL;
-    for (int i = 0; i < d->n; i++) {
-        const idx_src *s = &d->srcs[i];
-        int shadowed = walk_shadowed(w, s->file);
-        if (!shadowed)
-            walk_note_bad(w, d, s);
-        if (shadowed || !src_defines(s, w->op))
-            continue;
-        if (!first)
-            first = s;
-        else if (!second && !stem_is(s->file, first->file, loader_source_stem(first->file)))
-            second = s;
+    char stem[NAME_MAX + 1], name[NAME_MAX + 4];
+    if (len > NAME_MAX)
+        return 0;
+    memcpy(stem, file, len);
+    stem[len] = '\0';
+    stem[loader_source_stem(stem)] = '\0';
+    for (int i = 0; i < upto; i++)
+        for (int c = 0; c < 2; c++) {
+            int k = snprintf(name, sizeof name, "%s%s", stem, c ? ".cu" : ".c");
+            idx_ent e;
+            if (k > 0 && (size_t)k < sizeof name && note_src(&w->dirs[i]->note, name, (size_t)k, &e))
+                return 1;
+        }
+    return 0;
+}
+
+/* The sources of the directory that register the op. */
+typedef struct definers {
+    char file[2][NAME_MAX + 1]; /* the first two modules' sources */
+    int n;
+    const idx_walk *w;
+    int at;
+    int stale;                  /* a source picked changed since it was noted */
+} definers;
+
+/* Whether the source picked is as noted: its state and its headers'. */
+static int ent_current(const idx_dir *d, const idx_ent *e, const char *file)
+{
+    char path[PATH_MAX];
+    file_sig now;
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", d->real, file) >= sizeof path ||
+        sig_now(path, &now) || !sig_eq(&now, &e->sig))
+        return 0;
+    for (const char *p = e->hdrs, *end = e->hdrs + e->hdrs_len; p < end;) {
+        char *next, real[PATH_MAX];
+        long id = strtol(p, &next, 10);
+        const char *r;
+        size_t len;
+        file_sig was;
+        if (next == p || !note_hdr(&d->note, id, &r, &len, &was) || len >= sizeof real)
+            return 0;
+        memcpy(real, r, len);
+        real[len] = '\0';
+        if (sig_now(real, &now) || !sig_eq(&now, &was))
+            return 0;
+        p = *next == ',' ? next + 1 : end;
     }
-    if (second) {
-        int a = (int)loader_source_stem(first->file), b = (int)loader_source_stem(second->file);
+    return 1;
+}
+
+static int took_definer(void *ud, const char *file, size_t len)
+{
+    definers *df = ud;
+    const idx_dir *d = df->w->dirs[df->at];
+    char name[NAME_MAX + 1];
+    idx_ent e;
+    if (len > NAME_MAX || walk_shadowed(df->w, df->at, file, len))
+        return 0;
+    memcpy(name, file, len);
+    name[len] = '\0';
+    if (!d->checked && (!note_src(&d->note, file, len, &e) || !ent_current(d, &e, name)))
+        return df->stale = 1;
+    size_t stem = loader_source_stem(name);
+    if (df->n == 1 && loader_source_stem(df->file[0]) == stem && !strncmp(df->file[0], name, stem))
+        return 0; /* the .cu of the same module */
+    snprintf(df->file[df->n++], sizeof df->file[0], "%s", name);
+    return df->n == 2;
+}
+
+/* Call fn for the sources of module file's stem in d; 1 to stop. */
+static int load_module_of(const idx_dir *d, const char *file,
+                          int (*fn)(void *ud, const char *path), void *ud)
+{
+    size_t stem = loader_source_stem(file);
+    for (int c = 0; c < 2; c++) {
+        char name[NAME_MAX + 4], path[PATH_MAX];
+        idx_ent e;
+        int k = snprintf(name, sizeof name, "%.*s%s", (int)stem, file, c ? ".cu" : ".c");
+        if (k > 0 && (size_t)k < sizeof name && note_src(&d->note, name, (size_t)k, &e) &&
+            (size_t)snprintf(path, sizeof path, "%s/%s", d->real, name) < sizeof path &&
+            fn(ud, path))
+            return 1;
+    }
+    return 0;
+}
+
+/* Look in the walk's last directory: 1 when it settled the lookup (*rc
+ * its status), 0 when the op is not there, -1 when a source picked
+ * changed (look again, checking every file). */
+static int walk_dir(idx_walk *w, int (*fn)(void *ud, const char *path), void *ud, int *rc)
+{
+    const idx_dir *d = w->dirs[w->n - 1];
+    definers df = {.w = w, .at = w->n - 1};
+    note_each_definer(&d->note, w->op, took_definer, &df);
+    if (df.stale)
+        return -1;
+    if (df.n == 2) {
+        int a = (int)loader_source_stem(df.file[0]), b = (int)loader_source_stem(df.file[1]);
         *rc = rt_error(w->l->rt, OPJIT_EINVAL,
                        "op '%s' is defined by two sources: %s/%s and %s/%s; name the one "
-                       "you mean: %.*s::%s or %.*s::%s", w->op, d->real, first->file, d->real,
-                       second->file, a, first->file, w->op, b, second->file, w->op);
+                       "you mean: %.*s::%s or %.*s::%s", w->op, d->real, df.file[0], d->real,
+                       df.file[1], a, df.file[0], w->op, b, df.file[1], w->op);
         return 1;
     }
-    for (int i = 0; first && i < d->n; i++) {
-        char path[PATH_MAX];
-        if (stem_is(d->srcs[i].file, first->file, loader_source_stem(first->file)) &&
-            (size_t)snprintf(path, sizeof path, "%s/%s", d->real, d->srcs[i].file) <
-                sizeof path && fn(ud, path))
-            break;
-    }
-    if (first)
-        *rc = OPJIT_OK;
-    return first != NULL;
-}
-
-static int walk_add_stems(idx_walk *w, const idx_dir *d)
-{
-    for (int i = 0; i < d->n; i++)
-        if (!walk_shadowed(w, d->srcs[i].file) &&
-            strv_add(&w->stems, &w->nstems, d->srcs[i].file,
-                     loader_source_stem(d->srcs[i].file)))
-            return -1;
-    return 0;
+    if (!df.n)
+        return 0;
+    load_module_of(d, df.file[0], fn, ud);
+    *rc = OPJIT_OK;
+    return 1;
 }
 
 /* The files of dir named after op (op.c, op.cu): fn for each; 1 when
- * there were any (*rc: OPJIT_OK). */
+ * there were any. */
 static int named_sources(const char *dir, const char *op, int (*fn)(void *ud, const char *path),
-                         void *ud, int *rc)
+                         void *ud)
 {
     static const char *const suffixes[] = {".c", ".cu"};
     int found = 0;
@@ -709,59 +935,140 @@ static int named_sources(const char *dir, const char *op, int (*fn)(void *ud, co
             access(path, R_OK) != 0)
             continue;
         found = 1;
-        *rc = OPJIT_OK;
         if (fn(ud, path))
             break;
     }
     return found;
 }
 
+/* The sources the walk's directories could not index, for the message. */
+static void walk_note_bad(idx_walk *w)
+{
+    for (int i = 0; i < w->n; i++) {
+        const idx_dir *d = w->dirs[i];
+        const char *at = NULL;
+        idx_ent e;
+        while (note_next_src(&d->note, &at, &e)) {
+            if (e.status == OPJIT_OK || e.status == OPJIT_EDEVICE ||
+                walk_shadowed(w, i, e.file, e.file_len))
+                continue;
+            /* Discovery's messages start with the source's path; others may not. */
+            char line[PATH_MAX + INDEX_MSG_MAX + 8];
+            if (memmem(e.msg, e.msg_len, e.file, e.file_len))
+                snprintf(line, sizeof line, "%.*s", (int)e.msg_len, e.msg);
+            else
+                snprintf(line, sizeof line, "%s/%.*s: %.*s", d->real, (int)e.file_len, e.file,
+                         (int)e.msg_len, e.msg);
+            rt_log(w->l->rt, OPJIT_LOG_INFO, "its ops are not known: %s", line);
+            size_t k = strlen(w->bad), m = strlen(line);
+            if (k + m + 4 < sizeof w->bad) {
+                memcpy(w->bad + k, "\n  ", 3);
+                memcpy(w->bad + k + 3, line, m + 1);
+            }
+            w->nbad++;
+        }
+    }
+}
+
+/* The directory of the search path in p into dl (its real path and
+ * state); 0 when it is one to look in. */
+static int walk_next_dir(idx_walk *w, const char *p, size_t n, dir_look *dl)
+{
+    char dir[PATH_MAX];
+    struct stat st;
+    memset(dl, 0, sizeof *dl);
+    if (!n || n >= sizeof dir)
+        return -1;
+    snprintf(dir, sizeof dir, "%.*s", (int)n, p);
+    if (!realpath(dir, dl->real) || stat(dl->real, &st) != 0 || !S_ISDIR(st.st_mode))
+        return -1;
+    dl->dsig = sig_of(&st);
+    for (int i = 0; i < w->n; i++) /* a directory named twice: the first counts */
+        if (!strcmp(w->dirs[i]->real, dl->real))
+            return -1;
+    return 0;
+}
+
+/* One walk of the search path (check_each: every directory file by file).
+ * OPJIT_ENOTFOUND when no directory has the op. */
+static int walk_path(idx_walk *w, int check_each, int (*fn)(void *ud, const char *path), void *ud)
+{
+    int rc = OPJIT_ENOTFOUND;
+    for (const char *p = w->l->ops_path; *p;) {
+        size_t n = strcspn(p, ":");
+        dir_look dl;
+        int skip = walk_next_dir(w, p, n, &dl);
+        p += n + (p[n] == ':');
+        if (skip)
+            continue;
+        if (named_sources(dl.real, w->op, fn, ud))
+            return OPJIT_OK;
+        for (int again = 0, done = 0; !done; again++) {
+            idx_dir *d;
+            int own, r = index_dir(w->l, &dl, check_each || again, &d, &own);
+            note_close(&dl.pnote);
+            if (r == OPJIT_ENOTFOUND)
+                break;
+            if (r || walk_push(w, d, own)) {
+                if (!r && own)
+                    dir_free(d);
+                return r ? r : rt_error(w->l->rt, OPJIT_ENOMEM, "out of memory");
+            }
+            w->unchecked |= !d->checked;
+            if ((done = walk_dir(w, fn, ud, &rc)) == 1)
+                return rc;
+            if (done < 0) { /* look again, that directory file by file */
+                if (w->own[--w->n])
+                    dir_free(d);
+                done = 0;
+            } else {
+                done = 1;
+            }
+        }
+    }
+    return rc;
+}
+
 int index_each_source(loader *l, const char *op, int (*fn)(void *ud, const char *path),
                       void *ud)
 {
     idx_walk w = {.l = l, .op = op};
-    int rc = OPJIT_ENOTFOUND, done = 0;
-    for (const char *p = l->ops_path; *p && !done;) {
-        size_t n = strcspn(p, ":");
-        char dir[PATH_MAX];
-        snprintf(dir, sizeof dir, "%.*s", (int)n, p);
-        p += n + (p[n] == ':');
-        if (n && (done = named_sources(dir, op, fn, ud, &rc)))
-            break;
-        idx_dir *d;
-        int own, r = n ? index_dir(l, dir, &d, &own) : OPJIT_ENOTFOUND;
-        if (r == OPJIT_ENOTFOUND)
-            continue;
-        if (r) {
-            rc = r;
-            break;
-        }
-        done = walk_dir(&w, d, fn, ud, &rc);
-        if (!done && walk_add_stems(&w, d))
-            done = 1, rc = rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
-        if (own)
-            dir_free(d);
+    int rc = walk_path(&w, 0, fn, ud);
+    if (rc == OPJIT_ENOTFOUND && w.unchecked) {
+        /* Nothing found on the pointers' word: check every file first. */
+        walk_end(&w);
+        w = (idx_walk){.l = l, .op = op};
+        rc = walk_path(&w, 1, fn, ud);
     }
-    if (rc == OPJIT_ENOTFOUND)
+    if (rc == OPJIT_ENOTFOUND) {
+        walk_note_bad(&w);
         rt_error(l->rt, rc, "no source for op '%s' on the search path (%s)%s%s", op,
                  l->ops_path, w.nbad ? "; these sources could not be indexed:" : "", w.bad);
-    for (int i = 0; i < w.nstems; i++)
-        free(w.stems[i]);
-    free(w.stems);
+    }
+    walk_end(&w);
     return rc;
 }
 
 int index_source(loader *l, const char *path)
 {
     char real[PATH_MAX];
-    if (!realpath(path, real))
+    struct stat st;
+    if (!realpath(path, real) || stat(real, &st) != 0)
         return OPJIT_ENOTFOUND;
     char *slash = strrchr(real, '/');
     *slash = '\0';
-    idx_src s;
-    int rc = source_index(l, real, slash + 1, &s);
-    if (rc == OPJIT_OK && s.status != OPJIT_OK)
-        rc = rt_error(l->rt, s.status, "%s", s.msg);
-    src_free(&s);
+    idx_src e = {.keep = 1, .sig = sig_of(&st)};
+    idx_hdrs h = {0};
+    pending q = {0};
+    int rc = (e.file = strdup(slash + 1)) && !src_set_msg(&e, "") ? OPJIT_OK : OPJIT_ENOMEM;
+    if (!rc)
+        rc = source_look(l, real, &e, &h, &q, 0, now_ns());
+    if (!rc)
+        rc = discover_pending(l, &e, &q);
+    if (rc == OPJIT_OK && e.status != OPJIT_OK)
+        rc = rt_error(l->rt, e.status, "%s", e.msg);
+    pending_free(&q);
+    hdrs_free(&h);
+    src_free(&e);
     return rc;
 }

@@ -200,6 +200,11 @@ double loader_now_ms(void);
  * here), else its status. */
 int loader_discover_one(loader *l, const char *path,
                         int (*fn)(void *ud, const opjit_source_ops *src), void *ud);
+/* What each of the n sources at paths registers, found the same way, with
+ * up to one child per CPU at once: fn(ud, i, src) once per source, in
+ * order. OPJIT_OK, or OPJIT_ENOMEM with a message. */
+int loader_discover_many(loader *l, const char *const *paths, int n,
+                         void (*fn)(void *ud, int i, const opjit_source_ops *src), void *ud);
 
 /* This thread discovers holding no loader lock (the watcher's indexer):
  * its discovery forks take the lock for the instant of the fork, as the
