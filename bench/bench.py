@@ -26,7 +26,7 @@ interpreters against load_inline) come from bench/py_bench.py.
 
 usage: bench/bench.py --bin build/bench/opjit_bench [--dnnl build/bench/dnnl_anchor]
                       [--quick] [--reps N] [--threads 1,N]
-                      [--only loads,cli,call,nms,conv2d,mm,python,lookup,remote [--merge]] [--results DIR]
+                      [--only loads,cli,call,nms,conv2d,mm,python,lookup,remote,inline [--merge]] [--results DIR]
 
 --merge keeps the sections not named by --only from the existing
 latest.json (for rerunning one section on a busy machine).
@@ -56,6 +56,7 @@ import torch.nn.functional as F  # noqa: E402
 import torchvision  # noqa: E402
 
 import py_bench  # noqa: E402
+import inline_bench  # noqa: E402
 import remote_bench  # noqa: E402
 
 torch.set_num_threads(1)
@@ -764,6 +765,8 @@ def build_rows(R):
                          "n/a (%s)" % "; ".join(l.get("errors", ["?"]))[:200]))
     if "python" in R:
         rows.extend(py_bench.rows(R["python"], fms))
+    if "inline" in R:
+        rows.extend(inline_bench.rows(R["inline"], fms))
     return rows
 
 
@@ -959,6 +962,7 @@ def write_md(R, path):
                      "each time. The first call of a shape faults its output in on every side.")
         lines.append("")
     lines.extend(py_bench.md_section(R.get("python", {}), fms))
+    lines.extend(inline_bench.md_section(R.get("inline", {}), fms))
     lines.extend(remote_bench.md_section(R, fms))
     lines.append("## loads, per op (fresh processes, medians of %d)" % R["reps_load"])
     lines.append("")
@@ -1047,7 +1051,7 @@ def write_md(R, path):
   process: opjit's coprocess, the anchor's, torch's driver), divided by the calls.
 - **NVRTC**: `opjit_load_file(ops-src/nms.cu)` with `OPJIT_CUDA_ARCHS=sm_90`, cold (empty cache)
   and cache hit, fresh processes as for the cold load.
-""" % (R["reps_load"], SETTLE, R["env"].get("onednn", "?")) + py_bench.HOW)
+""" % (R["reps_load"], SETTLE, R["env"].get("onednn", "?")) + py_bench.HOW + inline_bench.HOW)
     lines.append("## Environment")
     lines.append("")
     for k in ("cpu", "cores", "threads", "kernel", "python", "torch", "torchvision", "numpy",
@@ -1267,7 +1271,7 @@ def cli_rows(R):
 # What each --only section writes into the results.
 SECTION_KEYS = {"loads": ["loads", "ran_loads"], "call": ["call_overhead"], "nms": ["nms"],
                 "conv2d": ["conv2d"], "mm": ["mm"], "python": ["python"], "lookup": ["lookup"],
-                "cli": ["cli"], "remote": ["remote"]}
+                "cli": ["cli"], "remote": ["remote"], "inline": ["inline"]}
 
 
 def merged_results(path, fresh, only):
@@ -1297,7 +1301,7 @@ def main():
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="3 repetitions (to try the harness)")
     ap.add_argument("--only", default="",
-                    help="comma list: loads,cli,call,nms,conv2d,mm,python,lookup,remote")
+                    help="comma list: loads,cli,call,nms,conv2d,mm,python,lookup,remote,inline")
     ap.add_argument("--merge", action="store_true",
                     help="rerun only the --only sections and keep the others of the existing "
                          "latest.json")
@@ -1309,7 +1313,7 @@ def main():
         THREADS = sorted({int(x) for x in a.threads.split(",")})
     reps = 3 if a.quick else a.reps
     only = set(a.only.split(",")) if a.only else {"loads", "cli", "call", "nms", "conv2d", "mm",
-                                                  "python", "lookup", "remote"}
+                                                  "python", "lookup", "remote", "inline"}
     exe = os.path.abspath(a.bin)
     out_dir = os.path.abspath(a.results)
     os.chdir(ROOT)
@@ -1330,6 +1334,9 @@ def main():
             R["cli"] = bench_cli_cold(reps, tmp)
         if "remote" in only:
             R["remote"] = remote_bench.bench(exe, ROOT, reps, log, parse_rep)
+        if "inline" in only:
+            log("inline: opjit.load_inline vs cpp_extension and tvm-ffi load_inline, per call")
+            R["inline"] = inline_bench.bench(reps, tmp)
         sv = Serve(exe, os.path.join(tmp, "cache"))
         dn = Serve(os.path.abspath(a.dnnl)) if a.dnnl and os.path.exists(a.dnnl) else None
         if not dn:

@@ -8,7 +8,6 @@
     ''')
     m.scale2(np.ones(3, np.float32))
 """
-import ast as _ast
 import os as _os
 
 from . import _opjit
@@ -88,8 +87,9 @@ def load_inline(name, source, *, include_dir=None, cuda=None, runtime=None):
 
 
 def _default_value(text):
+    import ast  # here: importing it costs more than the rest of opjit's import
     try:
-        return _ast.literal_eval(text)
+        return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
 
