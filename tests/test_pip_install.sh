@@ -62,8 +62,9 @@ fi
 
 # The README's block, in a fresh environment of the build environment's
 # interpreter, run from another directory.
-awk '/<!-- test: pip-install -->/{f=1; next} f && /^```sh/{g=1; next} g && /^```/{exit} g' \
-    "$SRC/README.md" >"$T/block.sh"
+# The README's sh block that runs `v/bin/pip install .`.
+awk '/^```sh$/{b=""; g=1; next} g && /^```$/{if (b ~ /v\/bin\/pip install \./) {printf "%s", b; exit} g=0; next}
+     g {b = b $0 "\n"}' "$SRC/README.md" >"$T/block.sh"
 check "the README has the pip block" 'grep -q "v/bin/pip install \." "$T/block.sh"' || exit 1
 VERSION=$(sed -n 's/^project(opjit VERSION \([0-9.]*\).*/\1/p' "$SRC/CMakeLists.txt")
 
