@@ -132,9 +132,17 @@ int opy_log_verbosity(void)
     return (int)v;
 }
 
+/* A fork (os.fork) while a library thread holds log_lock must not leave
+ * the child a lock nobody will release. */
+static void fork_prepare(void) { pthread_mutex_lock(&log_lock); }
+static void fork_release(void) { pthread_mutex_unlock(&log_lock); }
+
 PyObject *opy_set_log_hooks(PyObject *self, PyObject *args)
 {
     (void)self;
+    static int atfork_done;
+    if (!atfork_done && pthread_atfork(fork_prepare, fork_release, fork_release) == 0)
+        atfork_done = 1;
     PyObject *e, *v;
     if (!PyArg_ParseTuple(args, "OO:_set_log_hooks", &e, &v))
         return NULL;
