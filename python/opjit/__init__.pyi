@@ -38,8 +38,24 @@ class Op:
     @property
     def runtime(self) -> Runtime: ...
     @property
+    def declarations(self) -> dict[str, Any]: ...
+    @property
     def __signature__(self) -> inspect.Signature: ...
+    def output_shapes(
+        self, *args: Any, **kwargs: Any
+    ) -> tuple[tuple[tuple[int, ...], str, tuple[int, ...]], ...]: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+class TensorMeta:
+    """A tensor's shape, dtype, strides and device without data."""
+    def __init__(
+        self,
+        shape: Sequence[int],
+        dtype: str,
+        strides: Sequence[int] | None = None,
+        device: str = "cpu",
+        index: int = 0,
+    ) -> None: ...
 
 class Runtime:
     def __init__(
