@@ -26,7 +26,7 @@ interpreters against load_inline) come from bench/py_bench.py.
 
 usage: bench/bench.py --bin build/bench/opjit_bench [--dnnl build/bench/dnnl_anchor]
                       [--quick] [--reps N] [--threads 1,N]
-                      [--only loads,cli,call,nms,conv2d,mm,python,lookup,remote,backward,torch2 [--merge]]
+                      [--only loads,cli,call,nms,conv2d,mm,python,lookup,remote,backward,torch2,inline [--merge]]
                       [--results DIR] [--torch2 PYTHON]
 
 The torch2 rows (opjit ops as torch 2 custom ops: the call through
@@ -64,6 +64,7 @@ import torchvision  # noqa: E402
 
 import backward_bench  # noqa: E402
 import py_bench  # noqa: E402
+import inline_bench  # noqa: E402
 import remote_bench  # noqa: E402
 
 torch.set_num_threads(1)
@@ -774,6 +775,8 @@ def build_rows(R):
     if "python" in R:
         rows.extend(py_bench.rows(R["python"], fms))
     rows.extend(torch2_rows(R))
+    if "inline" in R:
+        rows.extend(inline_bench.rows(R["inline"], fms))
     return rows
 
 
@@ -1019,6 +1022,7 @@ def write_md(R, path):
                      "each time. The first call of a shape faults its output in on every side.")
         lines.append("")
     lines.extend(py_bench.md_section(R.get("python", {}), fms))
+    lines.extend(inline_bench.md_section(R.get("inline", {}), fms))
     lines.extend(remote_bench.md_section(R, fms))
     lines.append("## loads, per op (fresh processes, medians of %d)" % R["reps_load"])
     lines.append("")
@@ -1107,7 +1111,7 @@ def write_md(R, path):
   process: opjit's coprocess, the anchor's, torch's driver), divided by the calls.
 - **NVRTC**: `opjit_load_file(ops-src/nms.cu)` with `OPJIT_CUDA_ARCHS=sm_90`, cold (empty cache)
   and cache hit, fresh processes as for the cold load.
-""" % (R["reps_load"], SETTLE, R["env"].get("onednn", "?")) + py_bench.HOW)
+""" % (R["reps_load"], SETTLE, R["env"].get("onednn", "?")) + py_bench.HOW + inline_bench.HOW)
     lines.append("## Environment")
     lines.append("")
     for k in ("cpu", "cores", "threads", "kernel", "python", "torch", "torchvision", "numpy",
@@ -1338,7 +1342,8 @@ def cli_rows(R):
 SECTION_KEYS = {"loads": ["loads", "ran_loads"], "call": ["call_overhead"], "nms": ["nms"],
                 "conv2d": ["conv2d"], "mm": ["mm"], "python": ["python"],
                 "lookup": ["lookup", "lookup_10000"], "cli": ["cli"], "remote": ["remote"],
-                "backward": ["backward"], "torch2": ["torch2"]}
+                "backward": ["backward"], "torch2": ["torch2"],
+                "inline": ["inline"]}
 
 
 def merged_results(path, fresh, only):
@@ -1369,7 +1374,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="3 repetitions (to try the harness)")
     ap.add_argument("--only", default="",
                     help="comma list: loads,cli,call,nms,conv2d,mm,python,lookup,remote,backward,"
-                         "torch2")
+                         "torch2,inline")
     ap.add_argument("--torch2", default="",
                     help="the torch 2.x interpreter for the backward rows (bench/run finds it)")
     ap.add_argument("--merge", action="store_true",
@@ -1384,7 +1389,7 @@ def main():
     reps = 3 if a.quick else a.reps
     only = set(a.only.split(",")) if a.only else {"loads", "cli", "call", "nms", "conv2d", "mm",
                                                   "python", "lookup", "remote", "backward",
-                                                  "torch2"}
+                                                  "torch2", "inline"}
     exe = os.path.abspath(a.bin)
     out_dir = os.path.abspath(a.results)
     os.chdir(ROOT)
@@ -1407,6 +1412,9 @@ def main():
             R["cli"] = bench_cli_cold(reps, tmp)
         if "remote" in only:
             R["remote"] = remote_bench.bench(exe, ROOT, reps, log, parse_rep)
+        if "inline" in only:
+            log("inline: opjit.load_inline vs cpp_extension and tvm-ffi load_inline, per call")
+            R["inline"] = inline_bench.bench(reps, tmp)
         sv = Serve(exe, os.path.join(tmp, "cache"))
         dn = Serve(os.path.abspath(a.dnnl)) if a.dnnl and os.path.exists(a.dnnl) else None
         if not dn:

@@ -33,6 +33,8 @@ try:
         library_version,
     )
     from . import _opjit
+    from . import _log  # noqa: F401  (runtime messages -> logging.getLogger("opjit"))
+    from ._inline import InlineModule, load_inline  # noqa: F401
 except ImportError as _e:  # the source tree's python/opjit has no built extension
     raise ImportError(
         "opjit's extension module opjit._opjit is not next to %s: build it with cmake "
@@ -42,8 +44,9 @@ except ImportError as _e:  # the source tree's python/opjit has no built extensi
 __version__ = library_version
 
 __all__ = [
-    "load_op", "list_ops", "default_runtime", "register_torch", "Runtime", "Op",
-    "DLPackTensor", "TensorMeta", "Error", "CompileError", "NotFoundError", "CallError", "KernelError",
+    "load_op", "load_inline", "InlineModule", "list_ops", "default_runtime", "register_torch",
+    "Runtime", "Op", "DLPackTensor", "TensorMeta", "Error", "CompileError", "NotFoundError",
+    "CallError", "KernelError",
     "DeviceError",
 ]
 

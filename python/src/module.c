@@ -209,7 +209,26 @@ static PyObject *set_torch_stream_hook(PyObject *self, PyObject *fn)
     Py_RETURN_NONE;
 }
 
+static PyObject *set_signature_hook(PyObject *self, PyObject *fn)
+{
+    (void)self;
+    if (!PyCallable_Check(fn))
+        return PyErr_Format(PyExc_TypeError, "expected a callable");
+    Py_XSETREF(opy.signature_hook, Py_NewRef(fn));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"_load_inline", opy_load_inline, METH_VARARGS,
+     "_load_inline(runtime, name, source, include_dir=None) -> [Op]: the module's ops, the "
+     "one named after it first (opjit.load_inline makes the module object)."},
+    {"_set_log_hooks", opy_set_log_hooks, METH_VARARGS,
+     "_set_log_hooks(emit, verbosity): emit(level, text) for each runtime message, "
+     "verbosity() -> the opjit log level a new runtime gets."},
+    {"_log_close", opy_log_close, METH_NOARGS,
+     "_log_close(): deliver what is queued, then queue nothing more (at exit)."},
+    {"_set_signature_hook", set_signature_hook, METH_O,
+     "_set_signature_hook(fn): fn(op) -> inspect.Signature, for op.__signature__."},
     {"_set_torch_stream_hook", set_torch_stream_hook, METH_O,
      "_set_torch_stream_hook(fn): fn(device_index) -> the cudaStream_t (an int) of torch's "
      "current stream on that device; opjit runs torch CUDA tensors' calls on it."},

@@ -437,8 +437,13 @@ static PyObject *op_invoke(PyObject *self, PyObject *const *args, size_t nargsf,
     opy_op *o = (opy_op *)self;
     PyObject *bound[OPY_MAX_ARGS];
     int n;
-    if (bind(o, args, PyVectorcall_NARGS(nargsf), kwnames, bound, &n) < 0)
+    opjit_runtime *rt = opy_runtime_enter(o->rt); /* close() waits for the call */
+    if (!rt)
         return NULL;
+    if (bind(o, args, PyVectorcall_NARGS(nargsf), kwnames, bound, &n) < 0) {
+        opy_runtime_leave(o->rt);
+        return NULL;
+    }
     call_frame f;
     f.nborrowed = 0;
     f.fw = OPY_FW_NONE;
@@ -459,10 +464,11 @@ static PyObject *op_invoke(PyObject *self, PyObject *const *args, size_t nargsf,
         if (rc == 0)
             result = outputs(outs, &f);
         else if (rc > 0)
-            opy_raise_status(o->rt->rt, rc);
+            opy_raise_status(rt, rc);
     }
     for (int j = 0; j < f.nborrowed; j++)
         opy_release_tensor(&f.borrowed[j]);
+    opy_runtime_leave(o->rt);
     return result;
 }
 
@@ -517,6 +523,9 @@ static void op_dealloc(PyObject *self)
 
 static int op_info(opy_op *o, opjit_op_info *info)
 {
+    if (!o->rt->rt || o->rt->closing)
+        return opy_raise(opy.Error, OPJIT_EINVAL, "op %U: its opjit.Runtime was closed",
+                         o->name), -1;
     if (opjit_op_info_get(o->rt->rt, o->op, info))
         return opy_raise_status(o->rt->rt, OPJIT_EINVAL), -1;
     return 0;
@@ -609,6 +618,38 @@ static PyObject *op_get_doc(PyObject *self, void *unused)
     return PyUnicode_FromString(info.schema);
 }
 
+/* inspect.signature(op): built from the schema by opjit/_inline.py. */
+static PyObject *op_get_signature(PyObject *self, void *unused)
+{
+    (void)unused;
+    if (!opy.signature_hook)
+        Py_RETURN_NONE;
+    return PyObject_CallOneArg(opy.signature_hook, self);
+}
+
+/* ((name, type, default text or None), ...) of the schema's arguments. */
+static PyObject *op_get_arguments(PyObject *self, void *unused)
+{
+    (void)unused;
+    opy_op *o = (opy_op *)self;
+    opjit_op_info info;
+    if (op_info(o, &info) < 0)
+        return NULL;
+    PyObject *t = PyTuple_New(info.nargs);
+    for (int i = 0; t && i < info.nargs; i++) {
+        opjit_arg_info a;
+        PyObject *item = opjit_op_arg(o->rt->rt, o->op, i, &a)
+                             ? opy_raise_status(o->rt->rt, OPJIT_EINVAL)
+                             : Py_BuildValue("(ssz)", a.name, a.type,
+                                             a.has_default ? a.default_text : NULL);
+        if (!item)
+            Py_CLEAR(t);
+        else
+            PyTuple_SET_ITEM(t, i, item);
+    }
+    return t;
+}
+
 static PyObject *op_get_runtime(PyObject *self, void *unused)
 {
     (void)unused;
@@ -660,6 +701,11 @@ static PyGetSetDef op_getset[] = {
      "returns their gradients) and 'backward_args' (per backward argument, where its value "
      "comes from: ('grad', output), ('input', argument), ('output', output), ('mask', 0) or "
      "('default', 0))", NULL},
+    {"__doc__", op_get_doc, NULL, NULL, NULL},  /* help(op): the schema and the doc */
+    {"__name__", op_get_name, NULL, NULL, NULL},
+    {"__signature__", op_get_signature, NULL, NULL, NULL},
+    {"_arguments", op_get_arguments, NULL,
+     "((name, type, default text or None), ...) of the schema's arguments", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -44,6 +44,7 @@ typedef struct opy_state {
     PyObject *torch_to_dlpack;   /* torch._C._to_dlpack: Tensor -> capsule */
     PyObject *torch_from_dlpack; /* torch._C._from_dlpack: capsule -> Tensor */
     PyObject *torch_stream_hook; /* set by opjit/__init__.py: device -> cudaStream_t int */
+    PyObject *signature_hook;    /* set by opjit/_inline.py: Op -> inspect.Signature */
     PyTypeObject *np_ndarray;
     PyTypeObject *np_bool;       /* numpy.bool_: a bool, not an int */
     PyObject *np_from_dlpack;
@@ -65,6 +66,10 @@ typedef struct opy_runtime {
         int set;
         void *stream;
     } cuda[OPY_MAX_CUDA_DEVICES]; /* written under cuda_lock for writing */
+    /* Loads and calls using rt with the GIL released, and close() asked:
+     * close() waits for inflight to reach 0 before it destroys rt. Both
+     * change with the GIL held only. */
+    int inflight, closing;
 } opy_runtime;
 
 typedef struct opy_op {
@@ -151,5 +156,22 @@ PyObject *opy_op_new(opy_runtime *rt, opjit_op *op);
 /* decls.c: Op.output_shapes on converted arguments; Op.declarations. */
 PyObject *opy_shapes_call(opy_op *o, const opjit_value *args, int nargs);
 PyObject *opy_op_declarations(PyObject *self, void *unused);
+
+/* runtime.c: r's runtime for a load or call that releases the GIL (NULL
+ * with an exception when r is closed), and the end of that use. */
+opjit_runtime *opy_runtime_enter(opy_runtime *r);
+void opy_runtime_leave(opy_runtime *r);
+
+/* log.c: the runtime's log callback (any thread, no GIL needed); deliver
+ * what it queued to logging (GIL held); the verbosity a new runtime gets
+ * from logging.getLogger("opjit"); the hooks of opjit/_log.py. */
+void opy_log_callback(void *ud, int level, const char *msg);
+void opy_log_flush(void);
+int opy_log_verbosity(void);
+PyObject *opy_set_log_hooks(PyObject *self, PyObject *args);
+PyObject *opy_log_close(PyObject *self, PyObject *unused);
+
+/* inline.c: _load_inline(runtime, name, source, include_dir) -> [Op] */
+PyObject *opy_load_inline(PyObject *self, PyObject *args);
 
 #endif /* OPJIT_PY_H */

@@ -5,6 +5,8 @@
  *
  * Loads release the GIL: compiling never holds other Python threads up.
  */
+#include <unistd.h>
+
 #include "opjit_py.h"
 
 /* ---- construction ---------------------------------------------------------------- */
@@ -99,9 +101,12 @@ static int runtime_init(PyObject *self, PyObject *args, PyObject *kw)
     if (rc == 0) {
         opjit_runtime *rt = NULL;
         int status;
+        cfg.log = opy_log_callback; /* to logging.getLogger("opjit") (log.c) */
+        cfg.verbosity = opy_log_verbosity();
         Py_BEGIN_ALLOW_THREADS
         status = opjit_create(&cfg, &rt); /* copies what it keeps of cfg */
         Py_END_ALLOW_THREADS
+        opy_log_flush();
         if (status) {
             opy_raise(opy.Error, status, "opjit_create: %s (%s)", opjit_errstr(status),
                       opjit_status_name(status));
@@ -162,10 +167,64 @@ static void runtime_dealloc(PyObject *self)
 
 static int ready(opy_runtime *r)
 {
-    if (r->rt)
+    if (r->rt && !r->closing)
         return 0;
-    PyErr_SetString(PyExc_RuntimeError, "this opjit.Runtime was not initialised");
+    if (r->closing)
+        opy_raise(opy.Error, OPJIT_EINVAL, "this opjit.Runtime was closed");
+    else
+        PyErr_SetString(PyExc_RuntimeError, "this opjit.Runtime was not initialised");
     return -1;
+}
+
+opjit_runtime *opy_runtime_enter(opy_runtime *r)
+{
+    if (ready(r) < 0)
+        return NULL;
+    r->inflight++;
+    return r->rt;
+}
+
+void opy_runtime_leave(opy_runtime *r) { r->inflight--; }
+
+/* Destroy the runtime now: later loads and calls on it (and its ops)
+ * raise; what is running on other threads finishes first. */
+static PyObject *runtime_close(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    opy_runtime *r = (opy_runtime *)self;
+    if (!r->rt || r->closing)
+        Py_RETURN_NONE;
+    r->closing = 1;
+    while (r->inflight) { /* they need the GIL to finish */
+        Py_BEGIN_ALLOW_THREADS
+        usleep(100);
+        Py_END_ALLOW_THREADS
+    }
+    opjit_runtime *rt = r->rt;
+    Py_BEGIN_ALLOW_THREADS
+    opjit_destroy(rt);
+    Py_END_ALLOW_THREADS
+    r->rt = NULL;
+    opy_log_flush();
+    Py_RETURN_NONE;
+}
+
+static PyObject *runtime_enter(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return ready((opy_runtime *)self) < 0 ? NULL : Py_NewRef(self);
+}
+
+static PyObject *runtime_exit(PyObject *self, PyObject *args)
+{
+    (void)args;
+    return runtime_close(self, NULL);
+}
+
+static PyObject *runtime_get_closed(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(((opy_runtime *)self)->closing);
 }
 
 /* ---- loading and listing ------------------------------------------------------------- */
@@ -180,16 +239,18 @@ static PyObject *runtime_load_op(PyObject *self, PyObject *spec)
     const char *text = PyBytes_AS_STRING(b);
     opjit_op *op = NULL;
     int rc;
+    r->inflight++;
     Py_BEGIN_ALLOW_THREADS
     rc = opjit_load_op(rt, text, &op);
     Py_END_ALLOW_THREADS
     Py_DECREF(b);
-    if (rc)
-        return opy_raise_status(r->rt, rc);
-    if (!op)
-        return opy_raise(opy.NotFoundError, OPJIT_ENOTFOUND,
-                         "%R loaded no op named after its file", spec);
-    return opy_op_new(r, op);
+    opy_log_flush();
+    PyObject *res = rc   ? opy_raise_status(r->rt, rc)
+                    : op ? opy_op_new(r, op)
+                         : opy_raise(opy.NotFoundError, OPJIT_ENOTFOUND,
+                                     "%R loaded no op named after its file", spec);
+    r->inflight--;
+    return res;
 }
 
 typedef struct op_list {
@@ -250,12 +311,14 @@ static PyObject *runtime_wait(PyObject *self, PyObject *unused)
         return NULL;
     opjit_runtime *rt = r->rt;
     int rc;
+    r->inflight++;
     Py_BEGIN_ALLOW_THREADS
     rc = opjit_wait(rt);
     Py_END_ALLOW_THREADS
-    if (rc)
-        return opy_raise_status(r->rt, rc);
-    Py_RETURN_NONE;
+    opy_log_flush();
+    PyObject *res = rc ? opy_raise_status(r->rt, rc) : Py_NewRef(Py_None);
+    r->inflight--;
+    return res;
 }
 
 static PyObject *runtime_unload(PyObject *self, PyObject *spec)
@@ -267,13 +330,15 @@ static PyObject *runtime_unload(PyObject *self, PyObject *spec)
     opjit_runtime *rt = r->rt;
     const char *text = PyBytes_AS_STRING(b);
     int rc;
+    r->inflight++;
     Py_BEGIN_ALLOW_THREADS
     rc = opjit_unload(rt, text);
     Py_END_ALLOW_THREADS
     Py_DECREF(b);
-    if (rc)
-        return opy_raise_status(r->rt, rc);
-    Py_RETURN_NONE;
+    opy_log_flush();
+    PyObject *res = rc ? opy_raise_status(r->rt, rc) : Py_NewRef(Py_None);
+    r->inflight--;
+    return res;
 }
 
 /* ---- the type ------------------------------------------------------------------------------ */
@@ -289,7 +354,18 @@ static PyMethodDef runtime_methods[] = {
      "wait(): until the background optimizing compiles have swapped in."},
     {"unload", runtime_unload, METH_O,
      "unload(spec): take out what was loaded from a source path, or every source of an op."},
+    {"close", runtime_close, METH_NOARGS,
+     "close(): destroy the runtime now (loads and calls running on other threads finish "
+     "first); its ops then raise opjit.Error. Outputs already returned stay valid. Closing "
+     "twice is fine."},
+    {"__enter__", runtime_enter, METH_NOARGS, NULL},
+    {"__exit__", runtime_exit, METH_VARARGS, "close() at the end of a with block."},
     {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef runtime_getset[] = {
+    {"closed", runtime_get_closed, NULL, "whether close() was called", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
 };
 
 PyTypeObject opy_runtime_type = {
@@ -300,11 +376,15 @@ PyTypeObject opy_runtime_type = {
               "An opjit runtime: its op search path (before $OPJIT_OPS_PATH and the installed "
               "ops), cache directory, the optimizing tier (None: $OPJIT_TIERING, default on), "
               "offline (never compile) and CUDA architectures. None takes opjit's default, "
-              "from the environment.",
+              "from the environment.\n\n"
+              "A context manager: `with opjit.Runtime() as rt:` closes it at the end. Its "
+              "messages go to logging.getLogger(\"opjit\"), at the level that logger has when "
+              "the runtime is made (WARNING unless configured).",
     .tp_basicsize = sizeof(opy_runtime),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = runtime_new,
     .tp_init = runtime_init,
     .tp_dealloc = runtime_dealloc,
     .tp_methods = runtime_methods,
+    .tp_getset = runtime_getset,
 };
