@@ -208,15 +208,18 @@ int opjit_module_ops(opjit_runtime *rt, const opjit_op *op,
 {
     if (!rt || !op || !fn)
         return rt_error(rt, OPJIT_EINVAL, "opjit_module_ops: NULL argument");
+    /* As opjit_list: ops are never removed, so no lock is needed; the
+     * modules read stay loaded until reclaim_exit (a reload meanwhile
+     * unloads the ones it replaced after). */
+    reclaim_enter();
     const module *m = module_of(op);
-    if (!m)
-        return rt_error(rt, OPJIT_ENOKERNEL, "%s: the op has no kernel left (unloaded)",
-                        op->name);
-    /* As opjit_list: ops are never removed, and modules (their real
-     * paths included) live until opjit_destroy, so no lock is needed. */
-    for (opjit_op *o = atomic_load_explicit(&rt->ops, memory_order_acquire); o;
+    for (opjit_op *o = atomic_load_explicit(&rt->ops, memory_order_acquire); m && o;
          o = atomic_load_explicit(&o->next, memory_order_acquire))
         if (from_source(o, m->real) && fn(ud, o))
             break;
+    reclaim_exit();
+    if (!m)
+        return rt_error(rt, OPJIT_ENOKERNEL, "%s: the op has no kernel left (unloaded)",
+                        op->name);
     return OPJIT_OK;
 }

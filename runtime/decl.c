@@ -290,8 +290,10 @@ int opjit_op_decls_get(opjit_runtime *rt, const opjit_op *op, const opjit_op_dec
         *decls = NULL;
     if (!rt || !op || !decls)
         return rt_error(rt, OPJIT_EINVAL, "opjit_op_decls_get: NULL argument");
+    reclaim_enter(); /* k stays while we read it; its decls outlive it (dispatch.c) */
     const kernel *k = declaring_kernel(op);
     *decls = k ? &k->decls->pub : &none;
+    reclaim_exit();
     return OPJIT_OK;
 }
 

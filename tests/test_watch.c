@@ -91,7 +91,8 @@ static void source_text(char *buf, size_t n, const char *value, int header)
              "    ((float *)y->data)[0] = %s;\n    return 0;\n}\n"
              "OPJIT_MODULE(ver, m)\n{\n"
              "    opjit_def(m, \"ver() -> Tensor\", OPJIT_CPU, k, \"\");\n"
-             "    opjit_def(m, \"ver_twin() -> Tensor\", OPJIT_CPU, k, \"\");\n}\n",
+             "    opjit_def(m, \"ver_twin() -> Tensor\", OPJIT_CPU, k, \"\");\n"
+             "    opjit_not_differentiable(m, \"ver\");\n}\n",
              header ? "#include \"ver.h\"\n" : "", value);
 }
 
@@ -586,7 +587,9 @@ static void test_reload_unmaps(void)
         return;
     CHECK(opjit_load_op(rt, "ver", &op) == OPJIT_OK);
     opjit_op_info before;
+    const opjit_op_decls *decls = NULL;
     CHECK(opjit_op_info_get(rt, op, &before) == OPJIT_OK);
+    CHECK(opjit_op_decls_get(rt, op, &decls) == OPJIT_OK);
     atomic_int stop = 0;
     caller c[THREADS];
     pthread_t th[THREADS];
@@ -626,6 +629,7 @@ static void test_reload_unmaps(void)
     CHECK(after.schema == before.schema); /* the same text: the same string */
     CHECK(!strcmp(before.schema, "ver() -> Tensor") && !strcmp(before.tier[OPJIT_CPU], "tcc"));
     CHECK(ends_with(before.source[OPJIT_CPU], "/ver.c") && !strcmp(before.doc[OPJIT_CPU], ""));
+    CHECK(decls && decls->gradient == OPJIT_GRAD_NONE); /* valid until opjit_destroy */
     opjit_destroy(rt);
 }
 
