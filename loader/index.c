@@ -583,6 +583,7 @@ static idx_dir *dir_new(const char *real, const file_sig *dsig, const cache_key 
 
 /* What a lookup of one directory has to go on. */
 typedef struct dir_look {
+    char dir[PATH_MAX];  /* as the search path names it: what loads are given */
     char real[PATH_MAX];
     file_sig dsig;
     int pointed;      /* a pointer for dsig exists */
@@ -879,8 +880,9 @@ static int took_definer(void *ud, const char *file, size_t len)
     return df->n == 2;
 }
 
-/* Call fn for the sources of module file's stem in d; 1 to stop. */
-static int load_module_of(const idx_dir *d, const char *file,
+/* Call fn for the sources of module file's stem in d (dir: as the search
+ * path names it); 1 to stop. */
+static int load_module_of(const idx_dir *d, const char *dir, const char *file,
                           int (*fn)(void *ud, const char *path), void *ud)
 {
     size_t stem = loader_source_stem(file);
@@ -889,7 +891,7 @@ static int load_module_of(const idx_dir *d, const char *file,
         idx_ent e;
         int k = snprintf(name, sizeof name, "%.*s%s", (int)stem, file, c ? ".cu" : ".c");
         if (k > 0 && (size_t)k < sizeof name && note_src(&d->note, name, (size_t)k, &e) &&
-            (size_t)snprintf(path, sizeof path, "%s/%s", d->real, name) < sizeof path &&
+            (size_t)snprintf(path, sizeof path, "%s/%s", dir, name) < sizeof path &&
             fn(ud, path))
             return 1;
     }
@@ -899,7 +901,8 @@ static int load_module_of(const idx_dir *d, const char *file,
 /* Look in the walk's last directory: 1 when it settled the lookup (*rc
  * its status), 0 when the op is not there, -1 when a source picked
  * changed (look again, checking every file). */
-static int walk_dir(idx_walk *w, int (*fn)(void *ud, const char *path), void *ud, int *rc)
+static int walk_dir(idx_walk *w, const char *dir, int (*fn)(void *ud, const char *path),
+                    void *ud, int *rc)
 {
     const idx_dir *d = w->dirs[w->n - 1];
     definers df = {.w = w, .at = w->n - 1};
@@ -916,7 +919,7 @@ static int walk_dir(idx_walk *w, int (*fn)(void *ud, const char *path), void *ud
     }
     if (!df.n)
         return 0;
-    load_module_of(d, df.file[0], fn, ud);
+    load_module_of(d, dir, df.file[0], fn, ud);
     *rc = OPJIT_OK;
     return 1;
 }
@@ -974,13 +977,12 @@ static void walk_note_bad(idx_walk *w)
  * state); 0 when it is one to look in. */
 static int walk_next_dir(idx_walk *w, const char *p, size_t n, dir_look *dl)
 {
-    char dir[PATH_MAX];
     struct stat st;
     memset(dl, 0, sizeof *dl);
-    if (!n || n >= sizeof dir)
+    if (!n || n >= sizeof dl->dir)
         return -1;
-    snprintf(dir, sizeof dir, "%.*s", (int)n, p);
-    if (!realpath(dir, dl->real) || stat(dl->real, &st) != 0 || !S_ISDIR(st.st_mode))
+    snprintf(dl->dir, sizeof dl->dir, "%.*s", (int)n, p);
+    if (!realpath(dl->dir, dl->real) || stat(dl->real, &st) != 0 || !S_ISDIR(st.st_mode))
         return -1;
     dl->dsig = sig_of(&st);
     for (int i = 0; i < w->n; i++) /* a directory named twice: the first counts */
@@ -1001,7 +1003,7 @@ static int walk_path(idx_walk *w, int check_each, int (*fn)(void *ud, const char
         p += n + (p[n] == ':');
         if (skip)
             continue;
-        if (named_sources(dl.real, w->op, fn, ud))
+        if (named_sources(dl.dir, w->op, fn, ud))
             return OPJIT_OK;
         for (int again = 0, done = 0; !done; again++) {
             idx_dir *d;
@@ -1015,7 +1017,7 @@ static int walk_path(idx_walk *w, int check_each, int (*fn)(void *ud, const char
                 return r ? r : rt_error(w->l->rt, OPJIT_ENOMEM, "out of memory");
             }
             w->unchecked |= !d->checked;
-            if ((done = walk_dir(w, fn, ud, &rc)) == 1)
+            if ((done = walk_dir(w, dl.dir, fn, ud, &rc)) == 1)
                 return rc;
             if (done < 0) { /* look again, that directory file by file */
                 if (w->own[--w->n])
