@@ -389,7 +389,8 @@ static PyMethodDef runtime_methods[] = {
     {"close", runtime_close, METH_NOARGS,
      "close(): destroy the runtime now (loads and calls running on other threads finish "
      "first); its ops then raise opjit.Error. Outputs already returned stay valid. Closing "
-     "twice is fine."},
+     "twice is fine. Raises opjit.Error from inside a load or call of this thread on it "
+     "(an argument's __index__, a log handler)."},
     {"__enter__", runtime_enter, METH_NOARGS, NULL},
     {"__exit__", runtime_exit, METH_VARARGS, "close() at the end of a with block."},
     {NULL, NULL, 0, NULL},
