@@ -264,6 +264,8 @@ PyObject *opy_op_declarations(PyObject *self, void *unused)
     (void)unused;
     opy_op *o = (opy_op *)self;
     const opjit_op_decls *g;
+    if (!o->rt->rt || o->rt->closing)
+        return opy_raise(opy.Error, OPJIT_EINVAL, "op %U: its opjit.Runtime was closed", o->name);
     if (opjit_op_decls_get(o->rt->rt, o->op, &g))
         return opy_raise_status(o->rt->rt, OPJIT_EINVAL);
     const char *kind = g->gradient == OPJIT_GRAD_DECLARED ? "derivative"

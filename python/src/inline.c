@@ -64,7 +64,8 @@ PyObject *opy_load_inline(PyObject *self, PyObject *args)
                             "character", name);
     if (inc != Py_None && !PyUnicode_FSConverter(inc, &inc_b))
         return NULL;
-    opjit_runtime *rt = opy_runtime_enter(r);
+    opy_use use;
+    opjit_runtime *rt = opy_runtime_enter(r, &use);
     if (!rt) {
         Py_XDECREF(inc_b);
         return NULL;
@@ -77,6 +78,6 @@ PyObject *opy_load_inline(PyObject *self, PyObject *args)
     Py_XDECREF(inc_b);
     opy_log_flush();
     PyObject *result = rc ? opy_raise_status(rt, rc) : module_ops(r, rt, op);
-    opy_runtime_leave(r);
+    opy_runtime_leave(&use);
     return result;
 }

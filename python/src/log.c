@@ -70,12 +70,14 @@ void opy_log_callback(void *ud, int level, const char *msg)
 
 static void emit(int level, const char *text, size_t len)
 {
+    PyObject *hook = Py_NewRef(emit_hook); /* it may replace the hooks */
     PyObject *s = PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace");
-    PyObject *r = s ? PyObject_CallFunction(emit_hook, "iO", level, s) : NULL;
+    PyObject *r = s ? PyObject_CallFunction(hook, "iO", level, s) : NULL;
     if (!r)
-        PyErr_WriteUnraisable(emit_hook);
+        PyErr_WriteUnraisable(hook);
     Py_XDECREF(r);
     Py_XDECREF(s);
+    Py_DECREF(hook);
 }
 
 void opy_log_flush(void)

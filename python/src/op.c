@@ -437,11 +437,12 @@ static PyObject *op_invoke(PyObject *self, PyObject *const *args, size_t nargsf,
     opy_op *o = (opy_op *)self;
     PyObject *bound[OPY_MAX_ARGS];
     int n;
-    opjit_runtime *rt = opy_runtime_enter(o->rt); /* close() waits for the call */
+    opy_use use;
+    opjit_runtime *rt = opy_runtime_enter(o->rt, &use); /* close() waits for the call */
     if (!rt)
         return NULL;
     if (bind(o, args, PyVectorcall_NARGS(nargsf), kwnames, bound, &n) < 0) {
-        opy_runtime_leave(o->rt);
+        opy_runtime_leave(&use);
         return NULL;
     }
     call_frame f;
@@ -468,7 +469,7 @@ static PyObject *op_invoke(PyObject *self, PyObject *const *args, size_t nargsf,
     }
     for (int j = 0; j < f.nborrowed; j++)
         opy_release_tensor(&f.borrowed[j]);
-    opy_runtime_leave(o->rt);
+    opy_runtime_leave(&use);
     return result;
 }
 

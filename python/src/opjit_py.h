@@ -158,9 +158,16 @@ PyObject *opy_shapes_call(opy_op *o, const opjit_value *args, int nargs);
 PyObject *opy_op_declarations(PyObject *self, void *unused);
 
 /* runtime.c: r's runtime for a load or call that releases the GIL (NULL
- * with an exception when r is closed), and the end of that use. */
-opjit_runtime *opy_runtime_enter(opy_runtime *r);
-void opy_runtime_leave(opy_runtime *r);
+ * with an exception when r is closed), and the end of that use. u, on the
+ * caller's stack, lists the use as its thread's: close() waits for the
+ * uses of other threads, and refuses while its own thread has one (Python
+ * code run inside a load or call: an __index__, a log handler). */
+typedef struct opy_use {
+    opy_runtime *r;
+    struct opy_use *next;
+} opy_use;
+opjit_runtime *opy_runtime_enter(opy_runtime *r, opy_use *u);
+void opy_runtime_leave(opy_use *u);
 
 /* log.c: the runtime's log callback (any thread, no GIL needed); deliver
  * what it queued to logging (GIL held); the verbosity a new runtime gets

@@ -176,15 +176,34 @@ static int ready(opy_runtime *r)
     return -1;
 }
 
-opjit_runtime *opy_runtime_enter(opy_runtime *r)
+/* This thread's uses, innermost first (they nest: a call's __index__ may
+ * make another call). */
+static _Thread_local opy_use *thread_uses;
+
+opjit_runtime *opy_runtime_enter(opy_runtime *r, opy_use *u)
 {
     if (ready(r) < 0)
         return NULL;
     r->inflight++;
+    u->r = r;
+    u->next = thread_uses;
+    thread_uses = u;
     return r->rt;
 }
 
-void opy_runtime_leave(opy_runtime *r) { r->inflight--; }
+void opy_runtime_leave(opy_use *u)
+{
+    u->r->inflight--;
+    thread_uses = u->next;
+}
+
+static int used_by_this_thread(const opy_runtime *r)
+{
+    for (const opy_use *u = thread_uses; u; u = u->next)
+        if (u->r == r)
+            return 1;
+    return 0;
+}
 
 /* Destroy the runtime now: later loads and calls on it (and its ops)
  * raise; what is running on other threads finishes first. */
@@ -194,6 +213,11 @@ static PyObject *runtime_close(PyObject *self, PyObject *unused)
     opy_runtime *r = (opy_runtime *)self;
     if (!r->rt || r->closing)
         Py_RETURN_NONE;
+    if (used_by_this_thread(r)) /* it would wait for itself */
+        return opy_raise(opy.Error, OPJIT_EINVAL,
+                         "close(): this thread is inside a load or call on this opjit.Runtime "
+                         "(Python code it runs: an argument's __index__ or __dlpack__, a log "
+                         "handler); close it once that has returned");
     r->closing = 1;
     while (r->inflight) { /* they need the GIL to finish */
         Py_BEGIN_ALLOW_THREADS
@@ -235,11 +259,15 @@ static PyObject *runtime_load_op(PyObject *self, PyObject *spec)
     PyObject *b = NULL;
     if (ready(r) < 0 || !PyUnicode_FSConverter(spec, &b))
         return NULL;
-    opjit_runtime *rt = r->rt;
+    opy_use use; /* after __fspath__, which may have closed r */
+    opjit_runtime *rt = opy_runtime_enter(r, &use);
+    if (!rt) {
+        Py_DECREF(b);
+        return NULL;
+    }
     const char *text = PyBytes_AS_STRING(b);
     opjit_op *op = NULL;
     int rc;
-    r->inflight++;
     Py_BEGIN_ALLOW_THREADS
     rc = opjit_load_op(rt, text, &op);
     Py_END_ALLOW_THREADS
@@ -249,7 +277,7 @@ static PyObject *runtime_load_op(PyObject *self, PyObject *spec)
                     : op ? opy_op_new(r, op)
                          : opy_raise(opy.NotFoundError, OPJIT_ENOTFOUND,
                                      "%R loaded no op named after its file", spec);
-    r->inflight--;
+    opy_runtime_leave(&use);
     return res;
 }
 
@@ -307,17 +335,17 @@ static PyObject *runtime_wait(PyObject *self, PyObject *unused)
 {
     (void)unused;
     opy_runtime *r = (opy_runtime *)self;
-    if (ready(r) < 0)
+    opy_use use;
+    opjit_runtime *rt = opy_runtime_enter(r, &use);
+    if (!rt)
         return NULL;
-    opjit_runtime *rt = r->rt;
     int rc;
-    r->inflight++;
     Py_BEGIN_ALLOW_THREADS
     rc = opjit_wait(rt);
     Py_END_ALLOW_THREADS
     opy_log_flush();
     PyObject *res = rc ? opy_raise_status(r->rt, rc) : Py_NewRef(Py_None);
-    r->inflight--;
+    opy_runtime_leave(&use);
     return res;
 }
 
@@ -327,17 +355,21 @@ static PyObject *runtime_unload(PyObject *self, PyObject *spec)
     PyObject *b = NULL;
     if (ready(r) < 0 || !PyUnicode_FSConverter(spec, &b))
         return NULL;
-    opjit_runtime *rt = r->rt;
+    opy_use use; /* after __fspath__, which may have closed r */
+    opjit_runtime *rt = opy_runtime_enter(r, &use);
+    if (!rt) {
+        Py_DECREF(b);
+        return NULL;
+    }
     const char *text = PyBytes_AS_STRING(b);
     int rc;
-    r->inflight++;
     Py_BEGIN_ALLOW_THREADS
     rc = opjit_unload(rt, text);
     Py_END_ALLOW_THREADS
     Py_DECREF(b);
     opy_log_flush();
     PyObject *res = rc ? opy_raise_status(r->rt, rc) : Py_NewRef(Py_None);
-    r->inflight--;
+    opy_runtime_leave(&use);
     return res;
 }
 
@@ -357,7 +389,8 @@ static PyMethodDef runtime_methods[] = {
     {"close", runtime_close, METH_NOARGS,
      "close(): destroy the runtime now (loads and calls running on other threads finish "
      "first); its ops then raise opjit.Error. Outputs already returned stay valid. Closing "
-     "twice is fine."},
+     "twice is fine. Raises opjit.Error from inside a load or call of this thread on it "
+     "(an argument's __index__, a log handler)."},
     {"__enter__", runtime_enter, METH_NOARGS, NULL},
     {"__exit__", runtime_exit, METH_VARARGS, "close() at the end of a with block."},
     {NULL, NULL, 0, NULL},

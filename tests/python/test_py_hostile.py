@@ -40,14 +40,17 @@ def signal_name(rc):
 
 
 class ChildCase(unittest.TestCase):
-    def child(self, code, prelude=TORCH):
+    def child(self, code, prelude=TORCH, timeout=600):
         """Run prelude + code in a fresh interpreter; it must exit 0 and
-        print "ok" last. Returns its stdout."""
+        print "ok" last, within timeout seconds. Returns its stdout."""
         # malloc_debug in the sanitizer build: ASan sees every object freed.
         pymalloc = "malloc_debug" if os.environ.get("OPJIT_PY_SANITIZED") else "debug"
         env = dict(os.environ, PYTHONMALLOC=pymalloc, PYTHONFAULTHANDLER="1")
-        p = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], env=env,
-                           capture_output=True, text=True, timeout=600)
+        try:
+            p = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], env=env,
+                               capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.fail("the child hung (killed after %d s)" % timeout)
         tail = "\n".join(p.stderr.splitlines()[-40:])
         if p.returncode < 0:
             self.fail("the child was killed by %s:\n%s" % (signal_name(p.returncode), tail))
@@ -344,6 +347,78 @@ class TestInProcess(unittest.TestCase):
                 t.join()
             self.assertEqual(sorted(results), ["made"] + ["refused"] * 7)
         self.assertEqual(r.load_op("nms").name, "nms")
+
+class TestCloseFromInside(ChildCase):
+    """Runtime.close() waits for the loads and calls of other threads; from
+    Python code that one of its own thread's runs (an __index__, a log
+    handler) it waited for itself, forever. It is refused there."""
+
+    def test_close_from_index_during_a_call(self):
+        self.child("""
+            import numpy  # the outputs' framework
+            rt = opjit.Runtime(ops_path=[TEST_OPS], tiering=False)
+            scalars = rt.load_op("scalars")
+            class E:
+                def __index__(self):
+                    rt.close()
+                    return 1
+            try:
+                scalars(E(), 2.0, True, [1, 2])
+            except opjit.CallError as e:
+                assert isinstance(e.__cause__, opjit.Error), repr(e.__cause__)
+                assert "inside a load or call" in str(e.__cause__), str(e.__cause__)
+            else:
+                raise AssertionError("no error")
+            assert list(scalars(1, 2.0, True, [1, 2])) == [1, 2, 1, 1, 2, 0, 7]
+            rt.close()
+            assert rt.closed
+            try:
+                scalars.declarations
+            except opjit.Error as e:
+                assert "closed" in str(e), str(e)  # it said "NULL argument"
+            else:
+                raise AssertionError("no error")
+            print("ok")
+        """, prelude=PRELUDE, timeout=120)
+
+    def test_close_from_a_log_handler_during_a_load(self):
+        self.child("""
+            import logging
+            log = logging.getLogger("opjit")
+            log.setLevel(logging.DEBUG)  # a load logs its cache lookup
+            seen = []
+            class CloseOnFirst(logging.Handler):
+                def emit(self, record):
+                    if not seen:
+                        try:
+                            rt.close()
+                            seen.append("closed")
+                        except opjit.Error as e:
+                            seen.append(str(e))
+            log.addHandler(CloseOnFirst())
+            rt = opjit.Runtime(ops_path=[TEST_OPS], tiering=False)
+            seen.clear()
+            assert rt.load_op("scalars").name == "scalars"
+            assert len(seen) == 1 and "inside a load or call" in seen[0], seen
+            print("ok")
+        """, prelude=PRELUDE, timeout=120)
+
+    def test_close_from_fspath_before_a_load(self):
+        self.child("""
+            class P:
+                def __fspath__(self):
+                    rt.close()
+                    return "scalars"
+            rt = opjit.Runtime(ops_path=[TEST_OPS], tiering=False)
+            try:
+                rt.load_op(P())
+            except opjit.Error as e:
+                assert "closed" in str(e), str(e)
+            else:
+                raise AssertionError("no error")
+            print("ok")
+        """, prelude=PRELUDE, timeout=120)
+
 
 class TestTensorMeta(unittest.TestCase):
     """A call reads a TensorMeta's shape with the GIL released, so it is set
