@@ -23,7 +23,8 @@
  *   opjit_bench loads SRC REPS [nocc]
  *       REPS repetitions, each in fresh processes (posix_spawn of this
  *       program) with a fresh empty cache directory: cold load and then
- *       cache-hit load (OPJIT_TIERING=0), the cc + dlopen anchor and a
+ *       cache-hit load (OPJIT_TIERING=0), a dlopen + dlsym of the artifact
+ *       that hit loaded (its anchor), the cc + dlopen anchor and a
  *       dlopen of its result, then a tiering run that leaves the optimized
  *       artifact in the cache (untimed) and a cache-hit load with tiering
  *       on that serves it. Prints one "rep ..." line per repetition, process wall times
@@ -362,6 +363,20 @@ static void emit(const char *label, const char *line, double wall)
     }
 }
 
+/* The host.so a cache holds (with tiering off and one source loaded, the
+ * one its hit loads): the anchor of that hit is a dlopen of this file. */
+static char found_so[4096];
+
+static int find_so(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    if (flag == FTW_F && !strcmp(p + ftw->base, "host.so")) {
+        snprintf(found_so, sizeof found_so, "%s", p);
+        return 1;
+    }
+    return 0;
+}
+
 static int cmd_loads(const char *src, int reps, int with_cc)
 {
     for (int r = 0; r < reps; r++) {
@@ -389,6 +404,14 @@ static int cmd_loads(const char *src, int reps, int with_cc)
             emit("cold", line, wall);
         if (run_child(a_load, off, line, sizeof line, &wall) == 0)
             emit("hit", line, wall);
+        /* dlopen + dlsym of the artifact that hit loaded, alone. */
+        char entries[4300];
+        snprintf(entries, sizeof entries, "%s/v1/entries", cache);
+        found_so[0] = '\0';
+        nftw(entries, find_so, 16, FTW_PHYS);
+        char *a_hitdl[] = {self_path, "dlopen-once", found_so, NULL};
+        if (found_so[0] && run_child(a_hitdl, off, line, sizeof line, &wall) == 0)
+            emit("hitdl", line, wall);
         if (with_cc) {
             if (run_child(a_cc, off, line, sizeof line, &wall) == 0)
                 emit("cc", line, wall);

@@ -106,6 +106,26 @@ static char *cache_absolute(char *dir)
     return abs;
 }
 
+/* Stat dirs[i] (the root as spelled may be a link: stat; nothing under it
+ * may: lstat), creating it first when it is missing. 0, or -1 and why. A
+ * cache that exists costs one stat per directory, no mkdir. */
+static int cache_stat_or_make(const char *dir, int i, struct stat *st, char *why, size_t whylen)
+{
+    if ((i ? lstat : stat)(dir, st) == 0)
+        return 0;
+    if (errno != ENOENT) {
+        snprintf(why, whylen, "cannot stat %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (cache_mkdir_p(dir, why, whylen) != 0)
+        return -1;
+    if ((i ? lstat : stat)(dir, st) != 0) {
+        snprintf(why, whylen, "cannot stat %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 /* Create root/v1/{entries,tmp,locks} and check that we alone control them.
  * Returns NULL when usable, else why not (in why); *untrusted tells that
  * others could have written it (so not even reading it is safe). */
@@ -126,14 +146,7 @@ static const char *cache_setup_dir(cache *c, char *why, size_t whylen, int *untr
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         struct stat st;
         const char *bad;
-        if (cache_mkdir_p(dirs[i], why, whylen) != 0) {
-            res = why;
-            goto out;
-        }
-        /* The root may be a link (the user's choice, checked below as
-         * spelled and resolved); nothing under it may. */
-        if ((i ? lstat : stat)(dirs[i], &st) != 0) {
-            snprintf(why, whylen, "cannot stat %s: %s", dirs[i], strerror(errno));
+        if (cache_stat_or_make(dirs[i], (int)i, &st, why, whylen) != 0) {
             res = why;
             goto out;
         }
@@ -151,11 +164,16 @@ static const char *cache_setup_dir(cache *c, char *why, size_t whylen, int *untr
             res = why;
             goto out;
         }
-        if (access(dirs[i], W_OK | X_OK) != 0) {
+        /* What we write into: a read-only file system says so here. */
+        if (i >= 2 && access(dirs[i], W_OK | X_OK) != 0) {
             snprintf(why, whylen, "%s is not writable: %s", dirs[i], strerror(errno));
             res = why;
             goto out;
         }
+        /* tmp/ holds only directories: with none (a link count of 2), a
+         * killed process left nothing to sweep. */
+        if (dirs[i] == c->tmp)
+            c->tmp_dirty = st.st_nlink != 2;
     }
     /* And nobody else can move or replace it from above. */
     if (cache_trusted_path(c->root, c->euid, why, whylen) != 0) {
@@ -356,7 +374,7 @@ int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen)
         cache_close(c);
         return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
     }
-    if (c->writable)
+    if (c->writable && c->tmp_dirty)
         cache_clean_tmp(c, NULL);
     cache_warn_layers(c);
     *out = c;
@@ -583,7 +601,7 @@ static int cache_build_private(cache_build_fn build, void *ud, cache_entry **out
     if (rc == OPJIT_OK) {
         int dfd = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         rc = dfd < 0 ? cache_errf(err, errlen, OPJIT_EIO, "cache: %s: %s", tmpl, strerror(errno))
-                     : cache_scan_artifacts(dfd, 0, &a, &n, err, errlen);
+                     : cache_scan_artifacts(dfd, &a, &n, err, errlen);
         if (dfd >= 0)
             close(dfd);
     }
@@ -683,9 +701,16 @@ static void cache_after_build(cache *c, const cache_request *req)
     }
 }
 
-/* Make the built directory tmp the entry dir: hash and sync the artifacts
- * (*a, *n), write the manifest, rename. *fault is set when the build wrote
- * something that cannot be an artifact (its bug, not the cache's). */
+/* Make the built directory tmp the entry dir: hash and check the
+ * artifacts (*a, *n), write the manifest, rename. *fault is set when the
+ * build wrote something that cannot be an artifact (its bug, not the
+ * cache's).
+ *
+ * Nothing is fsynced. The rename makes the entry appear whole to every
+ * process at once, whenever this one is killed; what only a crash of the
+ * machine could leave torn (a file cut short or zeroed after reboot) fails
+ * the checks every load makes (manifest checksum, artifact sizes and
+ * checksums, ELF completeness) and is rebuilt, never loaded. */
 static int cache_publish(cache *c, const cache_request *req, const char *tmp, const char *dir,
                          cache_artifact **a, int *n, int *fault, char *err, size_t errlen)
 {
@@ -693,18 +718,16 @@ static int cache_publish(cache *c, const cache_request *req, const char *tmp, co
     int dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return cache_errf(err, errlen, OPJIT_EIO, "cache: %s: %s", tmp, strerror(errno));
-    int rc = cache_scan_artifacts(dfd, 1, a, n, err, errlen);
+    int rc = cache_scan_artifacts(dfd, a, n, err, errlen);
     if (rc == OPJIT_ECACHE)
         *fault = 1;
     if (rc == OPJIT_OK)
         rc = cache_manifest_write(dfd, req, *a, *n, (int64_t)time(NULL), err, errlen);
-    if (rc == OPJIT_OK && fsync(dfd) != 0 && errno != EINVAL)
-        rc = cache_errf(err, errlen, OPJIT_EIO, "cache: cannot sync %s: %s", tmp, strerror(errno));
     close(dfd);
     if (rc != OPJIT_OK)
         return rc;
 
-    int e = cache_install_dir(c, req->key.hex, tmp, dir, 1);
+    int e = cache_install_dir(c, req->key.hex, tmp, dir);
     if (e == EPERM)
         return cache_errf(err, errlen, OPJIT_ECACHE, "cache: the shard of %s is not trusted", dir);
     if (e)
@@ -712,7 +735,7 @@ static int cache_publish(cache *c, const cache_request *req, const char *tmp, co
     return OPJIT_OK;
 }
 
-int cache_install_dir(cache *c, const char *hex, const char *tmp, const char *dir, int sync)
+int cache_install_dir(cache *c, const char *hex, const char *tmp, const char *dir)
 {
     (void)dir; /* reached from entries/ by descriptors: no link is followed */
     char shard[3] = {hex[0], hex[1], '\0'};
@@ -730,8 +753,6 @@ int cache_install_dir(cache *c, const char *hex, const char *tmp, const char *di
     /* rename() of a directory is atomic: others see no entry or all of it. */
     if (!e && renameat(AT_FDCWD, tmp, sfd, hex) != 0)
         e = errno;
-    if (!e && sync && fsync(sfd) != 0)
-        errno = 0; /* the entry is there; some file systems cannot sync a directory */
     if (sfd >= 0)
         close(sfd);
     return e;

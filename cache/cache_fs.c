@@ -1,5 +1,5 @@
 /*
- * cache/cache_fs.c - file-system helpers: directories, removal, fsync,
+ * cache/cache_fs.c - file-system helpers: directories, removal,
  * ownership checks and the per-key lock files; and the messages and paths
  * every file of cache/ uses. The bottom of cache/: it calls no other file.
  */
@@ -163,6 +163,23 @@ int cache_open_below(const cache *c, const char *path, char *why, size_t whylen)
     return fd;
 }
 
+/* mkdir p, making its missing parents first (mode 0700 each): from the
+ * deepest one that exists, never from "/". 0 or an errno. */
+static int cache_mkdir_up(char *p, int depth)
+{
+    if (mkdir(p, 0700) == 0 || errno == EEXIST)
+        return 0;
+    char *slash = strrchr(p, '/');
+    if (errno != ENOENT || !slash || slash == p || depth > 256)
+        return errno;
+    *slash = '\0';
+    int e = cache_mkdir_up(p, depth + 1);
+    *slash = '/';
+    if (e)
+        return e;
+    return mkdir(p, 0700) == 0 || errno == EEXIST ? 0 : errno;
+}
+
 /* mkdir -p with mode 0700 for every directory it creates. */
 int cache_mkdir_p(const char *path, char *why, size_t whylen)
 {
@@ -173,22 +190,12 @@ int cache_mkdir_p(const char *path, char *why, size_t whylen)
         return ENOMEM;
     }
     memcpy(p, path, n + 1);
-    int rc = 0;
-    for (char *s = p + 1;; s++) {
-        if (*s != '/' && *s != '\0')
-            continue;
-        char saved = *s;
-        *s = '\0';
-        if (mkdir(p, 0700) != 0 && errno != EEXIST) {
-            rc = errno;
-            snprintf(why, whylen, "cannot create %s: %s", p, strerror(rc));
-            break;
-        }
-        *s = saved;
-        if (saved == '\0')
-            break;
-    }
-    if (rc == 0) {
+    while (n > 1 && p[n - 1] == '/')
+        p[--n] = '\0';
+    int rc = cache_mkdir_up(p, 0);
+    if (rc) {
+        snprintf(why, whylen, "cannot create %s: %s", path, strerror(rc));
+    } else {
         struct stat st;
         if (stat(path, &st) != 0) {
             rc = errno;
@@ -255,19 +262,6 @@ int cache_rm_rf(const char *path)
     return rc;
 }
 
-int cache_fsync_path(const char *path, int dir)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
-    if (fd < 0)
-        return errno;
-    int rc = fsync(fd) == 0 ? 0 : errno;
-    /* Some file systems cannot fsync a directory; the data is still safe. */
-    if (rc == EINVAL && dir)
-        rc = 0;
-    close(fd);
-    return rc;
-}
-
 /* Anyone able to write what we are about to dlopen could run code in our
  * process: refuse what others own or may write. owner: CACHE_OWNER_SELF
  * (our writable cache: ours only) or CACHE_OWNER_TRUSTED (ours or root's,
@@ -296,8 +290,9 @@ static const char *cache_untrusted_above(const struct stat *st, uid_t euid)
     return NULL;
 }
 
-/* Check path and every directory above it, "/" included. */
-static int cache_walk_up(const char *path, uid_t euid, char *why, size_t whylen)
+/* Check path and every directory above it, "/" included. *links (may be
+ * NULL) tells whether one of them is a symbolic link. */
+static int cache_walk_up(const char *path, uid_t euid, int *links, char *why, size_t whylen)
 {
     char p[PATH_MAX];
     if ((size_t)snprintf(p, sizeof p, "%s", path) >= sizeof p) {
@@ -316,11 +311,25 @@ static int cache_walk_up(const char *path, uid_t euid, char *why, size_t whylen)
             snprintf(why, whylen, "%s is %s", at, bad);
             return -1;
         }
+        if (links && S_ISLNK(st.st_mode))
+            *links = 1;
         char *slash = strrchr(p, '/');
         if (!*p || !slash)
             return 0;
         *slash = '\0';
     }
+}
+
+/* Whether path names itself canonically but for links: absolute, no "."
+ * or ".." component, no "//", no trailing "/". */
+static int cache_plain_path(const char *path)
+{
+    if (path[0] != '/' || (path[1] && path[strlen(path) - 1] == '/') || strstr(path, "//"))
+        return 0;
+    for (const char *p = path; (p = strstr(p, "/.")); p++)
+        if (p[2] == '/' || p[2] == '\0' || (p[2] == '.' && (p[3] == '/' || p[3] == '\0')))
+            return 0;
+    return 1;
 }
 
 int cache_trusted_path(const char *path, uid_t euid, char *why, size_t whylen)
@@ -331,14 +340,18 @@ int cache_trusted_path(const char *path, uid_t euid, char *why, size_t whylen)
         return -1;
     }
     /* As spelled (whoever can change a link on the way could redirect us)
-     * and as resolved (where the files really are). */
-    if (cache_walk_up(path, euid, why, whylen) != 0)
+     * and as resolved (where the files really are). A plain path none of
+     * whose components is a link resolves to itself: no second walk. */
+    int links = 0;
+    if (cache_walk_up(path, euid, &links, why, whylen) != 0)
         return -1;
+    if (!links && cache_plain_path(path))
+        return 0;
     if (!realpath(path, real)) {
         snprintf(why, whylen, "cannot resolve %s: %s", path, strerror(errno));
         return -1;
     }
-    return strcmp(real, path) ? cache_walk_up(real, euid, why, whylen) : 0;
+    return strcmp(real, path) ? cache_walk_up(real, euid, NULL, why, whylen) : 0;
 }
 
 static int cache_setlk(int fd, int which, int exclusive, int wait)

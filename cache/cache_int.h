@@ -38,6 +38,7 @@ struct cache {
     char *tmp;
     char *locks;
     int writable;    /* root is usable (created, trusted) */
+    int tmp_dirty;   /* tmp/ held directories when opened: swept then */
     char **ro;       /* read-only layer roots */
     char **ro_why;   /* per layer: NULL, or why it is not used (untrusted) */
     char *ro_absent; /* per layer: it has no entries directory (also not used) */
@@ -113,15 +114,13 @@ const char *cache_printable(const char *s, char *out, size_t n);
  * O_NOFOLLOW alone. The descriptor, or -1 and errno. */
 int cache_open_below(const cache *c, const char *path, char *why, size_t whylen);
 /* Rename the checked directory tmp (in tmp/) to the entry dir of hex,
- * making its shard directory; sync: and flush the rename to disk. 0 or an
- * errno (EEXIST, ENOTEMPTY: the entry is there already; EPERM: the shard
- * is not trusted). */
-int cache_install_dir(cache *c, const char *hex, const char *tmp, const char *dir, int sync);
+ * making its shard directory. 0 or an errno (EEXIST, ENOTEMPTY: the entry
+ * is there already; EPERM: the shard is not trusted). */
+int cache_install_dir(cache *c, const char *hex, const char *tmp, const char *dir);
 
 /* cache_fs.c: the file system */
 int cache_mkdir_p(const char *path, char *why, size_t whylen);
 int cache_rm_rf(const char *path);
-int cache_fsync_path(const char *path, int dir);
 /* Whose files a layer may hold: the writable cache only ours, a read-only
  * layer ours or root's. */
 enum { CACHE_OWNER_SELF = 1, CACHE_OWNER_TRUSTED = 2 };
@@ -143,9 +142,8 @@ int cache_transient_errno(int e);
 int cache_check(const cache *c, const char *dir, const char *hex, int flags,
                 cache_manifest *m, char *why, size_t whylen);
 void cache_manifest_free(cache_manifest *m);
-/* Hash, fsync and tighten the mode of every file in dirfd. */
-int cache_scan_artifacts(int dirfd, int sync, cache_artifact **out, int *n,
-                         char *err, size_t errlen);
+/* Hash, check and tighten the mode of every file in dirfd. */
+int cache_scan_artifacts(int dirfd, cache_artifact **out, int *n, char *err, size_t errlen);
 void cache_artifacts_free(cache_artifact *a, int n);
 int cache_manifest_write(int dirfd, const cache_request *req, const cache_artifact *a,
                          int n, int64_t created, char *err, size_t errlen);

@@ -582,9 +582,11 @@ static int cache_artifact_cmp(const void *a, const void *b)
 }
 
 /* Artifact name in dirfd, after a build: readable by us and not writable
- * by group or others, hashed into x, ELF-complete, and (sync) on disk. */
-static int cache_seal_artifact(int dirfd, const char *name, mode_t mode, int sync,
-                               cache_artifact *x, char *err, size_t errlen)
+ * by group or others, hashed into x, ELF-complete. Not synced to disk:
+ * every load checks it against its manifest, which catches what a crash
+ * of the machine could tear. */
+static int cache_seal_artifact(int dirfd, const char *name, mode_t mode, cache_artifact *x,
+                               char *err, size_t errlen)
 {
     int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     int e = fd < 0 ? errno : 0;
@@ -596,8 +598,6 @@ static int cache_seal_artifact(int dirfd, const char *name, mode_t mode, int syn
     int problem = e ? 0 : cache_elf_check(fd, x->size, elf, sizeof elf);
     if (problem > 0)
         e = problem;
-    if (!e && sync && fsync(fd) != 0)
-        e = errno;
     if (fd >= 0)
         close(fd);
     if (problem < 0) {
@@ -615,8 +615,8 @@ static int cache_seal_artifact(int dirfd, const char *name, mode_t mode, int syn
 
 /* Add the build output name (in dirfd) to the n artifacts of *a (room
  * for *cap), sealed. */
-static int cache_add_artifact(int dirfd, const char *name, int sync, cache_artifact **a, int *n,
-                              int *cap, char *err, size_t errlen)
+static int cache_add_artifact(int dirfd, const char *name, cache_artifact **a, int *n, int *cap,
+                              char *err, size_t errlen)
 {
     if (!cache_artifact_name_ok(name))
         return cache_errf(err, errlen, OPJIT_ECACHE,
@@ -640,13 +640,12 @@ static int cache_add_artifact(int dirfd, const char *name, int sync, cache_artif
     if (!x->name)
         return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
     (*n)++;
-    return cache_seal_artifact(dirfd, name, st.st_mode, sync, x, err, errlen);
+    return cache_seal_artifact(dirfd, name, st.st_mode, x, err, errlen);
 }
 
-/* After a build: every file in dirfd is an artifact. Hash it, make it not
- * writable by group/others, and (sync) flush it to disk. */
-int cache_scan_artifacts(int dirfd, int sync, cache_artifact **out, int *nout,
-                         char *err, size_t errlen)
+/* After a build: every file in dirfd is an artifact. Hash it and make it
+ * not writable by group/others. */
+int cache_scan_artifacts(int dirfd, cache_artifact **out, int *nout, char *err, size_t errlen)
 {
     *out = NULL;
     *nout = 0;
@@ -664,7 +663,7 @@ int cache_scan_artifacts(int dirfd, int sync, cache_artifact **out, int *nout,
     struct dirent *de;
     while (rc == OPJIT_OK && (de = readdir(d))) {
         if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-            rc = cache_add_artifact(dirfd, de->d_name, sync, &a, &n, &cap, err, errlen);
+            rc = cache_add_artifact(dirfd, de->d_name, &a, &n, &cap, err, errlen);
     }
     closedir(d);
     if (rc != OPJIT_OK) {
@@ -721,8 +720,12 @@ int cache_manifest_write(int dirfd, const cache_request *req, const cache_artifa
         }
         off += (size_t)w;
     }
-    if (fsync(fd) != 0)
-        rc = cache_errf(err, errlen, OPJIT_EIO, "cache: cannot sync the manifest: %s", strerror(errno));
+    /* No fsync (see cache_publish); a close that reports a failed write
+     * still makes this no entry. */
+    if (close(fd) != 0)
+        rc = cache_errf(err, errlen, OPJIT_EIO, "cache: cannot write the manifest: %s",
+                        strerror(errno));
+    fd = -1;
 out:
     if (fd >= 0)
         close(fd);

@@ -476,7 +476,7 @@ static int remote_install(cache *c, const char *hex, const char *rkey, const cha
     }
     /* Not synced: after a crash, a lost or torn entry is a miss or fails
      * its checksums (then it is fetched again). */
-    int e = rc == UNPACK_OK ? cache_install_dir(c, hex, tmp, dir, 0) : -1;
+    int e = rc == UNPACK_OK ? cache_install_dir(c, hex, tmp, dir) : -1;
     if (e > 0 && e != EEXIST && e != ENOTEMPTY) {
         snprintf(why, whylen, "cannot install it: %s", strerror(e));
         rc = UNPACK_LOCAL;

@@ -105,13 +105,160 @@ static char *with_line_directive(const jit_tcc_job *job, char **name)
     return text;
 }
 
+/* ---- the C library, handed to libtcc file by file ----------------------------
+ *
+ * libtcc links every op with libm and libc. On Debian libm.so and libc.so
+ * are GNU ld scripts naming the real files, and libtcc reads a script one
+ * byte per read() (about 400 system calls, a quarter of a small op's
+ * compile). Once per process we read the two scripts ourselves, where
+ * libtcc would find them (OPJIT_TCC_LIB_PATHS, OPJIT_TCC_CRT_DIR: what
+ * `tcc -vv` said at build time), and hand libtcc the files they name, in
+ * the order it adds them itself (with -nostdlib: crti.o, the source, libm,
+ * libc's files, libtcc1.a, crtn.o): the same link. Anything unexpected
+ * (no script, a script saying more than GROUP/INPUT of absolute paths)
+ * leaves libtcc to link as usual. */
+
+#define TCC_LINK_MAX 4 /* files one script may name */
+
+typedef struct tcc_stdlib {
+    int ok;
+    char crti[PATH_MAX], crtn[PATH_MAX], libtcc1[PATH_MAX];
+    char m[TCC_LINK_MAX][PATH_MAX], c[TCC_LINK_MAX][PATH_MAX];
+    int nm, nc;
+} tcc_stdlib;
+
+static tcc_stdlib tcc_std;
+static pthread_once_t tcc_std_once = PTHREAD_ONCE_INIT;
+
+/* The first dir/name of the ':'-separated list dirs that exists. */
+static int tcc_find_in(const char *dirs, const char *name, char *out, size_t n)
+{
+    for (const char *p = dirs; *p;) {
+        size_t len = strcspn(p, ":");
+        struct stat st;
+        if (len && (size_t)snprintf(out, n, "%.*s/%s", (int)len, p, name) < n &&
+            stat(out, &st) == 0 && S_ISREG(st.st_mode))
+            return 1;
+        p += len + (p[len] == ':');
+    }
+    return 0;
+}
+
+/* The next token of a linker script at *p: a word, "(" or ")"; comments
+ * skipped. 0 at the end. */
+static size_t tcc_ld_token(const char **p)
+{
+    for (;;) {
+        while (**p == ' ' || **p == '\t' || **p == '\n' || **p == '\r' || **p == ',')
+            (*p)++;
+        if ((*p)[0] != '/' || (*p)[1] != '*')
+            break;
+        const char *end = strstr(*p + 2, "*/");
+        if (!end)
+            return 0;
+        *p = end + 2;
+    }
+    if (**p == '(' || **p == ')')
+        return 1;
+    return strcspn(*p, " \t\n\r,()");
+}
+
+/* The files a script's GROUP and INPUT name (AS_NEEDED ones left out, as
+ * libtcc leaves them), into files; their count, or -1 when the script says
+ * anything else. */
+static int tcc_ld_files(const char *text, char files[TCC_LINK_MAX][PATH_MAX])
+{
+    const char *p = text;
+    int n = 0, depth = 0, needed = 0, list = 0;
+    for (size_t len; (len = tcc_ld_token(&p)); p += len) {
+        if (*p == '(') {
+            depth++;
+        } else if (*p == ')') {
+            if (--depth < 0)
+                return -1;
+            needed = needed && depth > 1;
+            list = list && depth > 0;
+        } else if (depth == 0) { /* a command */
+            list = (len == 5 && !strncmp(p, "GROUP", 5)) || (len == 5 && !strncmp(p, "INPUT", 5));
+            if (!list && !(len == 13 && !strncmp(p, "OUTPUT_FORMAT", 13)))
+                return -1;
+        } else if (list && len == 9 && !strncmp(p, "AS_NEEDED", 9)) {
+            needed = 1;
+        } else if (list && !needed) {
+            if (*p != '/' || len >= PATH_MAX || n == TCC_LINK_MAX)
+                return -1;
+            memcpy(files[n], p, len);
+            files[n++][len] = '\0';
+        }
+    }
+    return depth == 0 && *p == '\0' && n > 0 ? n : -1;
+}
+
+/* lib<name>.so where libtcc finds it: a script's files, or the library
+ * itself. Their count, or -1. */
+static int tcc_lib_files(const char *name, char files[TCC_LINK_MAX][PATH_MAX])
+{
+    char so[64], path[PATH_MAX], text[4096];
+    snprintf(so, sizeof so, "lib%s.so", name);
+    if (!tcc_find_in(OPJIT_TCC_LIB_PATHS, so, path, sizeof path))
+        return -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t got = fd < 0 ? -1 : read(fd, text, sizeof text - 1);
+    if (fd >= 0)
+        close(fd);
+    if (got < 4 || got == (ssize_t)sizeof text - 1)
+        return -1;
+    text[got] = '\0';
+    if (!memcmp(text, "\177ELF", 4)) {
+        snprintf(files[0], PATH_MAX, "%s", path);
+        return 1;
+    }
+    return strlen(text) == (size_t)got ? tcc_ld_files(text, files) : -1;
+}
+
+static void tcc_std_find(void)
+{
+    tcc_stdlib *t = &tcc_std;
+    if (!OPJIT_TCC_CRT_DIR[0] || strchr(OPJIT_TCC_LIB_PATHS, '{') ||
+        !tcc_find_in(OPJIT_TCC_CRT_DIR, "crti.o", t->crti, sizeof t->crti) ||
+        !tcc_find_in(OPJIT_TCC_CRT_DIR, "crtn.o", t->crtn, sizeof t->crtn) ||
+        !tcc_find_in(OPJIT_TCC_LIB_DIR, "libtcc1.a", t->libtcc1, sizeof t->libtcc1))
+        return;
+    t->nm = tcc_lib_files("m", t->m);
+    t->nc = tcc_lib_files("c", t->c);
+    t->ok = t->nm > 0 && t->nc > 0;
+}
+
+/* The C library's files, or NULL: libtcc finds them itself. */
+static const tcc_stdlib *tcc_stdlib_files(const jit_tcc_job *job)
+{
+    if (!job->tcc_lib_dir || strcmp(job->tcc_lib_dir, OPJIT_TCC_LIB_DIR))
+        return NULL;
+    pthread_once(&tcc_std_once, tcc_std_find);
+    return tcc_std.ok ? &tcc_std : NULL;
+}
+
+/* tcc_add_file for each of files; -1 at the first that fails. */
+static int tcc_add_files(TCCState *s, const char (*files)[PATH_MAX], int n)
+{
+    for (int i = 0; i < n; i++)
+        if (tcc_add_file(s, files[i]) < 0)
+            return -1;
+    return 0;
+}
+
 /* Include paths, defines ("NAME=VALUE", NAME may be "F(x)": tcc wants
- * them apart) and library paths of job. */
-static void tcc_configure(TCCState *s, const jit_tcc_job *job)
+ * them apart) and library paths of job; with std, libtcc adds no C
+ * library of its own and crti.o comes first, as it would. */
+static void tcc_configure(TCCState *s, const jit_tcc_job *job, const tcc_stdlib *std)
 {
     if (job->tcc_lib_dir)
         tcc_set_lib_path(s, job->tcc_lib_dir);
+    if (std)
+        tcc_set_options(s, "-nostdlib");
     tcc_set_output_type(s, TCC_OUTPUT_DLL);
+    if (std)
+        tcc_add_file(s, std->crti);
     for (const char *const *p = job->include_dirs; p && *p; p++)
         tcc_add_include_path(s, *p);
     for (const char *const *p = job->defines; p && *p; p++) {
@@ -133,15 +280,21 @@ static void tcc_configure(TCCState *s, const jit_tcc_job *job)
 static int tcc_build(TCCState *s, const jit_tcc_job *job, const char *text, diag_sink *d,
                      char *diag, size_t diaglen)
 {
-    tcc_configure(s, job);
+    const tcc_stdlib *std = tcc_stdlib_files(job);
+    tcc_configure(s, job, std);
     if (tcc_compile_string(s, text) < 0 || d->errors)
         return OPJIT_ECOMPILE;
     for (const char *const *p = job->libraries; p && *p; p++)
-        if (tcc_add_library(s, *p) < 0) {
+        if (std && !strcmp(*p, "m") ? tcc_add_files(s, std->m, std->nm) < 0
+                                    : tcc_add_library(s, *p) < 0) {
             sink_append(d, "\nlibtcc: cannot find library -l", 31);
             sink_append(d, *p, strlen(*p));
             return OPJIT_ECOMPILE;
         }
+    /* What libtcc's own runtime step would add: libc, libtcc1.a, crtn.o. */
+    if (std && (tcc_add_files(s, std->c, std->nc) < 0 || tcc_add_file(s, std->libtcc1) < 0 ||
+                tcc_add_file(s, std->crtn) < 0))
+        return OPJIT_ECOMPILE;
     if (tcc_output_file(s, job->out_path) < 0) {
         /* tcc says why (an undefined symbol, or the file) through on_diag. */
         if (!d->len)
@@ -256,33 +409,77 @@ static const char *cu_cudnn_include(void)
     return cudnn_inc[0] ? cudnn_inc : NULL;
 }
 
+/* CUDA_VERSION's value from cuda.h's text (its first lines): "unknown"
+ * when it is not there. */
+static void cu_version_of(const char *text, char *version, size_t n)
+{
+    snprintf(version, n, "unknown");
+    static const char def[] = "#define CUDA_VERSION";
+    for (const char *p = text; (p = strstr(p, def)); p += sizeof def - 1) {
+        const char *v = p + sizeof def - 1;
+        if ((p != text && p[-1] != '\n') || (*v != ' ' && *v != '\t'))
+            continue;
+        v += strspn(v, " \t");
+        size_t len = strcspn(v, " \t\r\n");
+        if (len) {
+            snprintf(version, n, "%.*s", (int)(len < 63 ? len : 63), v);
+            return;
+        }
+    }
+}
+
+/* The first n - 1 bytes of path, NUL-terminated, into buf; bytes read or -1. */
+static ssize_t read_head(const char *path, char *buf, size_t n)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t got = 0;
+    while (fd >= 0 && (size_t)got < n - 1) {
+        ssize_t r = read(fd, buf + got, n - 1 - (size_t)got);
+        if (r <= 0)
+            break;
+        got += r;
+    }
+    if (fd >= 0)
+        close(fd);
+    buf[got] = '\0';
+    return fd < 0 ? -1 : got;
+}
+
 /* The toolkit headers a host half may include, by version: CUDA_VERSION
- * from cuda.h and a hash of cudnn_version.h. */
-static void cu_host_versions(char *out, size_t n)
+ * from cuda.h and a hash of cudnn_version.h. They belong to the toolkit
+ * found once per process, so they are read once too, not at every load
+ * of a .cu. */
+static char cu_versions[256];
+static pthread_once_t cu_versions_once = PTHREAD_ONCE_INIT;
+
+static void cu_versions_find(void)
 {
     const char *inc = cu_toolkit_include(), *dnn = cu_cudnn_include();
     if (!inc) {
-        snprintf(out, n, "cuda-toolkit=none");
+        snprintf(cu_versions, sizeof cu_versions, "cuda-toolkit=none");
         return;
     }
-    char p[PATH_MAX + 32], line[256], version[64] = "unknown";
+    enum { HEAD = 256 << 10, DNN = 65536 };
+    char p[PATH_MAX + 32], version[64], *buf = malloc(HEAD);
     snprintf(p, sizeof p, "%s/cuda.h", inc);
-    FILE *f = fopen(p, "rbe");
-    for (int i = 0; f && i < 2000 && fgets(line, sizeof line, f); i++)
-        if (sscanf(line, "#define CUDA_VERSION %63s", version) == 1)
-            break;
-    if (f)
-        fclose(f);
+    if (buf && read_head(p, buf, HEAD) >= 0)
+        cu_version_of(buf, version, sizeof version);
+    else
+        snprintf(version, sizeof version, "unknown");
     snprintf(p, sizeof p, "%s/cudnn_version.h", dnn ? dnn : inc);
     unsigned long long dnn_hash = 0;
-    f = fopen(p, "rbe");
-    if (f) {
-        char buf[65536];
-        size_t got = fread(buf, 1, sizeof buf, f);
-        dnn_hash = (unsigned long long)XXH3_64bits(buf, got);
-        fclose(f);
-    }
-    snprintf(out, n, "cuda-version=%s cudnn_version.h=%016llx", version, dnn_hash);
+    ssize_t got = buf ? read_head(p, buf, DNN + 1) : -1;
+    if (got >= 0)
+        dnn_hash = (unsigned long long)XXH3_64bits(buf, (size_t)got);
+    free(buf);
+    snprintf(cu_versions, sizeof cu_versions, "cuda-version=%s cudnn_version.h=%016llx", version,
+             dnn_hash);
+}
+
+static void cu_host_versions(char *out, size_t n)
+{
+    pthread_once(&cu_versions_once, cu_versions_find);
+    snprintf(out, n, "%s", cu_versions);
 }
 
 static int tcc_identity(const jit_settings *set, char *out, size_t n, char *err, size_t errlen)

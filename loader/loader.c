@@ -58,11 +58,13 @@ static char *relocated_ops_dir(void)
         rel = OPJIT_DATADIR_FROM_BINDIR;
     }
     char *slash = strrchr(self, '/');
+    struct stat st;
     if (!slash)
         return NULL;
     *slash = '\0';
+    /* Mostly absent (a build tree, a host of its own): one stat says so. */
     if ((size_t)snprintf(dir, sizeof dir, "%s/%s/opjit/ops", self, rel) >= sizeof dir ||
-        !realpath(dir, real) || strchr(real, ':'))
+        stat(dir, &st) != 0 || !realpath(dir, real) || strchr(real, ':'))
         return NULL;
     if (realpath(OPJIT_INSTALLED_OPS_DIR, conf) && strcmp(real, conf) == 0)
         return NULL;
@@ -85,16 +87,27 @@ static const char *static_host_ops_dir(const char *moved)
     return dir;
 }
 
+/* Where this copy of the library finds its shipped and installed ops:
+ * it does not move while the process runs, so it is looked up once. */
+static char *shipped_moved;
+static const char *shipped_host, *shipped_installed;
+static pthread_once_t shipped_once = PTHREAD_ONCE_INIT;
+
+static void shipped_find(void)
+{
+    shipped_moved = relocated_ops_dir();
+    shipped_host = static_host_ops_dir(shipped_moved);
+    shipped_installed = access(OPJIT_INSTALLED_OPS_DIR, X_OK) == 0 ? OPJIT_INSTALLED_OPS_DIR : "";
+}
+
 /* The search path: config, $OPJIT_OPS_PATH, the ops shipped with this
  * copy of the library (next to it, or as a static host was told), the
  * installed ones (where they exist). NULL when out of memory. */
 static char *search_path(const opjit_config *cfg)
 {
     const char *env = getenv("OPJIT_OPS_PATH");
-    char *moved = relocated_ops_dir();
-    const char *host = static_host_ops_dir(moved);
-    const char *installed = access(OPJIT_INSTALLED_OPS_DIR, X_OK) == 0 ? OPJIT_INSTALLED_OPS_DIR
-                                                                        : "";
+    pthread_once(&shipped_once, shipped_find);
+    const char *moved = shipped_moved, *host = shipped_host, *installed = shipped_installed;
     const char *part[] = {cfg->ops_path, env, moved, host, installed};
     size_t n = 1;
     for (size_t i = 0; i < sizeof part / sizeof *part; i++)
@@ -107,7 +120,6 @@ static char *search_path(const opjit_config *cfg)
             if (part[i] && *part[i])
                 k += (size_t)snprintf(path + k, n - k, "%s%s", k ? ":" : "", part[i]);
     }
-    free(moved);
     return path;
 }
 

@@ -25,8 +25,8 @@ typedef struct pipeline_compiler {
     int file_known, file_found;
     char file_id[96];
     int id_known, id_rc;
-    char id[PATH_MAX + 128];
-    char id_err[1024];
+    char *id;     /* malloc'd once known: a runtime holds one per compiler */
+    char *id_err;
 } pipeline_compiler;
 
 #define PIPELINE_MAX_COMPILERS 8
@@ -36,7 +36,7 @@ typedef struct pipeline {
     cache *cache;
     jit_settings set;
     pthread_mutex_t lock;   /* what follows */
-    char scratch[PATH_MAX]; /* private temp dir holding opjit_op.h */
+    char scratch[PATH_MAX]; /* private temp dir for the optimizing compiler's version log */
     int scratch_lock;       /* its lock (cache_private_mkdir), while scratch[0] */
     pipeline_compiler comp[PIPELINE_MAX_COMPILERS]; /* as jit_compilers */
 } pipeline;
@@ -72,6 +72,10 @@ typedef struct readable {
 /* Add "name value" (data: then " HASH" of its len bytes follows value). */
 void readable_add(readable *r, const char *name, const char *value, const void *data,
                   size_t len);
+/* The same with the value's hash given: " HASH" is the first 8 bytes of
+ * sum, in hex. */
+void readable_add_sum(readable *r, const char *name, const char *value,
+                      const unsigned char *sum);
 void readable_free(readable *r);
 
 /* The rule an inline source's local headers follow (loader/inline.c):

@@ -14,19 +14,26 @@
  * elsewhere. With the compiler here, only what it built serves.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "loader/loader_int.h"
 #include "opjit_build_config.h"
 
-/* What the scratch directory may hold: opjit_op.h, and cc-version.txt
- * while the optimizing compiler is asked for its version. A process
- * killed with it still there leaves it to the next one that makes one
- * (see cache_private_mkdir). */
+/* What the scratch directory may hold: cc-version.txt while the
+ * optimizing compiler is asked for its version (and opjit_op.h, which
+ * older versions kept there). A process killed with it still there leaves
+ * it to the next one that makes one (see cache_private_mkdir). */
 static const char *const scratch_files[] = {"opjit_op.h", "cc-version.txt", NULL};
+
+/* Where a compile finds opjit_op.h: a directory of the build's own
+ * directory, removed before the build ends (so never an artifact), and
+ * with it by the cache's sweep when the process is killed meanwhile. */
+#define OP_HEADER_DIR ".opjit-include"
 
 int pipeline_init(pipeline *p, cache *c, const jit_settings *set)
 {
@@ -40,6 +47,10 @@ int pipeline_init(pipeline *p, cache *c, const jit_settings *set)
 
 void pipeline_fini(pipeline *p)
 {
+    for (int i = 0; i < PIPELINE_MAX_COMPILERS; i++) {
+        free(p->comp[i].id);
+        free(p->comp[i].id_err);
+    }
     if (p->scratch[0]) {
         cache_private_rmdir(p->scratch, scratch_files);
         close(p->scratch_lock); /* after: nobody sweeps it under us */
@@ -48,22 +59,39 @@ void pipeline_fini(pipeline *p)
     pthread_mutex_destroy(&p->lock);
 }
 
-static int write_op_header(const char *dir, char *err, size_t errlen)
+/* dir/.opjit-include/opjit_op.h, the header this library was built
+ * with; inc receives the directory. */
+static int write_op_header(const char *dir, char *inc, size_t n, char *err, size_t errlen)
 {
     char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/opjit_op.h", dir);
-    FILE *f = fopen(path, "wbe");
-    int ok = f && fwrite(opjit_op_h_text, 1, sizeof opjit_op_h_text, f) == sizeof opjit_op_h_text;
+    if ((size_t)snprintf(inc, n, "%s/%s", dir, OP_HEADER_DIR) >= n ||
+        (size_t)snprintf(path, sizeof path, "%s/opjit_op.h", inc) >= sizeof path) {
+        snprintf(err, errlen, "%s: path too long", dir);
+        return OPJIT_EIO;
+    }
+    int fd = mkdir(inc, 0700) == 0
+                 ? open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)
+                 : -1;
+    int ok = fd >= 0 && write(fd, opjit_op_h_text, sizeof opjit_op_h_text) ==
+                            (ssize_t)sizeof opjit_op_h_text;
     int e = errno;
-    if (f && fclose(f) && ok)
+    if (fd >= 0 && close(fd) && ok)
         ok = 0, e = errno;
     if (!ok)
         snprintf(err, errlen, "cannot write %s: %s", path, strerror(e));
     return ok ? OPJIT_OK : OPJIT_EIO;
 }
 
-/* The private directory holding opjit_op.h for compilers to include:
- * made at the first build only, so cache hits never touch /tmp. */
+static void remove_op_header(const char *inc)
+{
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/opjit_op.h", inc);
+    unlink(path);
+    rmdir(inc);
+}
+
+/* The private directory for the optimizing compiler's version log: made
+ * when its identity is first asked, so cache hits never touch /tmp. */
 static int scratch_dir(pipeline *p, char *err, size_t errlen)
 {
     pthread_mutex_lock(&p->lock);
@@ -78,10 +106,6 @@ static int scratch_dir(pipeline *p, char *err, size_t errlen)
             snprintf(err, errlen, "cannot create a temporary directory in %s: %s", tmp,
                      strerror(e));
             rc = OPJIT_EIO;
-        } else if ((rc = write_op_header(p->scratch, err, errlen))) {
-            cache_private_rmdir(p->scratch, scratch_files);
-            close(p->scratch_lock);
-            p->scratch[0] = '\0';
         } else {
             p->set.scratch = p->scratch;
         }
@@ -122,14 +146,22 @@ static int identity(pipeline *p, const jit_compiler *jc, const char **id, char *
         return rc;
     pthread_mutex_lock(&p->lock);
     if (!pc->id_known) {
-        pc->id_rc = jc->identity(&p->set, pc->id, sizeof pc->id, pc->id_err, sizeof pc->id_err);
-        pc->id_known = 1;
+        char idbuf[PATH_MAX + 128] = "", errbuf[1024] = "";
+        pc->id_rc = jc->identity(&p->set, idbuf, sizeof idbuf, errbuf, sizeof errbuf);
+        pc->id = strdup(idbuf);
+        pc->id_err = strdup(errbuf);
+        pc->id_known = pc->id && pc->id_err; /* else asked again next time */
+        if (!pc->id_known) {
+            free(pc->id);
+            free(pc->id_err);
+            pc->id = pc->id_err = NULL;
+        }
     }
-    rc = pc->id_rc;
+    rc = pc->id_known ? pc->id_rc : OPJIT_ENOMEM;
     if (rc)
-        snprintf(err, errlen, "%s", pc->id_err);
+        snprintf(err, errlen, "%s", pc->id_known ? pc->id_err : "out of memory");
+    *id = pc->id_known ? pc->id : "";
     pthread_mutex_unlock(&p->lock);
-    *id = pc->id;
     return rc;
 }
 
@@ -203,15 +235,19 @@ typedef struct build_ctx {
 static int build(void *ud, const char *dir, char *err, size_t errlen)
 {
     build_ctx *b = ud;
-    int rc = scratch_dir(b->p, err, errlen);
-    if (rc)
+    char inc[PATH_MAX];
+    int rc = write_op_header(dir, inc, sizeof inc, err, errlen);
+    if (rc) {
+        remove_op_header(inc);
         return rc;
+    }
     /* An inline source given no directory has none to search. */
-    const char *includes[] = {b->src->dir[0] ? b->src->dir : b->p->scratch, b->p->scratch, NULL};
+    const char *includes[] = {b->src->dir[0] ? b->src->dir : inc, inc, NULL};
     b->job.include_dirs = includes;
     b->job.dir = dir;
     rc = b->jc->compile(&b->job, b->diag, b->diaglen);
     b->job.include_dirs = NULL;
+    remove_op_header(inc);
     if (!rc && !source_unchanged(b->src)) {
         /* A header changed while we compiled: the artifact may not be
          * what the key says. Never publish it. */

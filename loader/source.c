@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +93,23 @@ typedef struct header_bufs {
         hprefix[PATH_MAX];
 } header_bufs;
 
+/* realpath(path) for path = dir/name, dir a real path: a name of one
+ * component that is not a symbolic link names itself (one lstat, where
+ * realpath reads every component's link); anything else is resolved.
+ * NULL when path names nothing. */
+static char *header_real(const char *path, const char *name, char *real)
+{
+    struct stat st;
+    if (!strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..") &&
+        strlen(path) < PATH_MAX) {
+        if (lstat(path, &st) != 0)
+            return NULL;
+        if (!S_ISLNK(st.st_mode))
+            return memcpy(real, path, strlen(path) + 1);
+    }
+    return realpath(path, real);
+}
+
 static int header_seen(header_set *hs, const char *real)
 {
     for (int i = 0; i < hs->n; i++)
@@ -108,6 +127,20 @@ static int header_seen(header_set *hs, const char *real)
         return hs->oom = 1;
     hs->n++;
     return 0;
+}
+
+/* One file's bytes into the key and its readable line, hashed once: the
+ * key takes the file's XXH3-128, the line its first 64 bits. g NULL: no
+ * hashing at all (source_each_header). */
+static void digest_add(cache_keygen *g, readable *inputs, const char *field, const char *value,
+                       const void *data, size_t len)
+{
+    if (!g)
+        return;
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(data, len));
+    cache_keygen_add(g, field, c.digest, sizeof c.digest);
+    readable_add_sum(inputs, field, value, c.digest);
 }
 
 /* dir: the including file's directory; src_dir: the source's, which the
@@ -152,11 +185,11 @@ static void add_local_headers(cache_keygen *g, const char *src_dir, const char *
          * file, then (like <x.h>) in the source's directory. */
         int found = 0;
         if (quoted && (size_t)snprintf(b->path, sizeof b->path, "%s/%s", dir, b->name) <
-                          sizeof b->path && realpath(b->path, b->real)) {
+                          sizeof b->path && header_real(b->path, b->name, b->real)) {
             found = 1;
             snprintf(b->rel, sizeof b->rel, "%s%s", rel_prefix, b->name);
         } else if ((size_t)snprintf(b->path, sizeof b->path, "%s/%s", src_dir, b->name) <
-                       sizeof b->path && realpath(b->path, b->real)) {
+                       sizeof b->path && header_real(b->path, b->name, b->real)) {
             found = 1;
             snprintf(b->rel, sizeof b->rel, "%s", b->name);
         }
@@ -175,8 +208,7 @@ static void add_local_headers(cache_keygen *g, const char *src_dir, const char *
         if (!h)
             continue;
         cache_keygen_add_str(g, "header-name", b->rel);
-        cache_keygen_add(g, "header", h, len);
-        readable_add(hs->inputs, "header", b->rel, h, len);
+        digest_add(g, hs->inputs, "header", b->rel, h, len);
         snprintf(b->hdir, sizeof b->hdir, "%s", b->real);
         char *slash = strrchr(b->hdir, '/');
         if (slash)
@@ -273,12 +305,30 @@ void source_free(source *s)
 void readable_add(readable *r, const char *name, const char *value, const void *data,
                   size_t len)
 {
+    unsigned char sum[8];
+    uint64_t h = data ? XXH3_64bits(data, len) : 0;
+    for (int i = 0; i < 8; i++)
+        sum[i] = (unsigned char)(h >> (56 - 8 * i));
+    readable_add_sum(r, name, value, data ? sum : NULL);
+}
+
+void readable_add_sum(readable *r, const char *name, const char *value,
+                      const unsigned char *sum)
+{
     if (!r || r->oom)
         return;
     char hash[24] = "";
-    if (data)
-        snprintf(hash, sizeof hash, "%s%016llx", value[0] ? " " : "",
-                 (unsigned long long)XXH3_64bits(data, len));
+    if (sum) {
+        static const char hexd[] = "0123456789abcdef";
+        char *o = hash;
+        if (value[0])
+            *o++ = ' ';
+        for (int i = 0; i < 8; i++) {
+            *o++ = hexd[sum[i] >> 4];
+            *o++ = hexd[sum[i] & 15];
+        }
+        *o = '\0';
+    }
     size_t need = strlen(name) + strlen(value) + strlen(hash) + 3;
     if (r->len + need > r->cap) {
         size_t cap = (r->cap ? r->cap * 2 : 256) + need;
@@ -305,6 +355,22 @@ void readable_free(readable *r)
     memset(r, 0, sizeof *r);
 }
 
+/* opjit_op.h's XXH3-128: the header is this library's, hashed once. */
+static XXH128_canonical_t op_header_canon;
+static pthread_once_t op_header_once = PTHREAD_ONCE_INIT;
+
+static void op_header_hash(void)
+{
+    XXH128_canonicalFromHash(&op_header_canon,
+                             XXH3_128bits(opjit_op_h_text, sizeof opjit_op_h_text));
+}
+
+static const XXH128_canonical_t *op_header_sum(void)
+{
+    pthread_once(&op_header_once, op_header_hash);
+    return &op_header_canon;
+}
+
 /* What every artifact of s depends on, hashed: opjit's ABI and op header,
  * the source's name and bytes, its local headers as they are on disk.
  * *bad_header (NULL: not wanted) receives a local header that is not a
@@ -320,12 +386,11 @@ static void source_digest(const source *s, cache_key *out, char **bad_header, re
     char abi[32];
     snprintf(abi, sizeof abi, "%d", OPJIT_ABI_VERSION);
     cache_keygen_add_str(g, "opjit-abi", abi);
-    cache_keygen_add(g, "opjit_op.h", opjit_op_h_text, sizeof opjit_op_h_text);
-    cache_keygen_add_str(g, "source-name", s->name);
-    cache_keygen_add(g, "source", s->text, s->len);
     readable_add(inputs, "opjit-abi", abi, NULL, 0);
-    readable_add(inputs, "opjit_op.h", "", opjit_op_h_text, sizeof opjit_op_h_text);
-    readable_add(inputs, "source", s->name, s->text, s->len);
+    loader_add_op_header(g);
+    readable_add_sum(inputs, "opjit_op.h", "", op_header_sum()->digest);
+    cache_keygen_add_str(g, "source-name", s->name);
+    digest_add(g, inputs, "source", s->name, s->text, s->len);
     source_refusal ignored = {0};
     header_set hs = {.inputs = inputs, .confine = s->confine.dir ? &s->confine : NULL,
                      .refused = refused ? refused : &ignored};
@@ -349,7 +414,8 @@ static void source_digest(const source *s, cache_key *out, char **bad_header, re
 
 void loader_add_op_header(cache_keygen *g)
 {
-    cache_keygen_add(g, "opjit_op.h", opjit_op_h_text, sizeof opjit_op_h_text);
+    const XXH128_canonical_t *c = op_header_sum();
+    cache_keygen_add(g, "opjit_op.h", c->digest, sizeof c->digest);
 }
 
 void source_each_header(const source *s, void (*fn)(void *ud, const char *real), void *ud)

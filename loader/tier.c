@@ -526,7 +526,8 @@ void tier_schedule(loader *l, const jit_compiler *jc, const source *s)
     job->src.name = strrchr(job->path, '/') ? strrchr(job->path, '/') + 1 : job->path;
     pthread_mutex_lock(&t->lock);
     if (!t->started) {
-        if (pthread_create(&t->worker, NULL, worker_main, l)) {
+        if ((t->wake[0] < 0 && pipe2(t->wake, O_CLOEXEC)) ||
+            pthread_create(&t->worker, NULL, worker_main, l)) {
             pthread_mutex_unlock(&t->lock);
             jobs_free(job);
             return;
@@ -618,10 +619,7 @@ int tier_create(loader *l, const opjit_config *cfg)
     tier_state *t = calloc(1, sizeof *t);
     if (!t)
         return OPJIT_ENOMEM;
-    if (pipe2(t->wake, O_CLOEXEC)) {
-        free(t);
-        return OPJIT_EIO;
-    }
+    t->wake[0] = t->wake[1] = -1; /* made with the worker */
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->cond, NULL);
     int want = cfg->tiering;
@@ -638,11 +636,12 @@ int tier_create(loader *l, const opjit_config *cfg)
     if (!cc || !*cc)
         cc = "cc";
     jit_settings *set = &l->pipe.set;
-    int found = jit_cc_find(cc, set->cc, sizeof set->cc);
+    /* With tiering off nothing asks for the compiler: no search of PATH. */
+    int found = want && jit_cc_find(cc, set->cc, sizeof set->cc);
     if (!found)
         set->cc[0] = '\0';
     set->cc_timeout_ms = compile_timeout(l, cfg);
-    t->slots = compile_jobs(l);
+    t->slots = want ? compile_jobs(l) : 1;
     t->wanted = want;
     t->enabled = want && found;
     if (want && !found && cfg->tiering == 1)
@@ -660,12 +659,15 @@ void tier_destroy(loader *l)
     atomic_store(&t->stop, 1);
     pthread_cond_broadcast(&t->cond);
     pthread_mutex_unlock(&t->lock);
-    ssize_t w = write(t->wake[1], "", 1); /* a worker in poll returns now */
-    (void)w;
-    if (t->started)
+    if (t->started) {
+        ssize_t w = write(t->wake[1], "", 1); /* a worker in poll returns now */
+        (void)w;
         pthread_join(t->worker, NULL);
-    close(t->wake[0]);
-    close(t->wake[1]);
+    }
+    if (t->wake[0] >= 0) {
+        close(t->wake[0]);
+        close(t->wake[1]);
+    }
     jobs_free(t->jobs);
     pthread_mutex_destroy(&t->lock);
     pthread_cond_destroy(&t->cond);

@@ -77,9 +77,28 @@ static void make_key(void)
     key_made = pthread_key_create(&reader_key, reader_release) == 0;
     pthread_atfork(NULL, NULL, reclaim_after_fork);
 #ifdef SYS_membarrier
-    asym = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0) == 0;
+    /* Asked, not registered: registering waits for an RCU grace period
+     * when the process has threads (milliseconds on a busy machine), a
+     * price only the first scan pays (reclaim_oldest), never a create. */
+    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0);
+    asym = cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+           (cmds & MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
 #endif
 }
+
+#ifdef SYS_membarrier
+static int registered; /* 1: registered; -1: refused (nothing is reclaimed) */
+static pthread_once_t register_once = PTHREAD_ONCE_INIT;
+
+/* Calls made before the registration stored without a fence too: the
+ * barrier the scan runs after it reaches every thread that runs now, and a
+ * thread that does not has been switched out since (a full barrier). */
+static void register_asym(void)
+{
+    registered = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0) == 0
+                     ? 1 : -1;
+}
+#endif
 
 void reclaim_init(void)
 {
@@ -164,7 +183,10 @@ uint64_t reclaim_oldest(void)
 {
     pthread_once(&key_once, make_key);
 #ifdef SYS_membarrier
-    if (asym && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) != 0)
+    if (asym)
+        pthread_once(&register_once, register_asym);
+    if (asym && (registered != 1 ||
+                 syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) != 0))
         return 0;
 #endif
     if (atomic_load(&unrecorded))

@@ -1570,8 +1570,8 @@ static void test_incomplete_elf_is_never_an_entry(void)
     int dfd = open(dir, O_RDONLY | O_DIRECTORY);
     cache_artifact *a = NULL;
     int n = 0;
-    CHECK(cache_scan_artifacts(dfd, 0, &a, &n, err, sizeof err) == OPJIT_EIO);
-    CHECK(write_file(so, b.elf, b.len) == 0 && cache_scan_artifacts(dfd, 0, &a, &n, err, sizeof err) == OPJIT_OK);
+    CHECK(cache_scan_artifacts(dfd, &a, &n, err, sizeof err) == OPJIT_EIO);
+    CHECK(write_file(so, b.elf, b.len) == 0 && cache_scan_artifacts(dfd, &a, &n, err, sizeof err) == OPJIT_OK);
     CHECK(truncate(so, (off_t)(b.len / 3)) == 0);
     for (int i = 0; i < n; i++) /* the sizes and sums of the cut file */
         if (!strcmp(a[i].name, "host.so")) {

@@ -1304,7 +1304,7 @@ static void forge_entry(const char *entry, const char *evil_so)
     memset(&req, 0, sizeof req);
     snprintf(req.key.hex, sizeof req.key.hex, "%s", strrchr(entry, '/') + 1);
     req.op_name = req.source_name = req.compiler = req.options = req.target = req.tier = "x";
-    CHECK(dfd >= 0 && cache_scan_artifacts(dfd, 0, &a, &n, err, sizeof err) == OPJIT_OK);
+    CHECK(dfd >= 0 && cache_scan_artifacts(dfd, &a, &n, err, sizeof err) == OPJIT_OK);
     CHECK(cache_manifest_write(dfd, &req, a, n, 1, err, sizeof err) == OPJIT_OK);
     cache_artifacts_free(a, n);
     close(dfd);
@@ -1574,7 +1574,7 @@ static void an_entry_without_gnu_stack_is_rebuilt(void)
     cache_artifact *arts = NULL;
     char err[512];
     CHECK(dfd >= 0 && unlinkat(dfd, "manifest", 0) == 0);
-    CHECKF(cache_scan_artifacts(dfd, 0, &arts, &n, err, sizeof err) == OPJIT_OK, "%s", err);
+    CHECKF(cache_scan_artifacts(dfd, &arts, &n, err, sizeof err) == OPJIT_OK, "%s", err);
     CHECK(chmod(old_so, 0600) == 0);
     Elf64_Ehdr eh;
     Elf64_Phdr ph;

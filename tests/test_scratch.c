@@ -1,10 +1,12 @@
-/* tests/test_scratch.c - what a process killed with kill -9 leaves outside
- * the cache: the loader's scratch directory ($TMPDIR/opjit-XXXXXX, made on
- * the first compile). The next runtime that makes one removes those of
- * dead processes, never those of live ones (in another process or in this
- * one), and nothing is left once every runtime is destroyed. The cache's
- * private build directories work the same way (cache_private_mkdir) and
- * are tested in test_cache. */
+/* tests/test_scratch.c - what a process leaves outside the cache. A
+ * compile leaves nothing: opjit_op.h is put in the build's own directory
+ * (#26.3). The loader's scratch directory ($TMPDIR/opjit-XXXXXX, made when
+ * the optimizing compiler is first asked for its version) of a process
+ * killed with kill -9 is removed by the next runtime that makes one, never
+ * those of live ones (in another process or in this one), and nothing is
+ * left once every runtime is destroyed. The cache's private build
+ * directories work the same way (cache_private_mkdir) and are tested in
+ * test_cache. */
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
@@ -81,19 +83,51 @@ static void added(const char *before, const char *after, char *out, size_t n)
             snprintf(out, n, "%s/%s", tmp, tok);
 }
 
-/* A runtime with its own cache (so its load compiles) that loads the op. */
+static int why_seen(void *ud, const opjit_cache_why_report *w)
+{
+    (void)ud, (void)w;
+    return 0;
+}
+
+/* A runtime with its own cache (so its load compiles) that loads the op,
+ * then asks what the optimizing tier would serve: that asks the compiler
+ * (one that is not there: no helper process is started) for its version,
+ * in the scratch directory. */
 static opjit_runtime *load(const char *cache_dir)
 {
     opjit_config cfg;
     opjit_config_init(&cfg);
     cfg.cache_dir = cache_dir;
-    cfg.tiering = 0;
+    cfg.tiering = 1;
+    cfg.cc = "/nonexistent/opjit-test-cc";
     opjit_runtime *rt = NULL;
     if (opjit_create(&cfg, &rt) != OPJIT_OK)
         return NULL;
     int rc = opjit_load_op(rt, src, NULL);
     CHECKF(rc == OPJIT_OK, "load: %s", opjit_errmsg(rt));
+    rc = opjit_cache_why(rt, src, NULL, why_seen, NULL);
+    CHECKF(rc == OPJIT_OK, "why: %s", opjit_errmsg(rt));
     return rt;
+}
+
+/* A compile puts nothing in $TMPDIR, not even while its runtime lives. */
+static void a_compile_leaves_nothing_outside_the_cache(void)
+{
+    char s[4096];
+    opjit_config cfg;
+    opjit_config_init(&cfg);
+    cfg.cache_dir = bdir("c-compile");
+    cfg.tiering = 0;
+    opjit_runtime *rt = NULL;
+    CHECK(opjit_create(&cfg, &rt) == OPJIT_OK);
+    opjit_load_info info;
+    CHECKF(opjit_load_op(rt, src, NULL) == OPJIT_OK, "%s", opjit_errmsg(rt));
+    CHECK(opjit_load_file(rt, src, NULL, &info) == OPJIT_OK);
+    snap(s, sizeof s, 0);
+    CHECKF(count(s) == 0, "a compile made %s", s);
+    snap(s, sizeof s, 1);
+    CHECKF(count(s) == 0, "a compile made %s", s);
+    opjit_destroy(rt);
 }
 
 /* A child that loads and is gone without destroying its runtime: like
@@ -274,6 +308,7 @@ int main(void)
     unsetenv("OPJIT_CACHE_READONLY");
     unsetenv("OPJIT_OFFLINE");
 
+    T_RUN(a_compile_leaves_nothing_outside_the_cache);
     T_RUN(scratch_of_dead_processes_is_swept);
     T_RUN(only_our_files_are_removed);
     T_RUN(with_an_unusable_cache_too);
