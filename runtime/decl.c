@@ -6,7 +6,8 @@
  *
  * Declarations are staged on the kernel the module registered last under
  * that name and published with it, so a reload replaces them with the
- * code, and they live as long as the kernel (until opjit_destroy). The
+ * code; what hosts read is the op's copy, which lives as long as the op
+ * (replaced code is unloaded once no call runs in it). The
  * backward op is resolved when the module is published: it must be a
  * kernel of the same module, and each of its arguments is matched by name
  * to a forward argument, output or incoming gradient (the table hosts and
@@ -271,16 +272,51 @@ int decl_agree(const kernel *k, const kernel *other)
 
 /* ---- what hosts ask ------------------------------------------------------------ */
 
-/* The kernel whose declarations speak for op: the CPU one, else the
- * first that declares anything. */
-static const kernel *declaring_kernel(const opjit_op *op)
+static int same_decls(const opjit_op_decls *a, const opjit_op_decls *b)
 {
-    for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
-        const kernel *k = atomic_load_explicit(&op->kernels[d], memory_order_acquire);
-        if (k && k->decls)
-            return k;
+    if (a->gradient != b->gradient || a->shape_rule != b->shape_rule ||
+        a->ninputs != b->ninputs || a->nbackward_args != b->nbackward_args ||
+        !a->backward != !b->backward || (a->backward && strcmp(a->backward, b->backward)))
+        return 0;
+    for (int i = 0; i < a->ninputs; i++)
+        if (a->inputs[i] != b->inputs[i])
+            return 0;
+    for (int i = 0; i < a->nbackward_args; i++)
+        if (a->backward_args[i].from != b->backward_args[i].from ||
+            a->backward_args[i].index != b->backward_args[i].index)
+            return 0;
+    return 1;
+}
+
+const opjit_op_decls *decl_op_copy_locked(opjit_op *op, const kernel_decls *d)
+{
+    for (op_decls *o = op->decls; o; o = o->next)
+        if (same_decls(&o->pub, &d->pub))
+            return &o->pub;
+    op_decls *o = calloc(1, sizeof *o);
+    if (!o || (d->pub.backward && !(o->backward = strdup(d->pub.backward)))) {
+        free(o);
+        return NULL;
     }
-    return NULL;
+    o->pub = d->pub;
+    memcpy(o->inputs, d->inputs, sizeof o->inputs);
+    memcpy(o->bargs, d->bargs, sizeof o->bargs);
+    o->pub.backward = o->backward;
+    o->pub.inputs = o->inputs;
+    o->pub.backward_args = o->bargs;
+    o->next = op->decls;
+    op->decls = o;
+    return &o->pub;
+}
+
+void decl_op_free(opjit_op *op)
+{
+    for (op_decls *o = op->decls, *next; o; o = next) {
+        next = o->next;
+        free(o->backward);
+        free(o);
+    }
+    op->decls = NULL;
 }
 
 int opjit_op_decls_get(opjit_runtime *rt, const opjit_op *op, const opjit_op_decls **decls)
@@ -290,9 +326,17 @@ int opjit_op_decls_get(opjit_runtime *rt, const opjit_op *op, const opjit_op_dec
         *decls = NULL;
     if (!rt || !op || !decls)
         return rt_error(rt, OPJIT_EINVAL, "opjit_op_decls_get: NULL argument");
-    reclaim_enter(); /* k stays while we read it; its decls outlive it (dispatch.c) */
-    const kernel *k = declaring_kernel(op);
-    *decls = k ? &k->decls->pub : &none;
+    /* What speaks for op: the CPU kernel's, else the first device's that
+     * declares anything. The op's copy: it outlives the kernel. */
+    *decls = &none;
+    reclaim_enter();
+    for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
+        const kernel *k = atomic_load(&op->kernels[d]);
+        if (k && k->op_decls) {
+            *decls = k->op_decls;
+            break;
+        }
+    }
     reclaim_exit();
     return OPJIT_OK;
 }

@@ -450,6 +450,8 @@ static int publish_prepare_locked(opjit_runtime *rt, kernel *k)
     } else if (!(k->op_sch = op_schema_locked(op, &k->sch))) {
         return rt_error(rt, OPJIT_ENOMEM, "out of memory");
     }
+    if (k->decls && !(k->op_decls = decl_op_copy_locked(op, k->decls)))
+        return rt_error(rt, OPJIT_ENOMEM, "out of memory");
     k->op = op;
     return OPJIT_OK;
 }

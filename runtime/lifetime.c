@@ -76,6 +76,7 @@ static void ops_free(opjit_runtime *rt)
             schema_free(&s->s);
             free(s);
         }
+        decl_op_free(op);
         free(op->name);
         free(op);
     }

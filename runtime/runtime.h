@@ -83,6 +83,7 @@ typedef struct kernel {
     schema sch;
     struct opjit_op *op;    /* the op it is published in (set when publishing) */
     const schema *op_sch;   /* that op's copy of sch */
+    const opjit_op_decls *op_decls; /* that op's copy of decls' (NULL: none) */
     int nchecks;
     arg_check checks[OPJIT_MAX_ARGS];
     kernel_decls *decls; /* NULL: the module declared nothing for it */
@@ -95,6 +96,16 @@ typedef struct op_schema {
     struct op_schema *next;
 } op_schema;
 
+/* The op's own copy of one declaration its kernels made (runtime/decl.c),
+ * so that what opjit_op_decls_get hands out outlives the kernels. */
+typedef struct op_decls {
+    opjit_op_decls pub;
+    char *backward;
+    int inputs[OPJIT_MAX_ARGS];
+    opjit_grad_arg bargs[OPJIT_MAX_ARGS];
+    struct op_decls *next;
+} op_decls;
+
 struct opjit_op {
     char *name;
     /* The schema all its kernels share: the op's own copy, so that what
@@ -103,6 +114,7 @@ struct opjit_op {
      * (in schemas) as long as the op. */
     _Atomic(const schema *) sch;
     op_schema *schemas;
+    op_decls *decls; /* every declaration its kernels made, as long as the op */
     _Atomic(kernel *) kernels[OPJIT_DEVICE_COUNT];
     _Atomic(struct opjit_op *) next; /* ops are appended while others read */
 };
@@ -291,6 +303,10 @@ int decl_resolve(opjit_runtime *rt, module *m);
  * none agrees with anything). */
 int decl_agree(const kernel *k, const kernel *other);
 void decl_free(kernel_decls *d);
+/* The op's copy of d: the one alike, else a new one; NULL when out of
+ * memory. rt->lock held. decl_op_free frees them all (the runtime's end). */
+const opjit_op_decls *decl_op_copy_locked(opjit_op *op, const kernel_decls *d);
+void decl_op_free(opjit_op *op);
 /* runtime/dtype.c: the dtype table (opjit_dtype_parse/_name) */
 int dtype_parse(const char *s, DLDataType *out);
 const char *dtype_name(DLDataType t, char *buf, size_t n);

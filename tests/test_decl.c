@@ -313,6 +313,43 @@ static void backward_from_c(void)
     CHECK_STR_CONTAINS(opjit_errmsg(rt), "declares none");
 }
 
+/* What opjit_op_decls_get hands out stays valid after the code that
+ * declared it is unloaded (and unmapped) or replaced by a reload that
+ * declares otherwise. Under ASan a dangling read fails. */
+static void declarations_outlive_the_code(void)
+{
+    const char *path = t_path(dir, "decl_ops.c");
+    opjit_runtime *r = NULL;
+    opjit_op *op = NULL;
+    const opjit_op_decls *before = NULL, *after = NULL;
+    CHECK(opjit_create(NULL, &r) == OPJIT_OK);
+    CHECKF(opjit_load_op(r, path, NULL) == 0 && opjit_find_op(r, "dscale", &op) == 0, "%s",
+           opjit_errmsg(r));
+    CHECK(op && opjit_op_decls_get(r, op, &before) == OPJIT_OK);
+    CHECK(opjit_unload(r, path) == OPJIT_OK);
+    CHECK(before && before->gradient == OPJIT_GRAD_DECLARED);
+    CHECK(before && !strcmp(t_str(before->backward), "dscale_backward"));
+    CHECK(before && before->ninputs == 1 && before->inputs[0] == 0);
+    CHECK(before && before->backward_args[2].from == OPJIT_GRAD_FROM_MASK);
+    /* a new version of the source: dscale is declared not differentiable */
+    static const char decl[] = "opjit_derivative(m, \"dscale\", \"dscale_backward\", \"self\");";
+    const char *at = strstr(good_source, decl);
+    CHECK(at != NULL);
+    if (at) {
+        char buf[sizeof good_source + 64];
+        snprintf(buf, sizeof buf, "%.*sopjit_not_differentiable(m, \"dscale\");%s",
+                 (int)(at - good_source), good_source, at + strlen(decl));
+        t_write(path, buf, strlen(buf));
+        CHECKF(opjit_load_op(r, path, NULL) == OPJIT_OK, "%s", opjit_errmsg(r));
+        CHECK(opjit_op_decls_get(r, op, &after) == OPJIT_OK);
+        CHECK(after && after->gradient == OPJIT_GRAD_NONE && after->shape_rule);
+        CHECK(before && before->gradient == OPJIT_GRAD_DECLARED); /* the old one, still readable */
+        CHECK(before && !strcmp(t_str(before->backward), "dscale_backward"));
+        t_write(path, good_source, sizeof good_source - 1);
+    }
+    opjit_destroy(r);
+}
+
 /* A module whose declarations break a rule fails its load, saying which. */
 static void bad_declarations(void)
 {
@@ -522,6 +559,7 @@ int main(void)
     T_RUN(declarations_are_read_back);
     T_RUN(shapes_before_a_call);
     T_RUN(backward_from_c);
+    T_RUN(declarations_outlive_the_code);
     T_RUN(bad_declarations);
     T_RUN(shipped_shape_rules);
     opjit_destroy(rt);
