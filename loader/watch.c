@@ -6,7 +6,9 @@
  * gather until WATCH_QUIET_MS pass without one (an editor saves in several
  * steps: a temporary file renamed over the source, or a truncate and a few
  * writes), then the burst is handled at once. A loaded source is followed
- * by the path the host loaded it by:
+ * by the path the host loaded it by (one in a search-path directory, by
+ * that directory's path on the search path: a load by name hands the
+ * loader resolved paths):
  *
  *  - when its file or a local header was touched it is loaded again
  *    (opjit_load_file: a no-op when its key did not change); the reload
@@ -63,12 +65,14 @@ typedef struct strs {
 /* A loaded source as the watcher knows it. */
 typedef struct known {
     char *path;    /* as the host loaded it: what a reload loads */
-    char *abs;     /* path made absolute, symlinks kept: what it names now */
+    char *abs;     /* path made absolute, symlinks kept (in a search-path
+                    * directory: through its path there): what it names now */
     char *name_r;  /* abs with its directory resolved: where events about it land */
     char *real;    /* the file loaded */
     char *tried;   /* the file its path names, when loading that failed; or NULL */
     strs headers;  /* real paths of its local headers */
     int failed;    /* its last reload failed: the next good one is news */
+    int by_abs;    /* abs named another file once: loads load abs, not path */
     int gone;      /* unloaded here (its file went): loaded again when one is back */
     double missing; /* when its path was first seen naming nothing; 0: it names a file */
 } known;
@@ -378,12 +382,32 @@ static void know_headers(struct watcher *w, known *k)
         watch_dir_of(w, k->headers.v[i]);
 }
 
+/* abs, when its directory is a search-path directory, through that
+ * directory's path on the search path (the first that is it). */
+static void through_search_path(const struct watcher *w, char *abs, size_t n)
+{
+    char dir[PATH_MAX], real[PATH_MAX], out[PATH_MAX];
+    dir_part(abs, dir, sizeof dir);
+    if (!realpath(dir, real))
+        return;
+    for (int i = 0; i < w->ndirs; i++) {
+        const wdir *d = &w->dirs[i];
+        if (d->search && d->wd >= 0 && !strcmp(d->real, real)) {
+            if ((size_t)snprintf(out, sizeof out, "%s/%s", d->name, strrchr(abs, '/') + 1) <
+                sizeof out)
+                snprintf(abs, n, "%s", out);
+            return;
+        }
+    }
+}
+
 /* A source the host loaded by path, now at real. Loader lock held. */
 static void know_source(struct watcher *w, const char *path, const char *real)
 {
     char abs[PATH_MAX];
     if (!absolute(path, abs, sizeof abs))
         snprintf(abs, sizeof abs, "%s", real);
+    through_search_path(w, abs, sizeof abs);
     known *v = realloc(w->loaded, (size_t)(w->nloaded + 1) * sizeof *v);
     if (!v)
         return;
@@ -516,9 +540,11 @@ static void reload(struct watcher *w, known *k, const char *now_real)
         return; /* the host unloaded it: the next look forgets it */
     int moved = strcmp(now_real, k->real) != 0;
     pthread_mutex_lock(&l->lock);
-    int rc = moved && was ? loader_load_replacing(l, k->path, k->real)
-                          : loader_load_locked(l, k->path, NULL, NULL);
+    const char *path = moved || k->by_abs ? k->abs : k->path;
+    int rc = moved && was ? loader_load_replacing(l, path, k->real)
+                          : loader_load_locked(l, path, NULL, NULL);
     if (!rc) {
+        k->by_abs |= moved;
         set_str(&k->real, now_real);
         free(k->tried);
         k->tried = NULL;
