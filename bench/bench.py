@@ -32,8 +32,8 @@ usage: bench/bench.py --bin build/bench/opjit_bench [--dnnl build/bench/dnnl_anc
 The torch2 rows (opjit ops as torch 2 custom ops: the call through
 torch.ops against a Python custom_op, a training step against F.conv2d,
 eager and compiled) come from bench/torch2_bench.py, run by the torch 2
-interpreter of the development environment ($OPJIT_BENCH_TORCH2_PYTHON,
-set by bench/run) on the package built for it.
+interpreter of the development environment (--torch2, found by bench/run)
+on the package built for it.
 
 --merge keeps the sections not named by --only from the existing
 latest.json (for rerunning one section on a busy machine).
@@ -780,12 +780,12 @@ def build_rows(R):
     return rows
 
 
-def bench_torch2(reps):
-    """bench/torch2_bench.py under the torch 2 interpreter: its JSON."""
-    py = os.environ.get("OPJIT_BENCH_TORCH2_PYTHON", "")
-    if not py or not os.path.exists(py):
-        return {"missing": "no torch 2 interpreter (scripts/install-deps makes the environment; "
-                           "bench/run passes it)"}
+def bench_torch2(py, reps):
+    """bench/torch2_bench.py under py, the torch 2 interpreter (with the
+    package built for it, $OPJIT_BENCH_TORCH2_PATH): its JSON."""
+    if not py or not os.path.exists(py) or not os.environ.get("OPJIT_BENCH_TORCH2_PATH"):
+        return {"missing": "no torch 2 interpreter with the package built for it (the deps "
+                           "script makes the environment; bench/run builds the package)"}
     out = os.path.join(tempfile.mkdtemp(prefix="opjit-torch2-"), "torch2.json")
     env = dict(os.environ, PYTHONPATH=os.environ.get("OPJIT_BENCH_TORCH2_PATH", ""))
     log("torch2: %s bench/torch2_bench.py" % py)
@@ -1376,7 +1376,8 @@ def main():
                     help="comma list: loads,cli,call,nms,conv2d,mm,python,lookup,remote,backward,"
                          "torch2,inline")
     ap.add_argument("--torch2", default="",
-                    help="the torch 2.x interpreter for the backward rows (bench/run finds it)")
+                    help="the torch 2.x interpreter for the backward and torch2 rows (bench/run "
+                         "finds it)")
     ap.add_argument("--merge", action="store_true",
                     help="rerun only the --only sections and keep the others of the existing "
                          "latest.json")
@@ -1442,7 +1443,7 @@ def main():
             if "backward" in only:
                 R["backward"] = backward_bench.run(a.torch2, THREADS, reps, tmp)
             if "torch2" in only:
-                R["torch2"] = bench_torch2(reps)
+                R["torch2"] = bench_torch2(a.torch2, reps)
         finally:
             sv.close()
             if dn:
