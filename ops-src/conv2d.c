@@ -1,6 +1,8 @@
 /*
  * conv2d.c - 2-D convolution on the CPU, torch.nn.functional.conv2d
- * semantics for NCHW float32 and float64.
+ * semantics for NCHW float32 and float64, and float16 and bfloat16 (and
+ * their gradients): widened to float32, computed by the float32 path and
+ * rounded once at the end (half_wide.h), as torch accumulates in float32.
  *
  *   conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1,
  *          int[2] padding=0, int[2] dilation=1, int groups=1) -> Tensor
@@ -55,6 +57,7 @@
 #include "conv2d_common.h"
 #include "conv2d_decl.h"
 #include "sgemm_avx512.h"
+#include "half_wide.h"
 #include "strided.h"
 
 
@@ -1021,6 +1024,24 @@ static int conv_nhwc_pointwise(opjit_ctx *ctx, const conv_geom *g, const DLTenso
 }
 #endif
 
+/* The forward in float16 or bfloat16 (kind): x, w and b (or NULL) dense
+ * 16-bit, widened to float32; the float32 convolution, rounded once into
+ * out. 0, or the status of the failure. */
+static int conv_forward_half(opjit_ctx *ctx, const conv_geom *g, int kind, const void *x,
+                             const void *w, const void *b, void *out)
+{
+    int64_t nout = g->n * g->o * g->ho * g->wo;
+    float *xw, *ww, *bw = NULL, *o;
+    int rc;
+    if (!(xw = hw_widen(ctx, kind, x, g->n * g->c * g->h * g->w)) ||
+        !(ww = hw_widen(ctx, kind, w, g->o * g->cg * g->kh * g->kw)) ||
+        (b && !(bw = hw_widen(ctx, kind, b, g->o))) || !(o = hw_scratch(ctx, nout)))
+        return -1;
+    if ((rc = conv_forward(ctx, g, xw, ww, bw, o)) != 0)
+        return rc;
+    return hw_narrow(ctx, kind, o, out, nout);
+}
+
 /* conv2d and conv2d.padding (str_padding): the checks, dense copies of
  * strided operands (strided.h), the output, the convolution. */
 static int conv2d_run(opjit_ctx *ctx, opjit_args *a, int str_padding)
@@ -1042,6 +1063,11 @@ static int conv2d_run(opjit_ctx *ctx, opjit_args *a, int str_padding)
         return -1;
     if (conv_output(ctx, &g, input->dtype, &out))
         return -1;
+    if (hw_kind(input->dtype)) {
+        if (st_dense(ctx, input, &x))
+            return -1;
+        return conv_forward_half(ctx, &g, hw_kind(input->dtype), x, w, bias ? b : NULL, out);
+    }
 #ifdef SG_FAST
     if (conv_nhwc_pointwise(ctx, &g, input, w, b, out, &rc))
         return rc;
@@ -1859,6 +1885,34 @@ static int conv_grad_output(opjit_ctx *ctx, int index, const DLTensor *t, int wa
     return o ? 0 : -1;
 }
 
+/* The gradients in float16 or bfloat16 (kind): in = {dy, x, w} dense
+ * 16-bit (x, w NULL when not needed), widened to float32; out = {dx, dw,
+ * db} those wanted, each the float32 gradient rounded once. 0, or the
+ * status of the failure. */
+static int conv_backward_half(opjit_ctx *ctx, const conv_geom *g, int kind, const int want[3],
+                              const void *in[3], void *out[3])
+{
+    int64_t nx = g->n * g->c * g->h * g->w, nw = g->o * g->cg * g->kh * g->kw;
+    int64_t ny = g->n * g->o * g->ho * g->wo, nout[3] = {nx, nw, g->o};
+    float *dy, *x = NULL, *w = NULL, *o[3] = {NULL, NULL, NULL};
+    int i, rc = 0;
+    if (!(dy = hw_widen(ctx, kind, in[0], ny)) ||
+        (want[1] && !(x = hw_widen(ctx, kind, in[1], nx))) ||
+        (want[0] && !(w = hw_widen(ctx, kind, in[2], nw))))
+        return -1;
+    for (i = 0; i < 3; i++)
+        if (want[i] && !(o[i] = hw_scratch(ctx, nout[i])))
+            return -1;
+    if ((want[2] && (rc = conv_grad_bias(ctx, g, dy, o[2])) != 0) ||
+        (want[0] && (rc = conv_grad_input(ctx, g, dy, w, o[0])) != 0) ||
+        (want[1] && (rc = conv_grad_weight(ctx, g, x, dy, o[1])) != 0))
+        return rc;
+    for (i = 0; i < 3; i++)
+        if (want[i] && (rc = hw_narrow(ctx, kind, o[i], out[i], nout[i])) != 0)
+            return rc;
+    return 0;
+}
+
 /* conv2d_backward and conv2d_backward.padding (str_padding). */
 static int conv2d_backward_run(opjit_ctx *ctx, opjit_args *a, int str_padding)
 {
@@ -1886,6 +1940,11 @@ static int conv2d_backward_run(opjit_ctx *ctx, opjit_args *a, int str_padding)
         conv_grad_output(ctx, 1, weight, want[1], &dw) ||
         conv_grad_output(ctx, 2, bias ? bias : weight, want[2], &db))
         return -1;
+    if (hw_kind(input->dtype)) {
+        void *outs[3] = {dx, dw, db};
+        const void *ins[3] = {dy, x, w};
+        return conv_backward_half(ctx, &g, hw_kind(input->dtype), want, ins, outs);
+    }
     if (want[2] && (rc = conv_grad_bias(ctx, &g, dy, db)) != 0)
         return rc;
     if (want[0] && (rc = conv_grad_input(ctx, &g, dy, w, dx)) != 0)
@@ -1910,26 +1969,26 @@ OPJIT_MODULE(conv2d, m)
     opjit_def(m, CONV2D_SCHEMA, OPJIT_CPU, conv2d_cpu,
               "2-D convolution, NCHW (torch.nn.functional.conv2d): im2col + GEMM, "
               "Winograd F(2x2, 3x3) for 3x3 stride 1 (optimizing tier, AVX-512)");
-    opjit_require(m, "input", "float32|float64");
-    opjit_require(m, "weight", "float32|float64 rank=4");
-    opjit_require(m, "bias", "float32|float64 rank=1");
+    opjit_require(m, "input", "floating");
+    opjit_require(m, "weight", "floating rank=4");
+    opjit_require(m, "bias", "floating rank=1");
     opjit_def(m, CONV2D_PADDING_SCHEMA, OPJIT_CPU, conv2d_padding_cpu,
               "conv2d with padding=\"valid\" or \"same\" (F.conv2d's string padding)");
-    opjit_require(m, "input", "float32|float64");
-    opjit_require(m, "weight", "float32|float64 rank=4");
-    opjit_require(m, "bias", "float32|float64 rank=1");
+    opjit_require(m, "input", "floating");
+    opjit_require(m, "weight", "floating rank=4");
+    opjit_require(m, "bias", "floating rank=1");
     opjit_def(m, CONV2D_BACKWARD_SCHEMA, OPJIT_CPU, conv2d_backward_cpu,
               "Gradients of conv2d: grad_input (a transposed convolution), grad_weight, "
               "grad_bias");
-    opjit_require(m, "grad", "float32|float64");
-    opjit_require(m, "input", "float32|float64");
-    opjit_require(m, "weight", "float32|float64 rank=4");
-    opjit_require(m, "bias", "float32|float64 rank=1");
+    opjit_require(m, "grad", "floating");
+    opjit_require(m, "input", "floating");
+    opjit_require(m, "weight", "floating rank=4");
+    opjit_require(m, "bias", "floating rank=1");
     opjit_def(m, CONV2D_BACKWARD_PADDING_SCHEMA, OPJIT_CPU, conv2d_backward_padding_cpu,
               "Gradients of conv2d.padding (padding=\"valid\" or \"same\")");
-    opjit_require(m, "grad", "float32|float64");
-    opjit_require(m, "input", "float32|float64");
-    opjit_require(m, "weight", "float32|float64 rank=4");
-    opjit_require(m, "bias", "float32|float64 rank=1");
+    opjit_require(m, "grad", "floating");
+    opjit_require(m, "input", "floating");
+    opjit_require(m, "weight", "floating rank=4");
+    opjit_require(m, "bias", "floating rank=1");
     conv2d_declare(m, 1);
 }

@@ -1,7 +1,8 @@
 /*
  * conv2d.cu - 2-D convolution and its gradients on CUDA through cuDNN, the
  * twin of conv2d.c (torch.nn.functional.conv2d semantics, NCHW float32 and
- * float64). The same schemas:
+ * float64; float16 and bfloat16 widened to float32 on the device first,
+ * half_wide_cuda.h, and rounded once at the end). The same schemas:
  *
  *   conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1,
  *          groups=1) -> Tensor                  (and conv2d.padding, str)
@@ -40,6 +41,8 @@
  * per device for the life of the process, one per concurrent call.
  */
 #ifdef __CUDACC_RTC__
+
+#include "half_wide_cuda.h"
 
 /* out[(n, o, e)] += bias[o]: the CPU twin's order of operations. */
 template <typename T>
@@ -152,6 +155,7 @@ extern "C" __global__ void __launch_bounds__(256)
 #include "conv2d_common.h"
 #include "conv2d_decl.h"
 #include "cuda_handles.h"
+#include "half_wide_cuda.h"
 #include "strided.h"
 
 /* ---- cuDNN, resolved at the first call ------------------------------------ */
@@ -605,17 +609,58 @@ static int conv_output(opjit_ctx *ctx, const conv_geom *g, DLDataType dt, void *
     return out ? 0 : -1;
 }
 
+/* The forward over g into out (dense, on the device, of input's dtype:
+ * float32 or float64). 0, or the status of the failure. */
+static int conv2d_cuda_forward(opjit_ctx *ctx, const conv_geom *g, const DLTensor *input,
+                               const DLTensor *weight, const DLTensor *bias, void *out)
+{
+    const void *x, *w, *b = NULL;
+    int64_t eh, ew;
+    conv_dnn d;
+    int rc;
+
+    if (g->n == 0)
+        return 0;
+    if (bias && conv_dense(ctx, bias, 0, 0, &b))
+        return -1;
+    if (g->cg == 0) /* no input channels: the output is the bias, or 0 */
+        return conv_bias(ctx, g->is64, out, b, g->n, g->o, g->ho * g->wo, 1);
+    eh = g->ph2 - g->ph; /* an asymmetric "same": the input padded at the end */
+    ew = g->pw2 - g->pw;
+    if (conv_dense(ctx, input, eh, ew, &x) || conv_dense(ctx, weight, 0, 0, &w))
+        return -1;
+    if ((rc = conv_dnn_open(ctx, g, g->h + eh, g->w + ew, &d)) == 0 &&
+        (rc = conv_run_dnn(ctx, &d, CONV_FWD, g->is64, x, w, out)) == 0 && b)
+        rc = conv_bias(ctx, g->is64, out, b, g->n, g->o, g->ho * g->wo, 0);
+    conv_dnn_free(&d);
+    return rc;
+}
+
+/* The forward in float16 or bfloat16 (kind): the operands widened to
+ * float32 on the device, the float32 forward, rounded once into out. */
+static int conv2d_cuda_half(opjit_ctx *ctx, const conv_geom *g, int kind, const DLTensor *input,
+                            const DLTensor *weight, const DLTensor *bias, void *out)
+{
+    int64_t nout = g->n * g->o * g->ho * g->wo;
+    DLTensor iw, ww, bw;
+    void *o;
+    int rc;
+    if (hwc_widen(ctx, kind, input, &iw) || hwc_widen(ctx, kind, weight, &ww) ||
+        (bias && hwc_widen(ctx, kind, bias, &bw)) || !(o = hwc_scratch(ctx, nout)))
+        return -1;
+    if ((rc = conv2d_cuda_forward(ctx, g, &iw, &ww, bias ? &bw : NULL, o)) != 0)
+        return rc;
+    return hwc_narrow(ctx, kind, o, out, nout);
+}
+
 /* conv2d and conv2d.padding (str_padding). */
 static int conv2d_cuda_run(opjit_ctx *ctx, opjit_args *a, int str_padding)
 {
     DLTensor *input = opjit_arg_tensor(a, 0);
     DLTensor *weight = opjit_arg_tensor(a, 1);
     DLTensor *bias = opjit_arg_tensor(a, 2);
-    const void *x, *w, *b = NULL;
-    int64_t eh, ew;
     conv_args p;
     conv_geom g;
-    conv_dnn d;
     void *out;
     int rc;
 
@@ -626,21 +671,9 @@ static int conv2d_cuda_run(opjit_ctx *ctx, opjit_args *a, int str_padding)
         return rc;
     if (conv_output(ctx, &g, input->dtype, &out))
         return -1;
-    if (g.n == 0)
-        return 0;
-    if (bias && conv_dense(ctx, bias, 0, 0, &b))
-        return -1;
-    if (g.cg == 0) /* no input channels: the output is the bias, or 0 */
-        return conv_bias(ctx, g.is64, out, b, g.n, g.o, g.ho * g.wo, 1);
-    eh = g.ph2 - g.ph; /* an asymmetric "same": the input padded at the end */
-    ew = g.pw2 - g.pw;
-    if (conv_dense(ctx, input, eh, ew, &x) || conv_dense(ctx, weight, 0, 0, &w))
-        return -1;
-    if ((rc = conv_dnn_open(ctx, &g, g.h + eh, g.w + ew, &d)) == 0 &&
-        (rc = conv_run_dnn(ctx, &d, CONV_FWD, g.is64, x, w, out)) == 0 && b)
-        rc = conv_bias(ctx, g.is64, out, b, g.n, g.o, g.ho * g.wo, 0);
-    conv_dnn_free(&d);
-    return rc;
+    if (hwc_kind(input->dtype))
+        return conv2d_cuda_half(ctx, &g, hwc_kind(input->dtype), input, weight, bias, out);
+    return conv2d_cuda_forward(ctx, &g, input, weight, bias, out);
 }
 
 static int conv2d_cuda(opjit_ctx *ctx, opjit_args *a) { return conv2d_cuda_run(ctx, a, 0); }
@@ -694,6 +727,51 @@ static int conv_cuda_grads(opjit_ctx *ctx, const conv_geom *g, const DLTensor *i
     return rc;
 }
 
+/* The gradients over g (float32 or float64) into dx, dw, db: those want
+ * says. 0, or the status of the failure. */
+static int conv2d_backward_cuda_grads(opjit_ctx *ctx, const conv_geom *g, const DLTensor *grad,
+                                      const DLTensor *input, const DLTensor *weight,
+                                      const int want[3], void *dx, void *dw, void *db)
+{
+    const void *dy;
+    int rc;
+    if (conv_dense(ctx, grad, 0, 0, &dy))
+        return -1;
+    if (want[2] && (rc = conv_grad_bias(ctx, g, dy, db)) != 0)
+        return rc;
+    if (want[1] && g->n == 0) /* a sum of nothing */
+        return conv_bias(ctx, g->is64, dw, NULL, 1, g->o * g->cg * g->kh * g->kw, 1, 1);
+    if (g->n == 0 || g->cg == 0 || (!want[0] && !want[1]))
+        return 0;
+    return conv_cuda_grads(ctx, g, input, weight, dy, want, dx, dw);
+}
+
+/* The gradients in float16 or bfloat16 (kind): in = {grad, input,
+ * weight} widened to float32 on the device (input and weight where a
+ * gradient needs them), the float32 gradients, each rounded once into
+ * out = {dx, dw, db}. */
+static int conv2d_backward_cuda_half(opjit_ctx *ctx, const conv_geom *g, int kind,
+                                     const DLTensor *in[3], const int want[3], void *out[3])
+{
+    int64_t n[3] = {g->n * g->c * g->h * g->w, g->o * g->cg * g->kh * g->kw, g->o};
+    DLTensor w[3];
+    void *o[3] = {NULL, NULL, NULL};
+    int i, rc;
+    if (hwc_widen(ctx, kind, in[0], &w[0]) || (want[1] && hwc_widen(ctx, kind, in[1], &w[1])) ||
+        (want[0] && hwc_widen(ctx, kind, in[2], &w[2])))
+        return -1;
+    for (i = 0; i < 3; i++)
+        if (want[i] && !(o[i] = hwc_scratch(ctx, n[i])))
+            return -1;
+    if ((rc = conv2d_backward_cuda_grads(ctx, g, &w[0], want[1] ? &w[1] : in[1],
+                                         want[0] ? &w[2] : in[2], want, o[0], o[1], o[2])) != 0)
+        return rc;
+    for (i = 0; i < 3; i++)
+        if (want[i] && (rc = hwc_narrow(ctx, kind, o[i], out[i], n[i])) != 0)
+            return rc;
+    return 0;
+}
+
 /* conv2d_backward and conv2d_backward.padding (str_padding). */
 static int conv2d_backward_cuda_run(opjit_ctx *ctx, opjit_args *a, int str_padding)
 {
@@ -701,7 +779,6 @@ static int conv2d_backward_cuda_run(opjit_ctx *ctx, opjit_args *a, int str_paddi
     DLTensor *input = opjit_arg_tensor(a, 1);
     DLTensor *weight = opjit_arg_tensor(a, 2);
     DLTensor *bias = opjit_arg_tensor(a, 3);
-    const void *dy;
     void *dx, *dw, *db;
     conv_args p;
     conv_geom g;
@@ -715,16 +792,14 @@ static int conv2d_backward_cuda_run(opjit_ctx *ctx, opjit_args *a, int str_paddi
     want[2] = want[2] && bias;
     if (conv_grad_output(ctx, 0, input, want[0], &dx) ||
         conv_grad_output(ctx, 1, weight, want[1], &dw) ||
-        conv_grad_output(ctx, 2, bias ? bias : weight, want[2], &db) ||
-        conv_dense(ctx, grad, 0, 0, &dy))
+        conv_grad_output(ctx, 2, bias ? bias : weight, want[2], &db))
         return -1;
-    if (want[2] && (rc = conv_grad_bias(ctx, &g, dy, db)) != 0)
-        return rc;
-    if (want[1] && g.n == 0) /* a sum of nothing */
-        return conv_bias(ctx, g.is64, dw, NULL, 1, g.o * g.cg * g.kh * g.kw, 1, 1);
-    if (g.n == 0 || g.cg == 0 || (!want[0] && !want[1]))
-        return 0;
-    return conv_cuda_grads(ctx, &g, input, weight, dy, want, dx, dw);
+    if (hwc_kind(input->dtype)) {
+        const DLTensor *ins[3] = {grad, input, weight};
+        void *outs[3] = {dx, dw, db};
+        return conv2d_backward_cuda_half(ctx, &g, hwc_kind(input->dtype), ins, want, outs);
+    }
+    return conv2d_backward_cuda_grads(ctx, &g, grad, input, weight, want, dx, dw, db);
 }
 
 static int conv2d_backward_cuda(opjit_ctx *ctx, opjit_args *a)
@@ -740,27 +815,27 @@ OPJIT_MODULE(conv2d_cuda, m)
 {
     opjit_def(m, CONV2D_SCHEMA, OPJIT_CUDA, conv2d_cuda,
               "2-D convolution, NCHW (torch.nn.functional.conv2d) on CUDA through cuDNN");
-    opjit_require(m, "input", "float32|float64");
-    opjit_require(m, "weight", "float32|float64 rank=4");
-    opjit_require(m, "bias", "float32|float64 rank=1");
+    opjit_require(m, "input", "floating");
+    opjit_require(m, "weight", "floating rank=4");
+    opjit_require(m, "bias", "floating rank=1");
     opjit_def(m, CONV2D_PADDING_SCHEMA, OPJIT_CUDA, conv2d_padding_cuda,
               "conv2d with padding=\"valid\" or \"same\" on CUDA through cuDNN");
-    opjit_require(m, "input", "float32|float64");
-    opjit_require(m, "weight", "float32|float64 rank=4");
-    opjit_require(m, "bias", "float32|float64 rank=1");
+    opjit_require(m, "input", "floating");
+    opjit_require(m, "weight", "floating rank=4");
+    opjit_require(m, "bias", "floating rank=1");
     opjit_def(m, CONV2D_BACKWARD_SCHEMA, OPJIT_CUDA, conv2d_backward_cuda,
               "Gradients of conv2d on CUDA: cuDNN's backward data and filter, grad_bias "
               "summed by a kernel of conv2d.cu");
-    opjit_require(m, "grad", "float32|float64");
-    opjit_require(m, "input", "float32|float64");
-    opjit_require(m, "weight", "float32|float64 rank=4");
-    opjit_require(m, "bias", "float32|float64 rank=1");
+    opjit_require(m, "grad", "floating");
+    opjit_require(m, "input", "floating");
+    opjit_require(m, "weight", "floating rank=4");
+    opjit_require(m, "bias", "floating rank=1");
     opjit_def(m, CONV2D_BACKWARD_PADDING_SCHEMA, OPJIT_CUDA, conv2d_backward_padding_cuda,
               "Gradients of conv2d.padding on CUDA (cuDNN)");
-    opjit_require(m, "grad", "float32|float64");
-    opjit_require(m, "input", "float32|float64");
-    opjit_require(m, "weight", "float32|float64 rank=4");
-    opjit_require(m, "bias", "float32|float64 rank=1");
+    opjit_require(m, "grad", "floating");
+    opjit_require(m, "input", "floating");
+    opjit_require(m, "weight", "floating rank=4");
+    opjit_require(m, "bias", "floating rank=1");
     conv2d_declare(m, 1);
 }
 

@@ -52,6 +52,10 @@ static const char *conv_dtype_name(const DLTensor *t)
         return "float";
     if (opjit_is_dtype(t, kDLFloat, 64))
         return "double";
+    if (opjit_is_dtype(t, kDLFloat, 16))
+        return "c10::Half"; /* torch's names in this message */
+    if (opjit_is_dtype(t, kDLBfloat, 16))
+        return "c10::BFloat16";
     return "another dtype";
 }
 
@@ -131,8 +135,9 @@ static int conv_check_tensors(opjit_ctx *ctx, const DLTensor *input, const DLTen
     if (weight->ndim != 4)
         return opjit_fail(ctx, "weight must be 4D [O, C/groups, kH, kW], got %dD", weight->ndim);
     g->is64 = opjit_is_dtype(input, kDLFloat, 64);
-    if (!g->is64 && !opjit_is_dtype(input, kDLFloat, 32))
-        return opjit_fail(ctx, "input must be float32 or float64");
+    if (!g->is64 && !opjit_is_dtype(input, kDLFloat, 32) && !opjit_is_dtype(input, kDLFloat, 16) &&
+        !opjit_is_dtype(input, kDLBfloat, 16))
+        return opjit_fail(ctx, "input must be float32, float64, float16 or bfloat16");
     if (!conv_same_dtype(weight, input))
         return opjit_fail(ctx, "Input type (%s) and weight type (%s) should be the same",
                           conv_dtype_name(input), conv_dtype_name(weight));

@@ -3,7 +3,10 @@
  *
  *   mm(Tensor self, Tensor mat2) -> Tensor
  *
- * self [n, k] times mat2 [k, m] gives a contiguous [n, m] of the same dtype.
+ * self [n, k] times mat2 [k, m] gives a contiguous [n, m] of the same dtype:
+ * float32, float64, float16 or bfloat16 (the 16-bit ones widened to
+ * float32, multiplied by the float32 path and rounded once at the end,
+ * half_wide.h).
  * Zero-size dimensions work: an empty product when n or m is 0, zeros when
  * k is 0.
  *
@@ -45,6 +48,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "half_wide.h"
 #include "mm_common.h"
 #include "mm_decl.h"
 #include "sgemm_avx512.h"
@@ -275,18 +279,55 @@ static int mm_sizes_ok(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m)
     return 0;
 }
 
+/* A float16 or bfloat16 operand t as a dense row-major float32 copy
+ * (strided.h's copy first when its strides ask for one). 0, or -1 with
+ * the error recorded. */
+static int mm_widened(opjit_ctx *ctx, int kind, const DLTensor *t, mm_operand *o)
+{
+    const void *p;
+    o->t = 0;
+    o->ld = t->shape[1] > 1 ? t->shape[1] : 1;
+    if (st_dense(ctx, t, &p))
+        return -1;
+    o->p = hw_widen(ctx, kind, p, opjit_numel(t));
+    return o->p ? 0 : -1;
+}
+
+/* mm in float16 or bfloat16: the float32 product of the widened operands,
+ * rounded once into out [n, m]. */
+static int mm_half(opjit_ctx *ctx, int kind, const DLTensor *x, const DLTensor *y, int64_t n,
+                   int64_t k, int64_t m, void *out)
+{
+    mm_operand xo, yo;
+    float *o;
+    int rc;
+    if (mm_widened(ctx, kind, x, &xo) || mm_widened(ctx, kind, y, &yo) ||
+        !(o = hw_scratch(ctx, n * m)))
+        return -1;
+    if ((rc = mm_product(ctx, 0, n, k, m, xo, yo, o)) != 0)
+        return rc;
+    return hw_narrow(ctx, kind, o, out, n * m);
+}
+
 static int mm_cpu(opjit_ctx *ctx, opjit_args *a)
 {
     DLTensor *x = opjit_arg_tensor(a, 0);
     DLTensor *y = opjit_arg_tensor(a, 1);
     DLTensor *out;
     mm_operand xo, yo;
-    int is64, rc;
+    int is64, rc, kind;
     int64_t n, k, m, shape[2];
 
     if ((rc = mm_check(ctx, x, y, &is64, &n, &k, &m)) != 0 ||
         (rc = mm_sizes_ok(ctx, n, k, m)) != 0)
         return rc;
+    if ((kind = hw_kind(x->dtype)) != 0) {
+        shape[0] = n;
+        shape[1] = m;
+        if (!(out = opjit_output(ctx, 0, x->dtype, 2, shape)))
+            return -1;
+        return mm_half(ctx, kind, x, y, n, k, m, opjit_data(out));
+    }
     if ((rc = mm_operand_of(ctx, x, "self", &xo)) != 0 ||
         (rc = mm_operand_of(ctx, y, "mat2", &yo)) != 0)
         return rc;
@@ -309,6 +350,35 @@ static int mm_grad_output(opjit_ctx *ctx, int index, DLDataType dt, int want, in
     return t ? 0 : -1;
 }
 
+/* mm_backward in float16 or bfloat16: the float32 products of the widened
+ * operands, each rounded once into its output (gx [n, k], gy [k, m]). */
+static int mm_backward_half(opjit_ctx *ctx, int kind, const DLTensor *g, const DLTensor *x,
+                            const DLTensor *y, const int want[2], int64_t n, int64_t k,
+                            int64_t m, void *gx, void *gy)
+{
+    mm_operand go, xo, yo;
+    float *o;
+    int rc;
+    if (mm_widened(ctx, kind, g, &go) || (want[0] && mm_widened(ctx, kind, y, &yo)) ||
+        (want[1] && mm_widened(ctx, kind, x, &xo)))
+        return -1;
+    if (want[0]) {
+        if (!(o = hw_scratch(ctx, n * k)))
+            return -1;
+        if ((rc = mm_product(ctx, 0, n, m, k, go, mm_transposed(yo), o)) != 0 ||
+            (rc = hw_narrow(ctx, kind, o, gx, n * k)) != 0)
+            return rc;
+    }
+    if (want[1]) {
+        if (!(o = hw_scratch(ctx, k * m)))
+            return -1;
+        if ((rc = mm_product(ctx, 0, k, n, m, mm_transposed(xo), go, o)) != 0 ||
+            (rc = hw_narrow(ctx, kind, o, gy, k * m)) != 0)
+            return rc;
+    }
+    return 0;
+}
+
 static int mm_backward_cpu(opjit_ctx *ctx, opjit_args *a)
 {
     DLTensor *g = opjit_arg_tensor(a, 0);
@@ -323,6 +393,12 @@ static int mm_backward_cpu(opjit_ctx *ctx, opjit_args *a)
         (rc = mm_grad_check(ctx, a, g, x, n, m, want)) != 0 ||
         (rc = mm_sizes_ok(ctx, n, k, m)) != 0)
         return rc;
+    if (hw_kind(x->dtype)) {
+        if (mm_grad_output(ctx, 0, x->dtype, want[0], n, k, &gx) ||
+            mm_grad_output(ctx, 1, x->dtype, want[1], k, m, &gy))
+            return -1;
+        return mm_backward_half(ctx, hw_kind(x->dtype), g, x, y, want, n, k, m, gx, gy);
+    }
     if ((rc = mm_operand_of(ctx, g, "grad", &go)) != 0 ||
         (want[0] && (rc = mm_operand_of(ctx, y, "mat2", &yo)) != 0) ||
         (want[1] && (rc = mm_operand_of(ctx, x, "self", &xo)) != 0))
@@ -344,12 +420,12 @@ OPJIT_MODULE(mm, m)
     opjit_def(m, "mm(Tensor self, Tensor mat2) -> Tensor", OPJIT_CPU, mm_cpu,
               "Matrix product [n,k] x [k,m] -> [n,m] (OpenBLAS gemm; an AVX-512 GEMM in "
               "the optimizing tier)");
-    opjit_require(m, "self", "float32|float64 rank=2");
-    opjit_require(m, "mat2", "float32|float64 rank=2");
+    opjit_require(m, "self", "floating rank=2");
+    opjit_require(m, "mat2", "floating rank=2");
     opjit_def(m, MM_BACKWARD_SCHEMA, OPJIT_CPU, mm_backward_cpu,
               "Gradients of mm: grad mat2^T and self^T grad (the GEMMs of mm)");
-    opjit_require(m, "grad", "float32|float64 rank=2");
-    opjit_require(m, "self", "float32|float64 rank=2");
-    opjit_require(m, "mat2", "float32|float64 rank=2");
+    opjit_require(m, "grad", "floating rank=2");
+    opjit_require(m, "self", "floating rank=2");
+    opjit_require(m, "mat2", "floating rank=2");
     mm_declare(m);
 }

@@ -7,7 +7,9 @@
  *       -> (Tensor grad_self, Tensor grad_mat2)
  *
  * self [n, k] times mat2 [k, m] gives a contiguous [n, m] of the same dtype,
- * float32 or float64, on the operands' device. Any strides work (a
+ * float32, float64, float16 or bfloat16, on the operands' device. The
+ * 16-bit ones are widened to float32 on the device (half_wide_cuda.h),
+ * multiplied by the float32 path below and rounded once at the end. Any strides work (a
  * transpose needs no copy); zero-size dimensions work (an empty product,
  * or zeros when k is 0). mm_backward's two products, grad mat2^T and
  * self^T grad, are the same products with the operands read transposed
@@ -47,6 +49,8 @@
  * from the BLAS twin in the last bits.
  */
 #ifdef __CUDACC_RTC__
+
+#include "half_wide_cuda.h"
 
 #define MM_TILE 64
 #define MM_K 16
@@ -130,6 +134,7 @@ extern "C" __global__ void __launch_bounds__(MM_THREADS)
 #include <string.h>
 
 #include "cuda_handles.h"
+#include "half_wide_cuda.h"
 #include "mm_common.h"
 #include "mm_decl.h"
 
@@ -450,6 +455,22 @@ static int mm_sizes_ok(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m)
     return 0;
 }
 
+/* mm in float16 or bfloat16 (kind): the operands widened to dense float32
+ * on the device, the float32 product, rounded once into out [n, m]. */
+static int mm_cuda_half(opjit_ctx *ctx, int kind, int want, int64_t n, int64_t k, int64_t m,
+                        const DLTensor *x, const DLTensor *y, void *out)
+{
+    DLTensor xw, yw;
+    void *o;
+    int rc;
+    if (hwc_widen(ctx, kind, x, &xw) || hwc_widen(ctx, kind, y, &yw) ||
+        !(o = hwc_scratch(ctx, n * m)))
+        return -1;
+    if ((rc = mm_product(ctx, 0, want, n, k, m, &xw, &yw, o)) != 0)
+        return rc;
+    return hwc_narrow(ctx, kind, o, out, n * m);
+}
+
 static int mm_cuda(opjit_ctx *ctx, opjit_args *a)
 {
     DLTensor *x = opjit_arg_tensor(a, 0);
@@ -468,6 +489,8 @@ static int mm_cuda(opjit_ctx *ctx, opjit_args *a)
     shape[1] = m;
     if (!(out = opjit_output(ctx, 0, x->dtype, 2, shape)))
         return -1;
+    if (hwc_kind(x->dtype))
+        return mm_cuda_half(ctx, hwc_kind(x->dtype), want, n, k, m, x, y, opjit_data(out));
     return mm_product(ctx, is64, want, n, k, m, x, y, opjit_data(out));
 }
 
@@ -496,14 +519,28 @@ static int mm_grad_output(opjit_ctx *ctx, int index, DLDataType dt, int want, in
     return t ? 0 : -1;
 }
 
+/* One gradient of mm_backward in float16 or bfloat16 (kind): the float32
+ * product a [r, q] b [q, c] rounded once into out [r, c]. */
+static int mm_cuda_half_grad(opjit_ctx *ctx, int kind, int want, int64_t r, int64_t q,
+                             int64_t c, const DLTensor *a, const DLTensor *b, void *out)
+{
+    void *o = hwc_scratch(ctx, r * c);
+    int rc;
+    if (!o)
+        return -1;
+    if ((rc = mm_product(ctx, 0, want, r, q, c, a, b, o)) != 0)
+        return rc;
+    return hwc_narrow(ctx, kind, o, out, r * c);
+}
+
 static int mm_backward_cuda(opjit_ctx *ctx, opjit_args *a)
 {
     DLTensor *g = opjit_arg_tensor(a, 0);
     DLTensor *x = opjit_arg_tensor(a, 1);
     DLTensor *y = opjit_arg_tensor(a, 2);
-    DLTensor xt, yt;
+    DLTensor xt, yt, gw, xw, yw;
     int64_t n, k, m, xs[2], xst[2], ys[2], yst[2];
-    int is64, rc, want, grads[2];
+    int is64, rc, want, grads[2], kind;
     void *gx, *gy;
 
     if ((rc = mm_check(ctx, x, y, &is64, &n, &k, &m)) != 0 ||
@@ -516,6 +553,21 @@ static int mm_backward_cuda(opjit_ctx *ctx, opjit_args *a)
     if (mm_grad_output(ctx, 0, x->dtype, grads[0], n, k, &gx) ||
         mm_grad_output(ctx, 1, x->dtype, grads[1], k, m, &gy))
         return -1;
+    if ((kind = hwc_kind(x->dtype)) != 0) { /* widened to float32 first */
+        if (hwc_widen(ctx, kind, g, &gw) || (grads[1] && hwc_widen(ctx, kind, x, &xw)) ||
+            (grads[0] && hwc_widen(ctx, kind, y, &yw)))
+            return -1;
+        if (grads[0]) {
+            yt = mm_t(&yw, ys, yst);
+            if ((rc = mm_cuda_half_grad(ctx, kind, want, n, m, k, &gw, &yt, gx)) != 0)
+                return rc;
+        }
+        if (grads[1]) {
+            xt = mm_t(&xw, xs, xst);
+            return mm_cuda_half_grad(ctx, kind, want, k, n, m, &xt, &gw, gy);
+        }
+        return 0;
+    }
     xt = mm_t(x, xs, xst);
     yt = mm_t(y, ys, yst);
     /* grad_self [n, k] = grad [n, m] mat2^T [m, k] */
@@ -532,14 +584,14 @@ OPJIT_MODULE(mm_cuda, m)
     opjit_def(m, "mm(Tensor self, Tensor mat2) -> Tensor", OPJIT_CUDA, mm_cuda,
               "Matrix product [n,k] x [k,m] -> [n,m] on CUDA (cuBLAS, else shared-memory "
               "tiles)");
-    opjit_require(m, "self", "float32|float64 rank=2");
-    opjit_require(m, "mat2", "float32|float64 rank=2");
+    opjit_require(m, "self", "floating rank=2");
+    opjit_require(m, "mat2", "floating rank=2");
     opjit_def(m, MM_BACKWARD_SCHEMA, OPJIT_CUDA, mm_backward_cuda,
               "Gradients of mm on CUDA: grad mat2^T and self^T grad (cuBLAS, else "
               "shared-memory tiles)");
-    opjit_require(m, "grad", "float32|float64 rank=2");
-    opjit_require(m, "self", "float32|float64 rank=2");
-    opjit_require(m, "mat2", "float32|float64 rank=2");
+    opjit_require(m, "grad", "floating rank=2");
+    opjit_require(m, "self", "floating rank=2");
+    opjit_require(m, "mat2", "floating rank=2");
     mm_declare(m);
 }
 

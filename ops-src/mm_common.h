@@ -14,11 +14,16 @@ static const char *mm_dtype_name(const DLTensor *t)
         return "float32";
     if (opjit_is_dtype(t, kDLFloat, 64))
         return "float64";
+    if (opjit_is_dtype(t, kDLFloat, 16))
+        return "float16";
+    if (opjit_is_dtype(t, kDLBfloat, 16))
+        return "bfloat16";
     return "another dtype";
 }
 
-/* self [n, k] and mat2 [k, m], both float32 or both float64. Returns 0
- * with the sizes set, or the status of opjit_fail. */
+/* self [n, k] and mat2 [k, m], both of one floating dtype (float32,
+ * float64, float16 or bfloat16; *is64 for float64). Returns 0 with the
+ * sizes set, or the status of opjit_fail. */
 static int mm_check(opjit_ctx *ctx, const DLTensor *x, const DLTensor *y, int *is64,
                     int64_t *n, int64_t *k, int64_t *m)
 {
@@ -31,8 +36,9 @@ static int mm_check(opjit_ctx *ctx, const DLTensor *x, const DLTensor *y, int *i
     if (y->ndim != 2)
         return opjit_fail(ctx, "mat2 must be a 2D matrix, got %dD", y->ndim);
     *is64 = opjit_is_dtype(x, kDLFloat, 64);
-    if (!*is64 && !opjit_is_dtype(x, kDLFloat, 32))
-        return opjit_fail(ctx, "self must be float32 or float64");
+    if (!*is64 && !opjit_is_dtype(x, kDLFloat, 32) && !opjit_is_dtype(x, kDLFloat, 16) &&
+        !opjit_is_dtype(x, kDLBfloat, 16))
+        return opjit_fail(ctx, "self must be float32, float64, float16 or bfloat16");
     if (y->dtype.code != x->dtype.code || y->dtype.bits != x->dtype.bits ||
         y->dtype.lanes != x->dtype.lanes)
         return opjit_fail(ctx, "mat2 dtype (%s) must match self dtype (%s)",

@@ -473,6 +473,79 @@ static float fake_bf16(unsigned short h)
 WIDEN_EMU(f16, fake_f16)
 WIDEN_EMU(bf16, fake_bf16)
 
+/* half_wide_cuda.h's widening (dense float32 from strided 16-bit values)
+ * and rounding (float32 to float16 / bfloat16, to nearest even). */
+typedef struct hw_dims {
+    long long d[4], s[4];
+} hw_dims;
+static unsigned short fake_to_f16(float f)
+{
+    unsigned u, a, sign, m, sh, q, rem, half;
+    memcpy(&u, &f, sizeof u);
+    sign = (u >> 16) & 0x8000;
+    a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) /* NaN: quiet, the payload's top bits */
+        return (unsigned short)(sign | 0x7e00 | ((a >> 13) & 0x3ff));
+    if (a >= 0x477ff000u) /* 65520 and up (and infinity) round to infinity */
+        return (unsigned short)(sign | 0x7c00);
+    if (a >= 0x38800000u) /* normal: rebias, round the 13 dropped bits to even */
+        return (unsigned short)(sign | ((a - 0x38000000u + 0xfff + ((a >> 13) & 1)) >> 13));
+    sh = 126 - (a >> 23); /* subnormal: the value in units of 2^-24 */
+    if (sh > 24)
+        return (unsigned short)sign;
+    m = (a & 0x7fffffu) | 0x800000u;
+    q = m >> sh;
+    rem = m & ((1u << sh) - 1);
+    half = 1u << (sh - 1);
+    return (unsigned short)(sign | (q + (rem > half || (rem == half && (q & 1)))));
+}
+static unsigned short fake_to_bf16(float f)
+{
+    unsigned u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (unsigned short)((u >> 16) | 0x40);
+    return (unsigned short)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+#define HW_EMU(SUF, WIDEN, NARROW)                                                          \
+    static void hw_widen_##SUF(const unsigned g[3], const unsigned b[3], unsigned shm,      \
+                               void **p)                                                     \
+    {                                                                                        \
+        long long total = *(long long *)p[0];                                                \
+        const hw_dims *a = p[1];                                                             \
+        const unsigned short *src = PTR(2);                                                  \
+        float *dst = PTR(3);                                                                 \
+        (void)shm;                                                                           \
+        if ((long long)g[0] * b[0] < total && g[0] < 65535 * 16)                             \
+            violation("hw_widen: the grid does not cover the tensor");                      \
+        CHECK_DEV(dst, (size_t)total * 4);                                                   \
+        CHECK_DEV(src, 2);                                                                   \
+        for (long long i = 0; i < total; i++) {                                              \
+            long long r = i / a->d[3], i2 = r % a->d[2], i1, i0;                             \
+            r /= a->d[2];                                                                    \
+            i1 = r % a->d[1];                                                                \
+            i0 = r / a->d[1];                                                                \
+            dst[i] = WIDEN(src[i0 * a->s[0] + i1 * a->s[1] + i2 * a->s[2] +                  \
+                               i % a->d[3] * a->s[3]]);                                      \
+        }                                                                                    \
+    }                                                                                        \
+    static void hw_narrow_##SUF(const unsigned g[3], const unsigned b[3], unsigned shm,     \
+                                void **p)                                                    \
+    {                                                                                        \
+        long long total = *(long long *)p[0];                                                \
+        const float *src = PTR(1);                                                           \
+        unsigned short *dst = PTR(2);                                                        \
+        (void)shm;                                                                           \
+        if ((long long)g[0] * b[0] < total && g[0] < 65535 * 16)                             \
+            violation("hw_narrow: the grid does not cover the tensor");                     \
+        CHECK_DEV(src, (size_t)total * 4);                                                   \
+        CHECK_DEV(dst, (size_t)total * 2);                                                   \
+        for (long long i = 0; i < total; i++)                                                \
+            dst[i] = NARROW(src[i]);                                                         \
+    }
+HW_EMU(f16, fake_f16, fake_to_f16)
+HW_EMU(bf16, fake_bf16, fake_to_bf16)
+
 /* conv2d.cu's gather: dst [d0..d3] from src at strides s, zeros past the
  * extents e. */
 typedef struct gather_args {
@@ -553,6 +626,10 @@ static kern kernels[] = {
     {"nms_sort_local", nms_sort_local, 2048 * 16, 0},
     {"nms_widen_f16", nms_widen_f16, 0, 0},
     {"nms_widen_bf16", nms_widen_bf16, 0, 0},
+    {"hw_widen_f16", hw_widen_f16, 0, 0},
+    {"hw_widen_bf16", hw_widen_bf16, 0, 0},
+    {"hw_narrow_f16", hw_narrow_f16, 0, 0},
+    {"hw_narrow_bf16", hw_narrow_bf16, 0, 0},
     {"mm_f32", mm_f32, 16 * (65 + 64) * 4, 0},
     {"mm_f64", mm_f64, 16 * (65 + 64) * 8, 0},
     {"conv2d_bias_f32", conv2d_bias_f32, 0, 0},

@@ -165,7 +165,9 @@ static void nvrtc_compiles_every_shipped_op(void)
         for (int a = 0; archs[a]; a++) {
             char out[1024], diag[8192];
             snprintf(out, sizeof out, "%s/%s.%s", d, shipped[i], archs[a]);
-            jit_nvrtc_job job = {.source_name = shipped[i], .text = text, .arch = archs[a],
+            /* named by path, as the loader names it: NVRTC finds the local
+             * headers of the device half (half_wide_cuda.h) beside it */
+            jit_nvrtc_job job = {.source_name = path, .text = text, .arch = archs[a],
                                  .out_path = out};
             int rc = jit_nvrtc_compile(&job, diag, sizeof diag);
             CHECKF(rc == OPJIT_OK, "%s for %s: %s", shipped[i], archs[a], diag);
@@ -976,6 +978,141 @@ static void conv_bw_fake(opjit_runtime *rt, opjit_op *op)
     fake_dev_free(dy), fake_dev_free(dx), fake_dev_free(dw), fake_dev_free(dbias);
 }
 
+/* ---- float16 and bfloat16 on the fake device ------------------------------------------- */
+
+/* op on the fake device with 16-bit tensors (hv) against the same op with
+ * float32 tensors of the widened values (fv): every output must be the
+ * float32 one rounded once (the device widens, runs the float32 path,
+ * rounds), bit for bit. */
+static void half_is_rounded_f32(opjit_runtime *rt, opjit_op *op, int bf, const char *what,
+                                opjit_value *hv, opjit_value *fv, int nargs, int nouts)
+{
+    DLManagedTensor *ho[3] = {0}, *fo[3] = {0};
+    int rh = opjit_call(rt, op, hv, nargs, ho, nouts);
+    CHECKF(rh == OPJIT_OK, "%s (%s): %s", what, bf ? "bf16" : "f16", opjit_errmsg(rt));
+    int rf = opjit_call(rt, op, fv, nargs, fo, nouts);
+    CHECKF(rf == OPJIT_OK, "%s float32: %s", what, opjit_errmsg(rt));
+    for (int o = 0; o < nouts && rh == OPJIT_OK && rf == OPJIT_OK; o++) {
+        DLTensor *a = &ho[o]->dl_tensor, *b = &fo[o]->dl_tensor;
+        int64_t n = 1, bad = 0;
+        for (int i = 0; i < b->ndim; i++)
+            n *= b->shape[i];
+        CHECKF(a->dtype.bits == 16 && a->dtype.code == (bf ? kDLBfloat : kDLFloat) &&
+                   a->device.device_type == kDLCUDA && a->ndim == b->ndim,
+               "%s: output %d", what, o);
+        for (int64_t i = 0; i < n; i++) {
+            float f = ((float *)b->data)[i];
+            bad += ((uint16_t *)a->data)[i] != (bf ? opjit_f32_to_bf16(f) : opjit_f32_to_f16(f));
+        }
+        CHECKF(bad == 0, "%s (%s) output %d: %lld of %lld are not round(float32)", what,
+               bf ? "bf16" : "f16", o, (long long)bad, (long long)n);
+    }
+    for (int o = 0; o < 3; o++) {
+        if (ho[o])
+            ho[o]->deleter(ho[o]);
+        if (fo[o])
+            fo[o]->deleter(fo[o]);
+    }
+}
+
+/* A 16-bit tensor and its float32 widening, both on the fake device. */
+typedef struct half_pair {
+    int64_t shape[4], n;
+    void *d16, *d32;
+    DLTensor t16, t32;
+} half_pair;
+
+static void half_pair_init(half_pair *p, int bf, int ndim, const int64_t *shape)
+{
+    p->n = 1;
+    for (int i = 0; i < ndim; i++)
+        p->n *= p->shape[i] = shape[i];
+    uint16_t *h = malloc((size_t)p->n * 2 + 2);
+    float *f = malloc((size_t)p->n * 4 + 4);
+    for (int64_t i = 0; i < p->n; i++) {
+        float v = (float)(4 * urand() - 2);
+        h[i] = bf ? opjit_f32_to_bf16(v) : opjit_f32_to_f16(v);
+        f[i] = bf ? opjit_bf16_to_f32(h[i]) : opjit_f16_to_f32(h[i]);
+    }
+    p->d16 = fake_dev(h, (size_t)p->n * 2);
+    p->d32 = fake_dev(f, (size_t)p->n * 4);
+    DLDataType d16 = {bf ? kDLBfloat : kDLFloat, 16, 1}, d32 = {kDLFloat, 32, 1};
+    p->t16 = tensor(p->d16, kDLCUDA, d16, ndim, p->shape);
+    p->t32 = tensor(p->d32, kDLCUDA, d32, ndim, p->shape);
+    free(h);
+    free(f);
+}
+
+static void half_pair_free(half_pair *p)
+{
+    fake_dev_free(p->d16);
+    fake_dev_free(p->d32);
+}
+
+/* mm and mm_backward (this file's kernel: no cuBLAS on a stand-in), dense
+ * and with a transposed self. */
+static void mm_half_fake(opjit_runtime *rt, opjit_op *mm, opjit_op *mm_bw, int bf)
+{
+    static const int dims[][3] = {{1, 1, 1}, {65, 17, 130}, {3, 0, 4}, {0, 2, 3}};
+    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
+        for (int tr = 0; tr < 2; tr++) {
+            int64_t n = dims[i][0], k = dims[i][1], m = dims[i][2];
+            int64_t as[2] = {n, k}, bs[2] = {k, m}, gs[2] = {n, m}, ast[2] = {1, n};
+            half_pair a, b, g;
+            half_pair_init(&a, bf, 2, as);
+            half_pair_init(&b, bf, 2, bs);
+            half_pair_init(&g, bf, 2, gs);
+            if (tr) /* self's memory read as its transpose */
+                a.t16.strides = a.t32.strides = ast;
+            opjit_value hv[3] = {opjit_tensor(&a.t16), opjit_tensor(&b.t16)};
+            opjit_value fv[3] = {opjit_tensor(&a.t32), opjit_tensor(&b.t32)};
+            half_is_rounded_f32(rt, mm, bf, "cuda mm", hv, fv, 2, 1);
+            opjit_value hb[3] = {opjit_tensor(&g.t16), opjit_tensor(&a.t16), opjit_tensor(&b.t16)};
+            opjit_value fb[3] = {opjit_tensor(&g.t32), opjit_tensor(&a.t32), opjit_tensor(&b.t32)};
+            half_is_rounded_f32(rt, mm_bw, bf, "cuda mm_backward", hb, fb, 3, 2);
+            half_pair_free(&a);
+            half_pair_free(&b);
+            half_pair_free(&g);
+        }
+}
+
+/* conv2d where no cuDNN runs on the fake: the forward without input
+ * channels (the bias), and grad_bias alone of a channels_last grad. */
+static void conv_half_fake(opjit_runtime *rt, opjit_op *conv, opjit_op *conv_bw, int bf)
+{
+    int64_t xs[4] = {2, 0, 5, 5}, ws[4] = {3, 0, 3, 3}, bsz[1] = {3};
+    half_pair x, w, b;
+    half_pair_init(&x, bf, 4, xs);
+    half_pair_init(&w, bf, 4, ws);
+    half_pair_init(&b, bf, 1, bsz);
+    opjit_value hv[3] = {opjit_tensor(&x.t16), opjit_tensor(&w.t16), opjit_tensor(&b.t16)};
+    opjit_value fv[3] = {opjit_tensor(&x.t32), opjit_tensor(&w.t32), opjit_tensor(&b.t32)};
+    half_is_rounded_f32(rt, conv, bf, "cuda conv2d, no input channels", hv, fv, 3, 1);
+    half_pair_free(&x);
+    half_pair_free(&w);
+    half_pair_free(&b);
+    int64_t ys[4] = {2, 3, 4, 5}, yst[4] = {60, 1, 15, 3}, xs2[4] = {2, 2, 6, 7};
+    int64_t ws2[4] = {3, 2, 3, 3}, mask[3] = {0, 0, 1};
+    half_pair y, x2, w2, b2;
+    half_pair_init(&y, bf, 4, ys);
+    half_pair_init(&x2, bf, 4, xs2);
+    half_pair_init(&w2, bf, 4, ws2);
+    half_pair_init(&b2, bf, 1, bsz);
+    y.t16.strides = y.t32.strides = yst; /* channels_last: widened through its strides */
+    opjit_value hb[9] = {opjit_tensor(&y.t16), opjit_tensor(&x2.t16), opjit_tensor(&w2.t16),
+                         opjit_tensor(&b2.t16), opjit_int(1), opjit_int(0), opjit_int(1),
+                         opjit_int(1), opjit_ints(mask, 3)};
+    opjit_value fb[9];
+    memcpy(fb, hb, sizeof hb);
+    fb[0] = opjit_tensor(&y.t32), fb[1] = opjit_tensor(&x2.t32), fb[2] = opjit_tensor(&w2.t32);
+    fb[3] = opjit_tensor(&b2.t32);
+    half_is_rounded_f32(rt, conv_bw, bf, "cuda conv2d_backward grad_bias", hb, fb, 9, 3);
+    half_pair_free(&y);
+    half_pair_free(&x2);
+    half_pair_free(&w2);
+    half_pair_free(&b2);
+}
+
 /* ---- opjit_tensor_to_device ------------------------------------------------------------ */
 
 /* One tensor shape and dtype to round-trip, with its layout quirks. */
@@ -1432,6 +1569,10 @@ static int child_fake_driver(void)
                     mm_bw_agrees(rt, mm_bw, bdims[i][0], bdims[i][1], bdims[i][2], is64, tr);
         if (conv_bw)
             conv_bw_fake(rt, conv_bw);
+        for (int bf = 0; bf < 2 && mm_bw && conv_bw; bf++) { /* float16, bfloat16 */
+            mm_half_fake(rt, mm, mm_bw, bf);
+            conv_half_fake(rt, conv, conv_bw, bf);
+        }
         /* conv2d without input channels: the bias, on the device (no cuDNN). */
         {
             float bias[3] = {1.5f, -2, 4}, none = 0;

@@ -1,10 +1,16 @@
 """float16 and bfloat16 through the Python front: nms takes half boxes and
 scores and keeps exactly what torchvision keeps for the same values in
 float32 (the IoU in float32, as torchvision's CUDA kernel computes it for
-half; its CPU kernel takes no half)."""
+half; its CPU kernel takes no half). mm, conv2d, conv2d.padding and their
+backward ops take half tensors in both tiers and give torch's float32
+result on the same values, rounded to the dtype, within a unit in the last
+place (torch 1.13's CPU has no float16 conv2d or mm; where it has a
+bfloat16 one, that agrees too)."""
 import unittest
 
-from opjit_testing import need_torch, need_torchvision, random_boxes, runtime, torch, torchvision
+import opjit
+from opjit_testing import (F, need_torch, need_torchvision, random_boxes, runtime, torch,
+                           torchvision)
 
 
 @need_torch
@@ -31,6 +37,114 @@ class TestHalfNms(unittest.TestCase):
         b, s = random_boxes(5, 1, "float32")
         with self.assertRaisesRegex(Exception, "scores dtype .float32. must match boxes dtype .float16."):
             self.nms(torch.from_numpy(b).half(), torch.from_numpy(s), 0.5)
+
+
+# (n, c, h, w, o, k, stride, padding, groups)
+CONV_CASES = [
+    (2, 3, 9, 11, 4, 3, 1, 0, 1),
+    (2, 16, 14, 14, 24, 3, 1, 1, 1),   # Winograd in the optimizing tier
+    (1, 8, 13, 13, 6, 3, 2, 1, 2),
+    (2, 8, 7, 5, 16, 1, 1, 0, 1),
+    (0, 3, 5, 5, 4, 3, 1, 0, 1),
+]
+
+
+class HalfOpsTests:
+    """The test bodies; subclasses pick the tier."""
+    rt = None
+
+    @classmethod
+    def op(cls, name):
+        return cls.rt.load_op(name)
+
+    def close(self, got, want_f32, dtype, what):
+        """got (dtype) is want_f32 rounded to dtype, give or take a unit in
+        the last place (the float32 sums run in another order)."""
+        self.assertEqual(got.dtype, dtype, what)
+        eps = 2.0 ** -10 if dtype == torch.float16 else 2.0 ** -7
+        torch.testing.assert_close(got.float(), want_f32.to(dtype).float(), rtol=2 * eps,
+                                   atol=4 * eps, msg=what)
+
+    def test_mm_and_its_gradients(self):
+        mm, mm_bw = self.op("mm"), self.op("mm_backward")
+        torch.manual_seed(0)
+        for dtype in (torch.float16, torch.bfloat16):
+            for n, k, m in ((1, 1, 1), (37, 53, 29), (128, 256, 64), (0, 3, 4), (3, 0, 4)):
+                a, b = torch.randn(n, k).to(dtype), torch.randn(k, m).to(dtype)
+                gy = torch.randn(n, m).to(dtype)
+                what = (dtype, n, k, m)
+                self.close(mm(a, b), a.float() @ b.float(), dtype, what)
+                ga, gb = mm_bw(gy, a, b)
+                self.close(ga, gy.float() @ b.float().t(), dtype, what)
+                self.close(gb, a.float().t() @ gy.float(), dtype, what)
+            # a transposed view and a strided one, as torch.mm takes them
+            a, b = torch.randn(40, 30).to(dtype).t(), torch.randn(80, 50).to(dtype)[::2, ::2]
+            self.close(mm(a, b), a.float() @ b.float(), dtype, "views")
+        # torch's own bfloat16 mm on the CPU agrees within its rounding
+        a, b = torch.randn(64, 96).bfloat16(), torch.randn(96, 48).bfloat16()
+        torch.testing.assert_close(mm(a, b).float(), torch.mm(a, b).float(), rtol=2 ** -6,
+                                   atol=2 ** -5)
+
+    def test_conv2d_and_its_gradients(self):
+        conv, conv_bw = self.op("conv2d"), self.op("conv2d_backward")
+        torch.manual_seed(1)
+        for dtype in (torch.float16, torch.bfloat16):
+            for n, c, h, w, o, k, stride, padding, groups in CONV_CASES:
+                x = torch.randn(n, c, h, w).to(dtype)
+                wt = (torch.randn(o, c // groups, k, k) / k).to(dtype)
+                b = torch.randn(o).to(dtype)
+                what = (dtype, n, c, h, w, o, k, stride, padding, groups)
+                xf, wf, bf = x.float().requires_grad_(), wt.float().requires_grad_(), \
+                    b.float().requires_grad_()
+                yf = F.conv2d(xf, wf, bf, stride, padding, 1, groups)
+                self.close(conv(x, wt, b, stride, padding, 1, groups), yf.detach(), dtype, what)
+                gy = torch.randn_like(yf).to(dtype)
+                if n:
+                    yf.backward(gy.float())
+                got = conv_bw(gy, x, wt, b, stride, padding, 1, groups)
+                want = (xf.grad, wf.grad, bf.grad) if n else \
+                    (torch.zeros_like(xf), torch.zeros_like(wf), torch.zeros_like(bf))
+                for g, wg in zip(got, want):
+                    self.close(g, wg.detach(), dtype, what)
+            # channels_last input and the string padding
+            x = torch.randn(2, 4, 12, 11).to(dtype).to(memory_format=torch.channels_last)
+            wt = torch.randn(6, 4, 3, 3).to(dtype)
+            y = self.op("conv2d.padding")(x, wt, None, 1, "same")
+            self.close(y, F.conv2d(x.float(), wt.float(), None, 1, "same"), dtype, "same")
+            gy = torch.randn_like(y)
+            xf, wf = x.float().requires_grad_(), wt.float().requires_grad_()
+            F.conv2d(xf, wf, None, 1, "same").backward(gy.float())
+            gi, gw, _ = self.op("conv2d_backward.padding")(gy, x, wt, None, 1, "same")
+            self.close(gi, xf.grad, dtype, "same grad_input")
+            self.close(gw, wf.grad, dtype, "same grad_weight")
+
+    def test_mixed_dtypes_are_refused_as_torch_refuses_them(self):
+        conv, mm = self.op("conv2d"), self.op("mm")
+        x, wt = torch.randn(1, 2, 5, 5).half(), torch.randn(3, 2, 3, 3)
+        with self.assertRaisesRegex(opjit.Error, r"Input type \(c10::Half\) and weight type "
+                                                 r"\(float\) should be the same"):
+            conv(x, wt)
+        with self.assertRaisesRegex(opjit.Error, r"mat2 dtype \(bfloat16\) must match self "
+                                                 r"dtype \(float16\)"):
+            mm(torch.randn(2, 3).half(), torch.randn(3, 2).bfloat16())
+
+
+@need_torch
+class TestHalfOpsTcc(HalfOpsTests, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.rt = runtime()
+
+
+@need_torch
+class TestHalfOpsOptimized(HalfOpsTests, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.rt = runtime(tiering=True)
+        cls.op("mm"), cls.op("conv2d")
+        cls.rt.wait()
+        if cls.rt.load_op("conv2d").tier != "opt":
+            raise unittest.SkipTest("the optimizing tier is not in use (no C compiler?)")
 
 
 if __name__ == "__main__":

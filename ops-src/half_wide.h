@@ -1,0 +1,109 @@
+/*
+ * ops-src/half_wide.h - float16 and bfloat16 through the float32 kernels,
+ * for mm.c and conv2d.c: the 16-bit operands are widened to float32
+ * (exactly) in workspace, the float32 path runs, and each output is
+ * rounded once, to nearest even, at the end (accumulation in float32, as
+ * torch does on the CPU). A local header: its users' cache keys include
+ * it.
+ *
+ *   int kind = hw_kind(x->dtype);               // 0: not a 16-bit dtype
+ *   float *xw = hw_widen(ctx, kind, x16, n);    // NULL: error recorded
+ *   float *o = hw_scratch(ctx, m);              // the float32 result
+ *   ... the float32 path into o ...
+ *   hw_narrow(ctx, kind, o, out16, m);
+ *
+ * Conversions are element by element, so the thread count changes no bit.
+ */
+#ifndef OPS_HALF_WIDE_H
+#define OPS_HALF_WIDE_H
+
+#include <opjit_op.h>
+
+enum { HW_F16 = 1, HW_BF16 = 2 };
+
+#define HW_GRAIN ((int64_t)1 << 16) /* elements a chunk */
+
+/* HW_F16, HW_BF16, or 0 for any other dtype. */
+static int hw_kind(DLDataType dt)
+{
+    if (dt.bits != 16 || dt.lanes != 1)
+        return 0;
+    return dt.code == kDLFloat ? HW_F16 : dt.code == kDLBfloat ? HW_BF16 : 0;
+}
+
+typedef struct hw_job {
+    int kind;
+    const void *from;
+    void *to;
+    int64_t n;
+} hw_job;
+
+static int hw_widen_run(void *user, int64_t lo, int64_t hi)
+{
+    const hw_job *j = (const hw_job *)user;
+    const uint16_t *s = (const uint16_t *)j->from;
+    float *d = (float *)j->to;
+    int64_t i = lo * HW_GRAIN, end = hi * HW_GRAIN < j->n ? hi * HW_GRAIN : j->n;
+    if (j->kind == HW_F16)
+        for (; i < end; i++)
+            d[i] = opjit_f16_to_f32(s[i]);
+    else
+        for (; i < end; i++)
+            d[i] = opjit_bf16_to_f32(s[i]);
+    return 0;
+}
+
+static int hw_narrow_run(void *user, int64_t lo, int64_t hi)
+{
+    const hw_job *j = (const hw_job *)user;
+    const float *s = (const float *)j->from;
+    uint16_t *d = (uint16_t *)j->to;
+    int64_t i = lo * HW_GRAIN, end = hi * HW_GRAIN < j->n ? hi * HW_GRAIN : j->n;
+    if (j->kind == HW_F16)
+        for (; i < end; i++)
+            d[i] = opjit_f32_to_f16(s[i]);
+    else
+        for (; i < end; i++)
+            d[i] = opjit_f32_to_bf16(s[i]);
+    return 0;
+}
+
+/* float32 workspace for n elements (a valid pointer for n == 0); NULL
+ * with the error recorded. */
+static float *hw_scratch(opjit_ctx *ctx, int64_t n)
+{
+    return (float *)opjit_workspace(ctx, (size_t)(n > 0 ? n : 1) * sizeof(float));
+}
+
+/* n dense 16-bit values of kind at src, widened into new float32
+ * workspace; NULL with the error recorded. */
+static float *hw_widen(opjit_ctx *ctx, int kind, const void *src, int64_t n)
+{
+    hw_job j;
+    float *to = hw_scratch(ctx, n);
+    if (!to)
+        return NULL;
+    j.kind = kind;
+    j.from = src;
+    j.to = to;
+    j.n = n;
+    if (n > 0 && opjit_parallel_for(ctx, 0, (n + HW_GRAIN - 1) / HW_GRAIN, 1, hw_widen_run, &j))
+        return NULL;
+    return to;
+}
+
+/* n float32 values rounded into dst (16-bit values of kind). 0, or the
+ * status of the failure recorded. */
+static int hw_narrow(opjit_ctx *ctx, int kind, const float *src, void *dst, int64_t n)
+{
+    hw_job j;
+    j.kind = kind;
+    j.from = src;
+    j.to = dst;
+    j.n = n;
+    if (n <= 0)
+        return 0;
+    return opjit_parallel_for(ctx, 0, (n + HW_GRAIN - 1) / HW_GRAIN, 1, hw_narrow_run, &j);
+}
+
+#endif
