@@ -142,13 +142,22 @@ static void st_run(char *d, const char *s, int64_t n, int64_t ss, int esz)
 }
 
 /* One tile: rows [a0, a1) of the tiled dimension (stride 1 in the source)
- * and columns [b0, b1) of the last, read along the tiled dimension. */
+ * and columns [b0, b1) of the last, read along the tiled dimension. In the
+ * optimizing tier (sgemm_avx512.h included first), 4-byte elements go
+ * through its 16 x 16 register transposes. */
 static void st_tile(const st_copy *c, int64_t so, int64_t dof, int64_t a0, int64_t a1,
                     int64_t b0, int64_t b1)
 {
     const int64_t sb = c->src[c->nd - 1], da = c->dst[c->tile];
     const int esz = c->esz;
     int64_t a, b;
+#ifdef SG_FAST
+    if (esz == 4 && sg_fast_ok()) { /* the source as [b][a] (rows sb apart), transposed */
+        sg_transpose((const float *)(const void *)c->from + so + a0 + b0 * sb, sb, b1 - b0,
+                     a1 - a0, (float *)(void *)c->to + dof + a0 * da + b0, da);
+        return;
+    }
+#endif
     for (b = b0; b < b1; b++) {
         const char *s = c->from + (so + b * sb) * esz;
         char *d = c->to + (dof + b) * esz;

@@ -59,7 +59,21 @@ static void test_conv2d_layouts(void)
         {2, 6, 8, 8, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 6, 0, 0},    /* depthwise */
         {0, 3, 5, 5, 4, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0},    /* empty batch */
     };
+    /* a 1x1 of a channels_last input with fewer output channels, read in
+     * place in the optimizing tier: blocks of positions, bias, an image of
+     * one row */
+    static const ref_conv nhwc[] = {
+        {3, 40, 20, 20, 24, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0},
+        {2, 17, 1, 33, 5, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0},
+        {1, 64, 30, 31, 63, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0},
+    };
     char what[160];
+    ref_seed(30);
+    for (size_t i = 0; i < sizeof nhwc / sizeof *nhwc; i++)
+        for (int bias = 0; bias < 2; bias++) {
+            snprintf(what, sizeof what, "conv2d 1x1 channels_last case %zu bias %d", i, bias);
+            conv_layout_run(nhwc[i], 32, RL_CHLAST, RL_DENSE, RL_DENSE, bias, NULL, what);
+        }
     ref_seed(31);
     for (int bits = 32; bits <= 64; bits += 32)
         for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
