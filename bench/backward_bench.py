@@ -290,9 +290,11 @@ def md_section(B, fms, md_table):
                            for r in B["mm"]]))
     lines.append("")
     if B.get("strided"):
-        lines.append("Strided operands are copied to a dense block first (ops-src/strided.h); "
-                     "what that copy costs, conv2d forward on a channels_last input against the "
-                     "same input contiguous (information):")
+        lines.append("Strided operands are copied to a dense block first (ops-src/strided.h), "
+                     "except a channels_last input of a 1x1 with fewer output than input "
+                     "channels, read in place (1x1 256->64 here); what that costs, conv2d "
+                     "forward on a channels_last input against the same input contiguous "
+                     "(information):")
         lines.append("")
         lines.append(md_table(["shape", "batch", "threads", "contiguous", "channels_last",
                                "the copy's share"],

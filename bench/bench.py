@@ -855,8 +855,7 @@ def write_md(R, path):
                  % (env["date"], env["git"], " + local changes" if env["dirty"] else "", env["cpu"],
                     NCPU, " and ".join(map(str, THREADS))))
     lines.append("")
-    if "merged" in R:
-        m = R["merged"]
+    for m in R.get("merged_before", []) + ([R["merged"]] if "merged" in R else []):
         lines.append("Rerun on %s (git %s%s, `bench/run --merge --only %s`, %.0f s) and merged into "
                      "the run above: %s. Every other figure is from the run above."
                      % (m["env"]["date"], m["env"]["git"],
@@ -1360,6 +1359,9 @@ def merged_results(path, fresh, only):
         for k in SECTION_KEYS[sec]:
             if k in fresh:
                 R[k] = fresh[k]
+    # earlier reruns stay on the record, less the sections this one replaces
+    earlier = R.get("merged_before", []) + ([R["merged"]] if "merged" in R else [])
+    R["merged_before"] = [m for m in earlier if set(m["sections"]) - set(only)]
     R["merged"] = {"sections": sorted(only), "env": fresh["env"],
                    "elapsed_s": fresh["elapsed_s"]}
     return R
