@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -770,13 +771,14 @@ typedef struct fetch {
     const cache_request *req;
     cache_build_fn build; /* NULL: a probe */
     void *ud;
-    char dir[PATH_MAX];
-    char why[PATH_MAX + 512];
     int usefd, buildfd;
     int damaged; /* warned about already */
     int origin;  /* of a hit: CACHE_HIT_LOCAL or CACHE_HIT_REMOTE */
     char token[REMOTE_TOKEN_LEN]; /* the remote's build lock, when held */
     cache_manifest m;
+    /* Last: a hit writes only their first bytes (fewer pages touched). */
+    char dir[PATH_MAX];
+    char why[PATH_MAX + 512];
 } fetch;
 
 enum { FETCH_HIT, FETCH_BUILT, FETCH_FALLBACK, FETCH_UNCHECKED, FETCH_ERROR };
@@ -1020,10 +1022,17 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *
             return cache_offline_miss(req, err, errlen);
         return cache_build_private(build, ud, out, err, errlen);
     }
-    fetch *f = calloc(1, sizeof *f);
+    fetch *f = malloc(sizeof *f);
     if (!f)
         return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
-    *f = (fetch){.c = c, .req = req, .build = build, .ud = ud, .usefd = -1, .buildfd = -1};
+    /* Not zeroed whole: dir and why are strings, written before use. */
+    memset(f, 0, offsetof(fetch, dir));
+    f->c = c;
+    f->req = req;
+    f->build = build;
+    f->ud = ud;
+    f->usefd = f->buildfd = -1;
+    f->why[0] = '\0';
     cache_entry_dir_of(c->entries, req->key.hex, f->dir, sizeof f->dir);
     struct stat st;
     int rc = OPJIT_OK, n = 0, step;

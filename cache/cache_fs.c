@@ -8,12 +8,16 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <linux/openat2.h>
 
 #include "cache/cache_int.h"
 
@@ -132,13 +136,61 @@ static void cache_why_not_dir(int dirfd, const char *path, size_t len, const cha
         snprintf(why, whylen, "%s is not a directory", esc);
 }
 
+/* rel below the directory rootfd, in one system call that refuses every
+ * symbolic link on the way (Linux 5.6's openat2): the descriptor, or -1
+ * and errno. ENOSYS (or what a sandbox says instead) when there is no
+ * openat2; ELOOP, ENOTDIR or EXDEV send the caller to the walk, which
+ * says which component is wrong. */
+static int cache_openat2_beneath(int rootfd, const char *rel)
+{
+#ifdef SYS_openat2
+    static atomic_int missing;
+    if (!atomic_load(&missing)) {
+        struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
+                               .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH |
+                                          RESOLVE_NO_MAGICLINKS};
+        int fd = (int)syscall(SYS_openat2, rootfd, rel, &how, sizeof how);
+        if (fd >= 0 || (errno != ENOSYS && errno != EPERM && errno != E2BIG))
+            return fd;
+        atomic_store(&missing, 1);
+    }
+#else
+    (void)rootfd, (void)rel;
+#endif
+    errno = ENOSYS;
+    return -1;
+}
+
+/* rel has a "." or ".." component (or an empty one). */
+static int cache_odd_components(const char *rel)
+{
+    for (const char *p = rel; *p;) {
+        size_t n = strcspn(p, "/");
+        if (!n || (n <= 2 && !strncmp(p, "..", n)))
+            return 1;
+        p += n + (p[n] == '/');
+    }
+    return 0;
+}
+
 int cache_open_below(const cache *c, const char *path, char *why, size_t whylen)
 {
     const char *root = cache_root_of(c, path);
     if (!root)
         return open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    for (const char *p = path + strlen(root); fd >= 0 && *p;) {
+    const char *rel = path + strlen(root);
+    while (*rel == '/')
+        rel++;
+    if (fd >= 0 && *rel && !cache_odd_components(rel)) {
+        int below = cache_openat2_beneath(fd, rel), e = errno;
+        if (below >= 0 || (e != ENOSYS && e != ELOOP && e != ENOTDIR && e != EXDEV)) {
+            close(fd);
+            errno = e;
+            return below;
+        }
+    }
+    for (const char *p = rel; fd >= 0 && *p;) {
         while (*p == '/')
             p++;
         size_t n = strcspn(p, "/");

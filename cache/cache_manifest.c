@@ -166,7 +166,8 @@ void cache_manifest_free(cache_manifest *m)
 
 static int cache_hash_fd(int fd, uint64_t *sum, uint64_t *len)
 {
-    enum { BUFSZ = 1 << 16 };
+    /* Small: every page of a fresh process's heap costs a fault. */
+    enum { BUFSZ = 1 << 14 };
     XXH3_state_t *st = XXH3_createState();
     char *buf = malloc(BUFSZ);
     int rc = 0;
@@ -503,26 +504,31 @@ static int cache_check_listing(int dfd, const cache_manifest *m, char *why, size
             free(names);
             return cache_damaged(why, whylen, "manifest lists artifact %s twice", esc);
         }
-    int fd = dup(dfd), rc = CACHE_OK;
-    DIR *d = fd < 0 ? NULL : fdopendir(fd);
-    if (!d) {
-        rc = cache_failed(why, whylen, errno, "cannot list the entry");
-        if (fd >= 0)
-            close(fd);
-        free(names);
-        return rc;
+    /* getdents64 into a small buffer: a DIR would malloc 32 KiB (pages a
+     * fresh process faults in) to list an entry of a few files. Opened
+     * anew: its own offset, whatever dfd's. */
+    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = CACHE_OK;
+    union {
+        char b[2048];
+        struct dirent64 align;
+    } buf;
+    for (ssize_t got = 1; rc == CACHE_OK && got > 0;) {
+        got = fd < 0 ? -1 : getdents64(fd, buf.b, sizeof buf.b);
+        if (got < 0)
+            rc = cache_failed(why, whylen, errno, "cannot list the entry");
+        for (ssize_t off = 0; rc == CACHE_OK && off < got;) {
+            const struct dirent64 *de = (const struct dirent64 *)(buf.b + off);
+            const char *n = de->d_name, *key = n;
+            off += de->d_reclen;
+            if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, "manifest") ||
+                bsearch(&key, names, (size_t)m->nart, sizeof *names, cache_name_cmp))
+                continue;
+            cache_printable(n, esc, sizeof esc);
+            rc = cache_damaged(why, whylen, "holds %s, a file its manifest does not list", esc);
+        }
     }
-    rewinddir(d); /* the dup shares dfd's offset */
-    struct dirent *de;
-    while (rc == CACHE_OK && (de = readdir(d))) {
-        const char *n = de->d_name, *key = n;
-        if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, "manifest") ||
-            bsearch(&key, names, (size_t)m->nart, sizeof *names, cache_name_cmp))
-            continue;
-        cache_printable(n, esc, sizeof esc);
-        rc = cache_damaged(why, whylen, "holds %s, a file its manifest does not list", esc);
-    }
-    closedir(d);
+    if (fd >= 0)
+        close(fd);
     free(names);
     return rc;
 }
@@ -538,7 +544,8 @@ int cache_check(const cache *c, const char *dir, const char *hex, int flags,
     struct stat st;
     memset(m, 0, sizeof *m);
     /* Never through a symbolic link: what is checked is what is used. */
-    char bad[PATH_MAX + 128] = "";
+    char bad[PATH_MAX + 128];
+    bad[0] = '\0'; /* not = "": zeroing all of it would touch pages a hit never uses */
     int dfd = cache_open_below(c, dir, bad, sizeof bad);
     if (dfd < 0) {
         if (errno == ENOENT)

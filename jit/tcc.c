@@ -409,11 +409,10 @@ static const char *cu_cudnn_include(void)
     return cudnn_inc[0] ? cudnn_inc : NULL;
 }
 
-/* CUDA_VERSION's value from cuda.h's text (its first lines): "unknown"
- * when it is not there. */
-static void cu_version_of(const char *text, char *version, size_t n)
+/* CUDA_VERSION's value in text (a line "#define CUDA_VERSION 13000"
+ * whose value ends before the text does, unless at_end); 1 when found. */
+static int cu_version_in(const char *text, int at_end, char *version, size_t n)
 {
-    snprintf(version, n, "unknown");
     static const char def[] = "#define CUDA_VERSION";
     for (const char *p = text; (p = strstr(p, def)); p += sizeof def - 1) {
         const char *v = p + sizeof def - 1;
@@ -421,11 +420,41 @@ static void cu_version_of(const char *text, char *version, size_t n)
             continue;
         v += strspn(v, " \t");
         size_t len = strcspn(v, " \t\r\n");
-        if (len) {
+        if (len && (v[len] || at_end)) {
             snprintf(version, n, "%.*s", (int)(len < 63 ? len : 63), v);
-            return;
+            return 1;
         }
     }
+    return 0;
+}
+
+/* CUDA_VERSION from cuda.h's first 256 KiB, read 16 KiB at a time until
+ * it is found (it is in the first page or so): "unknown" when not. */
+static void cu_version_of(const char *path, char *version, size_t n)
+{
+    enum { CHUNK = 16384, KEEP = 128, LIMIT = 256 << 10 };
+    char buf[KEEP + CHUNK + 1];
+    size_t have = 0, total = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    snprintf(version, n, "unknown");
+    while (fd >= 0 && total < LIMIT) {
+        ssize_t r = read(fd, buf + have, CHUNK);
+        buf[r > 0 ? have + (size_t)r : have] = '\0';
+        if (r <= 0) {
+            cu_version_in(buf, 1, version, n);
+            break;
+        }
+        total += (size_t)r;
+        have += (size_t)r;
+        if (cu_version_in(buf, 0, version, n))
+            break;
+        /* Keep the tail: a define cut by the chunk's end is whole next time. */
+        size_t keep = have < KEEP ? have : KEEP;
+        memmove(buf, buf + have - keep, keep);
+        have = keep;
+    }
+    if (fd >= 0)
+        close(fd);
 }
 
 /* The first n - 1 bytes of path, NUL-terminated, into buf; bytes read or -1. */
@@ -459,13 +488,10 @@ static void cu_versions_find(void)
         snprintf(cu_versions, sizeof cu_versions, "cuda-toolkit=none");
         return;
     }
-    enum { HEAD = 256 << 10, DNN = 65536 };
-    char p[PATH_MAX + 32], version[64], *buf = malloc(HEAD);
+    enum { DNN = 65536 };
+    char p[PATH_MAX + 32], version[64], *buf = malloc(DNN + 1);
     snprintf(p, sizeof p, "%s/cuda.h", inc);
-    if (buf && read_head(p, buf, HEAD) >= 0)
-        cu_version_of(buf, version, sizeof version);
-    else
-        snprintf(version, sizeof version, "unknown");
+    cu_version_of(p, version, sizeof version);
     snprintf(p, sizeof p, "%s/cudnn_version.h", dnn ? dnn : inc);
     unsigned long long dnn_hash = 0;
     ssize_t got = buf ? read_head(p, buf, DNN + 1) : -1;

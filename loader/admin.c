@@ -18,7 +18,7 @@
  * the configuration it was made with (admin_warm_config). */
 static cache *admin_cache(opjit_runtime *rt) { return rt->loader->cache; }
 
-const char *opjit_ops_path(opjit_runtime *rt) { return rt ? rt->loader->ops_path : ""; }
+const char *opjit_ops_path(opjit_runtime *rt) { return rt ? loader_ops_path(rt->loader) : ""; }
 
 /* ---- a list of unique strings ---------------------------------------------- */
 

@@ -252,8 +252,10 @@ static int keep_image(loader *l, const source *s, cuda_module *cm, const char *a
     const char *id = jit_nvrtc_identity();
     if (id && sscanf(id, "nvrtc %d.%d", &vmaj, &vmin) == 2)
         snprintf(producer, sizeof producer, "NVRTC %d.%d", vmaj, vmin);
-    int rc = cuda_module_add_image(cm, arch, data, size, producer);
-    free(data);
+    /* Taken, not copied: a cubin is tens of KiB of fresh memory. */
+    int rc = cuda_module_take_image(cm, arch, (unsigned char *)data, size, producer);
+    if (rc)
+        free(data);
     if (rc)
         return rt_error(l->rt, rc, "%s: %s: cannot keep the device code", s->path, arch);
     return OPJIT_OK;

@@ -996,7 +996,7 @@ static int walk_next_dir(idx_walk *w, const char *p, size_t n, dir_look *dl)
 static int walk_path(idx_walk *w, int check_each, int (*fn)(void *ud, const char *path), void *ud)
 {
     int rc = OPJIT_ENOTFOUND;
-    for (const char *p = w->l->ops_path; *p;) {
+    for (const char *p = loader_ops_path(w->l); *p;) {
         size_t n = strcspn(p, ":");
         dir_look dl;
         int skip = walk_next_dir(w, p, n, &dl);
@@ -1045,7 +1045,8 @@ int index_each_source(loader *l, const char *op, int (*fn)(void *ud, const char 
     if (rc == OPJIT_ENOTFOUND) {
         walk_note_bad(&w);
         rt_error(l->rt, rc, "no source for op '%s' on the search path (%s)%s%s", op,
-                 l->ops_path, w.nbad ? "; these sources could not be indexed:" : "", w.bad);
+                 loader_ops_path(l), w.nbad ? "; these sources could not be indexed:" : "",
+                 w.bad);
     }
     walk_end(&w);
     return rc;

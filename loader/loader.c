@@ -100,27 +100,40 @@ static void shipped_find(void)
     shipped_installed = access(OPJIT_INSTALLED_OPS_DIR, X_OK) == 0 ? OPJIT_INSTALLED_OPS_DIR : "";
 }
 
-/* The search path: config, $OPJIT_OPS_PATH, the ops shipped with this
- * copy of the library (next to it, or as a static host was told), the
- * installed ones (where they exist). NULL when out of memory. */
-static char *search_path(const opjit_config *cfg)
+/* The non-empty parts joined by ':', malloc'd; NULL when out of memory. */
+static char *path_join(const char *const *part, size_t nparts)
 {
-    const char *env = getenv("OPJIT_OPS_PATH");
-    pthread_once(&shipped_once, shipped_find);
-    const char *moved = shipped_moved, *host = shipped_host, *installed = shipped_installed;
-    const char *part[] = {cfg->ops_path, env, moved, host, installed};
     size_t n = 1;
-    for (size_t i = 0; i < sizeof part / sizeof *part; i++)
+    for (size_t i = 0; i < nparts; i++)
         n += part[i] ? strlen(part[i]) + 1 : 0;
     char *path = malloc(n);
     if (path) {
         size_t k = 0;
         path[0] = '\0';
-        for (size_t i = 0; i < sizeof part / sizeof *part; i++)
+        for (size_t i = 0; i < nparts; i++)
             if (part[i] && *part[i])
                 k += (size_t)snprintf(path + k, n - k, "%s%s", k ? ":" : "", part[i]);
     }
     return path;
+}
+
+/* The search path: config, $OPJIT_OPS_PATH (both as they were when the
+ * runtime was made), the ops shipped with this copy of the library (next
+ * to it, or as a static host was told), the installed ones (where they
+ * exist). Made at its first use: a load by path never needs it, so a
+ * host that loads files does not look for the shipped ops. "" when out
+ * of memory. */
+const char *loader_ops_path(loader *l)
+{
+    pthread_mutex_lock(&l->ops_lock);
+    if (!l->ops_path) {
+        pthread_once(&shipped_once, shipped_find);
+        const char *part[] = {l->ops_head, shipped_moved, shipped_host, shipped_installed};
+        l->ops_path = path_join(part, sizeof part / sizeof *part);
+    }
+    const char *p = l->ops_path ? l->ops_path : "";
+    pthread_mutex_unlock(&l->ops_lock);
+    return p;
 }
 
 /* *dst = a copy of src (NULL stays NULL); non-zero when out of memory. */
@@ -144,7 +157,8 @@ static int keep_settings(loader *l, const opjit_config *cfg)
     oom |= dup_setting(&l->cfg_readonly, cfg->readonly_caches);
     oom |= dup_setting(&l->cfg_remote, cfg->remote_cache);
     oom |= dup_setting(&l->cfg_remote_key, cfg->remote_key_file);
-    oom |= !(l->ops_path = search_path(cfg));
+    const char *head[] = {cfg->ops_path, getenv("OPJIT_OPS_PATH")};
+    oom |= !(l->ops_head = path_join(head, 2));
     return oom ? OPJIT_ENOMEM : OPJIT_OK;
 }
 
@@ -173,6 +187,7 @@ int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **ou
     l->rt = rt;
     l->discover_cancel_fd = -1;
     pthread_mutex_init(&l->lock, NULL);
+    pthread_mutex_init(&l->ops_lock, NULL);
     int rc = keep_settings(l, cfg), parts = 0;
     cache_config cc;
     loader_cache_config(l, &cc);
@@ -211,6 +226,8 @@ static void loader_destroy_parts(loader *l, int parts)
     if (parts >= 1)
         cache_close(l->cache);
     free(l->ops_path);
+    free(l->ops_head);
+    pthread_mutex_destroy(&l->ops_lock);
     free(l->cuda_archs);
     free(l->cfg_cache_dir);
     free(l->cfg_readonly);
@@ -230,7 +247,7 @@ void loader_destroy(struct loader *l)
 typedef struct load_job {
     loader *l;
     const char *path;
-    source src;
+    source *src;           /* the caller's */
     unsigned half;         /* JIT_C, or JIT_CU_HOST for a .cu */
     opjit_load_info *info; /* may be NULL */
     const char *replaces;  /* the loaded source this one takes over, or NULL */
@@ -264,25 +281,34 @@ static int load_host(load_job *j, const jit_compiler *jc, struct cuda_module *cm
                      const char *tier)
 {
     loader *l = j->l;
-    char diag[OPJIT_ERRMSG_SIZE - 256];
-    pipeline_artifact art = {0};
-    int rc = pipeline_get_host(&l->pipe, &j->src, jc, j->half, !jc->background, &art, diag,
-                               sizeof diag);
-    if (rc && jc->background)
-        return OPJIT_ENOTFOUND;
-    if (rc) {
+    /* On the heap: 16 KiB of stack would push the dlopen and the module's
+     * init below it onto pages a fresh process has not touched. */
+    enum { DIAG = OPJIT_ERRMSG_SIZE - 256 };
+    char *diag = malloc(DIAG);
+    if (!diag) {
         cuda_module_free(cm);
-        if (rc == OPJIT_ECOMPILE)
-            return rt_error(l->rt, rc, "%s: compile error:\n%s", j->path, diag);
-        return rt_error(l->rt, rc, "%s: %s", j->path, diag);
+        return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
     }
+    diag[0] = '\0';
+    pipeline_artifact art = {0};
+    int rc = pipeline_get_host(&l->pipe, j->src, jc, j->half, !jc->background, &art, diag, DIAG);
+    if (rc) {
+        if (!jc->background) {
+            cuda_module_free(cm);
+            rc = rt_error(l->rt, rc, rc == OPJIT_ECOMPILE ? "%s: compile error:\n%s" : "%s: %s",
+                          j->path, diag);
+        }
+        free(diag);
+        return jc->background ? OPJIT_ENOTFOUND : rc;
+    }
+    free(diag);
     j->hit = art.hit;
     j->t_fetch = loader_now_ms();
     if (!art.path) {
         cuda_module_free(cm);
         rc = rt_error(l->rt, OPJIT_ECACHE, "%s: the cache entry has no %s", j->path, art.name);
     } else
-        rc = loader_publish_module(l, &j->src, art.path, tier, j->opname, sizeof j->opname, cm,
+        rc = loader_publish_module(l, j->src, art.path, tier, j->opname, sizeof j->opname, cm,
                                    j->replaces);
     cache_entry_release(art.entry);
     if (rc && jc->background)
@@ -316,8 +342,8 @@ static int load_source(load_job *j)
     struct cuda_module *cm = NULL;
     const jit_compiler *dev = NULL;
     int dev_hit = 1, rc = OPJIT_OK;
-    if (j->src.device == OPJIT_CUDA) /* its device code, per architecture */
-        rc = cu_device_code(l, &j->src, &cm, &dev_hit, &dev);
+    if (j->src->device == OPJIT_CUDA) /* its device code, per architecture */
+        rc = cu_device_code(l, j->src, &cm, &dev_hit, &dev);
     if (!rc)
         rc = load_best_host(j, cm, dev ? dev->name : NULL);
     if (rc)
@@ -327,7 +353,7 @@ static int load_source(load_job *j)
     /* Better compilers than the one serving build in the background. */
     for (int i = 0; i < j->served; i++)
         if (jit_compilers[i]->background && (jit_compilers[i]->halves & j->half))
-            tier_schedule(l, jit_compilers[i], &j->src);
+            tier_schedule(l, jit_compilers[i], j->src);
     const char *tier = dev ? dev->name : jit_compilers[j->served]->name;
     load_report(j, tier);
     rt_log(l->rt, OPJIT_LOG_INFO, "loaded %s (%s, %s, %.2f ms)", j->path, tier,
@@ -342,25 +368,22 @@ static int load_source(load_job *j)
 static int load_read_locked(loader *l, source *s, const char *replaces, double t0, opjit_op **op,
                             opjit_load_info *info)
 {
-    load_job *j = calloc(1, sizeof *j);
-    if (!j)
-        return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
-    *j = (load_job){.l = l, .path = s->path, .info = info, .replaces = replaces, .t0 = t0,
-                    .src = *s};
+    load_job job = {.l = l, .path = s->path, .info = info, .replaces = replaces, .t0 = t0,
+                    .src = s}, *j = &job;
     if (info) {
         memset(info, 0, sizeof *info);
         snprintf(info->source, sizeof info->source, "%s", s->path);
     }
     int rc = OPJIT_OK;
-    j->half = j->src.device == OPJIT_CUDA ? JIT_CU_HOST : JIT_C;
+    j->half = j->src->device == OPJIT_CUDA ? JIT_CU_HOST : JIT_C;
     j->t_key = loader_now_ms();
-    loaded *prev = loader_find_loaded(l, j->src.real);
-    if (prev && !memcmp(prev->digest.bytes, j->src.digest.bytes, sizeof prev->digest.bytes)) {
+    loaded *prev = loader_find_loaded(l, j->src->real);
+    if (prev && !memcmp(prev->digest.bytes, j->src->digest.bytes, sizeof prev->digest.bytes)) {
         /* Unchanged since it was loaded: nothing to do. */
         snprintf(j->opname, sizeof j->opname, "%s", prev->op_name);
         j->hit = CACHE_HIT_LOCAL;
         load_report(j, prev->tier);
-        if (replaces && strcmp(replaces, j->src.real)) { /* the new file serves already */
+        if (replaces && strcmp(replaces, j->src->real)) { /* the new file serves already */
             module_unpublish(l->rt, replaces);
             loader_forget(l, replaces);
         }
@@ -369,7 +392,6 @@ static int load_read_locked(loader *l, source *s, const char *replaces, double t
     }
     if (!rc && op)
         rc = opjit_find_op(l->rt, j->opname, op);
-    free(j);
     return rc;
 }
 

@@ -44,7 +44,10 @@ typedef struct pipeline {
 typedef struct loader {
     opjit_runtime *rt;
     pthread_mutex_t lock; /* loads on this runtime */
-    char *ops_path;       /* colon-separated: config, $OPJIT_OPS_PATH, installed */
+    char *ops_path;       /* colon-separated: config, $OPJIT_OPS_PATH, installed; made
+                           * at first use: read it with loader_ops_path */
+    char *ops_head;       /* config and $OPJIT_OPS_PATH, as at create */
+    pthread_mutex_t ops_lock; /* ops_path */
     cache *cache;
     pipeline pipe;
     loaded *loaded;
@@ -122,6 +125,8 @@ int loader_load_replacing(loader *l, const char *path, const char *replaces);
 /* Warn of each directory cfg.ops_path or $OPJIT_OPS_PATH names that is not
  * one (opjit_create; not the runtimes the library makes for itself). */
 void loader_warn_missing_dirs(loader *l, const opjit_config *cfg);
+/* The search path, colon-separated (made at its first use). */
+const char *loader_ops_path(loader *l);
 /* A runtime with a loader and nothing else (no watcher): what discovery's
  * children and warming load by path with. */
 int loader_runtime_new(const opjit_config *cfg, opjit_runtime **out);

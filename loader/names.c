@@ -181,7 +181,7 @@ int opjit_load_op(opjit_runtime *rt, const char *spec, opjit_op **op)
     if (!bn.found)
         return rt_error(rt, OPJIT_ENOTFOUND, "no source for %s '%.*s' on the search path (%s)",
                         sep ? "module" : "op", (int)(sep ? sep - spec : (ptrdiff_t)strlen(spec)),
-                        spec, rt->loader->ops_path);
+                        spec, loader_ops_path(rt->loader));
     if (!bn.usable)
         return rt_error(rt, OPJIT_EDEVICE, "op '%s': no source usable on this machine in %s",
                         spec, bn.dir);

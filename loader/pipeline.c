@@ -146,10 +146,15 @@ static int identity(pipeline *p, const jit_compiler *jc, const char **id, char *
         return rc;
     pthread_mutex_lock(&p->lock);
     if (!pc->id_known) {
-        char idbuf[PATH_MAX + 128] = "", errbuf[1024] = "";
-        pc->id_rc = jc->identity(&p->set, idbuf, sizeof idbuf, errbuf, sizeof errbuf);
-        pc->id = strdup(idbuf);
-        pc->id_err = strdup(errbuf);
+        enum { ID = PATH_MAX + 128, ERR = 1024 };
+        char *buf = malloc(ID + ERR); /* learnt once: the heap, not the stack */
+        if (buf) {
+            buf[0] = buf[ID] = '\0';
+            pc->id_rc = jc->identity(&p->set, buf, ID, buf + ID, ERR);
+            pc->id = strdup(buf);
+            pc->id_err = strdup(buf + ID);
+        }
+        free(buf);
         pc->id_known = pc->id && pc->id_err; /* else asked again next time */
         if (!pc->id_known) {
             free(pc->id);
@@ -171,22 +176,26 @@ typedef struct key_parts {
     const source *src;
     const jit_compiler *jc;
     const char *target;
+    int link_blas; /* source_uses_blas, asked once */
     char options[1024];
 } key_parts;
 
 /* The compile a wants, as far as its key depends on it (no directory or
  * artifact name yet), and the key's parts. */
-static jit_job job_of(pipeline *p, const pipeline_get_args *a)
+static jit_job job_of(pipeline *p, const pipeline_get_args *a, const key_parts *k)
 {
     return (jit_job){.source_name = a->src->path, .text = a->src->text, .len = a->src->len,
-                     .half = a->half, .link_blas = source_uses_blas(a->src),
-                     .target = a->target, .set = &p->set};
+                     .half = a->half, .link_blas = k->link_blas, .target = a->target,
+                     .set = &p->set};
 }
 
 static void key_parts_of(pipeline *p, const pipeline_get_args *a, key_parts *k)
 {
-    *k = (key_parts){.src = a->src, .jc = a->jc, .target = a->target};
-    jit_job job = job_of(p, a);
+    k->src = a->src;
+    k->jc = a->jc;
+    k->target = a->target;
+    k->link_blas = source_uses_blas(a->src);
+    jit_job job = job_of(p, a, k);
     a->jc->options(&job, k->options, sizeof k->options);
 }
 
@@ -264,13 +273,18 @@ static int build(void *ud, const char *dir, char *err, size_t errlen)
 /* Through the index entry keyed by the compiler's file (or by none). */
 static int get_by_index(pipeline *p, const key_parts *k, const char *by, pipeline_artifact *out)
 {
-    pipeline_request index, full;
-    if (make_request(k, by, 1, &index) || make_request(k, NULL, 0, &full))
-        return OPJIT_ENOMEM;
-    if (cache_index_fetch(p->cache, &index.req, &full.req, &out->entry) != OPJIT_OK)
-        return OPJIT_ENOTFOUND;
-    out->hit = cache_entry_origin(out->entry);
-    return OPJIT_OK;
+    /* Requests are 12 KiB each: on the heap, as in get_by_key. */
+    pipeline_request *index = malloc(sizeof *index), *full = malloc(sizeof *full);
+    int rc = !index || !full || make_request(k, by, 1, index) || make_request(k, NULL, 0, full)
+                 ? OPJIT_ENOMEM
+             : cache_index_fetch(p->cache, &index->req, &full->req, &out->entry) != OPJIT_OK
+                 ? OPJIT_ENOTFOUND
+                 : OPJIT_OK;
+    if (!rc)
+        out->hit = cache_entry_origin(out->entry);
+    free(index);
+    free(full);
+    return rc;
 }
 
 /* Make a fresh artifact findable without running or loading its compiler,
@@ -289,8 +303,11 @@ static void put_index(pipeline *p, const key_parts *k, const char *fid, const ca
 static int get_by_key(pipeline *p, const pipeline_get_args *a, const key_parts *k,
                       const char *id, pipeline_artifact *out, char *diag, size_t diaglen)
 {
-    pipeline_request r;
-    if (make_request(k, id, 0, &r)) {
+    /* On the heap: 12 KiB of stack would push the fetch below it onto
+     * pages a fresh process has not touched yet. */
+    pipeline_request *r = malloc(sizeof *r);
+    if (!r || make_request(k, id, 0, r)) {
+        free(r);
         snprintf(diag, diaglen, "out of memory");
         return OPJIT_ENOMEM;
     }
@@ -298,18 +315,20 @@ static int get_by_key(pipeline *p, const pipeline_get_args *a, const key_parts *
         .p = p,
         .src = a->src,
         .jc = a->jc,
-        .job = job_of(p, a),
+        .job = job_of(p, a, k),
         .diag = diag,
         .diaglen = diaglen,
     };
-    char err[1024] = "";
+    char err[1024];
+    err[0] = '\0';
     b.job.artifact = out->name;
-    int rc = cache_fetch(p->cache, &r.req, a->build ? build : NULL, &b, &out->entry, &out->hit,
+    int rc = cache_fetch(p->cache, &r->req, a->build ? build : NULL, &b, &out->entry, &out->hit,
                          err, sizeof err);
     if (rc && rc != OPJIT_ECOMPILE)
         snprintf(diag, diaglen, "%s", err[0] ? err : "not in a cache");
     if (!rc)
-        out->key = r.req.key;
+        out->key = r->req.key;
+    free(r);
     return rc;
 }
 

@@ -88,26 +88,41 @@ typedef struct header_set {
     source_refusal *refused;       /* where a confine rule was broken */
 } header_set;
 
-typedef struct header_bufs {
-    char name[512], path[PATH_MAX], rel[PATH_MAX], real[PATH_MAX], hdir[PATH_MAX],
-        hprefix[PATH_MAX];
-} header_bufs;
-
-/* realpath(path) for path = dir/name, dir a real path: a name of one
- * component that is not a symbolic link names itself (one lstat, where
- * realpath reads every component's link); anything else is resolved.
- * NULL when path names nothing. */
-static char *header_real(const char *path, const char *name, char *real)
+/* realpath(path) for path = dir/name, dir a real path, malloc'd: a name
+ * of one component that is not a symbolic link names itself (one lstat,
+ * where realpath reads every component's link); anything else is
+ * resolved. NULL when path names nothing (or out of memory: *oom). */
+static char *header_real(const char *path, const char *name, int *oom)
 {
     struct stat st;
-    if (!strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..") &&
-        strlen(path) < PATH_MAX) {
+    char *r;
+    if (!strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..")) {
         if (lstat(path, &st) != 0)
             return NULL;
         if (!S_ISLNK(st.st_mode))
-            return memcpy(real, path, strlen(path) + 1);
+            return (r = strdup(path)) ? r : (*oom = 1, NULL);
     }
-    return realpath(path, real);
+    r = realpath(path, NULL);
+    if (!r && errno == ENOMEM)
+        *oom = 1;
+    return r;
+}
+
+/* a + b + c, malloc'd; NULL (and *oom) when out of memory. The strings
+ * of a header's lookup are small and freed at once: they share a few
+ * heap pages, where buffers of PATH_MAX each would touch a page apiece. */
+static char *join3(const char *a, const char *b, const char *c, int *oom)
+{
+    size_t na = strlen(a), nb = strlen(b), nc = strlen(c);
+    char *r = malloc(na + nb + nc + 1);
+    if (!r) {
+        *oom = 1;
+        return NULL;
+    }
+    memcpy(r, a, na);
+    memcpy(r + na, b, nb);
+    memcpy(r + na + nb, c, nc + 1);
+    return r;
 }
 
 static int header_seen(header_set *hs, const char *real)
@@ -143,6 +158,90 @@ static void digest_add(cache_keygen *g, readable *inputs, const char *field, con
     readable_add_sum(inputs, field, value, c.digest);
 }
 
+static void add_local_headers(cache_keygen *g, const char *src_dir, const char *dir,
+                              const char *text, const char *rel_prefix, header_set *hs,
+                              int depth);
+
+/* The include directive at p (a '#' in text), if one: *quoted, and its
+ * name into name (less than 512 bytes). */
+static int include_at(const char *text, const char *p, int *quoted, char name[512])
+{
+    const char *q = p + 1;
+    /* must be at the start of a line, maybe indented */
+    const char *bl = p;
+    while (bl > text && (bl[-1] == ' ' || bl[-1] == '\t'))
+        bl--;
+    if (bl > text && bl[-1] != '\n')
+        return 0;
+    while (*q == ' ' || *q == '\t')
+        q++;
+    if (strncmp(q, "include", 7))
+        return 0;
+    q += 7;
+    while (*q == ' ' || *q == '\t')
+        q++;
+    if (*q != '"' && *q != '<')
+        return 0;
+    *quoted = *q == '"';
+    const char *e = strchr(q + 1, *quoted ? '"' : '>');
+    const char *nl = strchr(q + 1, '\n');
+    if (!e || (nl && nl < e) || e - q - 1 >= 512)
+        return 0;
+    memcpy(name, q + 1, (size_t)(e - q - 1));
+    name[e - q - 1] = '\0';
+    return 1;
+}
+
+/* Where the compiler finds name first: "x.h" next to the including file
+ * (dir), then (like <x.h>) in the source's directory. *real and *rel
+ * (malloc'd) when found there, else both NULL. */
+static void header_find(const char *src_dir, const char *dir, const char *name, int quoted,
+                        const char *rel_prefix, char **real, char **rel, int *oom)
+{
+    char *path = quoted ? join3(dir, "/", name, oom) : NULL;
+    *rel = NULL;
+    *real = path ? header_real(path, name, oom) : NULL;
+    if (*real) {
+        *rel = join3(rel_prefix, "", name, oom);
+    } else {
+        free(path);
+        path = join3(src_dir, "/", name, oom);
+        *real = path ? header_real(path, name, oom) : NULL;
+        if (*real)
+            *rel = join3("", "", name, oom);
+    }
+    free(path);
+    if (*real && !*rel) {
+        free(*real);
+        *real = NULL;
+    }
+}
+
+/* A local header found at real (rel from the source's directory): into
+ * the key, then its own includes. */
+static void add_header(cache_keygen *g, const char *src_dir, const char *real, const char *rel,
+                       header_set *hs, int depth)
+{
+    size_t len;
+    char *h = loader_read_file(real, &len);
+    if (!h && errno == EINVAL && !hs->bad) /* a FIFO or device: the compiler would hang */
+        hs->bad = strdup(real);
+    if (!h)
+        return;
+    cache_keygen_add_str(g, "header-name", rel);
+    digest_add(g, hs->inputs, "header", rel, h, len);
+    const char *slash = strrchr(real, '/'), *rslash = strrchr(rel, '/');
+    char *hdir = strndup(real, slash ? (size_t)(slash - real) : strlen(real));
+    char *hprefix = strndup(rel, rslash ? (size_t)(rslash - rel + 1) : 0);
+    if (hdir && hprefix)
+        add_local_headers(g, src_dir, hdir, h, hprefix, hs, depth + 1);
+    else
+        hs->oom = 1;
+    free(hdir);
+    free(hprefix);
+    free(h);
+}
+
 /* dir: the including file's directory; src_dir: the source's, which the
  * compilers also search first (-I) for "x.h" and <x.h> alike. */
 static void add_local_headers(cache_keygen *g, const char *src_dir, const char *dir,
@@ -153,75 +252,28 @@ static void add_local_headers(cache_keygen *g, const char *src_dir, const char *
         hs->oom = 1; /* never a key that silently lacks headers */
         return;
     }
-    header_bufs *b = NULL;
-    for (const char *p = text; (p = strstr(p, "#")); p++) {
-        const char *q = p + 1;
-        /* must be at the start of a line, maybe indented */
-        const char *bl = p;
-        while (bl > text && (bl[-1] == ' ' || bl[-1] == '\t'))
-            bl--;
-        if (bl > text && bl[-1] != '\n')
+    char name[512];
+    int quoted;
+    for (const char *p = text; (p = strchr(p, '#')) && !hs->oom; p++) {
+        if (!include_at(text, p, &quoted, name))
             continue;
-        while (*q == ' ' || *q == '\t')
-            q++;
-        if (strncmp(q, "include", 7))
-            continue;
-        q += 7;
-        while (*q == ' ' || *q == '\t')
-            q++;
-        if (*q != '"' && *q != '<')
-            continue;
-        int quoted = *q == '"';
-        const char *e = strchr(q + 1, quoted ? '"' : '>');
-        const char *nl = strchr(q + 1, '\n');
-        if (!e || (nl && nl < e) || e - q - 1 >= 512)
-            continue;
-        if (!b && !(b = malloc(sizeof *b))) {
-            hs->oom = 1;
-            return;
-        }
-        snprintf(b->name, sizeof b->name, "%.*s", (int)(e - q - 1), q + 1);
-        /* Where the compiler looks first: "x.h" next to the including
-         * file, then (like <x.h>) in the source's directory. */
-        int found = 0;
-        if (quoted && (size_t)snprintf(b->path, sizeof b->path, "%s/%s", dir, b->name) <
-                          sizeof b->path && header_real(b->path, b->name, b->real)) {
-            found = 1;
-            snprintf(b->rel, sizeof b->rel, "%s%s", rel_prefix, b->name);
-        } else if ((size_t)snprintf(b->path, sizeof b->path, "%s/%s", src_dir, b->name) <
-                       sizeof b->path && header_real(b->path, b->name, b->real)) {
-            found = 1;
-            snprintf(b->rel, sizeof b->rel, "%s", b->name);
-        }
+        char *real, *rel;
+        header_find(src_dir, dir, name, quoted, rel_prefix, &real, &rel, &hs->oom);
         if (hs->confine && hs->confine->dir &&
-            source_confine_check(hs->confine, hs->refused, text, p, depth, quoted, found, b->name,
-                                 found ? b->real : NULL))
+            source_confine_check(hs->confine, hs->refused, text, p, depth, quoted, real != NULL,
+                                 name, real)) {
+            free(real);
+            free(rel);
             break; /* refused: the load fails with why */
-        if (!found)
-            continue; /* not local: a system header, or the compiler will fail */
-        if (header_seen(hs, b->real))
-            continue;
-        size_t len;
-        char *h = loader_read_file(b->real, &len);
-        if (!h && errno == EINVAL && !hs->bad) /* a FIFO or device: the compiler would hang */
-            hs->bad = strdup(b->real);
-        if (!h)
-            continue;
-        cache_keygen_add_str(g, "header-name", b->rel);
-        digest_add(g, hs->inputs, "header", b->rel, h, len);
-        snprintf(b->hdir, sizeof b->hdir, "%s", b->real);
-        char *slash = strrchr(b->hdir, '/');
-        if (slash)
-            *slash = '\0';
-        const char *rslash = strrchr(b->rel, '/');
-        snprintf(b->hprefix, sizeof b->hprefix, "%.*s", rslash ? (int)(rslash - b->rel + 1) : 0,
-                 b->rel);
-        add_local_headers(g, src_dir, b->hdir, h, b->hprefix, hs, depth + 1);
-        free(h);
+        }
+        /* Not found: not local (a system header), or the compiler will fail. */
+        if (real && !header_seen(hs, real))
+            add_header(g, src_dir, real, rel, hs, depth);
+        free(real);
+        free(rel);
         if (hs->refused && hs->refused->kind)
             break;
     }
-    free(b);
 }
 
 /* ---- one source file ------------------------------------------------------ */
@@ -275,7 +327,8 @@ int source_finish(loader *l, source *s)
     s->name = base_name(s->path);
     snprintf(s->stem, sizeof s->stem, "%.*s", (int)(strrchr(s->name, '.') - s->name), s->name);
     char *bad = NULL;
-    source_refusal refused = {0};
+    source_refusal refused;
+    refused.kind = 0; /* msg is written only with a kind */
     source_digest(s, &s->digest, &bad, &s->inputs, &refused);
     if (refused.kind) {
         rt_error(l->rt, OPJIT_EINVAL, "%s", refused.msg);
@@ -355,20 +408,26 @@ void readable_free(readable *r)
     memset(r, 0, sizeof *r);
 }
 
-/* opjit_op.h's XXH3-128: the header is this library's, hashed once. */
-static XXH128_canonical_t op_header_canon;
+/* opjit_op.h's SHA-256 as raw bytes: the header is this library's, hashed
+ * when it was built (a hit never reads the header's text). */
+static unsigned char op_header_digest[32];
 static pthread_once_t op_header_once = PTHREAD_ONCE_INIT;
 
-static void op_header_hash(void)
+static void op_header_parse(void)
 {
-    XXH128_canonicalFromHash(&op_header_canon,
-                             XXH3_128bits(opjit_op_h_text, sizeof opjit_op_h_text));
+    static const char hex[] = OPJIT_OP_H_SHA256;
+    for (int i = 0; i < 32; i++) {
+        const char *d = hex + 2 * i;
+        unsigned hi = (unsigned)(d[0] <= '9' ? d[0] - '0' : d[0] - 'a' + 10);
+        unsigned lo = (unsigned)(d[1] <= '9' ? d[1] - '0' : d[1] - 'a' + 10);
+        op_header_digest[i] = (unsigned char)(hi << 4 | lo);
+    }
 }
 
-static const XXH128_canonical_t *op_header_sum(void)
+static const unsigned char *op_header_sum(void)
 {
-    pthread_once(&op_header_once, op_header_hash);
-    return &op_header_canon;
+    pthread_once(&op_header_once, op_header_parse);
+    return op_header_digest;
 }
 
 /* What every artifact of s depends on, hashed: opjit's ABI and op header,
@@ -388,10 +447,11 @@ static void source_digest(const source *s, cache_key *out, char **bad_header, re
     cache_keygen_add_str(g, "opjit-abi", abi);
     readable_add(inputs, "opjit-abi", abi, NULL, 0);
     loader_add_op_header(g);
-    readable_add_sum(inputs, "opjit_op.h", "", op_header_sum()->digest);
+    readable_add_sum(inputs, "opjit_op.h", "", op_header_sum());
     cache_keygen_add_str(g, "source-name", s->name);
     digest_add(g, inputs, "source", s->name, s->text, s->len);
-    source_refusal ignored = {0};
+    source_refusal ignored;
+    ignored.kind = 0;
     header_set hs = {.inputs = inputs, .confine = s->confine.dir ? &s->confine : NULL,
                      .refused = refused ? refused : &ignored};
     add_local_headers(g, s->dir, s->dir, s->text, "", &hs, 0);
@@ -414,13 +474,13 @@ static void source_digest(const source *s, cache_key *out, char **bad_header, re
 
 void loader_add_op_header(cache_keygen *g)
 {
-    const XXH128_canonical_t *c = op_header_sum();
-    cache_keygen_add(g, "opjit_op.h", c->digest, sizeof c->digest);
+    cache_keygen_add(g, "opjit_op.h-sha256", op_header_sum(), 32);
 }
 
 void source_each_header(const source *s, void (*fn)(void *ud, const char *real), void *ud)
 {
-    source_refusal ignored = {0};
+    source_refusal ignored;
+    ignored.kind = 0;
     header_set hs = {.confine = s->confine.dir ? &s->confine : NULL, .refused = &ignored};
     add_local_headers(NULL, s->dir, s->dir, s->text, "", &hs, 0); /* NULL: no hashing */
     for (int i = 0; i < hs.n; i++) {
@@ -479,7 +539,7 @@ int loader_each_source(opjit_runtime *rt, const char *name,
                        int (*fn)(void *ud, const char *path), void *ud)
 {
     loader *l = rt->loader;
-    const char *p = l->ops_path;
+    const char *p = loader_ops_path(l);
     while (*p) {
         const char *e = strchr(p, ':');
         size_t n = e ? (size_t)(e - p) : strlen(p);

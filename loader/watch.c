@@ -313,7 +313,7 @@ static const char *dir_of_wd(const struct watcher *w, int wd)
 
 static void watch_search_path(struct watcher *w)
 {
-    for (const char *p = w->l->ops_path; *p;) {
+    for (const char *p = loader_ops_path(w->l); *p;) {
         size_t n = strcspn(p, ":");
         char dir[PATH_MAX];
         snprintf(dir, sizeof dir, "%.*s", (int)n, p);

@@ -306,12 +306,12 @@ static int arch_parse(const char *s, int *number, int *ptx, int *specific)
     return 1;
 }
 
-int cuda_module_add_image(cuda_module *cm, const char *arch, const void *data, size_t size,
-                          const char *producer)
+int cuda_module_take_image(cuda_module *cm, const char *arch, unsigned char *data, size_t size,
+                           const char *producer)
 {
     int number, ptx, specific;
     if (!cm || !arch || strlen(arch) >= sizeof cm->images->arch ||
-        !arch_parse(arch, &number, &ptx, &specific) || (!data && size))
+        !arch_parse(arch, &number, &ptx, &specific) || !data)
         return OPJIT_EINVAL;
     cuda_image *v = realloc(cm->images, (size_t)(cm->nimages + 1) * sizeof *v);
     if (!v)
@@ -319,10 +319,7 @@ int cuda_module_add_image(cuda_module *cm, const char *arch, const void *data, s
     cm->images = v;
     cuda_image *im = &v[cm->nimages];
     memset(im, 0, sizeof *im);
-    if (!(im->data = malloc(size + 1)))
-        return OPJIT_ENOMEM;
-    if (size)
-        memcpy(im->data, data, size);
+    im->data = data;
     im->data[size] = 0;
     im->size = size;
     snprintf(im->arch, sizeof im->arch, "%s", arch);

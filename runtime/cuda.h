@@ -32,10 +32,12 @@ typedef struct cuda_module cuda_module;
 /* An empty set of images for the module of source (for messages). */
 cuda_module *cuda_module_new(const char *source);
 /* Add the image for arch ("sm_90": a cubin, "compute_90": PTX text);
- * producer says what made it ("NVRTC 13.0"), for messages. The bytes are
- * copied. OPJIT_EINVAL for a bad arch, OPJIT_ENOMEM. */
-int cuda_module_add_image(cuda_module *cm, const char *arch, const void *data, size_t size,
-                          const char *producer);
+ * producer says what made it ("NVRTC 13.0"), for messages. data
+ * (malloc'd, room for size + 1 bytes: a NUL is put after them) is the
+ * module's from OPJIT_OK on, not copied; on failure it stays the
+ * caller's. OPJIT_EINVAL for a bad arch, OPJIT_ENOMEM. */
+int cuda_module_take_image(cuda_module *cm, const char *arch, unsigned char *data, size_t size,
+                           const char *producer);
 /* The architectures held, comma-separated, into buf. */
 const char *cuda_module_archs(const cuda_module *cm, char *buf, size_t n);
 /* Unload from every context it was loaded into, and free. NULL is fine. */
