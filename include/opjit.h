@@ -197,9 +197,10 @@ typedef struct opjit_config {
      * in several steps) makes one rebuild, about 25 ms after the last
      * write. A broken edit keeps the old kernels and reports the error
      * (log callback, watch_fn). A loaded source is followed by the path it
-     * was loaded by: when that path comes to name another file (a symlink
-     * retargeted, a directory replaced) the new file is loaded in its
-     * place; when it names nothing for a second the source is unloaded,
+     * was loaded by (by name: its directory as the search path spells it):
+     * when that path comes to name another file
+     * (a symlink retargeted, a directory replaced) the new file is loaded
+     * in its place; when it names nothing for a second it is unloaded,
      * and loaded again when a file appears there. Directories replaced or
      * moved away are watched anew by their paths. A new source on the
      * search path is indexed (a second thread; loads never wait for it):
