@@ -197,8 +197,8 @@ typedef struct opjit_config {
      * in several steps) makes one rebuild, about 25 ms after the last
      * write. A broken edit keeps the old kernels and reports the error
      * (log callback, watch_fn). A loaded source is followed by the path it
-     * was loaded by (in a search-path directory: through that directory's
-     * path on the search path): when that path comes to name another file
+     * was loaded by (by name: its directory as the search path spells it):
+     * when that path comes to name another file
      * (a symlink retargeted, a directory replaced) the new file is loaded
      * in its place; when it names nothing for a second it is unloaded,
      * and loaded again when a file appears there. Directories replaced or

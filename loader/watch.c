@@ -6,9 +6,8 @@
  * gather until WATCH_QUIET_MS pass without one (an editor saves in several
  * steps: a temporary file renamed over the source, or a truncate and a few
  * writes), then the burst is handled at once. A loaded source is followed
- * by the path the host loaded it by (one in a search-path directory, by
- * that directory's path on the search path: a load by name hands the
- * loader resolved paths):
+ * by the path the host loaded it by (a load by name: the search path's
+ * spelling of its directory, loader/index.c):
  *
  *  - when its file or a local header was touched it is loaded again
  *    (opjit_load_file: a no-op when its key did not change); the reload

@@ -509,29 +509,6 @@ int module_unpublish(opjit_runtime *rt, const char *real)
     return n;
 }
 
-/* m's declarations stay with the runtime: opjit_op_decls_get handed them
- * out until opjit_destroy. Kept anyway (never freed) when out of memory.
- * rt->lock held. */
-static void keep_decls_locked(opjit_runtime *rt, module *m)
-{
-    for (kernel *k = m->kernels; k; k = k->next_in_module) {
-        if (!k->decls)
-            continue;
-        if (rt->kept_decls.n == rt->kept_decls.cap) {
-            size_t cap = rt->kept_decls.cap ? 2 * rt->kept_decls.cap : 16;
-            kernel_decls **v = realloc(rt->kept_decls.v, cap * sizeof *v);
-            if (!v) {
-                k->decls = NULL;
-                continue;
-            }
-            rt->kept_decls.v = v;
-            rt->kept_decls.cap = cap;
-        }
-        rt->kept_decls.v[rt->kept_decls.n++] = k->decls;
-        k->decls = NULL;
-    }
-}
-
 int module_reclaim(opjit_runtime *rt)
 {
     module *done = NULL;
@@ -544,7 +521,6 @@ int module_reclaim(opjit_runtime *rt)
             *p = m->next;
             m->next = done;
             done = m;
-            keep_decls_locked(rt, m);
         } else {
             p = &m->next;
             left++;

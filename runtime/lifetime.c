@@ -95,9 +95,6 @@ static void modules_free(opjit_runtime *rt)
     for (size_t i = 0; i < rt->strings.cap; i++)
         free(rt->strings.v[i]);
     free(rt->strings.v);
-    for (size_t i = 0; i < rt->kept_decls.n; i++)
-        decl_free(rt->kept_decls.v[i]);
-    free(rt->kept_decls.v);
 }
 
 void runtime_free(opjit_runtime *rt)

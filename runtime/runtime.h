@@ -156,10 +156,6 @@ struct opjit_runtime {
         char **v; /* an open-addressing set; cap a power of two */
         size_t n, cap;
     } strings;    /* what op info hands out: kept until the runtime goes */
-    struct {
-        struct kernel_decls **v;
-        size_t n, cap;
-    } kept_decls; /* of modules unloaded: opjit_op_decls_get's, kept as long */
     workspace *free_ws;
     opjit_alloc_fn alloc;
     void *alloc_ud;
