@@ -120,17 +120,22 @@ static void helper_run(const loader *l, tier_job *batch, int fd)
     int rc = cache_open(&cc, &c, diag, sizeof diag);
     if (!rc && (rc = pipeline_init(&p, c, &l->pipe.set)))
         snprintf(diag, sizeof diag, "out of memory");
-    int i = 0;
+    int i = 0, last_rc = rc;
     for (tier_job *j = batch; j; j = j->next, i++) {
         pipeline_artifact art = {0};
-        int jrc = rc ? rc : pipeline_get_host(&p, &j->src, j->jc, JIT_C, 1, &art, diag,
+        last_rc = rc ? rc : pipeline_get_host(&p, &j->src, j->jc, JIT_C, 1, &art, diag,
                                               sizeof diag);
         cache_entry_release(art.entry);
-        helper_send(fd, i, jrc, jrc ? diag : "");
+        if (j->next)
+            helper_send(fd, i, last_rc, last_rc ? diag : "");
     }
+    /* The last outcome after the cleanup: a host that heard every job
+     * finds no scratch directory of ours left in its TMPDIR. */
     if (!rc)
         pipeline_fini(&p);
     cache_close(c);
+    if (i)
+        helper_send(fd, i - 1, last_rc, last_rc ? diag : "");
 }
 
 /* In the helper: results on fd 1, its compile slot on fd 3, /dev/null
