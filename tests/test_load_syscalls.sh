@@ -34,13 +34,16 @@ SRC=$S/ops-src/nms.c
 traced() {
     local name=$1
     shift
-    run strace -f -qq -s 64 -o "$T/$name.trace" "$CLI" "$@"
+    # LeakSanitizer cannot run under ptrace (a sanitizer build's tool).
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+        run strace -f -qq -s 64 -o "$T/$name.trace" "$CLI" "$@"
 }
-# none WHAT NAME REGEX: no line of NAME's trace matches.
+# none WHAT NAME REGEX [MAX]: no line (at most MAX lines) of NAME's trace
+# matches.
 none() {
-    local what=$1 name=$2 re=$3 hits
+    local what=$1 name=$2 re=$3 max=${4:-0} hits
     hits=$(grep -cE -- "$re" "$T/$name.trace" || true)
-    if [[ $hits == 0 ]]; then
+    if [[ $hits -le $max ]]; then
         pass
     else
         fail "$what: $hits calls, e.g.: $(grep -m2 -E -- "$re" "$T/$name.trace" | cut -c1-200)"
@@ -50,7 +53,9 @@ none() {
 traced cold load "$SRC"
 expect "a cold load" 0 "compiled"
 none "cold: no fsync" cold '(fsync|fdatasync|syncfs|sync_file_range)\('
-none "cold: no read of one byte at a time" cold 'read\([0-9]+, .*, 1\) += 1$'
+# (A sanitizer's runtime reads /proc/self/maps a byte at a time at its
+# very end, a few times; libtcc read its scripts that way, 400 times.)
+none "cold: no read of one byte at a time" cold 'read\([0-9]+, .*, 1\) += 1$' 8
 none "cold: nothing made in \$TMPDIR" cold "mkdir(at)?\\((AT_FDCWD, )?\"$T/tmp/"
 check "cold: \$TMPDIR is left empty" test -z "$(ls -A "$T/tmp")"
 
