@@ -44,6 +44,13 @@ CONV_GOAL_SHAPES = {"3x3 64->64 @56", "1x1 256->64 @56", "1x1 64->256 @56"}
 CONV_BATCHES = [1, 8]
 MM_SIZES = [256, 512, 1024, 2048]
 SETTLE = 0.05  # after each timed repetition with threads: OpenMP spins a while
+# bench/run --smoke: tiny shapes (the same code paths), a short target.
+SMOKE = os.environ.get("OPJIT_BENCH_SMOKE") == "1"
+if SMOKE:
+    CONV_SHAPES = [("3x3 8->8 @8", 8, 8, 3, 8, 1, 1), ("1x1 16->8 @8", 16, 8, 1, 8, 1, 0),
+                   ("1x1 8->16 @8", 8, 16, 1, 8, 1, 0)]
+    CONV_GOAL_SHAPES = {name for name, *_ in CONV_SHAPES}
+    MM_SIZES = [32]
 
 
 def log(msg):
@@ -229,7 +236,7 @@ def run(python, threads, reps, tmp):
                            "environment, $OPJIT_TORCH2_PYTHON names another)" % (python or "none")}
     out = os.path.join(tmp, "backward.json")
     args = [python, os.path.abspath(__file__), "--threads", ",".join(map(str, threads)),
-            "--reps", str(reps), "--out", out]
+            "--reps", str(reps), "--out", out] + (["--target", "0.01"] if SMOKE else [])
     log("conv2d_backward and mm_backward against torch 2.x (%s)" % python)
     p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=3600)
     if p.returncode != 0 or not os.path.exists(out):

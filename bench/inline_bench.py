@@ -22,6 +22,8 @@ TORCH2_PY = os.environ.get("OPJIT_BENCH_TORCH2_PY",
                            os.path.expanduser("~/.cache/opjit-dev/torch2/bin/python"))
 TINY = 8
 GOALS = {"vs_cpp_extension": 1000.0, "vs_tvm_ffi": 100.0, "hit_ms": 2.0}
+# bench/run --smoke: one cached load of each anchor, short per-call loops.
+SMOKE = os.environ.get("OPJIT_BENCH_SMOKE") == "1"
 
 OPJIT_SRC = r"""
 #include <opjit_op.h>
@@ -142,7 +144,7 @@ def bench_loads(reps, tmp):
                 e = dict(env, OPJIT_CACHE_DIR=d, TVM_FFI_CACHE_DIR=d,
                          TORCH_EXTENSIONS_DIR=d)
                 c = load_once(kind, d, e)
-                h = [load_once(kind, d, e) for _ in range(1 if kind == "opjit" else 3)]
+                h = [load_once(kind, d, e) for _ in range(1 if kind == "opjit" or SMOKE else 3)]
                 if kind != "opjit" or r:
                     cold.append(c)
                     hit.extend(h)
@@ -164,6 +166,7 @@ def bench_loads(reps, tmp):
 
 def per_call_us(fn, reps, inner=20000):
     """Median over reps of the mean time of one call in a loop of inner."""
+    inner = 1000 if SMOKE else inner
     for _ in range(1000):
         fn()
     times = []

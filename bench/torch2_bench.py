@@ -55,9 +55,14 @@ def calibrate(fn, target):
         n = max(n * 2, int(n * target / max(t, 1e-6)))
 
 
+# bench/run --smoke: a twentieth of the time per repetition.
+TARGET_SCALE = 0.05 if os.environ.get("OPJIT_BENCH_SMOKE") == "1" else 1.0
+
+
 def interleaved(sides, reps, target, settle=0.0):
     """{name: median seconds per call}: one repetition of each side in
     turn, reps times."""
+    target *= TARGET_SCALE
     counts = {k: calibrate(fn, target) for k, fn in sides.items()}
     times = {k: [] for k in sides}
     for _ in range(reps):

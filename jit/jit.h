@@ -115,6 +115,25 @@ typedef struct jit_tcc_job {
  * puts the diagnostics into diag: "file:line: error: ..." followed by the
  * offending source line. libtcc is not reentrant: calls are serialised. */
 int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen);
+/* How libtcc gets the C library (jit/tcc_link.c): the files libc.so's and
+ * libm.so's linker scripts name, found once per process, where they can be
+ * read; else libtcc's own search. One per compile, the phases in order. */
+struct TCCState;
+typedef struct jit_tcc_link {
+    int on; /* the files are handed over */
+} jit_tcc_link;
+/* "files" or "libtcc": what a compile with this lib dir does. */
+const char *jit_tcc_link_mode(const char *tcc_lib_dir);
+/* Before tcc_set_output_type: 1 when the files are handed over
+ * (-nostdlib). */
+int jit_tcc_link_start(jit_tcc_link *k, struct TCCState *s, const char *tcc_lib_dir);
+/* After tcc_set_output_type: crti.o. */
+void jit_tcc_link_crt(jit_tcc_link *k, struct TCCState *s);
+/* -l name (libm's files for "m"). 0 or -1. */
+int jit_tcc_link_library(jit_tcc_link *k, struct TCCState *s, const char *name);
+/* After the libraries: libc's files, libtcc1.a, crtn.o. */
+int jit_tcc_link_runtime(jit_tcc_link *k, struct TCCState *s);
+
 /* Around a fork() whose child compiles: hold libtcc's lock so the child
  * never starts with it taken by a thread it does not have. */
 void jit_tcc_fork_prepare(void);

@@ -105,160 +105,16 @@ static char *with_line_directive(const jit_tcc_job *job, char **name)
     return text;
 }
 
-/* ---- the C library, handed to libtcc file by file ----------------------------
- *
- * libtcc links every op with libm and libc. On Debian libm.so and libc.so
- * are GNU ld scripts naming the real files, and libtcc reads a script one
- * byte per read() (about 400 system calls, a quarter of a small op's
- * compile). Once per process we read the two scripts ourselves, where
- * libtcc would find them (OPJIT_TCC_LIB_PATHS, OPJIT_TCC_CRT_DIR: what
- * `tcc -vv` said at build time), and hand libtcc the files they name, in
- * the order it adds them itself (with -nostdlib: crti.o, the source, libm,
- * libc's files, libtcc1.a, crtn.o): the same link. Anything unexpected
- * (no script, a script saying more than GROUP/INPUT of absolute paths)
- * leaves libtcc to link as usual. */
-
-#define TCC_LINK_MAX 4 /* files one script may name */
-
-typedef struct tcc_stdlib {
-    int ok;
-    char crti[PATH_MAX], crtn[PATH_MAX], libtcc1[PATH_MAX];
-    char m[TCC_LINK_MAX][PATH_MAX], c[TCC_LINK_MAX][PATH_MAX];
-    int nm, nc;
-} tcc_stdlib;
-
-static tcc_stdlib tcc_std;
-static pthread_once_t tcc_std_once = PTHREAD_ONCE_INIT;
-
-/* The first dir/name of the ':'-separated list dirs that exists. */
-static int tcc_find_in(const char *dirs, const char *name, char *out, size_t n)
-{
-    for (const char *p = dirs; *p;) {
-        size_t len = strcspn(p, ":");
-        struct stat st;
-        if (len && (size_t)snprintf(out, n, "%.*s/%s", (int)len, p, name) < n &&
-            stat(out, &st) == 0 && S_ISREG(st.st_mode))
-            return 1;
-        p += len + (p[len] == ':');
-    }
-    return 0;
-}
-
-/* The next token of a linker script at *p: a word, "(" or ")"; comments
- * skipped. 0 at the end. */
-static size_t tcc_ld_token(const char **p)
-{
-    for (;;) {
-        while (**p == ' ' || **p == '\t' || **p == '\n' || **p == '\r' || **p == ',')
-            (*p)++;
-        if ((*p)[0] != '/' || (*p)[1] != '*')
-            break;
-        const char *end = strstr(*p + 2, "*/");
-        if (!end)
-            return 0;
-        *p = end + 2;
-    }
-    if (**p == '(' || **p == ')')
-        return 1;
-    return strcspn(*p, " \t\n\r,()");
-}
-
-/* The files a script's GROUP and INPUT name (AS_NEEDED ones left out, as
- * libtcc leaves them), into files; their count, or -1 when the script says
- * anything else. */
-static int tcc_ld_files(const char *text, char files[TCC_LINK_MAX][PATH_MAX])
-{
-    const char *p = text;
-    int n = 0, depth = 0, needed = 0, list = 0;
-    for (size_t len; (len = tcc_ld_token(&p)); p += len) {
-        if (*p == '(') {
-            depth++;
-        } else if (*p == ')') {
-            if (--depth < 0)
-                return -1;
-            needed = needed && depth > 1;
-            list = list && depth > 0;
-        } else if (depth == 0) { /* a command */
-            list = (len == 5 && !strncmp(p, "GROUP", 5)) || (len == 5 && !strncmp(p, "INPUT", 5));
-            if (!list && !(len == 13 && !strncmp(p, "OUTPUT_FORMAT", 13)))
-                return -1;
-        } else if (list && len == 9 && !strncmp(p, "AS_NEEDED", 9)) {
-            needed = 1;
-        } else if (list && !needed) {
-            if (*p != '/' || len >= PATH_MAX || n == TCC_LINK_MAX)
-                return -1;
-            memcpy(files[n], p, len);
-            files[n++][len] = '\0';
-        }
-    }
-    return depth == 0 && *p == '\0' && n > 0 ? n : -1;
-}
-
-/* lib<name>.so where libtcc finds it: a script's files, or the library
- * itself. Their count, or -1. */
-static int tcc_lib_files(const char *name, char files[TCC_LINK_MAX][PATH_MAX])
-{
-    char so[64], path[PATH_MAX], text[4096];
-    snprintf(so, sizeof so, "lib%s.so", name);
-    if (!tcc_find_in(OPJIT_TCC_LIB_PATHS, so, path, sizeof path))
-        return -1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    ssize_t got = fd < 0 ? -1 : read(fd, text, sizeof text - 1);
-    if (fd >= 0)
-        close(fd);
-    if (got < 4 || got == (ssize_t)sizeof text - 1)
-        return -1;
-    text[got] = '\0';
-    if (!memcmp(text, "\177ELF", 4)) {
-        snprintf(files[0], PATH_MAX, "%s", path);
-        return 1;
-    }
-    return strlen(text) == (size_t)got ? tcc_ld_files(text, files) : -1;
-}
-
-static void tcc_std_find(void)
-{
-    tcc_stdlib *t = &tcc_std;
-    if (!OPJIT_TCC_CRT_DIR[0] || strchr(OPJIT_TCC_LIB_PATHS, '{') ||
-        !tcc_find_in(OPJIT_TCC_CRT_DIR, "crti.o", t->crti, sizeof t->crti) ||
-        !tcc_find_in(OPJIT_TCC_CRT_DIR, "crtn.o", t->crtn, sizeof t->crtn) ||
-        !tcc_find_in(OPJIT_TCC_LIB_DIR, "libtcc1.a", t->libtcc1, sizeof t->libtcc1))
-        return;
-    t->nm = tcc_lib_files("m", t->m);
-    t->nc = tcc_lib_files("c", t->c);
-    t->ok = t->nm > 0 && t->nc > 0;
-}
-
-/* The C library's files, or NULL: libtcc finds them itself. */
-static const tcc_stdlib *tcc_stdlib_files(const jit_tcc_job *job)
-{
-    if (!job->tcc_lib_dir || strcmp(job->tcc_lib_dir, OPJIT_TCC_LIB_DIR))
-        return NULL;
-    pthread_once(&tcc_std_once, tcc_std_find);
-    return tcc_std.ok ? &tcc_std : NULL;
-}
-
-/* tcc_add_file for each of files; -1 at the first that fails. */
-static int tcc_add_files(TCCState *s, const char (*files)[PATH_MAX], int n)
-{
-    for (int i = 0; i < n; i++)
-        if (tcc_add_file(s, files[i]) < 0)
-            return -1;
-    return 0;
-}
-
 /* Include paths, defines ("NAME=VALUE", NAME may be "F(x)": tcc wants
- * them apart) and library paths of job; with std, libtcc adds no C
- * library of its own and crti.o comes first, as it would. */
-static void tcc_configure(TCCState *s, const jit_tcc_job *job, const tcc_stdlib *std)
+ * them apart) and library paths of job; the C library as tcc_link.c
+ * hands it over. */
+static void tcc_configure(TCCState *s, const jit_tcc_job *job, jit_tcc_link *k)
 {
     if (job->tcc_lib_dir)
         tcc_set_lib_path(s, job->tcc_lib_dir);
-    if (std)
-        tcc_set_options(s, "-nostdlib");
+    jit_tcc_link_start(k, s, job->tcc_lib_dir);
     tcc_set_output_type(s, TCC_OUTPUT_DLL);
-    if (std)
-        tcc_add_file(s, std->crti);
+    jit_tcc_link_crt(k, s);
     for (const char *const *p = job->include_dirs; p && *p; p++)
         tcc_add_include_path(s, *p);
     for (const char *const *p = job->defines; p && *p; p++) {
@@ -278,23 +134,22 @@ static void tcc_configure(TCCState *s, const jit_tcc_job *job, const tcc_stdlib 
 
 /* Compile, link and write; called with tcc_lock held. */
 static int tcc_build(TCCState *s, const jit_tcc_job *job, const char *text, diag_sink *d,
-                     char *diag, size_t diaglen)
+                     jit_tcc_link *k, char *diag, size_t diaglen)
 {
-    const tcc_stdlib *std = tcc_stdlib_files(job);
-    tcc_configure(s, job, std);
+    tcc_configure(s, job, k);
     if (tcc_compile_string(s, text) < 0 || d->errors)
         return OPJIT_ECOMPILE;
     for (const char *const *p = job->libraries; p && *p; p++)
-        if (std && !strcmp(*p, "m") ? tcc_add_files(s, std->m, std->nm) < 0
-                                    : tcc_add_library(s, *p) < 0) {
+        if (jit_tcc_link_library(k, s, *p) < 0) {
             sink_append(d, "\nlibtcc: cannot find library -l", 31);
             sink_append(d, *p, strlen(*p));
             return OPJIT_ECOMPILE;
         }
     /* What libtcc's own runtime step would add: libc, libtcc1.a, crtn.o. */
-    if (std && (tcc_add_files(s, std->c, std->nc) < 0 || tcc_add_file(s, std->libtcc1) < 0 ||
-                tcc_add_file(s, std->crtn) < 0))
-        return OPJIT_ECOMPILE;
+    if (jit_tcc_link_runtime(k, s) < 0) {
+        snprintf(diag, diaglen, "libtcc: cannot add the C library's files");
+        return OPJIT_EIO;
+    }
     if (tcc_output_file(s, job->out_path) < 0) {
         /* tcc says why (an undefined symbol, or the file) through on_diag. */
         if (!d->len)
@@ -326,8 +181,9 @@ int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen)
     TCCState *s = tcc_new();
     int rc = OPJIT_ENOMEM;
     if (s) {
+        jit_tcc_link k;
         tcc_set_error_func(s, &d, on_diag);
-        rc = tcc_build(s, job, text, &d, diag, diaglen);
+        rc = tcc_build(s, job, text, &d, &k, diag, diaglen);
         tcc_delete(s);
     } else {
         snprintf(diag, diaglen, "libtcc: tcc_new failed");

@@ -241,18 +241,22 @@ static int device_artifact(loader *l, const source *s, const jit_compiler *jc, c
 static int keep_image(loader *l, const source *s, cuda_module *cm, const char *arch,
                       const pipeline_artifact *art)
 {
-    size_t size = 0;
-    char *data = art->path ? loader_read_file(art->path, &size) : NULL;
-    if (!data)
-        return rt_error(l->rt, OPJIT_ECACHE, "%s: the cache entry for %s lacks %s", s->path,
-                        arch, art->name);
     /* "NVRTC 13.0" reads better in messages than the key string. */
     char producer[96] = "the NVRTC that warmed the cache";
     int vmaj, vmin;
     const char *id = jit_nvrtc_identity();
     if (id && sscanf(id, "nvrtc %d.%d", &vmaj, &vmin) == 2)
         snprintf(producer, sizeof producer, "NVRTC %d.%d", vmaj, vmin);
-    /* Taken, not copied: a cubin is tens of KiB of fresh memory. */
+    /* A cubin is mapped (tens of KiB a fresh process would otherwise fault
+     * in, and only a GPU ever reads); PTX, which needs its NUL, is read. */
+    if (art->path && !strncmp(arch, "sm_", 3) &&
+        cuda_module_map_image(cm, arch, art->path, producer) == OPJIT_OK)
+        return OPJIT_OK;
+    size_t size = 0;
+    char *data = art->path ? loader_read_file(art->path, &size) : NULL;
+    if (!data)
+        return rt_error(l->rt, OPJIT_ECACHE, "%s: the cache entry for %s lacks %s", s->path,
+                        arch, art->name);
     int rc = cuda_module_take_image(cm, arch, (unsigned char *)data, size, producer);
     if (rc)
         free(data);

@@ -159,6 +159,7 @@ static int found_read(found *f)
                 return 1;
             f->buf = nb;
             f->cap = cap;
+            f->buf[f->len] = '\0'; /* a string even when no read adds to it */
         }
         ssize_t n = read(f->fd, f->buf + f->len, f->cap - f->len - 1);
         if (n < 0 && errno == EINTR)

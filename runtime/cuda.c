@@ -22,6 +22,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "runtime/cuda.h"
 
@@ -243,6 +247,7 @@ typedef struct cuda_image {
     int specific; /* sm_90a: this exact device only */
     size_t size;
     unsigned char *data; /* PTX: NUL-terminated */
+    size_t mapped;       /* non-zero: data is a read-only mapping of this many bytes */
     char producer[64];
 } cuda_image;
 
@@ -306,12 +311,14 @@ static int arch_parse(const char *s, int *number, int *ptx, int *specific)
     return 1;
 }
 
-int cuda_module_take_image(cuda_module *cm, const char *arch, unsigned char *data, size_t size,
-                           const char *producer)
+/* The image of arch at data (size bytes; mapped: a mapping of that many,
+ * else malloc'd with room for a NUL) into cm. */
+static int image_add(cuda_module *cm, const char *arch, unsigned char *data, size_t size,
+                     size_t mapped, const char *producer)
 {
     int number, ptx, specific;
     if (!cm || !arch || strlen(arch) >= sizeof cm->images->arch ||
-        !arch_parse(arch, &number, &ptx, &specific) || !data)
+        !arch_parse(arch, &number, &ptx, &specific) || !data || (mapped && ptx))
         return OPJIT_EINVAL;
     cuda_image *v = realloc(cm->images, (size_t)(cm->nimages + 1) * sizeof *v);
     if (!v)
@@ -320,7 +327,9 @@ int cuda_module_take_image(cuda_module *cm, const char *arch, unsigned char *dat
     cuda_image *im = &v[cm->nimages];
     memset(im, 0, sizeof *im);
     im->data = data;
-    im->data[size] = 0;
+    if (!mapped)
+        im->data[size] = 0;
+    im->mapped = mapped;
     im->size = size;
     snprintf(im->arch, sizeof im->arch, "%s", arch);
     snprintf(im->producer, sizeof im->producer, "%s", producer ? producer : "NVRTC");
@@ -329,6 +338,31 @@ int cuda_module_take_image(cuda_module *cm, const char *arch, unsigned char *dat
     im->specific = specific;
     cm->nimages++;
     return OPJIT_OK;
+}
+
+int cuda_module_take_image(cuda_module *cm, const char *arch, unsigned char *data, size_t size,
+                           const char *producer)
+{
+    return image_add(cm, arch, data, size, 0, producer);
+}
+
+int cuda_module_map_image(cuda_module *cm, const char *arch, const char *path,
+                          const char *producer)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return OPJIT_EIO;
+    void *p = fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0
+                  ? MAP_FAILED
+                  : mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return OPJIT_EIO;
+    int rc = image_add(cm, arch, p, (size_t)st.st_size, (size_t)st.st_size, producer);
+    if (rc)
+        munmap(p, (size_t)st.st_size);
+    return rc;
 }
 
 const char *cuda_module_archs(const cuda_module *cm, char *buf, size_t n)
@@ -363,8 +397,12 @@ void cuda_module_free(cuda_module *cm)
         pthread_mutex_destroy(&l->lock);
         free(l);
     }
-    for (int i = 0; i < cm->nimages; i++)
-        free(cm->images[i].data);
+    for (int i = 0; i < cm->nimages; i++) {
+        if (cm->images[i].mapped)
+            munmap(cm->images[i].data, cm->images[i].mapped);
+        else
+            free(cm->images[i].data);
+    }
     free(cm->images);
     pthread_mutex_destroy(&cm->lock);
     free(cm->source);

@@ -38,6 +38,13 @@ cuda_module *cuda_module_new(const char *source);
  * caller's. OPJIT_EINVAL for a bad arch, OPJIT_ENOMEM. */
 int cuda_module_take_image(cuda_module *cm, const char *arch, unsigned char *data, size_t size,
                            const char *producer);
+/* The cubin of arch ("sm_90"; not PTX, which must end in a NUL) mapped
+ * from the file at path, read only: no copy, and no page of it read
+ * before the driver loads it. The file must not be truncated while the
+ * module lives (a cache entry is replaced by rename, never rewritten).
+ * OPJIT_EIO when it cannot be mapped (then read it and take_image). */
+int cuda_module_map_image(cuda_module *cm, const char *arch, const char *path,
+                          const char *producer);
 /* The architectures held, comma-separated, into buf. */
 const char *cuda_module_archs(const cuda_module *cm, char *buf, size_t n);
 /* Unload from every context it was loaded into, and free. NULL is fine. */

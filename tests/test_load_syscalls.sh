@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# tests/test_load_syscalls.sh - the load path does no needless work (#26.3),
+# seen from the system calls of whole `opjit load` processes (strace):
+#   a cold load: no fsync (every load checks an entry, see README "The
+#   cache"), no byte-at-a-time read() (libtcc's own reading of the libc.so
+#   and libm.so linker scripts), nothing made in $TMPDIR (opjit_op.h goes
+#   into the build's own directory);
+#   a cache hit, tiering off: no mkdir (the cache exists), no sweep of
+#   tmp/ (it is empty), no readlink of a local header (one per path
+#   component before), no search of $PATH for the optimizing compiler, no
+#   /proc/self/exe (the shipped ops are looked for only by a lookup by
+#   name), no membarrier registration (left to the first reclaim scan),
+#   no fsync.
+# Skipped (77) without strace.
+#
+# Env (set by ctest): OPJIT_CLI, OPJIT_SOURCE_DIR, OPJIT_BINARY_DIR.
+set -euo pipefail
+. "$(dirname "$0")/cli_lib.sh"
+need_cli
+fresh_tmp
+S=${OPJIT_SOURCE_DIR:?}
+if ! command -v strace >/dev/null; then
+    echo "strace not installed (Debian package strace); skipping" >&2
+    exit 77
+fi
+C=$T/cache
+mkdir -p "$T/tmp"
+export OPJIT_CACHE_DIR=$C OPJIT_TIERING=0 TMPDIR=$T/tmp
+unset OPJIT_REMOTE_CACHE OPJIT_CACHE_READONLY
+SRC=$S/ops-src/nms.c
+
+# traced NAME ARGS...: the opjit tool under strace (every thread and child),
+# its calls in $T/NAME.trace; its output as run keeps it.
+traced() {
+    local name=$1
+    shift
+    # LeakSanitizer cannot run under ptrace (a sanitizer build's tool).
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+        run strace -f -qq -s 64 -o "$T/$name.trace" "$CLI" "$@"
+}
+# none WHAT NAME REGEX [MAX]: no line (at most MAX lines) of NAME's trace
+# matches.
+none() {
+    local what=$1 name=$2 re=$3 max=${4:-0} hits
+    hits=$(grep -cE -- "$re" "$T/$name.trace" || true)
+    if [[ $hits -le $max ]]; then
+        pass
+    else
+        fail "$what: $hits calls, e.g.: $(grep -m2 -E -- "$re" "$T/$name.trace" | cut -c1-200)"
+    fi
+}
+
+traced cold load "$SRC"
+expect "a cold load" 0 "compiled"
+none "cold: no fsync" cold '(fsync|fdatasync|syncfs|sync_file_range)\('
+# (A sanitizer's runtime reads /proc/self/maps a byte at a time at its
+# very end, a few times; libtcc read its scripts that way, 400 times.)
+none "cold: no read of one byte at a time" cold 'read\([0-9]+, .*, 1\) += 1$' 8
+none "cold: nothing made in \$TMPDIR" cold "mkdir(at)?\\((AT_FDCWD, )?\"$T/tmp/"
+check "cold: \$TMPDIR is left empty" test -z "$(ls -A "$T/tmp")"
+
+traced hit load "$SRC"
+expect "a cache hit" 0 "cache hit"
+none "hit: no mkdir" hit 'mkdir(at)?\('
+none "hit: no sweep of an empty tmp/" hit "open(at)?\\((AT_FDCWD, )?\"$C/v1/tmp\""
+none "hit: no readlink of a local header" hit 'readlink(at)?\(.*nms_(common|decl)\.h"'
+none "hit: no search of PATH for cc with tiering off" hit '(stat|access)[a-z0-9]*\(.*/cc"'
+# The sanitizers' runtimes read /proc/self/exe themselves.
+if ! grep -q '^OPJIT_SANITIZE:BOOL=ON' "${OPJIT_BINARY_DIR:-}/CMakeCache.txt" 2>/dev/null; then
+    none "hit: no /proc/self/exe on a load by path" hit 'readlink(at)?\(.*"/proc/self/exe"'
+fi
+none "hit: no membarrier registration" hit 'membarrier\(MEMBARRIER_CMD_REGISTER'
+none "hit: no fsync" hit '(fsync|fdatasync|syncfs)\('
+
+echo "test_load_syscalls: $passed passed, $failed failed"
+[[ $failed == 0 ]]
