@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <xxhash.h>
@@ -27,6 +28,8 @@ typedef struct diag_sink {
     int write_failed; /* "could not write": an I/O error, not the source's */
     const char *text; /* to quote the offending line */
     const char *name;
+    const char *build_dir; /* libtcc puts it before a relative #line name */
+    size_t build_dir_len;
 } diag_sink;
 
 static void sink_append(diag_sink *d, const char *s, size_t n)
@@ -68,6 +71,9 @@ static void on_diag(void *opaque, const char *msg)
         d->errors++;
     if (d->len)
         sink_append(d, "\n", 1);
+    if (d->build_dir_len && !strncmp(msg, d->build_dir, d->build_dir_len) &&
+        msg[d->build_dir_len] == '/' && d->name[0] != '/')
+        msg += d->build_dir_len + 1;
     sink_append(d, msg, strlen(msg));
     size_t nl = strlen(d->name);
     if (!strncmp(msg, d->name, nl) && msg[nl] == ':') {
@@ -132,12 +138,49 @@ static void tcc_configure(TCCState *s, const jit_tcc_job *job, jit_tcc_link *k)
         tcc_add_library_path(s, *p);
 }
 
+/* Where libtcc reads the text from: a file beside the output, in the
+ * build's private directory. Compiled as a string, the text would have no
+ * directory of its own and libtcc would look for its "quoted" headers in
+ * the process's working directory first: a same-named header there would
+ * be compiled instead of the one hashed into the key. */
+static int write_build_source(const char *out_path, const char *text, char *path, size_t n,
+                              char *diag, size_t diaglen)
+{
+    const char *slash = strrchr(out_path, '/');
+    int dlen = slash ? (int)(slash - out_path) : 1;
+    if ((size_t)snprintf(path, n, "%.*s/.opjit-source.c", dlen, slash ? out_path : ".") >= n) {
+        snprintf(diag, diaglen, "libtcc: %s: path too long", out_path);
+        return OPJIT_EIO;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST && unlink(path) == 0) /* left by a crashed build */
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    size_t len = strlen(text);
+    int ok = fd >= 0 && write(fd, text, len) == (ssize_t)len;
+    int e = errno;
+    if (fd >= 0 && close(fd) && ok)
+        ok = 0, e = errno;
+    if (!ok) {
+        if (fd >= 0)
+            unlink(path);
+        snprintf(diag, diaglen, "libtcc: cannot write %s: %s", path, strerror(e));
+        return OPJIT_EIO;
+    }
+    return OPJIT_OK;
+}
+
 /* Compile, link and write; called with tcc_lock held. */
 static int tcc_build(TCCState *s, const jit_tcc_job *job, const char *text, diag_sink *d,
                      jit_tcc_link *k, char *diag, size_t diaglen)
 {
     tcc_configure(s, job, k);
-    if (tcc_compile_string(s, text) < 0 || d->errors)
+    char src[PATH_MAX];
+    int rc = write_build_source(job->out_path, text, src, sizeof src, diag, diaglen);
+    if (rc)
+        return rc;
+    int bad = tcc_add_file(s, src) < 0;
+    unlink(src); /* the directory holds the artifact only */
+    if (bad || d->errors)
         return OPJIT_ECOMPILE;
     for (const char *const *p = job->libraries; p && *p; p++)
         if (jit_tcc_link_library(k, s, *p) < 0) {
@@ -168,7 +211,9 @@ static int tcc_build(TCCState *s, const jit_tcc_job *job, const char *text, diag
 
 int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen)
 {
-    diag_sink d = {diag, 0, diaglen, 0, 0, job->text, job->source_name};
+    const char *slash = strrchr(job->out_path, '/');
+    diag_sink d = {diag, 0, diaglen, 0, 0, job->text, job->source_name, job->out_path,
+                   slash ? (size_t)(slash - job->out_path) : 0};
     if (diaglen)
         diag[0] = '\0';
     char *name = NULL, *text = with_line_directive(job, &name);

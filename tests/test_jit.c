@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "jit/jit.h"
@@ -84,6 +85,50 @@ static void unwritable_output_is_an_io_error(void)
     CHECK(diag[0] != '\0');
 }
 
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* A "quoted" header comes from the directories the job names, never from
+ * the process's working directory (whose header was not hashed). */
+static void quoted_header_is_not_taken_from_the_working_directory(void)
+{
+    char srcd[PATH_MAX + 16], cwdd[PATH_MAX + 16], p[PATH_MAX + 32], out[PATH_MAX + 16];
+    char old[PATH_MAX], diag[4096];
+    snprintf(srcd, sizeof srcd, "%s/src", tmpdir);
+    snprintf(cwdd, sizeof cwdd, "%s/cwd", tmpdir);
+    snprintf(out, sizeof out, "%s/quoted.so", tmpdir);
+    CHECK(mkdir(srcd, 0700) == 0 && mkdir(cwdd, 0700) == 0);
+    snprintf(p, sizeof p, "%s/hdr.h", srcd);
+    write_file(p, "#define VAL 1\n");
+    snprintf(p, sizeof p, "%s/hdr.h", cwdd);
+    write_file(p, "#define VAL 666\n");
+    CHECK(getcwd(old, sizeof old) != NULL);
+    CHECK(chdir(cwdd) == 0);
+    const char *includes[] = {srcd, incdir, NULL};
+    jit_tcc_job job = {.source_name = "quoted.c",
+                       .text = "#include \"hdr.h\"\nint val(void) { return VAL; }\n",
+                       .include_dirs = includes, .out_path = out};
+    int rc = jit_tcc_compile(&job, diag, sizeof diag);
+    CHECK(chdir(old) == 0);
+    CHECKF(rc == OPJIT_OK, "%s", diag);
+    void *h = dlopen(out, RTLD_NOW | RTLD_LOCAL);
+    CHECKF(h != NULL, "%s", dlerror());
+    if (h) {
+        int (*val)(void) = (int (*)(void))dlsym(h, "val");
+        CHECK(val != NULL);
+        if (val)
+            CHECKF(val() == 1, "got %d: the working directory's header", val());
+        dlclose(h);
+    }
+}
+
 static void *compile_thread(void *arg)
 {
     long i = (long)arg;
@@ -121,6 +166,7 @@ int main(void)
     T_RUN(odd_characters_in_the_name_are_harmless);
     T_RUN(missing_header_is_a_compile_error);
     T_RUN(unwritable_output_is_an_io_error);
+    T_RUN(quoted_header_is_not_taken_from_the_working_directory);
     T_RUN(concurrent_compiles_are_serialised);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
