@@ -28,7 +28,7 @@ typedef struct diag_sink {
     int write_failed; /* "could not write": an I/O error, not the source's */
     const char *text; /* to quote the offending line */
     const char *name;
-    const char *build_dir; /* libtcc puts it before a relative #line name */
+    char build_dir[PATH_MAX]; /* libtcc puts it before the #line name */
     size_t build_dir_len;
 } diag_sink;
 
@@ -60,6 +60,28 @@ static const char *nth_line(const char *text, long line, size_t *len)
     return p;
 }
 
+/* msg with the source's name as the job gives it: libtcc reads the text
+ * from a file in the build directory (write_build_source) and puts that
+ * directory before the name a #line directive gives. */
+static void sink_append_names(diag_sink *d, const char *msg)
+{
+    char prefixed[PATH_MAX * 2];
+    size_t nl = strlen(d->name), pl;
+    if (!d->build_dir_len ||
+        (pl = (size_t)snprintf(prefixed, sizeof prefixed, "%s/%s", d->build_dir, d->name)) >=
+            sizeof prefixed) {
+        sink_append(d, msg, strlen(msg));
+        return;
+    }
+    const char *p = msg, *hit;
+    while ((hit = strstr(p, prefixed))) {
+        sink_append(d, p, (size_t)(hit - p));
+        sink_append(d, d->name, nl);
+        p = hit + pl;
+    }
+    sink_append(d, p, strlen(p));
+}
+
 /* tcc reports "name:line: error: msg". Keep it, and quote the line of our
  * source it points at. */
 static void on_diag(void *opaque, const char *msg)
@@ -71,10 +93,9 @@ static void on_diag(void *opaque, const char *msg)
         d->errors++;
     if (d->len)
         sink_append(d, "\n", 1);
-    if (d->build_dir_len && !strncmp(msg, d->build_dir, d->build_dir_len) &&
-        msg[d->build_dir_len] == '/' && d->name[0] != '/')
-        msg += d->build_dir_len + 1;
-    sink_append(d, msg, strlen(msg));
+    size_t start = d->len;
+    sink_append_names(d, msg);
+    msg = d->cap ? d->buf + start : "";
     size_t nl = strlen(d->name);
     if (!strncmp(msg, d->name, nl) && msg[nl] == ':') {
         long line = strtol(msg + nl + 1, NULL, 10);
@@ -211,9 +232,13 @@ static int tcc_build(TCCState *s, const jit_tcc_job *job, const char *text, diag
 
 int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen)
 {
+    diag_sink d = {diag, 0, diaglen, 0, 0, job->text, job->source_name, "", 0};
     const char *slash = strrchr(job->out_path, '/');
-    diag_sink d = {diag, 0, diaglen, 0, 0, job->text, job->source_name, job->out_path,
-                   slash ? (size_t)(slash - job->out_path) : 0};
+    if (slash && (size_t)(slash - job->out_path) < sizeof d.build_dir) {
+        d.build_dir_len = (size_t)(slash - job->out_path);
+        memcpy(d.build_dir, job->out_path, d.build_dir_len);
+        d.build_dir[d.build_dir_len] = '\0';
+    }
     if (diaglen)
         diag[0] = '\0';
     char *name = NULL, *text = with_line_directive(job, &name);

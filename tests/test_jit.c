@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -129,6 +130,36 @@ static void quoted_header_is_not_taken_from_the_working_directory(void)
     }
 }
 
+/* Diagnostics name the source as the job does (an absolute path too) and
+ * a header by its path, never by the build directory the text was
+ * compiled from. */
+static void diagnostics_name_the_source_not_the_build_directory(void)
+{
+    char srcd[PATH_MAX + 16], name[PATH_MAX + 32], p[PATH_MAX + 32], out[PATH_MAX + 16];
+    char diag[4096];
+    snprintf(srcd, sizeof srcd, "%s/abs", tmpdir);
+    CHECK(mkdir(srcd, 0700) == 0);
+    snprintf(p, sizeof p, "%s/broken.h", srcd);
+    write_file(p, "int in_header = not_declared_here;\n");
+    snprintf(name, sizeof name, "%s/abs.c", srcd);
+    snprintf(out, sizeof out, "%s/abs.so", tmpdir);
+    const char *includes[] = {srcd, incdir, NULL};
+    jit_tcc_job job = {.source_name = name, .text = "int x;\nint y = not_declared_here;\n",
+                       .include_dirs = includes, .out_path = out};
+    CHECK(jit_tcc_compile(&job, diag, sizeof diag) == OPJIT_ECOMPILE);
+    char want[PATH_MAX + 64];
+    snprintf(want, sizeof want, "%s:2: error", name);
+    CHECK_STR_CONTAINS(diag, want);
+    CHECK_STR_CONTAINS(diag, "    2 | int y = not_declared_here;");
+    CHECK(strstr(diag, "//") == NULL);
+    job.text = "#include \"broken.h\"\n";
+    CHECK(jit_tcc_compile(&job, diag, sizeof diag) == OPJIT_ECOMPILE);
+    snprintf(want, sizeof want, "%s:1:", name); /* "In file included from" */
+    CHECK_STR_CONTAINS(diag, want);
+    CHECK_STR_CONTAINS(diag, "broken.h:1: error");
+    CHECKF(strstr(diag, "//") == NULL, "%s", diag);
+}
+
 static void *compile_thread(void *arg)
 {
     long i = (long)arg;
@@ -167,6 +198,7 @@ int main(void)
     T_RUN(missing_header_is_a_compile_error);
     T_RUN(unwritable_output_is_an_io_error);
     T_RUN(quoted_header_is_not_taken_from_the_working_directory);
+    T_RUN(diagnostics_name_the_source_not_the_build_directory);
     T_RUN(concurrent_compiles_are_serialised);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
