@@ -133,7 +133,7 @@ static int cmd_load_once(const char *src, int wait)
 {
     double t0 = now_ms();
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     if (getenv("OPJIT_BENCH_LOG")) {
         cfg.log = log_stderr;
         cfg.verbosity = OPJIT_LOG_DEBUG;
@@ -146,7 +146,7 @@ static int cmd_load_once(const char *src, int wait)
         return 1;
     }
     opjit_op *op = NULL;
-    opjit_load_info info;
+    opjit_load_info info = {.size = sizeof info};
     rc = opjit_load_file(rt, src, &op, &info);
     double t2 = now_ms();
     if (rc) {
@@ -161,7 +161,7 @@ static int cmd_load_once(const char *src, int wait)
             opjit_destroy(rt);
             return 1;
         }
-        opjit_op_info oi;
+        opjit_op_info oi = {.size = sizeof oi};
         if (op && !opjit_op_info_get(rt, op, &oi) && oi.tier[OPJIT_CPU])
             tier = oi.tier[OPJIT_CPU];
     }
@@ -512,13 +512,13 @@ static void serve_load(const char *name, const char *src)
     snprintf(no->name, sizeof no->name, "%s", name);
     const char *tier[2] = {"-", "-"};
     for (int t = 0; t < nrts; t++) {
-        opjit_load_info info;
+        opjit_load_info info = {.size = sizeof info};
         if (opjit_load_file(rts[t], src, &no->op[t], &info))
             return reply_err(t % 2 ? "opt runtime: %s" : "tcc runtime: %s",
                              opjit_errmsg(rts[t]));
         if (t % 2 == 1 && opjit_wait(rts[t]))
             return reply_err("opjit_wait: %s", opjit_errmsg(rts[t]));
-        opjit_op_info oi;
+        opjit_op_info oi = {.size = sizeof oi};
         if (t < 2 && !opjit_op_info_get(rts[t], no->op[t], &oi) && oi.tier[OPJIT_CPU])
             tier[t] = oi.tier[OPJIT_CPU];
     }
@@ -612,14 +612,14 @@ static int conv_args(int t, opjit_op *op, DLTensor *x, DLTensor *wt, int64_t str
 {
     sv[0] = sv[1] = stride;
     pv[0] = pv[1] = pad;
-    opjit_op_info oi;
+    opjit_op_info oi = {.size = sizeof oi};
     if (opjit_op_info_get(rts[t], op, &oi)) {
         reply_err("%s", opjit_errmsg(rts[t]));
         return -1;
     }
     int nargs = oi.nargs < 16 ? oi.nargs : 16, got_s = 0, got_p = 0;
     for (int i = 0; i < nargs; i++) {
-        opjit_arg_info ai;
+        opjit_arg_info ai = {.size = sizeof ai};
         args[i] = opjit_none();
         if (opjit_op_arg(rts[t], op, i, &ai)) {
             reply_err("%s", opjit_errmsg(rts[t]));
@@ -894,7 +894,7 @@ static int cmd_serve(void)
          * with tiering off, and the tcc runtime must keep its libtcc code. */
         snprintf(dirs[t % 2], sizeof dirs[t % 2], "%s/%s", base, t % 2 ? "opt" : "tcc");
         opjit_config cfg;
-        opjit_config_init(&cfg);
+        opjit_config_init(&cfg, sizeof cfg);
         cfg.cache_dir = dirs[t % 2];
         cfg.tiering = t % 2;
         cfg.num_threads = threads[t / 2];
@@ -954,7 +954,7 @@ static int cmp_double(const void *a, const void *b)
 static double lookup_once(const char *dir, const char *op, const char *file)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.ops_path = dir;
     cfg.tiering = 0;
     opjit_runtime *rt = NULL;

@@ -2,7 +2,8 @@
  * opjit.h - load tensor operators from source text at run time.
  *
  * Lifecycle, in order:
- *   1. opjit_config_init() + fill in, opjit_create()   -> runtime
+ *   1. opjit_config_init(&cfg, sizeof cfg) + fill in,
+ *      opjit_create()                                  -> runtime
  *   2. opjit_load_op(rt, "nms" | "path/nms.c", &op)     -> compiled, cached,
  *                                                        kernels registered
  *   3. opjit_find_op(), opjit_op_info(), opjit_list()    -> look up
@@ -16,6 +17,20 @@
  *
  * The library never prints unless a log callback is set, never exits and
  * never aborts.
+ *
+ * Structs that grow. Every struct a host allocates and hands in (a config,
+ * options, an info or result to fill) has `size_t size` as its first
+ * member: sizeof the struct as the host's header has it, set by
+ * opjit_config_init for a config and by the caller for the others
+ * (opjit_op_info info = {.size = sizeof info};). A later library adds
+ * fields at the end only, and reads and writes only the prefix the host's
+ * size covers: a host built against an older header keeps working, the
+ * fields it does not know taking their defaults. A host newer than the
+ * library may pass a larger struct if the fields the library does not know
+ * are zero (else OPJIT_EINVAL); an output's bytes past what the library
+ * knows are zeroed. A size below the first version's is OPJIT_EINVAL.
+ * Structs the library hands out (events, entries, reports) are read-only
+ * to the host and owned by the library.
  */
 #ifndef OPJIT_H
 #define OPJIT_H
@@ -141,6 +156,8 @@ typedef struct opjit_watch_event {
 typedef void (*opjit_watch_fn)(void *ud, const opjit_watch_event *ev);
 
 typedef struct opjit_config {
+    /* sizeof(opjit_config), set by opjit_config_init: see "Structs that grow". */
+    size_t size;
     /* Colon-separated directories searched for op sources, before
      * $OPJIT_OPS_PATH. NULL: only the environment. */
     const char *ops_path;
@@ -234,8 +251,11 @@ typedef struct opjit_config {
     int remote_push;
 } opjit_config;
 
-/* Fill cfg with defaults (everything from the environment). */
-void opjit_config_init(opjit_config *cfg);
+/* Fill cfg with defaults (everything from the environment) and set
+ * cfg->size to size, which must be sizeof *cfg as this host's header has
+ * it: opjit_config_init(&cfg, sizeof cfg). OPJIT_EINVAL for a NULL cfg or
+ * a size below the first opjit_config's (no runtime: no message). */
+int opjit_config_init(opjit_config *cfg, size_t size);
 
 /* Create a runtime. cfg may be NULL (defaults). On failure *out is NULL and
  * the status says why (no runtime exists to hold a message). */
@@ -291,6 +311,7 @@ int opjit_find_op(opjit_runtime *rt, const char *name, opjit_op **op);
 
 /* Per-load facts, for tools and verbose logs. */
 typedef struct opjit_load_info {
+    size_t size;         /* sizeof(opjit_load_info), set by the caller */
     char source[1024];   /* path of the source that was loaded */
     int cache_hit;       /* 1 when the artifact came from a cache */
     double key_ms;       /* read sources and hash the key */
@@ -384,6 +405,7 @@ int opjit_tensor_to_device(opjit_runtime *rt, const DLTensor *src, int device, i
 
 /* Argument of an op's schema. */
 typedef struct opjit_arg_info {
+    size_t size;         /* sizeof(opjit_arg_info), set by the caller */
     const char *name;
     const char *type;      /* "Tensor", "Tensor?", "int", "float", "bool", "int[2]", "str" */
     int kind;              /* opjit_kind it takes */
@@ -394,6 +416,7 @@ typedef struct opjit_arg_info {
 } opjit_arg_info;
 
 typedef struct opjit_op_info {
+    size_t size;         /* sizeof(opjit_op_info), set by the caller */
     const char *name;
     const char *schema;    /* as registered */
     int nargs;
@@ -612,6 +635,7 @@ int opjit_sources(opjit_runtime *rt, const char *name,
 /* ---- warming: compile into the cache ahead of time ---- */
 
 typedef struct opjit_warm_options {
+    size_t size;         /* sizeof(opjit_warm_options), set by the caller */
     /* What to warm: op names (every source of each on the search path,
      * see opjit_sources) and source paths (anything with a '/' or a
      * source suffix); a source named twice is warmed once. ntargets 0:
@@ -659,6 +683,7 @@ typedef struct opjit_warm_event {
 } opjit_warm_event;
 
 typedef struct opjit_warm_result {
+    size_t size;         /* sizeof(opjit_warm_result), set by the caller */
     int sources;   /* sources warmed (found) */
     int hits, compiled, failed, skipped;
     int nosource;  /* op names with no source */
@@ -739,6 +764,7 @@ int opjit_cache_list(opjit_runtime *rt, int (*fn)(void *ud, const opjit_cache_en
                      void *ud);
 
 typedef struct opjit_cache_info {
+    size_t size;         /* sizeof(opjit_cache_info), set by the caller */
     const char *dir;       /* the writable directory, even when unusable;
                             * "" when the cache is off. Owned by rt */
     int writable;          /* 1: dir is in use (created and trusted); 0:
@@ -768,6 +794,7 @@ int opjit_cache_verify(opjit_runtime *rt, int repair,
                        int *ndamaged);
 
 typedef struct opjit_cache_prune_result {
+    size_t size;         /* sizeof(opjit_cache_prune_result), set by the caller */
     uint64_t removed;       /* entries evicted */
     uint64_t removed_bytes;
     uint64_t busy;          /* entries skipped because a process uses them */
@@ -786,6 +813,7 @@ int opjit_cache_clear(opjit_runtime *rt, opjit_cache_prune_result *r);
 /* The remote cache layer (opjit_config.remote_cache), as the fleet sees
  * it. Strings are owned by rt (url, why) or live in the struct. */
 typedef struct opjit_cache_remote_info {
+    size_t size;         /* sizeof(opjit_cache_remote_info), set by the caller */
     const char *url;        /* "" when none is configured */
     int enabled;            /* 1: in use; 0: off (see the log for why) */
     int readonly;           /* $OPJIT_REMOTE_MODE=ro */

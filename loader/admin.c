@@ -240,10 +240,9 @@ static int admin_missing_count(opjit_runtime *child, const char *path, admin_mis
 static void admin_warm_one(admin_warm *w, const char *path, opjit_warm_event *ev)
 {
     opjit_config cfg;
-    opjit_load_info info;
+    opjit_load_info info = {.size = sizeof info};
     opjit_runtime *child = NULL;
     admin_warm_config(w, &cfg);
-    memset(&info, 0, sizeof info);
     double t0 = loader_now_ms();
     admin_missing before = {0}, after = {0};
     int s = loader_runtime_new(&cfg, &child);
@@ -334,15 +333,21 @@ static void admin_warm_all(admin_warm *w)
 int opjit_warm(opjit_runtime *rt, const opjit_warm_options *opts,
                int (*fn)(void *ud, const opjit_warm_event *ev), void *ud, opjit_warm_result *res)
 {
-    opjit_warm_options none;
-    if (res)
-        memset(res, 0, sizeof *res);
+    int rc;
+    opjit_warm_options mine = {.size = sizeof mine};
+    char err[256];
     if (!rt)
         return OPJIT_EINVAL;
-    if (!opts) {
-        memset(&none, 0, sizeof none);
-        opts = &none;
-    }
+    if (res && (rc = abi_out_check_rt(rt, "opjit_warm", res, ABI_MIN_WARM_RESULT,
+                                      "opjit_warm_result")))
+        return rc;
+    if (res)
+        abi_out(res, &(opjit_warm_result){.size = sizeof(opjit_warm_result)},
+                sizeof(opjit_warm_result));
+    if (opts && (rc = abi_in(&mine, sizeof mine, opts, ABI_MIN_WARM_OPTIONS,
+                             "opjit_warm_options", err, sizeof err)))
+        return rt_error(rt, rc, "opjit_warm: %s", err);
+    opts = &mine;
     admin_warm *w = calloc(1, sizeof *w);
     if (!w)
         return rt_error(rt, OPJIT_ENOMEM, "opjit_warm: out of memory");
@@ -355,8 +360,9 @@ int opjit_warm(opjit_runtime *rt, const opjit_warm_options *opts,
     }
     *w = (admin_warm){.rt = rt, .opts = opts, .fn = fn, .ud = ud};
     w->cuda_wanted = (opts->cuda_archs && *opts->cuda_archs) || (own && *own) || (env && *env);
+    w->res.size = sizeof w->res;
     double t0 = loader_now_ms();
-    int rc = admin_warm_targets(w);
+    rc = admin_warm_targets(w);
     if (rc == OPJIT_OK)
         admin_warm_all(w);
     w->res.seconds = (loader_now_ms() - t0) / 1e3;
@@ -367,7 +373,7 @@ int opjit_warm(opjit_runtime *rt, const opjit_warm_options *opts,
     else if (rc <= 0)
         rc = w->first_status ? rt_error(rt, w->first_status, "%s", w->first_msg) : OPJIT_OK;
     if (res)
-        *res = w->res;
+        abi_out(res, &w->res, sizeof w->res);
     admin_strs_free(&w->files);
     free(w);
     return rc;
@@ -412,17 +418,23 @@ int opjit_cache_list(opjit_runtime *rt, int (*fn)(void *ud, const opjit_cache_en
     return admin_list(rt, "opjit_cache_list", cache_foreach, fn, ud);
 }
 
-int opjit_cache_info_get(opjit_runtime *rt, opjit_cache_info *info)
+int opjit_cache_info_get(opjit_runtime *rt, opjit_cache_info *host)
 {
+    opjit_cache_info *info = host;
     if (!rt || !info)
         return rt_error(rt, OPJIT_EINVAL, "opjit_cache_info_get: NULL argument");
+    int rc = abi_out_check_rt(rt, "opjit_cache_info_get", info, ABI_MIN_CACHE_INFO,
+                              "opjit_cache_info");
+    if (rc)
+        return rc;
+    opjit_cache_info mine = {.size = sizeof mine};
+    abi_out(info, &mine, sizeof mine);
     cache *c = admin_cache(rt);
     cache_totals t;
     char err[1024];
-    memset(info, 0, sizeof *info);
-    int rc = cache_get_totals(c, &t, err, sizeof err);
-    if (rc)
+    if ((rc = cache_get_totals(c, &t, err, sizeof err)))
         return rt_error(rt, rc, "%s", err);
+    info = &mine;
     info->dir = cache_root_dir(c);
     info->writable = cache_writable(c);
     info->offline = cache_offline(c);
@@ -433,6 +445,7 @@ int opjit_cache_info_get(opjit_runtime *rt, opjit_cache_info *info)
     info->readonly_entries = t.ro_entries;
     info->readonly_bytes = t.ro_bytes;
     info->tmp_dirs = t.tmp_dirs;
+    abi_out(host, &mine, sizeof mine);
     return OPJIT_OK;
 }
 
@@ -442,18 +455,24 @@ int opjit_cache_remote_list(opjit_runtime *rt, int (*fn)(void *ud, const opjit_c
     return admin_list(rt, "opjit_cache_remote_list", cache_remote_foreach, fn, ud);
 }
 
-int opjit_cache_remote_info_get(opjit_runtime *rt, opjit_cache_remote_info *info)
+int opjit_cache_remote_info_get(opjit_runtime *rt, opjit_cache_remote_info *host)
 {
-    if (!rt || !info)
+    if (!rt || !host)
         return rt_error(rt, OPJIT_EINVAL, "opjit_cache_remote_info_get: NULL argument");
+    int rc = abi_out_check_rt(rt, "opjit_cache_remote_info_get", host, ABI_MIN_REMOTE_INFO,
+                              "opjit_cache_remote_info");
+    if (rc)
+        return rc;
     cache_remote_info r;
     cache_remote_info_get(admin_cache(rt), &r);
+    opjit_cache_remote_info mine, *info = &mine;
     *info = (opjit_cache_remote_info){
-        .url = r.url, .enabled = r.enabled, .readonly = r.readonly, .is_signed = r.is_signed,
+        .size = sizeof mine, .url = r.url, .enabled = r.enabled, .readonly = r.readonly, .is_signed = r.is_signed,
         .reachable = r.reachable, .entries = r.entries, .bytes = r.bytes,
         .used_memory = r.used_memory, .maxmemory = r.maxmemory,
     };
     snprintf(info->policy, sizeof info->policy, "%s", r.policy);
+    abi_out(host, &mine, sizeof mine);
     return OPJIT_OK;
 }
 
@@ -485,17 +504,26 @@ static int admin_prune(opjit_runtime *rt, int clear, uint64_t max_bytes,
 {
     cache_prune_result r;
     char err[1024];
-    if (out)
-        memset(out, 0, sizeof *out);
     if (!rt)
         return OPJIT_EINVAL;
-    int rc = clear ? cache_clear(admin_cache(rt), &r, err, sizeof err)
+    int rc = out ? abi_out_check_rt(rt, clear ? "opjit_cache_clear" : "opjit_cache_prune", out,
+                                    ABI_MIN_PRUNE_RESULT, "opjit_cache_prune_result")
+                 : OPJIT_OK;
+    if (rc)
+        return rc;
+    if (out)
+        abi_out(out, &(opjit_cache_prune_result){.size = sizeof *out},
+                sizeof(opjit_cache_prune_result));
+    rc = clear ? cache_clear(admin_cache(rt), &r, err, sizeof err)
                    : cache_prune(admin_cache(rt), max_bytes, &r, err, sizeof err);
     if (rc)
         return rt_error(rt, rc, "%s", err);
     if (out)
-        *out = (opjit_cache_prune_result){r.removed, r.removed_bytes, r.busy, r.tmp_removed,
-                                          r.bytes_after};
+        abi_out(out, &(opjit_cache_prune_result){.size = sizeof *out, .removed = r.removed,
+                                                 .removed_bytes = r.removed_bytes,
+                                                 .busy = r.busy, .tmp_removed = r.tmp_removed,
+                                                 .bytes_after = r.bytes_after},
+                sizeof(opjit_cache_prune_result));
     return OPJIT_OK;
 }
 

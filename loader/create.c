@@ -5,19 +5,22 @@
 #include <stdlib.h>
 
 #include "loader/loader_int.h"
+#include "runtime/abi.h"
 
 int opjit_create(const opjit_config *cfg, opjit_runtime **out)
 {
     if (!out)
         return OPJIT_EINVAL;
     *out = NULL;
-    opjit_config defaults;
-    if (!cfg) {
-        opjit_config_init(&defaults);
-        cfg = &defaults;
-    }
+    /* From here on the config is this library's size. */
+    opjit_config full;
+    char err[256];
+    int rc = config_from_host(cfg, &full, err, sizeof err);
+    if (rc)
+        return rc; /* no runtime to hold the message */
+    cfg = &full;
     opjit_runtime *rt;
-    int rc = loader_runtime_new(cfg, &rt);
+    rc = loader_runtime_new(cfg, &rt);
     if (rc)
         return rc;
     loader_warn_missing_dirs(rt->loader, cfg);

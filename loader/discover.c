@@ -56,7 +56,7 @@ typedef struct child_walk {
 static int child_put_op(void *ud, const opjit_op *op)
 {
     child_walk *w = ud;
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     char real[PATH_MAX];
     if (opjit_op_info_get(w->rt, op, &info) || !info.source[w->device] ||
         !realpath(info.source[w->device], real) || strcmp(real, w->real))

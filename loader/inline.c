@@ -170,14 +170,20 @@ int opjit_load_inline(opjit_runtime *rt, const char *name, const char *text,
     if (!text || !*text)
         return rt_error(rt, OPJIT_EINVAL, "opjit_load_inline: %s: NULL or empty source text",
                         name);
+    if (info && (rc = abi_out_check_rt(rt, "opjit_load_inline", info, ABI_MIN_LOAD_INFO,
+                                       "opjit_load_info")))
+        return rc;
     double t0 = loader_now_ms();
     source s;
     if ((rc = inline_source(rt->loader, name, text, include_dir, &s)))
         return rc;
+    opjit_load_info mine = {.size = sizeof mine};
     pthread_mutex_lock(&rt->loader->lock);
-    rc = loader_load_read_locked(rt->loader, &s, t0, op, info);
+    rc = loader_load_read_locked(rt->loader, &s, t0, op, info ? &mine : NULL);
     pthread_mutex_unlock(&rt->loader->lock);
     source_free(&s);
+    if (info)
+        abi_out(info, &mine, sizeof mine);
     return rc;
 }
 

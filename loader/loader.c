@@ -472,7 +472,7 @@ void loader_runtime_free(opjit_runtime *rt)
 
 void loader_same_caches(const loader *l, opjit_config *cfg)
 {
-    opjit_config_init(cfg);
+    opjit_config_init(cfg, sizeof *cfg);
     cfg->cache_dir = l->cfg_cache_dir;
     cfg->readonly_caches = l->cfg_readonly;
     cfg->offline = l->cfg_offline;
@@ -491,9 +491,17 @@ int opjit_load_file(opjit_runtime *rt, const char *path, opjit_op **op, opjit_lo
         *op = NULL;
     if (!rt || !path)
         return rt_error(rt, OPJIT_EINVAL, "opjit_load_file: NULL argument");
+    opjit_load_info mine = {.size = sizeof mine};
+    int rc = info ? abi_out_check_rt(rt, "opjit_load_file", info, ABI_MIN_LOAD_INFO,
+                                     "opjit_load_info")
+                  : OPJIT_OK;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&rt->loader->lock);
-    int rc = loader_load_locked(rt->loader, path, op, info);
+    rc = loader_load_locked(rt->loader, path, op, info ? &mine : NULL);
     pthread_mutex_unlock(&rt->loader->lock);
+    if (info)
+        abi_out(info, &mine, sizeof mine);
     return rc;
 }
 

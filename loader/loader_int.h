@@ -7,6 +7,7 @@
 
 #include "cache/cache.h"
 #include "jit/jit.h"
+#include "runtime/abi.h"
 #include "runtime/runtime.h"
 
 /* A source loaded before, so an unchanged one is not loaded twice. */

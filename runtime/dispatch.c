@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/abi.h"
 #include "runtime/cuda.h"
 #include "runtime/runtime.h"
 
@@ -573,11 +574,14 @@ int opjit_list(opjit_runtime *rt, int (*fn)(void *ud, const opjit_op *op), void 
     return OPJIT_OK;
 }
 
-int opjit_op_info_get(opjit_runtime *rt, const opjit_op *op, opjit_op_info *info)
+int opjit_op_info_get(opjit_runtime *rt, const opjit_op *op, opjit_op_info *host)
 {
-    if (!rt || !op || !info)
+    if (!rt || !op || !host)
         return rt_error(rt, OPJIT_EINVAL, "opjit_op_info_get: NULL argument");
-    memset(info, 0, sizeof *info);
+    int rc = abi_out_check_rt(rt, "opjit_op_info_get", host, ABI_MIN_OP_INFO, "opjit_op_info");
+    if (rc)
+        return rc;
+    opjit_op_info mine = {.size = sizeof mine}, *info = &mine;
     info->name = op->name;
     const schema *sch = atomic_load(&op->sch);
     info->schema = sch->text;
@@ -595,17 +599,22 @@ int opjit_op_info_get(opjit_runtime *rt, const opjit_op *op, opjit_op_info *info
         }
     }
     reclaim_exit();
+    abi_out(host, &mine, sizeof mine);
     return OPJIT_OK;
 }
 
-int opjit_op_arg(opjit_runtime *rt, const opjit_op *op, int i, opjit_arg_info *info)
+int opjit_op_arg(opjit_runtime *rt, const opjit_op *op, int i, opjit_arg_info *host)
 {
-    if (!rt || !op || !info)
+    if (!rt || !op || !host)
         return rt_error(rt, OPJIT_EINVAL, "opjit_op_arg: NULL argument");
+    int rc = abi_out_check_rt(rt, "opjit_op_arg", host, ABI_MIN_ARG_INFO, "opjit_arg_info");
+    if (rc)
+        return rc;
     const schema *sch = atomic_load(&op->sch);
     if (i < 0 || i >= sch->nargs)
         return rt_error(rt, OPJIT_EINVAL, "%s has no argument %d", op->name, i);
     const schema_arg *a = &sch->args[i];
+    opjit_arg_info mine = {.size = sizeof mine}, *info = &mine;
     info->name = a->name;
     info->type = a->type;
     info->kind = a->kind;
@@ -613,6 +622,7 @@ int opjit_op_arg(opjit_runtime *rt, const opjit_op *op, int i, opjit_arg_info *i
     info->list_len = a->list_len;
     info->has_default = a->has_default;
     info->default_text = a->default_text;
+    abi_out(host, &mine, sizeof mine);
     return OPJIT_OK;
 }
 

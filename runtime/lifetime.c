@@ -4,18 +4,41 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/abi.h"
 #include "runtime/cuda.h"
 #include "runtime/runtime.h"
 
-void opjit_config_init(opjit_config *cfg)
+/* The defaults, into a struct of this library's size. */
+static void config_defaults(opjit_config *cfg)
 {
-    if (!cfg)
-        return;
     memset(cfg, 0, sizeof *cfg);
+    cfg->size = sizeof *cfg;
     cfg->offline = -1;
     cfg->tiering = -1;
     cfg->watch = -1;
     cfg->verbosity = OPJIT_LOG_WARN;
+}
+
+/* Only the host's size is written: a host built against an older header
+ * has a smaller struct (see opjit.h, "Structs that grow"). */
+int opjit_config_init(opjit_config *cfg, size_t size)
+{
+    if (!cfg || size < ABI_MIN_CONFIG)
+        return OPJIT_EINVAL;
+    opjit_config d;
+    config_defaults(&d);
+    memset(cfg, 0, size);
+    cfg->size = size;
+    abi_out(cfg, &d, sizeof d);
+    return OPJIT_OK;
+}
+
+int config_from_host(const opjit_config *host, opjit_config *cfg, char *err, size_t errlen)
+{
+    config_defaults(cfg);
+    if (!host)
+        return OPJIT_OK;
+    return abi_in(cfg, sizeof *cfg, host, ABI_MIN_CONFIG, "opjit_config", err, errlen);
 }
 
 /* Undo a partly built runtime. */

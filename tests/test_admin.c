@@ -39,7 +39,7 @@ static void write_op(const char *dir, const char *file, const char *name, int k)
 static opjit_runtime *make_rt(const char *ops_path, const char *cache, const char *ro)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.ops_path = ops_path;
     cfg.cache_dir = cache;
     cfg.readonly_caches = ro;
@@ -237,8 +237,8 @@ static void test_warm(void)
     /* By name: both sources of qaw_one (neither loaded into rt), and a name
      * with no source reported first. */
     const char *targets[] = {"qaw_missing", "qaw_one", "qaw_one"};
-    opjit_warm_options o = {.targets = targets, .ntargets = 3};
-    opjit_warm_result r;
+    opjit_warm_options o = {.size = sizeof o,.targets = targets, .ntargets = 3};
+    opjit_warm_result r = {.size = sizeof r};
     events e = {.order_ok = 1};
     int st = opjit_warm(rt, &o, on_warm, &e, &r);
     CHECK(st == OPJIT_ENOTFOUND);
@@ -276,7 +276,7 @@ static void test_warm(void)
     const char *cc = getenv("OPJIT_CC");
     if (cc && *cc) {
         const char *one[] = {"qaw_one"};
-        opjit_warm_options opt = {.targets = one, .ntargets = 1, .opt = 1, .cc = cc};
+        opjit_warm_options opt = {.size = sizeof opt,.targets = one, .ntargets = 1, .opt = 1, .cc = cc};
         CHECKF(opjit_warm(rt, &opt, NULL, NULL, &r) == OPJIT_OK, "%s", opjit_errmsg(rt));
         /* its libtcc code was cached: the optimized code is what it built */
         CHECK(r.sources == 1 && r.compiled == 1 && r.hits == 0);
@@ -288,7 +288,7 @@ static void test_warm(void)
     }
     CHECK(opjit_warm(NULL, NULL, NULL, NULL, NULL) == OPJIT_EINVAL);
     const char *empty[] = {""};
-    opjit_warm_options bad = {.targets = empty, .ntargets = 1};
+    opjit_warm_options bad = {.size = sizeof bad,.targets = empty, .ntargets = 1};
     CHECK(opjit_warm(rt, &bad, NULL, NULL, NULL) == OPJIT_EINVAL);
     opjit_destroy(rt);
     unsetenv("OPJIT_OPS_PATH");
@@ -332,13 +332,13 @@ static void fill(const char *d, const char *cache, int n)
         write_op(d, file, name, i + 2);
     }
     opjit_runtime *rt = make_rt(d, cache, NULL);
-    opjit_warm_result r;
+    opjit_warm_result r = {.size = sizeof r};
     const char *files[8];
     for (int i = 0; i < n && i < 8; i++) {
         snprintf(file, sizeof file, "qac_%d.c", i);
         files[i] = strdup(t_path(d, file));
     }
-    opjit_warm_options o = {.targets = files, .ntargets = n};
+    opjit_warm_options o = {.size = sizeof o,.targets = files, .ntargets = n};
     CHECKF(opjit_warm(rt, &o, NULL, NULL, &r) == OPJIT_OK, "%s", opjit_errmsg(rt));
     for (int i = 0; i < n && i < 8; i++)
         free((void *)files[i]);
@@ -371,7 +371,7 @@ static void test_cache_admin(void)
     fill(d, cache, 3);
     opjit_runtime *rt = make_rt(d, cache, NULL);
 
-    opjit_cache_info info;
+    opjit_cache_info info = {.size = sizeof info};
     CHECK(opjit_cache_info_get(rt, &info) == OPJIT_OK);
     CHECK(!strcmp(info.dir, cache) && info.writable && !info.offline && info.nreadonly == 0);
     CHECK(info.entries == 3 && info.bytes > 0 && info.readonly_entries == 0);
@@ -396,7 +396,7 @@ static void test_cache_admin(void)
     CHECK(opjit_cache_info_get(rt, &info) == OPJIT_OK && info.entries == 2);
 
     /* Prune to a size, then clear. */
-    opjit_cache_prune_result pr;
+    opjit_cache_prune_result pr = {.size = sizeof pr};
     CHECK(opjit_cache_prune(rt, 1u << 30, &pr) == OPJIT_OK && pr.removed == 0);
     CHECK(pr.bytes_after == info.bytes);
     CHECK(opjit_cache_prune(rt, 1, &pr) == OPJIT_OK);
@@ -423,7 +423,7 @@ static void test_layers(void)
     snprintf(layers, sizeof layers, "%s:%s", ro, bad);
     opjit_runtime *rt = make_rt(d, own, layers);
 
-    opjit_cache_info info;
+    opjit_cache_info info = {.size = sizeof info};
     CHECK(opjit_cache_info_get(rt, &info) == OPJIT_OK);
     CHECK(info.nreadonly == 2 && info.readonly_entries == 2 && info.entries == 0);
     CHECK(opjit_cache_readonly_dir(rt, 0) && !strcmp(opjit_cache_readonly_dir(rt, 0), ro));
@@ -440,7 +440,7 @@ static void test_layers(void)
     CHECK(nd == 1 && l.untrusted == 1 && l.layer1 == 2);
     /* Read-only layers are never changed. */
     CHECK(opjit_cache_info_get(rt, &info) == OPJIT_OK && info.readonly_entries == 2);
-    opjit_cache_prune_result pr;
+    opjit_cache_prune_result pr = {.size = sizeof pr};
     CHECK(opjit_cache_clear(rt, &pr) == OPJIT_OK && pr.removed == 0);
     CHECK(opjit_cache_info_get(rt, &info) == OPJIT_OK && info.readonly_entries == 2);
     opjit_destroy(rt);
@@ -452,16 +452,16 @@ static void test_layers(void)
 static void test_errors(void)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.no_cache = 1;
     cfg.tiering = 0;
     opjit_runtime *rt = NULL;
     CHECK(opjit_create(&cfg, &rt) == OPJIT_OK);
-    opjit_cache_prune_result pr;
+    opjit_cache_prune_result pr = {.size = sizeof pr};
     CHECK(opjit_cache_prune(rt, 0, &pr) == OPJIT_ECACHE);
     CHECK_STR_CONTAINS(opjit_errmsg(rt), "disabled");
     CHECK(opjit_cache_clear(rt, &pr) == OPJIT_ECACHE && pr.removed == 0);
-    opjit_cache_info info;
+    opjit_cache_info info = {.size = sizeof info};
     CHECK(opjit_cache_info_get(rt, &info) == OPJIT_OK && !info.writable && !*info.dir);
     CHECK(opjit_cache_list(rt, NULL, NULL) == OPJIT_EINVAL);
     CHECK(opjit_cache_info_get(rt, NULL) == OPJIT_EINVAL);

@@ -200,7 +200,7 @@ static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
 static opjit_runtime *rt_with_counter(opjit_op **op)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.alloc = counting_alloc;
     cfg.alloc_ud = &the_counter;
     opjit_runtime *rt = NULL;

@@ -408,9 +408,9 @@ static void test_conv2d_backward_errors(void)
 static const char *setup(int tiering)
 {
     opjit_config cfg;
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     opjit_op *any = NULL;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.tiering = tiering;
     cfg.no_cache = !tiering; /* else optimized code in the cache would serve */
     if (opjit_create(&cfg, &rt) != OPJIT_OK)

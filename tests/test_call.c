@@ -751,7 +751,7 @@ static void several_outputs(void)
     outs[1]->deleter(outs[1]);
     CHECK(((float *)o0->data)[4] == 10);
     outs[0]->deleter(outs[0]);
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     CHECK(opjit_op_info_get(rt, op_two, &info) == OPJIT_OK && info.nouts == 2);
 }
 

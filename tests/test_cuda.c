@@ -52,7 +52,7 @@ static const char *ops_dir(void)
 static opjit_runtime *rt_new(const char *cache, const char *archs)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.cache_dir = cache;
     cfg.cuda_archs = archs;
     cfg.tiering = 0;
@@ -238,13 +238,13 @@ static void cache_keeps_each_arch(void)
     snprintf(nms, sizeof nms, "%s/nms.cu", ops_dir());
 
     opjit_runtime *rt = rt_new(cache, "sm_80,sm_90,compute_90");
-    opjit_load_info info;
+    opjit_load_info info = {.size = sizeof info};
     opjit_op *op = NULL;
     int rc = opjit_load_file(rt, nms, &op, &info);
     CHECKF(rc == OPJIT_OK && op, "load nms.cu: %s", opjit_errmsg(rt));
     CHECK(!info.cache_hit && info.compile_ms > 0);
     CHECK(!strcmp(info.tier, "nvrtc"));
-    opjit_op_info oi;
+    opjit_op_info oi = {.size = sizeof oi};
     if (op && opjit_op_info_get(rt, op, &oi) == OPJIT_OK) {
         CHECK(oi.source[OPJIT_CUDA] && strstr(oi.source[OPJIT_CUDA], "nms.cu"));
         CHECK(oi.tier[OPJIT_CUDA] && !strcmp(oi.tier[OPJIT_CUDA], "nvrtc"));
@@ -330,13 +330,13 @@ static void shipped_ops_load_beside_their_twins(void)
         rc = opjit_load_file(rt, cu, &b, NULL);
         CHECKF(rc == OPJIT_OK, "%s: %s", cu, opjit_errmsg(rt));
         CHECK(a && a == b);
-        opjit_op_info oi;
+        opjit_op_info oi = {.size = sizeof oi};
         if (b && opjit_op_info_get(rt, b, &oi) == OPJIT_OK) {
             CHECK(oi.source[OPJIT_CPU] && oi.source[OPJIT_CUDA]);
             CHECK(oi.doc[OPJIT_CUDA] && strstr(oi.doc[OPJIT_CUDA], "CUDA"));
         }
         /* Unchanged: a second load is a no-op. */
-        opjit_load_info info;
+        opjit_load_info info = {.size = sizeof info};
         rc = opjit_load_file(rt, cu, NULL, &info);
         CHECK(rc == OPJIT_OK && info.cache_hit);
     }
@@ -449,7 +449,7 @@ static void by_name_loads_cpu_only_without_cuda(void)
         opjit_op *op = NULL;
         int rc = opjit_load_op(rt, name, &op);
         CHECKF(rc == OPJIT_OK && op, "%s: %s", name, opjit_errmsg(rt));
-        opjit_op_info oi;
+        opjit_op_info oi = {.size = sizeof oi};
         if (op && opjit_op_info_get(rt, op, &oi) == OPJIT_OK) {
             CHECK(oi.source[OPJIT_CPU] != NULL);
             CHECKF(oi.source[OPJIT_CUDA] == NULL, "%s: the .cu was loaded", name);
@@ -467,7 +467,7 @@ static int child_warm_hit(void)
     char nms[2048];
     snprintf(nms, sizeof nms, "%s/nms.cu", ops_dir());
     opjit_runtime *rt = rt_new(getenv("QCU_CACHE"), "sm_80,compute_90");
-    opjit_load_info info;
+    opjit_load_info info = {.size = sizeof info};
     int rc = opjit_load_file(rt, nms, NULL, &info);
     CHECKF(rc == OPJIT_OK && info.cache_hit, "%s", opjit_errmsg(rt));
     CHECKF(jit_nvrtc_identity() == NULL, "NVRTC was loaded for a cache hit");
@@ -534,7 +534,7 @@ static int child_no_nvrtc(void)
     /* Device code warmed by a machine with NVRTC is found without it. */
     if (warm) {
         rt = rt_new(warm, "sm_90,compute_90");
-        opjit_load_info info;
+        opjit_load_info info = {.size = sizeof info};
         rc = opjit_load_file(rt, nms, NULL, &info);
         CHECKF(rc == OPJIT_OK && info.cache_hit, "from the warmed cache: %s", opjit_errmsg(rt));
         opjit_destroy(rt);
@@ -1370,7 +1370,7 @@ static int child_fake_driver(void)
         opjit_op *op = NULL;
         int rc = opjit_load_op(rt, "mm", &op);
         CHECKF(rc == OPJIT_OK && op, "%s", opjit_errmsg(rt));
-        opjit_op_info oi;
+        opjit_op_info oi = {.size = sizeof oi};
         if (op && opjit_op_info_get(rt, op, &oi) == OPJIT_OK)
             CHECK(oi.source[OPJIT_CUDA] == NULL);
         snprintf(path, sizeof path, "%s/mm.cu", ops_dir());
@@ -1527,7 +1527,7 @@ static int child_fake_driver(void)
         CHECKF(rc == OPJIT_OK && mm, "mm: %s", opjit_errmsg(rt));
         rc = opjit_load_op(rt, "conv2d", &conv);
         CHECKF(rc == OPJIT_OK && conv, "conv2d: %s", opjit_errmsg(rt));
-        opjit_op_info oi;
+        opjit_op_info oi = {.size = sizeof oi};
         if (nms && opjit_op_info_get(rt, nms, &oi) == OPJIT_OK)
             CHECK(oi.source[OPJIT_CPU] && oi.source[OPJIT_CUDA]);
         if (!nms || !mm || !conv)
@@ -1891,7 +1891,7 @@ static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 static void tensor_to_device_on_the_host(void)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.alloc = counting_alloc;
     cfg.tiering = 0;
     cfg.cache_dir = pjoin(tmpdir_new(), "cache");

@@ -657,7 +657,7 @@ static void ptx_fallback_runs(void)
     char archs[32];
     snprintf(archs, sizeof archs, "compute_%d", cc);
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.tiering = 0;
     cfg.cuda_archs = archs; /* no cubin at all: the driver JIT-compiles the PTX */
     opjit_runtime *saved = rt, *prt = NULL;
@@ -872,7 +872,7 @@ int main(void)
         return 77;
     }
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.tiering = 0;
     if (opjit_create(&cfg, &rt) != OPJIT_OK) {
         printf("cannot create a runtime\n");

@@ -45,7 +45,7 @@ static void *load_and_call(void *arg)
 static void first_loads_on_two_runtimes_at_once(void)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.tiering = 0;
     if (!getenv("OPJIT_OPS_PATH")) {
         fprintf(stderr, "OPJIT_OPS_PATH must name ops-src\n");

@@ -278,7 +278,7 @@ static int collect(uint32_t u, void *ud)
 static void tier_agrees(int tiering, const char *src, const uint32_t *in, int64_t n)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.cache_dir = t_tmpdir("half-cache");
     cfg.tiering = tiering;
     op_run r = {0};

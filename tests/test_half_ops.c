@@ -247,7 +247,7 @@ static void mixed_dtypes_refused(opjit_runtime *rt)
 static void run_tier(int tiering)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.tiering = tiering;
     cfg.num_threads = 2;
     opjit_runtime *rt = NULL;
@@ -259,7 +259,7 @@ static void run_tier(int tiering)
     CHECKF(opjit_load_op(rt, "conv2d", &op) == OPJIT_OK, "%s", opjit_errmsg(rt));
     if (tiering)
         CHECKF(opjit_wait(rt) == OPJIT_OK, "%s", opjit_errmsg(rt));
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     CHECK(op && opjit_op_info_get(rt, op, &info) == OPJIT_OK);
     if (op)
         CHECK_STR_CONTAINS(info.tier[OPJIT_CPU], tiering ? "opt" : "tcc");

@@ -60,7 +60,7 @@ static void count_log(void *ud, int level, const char *msg)
 static opjit_runtime *new_rt(const char *ops_path)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.ops_path = ops_path;
     cfg.tiering = 0; /* no background compile adds cache entries */
     cfg.log = count_log;
@@ -72,7 +72,7 @@ static opjit_runtime *new_rt(const char *ops_path)
 
 static uint64_t cache_entries(opjit_runtime *rt)
 {
-    opjit_cache_info info;
+    opjit_cache_info info = {.size = sizeof info};
     CHECK(opjit_cache_info_get(rt, &info) == OPJIT_OK);
     return info.entries;
 }
@@ -85,7 +85,7 @@ static void test_multi_op_module(void)
     for (int i = 0; i < 3; i++) {
         int rc = opjit_load_op(rt, names[i], &op);
         CHECKF(rc == OPJIT_OK, "%s: %s", names[i], opjit_errmsg(rt));
-        opjit_op_info info;
+        opjit_op_info info = {.size = sizeof info};
         if (!rc && op && opjit_op_info_get(rt, op, &info) == OPJIT_OK) {
             CHECK(!strcmp(info.name, names[i]));
             CHECK_STR_CONTAINS(info.source[OPJIT_CPU], "llama_ops.c");

@@ -32,7 +32,7 @@ static void count_log(void *ud, int level, const char *msg)
 static opjit_runtime *new_rt(const char *ops_path)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.ops_path = ops_path;
     cfg.tiering = 0;
     cfg.log = count_log;

@@ -65,7 +65,7 @@ static long call_value(opjit_runtime *rt, const opjit_op *op)
 static opjit_runtime *rt_new(void)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.tiering = 0; /* libtcc code only: what is compiled is what serves */
     opjit_runtime *rt = NULL;
     int rc = opjit_create(&cfg, &rt);
@@ -81,13 +81,13 @@ static void compiles_calls_and_hits_the_cache_in_a_fresh_runtime(void)
     const char *text = module_text("answer", "42", NULL, 0);
     opjit_runtime *rt = rt_new();
     opjit_op *op = NULL;
-    opjit_load_info info;
+    opjit_load_info info = {.size = sizeof info};
     int rc = opjit_load_inline(rt, "answer.c", text, NULL, &op, &info);
     CHECKF(rc == OPJIT_OK, "%s", opjit_errmsg(rt));
     CHECK(info.cache_hit == 0);
     CHECK(!strcmp(info.source, "answer.c"));
     CHECK(call_value(rt, op) == 42);
-    opjit_op_info oi;
+    opjit_op_info oi = {.size = sizeof oi};
     CHECK(opjit_op_info_get(rt, op, &oi) == OPJIT_OK);
     CHECK(!strcmp(oi.source[OPJIT_CPU], "answer.c"));
     /* The same again: nothing to do. */
@@ -125,7 +125,7 @@ struct names {
 static int collect_names(void *ud, const opjit_op *op)
 {
     struct names *nm = ud;
-    opjit_op_info oi;
+    opjit_op_info oi = {.size = sizeof oi};
     if (opjit_op_info_get(nm->rt, op, &oi) == OPJIT_OK) {
         size_t n = strlen(nm->text);
         snprintf(nm->text + n, sizeof nm->text - n, "%s%s", n ? "," : "", oi.name);
@@ -191,7 +191,7 @@ static void local_headers_come_from_the_include_dir(void)
     CHECK(call_value(rt, op) == 5);
     /* The header is in the key: editing it changes the op. */
     t_write(t_path(dir, "value.h"), "#define VALUE 6\n", 16);
-    opjit_load_info info;
+    opjit_load_info info = {.size = sizeof info};
     rc = opjit_load_inline(rt, "withhdr.c", text, dir, &op, &info);
     CHECKF(rc == OPJIT_OK && info.cache_hit == 0, "%s", opjit_errmsg(rt));
     CHECK(call_value(rt, op) == 6);
@@ -315,7 +315,7 @@ static void a_cu_name_is_cuda(void)
     CHECKF(rc == OPJIT_OK || rc == OPJIT_EDEVICE, "%s: %s", opjit_status_name(rc),
            opjit_errmsg(rt));
     if (rc == OPJIT_OK) {
-        opjit_op_info oi;
+        opjit_op_info oi = {.size = sizeof oi};
         CHECK(opjit_op_info_get(rt, op, &oi) == OPJIT_OK && oi.source[OPJIT_CUDA] &&
               !oi.source[OPJIT_CPU]);
     } else {

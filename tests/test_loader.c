@@ -154,7 +154,7 @@ static void load_by_path_returns_the_op_named_after_the_file(void)
     int rc = opjit_load_op(rt, pjoin(d, "qal_alpha.c"), &op);
     CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
     CHECK(op != NULL);
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     CHECK(opjit_op_info_get(rt, op, &info) == OPJIT_OK);
     CHECK(info.name && !strcmp(info.name, "qal_alpha"));
     CHECK_VALUE(call_value(rt, op), 41);
@@ -221,7 +221,7 @@ static void load_by_name_first_directory_wins(void)
     int rc = opjit_load_op(rt, "qal_named", &op);
     CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
     CHECK_VALUE(call_value(rt, op), 1);
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     CHECK(op && opjit_op_info_get(rt, op, &info) == OPJIT_OK);
     CHECK(op && info.source[OPJIT_CPU] && strstr(info.source[OPJIT_CPU], a));
     /* By name again: the same op, nothing reloaded. */
@@ -260,7 +260,7 @@ static void config_ops_path_is_searched_before_the_environment(void)
     write_const_op(envdir, "qal_envonly.c", "qal_envonly", 30);
     ops_path_set(envdir);
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.ops_path = cfgdir;
     opjit_runtime *rt = rt_new_cfg(&cfg);
     opjit_op *op = NULL;
@@ -293,7 +293,7 @@ static void loading_an_unchanged_file_twice_is_a_no_op(void)
     write_const_op(d, "qal_same.c", "qal_same", 5);
     opjit_runtime *rt = rt_new();
     opjit_op *op1 = NULL, *op2 = NULL;
-    opjit_load_info info;
+    opjit_load_info info = {.size = sizeof info};
     int rc = opjit_load_file(rt, pjoin(d, "qal_same.c"), &op1, &info);
     CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
     CHECK(strstr(info.source, "qal_same.c") != NULL);
@@ -322,7 +322,7 @@ static void editing_the_source_swaps_the_kernel(void)
     write_const_op(d, "qal_edit.c", "qal_edit", 100);
     opjit_runtime *rt = rt_new();
     opjit_op *op = NULL, *op2 = NULL;
-    opjit_load_info info;
+    opjit_load_info info = {.size = sizeof info};
     int rc = opjit_load_file(rt, p, &op, &info);
     CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
     CHECK_VALUE(call_value(rt, op), 100);
@@ -384,7 +384,7 @@ static void angle_bracket_headers_next_to_the_source_are_in_the_key(void)
     const char *p = pjoin(d, "qal_angle.c");
     opjit_runtime *rt = rt_new();
     opjit_op *op = NULL;
-    opjit_load_info info;
+    opjit_load_info info = {.size = sizeof info};
     int rc = opjit_load_file(rt, p, &op, &info);
     CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
     CHECK_VALUE(call_value(rt, op), 31);
@@ -430,7 +430,7 @@ static void unload_and_load_again(void)
     CHECK(opjit_unload(rt, p) == OPJIT_ENOTFOUND);
 
     /* Loading again registers it afresh, from the cache, into the same op. */
-    opjit_load_info info;
+    opjit_load_info info = {.size = sizeof info};
     opjit_op *again = NULL;
     CHECK(opjit_load_file(rt, p, &again, &info) == OPJIT_OK);
     CHECK(again == op && info.cache_hit == 1 && info.load_ms > 0);
@@ -455,7 +455,7 @@ static void editing_a_local_header_changes_the_op(void)
     write_const_op_ex(d, "qal_hdr.c", "qal_hdr", "HELPER_VALUE", "#include \"helper.h\"");
     opjit_runtime *rt = rt_new();
     opjit_op *op = NULL;
-    opjit_load_info info;
+    opjit_load_info info = {.size = sizeof info};
     int rc = opjit_load_file(rt, p, &op, &info);
     CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
     CHECK_VALUE(call_value(rt, op), 7);
@@ -518,7 +518,7 @@ static void many_and_deep_local_headers_are_all_in_the_key(void)
     const char *p = pjoin(d, "qal_many.c");
     opjit_runtime *rt = rt_new();
     opjit_op *op = NULL;
-    opjit_load_info info;
+    opjit_load_info info = {.size = sizeof info};
     int rc = opjit_load_file(rt, p, &op, &info);
     CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
     CHECK_VALUE(call_value(rt, op), 15);
@@ -545,7 +545,7 @@ static void touching_without_change_does_not_recompile(void)
     write_const_op_ex(d, "qal_touch.c", "qal_touch", "TOUCH_VALUE", "#include \"touch.h\"");
     opjit_runtime *rt = rt_new();
     opjit_op *op = NULL;
-    opjit_load_info info;
+    opjit_load_info info = {.size = sizeof info};
     int rc = opjit_load_file(rt, p, &op, &info);
     CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
     CHECK_VALUE(call_value(rt, op), 9);
@@ -580,7 +580,7 @@ static void touching_without_change_does_not_recompile(void)
 
     /* With no_cache, nothing is shared: compiled again. */
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.no_cache = 1;
     rt = rt_new_cfg(&cfg);
     rc = opjit_load_file(rt, p, &op, &info);
@@ -605,7 +605,7 @@ static void header_edits_racing_the_optimizer(void)
     write_text(d, "race.h", "#define RACE_VALUE 0\n");
     write_const_op_ex(d, "qal_race.c", "qal_race", "RACE_VALUE", "#include \"race.h\"");
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.tiering = 1;
     opjit_runtime *rt = rt_new_cfg(&cfg);
     opjit_op *op = NULL;
@@ -626,7 +626,7 @@ static void header_edits_racing_the_optimizer(void)
         snprintf(h, sizeof h, "#define RACE_VALUE %d\n", i);
         write_text(d, "race.h", h);
         rt = rt_new_cfg(&cfg);
-        opjit_load_info info;
+        opjit_load_info info = {.size = sizeof info};
         rc = opjit_load_file(rt, p, &op, &info);
         CHECKF(rc == OPJIT_OK, "%s: %s", opjit_status_name(rc), opjit_errmsg(rt));
         long got = call_value(rt, op);
@@ -961,7 +961,7 @@ static void reload_with_a_changed_schema(void)
            opjit_errmsg(f.rt));
     if (rc == OPJIT_OK) {
         CHECK_VALUE(call_value(f.rt, f.good), 1005);
-        opjit_op_info info;
+        opjit_op_info info = {.size = sizeof info};
         CHECK(opjit_op_info_get(f.rt, f.good, &info) == OPJIT_OK && info.nargs == 2);
     } else {
         CHECK_VALUE(call_value(f.rt, f.good), 77);
@@ -1028,7 +1028,7 @@ typedef struct list_acc {
 static int collect(void *ud, const opjit_op *op)
 {
     list_acc *acc = ud;
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     if (opjit_op_info_get(acc->rt, op, &info) == OPJIT_OK && acc->n < 16)
         snprintf(acc->names[acc->n], 64, "%s", info.name);
     acc->n++;
@@ -1072,7 +1072,7 @@ static void list_info_args_and_find(void)
     CHECK(opjit_list(rt, NULL, NULL) == OPJIT_EINVAL);
 
     /* opjit_op_info_get */
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     CHECK(opjit_op_info_get(rt, op, &info) == OPJIT_OK);
     CHECK(!strcmp(info.name, "qal_info"));
     CHECK(info.schema && strstr(info.schema, "qal_info(Tensor self") == info.schema);
@@ -1101,8 +1101,9 @@ static void list_info_args_and_find(void)
         {"n", "int", OPJIT_KIND_INT, 0, 0, 1, "-3"},
     };
     for (int i = 0; i < 6; i++) {
-        opjit_arg_info ai;
+        opjit_arg_info ai = {.size = sizeof ai};
         memset(&ai, 0xab, sizeof ai);
+        ai.size = sizeof ai;
         CHECK(opjit_op_arg(rt, op, i, &ai) == OPJIT_OK);
         CHECKF(ai.name && !strcmp(ai.name, want[i].name), "arg %d name", i);
         CHECKF(ai.type && !strcmp(ai.type, want[i].type), "arg %d type %s", i, ai.type);
@@ -1117,7 +1118,7 @@ static void list_info_args_and_find(void)
             CHECKF(ai.default_text == NULL, "arg %d has a default text", i);
         CHECK(opjit_op_arg_index(op, want[i].name) == i);
     }
-    opjit_arg_info ai;
+    opjit_arg_info ai = {.size = sizeof ai};
     CHECK(opjit_op_arg(rt, op, 6, &ai) == OPJIT_EINVAL);
     CHECK_STR_CONTAINS(opjit_errmsg(rt), "qal_info");
     CHECK(opjit_op_arg(rt, op, -1, &ai) == OPJIT_EINVAL);
@@ -1252,7 +1253,7 @@ static void discover_survives_sources_that_exit_or_crash(void)
                "OPJIT_MODULE(qal_aborts, m) { (void)m; abort(); }\n");
     write_text(d, "qal_broken.c", "#include <opjit_op.h>\nint x = ;\n");
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.ops_path = d;
     cfg.tiering = 0;
     opjit_runtime *rt = rt_new_cfg(&cfg);
@@ -1313,7 +1314,7 @@ static void forge_entry(const char *entry, const char *evil_so)
 static int loads_from_layer(const char *layer, const char *src, int offline)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.cache_dir = tmpdir_new();
     cfg.readonly_caches = layer;
     cfg.offline = offline;
@@ -1347,7 +1348,7 @@ static void a_forged_entry_in_a_readonly_layer_never_runs(void)
     write_text(d, "evil.c", text);
     snprintf(evil, sizeof evil, "%s", pjoin(d, "evil.c"));
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.tiering = 0;
     cfg.cache_dir = layer; /* the layer, filled by its owner */
     opjit_runtime *rt = rt_new_cfg(&cfg);
@@ -1507,7 +1508,7 @@ static void loading_shipped_ops_keeps_the_stack_noexec(void)
     snprintf(dir, sizeof dir, "%s/ops-src", getenv("OPJIT_SOURCE_DIR"));
     for (int tiering = 0; tiering <= 1; tiering++) {
         opjit_config cfg;
-        opjit_config_init(&cfg);
+        opjit_config_init(&cfg, sizeof cfg);
         cfg.cache_dir = tmpdir_new();
         cfg.tiering = tiering;
         opjit_runtime *rt = rt_new_cfg(&cfg);
@@ -1552,7 +1553,7 @@ static void log_to_buf(void *ud, int level, const char *msg)
 static void an_entry_without_gnu_stack_is_rebuilt(void)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.cache_dir = tmpdir_new();
     cfg.tiering = 0;
     const char *d = tmpdir_new();

@@ -879,8 +879,8 @@ static void test_mm_errors(void)
 static const char *setup(int tiering)
 {
     opjit_config cfg;
-    opjit_op_info info;
-    opjit_config_init(&cfg);
+    opjit_op_info info = {.size = sizeof info};
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.tiering = tiering;
     /* With tiering off, a private cache: optimized code already in the
      * shared cache would otherwise be served. */

@@ -114,7 +114,7 @@ static int tasks_now(void)
 static opjit_runtime *new_rt(int threads, int tiering, opjit_pool_fn pool, void *pool_ud)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.num_threads = threads;
     cfg.tiering = tiering;
     cfg.pool = pool;
@@ -196,7 +196,7 @@ static void test_both_tiers(void)
         opjit_op *op = load(rt, probe_path);
         if (tiering)
             CHECKF(opjit_wait(rt) == OPJIT_OK, "opjit_wait: %s", opjit_errmsg(rt));
-        opjit_op_info info;
+        opjit_op_info info = {.size = sizeof info};
         CHECK(op && opjit_op_info_get(rt, op, &info) == OPJIT_OK);
         if (op)
             CHECK_STR_CONTAINS(info.tier[OPJIT_CPU], tiering ? "opt" : "tcc");

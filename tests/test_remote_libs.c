@@ -28,7 +28,7 @@ static void quiet(void *ud, int level, const char *msg)
 static void test_no_remote_loads_neither(void)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.tiering = 0;
     cfg.remote_cache = ""; /* none, whatever the environment says */
     opjit_runtime *rt = NULL;
@@ -45,7 +45,7 @@ static void test_no_remote_loads_neither(void)
 static void test_remote_loads_both(void)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.tiering = 0;
     cfg.remote_cache = "redis://127.0.0.1:1"; /* nobody answers: the layer is still set up */
     cfg.log = quiet;

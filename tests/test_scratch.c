@@ -96,7 +96,7 @@ static int why_seen(void *ud, const opjit_cache_why_report *w)
 static opjit_runtime *load(const char *cache_dir)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.cache_dir = cache_dir;
     cfg.tiering = 1;
     cfg.cc = "/nonexistent/opjit-test-cc";
@@ -115,12 +115,12 @@ static void a_compile_leaves_nothing_outside_the_cache(void)
 {
     char s[4096];
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.cache_dir = bdir("c-compile");
     cfg.tiering = 0;
     opjit_runtime *rt = NULL;
     CHECK(opjit_create(&cfg, &rt) == OPJIT_OK);
-    opjit_load_info info;
+    opjit_load_info info = {.size = sizeof info};
     CHECKF(opjit_load_op(rt, src, NULL) == OPJIT_OK, "%s", opjit_errmsg(rt));
     CHECK(opjit_load_file(rt, src, NULL, &info) == OPJIT_OK);
     snap(s, sizeof s, 0);

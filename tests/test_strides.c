@@ -267,8 +267,8 @@ static void test_mm_as_strided(void)
 static const char *setup(int tiering)
 {
     opjit_config cfg;
-    opjit_op_info info;
-    opjit_config_init(&cfg);
+    opjit_op_info info = {.size = sizeof info};
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.tiering = tiering;
     cfg.no_cache = !tiering;
     if (opjit_create(&cfg, &rt) != OPJIT_OK)

@@ -38,7 +38,7 @@ int main(void)
 {
     opjit_runtime *rt = NULL;
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.tiering = 0;
     if (opjit_create(&cfg, &rt) != OPJIT_OK)
         return 2;

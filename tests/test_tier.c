@@ -44,7 +44,7 @@ static void write_op(const char *mark)
 static opjit_runtime *make_rt(int tiering, const char *compiler)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.cache_dir = cache;
     cfg.tiering = tiering;
     cfg.cc = compiler;
@@ -72,7 +72,7 @@ static float first(opjit_runtime *rt, opjit_op *op, float *second)
 
 static const char *tier_of(opjit_runtime *rt, opjit_op *op)
 {
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     return opjit_op_info_get(rt, op, &info) == OPJIT_OK ? info.tier[OPJIT_CPU] : "?";
 }
 
@@ -81,7 +81,7 @@ static void swaps_in_optimized_code(void)
     write_op("42.0f");
     opjit_runtime *rt = make_rt(1, cc);
     opjit_op *op;
-    opjit_load_info info;
+    opjit_load_info info = {.size = sizeof info};
     CHECK(opjit_load_file(rt, src, &op, &info) == OPJIT_OK);
     CHECK(!strcmp(info.tier, "tcc"));
     CHECK(opjit_wait(rt) == OPJIT_OK);
@@ -96,7 +96,7 @@ static void later_runtime_loads_optimized_from_cache(void)
 {
     opjit_runtime *rt = make_rt(1, cc);
     opjit_op *op;
-    opjit_load_info info;
+    opjit_load_info info = {.size = sizeof info};
     CHECK(opjit_load_file(rt, src, &op, &info) == OPJIT_OK);
     CHECK(info.cache_hit && !strcmp(info.tier, "opt"));
     CHECK(first(rt, op, NULL) == 42.0f);
@@ -107,7 +107,7 @@ static void no_compiler_still_finds_it_through_the_index(void)
 {
     opjit_runtime *rt = make_rt(1, "/nonexistent/cc");
     opjit_op *op;
-    opjit_load_info info;
+    opjit_load_info info = {.size = sizeof info};
     CHECK(opjit_load_file(rt, src, &op, &info) == OPJIT_OK);
     CHECK(!strcmp(info.tier, "opt"));
     CHECK(first(rt, op, NULL) == 42.0f);

@@ -125,7 +125,7 @@ static void wait_slots_free(void)
 static void cycle(void)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.cache_dir = cache;
     cfg.tiering = 1;
     cfg.cc = slowcc;

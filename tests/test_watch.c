@@ -194,7 +194,7 @@ static void test_watch(void)
     t_write(path, text, strlen(text));
 
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.ops_path = dir;
     cfg.tiering = 0;
     cfg.watch = 1;
@@ -312,7 +312,7 @@ static int seen_kind(int after, int kind)
 static opjit_runtime *watching(const char *ops_path)
 {
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.ops_path = ops_path;
     cfg.tiering = 0;
     cfg.watch = 1;
@@ -629,7 +629,7 @@ static void test_reload_unmaps(void)
     if (!rt)
         return;
     CHECK(opjit_load_op(rt, "ver", &op) == OPJIT_OK);
-    opjit_op_info before;
+    opjit_op_info before = {.size = sizeof before};
     const opjit_op_decls *decls = NULL;
     CHECK(opjit_op_info_get(rt, op, &before) == OPJIT_OK);
     CHECK(opjit_op_decls_get(rt, op, &decls) == OPJIT_OK);
@@ -667,7 +667,7 @@ static void test_reload_unmaps(void)
     CHECKF(maps1 - maps0 < RELOADS, "%d memory maps before %d reloads, %d after", maps0, RELOADS,
            maps1);
     CHECK(call_ver(rt) == (float)(RELOADS + 1));
-    opjit_op_info after;
+    opjit_op_info after = {.size = sizeof after};
     CHECK(opjit_op_info_get(rt, op, &after) == OPJIT_OK);
     CHECK(after.schema == before.schema); /* the same text: the same string */
     CHECK(!strcmp(before.schema, "ver() -> Tensor") && !strcmp(before.tier[OPJIT_CPU], "tcc"));

@@ -30,7 +30,7 @@ static void cli_log(void *ud, int level, const char *msg)
 
 void cli_config(opjit_config *cfg)
 {
-    opjit_config_init(cfg);
+    opjit_config_init(cfg, sizeof *cfg);
     if (cli_opt.cache_dir)
         cfg->cache_dir = cli_opt.cache_dir;
     if (cli_opt.ops_path)

@@ -42,7 +42,7 @@ typedef struct cli_options {
 } cli_options;
 extern cli_options cli_opt;
 
-/* opjit_config_init(cfg), then the global options: --cache (cache_dir),
+/* opjit_config_init(cfg, sizeof *cfg), then the global options: --cache (cache_dir),
  * --ops-path (ops_path), -v/-q (a log callback printing "opjit: level: msg"
  * to stderr, and its verbosity; none with -q). The strings stay valid
  * until exit. */

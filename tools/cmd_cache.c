@@ -249,7 +249,7 @@ static void info_text(opjit_runtime *rt, const opjit_cache_info *t)
 /* info --remote */
 static int cmd_remote_info(opjit_runtime *rt, int json)
 {
-    opjit_cache_remote_info r;
+    opjit_cache_remote_info r = {.size = sizeof r};
     char a[32], b[32], c[32];
     if (opjit_cache_remote_info_get(rt, &r) != OPJIT_OK) {
         fprintf(stderr, "opjit cache info: %s\n", esc_msg(opjit_errmsg(rt)));
@@ -287,7 +287,7 @@ static int cmd_remote_info(opjit_runtime *rt, int json)
 
 static int cmd_info(opjit_runtime *rt, int json)
 {
-    opjit_cache_info t;
+    opjit_cache_info t = {.size = sizeof t};
     if (opjit_cache_info_get(rt, &t) != OPJIT_OK) {
         fprintf(stderr, "opjit cache info: %s\n", esc_msg(opjit_errmsg(rt)));
         return CLI_EXIT_FAIL;
@@ -348,7 +348,7 @@ static int cmd_verify(opjit_runtime *rt, int json, int repair)
 
 static int cmd_prune(opjit_runtime *rt, int json, int clear, uint64_t max)
 {
-    opjit_cache_prune_result r;
+    opjit_cache_prune_result r = {.size = sizeof r};
     char a[32], b[32];
     int rc = clear ? opjit_cache_clear(rt, &r) : opjit_cache_prune(rt, max, &r);
     if (rc != OPJIT_OK) {

@@ -415,6 +415,7 @@ static int call_prepare(call_state *cs, const char *opname)
 {
     if (cli_create(&cs->rt) != CLI_EXIT_OK || call_load_op(cs, opname) != 0)
         return -1;
+    cs->info.size = sizeof cs->info;
     if (opjit_op_info_get(cs->rt, cs->op, &cs->info) != OPJIT_OK) {
         cli_rt_error(cs->rt, opname);
         return -1;
@@ -441,7 +442,7 @@ static int call_bind(call_state *cs, const char *assign)
 {
     const char *eq = strchr(assign, '=');
     char name[128], err[1024];
-    opjit_arg_info ai;
+    opjit_arg_info ai = {.size = sizeof ai};
     snprintf(name, sizeof name, "%.*s", (int)(eq - assign), assign);
     int idx = opjit_op_arg_index(cs->op, name);
     if (idx < 0 || idx >= cs->info.nargs) {
@@ -472,7 +473,7 @@ static int call_check_missing(call_state *cs)
     size_t mlen = 0;
     int nmissing = 0;
     for (int i = 0; i < cs->info.nargs; i++) {
-        opjit_arg_info ai;
+        opjit_arg_info ai = {.size = sizeof ai};
         if (cs->given[i] || opjit_op_arg(cs->rt, cs->op, i, &ai) != OPJIT_OK)
             continue;
         if (ai.optional || ai.has_default)
@@ -497,7 +498,7 @@ static int call_to_cuda(call_state *cs)
             continue;
         if (opjit_tensor_to_device(cs->rt, cs->vals[i].u.tensor, OPJIT_CUDA, 0,
                                    &cs->dev_args[i]) != OPJIT_OK) {
-            opjit_arg_info ai;
+            opjit_arg_info ai = {.size = sizeof ai};
             const char *name = opjit_op_arg(cs->rt, cs->op, i, &ai) == OPJIT_OK ? ai.name : "?";
             fprintf(stderr, "opjit: %s: --device cuda: argument '%s': %s\n", cs->info.name,
                     name, opjit_errmsg(cs->rt));

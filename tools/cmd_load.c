@@ -54,7 +54,7 @@ static void print_ops_of(opjit_runtime *rt, const opjit_op *op, const char *src,
     int shown = 0;
     opjit_list(rt, collect_op, &ops);
     for (size_t i = 0; i < ops.n; i++) {
-        opjit_op_info oi;
+        opjit_op_info oi = {.size = sizeof oi};
         if (opjit_op_info_get(rt, ops.v[i], &oi) != OPJIT_OK)
             continue;
         char devs[64] = "";
@@ -78,8 +78,7 @@ static void print_ops_of(opjit_runtime *rt, const opjit_op *op, const char *src,
 static int load_one(opjit_runtime *rt, const char *file)
 {
     opjit_op *op = NULL;
-    opjit_load_info info;
-    memset(&info, 0, sizeof info);
+    opjit_load_info info = {.size = sizeof info};
     if (opjit_load_file(rt, file, &op, &info) != OPJIT_OK) {
         cli_rt_error(rt, file);
         return 1;

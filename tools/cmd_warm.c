@@ -150,10 +150,10 @@ static int warm(warm_args *wa)
         fprintf(stderr, "opjit warm: cannot create the runtime: %s\n", opjit_errstr(st));
         return CLI_EXIT_FAIL;
     }
-    opjit_warm_options opts = {
+    opjit_warm_options opts = {.size = sizeof opts,
         .targets = (const char *const *)wa->targets.v, .ntargets = wa->targets.n,
         .opt = wa->opt, .cuda_archs = wa->archs[0] ? wa->archs : NULL, .remote = wa->remote};
-    opjit_warm_result res;
+    opjit_warm_result res = {.size = sizeof res};
     wa->tty = isatty(2);
     st = opjit_warm(rt, &opts, warm_event, wa, &res);
     if (st && !res.failed && !res.nosource) /* not about one source */

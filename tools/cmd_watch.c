@@ -54,7 +54,7 @@ typedef struct op_names {
 static int add_name(void *ud, const opjit_op *op)
 {
     op_names *o = ud;
-    opjit_op_info oi;
+    opjit_op_info oi = {.size = sizeof oi};
     if (opjit_op_info_get(o->rt, op, &oi) != OPJIT_OK)
         return 0;
     for (int d = 0; d < OPJIT_DEVICE_COUNT; d++)

@@ -202,7 +202,7 @@ PyObject *opy_shapes_call(opy_op *o, const opjit_value *args, int nargs)
     int rc = opjit_output_shapes(o->rt->rt, o->op, args, nargs, outs, OPY_MAX_OUTS);
     if (rc)
         return opy_raise_status(o->rt->rt, rc);
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     if (opjit_op_info_get(o->rt->rt, o->op, &info))
         return opy_raise_status(o->rt->rt, OPJIT_EINVAL);
     int n = info.nouts < OPY_MAX_OUTS ? info.nouts : OPY_MAX_OUTS;

@@ -31,14 +31,14 @@ typedef struct call_frame {
  * read from (first use, or a reload changed it). */
 static int refresh_names(opy_op *o)
 {
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     if (opjit_op_info_get(o->rt->rt, o->op, &info))
         return opy_raise_status(o->rt->rt, OPJIT_EINVAL), -1;
     if (o->arg_names && info.schema == o->names_schema)
         return 0;
     PyObject *names = PyTuple_New(info.nargs);
     for (int i = 0; names && i < info.nargs; i++) {
-        opjit_arg_info a;
+        opjit_arg_info a = {.size = sizeof a};
         PyObject *s = opjit_op_arg(o->rt->rt, o->op, i, &a) ? NULL
                                                             : PyUnicode_InternFromString(a.name);
         if (!s) {
@@ -116,7 +116,7 @@ static int bind(opy_op *o, PyObject *const *args, Py_ssize_t npos, PyObject *kwn
  * Python's spelling differs. A new reference. */
 static PyObject *arg_expects(opy_op *o, int i)
 {
-    opjit_arg_info a;
+    opjit_arg_info a = {.size = sizeof a};
     if (opjit_op_arg(o->rt->rt, o->op, i, &a))
         return PyUnicode_FromString("a tensor, int, float, bool, str, list of ints or None");
     if (a.kind == OPJIT_KIND_INTS && a.list_len > 0)
@@ -489,7 +489,7 @@ static PyObject *op_output_shapes(PyObject *self, PyObject *const *args, Py_ssiz
 
 PyObject *opy_op_new(opy_runtime *rt, opjit_op *op)
 {
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     if (opjit_op_info_get(rt->rt, op, &info))
         return opy_raise_status(rt->rt, OPJIT_EINVAL);
     if (info.nargs > OPY_MAX_ARGS || info.nouts > OPY_MAX_OUTS)
@@ -541,14 +541,14 @@ static PyObject *op_get_name(PyObject *self, void *unused)
 static PyObject *op_get_schema(PyObject *self, void *unused)
 {
     (void)unused;
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     return op_info((opy_op *)self, &info) < 0 ? NULL : PyUnicode_FromString(info.schema);
 }
 
 static PyObject *op_get_devices(PyObject *self, void *unused)
 {
     (void)unused;
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     if (op_info((opy_op *)self, &info) < 0)
         return NULL;
     PyObject *list = PyList_New(0);
@@ -566,7 +566,7 @@ static PyObject *op_get_devices(PyObject *self, void *unused)
 /* {device: per-device string} for the devices that have a kernel. */
 static PyObject *per_device(PyObject *self, int sources)
 {
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     if (op_info((opy_op *)self, &info) < 0)
         return NULL;
     PyObject *dict = PyDict_New();
@@ -598,7 +598,7 @@ static PyObject *op_get_tiers(PyObject *self, void *unused)
 static PyObject *op_get_tier(PyObject *self, void *unused)
 {
     (void)unused;
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     if (op_info((opy_op *)self, &info) < 0)
         return NULL;
     for (int d = 0; d < OPJIT_DEVICE_COUNT; d++)
@@ -610,7 +610,7 @@ static PyObject *op_get_tier(PyObject *self, void *unused)
 static PyObject *op_get_doc(PyObject *self, void *unused)
 {
     (void)unused;
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     if (op_info((opy_op *)self, &info) < 0)
         return NULL;
     for (int d = 0; d < OPJIT_DEVICE_COUNT; d++)
@@ -633,12 +633,12 @@ static PyObject *op_get_arguments(PyObject *self, void *unused)
 {
     (void)unused;
     opy_op *o = (opy_op *)self;
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     if (op_info(o, &info) < 0)
         return NULL;
     PyObject *t = PyTuple_New(info.nargs);
     for (int i = 0; t && i < info.nargs; i++) {
-        opjit_arg_info a;
+        opjit_arg_info a = {.size = sizeof a};
         PyObject *item = opjit_op_arg(o->rt->rt, o->op, i, &a)
                              ? opy_raise_status(o->rt->rt, OPJIT_EINVAL)
                              : Py_BuildValue("(ssz)", a.name, a.type,
@@ -659,7 +659,7 @@ static PyObject *op_get_runtime(PyObject *self, void *unused)
 
 static PyObject *op_repr(PyObject *self)
 {
-    opjit_op_info info;
+    opjit_op_info info = {.size = sizeof info};
     if (op_info((opy_op *)self, &info) < 0)
         return NULL;
     PyObject *devices = op_get_devices(self, NULL);

@@ -59,7 +59,7 @@ enum { ARG_OPS_PATH, ARG_CACHE_DIR, ARG_TIERING, ARG_OFFLINE, ARG_ARCHS, ARG_COU
 /* cfg from the arguments; *keep holds the bytes cfg points into. */
 static int make_config(PyObject *const a[ARG_COUNT], opjit_config *cfg, PyObject *keep[3])
 {
-    opjit_config_init(cfg);
+    opjit_config_init(cfg, sizeof *cfg);
     if (a[ARG_OPS_PATH] != Py_None && !(keep[0] = ops_path_bytes(a[ARG_OPS_PATH])))
         return -1;
     if (a[ARG_CACHE_DIR] != Py_None && !PyUnicode_FSConverter(a[ARG_CACHE_DIR], &keep[1]))
