@@ -244,7 +244,7 @@ static int redis_dial_one(const struct sockaddr *addr, socklen_t len, int64_t de
 }
 
 /* Connect r's socket within connect_ms, and by the request's deadline.
- * The fd, or -1 and why. (A host name's lookup is not bounded: the README
+ * The fd, or -1 and why. (A host name's lookup is not bounded: docs/deploying.md
  * says to name the server by address.) */
 static int redis_dial(const redis_link *r, int64_t request_deadline, char *why, size_t whylen)
 {

@@ -24,5 +24,5 @@ for cmd in $("$opjit" --help | sed -n '/^commands:/,/^$/p' | awk 'NF && $1 != "c
     printf '.SS %s\n' "$cmd"
     "$opjit" "$cmd" --help | literal
 done
-printf '.SH ENVIRONMENT\nSee the README and docs/ of the opjit source tree for every OPJIT_* variable.\n'
+printf '.SH ENVIRONMENT\nSee docs/environment.md in the opjit source tree for every OPJIT_* variable.\n'
 printf '.SH EXIT STATUS\n0 on success, 1 on a failure, 2 on a usage error.\n'

@@ -227,7 +227,7 @@ typedef struct opjit_config {
     int watch;
     opjit_watch_fn watch_fn; /* each event, or NULL (the log has them too) */
     void *watch_ud;
-    /* A remote cache shared by a fleet, behind the local one (README,
+    /* A remote cache shared by a fleet, behind the local one (docs/deploying.md,
      * "Sharing a cache across machines"): "redis://HOST[:PORT][/DB]" or
      * "redis+unix:///PATH". A local miss asks it; what it returns is
      * verified before use; builds are stored there. NULL:

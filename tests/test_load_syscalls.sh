@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_load_syscalls.sh - the load path does no needless work (#26.3),
 # seen from the system calls of whole `opjit load` processes (strace):
-#   a cold load: no fsync (every load checks an entry, see README "The
-#   cache"), no byte-at-a-time read() (libtcc's own reading of the libc.so
+#   a cold load: no fsync (every load checks an entry, see docs/cache.md),
+#   no byte-at-a-time read() (libtcc's own reading of the libc.so
 #   and libm.so linker scripts), nothing made in $TMPDIR (opjit_op.h goes
 #   into the build's own directory);
 #   a cache hit, tiering off: no mkdir (the cache exists), no sweep of

@@ -9,7 +9,7 @@
  *
  * Each op is found by its own name (opjit call rmsnorm, opjit_load_op(rt,
  * "rmsnorm")) or qualified by the module, llama_ops::rmsnorm. Not shipped:
- * it lives outside ops-src/ (README, "Writing ops").
+ * it lives outside ops-src/ (docs/writing-ops.md).
  */
 #include <math.h>
 #include <opjit_op.h>
