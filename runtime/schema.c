@@ -78,6 +78,16 @@ static int parse_int(parser *ps, int64_t *out)
     return 1;
 }
 
+/* Append str at *p, never past end (which stays free for the NUL). A
+ * schema is parsed at every load: this is its hot path, no printf. */
+static void put(char **p, const char *end, const char *str)
+{
+    size_t n = strlen(str), room = (size_t)(end - *p);
+    n = n < room ? n : room;
+    memcpy(*p, str, n);
+    *p += n;
+}
+
 static int parse_type(parser *ps, schema_arg *a)
 {
     char *t = ident(ps, 0);
@@ -115,17 +125,19 @@ static int parse_type(parser *ps, schema_arg *a)
         ps->p++;
         a->optional = 1;
     }
-    char buf[32];
-    if (a->kind == OPJIT_KIND_INTS)
-        snprintf(buf, sizeof buf, "int[%d]%s", a->list_len, a->optional ? "?" : "");
-    else
-        snprintf(buf, sizeof buf, "%s%s",
-                 a->kind == OPJIT_KIND_TENSOR ? "Tensor"
-                 : a->kind == OPJIT_KIND_INT  ? "int"
-                 : a->kind == OPJIT_KIND_FLOAT ? "float"
-                 : a->kind == OPJIT_KIND_STR   ? "str"
-                                               : "bool",
-                 a->optional ? "?" : "");
+    char buf[32], *p = buf;
+    const char *end = buf + sizeof buf - 1;
+    put(&p, end, a->kind == OPJIT_KIND_TENSOR ? "Tensor"
+                 : a->kind == OPJIT_KIND_INT || a->kind == OPJIT_KIND_INTS ? "int"
+                 : a->kind == OPJIT_KIND_FLOAT                             ? "float"
+                 : a->kind == OPJIT_KIND_STR                               ? "str"
+                                                                           : "bool");
+    if (a->kind == OPJIT_KIND_INTS) { /* int[N], N from 1 to 8 */
+        char len[4] = {'[', (char)('0' + a->list_len), ']', '\0'};
+        put(&p, end, len);
+    }
+    put(&p, end, a->optional ? "?" : "");
+    *p = '\0';
     a->type = strdup(buf);
     return OPJIT_OK;
 }
@@ -261,21 +273,32 @@ static void canonicalize(schema *s)
     char *c = malloc(cap), *p = c;
     if (!c)
         return;
-    p += snprintf(p, cap, "%s(", s->name);
+    const char *end = c + cap - 1;
+    put(&p, end, s->name);
+    put(&p, end, "(");
     for (int i = 0; i < s->nargs; i++) {
         const schema_arg *a = &s->args[i];
-        p += snprintf(p, cap - (size_t)(p - c), "%s%s%s%s%s %s%s%s", i ? ", " : "", a->type,
-                      a->alias ? "(" : "", a->alias ? a->alias : "", a->alias ? "!)" : "",
-                      a->name, a->has_default ? "=" : "",
-                      a->has_default ? a->default_text : "");
+        put(&p, end, i ? ", " : "");
+        put(&p, end, a->type);
+        if (a->alias) {
+            put(&p, end, "(");
+            put(&p, end, a->alias);
+            put(&p, end, "!)");
+        }
+        put(&p, end, " ");
+        put(&p, end, a->name);
+        if (a->has_default) {
+            put(&p, end, "=");
+            put(&p, end, a->default_text);
+        }
     }
-    p += snprintf(p, cap - (size_t)(p - c), ") -> ");
-    if (s->nouts == 1)
-        snprintf(p, cap - (size_t)(p - c), "Tensor");
-    else
-        for (int i = 0; i < s->nouts; i++)
-            p += snprintf(p, cap - (size_t)(p - c), "%s%s%s", i ? ", " : "(", "Tensor",
-                          i == s->nouts - 1 ? ")" : "");
+    put(&p, end, ") -> ");
+    for (int i = 0; i < s->nouts; i++) {
+        put(&p, end, s->nouts == 1 ? "" : i ? ", " : "(");
+        put(&p, end, "Tensor");
+    }
+    put(&p, end, s->nouts > 1 ? ")" : "");
+    *p = '\0';
     s->canonical = c;
 }
 

@@ -87,6 +87,21 @@ static void str_arguments(void)
     schema_free(&s);
 }
 
+/* Every kind of argument, an alias, defaults and two outputs, spelt back. */
+static void canonical_form_of_every_kind(void)
+{
+    schema s;
+    char err[256];
+    const char *text = "k( Tensor(a!)  x,Tensor? b=None, int[2] st=1, int[3]? m=None, int n=-2,"
+                       " float f=0.5, bool on=True, str pad=\"same\") -> (Tensor, Tensor, Tensor)";
+    CHECKF(schema_parse(text, &s, err, sizeof err) == 0, "%s", err);
+    CHECKF(!strcmp(s.canonical, "k(Tensor(a!) x, Tensor? b=None, int[2] st=1, int[3]? m=None, "
+                                "int n=-2, float f=0.5, bool on=True, str pad=\"same\") -> "
+                                "(Tensor, Tensor, Tensor)"),
+           "%s", s.canonical);
+    schema_free(&s);
+}
+
 static void canonical_form_ignores_spacing(void)
 {
     schema a, b, c;
@@ -201,6 +216,7 @@ int main(void)
     T_RUN(defaults_of_every_type);
     T_RUN(str_arguments);
     T_RUN(canonical_form_ignores_spacing);
+    T_RUN(canonical_form_of_every_kind);
     T_RUN(rejects_bad_schemas_with_a_position);
     T_RUN(status_and_device_names);
     return t_done();
