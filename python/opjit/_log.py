@@ -21,7 +21,13 @@ from . import _opjit
 _LEVELS = (40, 30, 20, 10)
 
 
+# Said by Runtime() already, as a warnings.warn naming the directory.
+_WARNED_BY_RUNTIME = "the configured ops path names "
+
+
 def _emit(level, text):
+    if text.startswith(_WARNED_BY_RUNTIME):
+        return
     import logging
     logger = logging.getLogger("opjit")
     py_level = _LEVELS[level] if 0 <= level < len(_LEVELS) else 10

@@ -5,6 +5,9 @@
  *
  * Loads release the GIL: compiling never holds other Python threads up.
  */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "opjit_py.h"
@@ -76,6 +79,27 @@ static int make_config(PyObject *const a[ARG_COUNT], opjit_config *cfg, PyObject
     return 0;
 }
 
+/* A warning (warnings.warn: filters, -W error and pytest see it) for each
+ * ops_path directory that is not one: a typo would otherwise only show as
+ * "no source for op" later. The library's log line saying the same is
+ * left out (_log.py). -1 when a filter made the warning an error. */
+static int warn_missing_dirs(const char *path)
+{
+    char *list = strdup(path), *save = NULL;
+    int rc = list ? 0 : (PyErr_NoMemory(), -1);
+    for (char *d = list ? strtok_r(list, ":", &save) : NULL; d && !rc;
+         d = strtok_r(NULL, ":", &save)) {
+        struct stat st;
+        if (stat(d, &st) != 0 || !S_ISDIR(st.st_mode))
+            rc = PyErr_WarnFormat(PyExc_UserWarning, 1,
+                                  "opjit.Runtime: ops_path directory '%s' %s; no operator "
+                                  "sources are found there", d,
+                                  stat(d, &st) != 0 ? "does not exist" : "is not a directory");
+    }
+    free(list);
+    return rc;
+}
+
 /* The runtime is made with the GIL released into a local, and stored with
  * the GIL held; r->initializing turns other threads' __init__ away
  * meanwhile. */
@@ -98,6 +122,8 @@ static int runtime_init(PyObject *self, PyObject *args, PyObject *kw)
     opjit_config cfg;
     PyObject *keep[3] = {NULL, NULL, NULL};
     int rc = make_config(a, &cfg, keep);
+    if (rc == 0 && cfg.ops_path)
+        rc = warn_missing_dirs(cfg.ops_path);
     if (rc == 0) {
         opjit_runtime *rt = NULL;
         int status;
