@@ -544,6 +544,11 @@ int cache_entry_origin(const cache_entry *e)
     return e ? e->origin : CACHE_BUILT;
 }
 
+double cache_entry_waited_ms(const cache_entry *e)
+{
+    return e ? e->waited_ms : 0;
+}
+
 const char *cache_entry_dir(const cache_entry *e)
 {
     return e ? e->dir : NULL;
@@ -774,6 +779,7 @@ typedef struct fetch {
     int usefd, buildfd;
     int damaged; /* warned about already */
     int origin;  /* of a hit: CACHE_HIT_LOCAL or CACHE_HIT_REMOTE */
+    double waited_ms; /* on another process's build lock */
     char token[REMOTE_TOKEN_LEN]; /* the remote's build lock, when held */
     cache_manifest m;
     /* Last: a hit writes only their first bytes (fewer pages touched). */
@@ -783,10 +789,26 @@ typedef struct fetch {
 
 enum { FETCH_HIT, FETCH_BUILT, FETCH_FALLBACK, FETCH_UNCHECKED, FETCH_ERROR };
 
-/* Take the key's lock which; FETCH_* on failure (why set), else -1. */
+static double fetch_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Take the key's lock which; FETCH_* on failure (why set), else -1. The
+ * build lock held by another process means it is building this key: the
+ * time spent waiting for it is kept, so a load can say it waited. */
 static int fetch_lock(fetch *f, int which, int exclusive, int *fd)
 {
-    int e = cache_lock(f->c, f->req->key.hex, which, exclusive, 1, fd);
+    int e = which == CACHE_LOCK_BUILD ? cache_lock(f->c, f->req->key.hex, which, exclusive, 0, fd)
+                                      : EAGAIN;
+    if (e == EAGAIN) {
+        double t0 = fetch_now_ms();
+        e = cache_lock(f->c, f->req->key.hex, which, exclusive, 1, fd);
+        if (which == CACHE_LOCK_BUILD)
+            f->waited_ms = fetch_now_ms() - t0;
+    }
     if (!e)
         return -1;
     snprintf(f->why, sizeof f->why, "cannot lock %s/%s: %s", f->c->locks, f->req->key.hex,
@@ -966,6 +988,7 @@ static int fetch_end(fetch *f, int step, int rc, cache_artifact *a, int n, cache
             (*out)->lockfd = f->usefd;
             (*out)->origin = step == FETCH_HIT ? (f->origin ? f->origin : CACHE_HIT_LOCAL)
                                                : CACHE_BUILT;
+            (*out)->waited_ms = f->waited_ms;
             if (hit)
                 *hit = (*out)->origin;
             cache_log_origin(f->c, f->req, (*out)->origin);

@@ -127,6 +127,9 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build,
 const char *cache_entry_path(cache_entry *e, const char *artifact);
 /* CACHE_BUILT, CACHE_HIT_LOCAL or CACHE_HIT_REMOTE; CACHE_BUILT for NULL. */
 int cache_entry_origin(const cache_entry *e);
+/* How long cache_fetch waited for another process building the entry
+ * (milliseconds; 0 when it did not wait). */
+double cache_entry_waited_ms(const cache_entry *e);
 /* The entry's directory, owned by e. */
 const char *cache_entry_dir(const cache_entry *e);
 /* Drop the entry's use lock (eviction may remove it from now on) and, for a

@@ -64,6 +64,7 @@ struct cache_entry {
     char **names; /* artifact names and their paths, parallel */
     char **paths;
     int origin;   /* CACHE_BUILT, CACHE_HIT_LOCAL, CACHE_HIT_REMOTE */
+    double waited_ms; /* for another process's build of it (cache_fetch) */
 };
 
 typedef struct cache_artifact {

@@ -225,7 +225,8 @@ typedef struct opjit_config {
      * watch 1 and no inotify, opjit_create fails with OPJIT_EIO (from
      * $OPJIT_WATCH: a warning, and no watching). */
     int watch;
-    opjit_watch_fn watch_fn; /* each event, or NULL (the log has them too) */
+    opjit_watch_fn watch_fn; /* each event, or NULL: then the log has them (info;
+                              * error for a failure), else at debug level only */
     void *watch_ud;
     /* A remote cache shared by a fleet, behind the local one (docs/deploying.md,
      * "Sharing a cache across machines"): "redis://HOST[:PORT][/DB]" or
@@ -315,13 +316,16 @@ typedef struct opjit_load_info {
     char source[1024];   /* path of the source that was loaded */
     int cache_hit;       /* 1 when the artifact came from a cache */
     double key_ms;       /* read sources and hash the key */
-    double compile_ms;   /* 0 on a hit */
+    double compile_ms;   /* 0 on a hit; wait_ms not included */
     double load_ms;      /* dlopen + module init */
     double total_ms;
     char tier[8];        /* "tcc", or "opt" when optimized code was loaded */
     /* Where the artifacts came from: "compiled" (any was compiled),
      * "remote" (any came from the remote cache, none compiled) or "local". */
     char origin[12];
+    /* Of total_ms, the time spent waiting for other processes that were
+     * compiling the same artifacts (one compile per artifact): 0 if none. */
+    double wait_ms;
 } opjit_load_info;
 
 /* Like opjit_load_op for one source file, also reporting timings. */
@@ -678,7 +682,9 @@ typedef struct opjit_warm_event {
     const char *path;    /* the source; the op name for NOSOURCE */
     int result;          /* done: OPJIT_WARM_* */
     int status;          /* done: OPJIT_OK, or why it failed or was skipped */
-    const char *message; /* done: "" or the reason */
+    const char *message; /* done: "" or the reason; for COMPILED, the
+                          * compilers whose code was built ("opt";
+                          * "tcc, nvrtc"), "" when none was missing */
     double ms;           /* done: how long it took */
 } opjit_warm_event;
 

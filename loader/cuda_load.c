@@ -266,7 +266,7 @@ static int keep_image(loader *l, const source *s, cuda_module *cm, const char *a
 }
 
 int cu_device_code(loader *l, const source *s, cuda_module **out, int *all_hit,
-                   const jit_compiler **by)
+                   double *waited_ms, const jit_compiler **by)
 {
     *out = NULL;
     *all_hit = 1;
@@ -292,6 +292,7 @@ int cu_device_code(loader *l, const source *s, cuda_module **out, int *all_hit,
                              OPJIT_ERRMSG_SIZE - 512);
         if (!rc && (!art.hit || (*all_hit && art.hit == CACHE_HIT_REMOTE)))
             *all_hit = art.hit; /* CACHE_BUILT, or remote where any came from there */
+        *waited_ms += cache_entry_waited_ms(art.entry);
         if (!rc)
             rc = keep_image(l, s, cm, arch, &art);
         cache_entry_release(art.entry);

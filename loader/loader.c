@@ -252,6 +252,7 @@ typedef struct load_job {
     opjit_load_info *info; /* may be NULL */
     const char *replaces;  /* the loaded source this one takes over, or NULL */
     double t0, t_key, t_fetch;
+    double waited_ms; /* for other processes' builds of its artifacts */
     int hit; /* a CACHE_* origin: built, local or remote hit */
     int served;            /* index in jit_compilers of the host code's compiler */
     char opname[OPJIT_NAME_MAX + 1];
@@ -268,9 +269,11 @@ static void load_report(load_job *j, const char *tier)
     info->key_ms = j->t_key - j->t0;
     info->cache_hit = j->hit != CACHE_BUILT;
     snprintf(info->origin, sizeof info->origin, "%s", origins[j->hit]);
-    info->compile_ms = j->hit || j->t_fetch <= 0 ? 0 : j->t_fetch - j->t_key;
+    info->compile_ms = j->hit || j->t_fetch <= 0 ? 0 : j->t_fetch - j->t_key - j->waited_ms;
+    info->compile_ms = info->compile_ms > 0 ? info->compile_ms : 0;
     info->load_ms = j->t_fetch > 0 ? now - j->t_fetch : 0;
     info->total_ms = now - j->t0;
+    info->wait_ms = j->waited_ms;
     snprintf(info->tier, sizeof info->tier, "%s", tier);
 }
 
@@ -303,6 +306,7 @@ static int load_host(load_job *j, const jit_compiler *jc, struct cuda_module *cm
     }
     free(diag);
     j->hit = art.hit;
+    j->waited_ms += cache_entry_waited_ms(art.entry);
     j->t_fetch = loader_now_ms();
     if (!art.path) {
         cuda_module_free(cm);
@@ -343,7 +347,7 @@ static int load_source(load_job *j)
     const jit_compiler *dev = NULL;
     int dev_hit = 1, rc = OPJIT_OK;
     if (j->src->device == OPJIT_CUDA) /* its device code, per architecture */
-        rc = cu_device_code(l, j->src, &cm, &dev_hit, &dev);
+        rc = cu_device_code(l, j->src, &cm, &dev_hit, &j->waited_ms, &dev);
     if (!rc)
         rc = load_best_host(j, cm, dev ? dev->name : NULL);
     if (rc)

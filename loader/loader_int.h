@@ -325,9 +325,10 @@ int cu_resolve_archs(loader *l, char *out, size_t n, int *defaulted);
 /* The device code of s for every architecture in use (config, else
  * $OPJIT_CUDA_ARCHS, else this machine's GPUs, else the default), from
  * the cache or the device compiler; *all_hit when nothing was compiled,
+ * *waited_ms grown by the time spent waiting for other processes' builds,
  * *by the compiler. */
 int cu_device_code(loader *l, const source *s, struct cuda_module **out, int *all_hit,
-                   const jit_compiler **by);
+                   double *waited_ms, const jit_compiler **by);
 /* Before dlopening s's host half, where CUDA can run: each NVIDIA library
  * its text mentions (cudnn: libcudnn.so.9; cublas: libcublas.so.13) made
  * RTLD_GLOBAL when available (tried once per process). */
