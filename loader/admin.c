@@ -216,14 +216,23 @@ static int admin_is_cu(const char *path)
 typedef struct admin_missing {
     int n;
     char first[256];
+    char compilers[128]; /* of those missing, each once: "tcc, opt" */
 } admin_missing;
 
 static int admin_missing_one(void *ud, const opjit_cache_why_report *r)
 {
     admin_missing *m = ud;
-    if (!r->cached && !m->n++)
+    if (r->cached)
+        return 0;
+    if (!m->n++)
         snprintf(m->first, sizeof m->first, "its %s code for %s (key %s)", r->compiler,
                  r->target, r->key);
+    size_t k = strlen(m->compilers), c = strlen(r->compiler);
+    int seen = 0;
+    for (const char *p = m->compilers; (p = strstr(p, r->compiler)); p += c)
+        seen |= (p == m->compilers || p[-1] == ' ') && (p[c] == ',' || !p[c]);
+    if (!seen)
+        snprintf(m->compilers + k, sizeof m->compilers - k, "%s%s", k ? ", " : "", r->compiler);
     return 0;
 }
 
@@ -258,7 +267,9 @@ static void admin_warm_one(admin_warm *w, const char *path, opjit_warm_event *ev
     }
     ev->ms = loader_now_ms() - t0;
     ev->status = s;
-    snprintf(w->msg, sizeof w->msg, "%s", !s ? "" : child ? opjit_errmsg(child) : opjit_errstr(s));
+    const char *msg = !s ? (missing > 0 ? before.compilers : "")
+                      : child ? opjit_errmsg(child) : opjit_errstr(s);
+    snprintf(w->msg, sizeof w->msg, "%s", msg);
     if (s == OPJIT_EDEVICE && !w->cuda_wanted && admin_is_cu(path))
         ev->result = OPJIT_WARM_SKIPPED;
     else if (s)
