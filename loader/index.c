@@ -36,6 +36,7 @@
  * which keeps nothing in memory (the watcher indexes without it). */
 #include <dirent.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,9 @@ typedef struct idx_dir {
 
 struct op_index {
     idx_dir *dirs;
+    /* A .cu skipped because CUDA cannot run here was logged: said once
+     * (at info level), as every .cu of the path is skipped likewise. */
+    atomic_int said_skipped;
 };
 
 /* ---- small pieces ------------------------------------------------------------ */
@@ -366,7 +370,21 @@ typedef struct took {
     loader *l;
     idx_src *v;
     const pending *q;
+    int quiet; /* the caller reports a failure itself (the watcher's event) */
 } took;
+
+/* How loud a source's indexing is: a failure a warning (a broken source
+ * on the path), but a .cu that CUDA cannot run here is no news: said once,
+ * at info level (-v), not once per shipped .cu at every first lookup. */
+static int took_level(const took *t, int status)
+{
+    if (!status || t->quiet)
+        return OPJIT_LOG_DEBUG;
+    if (status != OPJIT_EDEVICE)
+        return OPJIT_LOG_WARN;
+    struct op_index *x = t->l->index;
+    return x && !atomic_exchange(&x->said_skipped, 1) ? OPJIT_LOG_INFO : OPJIT_LOG_DEBUG;
+}
 
 static void took_ops(void *ud, int i, const opjit_source_ops *src)
 {
@@ -381,16 +399,18 @@ static void took_ops(void *ud, int i, const opjit_source_ops *src)
         if (len && src_add_op(e, sch, len))
             e->keep = 0;
     }
-    rt_log(t->l->rt, e->status ? OPJIT_LOG_WARN : OPJIT_LOG_DEBUG, "indexed %s: %s", src->path,
-           e->status ? e->msg : "ok");
+    rt_log(t->l->rt, took_level(t, e->status), "indexed %s: %s%s", src->path,
+           e->status ? e->msg : "ok",
+           e->status == OPJIT_EDEVICE ? " (every CUDA source is skipped likewise: said once)"
+                                      : "");
     /* Noted at once: an index cut short is resumed, not redone. */
     source_note_put(t->l, t->q, i, e);
 }
 
 /* Discovery for every source in q, one child per CPU at once. */
-static int discover_pending(loader *l, idx_src *v, const pending *q)
+static int discover_pending(loader *l, idx_src *v, const pending *q, int quiet)
 {
-    took t = {l, v, q};
+    took t = {l, v, q, quiet};
     return loader_discover_many(l, (const char *const *)q->path, q->n, took_ops, &t);
 }
 
@@ -531,7 +551,7 @@ static int dir_build(loader *l, const char *real, const dir_file *v, int n, cons
         k++;
     }
     if (!rc)
-        rc = discover_pending(l, e, &q);
+        rc = discover_pending(l, e, &q, 0);
     pending_free(&q);
     *keep = 1;
     for (int i = 0; i < k; i++)
@@ -1066,8 +1086,8 @@ int index_source(loader *l, const char *path)
     int rc = (e.file = strdup(slash + 1)) && !src_set_msg(&e, "") ? OPJIT_OK : OPJIT_ENOMEM;
     if (!rc)
         rc = source_look(l, real, &e, &h, &q, 0, now_ns());
-    if (!rc)
-        rc = discover_pending(l, &e, &q);
+    if (!rc) /* a failure is the caller's to report */
+        rc = discover_pending(l, &e, &q, 1);
     if (rc == OPJIT_OK && e.status != OPJIT_OK)
         rc = rt_error(l->rt, e.status, "%s", e.msg);
     pending_free(&q);

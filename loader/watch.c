@@ -175,7 +175,9 @@ static void emit(struct watcher *w, int kind, const char *path, int status, cons
 {
     static const char *const what[] = {"reloaded", "failed to load", "removed", "added"};
     pthread_mutex_lock(&w->emit_lock);
-    rt_log(w->l->rt, kind == OPJIT_WATCH_FAILED ? OPJIT_LOG_ERROR : OPJIT_LOG_INFO,
+    /* With a callback the event is the report: the log only repeats it. */
+    rt_log(w->l->rt, w->fn ? OPJIT_LOG_DEBUG : kind == OPJIT_WATCH_FAILED ? OPJIT_LOG_ERROR
+                                                                        : OPJIT_LOG_INFO,
            "watch: %s %s%s%s", what[kind], path, msg && *msg ? ": " : "", msg ? msg : "");
     if (w->fn) {
         opjit_watch_event ev = {kind, path, status, msg ? msg : "", ms};
