@@ -396,6 +396,15 @@ static void put(sink *d, const char *s, size_t n)
     d->buf[d->len] = '\0';
 }
 
+/* NVRTC's closing "1 error detected in the compilation of "name"." (or
+ * "N errors"): the name a third time, the count nothing new. */
+static int summary_line(const char *p, size_t len, const char *name)
+{
+    static const char tail[] = " detected in the compilation of \"";
+    const char *t = memmem(p, len, tail, sizeof tail - 1);
+    return t && p[0] >= '1' && p[0] <= '9' && !strncmp(t + sizeof tail - 1, name, strlen(name));
+}
+
 /* NVRTC says "name(12): error: ..." then quotes the line with a caret; we
  * say "name:12: error: ..." as libtcc does and keep NVRTC's quote. */
 static void rewrite_log(sink *d, const char *log, const char *name)
@@ -406,7 +415,9 @@ static void rewrite_log(sink *d, const char *log, const char *name)
         size_t len = e ? (size_t)(e - p) : strlen(p);
         char *end;
         long line;
-        if (len > nl + 3 && !strncmp(p, name, nl) && p[nl] == '(' &&
+        if (summary_line(p, len, name)) {
+            len = 0;
+        } else if (len > nl + 3 && !strncmp(p, name, nl) && p[nl] == '(' &&
             (line = strtol(p + nl + 1, &end, 10)) > 0 && *end == ')' && end[1] == ':') {
             char head[64];
             put(d, name, nl);
