@@ -64,7 +64,7 @@ expect "--ops-path without a value" 2 "" "needs a value"
 run "$CLI" list extra
 expect "list with an argument" 2 "" "unexpected argument 'extra'"
 run "$CLI" load
-expect "load without files" 2 "" "no source file"
+expect "load without files" 2 "" "no OP or FILE"
 run "$CLI" load --bogus x.c
 expect "load unknown option" 2 "" "unknown option '--bogus'"
 run "$CLI" call

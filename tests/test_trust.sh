@@ -188,7 +188,7 @@ exec "$CC_REAL" "\$@"
 EOF
 chmod +x "$T/gatecc"
 rm -f "$T/gate-started" "$T/gate-open"
-opt_entries() { "$CLI" cache ls 2>/dev/null | awk '$5 == "opt" || $5 == "opt-index"' | wc -l; }
+opt_entries() { "$CLI" cache ls --all 2>/dev/null | awk '$5 == "opt" || $5 == "opt-index"' | wc -l; }
 run env OPJIT_CC="$T/gatecc" "$CLI" load "$OPS/nms.c"
 expect "a cold load returns while the optimizer is held at its gate" 0 "[tcc]"
 for _ in $(seq 600); do [ -e "$T/gate-started" ] && break; sleep 0.05; done

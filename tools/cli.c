@@ -220,3 +220,33 @@ void cli_strs_free(cli_strs *l)
     l->v = NULL;
     l->n = l->cap = 0;
 }
+
+/* One architecture of an --arch list: sm_XY or compute_XY, maybe with a
+ * letter (sm_90a). The library checks the rest (which numbers exist). */
+static int cli_arch_word(const char *a, size_t len)
+{
+    size_t p = !strncmp(a, "sm_", 3) ? 3 : !strncmp(a, "compute_", 8) ? 8 : 0, d = p;
+    while (d < len && a[d] >= '0' && a[d] <= '9')
+        d++;
+    if (d < len && a[d] >= 'a' && a[d] <= 'z')
+        d++;
+    return p && p < len && a[p] != '0' && d > p && d == len;
+}
+
+int cli_check_archs(const char *cmd, const char *list)
+{
+    int any = 0;
+    for (const char *p = list; *p;) {
+        p += strspn(p, ", ");
+        size_t len = strcspn(p, ", ");
+        if (!len)
+            break;
+        if (!cli_arch_word(p, len))
+            return cli_usage_error(cmd, "--arch: '%.*s' is not a CUDA architecture (expected "
+                                   "sm_XY for a cubin or compute_XY for PTX, e.g. --arch "
+                                   "sm_80,sm_90,compute_90)", (int)len, p);
+        any = 1;
+        p += len;
+    }
+    return any ? 0 : cli_usage_error(cmd, "--arch needs a list such as sm_80,sm_90,compute_90");
+}

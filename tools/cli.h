@@ -79,6 +79,11 @@ int cli_is_help(const char *arg);
 int cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* An --arch LIST of `cmd`: 0 when each word looks like sm_XY or
+ * compute_XY, else a usage error naming --arch (reported; returns
+ * CLI_EXIT_USAGE). */
+int cli_check_archs(const char *cmd, const char *list);
+
 /* The runtime's message for a failure about `what` (a file, an op) on
  * stderr: the message alone when it already names it. */
 void cli_rt_error(opjit_runtime *rt, const char *what);
@@ -118,5 +123,22 @@ int cli_host_tensor(const DLTensor *t);
  * short to fit; returns buf. */
 enum { CLI_ESC_LINES = 1, CLI_ESC_BACKSLASH = 2 };
 const char *cli_escape(const char *s, int keep, char *buf, size_t len);
+
+/* ---- JSON (tools/print.c) ----
+ * What --json prints, the same on every command: one JSON document on
+ * stdout (an array of rows for listings, an object for one result), keys
+ * in snake_case, sizes in bytes, times in milliseconds ("*_ms"), absent
+ * values null; warnings and errors stay on stderr and the exit status is
+ * the text output's. */
+
+/* s as a JSON string; bytes that are not UTF-8 become U+FFFD. */
+void cli_json_str(FILE *f, const char *s);
+/* The same, or null for a NULL s. */
+void cli_json_opt_str(FILE *f, const char *s);
+/* "shape": [2, 3], "dtype": "float32", "values": [[...], ...] (the fields
+ * of an object); values null when asked not to (0) or where text output
+ * would not print them (over 1000 elements, not in host memory, a dtype
+ * without a name); nan and infinities are null. */
+void cli_json_tensor_fields(FILE *f, const DLTensor *t, int values);
 
 #endif

@@ -24,8 +24,9 @@ static const char cache_help[] =
     "Look at and maintain the cache of compiled operators.\n"
     "\n"
     "commands:\n"
-    "  ls       list the entries: read-only layers first, then the writable cache\n"
-    "           (--remote: what the remote cache shared by the fleet holds)\n"
+    "  ls       list the compiled artifacts: read-only layers first, then the\n"
+    "           writable cache (--remote: what the remote cache shared by the\n"
+    "           fleet holds; --all: the index entries lookups go through too)\n"
     "  info     where the cache is, its size, its cap and its layers (--remote:\n"
     "           the remote cache: its entries, memory and eviction policy)\n"
     "  verify   check every entry's manifest and checksums; exits 1 if any is\n"
@@ -45,6 +46,7 @@ static const char cache_help[] =
     "                     $OPJIT_CACHE_READONLY)\n"
     "  --max-size SIZE    prune: down to SIZE (like 100M, 2G) instead of the cap\n"
     "                     ($OPJIT_CACHE_MAX_SIZE, default 512M)\n"
+    "  --all              ls: also the index entries (the text says how many it hid)\n"
     "  --repair           verify: also evict damaged entries of the writable cache\n"
     "  --remote           ls, info: the remote cache ($OPJIT_REMOTE_CACHE)\n"
     "  -h, --help         this help\n";
@@ -59,23 +61,7 @@ static int cmd_usage(const char *fmt, const char *arg)
 
 /* ---- output helpers ----------------------------------------------------- */
 
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        if (*p == '"' || *p == '\\')
-            printf("\\%c", *p);
-        else if (*p == '\n')
-            fputs("\\n", stdout);
-        else if (*p == '\t')
-            fputs("\\t", stdout);
-        else if (*p < 0x20 || *p == 0x7f)
-            printf("\\u%04x", *p);
-        else
-            putchar(*p);
-    }
-    putchar('"');
-}
+static void json_str(const char *s) { cli_json_str(stdout, s); }
 
 /* s made safe for a terminal (cli_escape), in one of a few buffers that
  * rotate: good for the arguments of one printf. */
@@ -127,35 +113,27 @@ static const char *layer_name(const opjit_cache_entry *e, char *buf, size_t len)
     return buf;
 }
 
-static void json_entry(const opjit_cache_entry *e)
+static int internal_entry(const opjit_cache_entry *e);
+
+static void json_entry(FILE *f, const opjit_cache_entry *e)
 {
-    printf("{\"key\": ");
-    json_str(e->key);
-    printf(", \"op\": ");
-    json_str(e->op_name);
-    printf(", \"source\": ");
-    json_str(e->source_name);
-    printf(", \"compiler\": ");
-    json_str(e->compiler);
-    printf(", \"options\": ");
-    json_str(e->options);
-    printf(", \"target\": ");
-    json_str(e->target);
-    printf(", \"tier\": ");
-    json_str(e->tier);
-    printf(", \"size\": %" PRIu64 ", \"created\": %lld, \"last_use\": %lld, \"artifacts\": %d",
-           e->size, (long long)e->created, (long long)e->last_use, e->nartifacts);
-    printf(", \"layer\": \"%s\", \"layer_dir\": ",
-           e->layer == 0 ? "writable" : e->layer < 0 ? "remote" : "readonly");
-    json_str(e->layer_dir);
-    printf(", \"dir\": ");
-    json_str(e->dir);
-    printf(", \"problem\": ");
-    if (e->problem)
-        json_str(e->problem);
-    else
-        printf("null");
-    printf("}");
+    const char *names[] = {"key", "op", "source", "compiler", "options", "target", "tier"};
+    const char *vals[] = {e->key,     e->op_name, e->source_name, e->compiler,
+                          e->options, e->target,  e->tier};
+    for (int i = 0; i < 7; i++) {
+        fprintf(f, "%s\"%s\": ", i ? ", " : "{", names[i]);
+        cli_json_str(f, vals[i]);
+    }
+    fprintf(f, ", \"size\": %" PRIu64 ", \"created\": %lld, \"last_use\": %lld, \"artifacts\": %d",
+            e->size, (long long)e->created, (long long)e->last_use, e->nartifacts);
+    fprintf(f, ", \"layer\": \"%s\", \"layer_dir\": ",
+            e->layer == 0 ? "writable" : e->layer < 0 ? "remote" : "readonly");
+    cli_json_str(f, e->layer_dir);
+    fprintf(f, ", \"dir\": ");
+    cli_json_str(f, e->dir);
+    fprintf(f, ", \"internal\": %s, \"problem\": ", internal_entry(e) ? "true" : "false");
+    cli_json_opt_str(f, e->problem);
+    fprintf(f, "}");
 }
 
 /* ---- ls ----------------------------------------------------------------- */
@@ -167,42 +145,136 @@ typedef struct walk_state {
     int verbose_ok; /* verify: print the good ones too */
 } walk_state;
 
+/* An index entry (what a lookup by name or by compiler file goes through,
+ * tier "index" or "<compiler>-index"): opjit's bookkeeping, not an
+ * artifact a user built. */
+static int internal_entry(const opjit_cache_entry *e)
+{
+    size_t n = e->tier ? strlen(e->tier) : 0;
+    return n && (!strcmp(e->tier, "index") || (n > 6 && !strcmp(e->tier + n - 6, "-index")));
+}
+
+enum { LS_COLS = 8, LS_SIZE = 5 };
+static const char *const ls_header[LS_COLS] = {"KEY",  "OP",   "SOURCE",   "TARGET",
+                                               "TIER", "SIZE", "LAST USE", "LAYER"};
+
+/* `cache ls`: the rows kept until the listing succeeded, then printed in
+ * columns as wide as their widest cell (JSON: the document, kept). */
+typedef struct ls_state {
+    int json, all, n, hidden, oom;
+    char *(*rows)[LS_COLS]; /* a damaged entry: key, NULL, problem, layer */
+    size_t nrows, cap;
+    FILE *js; /* --json: the document so far */
+} ls_state;
+
+static int ls_add_row(ls_state *w, const opjit_cache_entry *e)
+{
+    char sz[32], tm[32], layer[4 * 4096 + 8], problem[4 * 4096 + 16];
+    if (w->nrows == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 64;
+        char *(*v)[LS_COLS] = realloc(w->rows, cap * sizeof *v);
+        if (!v)
+            return -1;
+        w->rows = v;
+        w->cap = cap;
+    }
+    char **r = w->rows[w->nrows++];
+    memset(r, 0, sizeof(char *) * LS_COLS);
+    layer_name(e, layer, sizeof layer);
+    if (e->problem) {
+        snprintf(problem, sizeof problem, "DAMAGED: %s", esc_as(e->problem, CLI_ESC_BACKSLASH));
+        const char *cells[] = {esc(e->key), NULL, problem, layer};
+        for (int c = 0; c < 4; c++)
+            if (cells[c] && !(r[c] = strdup(cells[c])))
+                return -1;
+        return 0;
+    }
+    const char *cells[LS_COLS] = {esc(e->key), esc(e->op_name), esc(e->source_name),
+                                  esc(e->target), esc(e->tier), human_size(e->size, sz, sizeof sz),
+                                  human_time(e->last_use, tm, sizeof tm), layer};
+    for (int c = 0; c < LS_COLS; c++)
+        if (!(r[c] = strdup(cells[c])))
+            return -1;
+    return 0;
+}
+
 static int ls_one(void *ud, const opjit_cache_entry *e)
 {
-    walk_state *w = ud;
-    char sz[32], tm[32], layer[4 * 4096 + 8];
+    ls_state *w = ud;
+    if (!w->all && internal_entry(e)) {
+        w->hidden++;
+        return 0;
+    }
     if (w->json) {
-        printf("%s\n  ", w->n ? "," : "");
-        json_entry(e);
-    } else if (e->problem) {
-        printf("%-32s  DAMAGED: %s  %s\n", esc(e->key),
-               esc_as(e->problem, CLI_ESC_BACKSLASH), layer_name(e, layer, sizeof layer));
-    } else {
-        printf("%-32s  %-14s %-16s %-14s %-5s %10s  %-16s  %s\n", esc(e->key), esc(e->op_name),
-               esc(e->source_name), esc(e->target), esc(e->tier),
-               human_size(e->size, sz, sizeof sz), human_time(e->last_use, tm, sizeof tm),
-               layer_name(e, layer, sizeof layer));
+        fprintf(w->js, "%s\n  ", w->n ? "," : "");
+        json_entry(w->js, e);
+    } else if (ls_add_row(w, e) != 0) {
+        w->oom = 1;
+        return 1;
     }
     w->n++;
     return 0;
 }
 
-static int cmd_ls(opjit_runtime *rt, int json, int remote)
+static void ls_print_rows(const ls_state *w)
 {
-    walk_state w = {json, 0, 0, 0};
-    if (json)
-        printf("[");
-    else
-        printf("%-32s  %-14s %-16s %-14s %-5s %10s  %-16s  %s\n", "KEY", "OP", "SOURCE",
-               "TARGET", "TIER", "SIZE", "LAST USE", "LAYER");
-    int rc = remote ? opjit_cache_remote_list(rt, ls_one, &w) : opjit_cache_list(rt, ls_one, &w);
-    if (json)
-        printf("%s]\n", w.n ? "\n" : "");
-    if (rc != OPJIT_OK) {
-        fprintf(stderr, "opjit cache ls: %s\n", esc_msg(opjit_errmsg(rt)));
+    int width[LS_COLS];
+    for (int c = 0; c < LS_COLS; c++)
+        width[c] = (int)strlen(ls_header[c]);
+    for (size_t i = 0; i < w->nrows; i++)
+        for (int c = 0; c < LS_COLS && w->rows[i][1]; c++)
+            if ((int)strlen(w->rows[i][c]) > width[c])
+                width[c] = (int)strlen(w->rows[i][c]);
+    for (size_t i = 0; i <= w->nrows; i++) {
+        const char *const *r = i ? (const char *const *)w->rows[i - 1] : ls_header;
+        if (!r[1]) { /* damaged: its problem instead of the manifest's columns */
+            printf("%-*s  %s  %s\n", width[0], r[0], r[2], r[3]);
+            continue;
+        }
+        for (int c = 0; c < LS_COLS - 1; c++)
+            printf(c == LS_SIZE ? "%*s  " : "%-*s  ", width[c], r[c]);
+        printf("%s\n", r[LS_COLS - 1]);
+    }
+}
+
+static void ls_free(ls_state *w)
+{
+    for (size_t i = 0; i < w->nrows; i++)
+        for (int c = 0; c < LS_COLS; c++)
+            free(w->rows[i][c]);
+    free(w->rows);
+}
+
+static int cmd_ls(opjit_runtime *rt, int json, int remote, int all)
+{
+    ls_state w = {.json = json, .all = all};
+    char *doc = NULL;
+    size_t doclen = 0;
+    if (json && !(w.js = open_memstream(&doc, &doclen))) {
+        fprintf(stderr, "opjit cache ls: out of memory\n");
         return CLI_EXIT_FAIL;
     }
-    return CLI_EXIT_OK;
+    int rc = remote ? opjit_cache_remote_list(rt, ls_one, &w) : opjit_cache_list(rt, ls_one, &w);
+    if (w.js)
+        fclose(w.js);
+    if (rc != OPJIT_OK || w.oom) {
+        /* Nothing on stdout: a header without rows would read as "empty". */
+        fprintf(stderr, "opjit cache ls: %s\n",
+                w.oom ? "out of memory" : esc_msg(opjit_errmsg(rt)));
+        rc = CLI_EXIT_FAIL;
+    } else {
+        if (json)
+            printf("[%s%s]\n", doc ? doc : "", w.n ? "\n" : "");
+        else
+            ls_print_rows(&w);
+        if (!json && w.hidden)
+            fprintf(stderr, "opjit cache ls: %d index entr%s not shown (--all shows them)\n",
+                    w.hidden, w.hidden == 1 ? "y" : "ies");
+        rc = CLI_EXIT_OK;
+    }
+    free(doc);
+    ls_free(&w);
+    return rc;
 }
 
 /* ---- info --------------------------------------------------------------- */
@@ -377,7 +449,7 @@ static int cmd_prune(opjit_runtime *rt, int json, int clear, uint64_t max)
 
 typedef struct cache_args {
     const char *verb, *readonly;
-    int json, repair, remote;
+    int json, repair, remote, all;
     uint64_t max;
 } cache_args;
 
@@ -414,6 +486,8 @@ static int parse_cache_args(int argc, char **argv, cache_args *ca)
             return CLI_EXIT_OK;
         } else if (!strcmp(a, "--json")) {
             ca->json = 1;
+        } else if (!strcmp(a, "--all")) {
+            ca->all = 1;
         } else if (!strcmp(a, "--repair")) {
             ca->repair = 1;
         } else if (!strcmp(a, "--remote")) {
@@ -450,6 +524,8 @@ static int check_verb(const cache_args *ca, int *v)
         return cmd_usage("--max-size is for prune, not %s", ca->verb);
     if (ca->repair && *v != 2)
         return cmd_usage("--repair is for verify, not %s", ca->verb);
+    if (ca->all && *v != 0)
+        return cmd_usage("--all is for ls, not %s", ca->verb);
     if (ca->remote && *v > 1)
         return cmd_usage("--remote is for ls and info, not %s", ca->verb);
     return -1;
@@ -476,7 +552,7 @@ int cmd_cache(int argc, char **argv)
     if (cli_create_with(&cfg, &rt) != CLI_EXIT_OK)
         return CLI_EXIT_FAIL;
     switch (v) {
-    case 0: rc = cmd_ls(rt, ca.json, ca.remote); break;
+    case 0: rc = cmd_ls(rt, ca.json, ca.remote, ca.all); break;
     case 1: rc = ca.remote ? cmd_remote_info(rt, ca.json) : cmd_info(rt, ca.json); break;
     case 2: rc = cmd_verify(rt, ca.json, ca.repair); break;
     default: rc = cmd_prune(rt, ca.json, v == 4, ca.max); break;

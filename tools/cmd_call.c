@@ -36,16 +36,21 @@ static const char call_help[] =
     "With --device cuda every tensor argument is copied to CUDA device 0, the op's\n"
     "CUDA kernel (its .cu source) runs there, and the outputs are copied back to\n"
     "the host to be saved or printed. It needs the NVIDIA driver (libcuda.so.1)\n"
-    "and a GPU; without them the call fails, saying which is missing.\n"
+    "and a GPU; without them the call fails, saying which is missing. An op\n"
+    "without a CUDA kernel fails, saying which devices it has.\n"
     "\n"
     "options:\n"
     "  --out FILE.npy   save the next output to FILE.npy (repeatable)\n"
     "  --device DEV     cpu (the default) or cuda: run on GPU 0, copying the\n"
-    "                   tensors there and the outputs back\n";
+    "                   tensors there and the outputs back\n"
+    "  --json           print JSON: {\"op\", \"device\", \"outputs\": [{\"index\",\n"
+    "                   \"shape\", \"dtype\", \"values\", \"file\"}]} (values null when\n"
+    "                   saved to a file or too large to print)\n";
 
 /* The command line, parsed. The strings point into argv. */
 typedef struct call_args {
     const char *opname, *device;
+    int json;
     const char **assigns; /* NAME=VALUE */
     const char **out_paths;
     int nassign, nout_paths;
@@ -274,6 +279,10 @@ static int call_option(int argc, char **argv, int *i, call_args *ca)
         printf("%s%s", call_help, cli_common_help);
         return CLI_EXIT_OK;
     }
+    if (strcmp(a, "--json") == 0) {
+        ca->json = 1;
+        return -2;
+    }
     if ((r = cli_opt_value(argc, argv, i, "--out", &val)) != 0) {
         if (r < 0 || !*val)
             return r < 0 ? CLI_EXIT_USAGE : cli_usage_error("call", "--out needs a file");
@@ -490,6 +499,51 @@ static int call_check_missing(call_state *cs)
     return -1;
 }
 
+/* A .cu source of the op's name on the search path, into *path. */
+static int find_cu(void *ud, const char *path)
+{
+    char **cu = ud;
+    size_t n = strlen(path);
+    if (n > 3 && !strcmp(path + n - 3, ".cu") && !*cu)
+        *cu = strdup(path);
+    return *cu != NULL;
+}
+
+/* --device cuda on an op without a CUDA kernel: say so, with the devices
+ * it has, or why its .cu source is not usable here. 0 when it has one. */
+static int call_check_cuda_kernel(call_state *cs, const char *spec)
+{
+    if (cs->info.source[OPJIT_CUDA] || cs->info.tier[OPJIT_CUDA])
+        return 0;
+    /* A load by name leaves out a .cu that cannot run here (no driver, no
+     * GPU): loaded now, it says why, or the copy to the GPU will. */
+    char *cu = NULL;
+    int st = OPJIT_OK;
+    if (!strchr(spec, '/') && !cli_source_stem(spec))
+        opjit_sources(cs->rt, cs->info.name, find_cu, &cu);
+    if (cu && (st = opjit_load_file(cs->rt, cu, NULL, NULL)) == OPJIT_OK &&
+        opjit_op_info_get(cs->rt, cs->op, &cs->info) == OPJIT_OK &&
+        (cs->info.source[OPJIT_CUDA] || cs->info.tier[OPJIT_CUDA])) {
+        free(cu);
+        return 0;
+    }
+    if (st != OPJIT_OK) {
+        fprintf(stderr, "opjit: %s: --device cuda: %s\n", cs->info.name, opjit_errmsg(cs->rt));
+    } else {
+        char devs[64] = "";
+        size_t n = 0;
+        for (int d = 0; d < OPJIT_DEVICE_COUNT; d++)
+            if ((cs->info.source[d] || cs->info.tier[d]) && opjit_device_name(d))
+                n += (size_t)snprintf(devs + n, sizeof devs - n, "%s%s", n ? ", " : "",
+                                      opjit_device_name(d));
+        fprintf(stderr, "opjit: %s has no CUDA kernel: it runs on %s (a CUDA kernel comes "
+                "from a %s.cu source); leave out --device cuda\n", cs->info.name,
+                n ? devs : "no device", cs->info.name);
+    }
+    free(cu);
+    return -1;
+}
+
 /* --device cuda: every tensor to GPU 0, so that the CUDA kernel runs. */
 static int call_to_cuda(call_state *cs)
 {
@@ -527,28 +581,57 @@ static int call_outputs_to_host(call_state *cs)
     return 0;
 }
 
+/* --json: output k as {"index", "shape", "dtype", "values", "file"}. */
+static void call_json_output(const call_args *ca, int k, const DLTensor *t, int saved)
+{
+    printf("%s\n    {\"index\": %d, ", k ? "," : "", k);
+    if (t)
+        cli_json_tensor_fields(stdout, t, !saved); /* saved: the values are in the file */
+    else
+        printf("\"shape\": null, \"dtype\": null, \"values\": null");
+    printf(", \"file\": ");
+    cli_json_opt_str(stdout, saved ? ca->out_paths[k] : NULL);
+    printf("}");
+}
+
 /* Each output to its --out file, or printed. The exit status. */
 static int call_write_outputs(call_state *cs, const call_args *ca)
 {
     int rc = CLI_EXIT_OK;
+    if (ca->json) {
+        printf("{\"op\": ");
+        cli_json_str(stdout, cs->info.name);
+        printf(", \"device\": ");
+        cli_json_str(stdout, ca->device);
+        printf(", \"outputs\": [");
+    }
     for (int k = 0; k < cs->info.nouts; k++) {
         char err[1024], shape[64 * 24], dbuf[64], label[32];
         const DLTensor *t = cs->outs[k] ? &cs->outs[k]->dl_tensor : NULL;
         if (!t) {
             fprintf(stderr, "opjit: %s: output %d is missing\n", cs->info.name, k);
             rc = CLI_EXIT_FAIL;
+            if (ca->json)
+                call_json_output(ca, k, NULL, 0);
         } else if (k >= ca->nout_paths) {
             snprintf(label, sizeof label, "output %d", k);
-            cli_print_tensor(stdout, label, t);
+            if (ca->json)
+                call_json_output(ca, k, t, 0);
+            else
+                cli_print_tensor(stdout, label, t);
         } else if (npy_write(ca->out_paths[k], t, err, sizeof err) != 0) {
             fprintf(stderr, "opjit: output %d: %s\n", k, err);
             rc = CLI_EXIT_FAIL;
+        } else if (ca->json) {
+            call_json_output(ca, k, t, 1);
         } else {
             cli_format_shape(shape, sizeof shape, t);
             printf("output %d: shape %s, dtype %s -> %s\n", k, shape,
                    cli_dtype_name(t->dtype, dbuf, sizeof dbuf), ca->out_paths[k]);
         }
     }
+    if (ca->json)
+        printf("%s]}\n", cs->info.nouts > 0 ? "\n  " : "");
     return rc;
 }
 
@@ -565,7 +648,8 @@ static int call_run(call_state *cs, const call_args *ca)
                 cs->info.name, cs->info.nouts, cs->info.nouts == 1 ? "" : "s", ca->nout_paths);
         return CLI_EXIT_FAIL;
     }
-    if (strcmp(ca->device, "cuda") == 0 && call_to_cuda(cs) != 0)
+    if (strcmp(ca->device, "cuda") == 0 &&
+        (call_check_cuda_kernel(cs, ca->opname) != 0 || call_to_cuda(cs) != 0))
         return CLI_EXIT_FAIL;
     if (opjit_call(cs->rt, cs->op, cs->vals, cs->info.nargs, cs->outs, cs->info.nouts) !=
         OPJIT_OK) {

@@ -22,7 +22,8 @@ static const char list_help[] =
     "\n"
     "The search path: the --ops-path directories, then $OPJIT_OPS_PATH.\n"
     "\n"
-    "options:\n";
+    "options:\n"
+    "  --json           print JSON: an array with an object per (op, device)\n";
 
 /* The --ops-path directories must exist: 1 (reported) when one cannot be
  * read, else 0. */
@@ -139,9 +140,39 @@ static void print_listed(listed_ops *ops)
     }
 }
 
+/* The rows as JSON: {"op", "schema", "device", "tier", "source", "doc"}. */
+static void print_listed_json(listed_ops *ops)
+{
+    if (ops->n > 1)
+        qsort(ops->v, ops->n, sizeof *ops->v, cmp_listed);
+    printf("[");
+    for (size_t i = 0; i < ops->n; i++) {
+        const listed_op *o = &ops->v[i];
+        printf("%s\n  {\"op\": ", i ? "," : "");
+        cli_json_str(stdout, o->name);
+        printf(", \"schema\": ");
+        cli_json_str(stdout, o->schema);
+        printf(", \"device\": ");
+        cli_json_str(stdout, opjit_device_name(o->device));
+        printf(", \"tier\": ");
+        cli_json_opt_str(stdout, o->tier);
+        printf(", \"source\": ");
+        cli_json_str(stdout, o->path);
+        printf(", \"doc\": ");
+        cli_json_str(stdout, o->doc);
+        printf("}");
+    }
+    printf("%s]\n", ops->n ? "\n" : "");
+}
+
 int cmd_list(int argc, char **argv)
 {
+    int json = 0;
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) {
+            json = 1;
+            continue;
+        }
         if (cli_is_help(argv[i])) {
             printf("%s%s", list_help, cli_common_help);
             return CLI_EXIT_OK;
@@ -161,7 +192,10 @@ int cmd_list(int argc, char **argv)
     listed_ops ops = {0};
     int st = opjit_discover(rt, collect_source, &ops);
     int fail = bad_dir || (st != OPJIT_OK && st != OPJIT_EDEVICE) || ops.oom;
-    print_listed(&ops);
+    if (json)
+        print_listed_json(&ops);
+    else
+        print_listed(&ops);
     static char esc[4 * 4096 + 1];
     if (ops.n == 0 && !ops.sources)
         fprintf(stderr, "opjit: no operator sources found on the search path %s (give "

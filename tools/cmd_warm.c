@@ -20,7 +20,8 @@ static const char warm_help[] =
     "\n"
     "Compile operators into the cache: every source on the search path, or the\n"
     "named ops (every source of each name) and files. Prints a summary of cache\n"
-    "hits, compiles and failures; exits 1 if any source failed, after warming\n"
+    "hits, compiles (naming the compilers whose code was built: tcc, opt,\n"
+    "nvrtc) and failures; exits 1 if any source failed, after warming\n"
     "the rest. A source fails too when the cache does not keep what was built\n"
     "(full, read-only, or OPJIT_CACHE_MAX_SIZE too small for all of them).\n"
     "Without NVRTC, .cu sources are skipped, unless --arch or\n"
@@ -36,10 +37,12 @@ static const char warm_help[] =
     "                   no GPU is needed\n"
     "  --remote         also store every entry warmed, found locally or built, in\n"
     "                   the remote cache ($OPJIT_REMOTE_CACHE) for the fleet\n"
+    "  --json           print JSON instead of text: an object with the counts and\n"
+    "                   a result per source (no progress bar)\n"
     "  -h, --help       this help\n";
 
 typedef struct warm_args {
-    int opt, tty, remote;
+    int opt, tty, remote, json, nresults;
     cli_strs targets;
     char archs[1024];
 } warm_args;
@@ -52,6 +55,8 @@ static int add_archs(warm_args *wa, const char *v)
         return CLI_EXIT_USAGE;
     }
     size_t k = strlen(wa->archs);
+    if (cli_check_archs("warm", v) != 0)
+        return CLI_EXIT_USAGE;
     if (k + strlen(v) + 2 > sizeof wa->archs) {
         fprintf(stderr, "opjit warm: too many architectures\n");
         return CLI_EXIT_USAGE;
@@ -77,6 +82,8 @@ static int parse_warm_args(int argc, char **argv, warm_args *wa)
             wa->opt = 1;
         } else if (!strcmp(a, "--remote")) {
             wa->remote = 1;
+        } else if (!strcmp(a, "--json")) {
+            wa->json = 1;
         } else if (!strcmp(a, "--arch") || !strncmp(a, "--arch=", 7)) {
             if ((r = add_archs(wa, a[6] == '=' ? a + 7 : i < argc ? argv[i++] : NULL)) >= 0)
                 return r;
@@ -99,10 +106,46 @@ static void progress_bar(int done, int total, const char *what)
     fflush(stderr);
 }
 
+static const char *const warm_results[] = {"hit", "compiled", "skipped", "failed", "nosource"};
+
+/* One finished source (or a name without one) as a JSON object in the
+ * "results" array. */
+static void warm_event_json(warm_args *wa, const opjit_warm_event *ev)
+{
+    int r = ev->result >= 0 && ev->result <= OPJIT_WARM_NOSOURCE ? ev->result : 3;
+    printf("%s\n    {\"%s\": ", wa->nresults++ ? "," : "", r == OPJIT_WARM_NOSOURCE ? "op" : "source");
+    cli_json_str(stdout, ev->path);
+    printf(", \"result\": \"%s\", \"ms\": %.3f, \"compiled\": ", warm_results[r], ev->ms);
+    if (r != OPJIT_WARM_COMPILED) {
+        printf("[]");
+    } else { /* "tcc, opt" as ["tcc", "opt"] */
+        printf("[");
+        for (const char *p = ev->message; *p;) {
+            size_t n = strcspn(p, ",");
+            char name[64];
+            snprintf(name, sizeof name, "%.*s", (int)n, p);
+            printf("%s", p != ev->message ? ", " : "");
+            cli_json_str(stdout, name);
+            p += n;
+            p += strspn(p, ", ");
+        }
+        printf("]");
+    }
+    printf(", \"message\": ");
+    cli_json_opt_str(stdout, r == OPJIT_WARM_SKIPPED || r >= OPJIT_WARM_FAILED ? ev->message
+                                                                               : NULL);
+    printf("}");
+}
+
 /* opjit_warm's progress: a bar on a terminal, a line per source. */
 static int warm_event(void *ud, const opjit_warm_event *ev)
 {
-    const warm_args *wa = ud;
+    warm_args *wa = ud;
+    if (wa->json) {
+        if (ev->done)
+            warm_event_json(wa, ev);
+        return 0;
+    }
     if (ev->result == OPJIT_WARM_NOSOURCE && ev->done) {
         fprintf(stderr, "opjit warm: %s\n", ev->message);
         return 0;
@@ -118,11 +161,11 @@ static int warm_event(void *ud, const opjit_warm_event *ev)
         printf("skipped  %s: %s\n", ev->path, ev->message);
     else if (ev->result == OPJIT_WARM_FAILED)
         fprintf(stderr, "FAILED   %s: %s\n", ev->path, ev->message);
-    else if (ev->result == OPJIT_WARM_HIT && !wa->opt)
+    else if (ev->result == OPJIT_WARM_HIT)
         printf("hit      %s\n", ev->path);
-    else
-        printf("%-8s %s (%.1f ms%s)\n", ev->result == OPJIT_WARM_HIT ? "hit" : "compiled",
-               ev->path, ev->ms, wa->opt ? ", optimized tier too" : "");
+    else /* what it built: its libtcc code, the optimized tier, device code */
+        printf("compiled %s (%.1f ms%s%s)\n", ev->path, ev->ms, *ev->message ? ": " : "",
+               ev->message);
     fflush(stdout);
     return 0;
 }
@@ -134,6 +177,16 @@ static void print_summary(const opjit_warm_result *r)
     if (r->skipped)
         printf(", %d skipped (no CUDA compiler; --arch makes that a failure)", r->skipped);
     printf(" in %.2f s\n", r->seconds);
+}
+
+static void print_summary_json(const opjit_warm_result *r, int ok, const char *error)
+{
+    printf("%s], \"sources\": %d, \"hits\": %d, \"compiled\": %d, \"failed\": %d, "
+           "\"skipped\": %d, \"nosource\": %d, \"seconds\": %.3f, \"ok\": %s, \"error\": ",
+           "\n  ", r->sources, r->hits, r->compiled, r->failed, r->skipped, r->nosource,
+           r->seconds, ok ? "true" : "false");
+    cli_json_opt_str(stdout, error);
+    printf("}\n");
 }
 
 /* Warm what wa names; the exit status. */
@@ -154,11 +207,16 @@ static int warm(warm_args *wa)
         .targets = (const char *const *)wa->targets.v, .ntargets = wa->targets.n,
         .opt = wa->opt, .cuda_archs = wa->archs[0] ? wa->archs : NULL, .remote = wa->remote};
     opjit_warm_result res = {.size = sizeof res};
-    wa->tty = isatty(2);
+    wa->tty = isatty(2) && !wa->json;
+    if (wa->json)
+        printf("{\"results\": [");
     st = opjit_warm(rt, &opts, warm_event, wa, &res);
-    if (st && !res.failed && !res.nosource) /* not about one source */
+    int general = st && !res.failed && !res.nosource; /* not about one source */
+    if (general)
         fprintf(stderr, "opjit warm: %s\n", opjit_errmsg(rt));
-    else
+    if (wa->json)
+        print_summary_json(&res, !st, st ? opjit_errmsg(rt) : NULL);
+    else if (!general)
         print_summary(&res);
     opjit_destroy(rt);
     return st ? CLI_EXIT_FAIL : CLI_EXIT_OK;

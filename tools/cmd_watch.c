@@ -80,9 +80,16 @@ static void print_failed(const char *path, const char *msg)
         putchar('\n');
 }
 
-/* Load path and say how it went. */
-static void load_and_say(opjit_runtime *rt, const char *path)
+/* Load path and say how it went. A relative path is made absolute as the
+ * watcher spells the paths of its events (the cwd before it, symlinks
+ * kept), so that one source has one name in every line. */
+static void load_and_say(opjit_runtime *rt, const char *given)
 {
+    char cwd[4096], abs[8192];
+    const char *path = given;
+    if (given[0] != '/' && getcwd(cwd, sizeof cwd) &&
+        (size_t)snprintf(abs, sizeof abs, "%s/%s", cwd, given) < sizeof abs)
+        path = abs;
     int rc = opjit_load_file(rt, path, NULL, NULL);
     pthread_mutex_lock(&out_lock);
     if (rc == OPJIT_EDEVICE) {

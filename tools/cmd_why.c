@@ -5,6 +5,7 @@
  * A client of opjit_cache_why.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -25,6 +26,7 @@ static const char why_help[] =
     "options:\n"
     "  --arch LIST        CUDA architectures (\"sm_90,compute_90\") instead of\n"
     "                     those a load would use\n"
+    "  --json             print JSON: an array with an object per artifact\n"
     "  -h, --help         this help\n";
 
 /* Each line of text, indented. */
@@ -36,6 +38,50 @@ static void print_lines(const char *text, const char *indent)
         printf("%s%.*s\n", indent, n, p);
         p = e ? e + 1 : NULL;
     }
+}
+
+/* Each line of text as a JSON string in an array. */
+static void json_lines(const char *text)
+{
+    printf("[");
+    for (const char *p = text; p && *p;) {
+        const char *e = strchr(p, '\n');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        char *line = strndup(p, n);
+        printf("%s", p != text ? ", " : "");
+        cli_json_str(stdout, line ? line : "");
+        free(line);
+        p = e ? e + 1 : NULL;
+    }
+    printf("]");
+}
+
+static int print_why_json(void *ud, const opjit_cache_why_report *w)
+{
+    int *n = ud;
+    printf("%s\n  {\"source\": ", (*n)++ ? "," : "");
+    cli_json_str(stdout, w->source);
+    printf(", \"compiler\": ");
+    cli_json_str(stdout, w->compiler);
+    printf(", \"target\": ");
+    cli_json_str(stdout, w->target);
+    printf(", \"key\": ");
+    cli_json_str(stdout, w->key);
+    printf(", \"cached\": %s, \"inputs\": ", w->cached ? "true" : "false");
+    json_lines(w->inputs);
+    printf(", \"note\": ");
+    cli_json_opt_str(stdout, w->note);
+    printf(", \"closest\": ");
+    if (w->cached || !w->closest_key) {
+        printf("null}");
+        return 0;
+    }
+    printf("{\"key\": ");
+    cli_json_str(stdout, w->closest_key);
+    printf(", \"created\": %lld, \"differs\": ", (long long)w->closest_created);
+    json_lines(w->differs);
+    printf("}}");
+    return 0;
 }
 
 static int print_why(void *ud, const opjit_cache_why_report *w)
@@ -66,6 +112,7 @@ static int print_why(void *ud, const opjit_cache_why_report *w)
 int cmd_cache_why(int argc, char **argv)
 {
     const char *spec = NULL, *arch = NULL;
+    int json = 0, n = 0;
     for (int i = 1; i < argc;) {
         int r = cli_common_option(argc, argv, &i);
         if (r == CLI_EXIT_USAGE)
@@ -76,6 +123,8 @@ int cmd_cache_why(int argc, char **argv)
         if (cli_is_help(a)) {
             printf("%s\ncommon options:\n%s", why_help, cli_common_help);
             return CLI_EXIT_OK;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
         } else if (!strcmp(a, "--arch") && i < argc) {
             arch = argv[i++];
         } else if (!strncmp(a, "--arch=", 7)) {
@@ -90,10 +139,16 @@ int cmd_cache_why(int argc, char **argv)
     }
     if (!spec)
         return cli_usage_error("cache why", "no OP or FILE given");
+    if (arch && cli_check_archs("cache why", arch) != 0)
+        return CLI_EXIT_USAGE;
     opjit_runtime *rt;
     if (cli_create(&rt) != CLI_EXIT_OK)
         return CLI_EXIT_FAIL;
-    int rc = opjit_cache_why(rt, spec, arch, print_why, NULL);
+    if (json)
+        printf("[");
+    int rc = opjit_cache_why(rt, spec, arch, json ? print_why_json : print_why, &n);
+    if (json)
+        printf("%s]\n", n ? "\n" : "");
     if (rc)
         cli_rt_error(rt, spec);
     opjit_destroy(rt);

@@ -392,3 +392,89 @@ const char *cli_escape(const char *s, int keep, char *buf, size_t len)
     buf[k] = '\0';
     return buf;
 }
+
+/* ---- JSON ---- */
+
+void cli_json_str(FILE *f, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    fputc('"', f);
+    while (*p) {
+        size_t n = *p >= 0x80 ? utf8_printable(p) : 0;
+        if (n) {
+            fwrite(p, 1, n, f);
+            p += n;
+            continue;
+        }
+        unsigned ch = *p++;
+        if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch == '\n')
+            fputs("\\n", f);
+        else if (ch == '\t')
+            fputs("\\t", f);
+        else if (ch < 0x20 || ch == 0x7f)
+            fprintf(f, "\\u%04x", ch);
+        else if (ch >= 0x80) /* not UTF-8, or a C1 control */
+            fputs("\\ufffd", f);
+        else
+            fputc((int)ch, f);
+    }
+    fputc('"', f);
+}
+
+void cli_json_opt_str(FILE *f, const char *s)
+{
+    if (s)
+        cli_json_str(f, s);
+    else
+        fputs("null", f);
+}
+
+/* Element k as a JSON value: numbers as format_elem writes them ("2." made
+ * "2.0"), booleans as true/false, nan and infinities as null. */
+static void json_elem(FILE *f, const DLTensor *t, int64_t k)
+{
+    char buf[ELEM_TEXT];
+    format_elem(buf, sizeof buf, t, k);
+    size_t n = strlen(buf);
+    if (t->dtype.code == OPJIT_DL_BOOL)
+        fputs(*elem_ptr(t, k) ? "true" : "false", f);
+    else if (strpbrk(buf, "in")) /* nan, inf, -inf */
+        fputs("null", f);
+    else
+        fprintf(f, "%s%s", buf, n && buf[n - 1] == '.' ? "0" : "");
+}
+
+static void json_values_rec(FILE *f, const DLTensor *t, int dim, int64_t *k)
+{
+    fputc('[', f);
+    for (int64_t j = 0; j < t->shape[dim]; j++) {
+        if (j)
+            fputs(", ", f);
+        if (dim == t->ndim - 1)
+            json_elem(f, t, (*k)++);
+        else
+            json_values_rec(f, t, dim + 1, k);
+    }
+    fputc(']', f);
+}
+
+void cli_json_tensor_fields(FILE *f, const DLTensor *t, int values)
+{
+    char dbuf[64];
+    fputs("\"shape\": [", f);
+    for (int i = 0; i < t->ndim; i++)
+        fprintf(f, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    fputs("], \"dtype\": ", f);
+    cli_json_str(f, cli_dtype_name(t->dtype, dbuf, sizeof dbuf));
+    fputs(", \"values\": ", f);
+    int64_t numel = print_count(t), k = 0;
+    if (!values || !opjit_dtype_name(t->dtype) || !cli_host_tensor(t) ||
+        numel > PRINT_MAX_ELEMENTS)
+        fputs("null", f);
+    else if (t->ndim == 0)
+        json_elem(f, t, 0);
+    else
+        json_values_rec(f, t, 0, &k);
+}
