@@ -370,7 +370,8 @@ typedef struct took {
     loader *l;
     idx_src *v;
     const pending *q;
-    int quiet; /* the caller reports a failure itself (the watcher's event) */
+    int quiet;  /* the caller reports a failure itself (the watcher's event) */
+    char **raw; /* quiet: the failure's message with its lines (heap) */
 } took;
 
 /* How loud a source's indexing is: a failure a warning (a broken source
@@ -393,6 +394,8 @@ static void took_ops(void *ud, int i, const opjit_source_ops *src)
     e->status = src->status;
     if (src_set_msg(e, src->error))
         e->keep = 0;
+    if (t->raw && !*t->raw && src->status && src->error)
+        *t->raw = strdup(src->error); /* the note's copy is on one line */
     for (int k = 0; k < src->nops; k++) {
         const char *sch = src->schemas[k];
         size_t len = strcspn(sch, "( \t\n");
@@ -408,9 +411,9 @@ static void took_ops(void *ud, int i, const opjit_source_ops *src)
 }
 
 /* Discovery for every source in q, one child per CPU at once. */
-static int discover_pending(loader *l, idx_src *v, const pending *q, int quiet)
+static int discover_pending(loader *l, idx_src *v, const pending *q, char **raw)
 {
-    took t = {l, v, q, quiet};
+    took t = {l, v, q, raw != NULL, raw};
     return loader_discover_many(l, (const char *const *)q->path, q->n, took_ops, &t);
 }
 
@@ -551,7 +554,7 @@ static int dir_build(loader *l, const char *real, const dir_file *v, int n, cons
         k++;
     }
     if (!rc)
-        rc = discover_pending(l, e, &q, 0);
+        rc = discover_pending(l, e, &q, NULL);
     pending_free(&q);
     *keep = 1;
     for (int i = 0; i < k; i++)
@@ -1086,10 +1089,12 @@ int index_source(loader *l, const char *path)
     int rc = (e.file = strdup(slash + 1)) && !src_set_msg(&e, "") ? OPJIT_OK : OPJIT_ENOMEM;
     if (!rc)
         rc = source_look(l, real, &e, &h, &q, 0, now_ns());
+    char *raw = NULL;
     if (!rc) /* a failure is the caller's to report */
-        rc = discover_pending(l, &e, &q, 1);
+        rc = discover_pending(l, &e, &q, &raw);
     if (rc == OPJIT_OK && e.status != OPJIT_OK)
-        rc = rt_error(l->rt, e.status, "%s", e.msg);
+        rc = rt_error(l->rt, e.status, "%s", raw ? raw : e.msg);
+    free(raw);
     pending_free(&q);
     hdrs_free(&h);
     src_free(&e);

@@ -207,6 +207,8 @@ wait "$wpid" || true
 check "watch: two failures reported" test "$(grep -c '^failed' "$T/w/out")" = 2
 check "  each under the same absolute path" \
     test "$(grep -c "^failed $T/w/wops/bad.c: " "$T/w/out")" = 2
+check "  each with its diagnostics on lines of their own" \
+    test "$(grep -c "^    $T/w/wops/bad.c:2: error: " "$T/w/out")" = 2
 check "  each error once (not again on stderr)" \
     test "$(cat "$T/w/out" "$T/w/err" | grep -c 'identifier expected')" = 2
 
