@@ -78,7 +78,7 @@ expect "load takes an op name" 0 "add1(Tensor x) -> Tensor  [cpu]"
 check "  and loads its source" grep -qF "$OPS/add1.c: " "$T/out"
 run "$CLI" load pair_second
 expect "load takes the name of an op its module registers" 0 "pair_second() -> Tensor"
-check "  naming the module's source" grep -qF "$OPS/pair.c: " "$T/out"
+check "  naming the module's source" grep -qF "$OPS/pair.c: loaded (the module of op pair_second)" "$T/out"
 run "$CLI" load no_such_op
 expect "load of a name with no source" 1 "" "no source for op 'no_such_op'"
 run "$CLI" load "$OPS/add1.c" add1

@@ -257,21 +257,22 @@ static int cmd_ls(opjit_runtime *rt, int json, int remote, int all)
     int rc = remote ? opjit_cache_remote_list(rt, ls_one, &w) : opjit_cache_list(rt, ls_one, &w);
     if (w.js)
         fclose(w.js);
-    if (rc != OPJIT_OK || w.oom) {
-        /* Nothing on stdout: a header without rows would read as "empty". */
-        fprintf(stderr, "opjit cache ls: %s\n",
-                w.oom ? "out of memory" : esc_msg(opjit_errmsg(rt)));
-        rc = CLI_EXIT_FAIL;
-    } else {
+    /* A failure prints the entries seen before it (a remote listing cut
+     * short), but never a header alone: it would read as "empty". */
+    int ok = rc == OPJIT_OK && !w.oom;
+    if (ok || w.n) {
         if (json)
             printf("[%s%s]\n", doc ? doc : "", w.n ? "\n" : "");
         else
             ls_print_rows(&w);
-        if (!json && w.hidden)
-            fprintf(stderr, "opjit cache ls: %d index entr%s not shown (--all shows them)\n",
-                    w.hidden, w.hidden == 1 ? "y" : "ies");
-        rc = CLI_EXIT_OK;
     }
+    if (ok && !json && w.hidden)
+        fprintf(stderr, "opjit cache ls: %d index entr%s not shown (--all shows them)\n",
+                w.hidden, w.hidden == 1 ? "y" : "ies");
+    if (!ok)
+        fprintf(stderr, "opjit cache ls: %s\n",
+                w.oom ? "out of memory" : esc_msg(opjit_errmsg(rt)));
+    rc = ok ? CLI_EXIT_OK : CLI_EXIT_FAIL;
     free(doc);
     ls_free(&w);
     return rc;
