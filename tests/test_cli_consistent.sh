@@ -89,6 +89,15 @@ run "$CLI" list --json
 expect "list --json" 0
 json_check "list --json" "$T/out" \
     'any(r["op"] == "pair_second" and r["device"] == "cpu" and r["source"].endswith("/pair.c") for r in d)'
+# Names from disk stay JSON: a directory whose name is not UTF-8 and holds
+# an escape byte.
+odd=$T/$'od\xff\x1bd'
+mkdir -p "$odd"
+cp "$OPS/add1.c" "$odd/"
+run "$CLI" list --json --ops-path "$odd"
+expect "list --json of an odd directory name" 0
+json_check "  stays JSON" "$T/out" \
+    'any(r["source"].endswith("od\ufffd\u001bd/add1.c") for r in d)'
 run "$CLI" load --json add1 no_such_op
 expect "load --json with a failure" 1 "" "no_such_op"
 json_check "load --json" "$T/out" \
