@@ -226,7 +226,7 @@ static void report_lookup(opjit_runtime *rt, const opjit_op *op, const char *src
 static int load_by_lookup(opjit_runtime *rt, const char *name, load_out *out)
 {
     opjit_op *op = NULL;
-    opjit_op_info oi;
+    opjit_op_info oi = {.size = sizeof oi};
     double t0 = now_ms();
     if (opjit_load_op(rt, name, &op) != OPJIT_OK || opjit_op_info_get(rt, op, &oi) != OPJIT_OK) {
         report_failure(rt, name, out);
