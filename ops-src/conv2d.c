@@ -57,6 +57,7 @@
 #include "conv2d_common.h"
 #include "conv2d_decl.h"
 #include "sgemm_avx512.h"
+#include "gemm_half.h"
 #include "half_wide.h"
 #include "strided.h"
 
@@ -1024,20 +1025,83 @@ static int conv_nhwc_pointwise(opjit_ctx *ctx, const conv_geom *g, const DLTenso
 }
 #endif
 
+#ifdef HG_BF16
+/* conv_im2col_blk as gemm_half.h calls it. */
+static void conv_hg_unfold(const void *g, const float *im, const float *xend, int64_t p0,
+                           int64_t np, float *col, int64_t ldc)
+{
+    conv_im2col_blk((const conv_geom *)g, im, xend, p0, np, col, ldc);
+}
+
+/* The bfloat16 forward on gemm_half.h's GEMM where the CPU has
+ * AVX512_BF16 (and no operand holds a subnormal, unless
+ * OPJIT_HALF_KERNEL=dot): 1 when it ran (*rc its status), 0 to widen
+ * instead. */
+static int conv_forward_bf16(opjit_ctx *ctx, const conv_geom *g, const void *x, const void *w,
+                             const void *b, void *out, int *rc)
+{
+    hg_conv s;
+    float *xw = NULL, *bw = NULL;
+    int path = hw_path(ctx, HW_BF16, HG_DOT_HERE()), sub = 0;
+    if (path == HW_DOT && g->n && g->ho * g->wo && g->cg &&
+        ((sub = hg_subnormal(ctx, x, g->n * g->c, g->h * g->w, g->h * g->w)) == 0))
+        sub = hg_subnormal(ctx, w, g->o, g->cg * g->kh * g->kw, g->cg * g->kh * g->kw);
+    if (path <= 0 || sub || g->n == 0 || g->ho * g->wo == 0 || g->cg == 0) {
+        *rc = path < 0 || sub < 0 ? -1 : 0;
+        return path < 0 || sub < 0;
+    }
+    s.n = g->n;
+    s.groups = g->groups;
+    s.og = g->og;
+    s.kdim = g->cg * g->kh * g->kw;
+    s.plane = g->ho * g->wo;
+    s.in_image = g->c * g->h * g->w;
+    s.in_group = g->cg * g->h * g->w;
+    s.direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 &&
+               g->pw == 0 && g->ph2 == 0 && g->pw2 == 0;
+    s.unfold = conv_hg_unfold;
+    s.geom = g;
+    if ((!s.direct && !(xw = hw_widen(ctx, HW_BF16, x, g->n * s.in_image))) ||
+        (b && !(bw = hw_widen(ctx, HW_BF16, b, g->o))))
+        *rc = -1;
+    else
+        *rc = hg_conv_bf16(ctx, &s, x, xw, w, bw, out);
+    return 1;
+}
+#endif
+
 /* The forward in float16 or bfloat16 (kind): x, w and b (or NULL) dense
  * 16-bit, widened to float32; the float32 convolution, rounded once into
- * out. 0, or the status of the failure. */
+ * out (bfloat16 on an AVX512_BF16 CPU: conv_forward_bf16). 0, or the
+ * status of the failure. */
 static int conv_forward_half(opjit_ctx *ctx, const conv_geom *g, int kind, const void *x,
                              const void *w, const void *b, void *out)
 {
     int64_t nout = g->n * g->o * g->ho * g->wo;
     float *xw, *ww, *bw = NULL, *o;
     int rc;
+#ifdef HG_BF16
+    if (kind == HW_BF16 && conv_forward_bf16(ctx, g, x, w, b, out, &rc))
+        return rc;
+#endif
+    if (hw_path(ctx, kind, HG_DOT_HERE()) < 0) /* a bad $OPJIT_HALF_KERNEL */
+        return -1;
     if (!(xw = hw_widen(ctx, kind, x, g->n * g->c * g->h * g->w)) ||
         !(ww = hw_widen(ctx, kind, w, g->o * g->cg * g->kh * g->kw)) ||
         (b && !(bw = hw_widen(ctx, kind, b, g->o))) || !(o = hw_scratch(ctx, nout)))
         return -1;
-    if ((rc = conv_forward(ctx, g, xw, ww, bw, o)) != 0)
+    /* Not Winograd: its transforms mix a tile's magnitudes, and with large
+     * and small values together its error is far above the direct sum's
+     * (torch's, oneDNN's direct kernels'): the GEMM paths. */
+    if (g->n == 0 || g->ho * g->wo == 0 || g->cg == 0)
+        rc = conv_forward(ctx, g, xw, ww, bw, o);
+    else
+#ifdef SG_FAST
+        rc = conv_gemm_paths(ctx, g, xw, ww, bw, o, sg_fast_ok());
+#else
+        rc = conv_gemm_paths(ctx, g, xw, ww, bw, o, 0);
+#endif
+    if (rc != 0)
         return rc;
     return hw_narrow(ctx, kind, o, out, nout);
 }
