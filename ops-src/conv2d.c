@@ -1059,9 +1059,20 @@ static int conv_forward_bf16(opjit_ctx *ctx, const conv_geom *g, const void *x, 
     s.in_group = g->cg * g->h * g->w;
     s.direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 &&
                g->pw == 0 && g->ph2 == 0 && g->pw2 == 0;
+    s.h = g->h;
+    s.w = g->w;
+    s.kh = g->kh;
+    s.kw = g->kw;
+    s.sh = g->sh;
+    s.sw = g->sw;
+    s.dh = g->dh;
+    s.dw = g->dw;
+    s.ph = g->ph;
+    s.pw = g->pw;
+    s.wo = g->wo;
     s.unfold = conv_hg_unfold;
     s.geom = g;
-    if ((!s.direct && !(xw = hw_widen(ctx, HW_BF16, x, g->n * s.in_image))) ||
+    if ((!s.direct && s.sw != 1 && !(xw = hw_widen(ctx, HW_BF16, x, g->n * s.in_image))) ||
         (b && !(bw = hw_widen(ctx, HW_BF16, b, g->o))))
         *rc = -1;
     else

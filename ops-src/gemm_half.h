@@ -443,10 +443,80 @@ typedef void (*hg_unfold_fn)(const void *geom, const float *im, const float *xen
 typedef struct hg_conv {
     int64_t n, groups, og, kdim, plane;
     int64_t in_image, in_group; /* input elements an image, a group */
+    int64_t h, w, kh, kw, sh, sw, dh, dw, ph, pw, wo;
     int direct;                 /* 1x1, stride 1, no padding: col is the input */
-    hg_unfold_fn unfold;        /* else this, on the widened input */
+    hg_unfold_fn unfold;        /* sw > 1: this, on the widened input */
     const void *geom;
 } hg_conv;
+
+/* Tap k of the kernel (c, ki, kj): its channel's plane in the image, and
+ * its row and column offsets from an output position's. */
+typedef struct hg_tap_at {
+    const uint16_t *plane;
+    int64_t dy, dx;
+} hg_tap_at;
+
+static hg_tap_at hg_tap_of(const hg_conv *s, const uint16_t *im, int64_t k)
+{
+    hg_tap_at t;
+    int64_t r = k % (s->kh * s->kw);
+    t.plane = im + k / (s->kh * s->kw) * s->h * s->w;
+    t.dy = r / s->kw * s->dh - s->ph;
+    t.dx = r % s->kw * s->dw - s->pw;
+    return t;
+}
+
+/* Tap t's values for output row oh, columns ow0 .. ow0 + cnt - 1 (cnt <=
+ * 32, column stride 1): zeros where it falls in the padding. Masked loads
+ * fault on no masked-out element, so the base may point before the row. */
+HG_TARGET static inline __m512i hg_tap(const hg_conv *s, hg_tap_at t, int64_t oh, int64_t ow0,
+                                       int64_t cnt)
+{
+    int64_t ih = oh * s->sh + t.dy, iw0 = ow0 + t.dx;
+    int64_t lo = iw0 < 0 ? -iw0 : 0, hi = s->w - iw0 < cnt ? s->w - iw0 : cnt;
+    uint64_t m;
+    if (ih < 0 || ih >= s->h || lo >= hi)
+        return _mm512_setzero_si512();
+    m = (((uint64_t)1 << hi) - 1) & ~(((uint64_t)1 << lo) - 1);
+    return _mm512_maskz_loadu_epi16((__mmask32)m, t.plane + ih * s->w + iw0);
+}
+
+/* The unfolded input of one image and group (im: its first channel,
+ * bfloat16) for positions p0 .. p0 + nb - 1, straight into pairs of k
+ * (P, as hg_pack_rows makes it; np >= nb a multiple of 16), for a
+ * column stride of 1: one pass, no float32 copy. */
+HG_TARGET static void hg_unfold_pairs(const hg_conv *s, const uint16_t *im, int64_t p0,
+                                      int64_t nb, uint16_t *P, int64_t np)
+{
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+                                        40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
+                                        32, 0);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    int64_t k, p, q, j;
+    for (k = 0; k < s->kdim; k += 2, P += 2 * np) {
+        uint32_t *d = (uint32_t *)(void *)P;
+        hg_tap_at t0 = hg_tap_of(s, im, k), t1 = hg_tap_of(s, im, k + 1 < s->kdim ? k + 1 : k);
+        for (p = p0; p < p0 + nb;) {
+            int64_t oh = p / s->wo, ow = p % s->wo;
+            int64_t run = s->wo - ow < p0 + nb - p ? s->wo - ow : p0 + nb - p;
+            for (q = 0; q < run; q += 32) {
+                int64_t cnt = run - q < 32 ? run - q : 32;
+                __m512i x0 = hg_tap(s, t0, oh, ow + q, cnt);
+                __m512i x1 = k + 1 < s->kdim ? hg_tap(s, t1, oh, ow + q, cnt)
+                                             : _mm512_setzero_si512();
+                __mmask16 m0 = (__mmask16)(cnt >= 16 ? 0xffff : (1u << cnt) - 1);
+                __mmask16 m1 = (__mmask16)(cnt >= 32 ? 0xffff : cnt > 16 ? (1u << (cnt - 16)) - 1
+                                                                          : 0);
+                j = p - p0 + q;
+                _mm512_mask_storeu_epi32(d + j, m0, _mm512_permutex2var_epi16(x0, lo, x1));
+                _mm512_mask_storeu_epi32(d + j + 16, m1, _mm512_permutex2var_epi16(x0, hi, x1));
+            }
+            p += run;
+        }
+        for (j = nb; j < np; j++)
+            d[j] = 0;
+    }
+}
 
 typedef struct hg_conv_job {
     opjit_ctx *ctx;
@@ -475,6 +545,8 @@ static int hg_conv_run(void *user, int64_t lo, int64_t hi)
         int64_t in = img * s->in_image + gi * s->in_group, oc = gi * s->og;
         if (s->direct) {
             hg_pack_rows(j->x + in + p0, s->plane, s->kdim, nb, a.p, (nb + 15) / 16 * 16);
+        } else if (s->sw == 1) {
+            hg_unfold_pairs(s, j->x + in, p0, nb, a.p, (nb + 15) / 16 * 16);
         } else {
             s->unfold(s->geom, j->xw + in, j->xend, p0, nb, col, j->ldcol);
             hg_pack_f32(col, j->ldcol, s->kdim, nb, a.p, (nb + 15) / 16 * 16);
@@ -489,7 +561,7 @@ static int hg_conv_run(void *user, int64_t lo, int64_t hi)
 
 /* out [n, groups og, plane] = conv, bfloat16 in and out, float32 sums. x
  * the input (bfloat16, dense), xw the same widened to float32 (needed
- * unless s->direct), w [groups og, kdim], bias widened or NULL. 0, or the
+ * when s->sw > 1), w [groups og, kdim], bias widened or NULL. 0, or the
  * status of the failure recorded. */
 static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const float *xw,
                         const void *w, const float *bias, void *out)
@@ -522,7 +594,9 @@ static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const f
      * whole vectors), not a multiple of 1 KiB apart (those alias in caches) */
     j.ldcol = (j.pb + 15) / 16 * 16 + 16;
     j.ldcol += j.ldcol % 256 == 0 ? 16 : 0;
-    j.colb = s->direct ? 0 : ((size_t)(s->kdim * j.ldcol + 16) * sizeof(float) + 63) / 64 * 64;
+    j.colb = s->direct || s->sw == 1
+                 ? 0
+                 : ((size_t)(s->kdim * j.ldcol + 16) * sizeof(float) + 63) / 64 * 64;
     j.per = j.colb + hg_area(s->kdim, (j.pb + 15) / 16 * 16);
     if (!(j.ws = (char *)opjit_workspace(ctx, (size_t)T * j.per)))
         return -1;
