@@ -924,9 +924,9 @@ static int conv_forward(opjit_ctx *ctx, const conv_geom *g, const void *x, const
     /* Winograd for 3x3, stride 1, dilation 1, one group, with enough tiles
      * (2x2 outputs) to repay transforming the weights; channels bounded so
      * the workspace stays within about 64 MB a thread. */
-    if (fast && g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->dh == 1 &&
-        g->dw == 1 && g->groups == 1 && g->c <= 4096 && g->o * g->c <= ((int64_t)1 << 20) &&
-        g->n * ((g->ho + 1) / 2) * ((g->wo + 1) / 2) >= 32)
+    if (fast && !g->no_winograd && g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 &&
+        g->dh == 1 && g->dw == 1 && g->groups == 1 && g->c <= 4096 &&
+        g->o * g->c <= ((int64_t)1 << 20) && g->n * ((g->ho + 1) / 2) * ((g->wo + 1) / 2) >= 32)
         return conv_wino_f32(ctx, g, (const float *)x, (const float *)w, (const float *)bias,
                              (float *)out);
 #endif
@@ -1090,6 +1090,7 @@ static int conv_forward_half(opjit_ctx *ctx, const conv_geom *g, int kind, const
 {
     int64_t nout = g->n * g->o * g->ho * g->wo;
     float *xw, *ww, *bw = NULL, *o;
+    conv_geom g2;
     int rc;
 #ifdef HG_BF16
     if (kind == HW_BF16 && conv_forward_bf16(ctx, g, x, w, b, out, &rc))
@@ -1103,16 +1104,10 @@ static int conv_forward_half(opjit_ctx *ctx, const conv_geom *g, int kind, const
         return -1;
     /* Not Winograd: its transforms mix a tile's magnitudes, and with large
      * and small values together its error is far above the direct sum's
-     * (torch's, oneDNN's direct kernels'): the GEMM paths. */
-    if (g->n == 0 || g->ho * g->wo == 0 || g->cg == 0)
-        rc = conv_forward(ctx, g, xw, ww, bw, o);
-    else
-#ifdef SG_FAST
-        rc = conv_gemm_paths(ctx, g, xw, ww, bw, o, sg_fast_ok());
-#else
-        rc = conv_gemm_paths(ctx, g, xw, ww, bw, o, 0);
-#endif
-    if (rc != 0)
+     * (torch's, oneDNN's direct kernels'). */
+    g2 = *g;
+    g2.no_winograd = 1;
+    if ((rc = conv_forward(ctx, &g2, xw, ww, bw, o)) != 0)
         return rc;
     return hw_narrow(ctx, kind, o, out, nout);
 }
@@ -1970,7 +1965,9 @@ static int conv_backward_half(opjit_ctx *ctx, const conv_geom *g, int kind, cons
     int64_t nx = g->n * g->c * g->h * g->w, nw = g->o * g->cg * g->kh * g->kw;
     int64_t ny = g->n * g->o * g->ho * g->wo, nout[3] = {nx, nw, g->o};
     float *dy, *x = NULL, *w = NULL, *o[3] = {NULL, NULL, NULL};
+    conv_geom g2 = *g; /* grad_input as a convolution: direct sums (conv_forward_half) */
     int i, rc = 0;
+    g2.no_winograd = 1;
     if (!(dy = hw_widen(ctx, kind, in[0], ny)) ||
         (want[1] && !(x = hw_widen(ctx, kind, in[1], nx))) ||
         (want[0] && !(w = hw_widen(ctx, kind, in[2], nw))))
@@ -1979,7 +1976,7 @@ static int conv_backward_half(opjit_ctx *ctx, const conv_geom *g, int kind, cons
         if (want[i] && !(o[i] = hw_scratch(ctx, nout[i])))
             return -1;
     if ((want[2] && (rc = conv_grad_bias(ctx, g, dy, o[2])) != 0) ||
-        (want[0] && (rc = conv_grad_input(ctx, g, dy, w, o[0])) != 0) ||
+        (want[0] && (rc = conv_grad_input(ctx, &g2, dy, w, o[0])) != 0) ||
         (want[1] && (rc = conv_grad_weight(ctx, g, x, dy, o[1])) != 0))
         return rc;
     for (i = 0; i < 3; i++)

@@ -177,7 +177,8 @@ static void conv_case(opjit_runtime *rt, int tiering, int kind, const char *what
                          opjit_ints(st, 2), padv, opjit_ints(dl, 2), opjit_int(groups)};
     /* the 16-bit forward never takes Winograd (its error with mixed
      * magnitudes): its bits are the GEMM path's, the float32 op's elsewhere;
-     * that case is held to the float64 bound below */
+     * that case is held to the float64 bound below and, with its gradient,
+     * to torch's error in test_py_half */
     if (!strstr(what, "Winograd") || !tiering)
         same_bits(rt, pad_str ? "conv2d.padding" : "conv2d", kind, what, hv, fv, 7, 1);
     opjit_value hb[8] = {opjit_tensor(&g.th), opjit_tensor(&x.th), opjit_tensor(&w.th),
@@ -186,8 +187,10 @@ static void conv_case(opjit_runtime *rt, int tiering, int kind, const char *what
     opjit_value fb[8] = {opjit_tensor(&g.tf), opjit_tensor(&x.tf), opjit_tensor(&w.tf),
                          opjit_tensor(&b.tf), opjit_ints(st, 2), padv, opjit_ints(dl, 2),
                          opjit_int(groups)};
-    same_bits(rt, pad_str ? "conv2d_backward.padding" : "conv2d_backward", kind, what, hb, fb,
-              8, 3);
+    /* and neither does its grad_input (a convolution of the gradient) */
+    if (!strstr(what, "Winograd") || !tiering)
+        same_bits(rt, pad_str ? "conv2d_backward.padding" : "conv2d_backward", kind, what, hb,
+                  fb, 8, 3);
     pair_free(&x);
     pair_free(&w);
     pair_free(&b);

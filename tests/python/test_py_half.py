@@ -158,6 +158,17 @@ class HalfOpsTests:
                               F.conv2d(x, w, None, s, p),
                               F.conv2d(x.double(), w.double(), None, s, p),
                               F.conv2d(x.double().abs(), w.double().abs(), None, s, p)))
+            # grad_input of a 3x3, stride 1: a convolution of the gradient
+            x, w, gy = inputs((2, 16, 14, 14), (24, 16, 3, 3), (2, 24, 14, 14), kind=kind)
+            xt = x.clone().requires_grad_()
+            tgi, = torch.autograd.grad(F.conv2d(xt, w, None, 1, 1), xt, gy)
+            xd = x.double().requires_grad_()
+            rgi, = torch.autograd.grad(F.conv2d(xd, w.double(), None, 1, 1), xd, gy.double())
+            gyabs = gy.double().abs()
+            xa = x.double().abs().requires_grad_()
+            mgi, = torch.autograd.grad(F.conv2d(xa, w.double().abs(), None, 1, 1), xa, gyabs)
+            cases.append(("conv2d_backward grad_input 3x3", self.op("conv2d_backward")(
+                gy, x, w, None, 1, 1, 1, 1, [1, 0, 0])[0], tgi, rgi, mgi))
             for what, got, want, ref, mag in cases:
                 what = "%s adversarial %d" % (what, kind)
                 eo, nonfin = err(got, ref, mag)
