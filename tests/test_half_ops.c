@@ -499,6 +499,7 @@ static void bf16_within_float32_bound(void)
             mm_bound_case(rt, mm_sizes[i][0], mm_sizes[i][1], mm_sizes[i][2], adv);
         conv_bound_case(rt, 2, 16, 20, 24, 3, 1, 1, 1, adv);
         conv_bound_case(rt, 2, 8, 13, 6, 3, 2, 1, 2, adv);
+        conv_bound_case(rt, 2, 8, 9, 6, 3, 1, 1, 2, adv); /* groups, stride 1: unfolded in pairs */
         conv_bound_case(rt, 1, 32, 7, 40, 1, 1, 0, 1, adv);
         conv_bound_case(rt, 2, 33, 5, 17, 1, 1, 0, 1, adv);
         conv_bound_case(rt, 1, 5, 11, 9, 5, 1, 2, 1, adv);
