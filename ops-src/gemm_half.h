@@ -559,6 +559,126 @@ static int hg_conv_run(void *user, int64_t lo, int64_t hi)
     return 0;
 }
 
+/* ---- 1x1 over small planes: the batch's positions side by side ---------------------
+ * With few positions an image (ResNet's 7x7: 49), a product per image
+ * pads its columns to whole vectors (49 to 64: a quarter of the work
+ * wasted) and streams the whole weight matrix once an image. Instead the
+ * positions of every image, side by side, are packed once (per group),
+ * and a unit is a block of output channels over all of them. Each element
+ * is the same chain over k as on the other path. */
+
+typedef struct hg_small_job {
+    opjit_ctx *ctx;
+    const hg_conv *s;
+    const uint16_t *x, *w;
+    const float *bias;
+    uint16_t *out, *packed;
+    int64_t np, ob, nob; /* np: the batch's positions, rounded up to 16 */
+    size_t psz;          /* elements of one group's packed block */
+    char *ws;
+    size_t per;
+} hg_small_job;
+
+/* Images x groups [lo, hi) into pairs of k, image img's positions at
+ * columns img * plane (masked stores: neighbours are left alone); the
+ * last image also zeroes the columns past the batch's. */
+HG_TARGET static int hg_small_pack_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_small_job *j = (const hg_small_job *)user;
+    const hg_conv *s = j->s;
+    const __m512i il = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+                                        40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
+                                        32, 0);
+    const __m512i ih = _mm512_add_epi16(il, _mm512_set1_epi16(16));
+    int64_t u, k, q, c;
+    for (u = lo; u < hi; u++) {
+        int64_t img = u / s->groups, gi = u % s->groups;
+        const uint16_t *x = j->x + img * s->in_image + gi * s->in_group;
+        uint32_t *d = (uint32_t *)(void *)(j->packed + (size_t)gi * j->psz) + img * s->plane;
+        for (k = 0; k < s->kdim; k += 2, d += j->np) {
+            for (q = 0; q < s->plane; q += 32) {
+                int64_t cnt = s->plane - q < 32 ? s->plane - q : 32;
+                __mmask32 m = (__mmask32)((((uint64_t)1) << cnt) - 1);
+                __m512i x0 = _mm512_maskz_loadu_epi16(m, x + k * s->plane + q);
+                __m512i x1 = k + 1 < s->kdim ? _mm512_maskz_loadu_epi16(m, x + (k + 1) * s->plane + q)
+                                             : _mm512_setzero_si512();
+                __mmask16 m0 = (__mmask16)(cnt >= 16 ? 0xffff : (1u << cnt) - 1);
+                __mmask16 m1 = (__mmask16)(cnt >= 32 ? 0xffff : cnt > 16 ? (1u << (cnt - 16)) - 1
+                                                                          : 0);
+                _mm512_mask_storeu_epi32(d + q, m0, _mm512_permutex2var_epi16(x0, il, x1));
+                _mm512_mask_storeu_epi32(d + q + 16, m1, _mm512_permutex2var_epi16(x0, ih, x1));
+            }
+            if (img == s->n - 1)
+                for (c = s->plane; c < j->np - img * s->plane; c++)
+                    d[c] = 0;
+        }
+    }
+    return 0;
+}
+
+/* Units [lo, hi) of (group, block of ob output channels): strips of 8
+ * channels over the batch's positions, each image's share stored. */
+static int hg_small_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_small_job *j = (const hg_small_job *)user;
+    const hg_conv *s = j->s;
+    char *area = j->ws + (size_t)opjit_thread_num(j->ctx) * j->per;
+    float *ct = (float *)(void *)area;
+    uint16_t *at = (uint16_t *)(void *)(area + ((size_t)(8 * j->np) * 4 + 63) / 64 * 64);
+    int64_t u, img, i, la;
+    for (u = lo; u < hi; u++) {
+        int64_t gi = u / j->nob, o0 = u % j->nob * j->ob;
+        int64_t no = s->og - o0 < j->ob ? s->og - o0 : j->ob, oc = gi * s->og + o0;
+        const uint16_t *wg = j->w + oc * s->kdim;
+        for (i = 0; i < no; i += 8) {
+            const uint16_t *a = hg_rows(wg, s->kdim, no, s->kdim, i, at, &la);
+            int64_t rows = no - i < 8 ? no - i : 8;
+            hg_strip(s->kdim, a, la, j->packed + (size_t)gi * j->psz, j->np, ct, j->np);
+            for (img = 0; img < s->n; img++)
+                hg_store(ct + img * s->plane, j->np, rows, s->plane,
+                         j->bias ? j->bias + oc + i : NULL,
+                         j->out + (img * s->groups * s->og + oc + i) * s->plane, s->plane);
+        }
+    }
+    return 0;
+}
+
+/* The small-plane path when it applies (1x1 direct, several images, at
+ * most 256 positions an image, a group's packed batch within 8 MB): 1 (*rc
+ * its status), else 0. */
+static int hg_conv_small(opjit_ctx *ctx, const hg_conv *s, const void *x, const void *w,
+                         const float *bias, void *out, int *rc)
+{
+    hg_small_job j;
+    int64_t T = opjit_num_threads(ctx);
+    memset(&j, 0, sizeof j);
+    j.np = (s->n * s->plane + 15) / 16 * 16;
+    j.psz = (size_t)((s->kdim + 1) / 2 * 2 * j.np);
+    if (!s->direct || s->n < 2 || s->plane > 256 || j.psz * 2 > ((size_t)8 << 20))
+        return 0;
+    j.ctx = ctx;
+    j.s = s;
+    j.x = (const uint16_t *)x;
+    j.w = (const uint16_t *)w;
+    j.bias = bias;
+    j.out = (uint16_t *)out;
+    /* blocks of 64 output channels, smaller (in 8s) until each thread has
+     * about three */
+    j.ob = 64;
+    while (j.ob > 8 && s->groups * ((s->og + j.ob - 1) / j.ob) < 3 * T)
+        j.ob -= 8;
+    j.nob = (s->og + j.ob - 1) / j.ob;
+    j.per = ((size_t)(8 * j.np) * 4 + 63) / 64 * 64 + (size_t)(8 * s->kdim) * 2 + 64;
+    if (!(j.packed = (uint16_t *)opjit_workspace(ctx, (size_t)s->groups * j.psz * 2)) ||
+        !(j.ws = (char *)opjit_workspace(ctx, (size_t)T * j.per))) {
+        *rc = -1;
+        return 1;
+    }
+    if ((*rc = opjit_parallel_for(ctx, 0, s->n * s->groups, 1, hg_small_pack_run, &j)) == 0)
+        *rc = opjit_parallel_for(ctx, 0, s->groups * j.nob, 1, hg_small_run, &j);
+    return 1;
+}
+
 /* out [n, groups og, plane] = conv, bfloat16 in and out, float32 sums. x
  * the input (bfloat16, dense), xw the same widened to float32 (needed
  * when s->sw > 1), w [groups og, kdim], bias widened or NULL. 0, or the
@@ -568,6 +688,9 @@ static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const f
 {
     hg_conv_job j;
     int64_t T = opjit_num_threads(ctx), units;
+    int rc;
+    if (hg_conv_small(ctx, s, x, w, bias, out, &rc))
+        return rc;
     memset(&j, 0, sizeof j);
     j.ctx = ctx;
     j.s = s;
@@ -584,7 +707,8 @@ static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const f
         j.pb = 48;
     units = s->n * s->groups;
     if (units * ((s->plane + j.pb - 1) / j.pb) < 3 * T) {
-        int64_t nblk = (3 * T + units - 1) / units, want = ((s->plane + nblk - 1) / nblk + 47) / 48 * 48;
+        int64_t nblk = (3 * T + units - 1) / units;
+        int64_t want = ((s->plane + nblk - 1) / nblk + 47) / 48 * 48;
         j.pb = want < j.pb ? want : j.pb;
     }
     if (j.pb > s->plane)
