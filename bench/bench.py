@@ -26,7 +26,7 @@ interpreters against load_inline) come from bench/py_bench.py.
 
 usage: bench/bench.py --bin build/bench/opjit_bench [--dnnl build/bench/dnnl_anchor]
                       [--quick] [--reps N] [--threads 1,N]
-                      [--only loads,cli,call,nms,conv2d,mm,python,lookup,remote,backward,torch2,inline [--merge]]
+                      [--only loads,cli,call,nms,conv2d,mm,python,lookup,remote,backward,half,torch2,inline [--merge]]
                       [--results DIR] [--torch2 PYTHON]
 
 The torch2 rows (opjit ops as torch 2 custom ops: the call through
@@ -63,6 +63,7 @@ import torch.nn.functional as F  # noqa: E402
 import torchvision  # noqa: E402
 
 import backward_bench  # noqa: E402
+import half_bench  # noqa: E402
 import py_bench  # noqa: E402
 import inline_bench  # noqa: E402
 import remote_bench  # noqa: E402
@@ -779,6 +780,7 @@ def build_rows(R):
                          "cblas_sgemm, %s: %s" % (thr(T), fms(s["sgemm@%d_ms" % T])),
                          "%.3fx throughput" % r, ">= 0.97x throughput", yesno(r >= 0.97)))
     rows.extend(backward_bench.rows(R.get("backward"), fms, yesno, thr))
+    rows.extend(half_bench.rows(R.get("half"), fms, yesno, thr))
     cu = L.get("nms.cu")
     if cu is None or not R["nvrtc"]:
         why = ("not run" if not R["ran_loads"] else "n/a: ops-src/nms.cu missing") if cu is None \
@@ -1006,6 +1008,7 @@ def write_md(R, path):
                                "throughput opt", "throughput tcc", "max rel. error vs float64"], mw))
         lines.append("")
     lines.extend(backward_bench.md_section(R.get("backward"), fms, md_table))
+    lines.extend(half_bench.md_section(R.get("half"), fms, md_table))
     H = R.get("hosts", {})
     if H.get("sides"):
         lines.append("## Many host threads, one runtime")
@@ -1443,7 +1446,7 @@ def cli_rows(R):
 SECTION_KEYS = {"loads": ["loads", "ran_loads"], "call": ["call_overhead"], "nms": ["nms"],
                 "conv2d": ["conv2d"], "mm": ["mm"], "python": ["python"],
                 "lookup": ["lookup", "lookup_10000"], "cli": ["cli", "instr"], "remote": ["remote"],
-                "backward": ["backward"], "torch2": ["torch2"],
+                "backward": ["backward"], "half": ["half"], "torch2": ["torch2"],
                 "inline": ["inline"]}
 
 
@@ -1515,7 +1518,7 @@ def main():
                          "every anchor must build and every row have a value (exit 1 if not)")
     ap.add_argument("--only", default="",
                     help="comma list: loads,cli,call,nms,conv2d,mm,python,lookup,remote,backward,"
-                         "torch2,inline")
+                         "half,torch2,inline")
     ap.add_argument("--torch2", default="",
                     help="the torch 2.x interpreter for the backward and torch2 rows (bench/run "
                          "finds it)")
@@ -1534,7 +1537,7 @@ def main():
         if a.results == RESULTS:
             a.results = os.path.join(ROOT, "build", "bench-smoke")
     only = set(a.only.split(",")) if a.only else {"loads", "cli", "call", "nms", "conv2d", "mm",
-                                                  "python", "lookup", "remote", "backward",
+                                                  "python", "lookup", "remote", "backward", "half",
                                                   "torch2", "inline"}
     exe = os.path.abspath(a.bin)
     out_dir = os.path.abspath(a.results)
@@ -1589,6 +1592,8 @@ def main():
                 R["hosts"] = bench_hosts(sv, reps)
             if "backward" in only:
                 R["backward"] = backward_bench.run(a.torch2, THREADS, reps, tmp)
+            if "half" in only:
+                R["half"] = half_bench.run(a.torch2, THREADS, reps, tmp)
             if "torch2" in only:
                 R["torch2"] = bench_torch2(a.torch2, reps)
         finally:

@@ -57,6 +57,7 @@
 #include "conv2d_common.h"
 #include "conv2d_decl.h"
 #include "sgemm_avx512.h"
+#include "gemm_half.h"
 #include "half_wide.h"
 #include "strided.h"
 
@@ -923,9 +924,9 @@ static int conv_forward(opjit_ctx *ctx, const conv_geom *g, const void *x, const
     /* Winograd for 3x3, stride 1, dilation 1, one group, with enough tiles
      * (2x2 outputs) to repay transforming the weights; channels bounded so
      * the workspace stays within about 64 MB a thread. */
-    if (fast && g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->dh == 1 &&
-        g->dw == 1 && g->groups == 1 && g->c <= 4096 && g->o * g->c <= ((int64_t)1 << 20) &&
-        g->n * ((g->ho + 1) / 2) * ((g->wo + 1) / 2) >= 32)
+    if (fast && !g->no_winograd && g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 &&
+        g->dh == 1 && g->dw == 1 && g->groups == 1 && g->c <= 4096 &&
+        g->o * g->c <= ((int64_t)1 << 20) && g->n * ((g->ho + 1) / 2) * ((g->wo + 1) / 2) >= 32)
         return conv_wino_f32(ctx, g, (const float *)x, (const float *)w, (const float *)bias,
                              (float *)out);
 #endif
@@ -1024,20 +1025,89 @@ static int conv_nhwc_pointwise(opjit_ctx *ctx, const conv_geom *g, const DLTenso
 }
 #endif
 
+#ifdef HG_BF16
+/* conv_im2col_blk as gemm_half.h calls it. */
+static void conv_hg_unfold(const void *g, const float *im, const float *xend, int64_t p0,
+                           int64_t np, float *col, int64_t ldc)
+{
+    conv_im2col_blk((const conv_geom *)g, im, xend, p0, np, col, ldc);
+}
+
+/* The bfloat16 forward on gemm_half.h's GEMM where the CPU has
+ * AVX512_BF16 (and no operand holds a subnormal, unless
+ * OPJIT_HALF_KERNEL=dot): 1 when it ran (*rc its status), 0 to widen
+ * instead. */
+static int conv_forward_bf16(opjit_ctx *ctx, const conv_geom *g, const void *x, const void *w,
+                             const void *b, void *out, int *rc)
+{
+    hg_conv s;
+    float *xw = NULL, *bw = NULL;
+    int path = hw_path(ctx, HW_BF16, HG_DOT_HERE()), sub = 0;
+    if (path == HW_DOT && g->n && g->ho * g->wo && g->cg &&
+        ((sub = hg_subnormal(ctx, x, g->n * g->c, g->h * g->w, g->h * g->w)) == 0))
+        sub = hg_subnormal(ctx, w, g->o, g->cg * g->kh * g->kw, g->cg * g->kh * g->kw);
+    if (path <= 0 || sub || g->n == 0 || g->ho * g->wo == 0 || g->cg == 0) {
+        *rc = path < 0 || sub < 0 ? -1 : 0;
+        return path < 0 || sub < 0;
+    }
+    s.n = g->n;
+    s.groups = g->groups;
+    s.og = g->og;
+    s.kdim = g->cg * g->kh * g->kw;
+    s.plane = g->ho * g->wo;
+    s.in_image = g->c * g->h * g->w;
+    s.in_group = g->cg * g->h * g->w;
+    s.direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 &&
+               g->pw == 0 && g->ph2 == 0 && g->pw2 == 0;
+    s.h = g->h;
+    s.w = g->w;
+    s.kh = g->kh;
+    s.kw = g->kw;
+    s.sh = g->sh;
+    s.sw = g->sw;
+    s.dh = g->dh;
+    s.dw = g->dw;
+    s.ph = g->ph;
+    s.pw = g->pw;
+    s.wo = g->wo;
+    s.unfold = conv_hg_unfold;
+    s.geom = g;
+    if ((!s.direct && s.sw != 1 && !(xw = hw_widen(ctx, HW_BF16, x, g->n * s.in_image))) ||
+        (b && !(bw = hw_widen(ctx, HW_BF16, b, g->o))))
+        *rc = -1;
+    else
+        *rc = hg_conv_bf16(ctx, &s, x, xw, w, bw, out);
+    return 1;
+}
+#endif
+
 /* The forward in float16 or bfloat16 (kind): x, w and b (or NULL) dense
  * 16-bit, widened to float32; the float32 convolution, rounded once into
- * out. 0, or the status of the failure. */
+ * out (bfloat16 on an AVX512_BF16 CPU: conv_forward_bf16). 0, or the
+ * status of the failure. */
 static int conv_forward_half(opjit_ctx *ctx, const conv_geom *g, int kind, const void *x,
                              const void *w, const void *b, void *out)
 {
     int64_t nout = g->n * g->o * g->ho * g->wo;
     float *xw, *ww, *bw = NULL, *o;
+    conv_geom g2;
     int rc;
+#ifdef HG_BF16
+    if (kind == HW_BF16 && conv_forward_bf16(ctx, g, x, w, b, out, &rc))
+        return rc;
+#endif
+    if (hw_path(ctx, kind, HG_DOT_HERE()) < 0) /* a bad $OPJIT_HALF_KERNEL */
+        return -1;
     if (!(xw = hw_widen(ctx, kind, x, g->n * g->c * g->h * g->w)) ||
         !(ww = hw_widen(ctx, kind, w, g->o * g->cg * g->kh * g->kw)) ||
         (b && !(bw = hw_widen(ctx, kind, b, g->o))) || !(o = hw_scratch(ctx, nout)))
         return -1;
-    if ((rc = conv_forward(ctx, g, xw, ww, bw, o)) != 0)
+    /* Not Winograd: its transforms mix a tile's magnitudes, and with large
+     * and small values together its error is far above the direct sum's
+     * (torch's, oneDNN's direct kernels'). */
+    g2 = *g;
+    g2.no_winograd = 1;
+    if ((rc = conv_forward(ctx, &g2, xw, ww, bw, o)) != 0)
         return rc;
     return hw_narrow(ctx, kind, o, out, nout);
 }
@@ -1895,7 +1965,9 @@ static int conv_backward_half(opjit_ctx *ctx, const conv_geom *g, int kind, cons
     int64_t nx = g->n * g->c * g->h * g->w, nw = g->o * g->cg * g->kh * g->kw;
     int64_t ny = g->n * g->o * g->ho * g->wo, nout[3] = {nx, nw, g->o};
     float *dy, *x = NULL, *w = NULL, *o[3] = {NULL, NULL, NULL};
+    conv_geom g2 = *g; /* grad_input as a convolution: direct sums (conv_forward_half) */
     int i, rc = 0;
+    g2.no_winograd = 1;
     if (!(dy = hw_widen(ctx, kind, in[0], ny)) ||
         (want[1] && !(x = hw_widen(ctx, kind, in[1], nx))) ||
         (want[0] && !(w = hw_widen(ctx, kind, in[2], nw))))
@@ -1904,7 +1976,7 @@ static int conv_backward_half(opjit_ctx *ctx, const conv_geom *g, int kind, cons
         if (want[i] && !(o[i] = hw_scratch(ctx, nout[i])))
             return -1;
     if ((want[2] && (rc = conv_grad_bias(ctx, g, dy, o[2])) != 0) ||
-        (want[0] && (rc = conv_grad_input(ctx, g, dy, w, o[0])) != 0) ||
+        (want[0] && (rc = conv_grad_input(ctx, &g2, dy, w, o[0])) != 0) ||
         (want[1] && (rc = conv_grad_weight(ctx, g, x, dy, o[1])) != 0))
         return rc;
     for (i = 0; i < 3; i++)

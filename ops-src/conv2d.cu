@@ -1,8 +1,7 @@
 /*
  * conv2d.cu - 2-D convolution and its gradients on CUDA through cuDNN, the
- * twin of conv2d.c (torch.nn.functional.conv2d semantics, NCHW float32 and
- * float64; float16 and bfloat16 widened to float32 on the device first,
- * half_wide_cuda.h, and rounded once at the end). The same schemas:
+ * twin of conv2d.c (torch.nn.functional.conv2d semantics, NCHW float32,
+ * float64, float16 and bfloat16). The same schemas:
  *
  *   conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1,
  *          groups=1) -> Tensor                  (and conv2d.padding, str)
@@ -33,6 +32,18 @@
  * kernel pads one more at the bottom or right, which cuDNN cannot say: the
  * input is then gathered into a zero-padded copy (as torch does), and
  * grad_input is cut out of the padded one's gradient.
+ *
+ * float16 and bfloat16 go to cuDNN as they are, as torch sends them:
+ * HALF / BFLOAT16 tensor and filter descriptors, FLOAT compute type,
+ * CUDNN_TENSOR_OP_MATH (tensor cores, accumulation in float32), results
+ * in the 16-bit dtype; the bias added by a kernel of this file in float32
+ * (rounded once more, as torch's separate add), grad_bias summed in double
+ * from the widened gradient. Operands that need a gather (strides,
+ * "same" with an even kernel), or $OPJIT_CUDNN_HALF=wide, take the older
+ * path instead: widened to float32 on the device (half_wide_cuda.h), the
+ * float32 convolution, rounded once at the end; so does a call the
+ * tensor-core path cannot run (a cuDNN error; bfloat16 before sm_80),
+ * unless $OPJIT_CUDNN_HALF=tensor demands it (for the GPU checks).
  *
  * cuDNN is taken at the first call by dlsym (the runtime makes
  * libcudnn.so.9 global before loading .cu host code when it exists; else
@@ -139,6 +150,25 @@ extern "C" __global__ void __launch_bounds__(256)
     conv2d_grad_bias_f64(long long n, int o, long long plane, const double *dy, double *db)
 {
     conv_grad_bias_body<double>(n, o, plane, dy, db);
+}
+
+/* out[(n, o, e)] = round(out + bias[o]) in float32, 16-bit values (bf:
+ * bfloat16, else float16). */
+extern "C" __global__ void conv2d_bias_h16(long long total, long long plane, int o,
+                                           const unsigned short *bias, unsigned short *out,
+                                           int bf)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        unsigned short b = bias[(int)(i / plane % o)];
+        if (bf)
+            out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(
+                __bfloat162float(__ushort_as_bfloat16(out[i])) +
+                __bfloat162float(__ushort_as_bfloat16(b))));
+        else
+            out[i] = __half_as_ushort(__float2half_rn(__half2float(__ushort_as_half(out[i])) +
+                                                      __half2float(__ushort_as_half(b))));
+    }
 }
 
 #else /* the host half, compiled by libtcc */
@@ -296,11 +326,18 @@ static void conv_dnn_free(conv_dnn *d)
         handle_pool_give(&conv_handles, d->dev, (void *)d->h);
 }
 
-/* The descriptors of g with the input hp x wp (symmetric padding ph, pw).
+/* The descriptors of g with the input hp x wp (symmetric padding ph, pw),
+ * of 16-bit values of kind half (HWC_F16, HWC_BF16: float32 compute,
+ * tensor-core math) or, half 0, of g's dtype (FMA math).
  * CUDNN_STATUS_SUCCESS, or the status with d->what. */
-static cudnnStatus_t conv_dnn_descs(conv_dnn *d, const conv_geom *g, int64_t hp, int64_t wp)
+static cudnnStatus_t conv_dnn_descs(conv_dnn *d, const conv_geom *g, int64_t hp, int64_t wp,
+                                    int half)
 {
-    cudnnDataType_t dt = g->is64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+    cudnnDataType_t dt = half == HWC_F16    ? CUDNN_DATA_HALF
+                         : half == HWC_BF16 ? CUDNN_DATA_BFLOAT16
+                         : g->is64          ? CUDNN_DATA_DOUBLE
+                                            : CUDNN_DATA_FLOAT;
+    cudnnDataType_t compute = half ? CUDNN_DATA_FLOAT : dt;
     cudnnStatus_t st;
     int on, oc, oh, ow;
     d->what = "descriptors";
@@ -315,9 +352,10 @@ static cudnnStatus_t conv_dnn_descs(conv_dnn *d, const conv_geom *g, int64_t hp,
                                              (int)g->kh, (int)g->kw)) ||
         (st = dnn.cudnnSetConvolution2dDescriptor(d->c, (int)g->ph, (int)g->pw, (int)g->sh,
                                                   (int)g->sw, (int)g->dh, (int)g->dw,
-                                                  CUDNN_CROSS_CORRELATION, dt)) ||
+                                                  CUDNN_CROSS_CORRELATION, compute)) ||
         (st = dnn.cudnnSetConvolutionGroupCount(d->c, (int)g->groups)) ||
-        (st = dnn.cudnnSetConvolutionMathType(d->c, CUDNN_FMA_MATH)))
+        (st = dnn.cudnnSetConvolutionMathType(d->c, half ? CUDNN_TENSOR_OP_MATH
+                                                         : CUDNN_FMA_MATH)))
         return st;
     d->what = "cudnnGetConvolution2dForwardOutputDim";
     if ((st = dnn.cudnnGetConvolution2dForwardOutputDim(d->c, d->x, d->w, &on, &oc, &oh, &ow)))
@@ -329,8 +367,9 @@ static cudnnStatus_t conv_dnn_descs(conv_dnn *d, const conv_geom *g, int64_t hp,
 }
 
 /* cuDNN ready, a handle of the call's device on its stream, the
- * descriptors of g: 0, or the status of opjit_fail. */
-static int conv_dnn_open(opjit_ctx *ctx, const conv_geom *g, int64_t hp, int64_t wp,
+ * descriptors of g (half: conv_dnn_descs'): 0, or the status of
+ * opjit_fail. */
+static int conv_dnn_open(opjit_ctx *ctx, const conv_geom *g, int64_t hp, int64_t wp, int half,
                          conv_dnn *d)
 {
     cudnnStatus_t st;
@@ -348,9 +387,9 @@ static int conv_dnn_open(opjit_ctx *ctx, const conv_geom *g, int64_t hp, int64_t
     }
     d->what = "cudnnSetStream";
     if ((st = dnn.cudnnSetStream(d->h, (cudaStream_t)opjit_stream(ctx))) ||
-        (st = conv_dnn_descs(d, g, hp, wp)))
+        (st = conv_dnn_descs(d, g, hp, wp, half)))
         return opjit_fail(ctx, "%s: %s", d->what, dnn.cudnnGetErrorString(st));
-    d->key.v[0] = d->dev; d->key.v[1] = g->is64; d->key.v[2] = g->n; d->key.v[3] = g->c;
+    d->key.v[0] = d->dev; d->key.v[1] = g->is64 + 2 * half; d->key.v[2] = g->n; d->key.v[3] = g->c;
     d->key.v[4] = hp; d->key.v[5] = wp; d->key.v[6] = g->o; d->key.v[7] = g->kh;
     d->key.v[8] = g->kw; d->key.v[9] = g->sh; d->key.v[10] = g->sw; d->key.v[11] = g->ph;
     d->key.v[12] = g->pw; d->key.v[13] = g->dh; d->key.v[14] = g->dw; d->key.v[15] = g->groups;
@@ -629,11 +668,108 @@ static int conv2d_cuda_forward(opjit_ctx *ctx, const conv_geom *g, const DLTenso
     ew = g->pw2 - g->pw;
     if (conv_dense(ctx, input, eh, ew, &x) || conv_dense(ctx, weight, 0, 0, &w))
         return -1;
-    if ((rc = conv_dnn_open(ctx, g, g->h + eh, g->w + ew, &d)) == 0 &&
+    if ((rc = conv_dnn_open(ctx, g, g->h + eh, g->w + ew, 0, &d)) == 0 &&
         (rc = conv_run_dnn(ctx, &d, CONV_FWD, g->is64, x, w, out)) == 0 && b)
         rc = conv_bias(ctx, g->is64, out, b, g->n, g->o, g->ho * g->wo, 0);
     conv_dnn_free(&d);
     return rc;
+}
+
+/* ---- float16 and bfloat16 on tensor cores ---------------------------------------- */
+
+/* $OPJIT_CUDNN_HALF: 0 auto, 1 "tensor" (the tensor-core path or an
+ * error), 2 "wide" (widened to float32), or -1 with the error recorded. */
+static int conv_half_mode(opjit_ctx *ctx)
+{
+    const char *e = getenv("OPJIT_CUDNN_HALF");
+    if (!e || !*e || !strcmp(e, "auto"))
+        return 0;
+    if (!strcmp(e, "tensor"))
+        return 1;
+    if (!strcmp(e, "wide"))
+        return 2;
+    opjit_fail(ctx, "OPJIT_CUDNN_HALF is '%s': expected auto, tensor, wide or nothing", e);
+    return -1;
+}
+
+/* Whether cuDNN can take the 16-bit operands ts (NULL: not needed) as they
+ * are: 1, or 0 with the reason in *no. */
+static int conv_half_direct_ok(const conv_geom *g, const DLTensor *const *ts, int nt,
+                               const char **no)
+{
+    int i;
+    *no = NULL;
+    if (g->ph2 != g->ph || g->pw2 != g->pw)
+        *no = "padding cuDNN cannot say (\"same\" with an even kernel)";
+    else if (g->cg == 0 || g->n == 0)
+        *no = "no input channels or no images";
+    for (i = 0; !*no && i < nt; i++)
+        if (ts[i] && !st_is_dense(ts[i]))
+            *no = "an operand that is not dense (it would need a gather)";
+    return !*no;
+}
+
+/* out (16-bit of kind) += bias per channel, in float32, rounded. */
+static int conv_bias_h16(opjit_ctx *ctx, const conv_geom *g, int kind, void *out,
+                         const void *bias)
+{
+    long long plane = (long long)(g->ho * g->wo), total = (long long)(g->n * g->o) * plane;
+    int o = (int)g->o, bf = kind == HWC_BF16;
+    void *b = (void *)bias, *params[6];
+    unsigned grid[3], block[3];
+    conv_grid(total, grid, block);
+    params[0] = &total;
+    params[1] = &plane;
+    params[2] = &o;
+    params[3] = &b;
+    params[4] = &out;
+    params[5] = &bf;
+    return opjit_launch(ctx, "conv2d_bias_h16", grid, block, 0, params);
+}
+
+/* The forward of dense 16-bit operands on cuDNN's tensor-core path. */
+static int conv_half_tensor_fwd(opjit_ctx *ctx, const conv_geom *g, int kind,
+                                const DLTensor *input, const DLTensor *weight,
+                                const DLTensor *bias, void *out)
+{
+    conv_dnn d;
+    int rc;
+    if ((rc = conv_dnn_open(ctx, g, g->h, g->w, kind, &d)) == 0 &&
+        (rc = conv_run_dnn(ctx, &d, CONV_FWD, 0, opjit_data(input), opjit_data(weight), out)) ==
+            0 &&
+        bias)
+        rc = conv_bias_h16(ctx, g, kind, out, opjit_data(bias));
+    conv_dnn_free(&d);
+    return rc;
+}
+
+/* The gradients of dense 16-bit operands in = {grad, input, weight}:
+ * grad_input and grad_weight on cuDNN's tensor-core path, grad_bias summed
+ * in double from the widened grad. */
+static int conv_half_tensor_bwd(opjit_ctx *ctx, const conv_geom *g, int kind,
+                                const DLTensor *in[3], const int want[3], void *out[3])
+{
+    conv_dnn d;
+    DLTensor dyw;
+    void *o;
+    int rc = 0;
+    memset(&d, 0, sizeof d);
+    if ((want[0] || want[1]) && (rc = conv_dnn_open(ctx, g, g->h, g->w, kind, &d)) == 0) {
+        if (want[0])
+            rc = conv_run_dnn(ctx, &d, CONV_BWD_DATA, 0, opjit_data(in[2]), opjit_data(in[0]),
+                              out[0]);
+        if (!rc && want[1])
+            rc = conv_run_dnn(ctx, &d, CONV_BWD_FILTER, 0, opjit_data(in[1]),
+                              opjit_data(in[0]), out[1]);
+    }
+    conv_dnn_free(&d);
+    if (rc || !want[2])
+        return rc;
+    if (hwc_widen(ctx, kind, in[0], &dyw) || !(o = hwc_scratch(ctx, g->o)))
+        return -1;
+    if ((rc = conv_grad_bias(ctx, g, dyw.data, o)) != 0)
+        return rc;
+    return hwc_narrow(ctx, kind, o, out[2], g->o);
 }
 
 /* The forward in float16 or bfloat16 (kind): the operands widened to
@@ -642,9 +778,22 @@ static int conv2d_cuda_half(opjit_ctx *ctx, const conv_geom *g, int kind, const 
                             const DLTensor *weight, const DLTensor *bias, void *out)
 {
     int64_t nout = g->n * g->o * g->ho * g->wo;
+    const DLTensor *ts[3] = {input, weight, bias};
+    const char *no = "OPJIT_CUDNN_HALF=wide";
     DLTensor iw, ww, bw;
     void *o;
-    int rc;
+    int rc, mode = conv_half_mode(ctx);
+    if (mode < 0)
+        return -1;
+    if (mode != 2 && conv_half_direct_ok(g, ts, 3, &no)) {
+        if ((rc = conv_half_tensor_fwd(ctx, g, kind, input, weight, bias, out)) == 0 ||
+            mode == 1)
+            return rc;
+        /* the tensor-core path could not run (bfloat16 before sm_80, say) */
+    } else if (mode == 1) {
+        return opjit_fail(ctx, "OPJIT_CUDNN_HALF=tensor, but this call cannot take cuDNN's "
+                               "16-bit path: %s", no);
+    }
     if (hwc_widen(ctx, kind, input, &iw) || hwc_widen(ctx, kind, weight, &ww) ||
         (bias && hwc_widen(ctx, kind, bias, &bw)) || !(o = hwc_scratch(ctx, nout)))
         return -1;
@@ -713,7 +862,7 @@ static int conv_cuda_grads(opjit_ctx *ctx, const conv_geom *g, const DLTensor *i
         !(dxp = opjit_device_workspace(ctx, (size_t)(g->n * g->c * (g->h + eh) * (g->w + ew)) *
                                                 esz)))
         return -1;
-    if ((rc = conv_dnn_open(ctx, g, g->h + eh, g->w + ew, &d)) == 0 && want[0])
+    if ((rc = conv_dnn_open(ctx, g, g->h + eh, g->w + ew, 0, &d)) == 0 && want[0])
         rc = conv_run_dnn(ctx, &d, CONV_BWD_DATA, g->is64, w, dy, dxp);
     if (rc == 0 && want[1])
         rc = conv_run_dnn(ctx, &d, CONV_BWD_FILTER, g->is64, x, dy, dw);
@@ -754,9 +903,20 @@ static int conv2d_backward_cuda_half(opjit_ctx *ctx, const conv_geom *g, int kin
                                      const DLTensor *in[3], const int want[3], void *out[3])
 {
     int64_t n[3] = {g->n * g->c * g->h * g->w, g->o * g->cg * g->kh * g->kw, g->o};
+    const DLTensor *ts[3] = {in[0], want[1] ? in[1] : NULL, want[0] ? in[2] : NULL};
+    const char *no = "OPJIT_CUDNN_HALF=wide";
     DLTensor w[3];
     void *o[3] = {NULL, NULL, NULL};
-    int i, rc;
+    int i, rc, mode = conv_half_mode(ctx);
+    if (mode < 0)
+        return -1;
+    if (mode != 2 && (want[0] || want[1]) && conv_half_direct_ok(g, ts, 3, &no)) {
+        if ((rc = conv_half_tensor_bwd(ctx, g, kind, in, want, out)) == 0 || mode == 1)
+            return rc;
+    } else if (mode == 1 && (want[0] || want[1])) {
+        return opjit_fail(ctx, "OPJIT_CUDNN_HALF=tensor, but this call cannot take cuDNN's "
+                               "16-bit path: %s", no);
+    }
     if (hwc_widen(ctx, kind, in[0], &w[0]) || (want[1] && hwc_widen(ctx, kind, in[1], &w[1])) ||
         (want[0] && hwc_widen(ctx, kind, in[2], &w[2])))
         return -1;

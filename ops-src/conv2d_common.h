@@ -20,6 +20,8 @@ typedef struct conv_geom {
     int64_t cg, og;          /* channels per group in and out */
     int is64;                /* float64, else float32 */
     int batched;             /* input [N, C, H, W], else [C, H, W] */
+    int no_winograd;         /* direct sums only (16-bit inputs widened: Winograd's
+                                error with mixed magnitudes is far above torch's) */
 } conv_geom;
 
 /* The schemas every conv2d source registers (CPU and CUDA alike): the

@@ -18,6 +18,8 @@
 #define OPS_HALF_WIDE_H
 
 #include <opjit_op.h>
+#include <stdlib.h>
+#include <string.h>
 
 enum { HW_F16 = 1, HW_BF16 = 2 };
 
@@ -66,6 +68,34 @@ static int hw_narrow_run(void *user, int64_t lo, int64_t hi)
         for (; i < end; i++)
             d[i] = opjit_f32_to_bf16(s[i]);
     return 0;
+}
+
+/* $OPJIT_HALF_KERNEL (read at every call, in both tiers): unset, "" or
+ * "auto" lets a bfloat16 op use a faster kernel where it has one (the
+ * optimizing tier's vdpbf16ps GEMM, gemm_half.h) unless an operand holds
+ * a bfloat16 subnormal (that kernel counts those as zero); "dot" demands
+ * that kernel for every bfloat16 operand (subnormals counted as zero, as
+ * oneDNN does); "wide" widens to float32 always. float16 always widens.
+ * For comparisons and tests. */
+enum { HW_WIDEN = 0, HW_DOT = 1, HW_DOT_ANY = 2 };
+
+/* The path of a call of kind (have_dot: whether this tier and CPU have the
+ * bfloat16 kernel): HW_WIDEN, HW_DOT (check the operands for subnormals
+ * first), HW_DOT_ANY, or -1 with the error recorded. */
+static int hw_path(opjit_ctx *ctx, int kind, int have_dot)
+{
+    const char *e = getenv("OPJIT_HALF_KERNEL");
+    int dot = e && !strcmp(e, "dot");
+    if (e && *e && !dot && strcmp(e, "auto") && strcmp(e, "wide"))
+        return opjit_fail(ctx, "OPJIT_HALF_KERNEL is '%s': expected auto, dot, wide or nothing",
+                          e), -1;
+    if (kind != HW_BF16 || (e && !strcmp(e, "wide")))
+        return HW_WIDEN;
+    if (dot && !have_dot)
+        return opjit_fail(ctx, "OPJIT_HALF_KERNEL=dot, but there is no bfloat16 dot-product "
+                               "kernel here: it needs the optimizing tier (gcc) and a CPU with "
+                               "AVX512_BF16"), -1;
+    return !have_dot ? HW_WIDEN : dot ? HW_DOT_ANY : HW_DOT;
 }
 
 /* float32 workspace for n elements (a valid pointer for n == 0); NULL

@@ -48,6 +48,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "gemm_half.h"
 #include "half_wide.h"
 #include "mm_common.h"
 #include "mm_decl.h"
@@ -293,14 +294,60 @@ static int mm_widened(opjit_ctx *ctx, int kind, const DLTensor *t, mm_operand *o
     return o->p ? 0 : -1;
 }
 
-/* mm in float16 or bfloat16: the float32 product of the widened operands,
- * rounded once into out [n, m]. */
+/* The path of a 16-bit call (half_wide.h's hw_path): HW_WIDEN, HW_DOT,
+ * HW_DOT_ANY, or -1 with the error recorded. */
+static int mm_path(opjit_ctx *ctx, int kind) { return hw_path(ctx, kind, HG_DOT_HERE()); }
+
+/* Whether the bfloat16 GEMM takes the n operands o (o[i]: rows[i] x
+ * cols[i]) on path: 1; 0 where one holds a subnormal (HW_DOT), -1 with
+ * the error recorded. */
+static int mm_use_dot(opjit_ctx *ctx, int path, int n, const mm_operand *o,
+                      const int64_t *rows, const int64_t *cols)
+{
+#ifdef HG_BF16
+    int i, s;
+    for (i = 0; path == HW_DOT && i < n; i++)
+        if ((s = o[i].t ? hg_subnormal(ctx, o[i].p, cols[i], rows[i], o[i].ld)
+                        : hg_subnormal(ctx, o[i].p, rows[i], cols[i], o[i].ld)) != 0)
+            return s < 0 ? -1 : 0;
+    return path != HW_WIDEN;
+#else
+    (void)ctx, (void)n, (void)o, (void)rows, (void)cols;
+    return path != HW_WIDEN;
+#endif
+}
+
+/* out [n, m] = x [n, k] y [k, m] in bfloat16 on that GEMM. */
+static int mm_dot(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, mm_operand x, mm_operand y,
+                  void *out)
+{
+#ifdef HG_BF16
+    return hg_mm_bf16(ctx, n, k, m, x.p, x.t, x.ld, y.p, y.t, y.ld, out);
+#else
+    (void)n, (void)k, (void)m, (void)x, (void)y, (void)out;
+    return opjit_fail(ctx, "no bfloat16 GEMM in this tier");
+#endif
+}
+
+/* mm in float16 or bfloat16: the float32 product of the widened operands
+ * (or mm_dot's), rounded once into out [n, m]. */
 static int mm_half(opjit_ctx *ctx, int kind, const DLTensor *x, const DLTensor *y, int64_t n,
                    int64_t k, int64_t m, void *out)
 {
     mm_operand xo, yo;
     float *o;
-    int rc;
+    int rc, dot = mm_path(ctx, kind);
+    if (dot < 0)
+        return -1;
+    if (dot != HW_WIDEN) {
+        mm_operand o[2];
+        int64_t rows[2] = {n, k}, cols[2] = {k, m};
+        if (mm_operand_of(ctx, x, "self", &o[0]) || mm_operand_of(ctx, y, "mat2", &o[1]) ||
+            (dot = mm_use_dot(ctx, dot, 2, o, rows, cols)) < 0)
+            return -1;
+        if (dot)
+            return mm_dot(ctx, n, k, m, o[0], o[1], out);
+    }
     if (mm_widened(ctx, kind, x, &xo) || mm_widened(ctx, kind, y, &yo) ||
         !(o = hw_scratch(ctx, n * m)))
         return -1;
@@ -358,7 +405,32 @@ static int mm_backward_half(opjit_ctx *ctx, int kind, const DLTensor *g, const D
 {
     mm_operand go, xo, yo;
     float *o;
-    int rc;
+    int rc, dot = mm_path(ctx, kind);
+    if (dot < 0)
+        return -1;
+    if (dot != HW_WIDEN) { /* the same products on mm_dot */
+        mm_operand o[3];
+        int64_t rows[3] = {n, k, n}, cols[3] = {m, m, k};
+        int no = 1;
+        if (mm_operand_of(ctx, g, "grad", &o[0]) ||
+            (want[0] && mm_operand_of(ctx, y, "mat2", &o[no++])) ||
+            (want[1] && mm_operand_of(ctx, x, "self", &o[no++])))
+            return -1;
+        if (!want[0]) { /* o[1] is self */
+            rows[1] = n;
+            cols[1] = k;
+        }
+        if ((dot = mm_use_dot(ctx, dot, no, o, rows, cols)) < 0)
+            return -1;
+        if (dot) {
+            go = o[0];
+            yo = o[1];
+            xo = o[no - 1];
+            if (want[0] && (rc = mm_dot(ctx, n, m, k, go, mm_transposed(yo), gx)) != 0)
+                return rc;
+            return want[1] ? mm_dot(ctx, k, n, m, mm_transposed(xo), go, gy) : 0;
+        }
+    }
     if (mm_widened(ctx, kind, g, &go) || (want[0] && mm_widened(ctx, kind, y, &yo)) ||
         (want[1] && mm_widened(ctx, kind, x, &xo)))
         return -1;

@@ -8,8 +8,14 @@
  *
  * self [n, k] times mat2 [k, m] gives a contiguous [n, m] of the same dtype,
  * float32, float64, float16 or bfloat16, on the operands' device. The
- * 16-bit ones are widened to float32 on the device (half_wide_cuda.h),
- * multiplied by the float32 path below and rounded once at the end. Any strides work (a
+ * 16-bit ones go to cuBLAS as they are, as torch.mm sends them
+ * (cublasGemmEx: float16 or bfloat16 operands and result, float32
+ * compute, CUBLAS_GEMM_DEFAULT_TENSOR_OP, the handle's default math mode:
+ * tensor cores, and reduced-precision reductions allowed, torch's
+ * defaults); where cuBLAS cannot serve them, or $OPJIT_MM_KERNEL=wide (or
+ * own) says so, they are widened to float32 on the device
+ * (half_wide_cuda.h), multiplied by the float32 path below and rounded
+ * once at the end. Any strides work (a
  * transpose needs no copy); zero-size dimensions work (an empty product,
  * or zeros when k is 0). mm_backward's two products, grad mat2^T and
  * self^T grad, are the same products with the operands read transposed
@@ -42,7 +48,9 @@
  *   the block stages in shared memory (the A slice transposed, padded by a
  *   column so its staging stores do not collide in one bank).
  *
- * $OPJIT_MM_KERNEL=own forces the kernel below; =cublas makes a call that
+ * $OPJIT_MM_KERNEL=own forces the kernel below; =wide the float32 path
+ * for 16-bit operands (cuBLAS's sgemm on the widened copies where it can,
+ * to compare with the tensor-core product); =cublas makes a call that
  * cuBLAS cannot serve fail with the reason instead of falling back (both
  * read at every call, for tests and comparisons). Either way accumulation
  * is in the operands' dtype with fused multiply-adds, so results differ
@@ -152,7 +160,11 @@ enum {
     MM_CUBLAS_NOT_SUPPORTED = 15,
     MM_CUBLAS_OP_N = 0,
     MM_CUBLAS_OP_T = 1,
-    MM_CUBLAS_DEFAULT_MATH = 0
+    MM_CUBLAS_DEFAULT_MATH = 0,
+    MM_CUDA_R_16F = 2,
+    MM_CUDA_R_16BF = 14,
+    MM_CUBLAS_COMPUTE_32F = 68,
+    MM_CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99
 };
 
 static const char *mm_cublas_status(int st)
@@ -187,6 +199,9 @@ static struct {
     int (*dgemm)(void *handle, int transa, int transb, int m, int n, int k, const double *alpha,
                  const double *A, int lda, const double *B, int ldb, const double *beta,
                  double *C, int ldc);
+    int (*gemm_ex)(void *handle, int transa, int transb, int m, int n, int k, const void *alpha,
+                   const void *A, int atype, int lda, const void *B, int btype, int ldb,
+                   const void *beta, void *C, int ctype, int ldc, int compute, int algo);
     /* Devices where cuBLAS cannot start, and why (the first one). */
     char dead[HANDLE_POOL_DEVICES];
     char dead_why[256];
@@ -206,8 +221,8 @@ static int mm_cublas_load(void)
                                         NULL};
     static const char *const syms[] = {"cublasCreate_v2", "cublasDestroy_v2",
                                        "cublasSetStream_v2", "cublasSetMathMode",
-                                       "cublasSgemm_v2", "cublasDgemm_v2"};
-    void *fns[6];
+                                       "cublasSgemm_v2", "cublasDgemm_v2", "cublasGemmEx"};
+    void *fns[7];
     void *h = RTLD_DEFAULT;
     const char *lib;
     int i;
@@ -246,7 +261,7 @@ static int mm_cublas_load(void)
             return -1;
         }
     }
-    for (i = 0; i < 6; i++)
+    for (i = 0; i < 7; i++)
         if (!(fns[i] = dlsym(h, syms[i]))) {
             mm_why("libcublas lacks ", syms[i]);
             blas.state = -1;
@@ -259,6 +274,7 @@ static int mm_cublas_load(void)
     memcpy(&blas.set_math_mode, &fns[3], sizeof fns[3]);
     memcpy(&blas.sgemm, &fns[4], sizeof fns[4]);
     memcpy(&blas.dgemm, &fns[5], sizeof fns[5]);
+    memcpy(&blas.gemm_ex, &fns[6], sizeof fns[6]);
     blas.state = 1;
     pthread_mutex_unlock(&blas_lock);
     return 1;
@@ -354,8 +370,9 @@ static int mm_use_cublas(int dev, void **h, char *no, size_t len)
     return 1;
 }
 
-/* How this call is served: 0 auto, 1 this file's kernel, 2 cuBLAS
- * ($OPJIT_MM_KERNEL), or -1 with the error recorded. */
+/* How this call is served: 0 auto, 1 this file's kernel, 2 cuBLAS, 3
+ * 16-bit operands widened to float32 ($OPJIT_MM_KERNEL), or -1 with the
+ * error recorded. */
 static int mm_want(opjit_ctx *ctx)
 {
     const char *env = getenv("OPJIT_MM_KERNEL");
@@ -365,7 +382,9 @@ static int mm_want(opjit_ctx *ctx)
         return 1;
     if (!strcmp(env, "cublas"))
         return 2;
-    opjit_fail(ctx, "OPJIT_MM_KERNEL is '%s': expected own, cublas or nothing", env);
+    if (!strcmp(env, "wide"))
+        return 3;
+    opjit_fail(ctx, "OPJIT_MM_KERNEL is '%s': expected own, cublas, wide or nothing", env);
     return -1;
 }
 
@@ -455,18 +474,66 @@ static int mm_sizes_ok(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m)
     return 0;
 }
 
-/* mm in float16 or bfloat16 (kind): the operands widened to dense float32
- * on the device, the float32 product, rounded once into out [n, m]. */
+/* out [n, m] = x [n, k] y [k, m] in float16 or bfloat16 (kind) on
+ * cublasGemmEx, as torch.mm does it: 1 when cuBLAS took the call (*rc its
+ * status), 0 when it cannot (the reason in no). */
+static int mm_half_gemm(opjit_ctx *ctx, int kind, int64_t n, int64_t k, int64_t m,
+                        const DLTensor *x, const DLTensor *y, void *out, int *rc, char *no,
+                        size_t len)
+{
+    int64_t lda, ldb;
+    int xt = 0, yt = 0, st, dev = opjit_device_id(ctx), ty = kind == HWC_F16 ? MM_CUDA_R_16F
+                                                                             : MM_CUDA_R_16BF;
+    float one = 1.0f, zero = 0.0f;
+    const char *what = "cublasSetStream";
+    void *h = NULL;
+    if (k == 0 || !mm_layout(x, &xt, &lda) || !mm_layout(y, &yt, &ldb) || lda > INT_MAX ||
+        ldb > INT_MAX) {
+        snprintf(no, len, k == 0 ? "k is 0" : "operand strides cuBLAS cannot express");
+        return 0;
+    }
+    if (!mm_use_cublas(dev, &h, no, len))
+        return 0;
+    /* C^T = B^T A^T column-major, as mm_product */
+    if ((st = blas.set_stream(h, opjit_stream(ctx))) == MM_CUBLAS_SUCCESS) {
+        what = "cublasGemmEx";
+        st = blas.gemm_ex(h, yt ? MM_CUBLAS_OP_T : MM_CUBLAS_OP_N,
+                          xt ? MM_CUBLAS_OP_T : MM_CUBLAS_OP_N, (int)m, (int)n, (int)k, &one,
+                          opjit_data(y), ty, (int)ldb, opjit_data(x), ty, (int)lda, &zero, out,
+                          ty, (int)m, MM_CUBLAS_COMPUTE_32F, MM_CUBLAS_GEMM_DEFAULT_TENSOR_OP);
+    }
+    handle_pool_give(&blas_handles, dev, h);
+    if (st == MM_CUBLAS_ARCH_MISMATCH || st == MM_CUBLAS_NOT_SUPPORTED) {
+        /* nothing ran (bfloat16 before sm_80, say): widen instead */
+        snprintf(no, len, "%s: %s", what, mm_cublas_status(st));
+        return 0;
+    }
+    *rc = st == MM_CUBLAS_SUCCESS ? 0 : opjit_fail(ctx, "%s: %s", what, mm_cublas_status(st));
+    return 1;
+}
+
+/* out [n, m] = x [n, k] y [k, m] in float16 or bfloat16 (kind), x and y
+ * of any strides: mm_half_gemm, else (or with want 1 or 3) the operands
+ * widened to dense float32, the float32 product, rounded once into out. */
 static int mm_cuda_half(opjit_ctx *ctx, int kind, int want, int64_t n, int64_t k, int64_t m,
                         const DLTensor *x, const DLTensor *y, void *out)
 {
     DLTensor xw, yw;
     void *o;
     int rc;
+    char no[400];
+    if (n == 0 || m == 0)
+        return 0;
+    if (want != 1 && want != 3 &&
+        mm_half_gemm(ctx, kind, n, k, m, x, y, out, &rc, no, sizeof no))
+        return rc;
+    if (want == 2 && k != 0)
+        return opjit_fail(ctx, "OPJIT_MM_KERNEL=cublas, but cuBLAS cannot serve this call: %s",
+                          no);
     if (hwc_widen(ctx, kind, x, &xw) || hwc_widen(ctx, kind, y, &yw) ||
         !(o = hwc_scratch(ctx, n * m)))
         return -1;
-    if ((rc = mm_product(ctx, 0, want, n, k, m, &xw, &yw, o)) != 0)
+    if ((rc = mm_product(ctx, 0, want == 3 ? 0 : want, n, k, m, &xw, &yw, o)) != 0)
         return rc;
     return hwc_narrow(ctx, kind, o, out, n * m);
 }
@@ -519,26 +586,12 @@ static int mm_grad_output(opjit_ctx *ctx, int index, DLDataType dt, int want, in
     return t ? 0 : -1;
 }
 
-/* One gradient of mm_backward in float16 or bfloat16 (kind): the float32
- * product a [r, q] b [q, c] rounded once into out [r, c]. */
-static int mm_cuda_half_grad(opjit_ctx *ctx, int kind, int want, int64_t r, int64_t q,
-                             int64_t c, const DLTensor *a, const DLTensor *b, void *out)
-{
-    void *o = hwc_scratch(ctx, r * c);
-    int rc;
-    if (!o)
-        return -1;
-    if ((rc = mm_product(ctx, 0, want, r, q, c, a, b, o)) != 0)
-        return rc;
-    return hwc_narrow(ctx, kind, o, out, r * c);
-}
-
 static int mm_backward_cuda(opjit_ctx *ctx, opjit_args *a)
 {
     DLTensor *g = opjit_arg_tensor(a, 0);
     DLTensor *x = opjit_arg_tensor(a, 1);
     DLTensor *y = opjit_arg_tensor(a, 2);
-    DLTensor xt, yt, gw, xw, yw;
+    DLTensor xt, yt;
     int64_t n, k, m, xs[2], xst[2], ys[2], yst[2];
     int is64, rc, want, grads[2], kind;
     void *gx, *gy;
@@ -553,23 +606,13 @@ static int mm_backward_cuda(opjit_ctx *ctx, opjit_args *a)
     if (mm_grad_output(ctx, 0, x->dtype, grads[0], n, k, &gx) ||
         mm_grad_output(ctx, 1, x->dtype, grads[1], k, m, &gy))
         return -1;
-    if ((kind = hwc_kind(x->dtype)) != 0) { /* widened to float32 first */
-        if (hwc_widen(ctx, kind, g, &gw) || (grads[1] && hwc_widen(ctx, kind, x, &xw)) ||
-            (grads[0] && hwc_widen(ctx, kind, y, &yw)))
-            return -1;
-        if (grads[0]) {
-            yt = mm_t(&yw, ys, yst);
-            if ((rc = mm_cuda_half_grad(ctx, kind, want, n, m, k, &gw, &yt, gx)) != 0)
-                return rc;
-        }
-        if (grads[1]) {
-            xt = mm_t(&xw, xs, xst);
-            return mm_cuda_half_grad(ctx, kind, want, k, n, m, &xt, &gw, gy);
-        }
-        return 0;
-    }
     xt = mm_t(x, xs, xst);
     yt = mm_t(y, ys, yst);
+    if ((kind = hwc_kind(x->dtype)) != 0) { /* the products of mm, in half */
+        if (grads[0] && (rc = mm_cuda_half(ctx, kind, want, n, m, k, g, &yt, gx)) != 0)
+            return rc;
+        return grads[1] ? mm_cuda_half(ctx, kind, want, k, n, m, &xt, g, gy) : 0;
+    }
     /* grad_self [n, k] = grad [n, m] mat2^T [m, k] */
     if (grads[0] && (rc = mm_product(ctx, is64, want, n, m, k, g, &yt, gx)) != 0)
         return rc;

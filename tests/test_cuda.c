@@ -1070,6 +1070,16 @@ static void mm_half_fake(opjit_runtime *rt, opjit_op *mm, opjit_op *mm_bw, int b
             opjit_value hb[3] = {opjit_tensor(&g.t16), opjit_tensor(&a.t16), opjit_tensor(&b.t16)};
             opjit_value fb[3] = {opjit_tensor(&g.t32), opjit_tensor(&a.t32), opjit_tensor(&b.t32)};
             half_is_rounded_f32(rt, mm_bw, bf, "cuda mm_backward", hb, fb, 3, 2);
+            if (i == 1) { /* the widened path by name; cuBLAS demanded, and absent */
+                setenv("OPJIT_MM_KERNEL", "wide", 1);
+                half_is_rounded_f32(rt, mm, bf, "cuda mm, wide", hv, fv, 2, 1);
+                half_is_rounded_f32(rt, mm_bw, bf, "cuda mm_backward, wide", hb, fb, 3, 2);
+                setenv("OPJIT_MM_KERNEL", "cublas", 1);
+                DLManagedTensor *o1[1] = {0};
+                CHECK(opjit_call(rt, mm, hv, 2, o1, 1) != OPJIT_OK);
+                CHECK_STR_CONTAINS(opjit_errmsg(rt), "OPJIT_MM_KERNEL=cublas, but cuBLAS cannot");
+                unsetenv("OPJIT_MM_KERNEL");
+            }
             half_pair_free(&a);
             half_pair_free(&b);
             half_pair_free(&g);
@@ -1107,6 +1117,23 @@ static void conv_half_fake(opjit_runtime *rt, opjit_op *conv, opjit_op *conv_bw,
     fb[0] = opjit_tensor(&y.t32), fb[1] = opjit_tensor(&x2.t32), fb[2] = opjit_tensor(&w2.t32);
     fb[3] = opjit_tensor(&b2.t32);
     half_is_rounded_f32(rt, conv_bw, bf, "cuda conv2d_backward grad_bias", hb, fb, 9, 3);
+    /* the tensor-core path's knob: a bad value is an error; "tensor" demands
+     * that path and says why a call cannot take it (here: a channels_last
+     * grad would need a gather); "wide" keeps the widened path */
+    DLManagedTensor *o3[3] = {0};
+    setenv("OPJIT_CUDNN_HALF", "fast", 1);
+    CHECK(opjit_call(rt, conv_bw, hb, 9, o3, 3) != OPJIT_OK);
+    CHECK_STR_CONTAINS(opjit_errmsg(rt), "OPJIT_CUDNN_HALF is 'fast': expected auto, tensor");
+    int64_t mask2[3] = {1, 1, 1};
+    hb[8] = opjit_ints(mask2, 3);
+    setenv("OPJIT_CUDNN_HALF", "tensor", 1);
+    CHECK(opjit_call(rt, conv_bw, hb, 9, o3, 3) != OPJIT_OK);
+    CHECK_STR_CONTAINS(opjit_errmsg(rt), "OPJIT_CUDNN_HALF=tensor, but this call cannot take "
+                                         "cuDNN's 16-bit path: an operand that is not dense");
+    hb[8] = opjit_ints(mask, 3);
+    setenv("OPJIT_CUDNN_HALF", "wide", 1);
+    half_is_rounded_f32(rt, conv_bw, bf, "cuda conv2d_backward grad_bias, wide", hb, fb, 9, 3);
+    unsetenv("OPJIT_CUDNN_HALF");
     half_pair_free(&y);
     half_pair_free(&x2);
     half_pair_free(&w2);

@@ -118,6 +118,67 @@ class HalfOpsTests:
             self.close(gi, xf.grad, dtype, "same grad_input")
             self.close(gw, wf.grad, dtype, "same grad_weight")
 
+    def test_error_no_larger_than_torchs(self):
+        """bfloat16 mm and conv2d on random and adversarial inputs (large
+        and tiny magnitudes, subnormals, an infinity): each element's error
+        against a float64 reference, over the sum of its terms' magnitudes,
+        at most torch's largest (plus a unit of the dtype), over the finite
+        reference values; and the same NaN and infinities as the reference
+        wherever torch has them. (The widened path's Winograd used to be
+        1e7 times off here.)"""
+        conv, mm = self.op("conv2d"), self.op("mm")
+        g = torch.Generator().manual_seed(7)
+
+        def inputs(*shapes, kind):
+            out = []
+            for i, shape in enumerate(shapes):
+                t = torch.randn(*shape, generator=g)
+                if kind:
+                    r = torch.rand(*shape, generator=g)
+                    t = torch.where(r < 0.06, t * 1e15, t)
+                    t = torch.where(r > 0.94, t * 1e-39, t)  # bfloat16 subnormals
+                    if kind == 2 and i == 0:
+                        t.view(-1)[t.numel() // 2] = float("inf")
+                out.append(t.bfloat16())
+            return out
+
+        def err(got, ref, mag):
+            fin = torch.isfinite(ref) & torch.isfinite(mag)
+            e = ((got.double() - ref).abs() / mag.clamp_min(1e-300))[fin]
+            return (float(e.max()) if e.numel() else 0.0), ~torch.isfinite(ref)
+
+        for kind in (0, 1, 2):
+            cases = []
+            a, b = inputs((48, 96), (96, 40), kind=kind)
+            cases.append(("mm", mm(a, b), torch.mm(a, b), a.double() @ b.double(),
+                          a.double().abs() @ b.double().abs()))
+            for c, o, k, s, p in ((16, 24, 3, 1, 1), (8, 12, 3, 2, 1), (32, 40, 1, 1, 0)):
+                x, w = inputs((2, c, 14, 14), (o, c, k, k), kind=kind)
+                cases.append(("conv2d %dx%d c%d" % (k, k, c), conv(x, w, None, s, p),
+                              F.conv2d(x, w, None, s, p),
+                              F.conv2d(x.double(), w.double(), None, s, p),
+                              F.conv2d(x.double().abs(), w.double().abs(), None, s, p)))
+            # grad_input of a 3x3, stride 1: a convolution of the gradient
+            x, w, gy = inputs((2, 16, 14, 14), (24, 16, 3, 3), (2, 24, 14, 14), kind=kind)
+            xt = x.clone().requires_grad_()
+            tgi, = torch.autograd.grad(F.conv2d(xt, w, None, 1, 1), xt, gy)
+            xd = x.double().requires_grad_()
+            rgi, = torch.autograd.grad(F.conv2d(xd, w.double(), None, 1, 1), xd, gy.double())
+            gyabs = gy.double().abs()
+            xa = x.double().abs().requires_grad_()
+            mgi, = torch.autograd.grad(F.conv2d(xa, w.double().abs(), None, 1, 1), xa, gyabs)
+            cases.append(("conv2d_backward grad_input 3x3", self.op("conv2d_backward")(
+                gy, x, w, None, 1, 1, 1, 1, [1, 0, 0])[0], tgi, rgi, mgi))
+            for what, got, want, ref, mag in cases:
+                what = "%s adversarial %d" % (what, kind)
+                eo, nonfin = err(got, ref, mag)
+                et, _ = err(want, ref, mag)
+                self.assertLessEqual(eo, et + 2.0 ** -8, "%s: opjit %.3g, torch %.3g"
+                                     % (what, eo, et))
+                same = want.double()[nonfin].nan_to_num(0.5) == ref[nonfin].nan_to_num(0.5)
+                mine = got.double()[nonfin].nan_to_num(0.5) == ref[nonfin].nan_to_num(0.5)
+                self.assertTrue(bool((mine | ~same).all()), what)
+
     def test_mixed_dtypes_are_refused_as_torch_refuses_them(self):
         conv, mm = self.op("conv2d"), self.op("mm")
         x, wt = torch.randn(1, 2, 5, 5).half(), torch.randn(3, 2, 3, 3)

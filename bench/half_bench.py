@@ -1,0 +1,297 @@
+"""bench/half_bench.py - the half rows of bench/run: opjit's conv2d (the
+ResNet-50 shapes of the float32 rows) and mm (256 to 2048) in bfloat16 and
+float16 on the CPU against torch 2.x in the same dtype, and against opjit's
+own float32 on the same values (information), side by side in one process,
+interleaved repetition by repetition, at the same thread count (opjit's
+runtime threads, torch.set_num_threads).
+
+Run by bench.py (which imports this file for run(), rows() and
+md_section()) as a child process of the torch 2.x interpreter (the
+development virtual environment), which imports the opjit package built
+for it (build/python-extra, on PYTHONPATH). Standalone:
+
+    PYTHONPATH=build/python-extra OPJIT_OPS_PATH=$PWD/ops-src \\
+        ~/.cache/opjit-dev/torch2/bin/python bench/half_bench.py --threads 1,2 \\
+        [--reps 5] [--only conv|mm] [--out r.json]
+
+opjit runs its optimizing tier: bfloat16 on the vdpbf16ps GEMM
+(ops-src/gemm_half.h) where the CPU has AVX512_BF16, else widened to
+float32; float16 widened to float32 (ops-src/half_wide.h). torch 2.x's
+bfloat16 conv2d and mm go through oneDNN (AVX512_BF16 where the CPU has
+it); its float16 ones have no fast CPU kernel on most x86 CPUs and take
+seconds on the larger shapes: a torch side whose first call takes more than
+SLOW seconds is timed on that one call, not interleaved (said in the row).
+
+Each row also gives the largest error of each side against a float64
+reference on the same (16-bit) inputs, relative to the reference's largest
+magnitude."""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+
+# bench.py's CONV_SHAPES: label, C, O, k, H=W, stride, padding.
+CONV_SHAPES = [
+    ("3x3 64->64 @56", 64, 64, 3, 56, 1, 1),
+    ("1x1 256->64 @56", 256, 64, 1, 56, 1, 0),
+    ("1x1 64->256 @56", 64, 256, 1, 56, 1, 0),
+    ("3x3 128->128 @28", 128, 128, 3, 28, 1, 1),
+    ("1x1 512->2048 @7", 512, 2048, 1, 7, 1, 0),
+]
+CONV_BATCHES = [1, 8]
+MM_SIZES = [256, 512, 1024, 2048]
+DTYPES = ["bfloat16", "float16"]
+SLOW = 0.5  # seconds: a slower torch side is timed on one call
+SETTLE = 0.05
+SMOKE = os.environ.get("OPJIT_BENCH_SMOKE") == "1"
+if SMOKE:
+    CONV_SHAPES = [("3x3 8->8 @8", 8, 8, 3, 8, 1, 1), ("1x1 16->8 @8", 16, 8, 1, 8, 1, 0)]
+    CONV_BATCHES = [1]
+    MM_SIZES = [32]
+
+
+def log(msg):
+    print("half_bench: " + msg, file=sys.stderr, flush=True)
+
+
+def calibrate(fn, target):
+    """Calls a repetition makes to last about target seconds."""
+    n = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        t = time.perf_counter() - t0
+        if t >= target or n >= 1 << 16:
+            return n
+        n = max(n * 2, int(n * target / max(t, 1e-6)))
+
+
+def interleaved(sides, reps, target, settle):
+    """sides: [(name, fn)]. reps rounds, each timing one repetition of every
+    side, the order rotating. {name: [s per call]}."""
+    iters = {name: calibrate(fn, target) for name, fn in sides}
+    out = {name: [] for name, _ in sides}
+    for r in range(reps):
+        for name, fn in sides[r % len(sides):] + sides[:r % len(sides)]:
+            n = iters[name]
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            out[name].append((time.perf_counter() - t0) / n)
+            if settle:
+                time.sleep(settle)
+    return out
+
+
+def rel_err(got, ref):
+    return float((got.double() - ref).abs().max() / (ref.abs().max() + 1e-30))
+
+
+def measure(mine, f32, anchor, ref, reps, target, settle):
+    """One row's numbers: opjit (16-bit), opjit float32, torch (16-bit)."""
+    got, want = mine(), None
+    t0 = time.perf_counter()
+    want = anchor()
+    first = time.perf_counter() - t0
+    sides = [("opjit", mine), ("f32", f32)]
+    slow = first > SLOW
+    if not slow:
+        sides.append(("torch", anchor))
+    t = interleaved(sides, reps, target, settle)
+    med = {k: statistics.median(v) * 1e3 for k, v in t.items()}
+    if slow:
+        med["torch"] = first * 1e3
+        ratio = med["torch"] / med["opjit"]
+    else:
+        ratio = statistics.median([a / b for a, b in zip(t["torch"], t["opjit"])])
+    return {"opjit_ms": med["opjit"], "f32_ms": med["f32"], "torch_ms": med["torch"],
+            "ratio": ratio, "vs_f32": med["f32"] / med["opjit"], "torch_one_call": slow,
+            "err_opjit": rel_err(got, ref), "err_torch": rel_err(want, ref)}
+
+
+def bench_conv(torch, ops, threads, reps, target):
+    import torch.nn.functional as F
+    rows = []
+    conv = ops["conv2d"]
+    settle = SETTLE if threads > 1 else 0
+    for label, c, o, k, hw, stride, pad in CONV_SHAPES:
+        for n in CONV_BATCHES:
+            g = torch.Generator().manual_seed(hash((label, n)) & 0xFFFF)
+            x32 = torch.randn(n, c, hw, hw, generator=g)
+            w32 = torch.randn(o, c, k, k, generator=g) * (1.0 / (c * k * k)) ** 0.5
+            for dt in DTYPES:
+                x, w = x32.to(getattr(torch, dt)), w32.to(getattr(torch, dt))
+                xf, wf = x.float(), w.float()
+                ref = F.conv2d(x.double(), w.double(), None, stride, pad)
+                r = measure(lambda: conv(x, w, None, stride, pad),
+                            lambda: conv(xf, wf, None, stride, pad),
+                            lambda: F.conv2d(x, w, None, stride, pad), ref, reps, target, settle)
+                flops = 2 * n * o * c * k * k * ((hw + 2 * pad - k) // stride + 1) ** 2
+                r.update({"label": label, "batch": n, "threads": threads, "dtype": dt,
+                          "gflops": flops / r["opjit_ms"] / 1e6})
+                rows.append(r)
+                log("conv2d %s batch %d %s, %d thread(s): opjit %.3f ms, torch %.3f ms%s, %.2fx;"
+                    " opjit float32 %.3f ms" % (label, n, dt, threads, r["opjit_ms"],
+                                                r["torch_ms"],
+                                                " (one call)" if r["torch_one_call"] else "",
+                                                r["ratio"], r["f32_ms"]))
+    return rows
+
+
+def bench_mm(torch, ops, threads, reps, target):
+    rows = []
+    mm = ops["mm"]
+    settle = SETTLE if threads > 1 else 0
+    for s in MM_SIZES:
+        g = torch.Generator().manual_seed(s)
+        a32, b32 = torch.randn(s, s, generator=g), torch.randn(s, s, generator=g)
+        for dt in DTYPES:
+            a, b = a32.to(getattr(torch, dt)), b32.to(getattr(torch, dt))
+            af, bf = a.float(), b.float()
+            ref = a.double() @ b.double()
+            r = measure(lambda: mm(a, b), lambda: mm(af, bf), lambda: torch.mm(a, b), ref, reps,
+                        target, settle)
+            r.update({"size": s, "threads": threads, "dtype": dt,
+                      "gflops": 2 * s ** 3 / r["opjit_ms"] / 1e6})
+            rows.append(r)
+            log("mm %d %s, %d thread(s): opjit %.3f ms, torch %.3f ms%s, %.2fx; opjit float32 "
+                "%.3f ms" % (s, dt, threads, r["opjit_ms"], r["torch_ms"],
+                             " (one call)" if r["torch_one_call"] else "", r["ratio"],
+                             r["f32_ms"]))
+    return rows
+
+
+def main():
+    import torch
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", default="1")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--target", type=float, default=0.1, help="seconds a repetition")
+    ap.add_argument("--only", default="conv,mm")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    try:
+        import opjit
+    except ImportError as e:
+        res = {"missing": "the opjit Python package is not built for %s (%s)"
+               % (sys.executable, e)}
+        json.dump(res, open(a.out, "w") if a.out else sys.stdout)
+        return
+    cpu = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    res = {"torch": torch.__version__, "python": sys.executable,
+           "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+           "avx512_bf16": " avx512_bf16" in cpu, "f16c": " f16c" in cpu,
+           "half_kernel": os.environ.get("OPJIT_HALF_KERNEL", "auto") or "auto",
+           "conv": [], "mm": []}
+    only = set(a.only.split(","))
+    with tempfile.TemporaryDirectory(prefix="opjit-half-bench-") as cache:
+        for threads in sorted({int(x) for x in a.threads.split(",")}):
+            torch.set_num_threads(threads)
+            os.environ["OPJIT_NUM_THREADS"] = str(threads)
+            rt = opjit.Runtime(ops_path=os.path.join(ROOT, "ops-src"), cache_dir=cache,
+                               tiering=True)
+            ops = {name: rt.load_op(name) for name in ("conv2d", "mm")}
+            rt.wait()
+            res["tier"] = ops["mm"].tier
+            if "conv" in only:
+                res["conv"] += bench_conv(torch, ops, threads, a.reps, a.target)
+            if "mm" in only:
+                res["mm"] += bench_mm(torch, ops, threads, a.reps, a.target)
+            del ops, rt
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+    else:
+        json.dump(res, sys.stdout, indent=1)
+
+
+# ---- for bench.py (run by Debian's python3) ------------------------------------
+
+def run(python, threads, reps, tmp):
+    """This file under python (the torch 2.x interpreter) at these thread
+    counts: its results, or {"missing": why}."""
+    if not python or not os.path.exists(python):
+        return {"missing": "no torch 2.x interpreter (%s; the deps script makes the virtual "
+                           "environment, $OPJIT_TORCH2_PYTHON names another)" % (python or "none")}
+    out = os.path.join(tmp, "half.json")
+    env = dict(os.environ)
+    if env.get("OPJIT_BENCH_TORCH2_PATH"):
+        env["PYTHONPATH"] = env["OPJIT_BENCH_TORCH2_PATH"]
+    args = [python, os.path.abspath(__file__), "--threads", ",".join(map(str, threads)),
+            "--reps", str(reps), "--out", out] + (
+                ["--target", "0.01"] if os.environ.get("OPJIT_BENCH_SMOKE") == "1" else [])
+    log("conv2d and mm in bfloat16 and float16 against torch 2.x (%s)" % python)
+    p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=3600, env=env)
+    if p.returncode != 0 or not os.path.exists(out):
+        return {"missing": "half_bench.py failed: %s" % (p.stderr.strip()[-300:] or p.returncode)}
+    with open(out) as f:
+        return json.load(f)
+
+
+def rows(H, fms, yesno, thr):
+    """bench.py's summary rows: (metric, opjit, anchor, ratio, goal, met)."""
+    if not H:
+        return []
+    if "missing" in H:
+        return [("conv2d / mm CPU bfloat16 and float16 against torch 2.x", "n/a", "n/a", "n/a",
+                 ">= 1.0x throughput", H["missing"])]
+    out = []
+    tv = H.get("torch", "?").split("+")[0]
+
+    def one(what, r):
+        anchor = "torch %s %s: %s%s" % (tv, r["dtype"], fms(r["torch_ms"]),
+                                        " (one call)" if r["torch_one_call"] else "")
+        out.append(("%s, %s (%s tier)" % (what, thr(r["threads"]), H.get("tier", "?")),
+                    fms(r["opjit_ms"]), anchor, "%.2fx throughput" % r["ratio"],
+                    ">= 1.0x throughput", yesno(r["ratio"] >= 1.0)))
+    for r in H["conv"]:
+        one("conv2d CPU %s %s, batch %d" % (r["dtype"], r["label"], r["batch"]), r)
+    for r in H["mm"]:
+        one("mm CPU %s %dx%d" % (r["dtype"], r["size"], r["size"]), r)
+    return out
+
+
+def md_section(H, fms, md_table):
+    """The half section of latest.md."""
+    if not H or "missing" in H:
+        return []
+    lines = ["## Half precision on the CPU: conv2d and mm in bfloat16 and float16 against "
+             "torch %s" % H.get("torch", "?"), "",
+             "One process of torch %s's interpreter (CPU capability %s; this CPU %s AVX512_BF16, "
+             "%s F16C), interleaved, the same threads on both sides; opjit's %s tier "
+             "($OPJIT_HALF_KERNEL %s: bfloat16 on the vdpbf16ps GEMM of ops-src/gemm_half.h "
+             "where the CPU has it, float16 widened to float32). \"vs float32\": opjit's own "
+             "float32 op on the same values, time over the 16-bit one (information). Errors: "
+             "the largest against a float64 reference on the same 16-bit inputs, over the "
+             "reference's largest magnitude. torch's float16 CPU kernels are slow: a torch side "
+             "slower than %.1f s a call is timed on one call (marked *)." % (
+                 H.get("torch", "?"), H.get("cpu_capability", "?"),
+                 "has" if H.get("avx512_bf16") else "lacks",
+                 "has" if H.get("f16c") else "lacks", H.get("tier", "?"),
+                 H.get("half_kernel", "auto"), SLOW), ""]
+
+    def cells(r):
+        return (r["threads"], fms(r["opjit_ms"]),
+                fms(r["torch_ms"]) + ("*" if r["torch_one_call"] else ""),
+                "%.2fx" % r["ratio"], fms(r["f32_ms"]), "%.2fx" % r["vs_f32"],
+                "%.0f" % r["gflops"], "%.1e / %.1e" % (r["err_opjit"], r["err_torch"]))
+    head = ["threads", "opjit", "torch", "throughput vs torch", "opjit float32",
+            "vs float32", "GFLOP/s", "error opjit / torch"]
+    lines.append(md_table(["conv2d", "dtype", "batch"] + head,
+                          [(r["label"], r["dtype"], r["batch"]) + cells(r) for r in H["conv"]]))
+    lines.append("")
+    lines.append(md_table(["mm n", "dtype"] + head,
+                          [(r["size"], r["dtype"]) + cells(r) for r in H["mm"]]))
+    lines.append("")
+    return lines
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,739 @@
+/*
+ * ops-src/gemm_half.h - bfloat16 products on AVX512_BF16 for mm.c and
+ * conv2d.c, in the optimizing tier. A local header: its users' cache keys
+ * include it.
+ *
+ * Defines HG_BF16 where sgemm_avx512.h defines SG_FAST (gcc, the
+ * optimizing tier, x86-64); hg_bf16_ok() says whether this CPU runs it
+ * (AVX-512 with the BF16 extension: vdpbf16ps) and $OPJIT_HALF_KERNEL
+ * allows it. libtcc never sees it; elsewhere the 16-bit operands are
+ * widened to float32 and go through the float32 kernels (half_wide.h).
+ *
+ * Why: widening costs a pass over each operand and then runs at float32
+ * speed, while vdpbf16ps multiplies 32 bfloat16 pairs into 16 float32
+ * sums an instruction, twice the float32 FMA's work. torch 2.x on such a
+ * CPU runs bfloat16 mm and conv2d through oneDNN on the same instruction.
+ *
+ * Numerics, as oneDNN's: each product of two bfloat16 values is exact in
+ * float32; every output element is one chain of float32 sums over k in
+ * order, k and k+1 a step (vdpbf16ps: bfloat16 subnormal inputs count as
+ * zero, a subnormal float32 sum is flushed to zero); the float32 result
+ * is rounded once, to nearest even, into bfloat16 (the chain does not
+ * depend on blocks or threads: any thread count gives the same bits).
+ *
+ * vdpbf16ps counts bfloat16 subnormal inputs as zero, as oneDNN's kernels
+ * do; by default (half_wide.h's hw_path) an operand holding one goes the
+ * widening path instead (hg_subnormal: a scan, about 1% of a product's
+ * time), so results keep them. $OPJIT_HALF_KERNEL=dot skips the scan,
+ * =wide always widens.
+ */
+#ifndef GEMM_HALF_H
+#define GEMM_HALF_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "half_wide.h"
+#include "sgemm_avx512.h"
+
+#ifdef SG_FAST
+#define HG_BF16 1
+#include <immintrin.h>
+
+#define HG_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+
+/* Whether this CPU (and OS) runs the kernels below. */
+static int hg_bf16_cpu(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512bf16");
+}
+
+static inline uint32_t hg_pair(const uint16_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* ---- micro-kernels --------------------------------------------------------------
+ * C[8][16 NV] = A[8][K] . B[K][16 NV]: A row-major bfloat16 (rows lda
+ * apart), B packed in pairs of k (hg_pack_*): P[k/2][column][k % 2], rows
+ * of pairs ldp elements apart, odd K padded with zero; C float32. Per pair
+ * of k: NV vector loads of B, 8 broadcasts of a pair of A, 8 NV vdpbf16ps
+ * into 8 NV accumulators (24 of the 32 registers at NV 3). */
+#define HG_STEP(NV, PAIR)                                                             \
+    _Pragma("GCC unroll 3") for (v = 0; v < NV; v++)                                  \
+        b[v] = _mm512_loadu_si512((const void *)(P + 32 * v));                        \
+    _Pragma("GCC unroll 8") for (r = 0; r < 8; r++) {                                 \
+        a = _mm512_set1_epi32((int)(PAIR));                                           \
+        _Pragma("GCC unroll 3") for (v = 0; v < NV; v++)                              \
+            c[r][v] = _mm512_dpbf16_ps(c[r][v], (__m512bh)a, (__m512bh)b[v]);         \
+    }
+#define HG_KERNEL(NAME, NV)                                                           \
+    HG_TARGET static void NAME(int64_t K, const uint16_t *A, int64_t lda,             \
+                               const uint16_t *P, int64_t ldp, float *C, int64_t ldc) \
+    {                                                                                 \
+        __m512 c[8][NV];                                                              \
+        __m512i b[NV], a;                                                             \
+        int64_t kp, r, v;                                                             \
+        _Pragma("GCC unroll 8") for (r = 0; r < 8; r++)                               \
+            _Pragma("GCC unroll 3") for (v = 0; v < NV; v++) c[r][v] = _mm512_setzero_ps(); \
+        for (kp = 0; kp + 1 < K; kp += 2, P += ldp) {                                 \
+            HG_STEP(NV, hg_pair(A + r * lda + kp))                                    \
+        }                                                                             \
+        if (K & 1) { /* the last pair is (A[K-1], 0) */                               \
+            HG_STEP(NV, A[r * lda + kp])                                              \
+        }                                                                             \
+        _Pragma("GCC unroll 8") for (r = 0; r < 8; r++)                               \
+            _Pragma("GCC unroll 3") for (v = 0; v < NV; v++)                          \
+                _mm512_storeu_ps(C + r * ldc + 16 * v, c[r][v]);                      \
+    }
+HG_KERNEL(hg_k8x48, 3)
+HG_KERNEL(hg_k8x32, 2)
+HG_KERNEL(hg_k8x16, 1)
+#undef HG_KERNEL
+#undef HG_STEP
+
+/* C[8][np] = A[8][K] . P (np a multiple of 16, ldc >= np): panels of 48
+ * columns (64 left: two of 32). */
+HG_TARGET static void hg_strip(int64_t K, const uint16_t *A, int64_t lda, const uint16_t *P,
+                               int64_t np, float *C, int64_t ldc)
+{
+    int64_t j, w, ldp = 2 * np;
+    for (j = 0; j < np; j += w) {
+        w = np - j;
+        w = w == 64 ? 32 : w >= 48 ? 48 : w >= 32 ? 32 : 16;
+        if (w == 48)
+            hg_k8x48(K, A, lda, P + 2 * j, ldp, C + j, ldc);
+        else if (w == 32)
+            hg_k8x32(K, A, lda, P + 2 * j, ldp, C + j, ldc);
+        else
+            hg_k8x16(K, A, lda, P + 2 * j, ldp, C + j, ldc);
+    }
+}
+
+/* ---- packing B -------------------------------------------------------------------
+ * P[k/2][j][k % 2] for j < np (nb rounded up to 16; the columns past nb
+ * and the pair past an odd K are zeros). */
+
+/* From bfloat16 rows: B's element (k, j) at B[k * ldb + j]. */
+HG_TARGET static void hg_pack_rows(const uint16_t *B, int64_t ldb, int64_t K, int64_t nb,
+                                   uint16_t *P, int64_t np)
+{
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+                                        40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
+                                        32, 0);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    int64_t k, j;
+    for (k = 0; k < K; k += 2, P += 2 * np) {
+        const uint16_t *r0 = B + k * ldb, *r1 = r0 + ldb;
+        for (j = 0; j < np; j += 32) {
+            int64_t left = nb - j;
+            __mmask32 m = left >= 32 ? ~(__mmask32)0
+                          : left > 0 ? (((__mmask32)1 << left) - 1) : 0;
+            __m512i x0 = _mm512_maskz_loadu_epi16(m, r0 + j);
+            __m512i x1 = k + 1 < K ? _mm512_maskz_loadu_epi16(m, r1 + j) : _mm512_setzero_si512();
+            _mm512_storeu_si512((void *)(P + 2 * j), _mm512_permutex2var_epi16(x0, lo, x1));
+            if (j + 16 < np)
+                _mm512_storeu_si512((void *)(P + 2 * j + 32),
+                                    _mm512_permutex2var_epi16(x0, hi, x1));
+        }
+    }
+}
+
+/* From bfloat16 columns (a transposed view): element (k, j) at
+ * B[j * ldb + k], so each pair is one 32-bit word. */
+static void hg_pack_cols(const uint16_t *B, int64_t ldb, int64_t K, int64_t nb, uint16_t *P,
+                         int64_t np)
+{
+    int64_t k, j;
+    uint32_t *d = (uint32_t *)(void *)P;
+    for (k = 0; k < K; k += 2, d += np) {
+        for (j = 0; j < nb; j++)
+            d[j] = k + 1 < K ? hg_pair(B + j * ldb + k) : B[j * ldb + k];
+        for (; j < np; j++)
+            d[j] = 0;
+    }
+}
+
+/* From float32 rows holding bfloat16 values (a widened, unfolded input):
+ * the top 16 bits of each are the bfloat16 exactly. */
+HG_TARGET static void hg_pack_f32(const float *B, int64_t ldb, int64_t K, int64_t nb,
+                                  uint16_t *P, int64_t np)
+{
+    const __m512i top = _mm512_set1_epi32((int)0xffff0000u);
+    int64_t k, j;
+    for (k = 0; k < K; k += 2, P += 2 * np) {
+        const float *r0 = B + k * ldb, *r1 = r0 + ldb;
+        for (j = 0; j < np; j += 16) {
+            int64_t left = nb - j;
+            __mmask16 m = left >= 16 ? (__mmask16)0xffff
+                          : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+            __m512i x0 = _mm512_maskz_loadu_epi32(m, r0 + j);
+            __m512i x1 = k + 1 < K ? _mm512_maskz_loadu_epi32(m, r1 + j) : _mm512_setzero_si512();
+            _mm512_storeu_si512((void *)(P + 2 * j),
+                                _mm512_or_si512(_mm512_and_si512(x1, top),
+                                                _mm512_srli_epi32(x0, 16)));
+        }
+    }
+}
+
+/* ---- the float32 results into bfloat16 -------------------------------------------- */
+
+/* out[r][j] = bf16(C[r][j] + bias[r]) for r < rows, j < nb (bias may be
+ * NULL): rounded to nearest even, NaN kept quiet, subnormals kept, as
+ * opjit_f32_to_bf16. */
+HG_TARGET static void hg_store(const float *C, int64_t ldc, int64_t rows, int64_t nb,
+                               const float *bias, uint16_t *out, int64_t ldo)
+{
+    const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i quiet = _mm512_set1_epi32(0x40);
+    int64_t r, j;
+    for (r = 0; r < rows; r++) {
+        const __m512 b = _mm512_set1_ps(bias ? bias[r] : 0.0f);
+        for (j = 0; j + 16 <= nb; j += 16) {
+            __m512i u = _mm512_castps_si512(_mm512_add_ps(_mm512_loadu_ps(C + r * ldc + j), b));
+            __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
+            __m512i rn = _mm512_srli_epi32(
+                _mm512_add_epi32(_mm512_add_epi32(u, half),
+                                 _mm512_and_si512(_mm512_srli_epi32(u, 16), one)), 16);
+            rn = _mm512_mask_or_epi32(rn, nan, _mm512_srli_epi32(u, 16), quiet);
+            _mm256_storeu_si256((__m256i *)(void *)(out + r * ldo + j), _mm512_cvtepi32_epi16(rn));
+        }
+        for (; j < nb; j++)
+            out[r * ldo + j] = opjit_f32_to_bf16(C[r * ldc + j] + (bias ? bias[r] : 0.0f));
+    }
+}
+
+/* A: rows i .. i+7 of a row-major [M, K] (lda), or for the last M % 8
+ * rows a zero-padded copy in at (8 x K). */
+static const uint16_t *hg_rows(const uint16_t *A, int64_t lda, int64_t M, int64_t K, int64_t i,
+                               uint16_t *at, int64_t *ld)
+{
+    int64_t r;
+    if (i + 8 <= M) {
+        *ld = lda;
+        return A + i * lda;
+    }
+    memset(at, 0, (size_t)(8 * K) * sizeof(uint16_t));
+    for (r = 0; r < M - i; r++)
+        memcpy(at + r * K, A + (i + r) * lda, (size_t)K * sizeof(uint16_t));
+    *ld = K;
+    return at;
+}
+
+/* out [M, nb] (ldo) = bf16(A [M, K] . P + bias) with float32 sums: strips of
+ * 8 rows into ct (8 x np floats), each stored rounded. bias: per row of A,
+ * or NULL. at: 8 x K for the last rows. */
+static void hg_gemm_store(int64_t M, int64_t K, const uint16_t *A, int64_t lda,
+                          const uint16_t *P, int64_t nb, int64_t np, const float *bias,
+                          uint16_t *out, int64_t ldo, float *ct, uint16_t *at)
+{
+    int64_t i, la;
+    for (i = 0; i < M; i += 8) {
+        const uint16_t *a = hg_rows(A, lda, M, K, i, at, &la);
+        hg_strip(K, a, la, P, np, ct, np);
+        hg_store(ct, np, M - i < 8 ? M - i : 8, nb, bias ? bias + i : NULL, out + i * ldo, ldo);
+    }
+}
+
+/* Elements of a thread's area: a packed panel (K x np, K even), a strip of
+ * results (8 x np floats) and the last rows of A (8 x K). */
+static size_t hg_area(int64_t K, int64_t np)
+{
+    size_t b = (size_t)((K + 1) / 2 * 2 * np) * 2 + (size_t)(8 * np) * 4 +
+               (size_t)(8 * K) * 2 + 3 * 64;
+    return (b + 63) / 64 * 64;
+}
+
+typedef struct hg_area_ptrs {
+    uint16_t *p, *at;
+    float *ct;
+} hg_area_ptrs;
+
+static hg_area_ptrs hg_carve(char *area, int64_t K, int64_t np)
+{
+    hg_area_ptrs a;
+    size_t pb = ((size_t)((K + 1) / 2 * 2 * np) * 2 + 63) / 64 * 64;
+    a.p = (uint16_t *)(void *)area;
+    a.ct = (float *)(void *)(area + pb);
+    a.at = (uint16_t *)(void *)(area + pb + ((size_t)(8 * np) * 4 + 63) / 64 * 64);
+    return a;
+}
+
+/* ---- subnormal operands ----------------------------------------------------------- */
+
+typedef struct hg_scan {
+    const uint16_t *p;
+    int64_t rows, cols, ld;
+    int *found; /* one slot a thread */
+    opjit_ctx *ctx;
+} hg_scan;
+
+/* Rows [64 lo, 64 hi): any bfloat16 subnormal (exponent 0, mantissa not)? */
+HG_TARGET static int hg_scan_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_scan *s = (const hg_scan *)user;
+    const __m512i ex = _mm512_set1_epi16(0x7f80), ma = _mm512_set1_epi16(0x007f);
+    int64_t r, j, r1 = hi * 64 < s->rows ? hi * 64 : s->rows;
+    __mmask32 any = 0;
+    for (r = lo * 64; r < r1; r++) {
+        const uint16_t *row = s->p + r * s->ld;
+        for (j = 0; j < s->cols; j += 32) {
+            int64_t left = s->cols - j;
+            __mmask32 m = left >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << left) - 1);
+            __m512i v = _mm512_maskz_loadu_epi16(m, row + j);
+            any |= _mm512_testn_epi16_mask(v, ex) & _mm512_test_epi16_mask(v, ma);
+        }
+    }
+    if (any)
+        s->found[opjit_thread_num(s->ctx)] = 1;
+    return 0;
+}
+
+/* Whether rows x cols bfloat16 values (rows ld apart) hold a subnormal:
+ * 1, 0, or -1 with the error recorded. */
+static int hg_subnormal(opjit_ctx *ctx, const void *p, int64_t rows, int64_t cols, int64_t ld)
+{
+    hg_scan s;
+    int64_t T = opjit_num_threads(ctx), t;
+    if (rows <= 0 || cols <= 0)
+        return 0;
+    s.p = (const uint16_t *)p;
+    s.rows = rows;
+    s.cols = cols;
+    s.ld = ld;
+    s.ctx = ctx;
+    if (!(s.found = (int *)opjit_workspace(ctx, (size_t)T * sizeof(int))))
+        return -1;
+    memset(s.found, 0, (size_t)T * sizeof(int));
+    if (opjit_parallel_for(ctx, 0, (rows + 63) / 64, 1, hg_scan_run, &s))
+        return -1;
+    for (t = 0; t < T; t++)
+        if (s.found[t])
+            return 1;
+    return 0;
+}
+
+/* ---- mm --------------------------------------------------------------------------- */
+
+typedef struct hg_mm_job {
+    opjit_ctx *ctx;
+    int64_t n, k, m, lda, ldb, rows, nb, npanels;
+    int yt;
+    const uint16_t *x, *y;
+    uint16_t *out, *xr;
+    char *ws;
+    size_t per;
+} hg_mm_job;
+
+/* Chunks [lo, hi) of (block of rows, panel of columns), panel fastest. */
+static int hg_mm_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_mm_job *j = (const hg_mm_job *)user;
+    int64_t np0 = (j->nb + 15) / 16 * 16, t, packed = -1;
+    hg_area_ptrs a = hg_carve(j->ws + (size_t)opjit_thread_num(j->ctx) * j->per, j->k, np0);
+    for (t = lo; t < hi; t++) {
+        int64_t panel = t % j->npanels, r0 = (t / j->npanels) * j->rows;
+        int64_t c0 = panel * j->nb, nb = j->m - c0 < j->nb ? j->m - c0 : j->nb;
+        int64_t np = (nb + 15) / 16 * 16, nr = j->n - r0 < j->rows ? j->n - r0 : j->rows;
+        if (packed != panel) {
+            if (j->yt)
+                hg_pack_cols(j->y + c0 * j->ldb, j->ldb, j->k, nb, a.p, np);
+            else
+                hg_pack_rows(j->y + c0, j->ldb, j->k, nb, a.p, np);
+            packed = panel;
+        }
+        hg_gemm_store(nr, j->k, j->x + r0 * j->lda, j->lda, a.p, nb, np, NULL,
+                      j->out + r0 * j->m + c0, j->m, a.ct, a.at);
+    }
+    return 0;
+}
+
+/* Rows [64 lo, 64 hi) of a column-major self into a row-major copy. */
+static int hg_transpose_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_mm_job *j = (const hg_mm_job *)user;
+    int64_t r0 = lo * 64, r1 = hi * 64 < j->n ? hi * 64 : j->n, k0, r, k;
+    for (k0 = 0; k0 < j->k; k0 += 64)
+        for (r = r0; r < r1; r++)
+            for (k = k0; k < j->k && k < k0 + 64; k++)
+                j->xr[r * j->k + k] = j->x[k * j->lda + r];
+    return 0;
+}
+
+/* Panels of mat2 of up to 384 KB (in L2), at least 48 columns, more of
+ * them, then blocks of rows, until each thread has about three chunks
+ * (mm.c's float32 plan). */
+static void hg_mm_plan(hg_mm_job *j, int64_t T)
+{
+    int64_t nb = ((int64_t)384 << 10) / 2 / j->k / 48 * 48, chunks, rb = j->n;
+    if (nb < 48)
+        nb = 48;
+    if (T > 1 && (j->m + nb - 1) / nb < 3 * T) {
+        int64_t want = ((j->m + 3 * T - 1) / (3 * T) + 47) / 48 * 48;
+        nb = want < nb ? want : nb;
+    }
+    if (nb > j->m)
+        nb = j->m;
+    j->nb = nb;
+    j->npanels = (j->m + nb - 1) / nb;
+    chunks = j->npanels;
+    if (T > 1 && chunks < 3 * T && j->n >= 128) {
+        int64_t nblocks = (3 * T + chunks - 1) / chunks;
+        rb = (j->n + nblocks - 1) / nblocks;
+        rb = rb < 64 ? 64 : (rb + 7) / 8 * 8;
+    }
+    j->rows = rb;
+}
+
+/* out [n, m] = x [n, k] y [k, m], all bfloat16, float32 sums: x row-major
+ * (lda) or transposed (xt: element (i, k) at x[k * lda + i]), y likewise
+ * (yt). 0, or the status of the failure recorded. */
+static int hg_mm_bf16(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, const void *x, int xt,
+                      int64_t lda, const void *y, int yt, int64_t ldb, void *out)
+{
+    hg_mm_job j;
+    int64_t T = opjit_num_threads(ctx);
+    int rc;
+    if (n == 0 || m == 0)
+        return 0;
+    if (k == 0) {
+        memset(out, 0, (size_t)(n * m) * sizeof(uint16_t));
+        return 0;
+    }
+    memset(&j, 0, sizeof j);
+    j.ctx = ctx;
+    j.n = n;
+    j.k = k;
+    j.m = m;
+    j.x = (const uint16_t *)x;
+    j.lda = lda;
+    j.y = (const uint16_t *)y;
+    j.ldb = ldb;
+    j.yt = yt;
+    j.out = (uint16_t *)out;
+    if (xt) { /* the kernels read rows of self */
+        if (!(j.xr = (uint16_t *)opjit_workspace(ctx, (size_t)(n * k) * sizeof(uint16_t))))
+            return -1;
+        if ((rc = opjit_parallel_for(ctx, 0, (n + 63) / 64, 1, hg_transpose_run, &j)) != 0)
+            return rc;
+        j.x = j.xr;
+        j.lda = k;
+    }
+    hg_mm_plan(&j, T);
+    j.per = hg_area(k, (j.nb + 15) / 16 * 16);
+    if (!(j.ws = (char *)opjit_workspace(ctx, (size_t)T * j.per)))
+        return -1;
+    return opjit_parallel_for(ctx, 0, j.npanels * ((n + j.rows - 1) / j.rows), 1, hg_mm_run, &j);
+}
+
+/* ---- conv2d ----------------------------------------------------------------------- */
+
+/* The unfolded input of one image and group for output positions p0 ..
+ * p0 + np - 1 into col (float32 rows ldc apart): conv2d.c's im2col. */
+typedef void (*hg_unfold_fn)(const void *geom, const float *im, const float *xend, int64_t p0,
+                             int64_t np, float *col, int64_t ldc);
+
+/* One convolution's shape, as the GEMM sees it: per image and group,
+ * out [og, plane] = w [og, kdim] . col [kdim, plane]. */
+typedef struct hg_conv {
+    int64_t n, groups, og, kdim, plane;
+    int64_t in_image, in_group; /* input elements an image, a group */
+    int64_t h, w, kh, kw, sh, sw, dh, dw, ph, pw, wo;
+    int direct;                 /* 1x1, stride 1, no padding: col is the input */
+    hg_unfold_fn unfold;        /* sw > 1: this, on the widened input */
+    const void *geom;
+} hg_conv;
+
+/* Tap k of the kernel (c, ki, kj): its channel's plane in the image, and
+ * its row and column offsets from an output position's. */
+typedef struct hg_tap_at {
+    const uint16_t *plane;
+    int64_t dy, dx;
+} hg_tap_at;
+
+static hg_tap_at hg_tap_of(const hg_conv *s, const uint16_t *im, int64_t k)
+{
+    hg_tap_at t;
+    int64_t r = k % (s->kh * s->kw);
+    t.plane = im + k / (s->kh * s->kw) * s->h * s->w;
+    t.dy = r / s->kw * s->dh - s->ph;
+    t.dx = r % s->kw * s->dw - s->pw;
+    return t;
+}
+
+/* Tap t's values for output row oh, columns ow0 .. ow0 + cnt - 1 (cnt <=
+ * 32, column stride 1): zeros where it falls in the padding. Masked loads
+ * fault on no masked-out element, so the base may point before the row. */
+HG_TARGET static inline __m512i hg_tap(const hg_conv *s, hg_tap_at t, int64_t oh, int64_t ow0,
+                                       int64_t cnt)
+{
+    int64_t ih = oh * s->sh + t.dy, iw0 = ow0 + t.dx;
+    int64_t lo = iw0 < 0 ? -iw0 : 0, hi = s->w - iw0 < cnt ? s->w - iw0 : cnt;
+    uint64_t m;
+    if (ih < 0 || ih >= s->h || lo >= hi)
+        return _mm512_setzero_si512();
+    m = (((uint64_t)1 << hi) - 1) & ~(((uint64_t)1 << lo) - 1);
+    return _mm512_maskz_loadu_epi16((__mmask32)m, t.plane + ih * s->w + iw0);
+}
+
+/* The unfolded input of one image and group (im: its first channel,
+ * bfloat16) for positions p0 .. p0 + nb - 1, straight into pairs of k
+ * (P, as hg_pack_rows makes it; np >= nb a multiple of 16), for a
+ * column stride of 1: one pass, no float32 copy. */
+HG_TARGET static void hg_unfold_pairs(const hg_conv *s, const uint16_t *im, int64_t p0,
+                                      int64_t nb, uint16_t *P, int64_t np)
+{
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+                                        40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
+                                        32, 0);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    int64_t k, p, q, j;
+    for (k = 0; k < s->kdim; k += 2, P += 2 * np) {
+        uint32_t *d = (uint32_t *)(void *)P;
+        hg_tap_at t0 = hg_tap_of(s, im, k), t1 = hg_tap_of(s, im, k + 1 < s->kdim ? k + 1 : k);
+        for (p = p0; p < p0 + nb;) {
+            int64_t oh = p / s->wo, ow = p % s->wo;
+            int64_t run = s->wo - ow < p0 + nb - p ? s->wo - ow : p0 + nb - p;
+            for (q = 0; q < run; q += 32) {
+                int64_t cnt = run - q < 32 ? run - q : 32;
+                __m512i x0 = hg_tap(s, t0, oh, ow + q, cnt);
+                __m512i x1 = k + 1 < s->kdim ? hg_tap(s, t1, oh, ow + q, cnt)
+                                             : _mm512_setzero_si512();
+                __mmask16 m0 = (__mmask16)(cnt >= 16 ? 0xffff : (1u << cnt) - 1);
+                __mmask16 m1 = (__mmask16)(cnt >= 32 ? 0xffff : cnt > 16 ? (1u << (cnt - 16)) - 1
+                                                                          : 0);
+                j = p - p0 + q;
+                _mm512_mask_storeu_epi32(d + j, m0, _mm512_permutex2var_epi16(x0, lo, x1));
+                _mm512_mask_storeu_epi32(d + j + 16, m1, _mm512_permutex2var_epi16(x0, hi, x1));
+            }
+            p += run;
+        }
+        for (j = nb; j < np; j++)
+            d[j] = 0;
+    }
+}
+
+typedef struct hg_conv_job {
+    opjit_ctx *ctx;
+    const hg_conv *s;
+    const uint16_t *x, *w;
+    const float *xw, *xend, *bias; /* the input widened (not direct), bias widened */
+    uint16_t *out;
+    int64_t pb, nblk, ldcol;
+    char *ws;
+    size_t per, colb;
+} hg_conv_job;
+
+/* Units [lo, hi) of (image, group, block of positions): unfold, pack, the
+ * product, rounded into the output. */
+static int hg_conv_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_conv_job *j = (const hg_conv_job *)user;
+    const hg_conv *s = j->s;
+    char *area = j->ws + (size_t)opjit_thread_num(j->ctx) * j->per;
+    float *col = (float *)(void *)area;
+    int64_t npb = (j->pb + 15) / 16 * 16, u;
+    hg_area_ptrs a = hg_carve(area + j->colb, s->kdim, npb);
+    for (u = lo; u < hi; u++) {
+        int64_t blk = u % j->nblk, ng = u / j->nblk, img = ng / s->groups, gi = ng % s->groups;
+        int64_t p0 = blk * j->pb, nb = s->plane - p0 < j->pb ? s->plane - p0 : j->pb;
+        int64_t in = img * s->in_image + gi * s->in_group, oc = gi * s->og;
+        if (s->direct) {
+            hg_pack_rows(j->x + in + p0, s->plane, s->kdim, nb, a.p, (nb + 15) / 16 * 16);
+        } else if (s->sw == 1) {
+            hg_unfold_pairs(s, j->x + in, p0, nb, a.p, (nb + 15) / 16 * 16);
+        } else {
+            s->unfold(s->geom, j->xw + in, j->xend, p0, nb, col, j->ldcol);
+            hg_pack_f32(col, j->ldcol, s->kdim, nb, a.p, (nb + 15) / 16 * 16);
+        }
+        hg_gemm_store(s->og, s->kdim, j->w + oc * s->kdim, s->kdim, a.p, nb,
+                      (nb + 15) / 16 * 16, j->bias ? j->bias + oc : NULL,
+                      j->out + (img * s->groups * s->og + oc) * s->plane + p0, s->plane, a.ct,
+                      a.at);
+    }
+    return 0;
+}
+
+/* ---- 1x1 over small planes: the batch's positions side by side ---------------------
+ * With few positions an image (ResNet's 7x7: 49), a product per image
+ * pads its columns to whole vectors (49 to 64: a quarter of the work
+ * wasted) and streams the whole weight matrix once an image. Instead the
+ * positions of every image, side by side, are packed once (per group),
+ * and a unit is a block of output channels over all of them. Each element
+ * is the same chain over k as on the other path. */
+
+typedef struct hg_small_job {
+    opjit_ctx *ctx;
+    const hg_conv *s;
+    const uint16_t *x, *w;
+    const float *bias;
+    uint16_t *out, *packed;
+    int64_t np, ob, nob; /* np: the batch's positions, rounded up to 16 */
+    size_t psz;          /* elements of one group's packed block */
+    char *ws;
+    size_t per;
+} hg_small_job;
+
+/* Images x groups [lo, hi) into pairs of k, image img's positions at
+ * columns img * plane (masked stores: neighbours are left alone); the
+ * last image also zeroes the columns past the batch's. */
+HG_TARGET static int hg_small_pack_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_small_job *j = (const hg_small_job *)user;
+    const hg_conv *s = j->s;
+    const __m512i il = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+                                        40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
+                                        32, 0);
+    const __m512i ih = _mm512_add_epi16(il, _mm512_set1_epi16(16));
+    int64_t u, k, q, c;
+    for (u = lo; u < hi; u++) {
+        int64_t img = u / s->groups, gi = u % s->groups;
+        const uint16_t *x = j->x + img * s->in_image + gi * s->in_group;
+        uint32_t *d = (uint32_t *)(void *)(j->packed + (size_t)gi * j->psz) + img * s->plane;
+        for (k = 0; k < s->kdim; k += 2, d += j->np) {
+            for (q = 0; q < s->plane; q += 32) {
+                int64_t cnt = s->plane - q < 32 ? s->plane - q : 32;
+                __mmask32 m = (__mmask32)((((uint64_t)1) << cnt) - 1);
+                __m512i x0 = _mm512_maskz_loadu_epi16(m, x + k * s->plane + q);
+                __m512i x1 = k + 1 < s->kdim ? _mm512_maskz_loadu_epi16(m, x + (k + 1) * s->plane + q)
+                                             : _mm512_setzero_si512();
+                __mmask16 m0 = (__mmask16)(cnt >= 16 ? 0xffff : (1u << cnt) - 1);
+                __mmask16 m1 = (__mmask16)(cnt >= 32 ? 0xffff : cnt > 16 ? (1u << (cnt - 16)) - 1
+                                                                          : 0);
+                _mm512_mask_storeu_epi32(d + q, m0, _mm512_permutex2var_epi16(x0, il, x1));
+                _mm512_mask_storeu_epi32(d + q + 16, m1, _mm512_permutex2var_epi16(x0, ih, x1));
+            }
+            if (img == s->n - 1)
+                for (c = s->plane; c < j->np - img * s->plane; c++)
+                    d[c] = 0;
+        }
+    }
+    return 0;
+}
+
+/* Units [lo, hi) of (group, block of ob output channels): strips of 8
+ * channels over the batch's positions, each image's share stored. */
+static int hg_small_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_small_job *j = (const hg_small_job *)user;
+    const hg_conv *s = j->s;
+    char *area = j->ws + (size_t)opjit_thread_num(j->ctx) * j->per;
+    float *ct = (float *)(void *)area;
+    uint16_t *at = (uint16_t *)(void *)(area + ((size_t)(8 * j->np) * 4 + 63) / 64 * 64);
+    int64_t u, img, i, la;
+    for (u = lo; u < hi; u++) {
+        int64_t gi = u / j->nob, o0 = u % j->nob * j->ob;
+        int64_t no = s->og - o0 < j->ob ? s->og - o0 : j->ob, oc = gi * s->og + o0;
+        const uint16_t *wg = j->w + oc * s->kdim;
+        for (i = 0; i < no; i += 8) {
+            const uint16_t *a = hg_rows(wg, s->kdim, no, s->kdim, i, at, &la);
+            int64_t rows = no - i < 8 ? no - i : 8;
+            hg_strip(s->kdim, a, la, j->packed + (size_t)gi * j->psz, j->np, ct, j->np);
+            for (img = 0; img < s->n; img++)
+                hg_store(ct + img * s->plane, j->np, rows, s->plane,
+                         j->bias ? j->bias + oc + i : NULL,
+                         j->out + (img * s->groups * s->og + oc + i) * s->plane, s->plane);
+        }
+    }
+    return 0;
+}
+
+/* The small-plane path when it applies (1x1 direct, several images, at
+ * most 256 positions an image, a group's packed batch within 8 MB): 1 (*rc
+ * its status), else 0. */
+static int hg_conv_small(opjit_ctx *ctx, const hg_conv *s, const void *x, const void *w,
+                         const float *bias, void *out, int *rc)
+{
+    hg_small_job j;
+    int64_t T = opjit_num_threads(ctx);
+    memset(&j, 0, sizeof j);
+    j.np = (s->n * s->plane + 15) / 16 * 16;
+    j.psz = (size_t)((s->kdim + 1) / 2 * 2 * j.np);
+    if (!s->direct || s->n < 2 || s->plane > 256 || j.psz * 2 > ((size_t)8 << 20))
+        return 0;
+    j.ctx = ctx;
+    j.s = s;
+    j.x = (const uint16_t *)x;
+    j.w = (const uint16_t *)w;
+    j.bias = bias;
+    j.out = (uint16_t *)out;
+    /* blocks of 64 output channels, smaller (in 8s) until each thread has
+     * about three */
+    j.ob = 64;
+    while (j.ob > 8 && s->groups * ((s->og + j.ob - 1) / j.ob) < 3 * T)
+        j.ob -= 8;
+    j.nob = (s->og + j.ob - 1) / j.ob;
+    j.per = ((size_t)(8 * j.np) * 4 + 63) / 64 * 64 + (size_t)(8 * s->kdim) * 2 + 64;
+    if (!(j.packed = (uint16_t *)opjit_workspace(ctx, (size_t)s->groups * j.psz * 2)) ||
+        !(j.ws = (char *)opjit_workspace(ctx, (size_t)T * j.per))) {
+        *rc = -1;
+        return 1;
+    }
+    if ((*rc = opjit_parallel_for(ctx, 0, s->n * s->groups, 1, hg_small_pack_run, &j)) == 0)
+        *rc = opjit_parallel_for(ctx, 0, s->groups * j.nob, 1, hg_small_run, &j);
+    return 1;
+}
+
+/* out [n, groups og, plane] = conv, bfloat16 in and out, float32 sums. x
+ * the input (bfloat16, dense), xw the same widened to float32 (needed
+ * when s->sw > 1), w [groups og, kdim], bias widened or NULL. 0, or the
+ * status of the failure recorded. */
+static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const float *xw,
+                        const void *w, const float *bias, void *out)
+{
+    hg_conv_job j;
+    int64_t T = opjit_num_threads(ctx), units;
+    int rc;
+    if (hg_conv_small(ctx, s, x, w, bias, out, &rc))
+        return rc;
+    memset(&j, 0, sizeof j);
+    j.ctx = ctx;
+    j.s = s;
+    j.x = (const uint16_t *)x;
+    j.xw = xw;
+    j.xend = xw ? xw + s->n * s->in_image : NULL;
+    j.w = (const uint16_t *)w;
+    j.bias = bias;
+    j.out = (uint16_t *)out;
+    /* blocks of positions: the packed block about 256 KB (in L2), whole
+     * 48-column panels, at least three units a thread where it can */
+    j.pb = ((int64_t)256 << 10) / 2 / s->kdim / 48 * 48;
+    if (j.pb < 48)
+        j.pb = 48;
+    units = s->n * s->groups;
+    if (units * ((s->plane + j.pb - 1) / j.pb) < 3 * T) {
+        int64_t nblk = (3 * T + units - 1) / units;
+        int64_t want = ((s->plane + nblk - 1) / nblk + 47) / 48 * 48;
+        j.pb = want < j.pb ? want : j.pb;
+    }
+    if (j.pb > s->plane)
+        j.pb = s->plane;
+    j.nblk = (s->plane + j.pb - 1) / j.pb;
+    /* the unfolded block's rows: 16 columns of slack (the unfold writes
+     * whole vectors), not a multiple of 1 KiB apart (those alias in caches) */
+    j.ldcol = (j.pb + 15) / 16 * 16 + 16;
+    j.ldcol += j.ldcol % 256 == 0 ? 16 : 0;
+    j.colb = s->direct || s->sw == 1
+                 ? 0
+                 : ((size_t)(s->kdim * j.ldcol + 16) * sizeof(float) + 63) / 64 * 64;
+    j.per = j.colb + hg_area(s->kdim, (j.pb + 15) / 16 * 16);
+    if (!(j.ws = (char *)opjit_workspace(ctx, (size_t)T * j.per)))
+        return -1;
+    return opjit_parallel_for(ctx, 0, units * j.nblk, 1, hg_conv_run, &j);
+}
+
+#endif /* SG_FAST */
+
+/* Whether this tier and CPU have the bfloat16 GEMM (hw_path's have_dot). */
+#ifdef HG_BF16
+#define HG_DOT_HERE() hg_bf16_cpu()
+#else
+#define HG_DOT_HERE() 0
+#endif
+
+#endif
