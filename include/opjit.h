@@ -333,7 +333,9 @@ typedef struct opjit_load_info {
     char origin[12];
 } opjit_load_info;
 
-/* Like opjit_load_op for one source file, also reporting timings. */
+/* Like opjit_load_op for one source file, also reporting timings into
+ * *info (may be NULL; info->size set by the caller: OPJIT_EINVAL when it
+ * is below the first opjit_load_info's). */
 int opjit_load_file(opjit_runtime *rt, const char *path, opjit_op **op,
                     opjit_load_info *info);
 
@@ -437,7 +439,9 @@ typedef struct opjit_op_info {
     const char *tier[OPJIT_DEVICE_COUNT];
 } opjit_op_info;
 
-/* Describe op. Strings are owned by rt and live as long as the op. */
+/* Describe op into *info (info->size set by the caller, as for every
+ * struct filled here). Strings are owned by rt and live as long as the
+ * op. */
 int opjit_op_info_get(opjit_runtime *rt, const opjit_op *op, opjit_op_info *info);
 /* Describe argument i of op's schema. */
 int opjit_op_arg_get(opjit_runtime *rt, const opjit_op *op, int i, opjit_arg_info *info);

@@ -237,7 +237,8 @@ typedef struct opjit_cache_info {
     uint64_t tmp_dirs;     /* builds in progress, or left by killed ones */
 } opjit_cache_info;
 
-/* Where rt's cache is and what it holds. OPJIT_EIO when it cannot be read. */
+/* Where rt's cache is and what it holds, into *info (info->size set by
+ * the caller). OPJIT_EIO when it cannot be read. */
 int opjit_cache_info_get(opjit_runtime *rt, opjit_cache_info *info);
 /* Read-only layer i (0 <= i < nreadonly), owned by rt; NULL otherwise. */
 const char *opjit_cache_readonly_dir(opjit_runtime *rt, int i);
