@@ -788,11 +788,20 @@ typedef struct fetch {
 
 enum { FETCH_HIT, FETCH_BUILT, FETCH_FALLBACK, FETCH_UNCHECKED, FETCH_ERROR };
 
-/* Take the key's lock which; FETCH_* on failure (why set), else -1. */
+/* Take the key's lock which, waiting: the build lock through the
+ * writable layer's lock, the use lock (which keeps eviction away from an
+ * entry served) directly. FETCH_* on failure (why set), else -1. */
 static int fetch_lock(fetch *f, int which, int exclusive, int *fd)
 {
-    if (cache_lock(f->c, f->req->key.hex, which, exclusive, 1, fd) == OPJIT_OK)
+    cache_layer *w = cache_writable_of(f->c);
+    cache_layer_lock lk = cache_layer_nolock();
+    int rc = which == CACHE_LOCK_BUILD && exclusive
+                 ? w->ops->lock(w, f->req, &lk)
+                 : cache_lock(f->c, f->req->key.hex, which, exclusive, 1, &lk.fd);
+    if (rc == OPJIT_OK) {
+        *fd = lk.fd;
         return -1;
+    }
     int e = errno;
     snprintf(f->why, sizeof f->why, "cannot lock %s/%s: %s", f->c->locks, f->req->key.hex,
              strerror(e));

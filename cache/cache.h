@@ -114,8 +114,9 @@ typedef int (*cache_build_fn)(void *ud, const char *dir, char *err, size_t errle
  * fetch fails with OPJIT_EIO saying why); on a miss take the key's cross-process lock,
  * look again, then call build and publish atomically. When the cache cannot
  * be written, builds into a private temporary directory instead (one
- * warning). A miss of the writable cache asks the remote layer, if any
- * (cache_remote.h), before building; a build is stored there too. *hit
+ * warning). A miss of the writable cache asks the layers behind it (the
+ * remote, if any: cache_layer.h) before building; a build is published
+ * there too. *hit
  * (may be NULL) receives where the entry came from: CACHE_BUILT,
  * CACHE_HIT_LOCAL (a read-only layer or the writable cache) or
  * CACHE_HIT_REMOTE (non-zero: build was skipped). The entry stays protected
