@@ -41,7 +41,7 @@ static int scale2_cpu(opjit_ctx *ctx, opjit_args *a)
     return 0;
 }
 
-OPJIT_MODULE(scale2, m)
+OPJIT_MODULE(m)
 {
     opjit_def(m, "scale2(Tensor x) -> Tensor", OPJIT_CPU, scale2_cpu, "x times 2");
     opjit_require(m, "x", "float32 contiguous");

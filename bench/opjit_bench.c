@@ -621,7 +621,7 @@ static int conv_args(int t, opjit_op *op, DLTensor *x, DLTensor *wt, int64_t str
     for (int i = 0; i < nargs; i++) {
         opjit_arg_info ai = {.size = sizeof ai};
         args[i] = opjit_none();
-        if (opjit_op_arg(rts[t], op, i, &ai)) {
+        if (opjit_op_arg_get(rts[t], op, i, &ai)) {
             reply_err("%s", opjit_errmsg(rts[t]));
             return -1;
         }

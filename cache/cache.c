@@ -33,16 +33,16 @@ static const char *cache_str(const char *s)
 int cache_parse_size(const char *s, uint64_t *out)
 {
     if (!s)
-        return -1;
+        return OPJIT_EINVAL;
     while (*s == ' ')
         s++;
     if (*s < '0' || *s > '9')
-        return -1;
+        return OPJIT_EINVAL;
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
     if (errno)
-        return -1;
+        return OPJIT_EINVAL;
     unsigned shift = 0;
     switch (*end) {
     case 'k': case 'K': shift = 10; end++; break;
@@ -58,9 +58,9 @@ int cache_parse_size(const char *s, uint64_t *out)
     while (*end == ' ')
         end++;
     if (*end || (shift && v > (UINT64_MAX >> shift)))
-        return -1;
+        return OPJIT_EINVAL;
     *out = (uint64_t)v << shift;
-    return 0;
+    return OPJIT_OK;
 }
 
 /* ---- opening ------------------------------------------------------------ */
@@ -350,6 +350,28 @@ static void cache_open_writable(cache *c, const char *dir)
     cache_warn_fallback(c, msg);
 }
 
+/* The layers in the order a fetch walks them (struct cache, layers). */
+static int cache_make_layers(cache *c)
+{
+    c->writable_layer = -1;
+    if (!(c->layers = calloc((size_t)c->nro + 2, sizeof *c->layers)))
+        return OPJIT_ENOMEM;
+    for (int i = 0; i < c->nro; i++)
+        if (!c->ro_why[i])
+            c->layers[c->nlayers++] = (cache_layer){.ops = &cache_readonly_layer, .c = c,
+                                                    .root = c->ro[i]};
+    if (!c->writable || c->disabled)
+        return OPJIT_OK;
+    c->writable_layer = c->nlayers;
+    c->layers[c->nlayers++] = (cache_layer){.ops = &cache_writable_layer, .c = c,
+                                            .root = c->root, .writable = 1};
+    if (c->remote)
+        c->layers[c->nlayers++] = (cache_layer){.ops = &cache_remote_layer, .c = c,
+                                                .root = c->remote_url,
+                                                .push = cache_remote_push_hits(c)};
+    return OPJIT_OK;
+}
+
 int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen)
 {
     static const cache_config defaults = {.offline = -1};
@@ -371,7 +393,8 @@ int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen)
         c->root = strdup("");
     else if (!oom)
         cache_open_writable(c, cfg->dir);
-    if (oom || !c->root || cache_remote_open(c, cfg, &c->remote) != OPJIT_OK) {
+    if (oom || !c->root || cache_remote_open(c, cfg, &c->remote) != OPJIT_OK ||
+        cache_make_layers(c) != OPJIT_OK) {
         cache_close(c);
         return cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");
     }
@@ -387,6 +410,7 @@ void cache_close(cache *c)
     if (!c)
         return;
     cache_remote_close(c->remote);
+    free(c->layers);
     free(c->remote_url);
     for (int i = 0; i < c->nro; i++) {
         free(c->ro[i]);
@@ -587,10 +611,10 @@ static int cache_build_private(cache_build_fn build, void *ud, cache_entry **out
     char root[PATH_MAX], tmpl[PATH_MAX + 8];
     int lockfd = -1;
     int e = cache_private_mkdir(t && *t ? t : "/tmp", "opjit-build-", cache_private_files, root,
-                                sizeof root, &lockfd);
+                                sizeof root, &lockfd) ? errno : 0;
     if (e && t && *t && strcmp(t, "/tmp") != 0)
         e = cache_private_mkdir("/tmp", "opjit-build-", cache_private_files, root, sizeof root,
-                                &lockfd);
+                                &lockfd) ? errno : 0;
     if (e)
         return cache_errf(err, errlen, OPJIT_EIO,
                           "cache: cannot create a temporary build directory: %s", strerror(e));
@@ -654,7 +678,7 @@ static void cache_warn_damaged(cache *c, const cache_request *req, const char *w
 }
 
 /* An entry that could not be checked for a transient reason (see
- * CACHE_TRANSIENT) is left as is: an error, or for a probe not found. */
+ * OPJIT_EIO) is left as is: an error, or for a probe not found. */
 static int cache_unchecked(const cache_request *req, const char *where, const char *why,
                            int probe, char *err, size_t errlen)
 {
@@ -665,25 +689,26 @@ static int cache_unchecked(const cache_request *req, const char *where, const ch
                       why);
 }
 
-/* Look in the read-only layers. Returns 1 and *out on a hit, -1 (err
- * filled, as cache_unchecked) when an entry could not be checked. */
+/* Look in the layers before the writable cache (the read-only ones).
+ * Returns 1 and *out on a hit, -1 (err filled, as cache_unchecked) when an
+ * entry could not be checked. */
 static int cache_fetch_readonly(cache *c, const cache_request *req, int probe, cache_entry **out,
                                 char *err, size_t errlen)
 {
     char dir[PATH_MAX], why[512];
-    for (int i = 0; i < c->nro; i++) {
+    for (int i = 0; i < c->nlayers && !c->layers[i].writable; i++) {
+        cache_layer *l = &c->layers[i];
         cache_manifest m;
-        if (c->ro_why[i])
+        if (!l->ops->lookup)
             continue;
-        snprintf(dir, sizeof dir, "%s/v1/entries/%.2s/%s", c->ro[i], req->key.hex, req->key.hex);
-        int r = cache_check(c, dir, req->key.hex, CACHE_CHK_SUMS, &m, why, sizeof why);
-        if (r == CACHE_DAMAGED)
-            cache_warn_damaged(c, req, c->ro[i], why, "skipping it (read-only layer, left as is)");
-        if (r == CACHE_TRANSIENT) {
-            cache_unchecked(req, c->ro[i], why, probe, err, errlen);
+        int r = l->ops->lookup(l, req, 0, dir, sizeof dir, &m, why, sizeof why);
+        if (r == OPJIT_ECACHE)
+            cache_warn_damaged(c, req, l->root, why, "skipping it (read-only layer, left as is)");
+        if (r == OPJIT_EIO) {
+            cache_unchecked(req, l->root, why, probe, err, errlen);
             return -1;
         }
-        if (r != CACHE_OK)
+        if (r != OPJIT_OK)
             continue;
         *out = cache_entry_from(dir, m.art, m.nart);
         cache_manifest_free(&m);
@@ -733,35 +758,13 @@ static int cache_publish(cache *c, const cache_request *req, const char *tmp, co
     if (rc != OPJIT_OK)
         return rc;
 
-    int e = cache_install_dir(c, req->key.hex, tmp, dir);
+    cache_layer *w = cache_writable_of(c);
+    if (w->ops->publish(w, req, tmp, dir, NULL) == OPJIT_OK)
+        return OPJIT_OK;
+    int e = errno;
     if (e == EPERM)
         return cache_errf(err, errlen, OPJIT_ECACHE, "cache: the shard of %s is not trusted", dir);
-    if (e)
-        return cache_errf(err, errlen, OPJIT_EIO, "cache: cannot publish %s: %s", dir, strerror(e));
-    return OPJIT_OK;
-}
-
-int cache_install_dir(cache *c, const char *hex, const char *tmp, const char *dir)
-{
-    (void)dir; /* reached from entries/ by descriptors: no link is followed */
-    char shard[3] = {hex[0], hex[1], '\0'};
-    struct stat st;
-    int efd = cache_open_below(c, c->entries, NULL, 0);
-    if (efd < 0)
-        return errno == ENOTDIR ? EPERM : errno;
-    int sfd = mkdirat(efd, shard, 0700) != 0 && errno != EEXIST
-                  ? -1
-                  : openat(efd, shard, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int e = sfd < 0 ? (errno == ENOTDIR || errno == ELOOP ? EPERM : errno) : 0;
-    close(efd);
-    if (!e && (fstat(sfd, &st) != 0 || cache_untrusted(&st, CACHE_OWNER_SELF, c->euid)))
-        e = EPERM;
-    /* rename() of a directory is atomic: others see no entry or all of it. */
-    if (!e && renameat(AT_FDCWD, tmp, sfd, hex) != 0)
-        e = errno;
-    if (sfd >= 0)
-        close(sfd);
-    return e;
+    return cache_errf(err, errlen, OPJIT_EIO, "cache: cannot publish %s: %s", dir, strerror(e));
 }
 
 /* ---- fetch from the writable cache ---------------------------------------
@@ -780,7 +783,9 @@ typedef struct fetch {
     int damaged; /* warned about already */
     int origin;  /* of a hit: CACHE_HIT_LOCAL or CACHE_HIT_REMOTE */
     double waited_ms; /* on another process's build lock */
-    char token[REMOTE_TOKEN_LEN]; /* the remote's build lock, when held */
+    /* The build locks of the layers behind the writable cache (the
+     * remote's fleet lock), when held. */
+    cache_layer_lock behind[CACHE_MAX_BEHIND];
     cache_manifest m;
     /* Last: a hit writes only their first bytes (fewer pages touched). */
     char dir[PATH_MAX];
@@ -796,33 +801,41 @@ static double fetch_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* Take the key's lock which; FETCH_* on failure (why set), else -1. The
+/* Take the key's lock which, waiting: the build lock through the
+ * writable layer's lock, the use lock (which keeps eviction away from an
+ * entry served) directly. FETCH_* on failure (why set), else -1. The
  * build lock held by another process means it is building this key: the
  * time spent waiting for it is kept, so a load can say it waited. */
 static int fetch_lock(fetch *f, int which, int exclusive, int *fd)
 {
-    int e = which == CACHE_LOCK_BUILD ? cache_lock(f->c, f->req->key.hex, which, exclusive, 0, fd)
-                                      : EAGAIN;
-    if (e == EAGAIN) {
+    cache_layer *w = cache_writable_of(f->c);
+    cache_layer_lock lk = cache_layer_nolock();
+    int build = which == CACHE_LOCK_BUILD && exclusive, rc;
+    if (!build) {
+        rc = cache_lock(f->c, f->req->key.hex, which, exclusive, 1, &lk.fd);
+    } else if ((rc = cache_lock(f->c, f->req->key.hex, which, 1, 0, &lk.fd)) != OPJIT_OK &&
+               (errno == EAGAIN || errno == EACCES)) {
         double t0 = fetch_now_ms();
-        e = cache_lock(f->c, f->req->key.hex, which, exclusive, 1, fd);
-        if (which == CACHE_LOCK_BUILD)
-            f->waited_ms = fetch_now_ms() - t0;
+        rc = w->ops->lock(w, f->req, &lk);
+        f->waited_ms = fetch_now_ms() - t0;
     }
-    if (!e)
+    if (rc == OPJIT_OK) {
+        *fd = lk.fd;
         return -1;
+    }
+    int e = errno;
     snprintf(f->why, sizeof f->why, "cannot lock %s/%s: %s", f->c->locks, f->req->key.hex,
              strerror(e));
     return cache_transient_errno(e) ? FETCH_UNCHECKED : FETCH_FALLBACK;
 }
 
-/* Check the entry: CACHE_OK (f->m filled) or another cache_check result;
+/* Check the entry: OPJIT_OK (f->m filled) or another cache_check result;
  * damage is warned about once per fetch. */
 static int fetch_check(fetch *f, int touch)
 {
-    int flags = CACHE_CHK_SUMS | CACHE_CHK_OWNER | (touch ? CACHE_CHK_TOUCH : 0);
-    int r = cache_check(f->c, f->dir, f->req->key.hex, flags, &f->m, f->why, sizeof f->why);
-    if (r == CACHE_DAMAGED && !f->damaged) {
+    cache_layer *w = cache_writable_of(f->c);
+    int r = w->ops->lookup(w, f->req, touch, f->dir, sizeof f->dir, &f->m, f->why, sizeof f->why);
+    if (r == OPJIT_ECACHE && !f->damaged) {
         cache_warn_damaged(f->c, f->req, f->c->root, f->why,
                            f->c->offline || !f->build ? "evicting it" : "evicting and rebuilding it");
         f->damaged = 1;
@@ -836,11 +849,11 @@ static int fetch_probe(fetch *f, char *err, size_t errlen)
 {
     if (f->damaged && cache_lock(f->c, f->req->key.hex, CACHE_LOCK_BUILD, 1, 0, &f->buildfd) == 0) {
         int r = fetch_check(f, 0);
-        if (r == CACHE_OK)
+        if (r == OPJIT_OK)
             return FETCH_HIT;
-        if (r == CACHE_TRANSIENT)
+        if (r == OPJIT_EIO)
             return FETCH_UNCHECKED;
-        if (r == CACHE_DAMAGED)
+        if (r == OPJIT_ECACHE)
             cache_discard_entry(f->c, f->dir, f->req->key.hex, 0);
     }
     cache_probe_miss(f->req, err, errlen);
@@ -883,8 +896,9 @@ static int fetch_build(fetch *f, cache_artifact **a, int *n, int *rc, char *err,
         return FETCH_ERROR;
     /* Someone else won (a process that published without our lock)? Then
      * theirs is as good as ours. */
-    if (cache_check(c, f->dir, f->req->key.hex, CACHE_CHK_SUMS | CACHE_CHK_OWNER, &f->m, f->why,
-                    sizeof f->why) == CACHE_OK) {
+    cache_layer *w = cache_writable_of(c);
+    if (w->ops->lookup(w, f->req, 0, f->dir, sizeof f->dir, &f->m, f->why, sizeof f->why) ==
+        OPJIT_OK) {
         *rc = OPJIT_OK;
         if (err && errlen)
             err[0] = '\0';
@@ -894,16 +908,32 @@ static int fetch_build(fetch *f, cache_artifact **a, int *n, int *rc, char *err,
     return FETCH_FALLBACK;
 }
 
+/* A local miss: ask the layers behind the writable cache in order to
+ * install the entry at f->dir (claim: take their build locks on a miss).
+ * OPJIT_OK when one did (*keep, may be NULL, as their fetch says), else
+ * OPJIT_ENOTFOUND. */
+static int fetch_behind(fetch *f, int claim, cache_manifest *keep)
+{
+    cache *c = f->c;
+    for (int i = c->writable_layer + 1, j = 0; i < c->nlayers; i++, j++) {
+        cache_layer *l = &c->layers[i];
+        if (l->ops->fetch &&
+            l->ops->fetch(l, f->req, f->dir, claim, keep, &f->behind[j]) == OPJIT_OK)
+            return OPJIT_OK;
+    }
+    return OPJIT_ENOTFOUND;
+}
+
 /* A probe's local miss: ask the remote, holding the key's build lock (or
  * not asking when a builder holds it), so that a process opening the
  * cache meanwhile does not sweep the directory being installed. */
 static void fetch_probe_remote(fetch *f)
 {
     int fd;
-    if (!cache_remote_enabled(f->c) ||
-        cache_lock(f->c, f->req->key.hex, CACHE_LOCK_BUILD, 1, 0, &fd) != 0)
+    if (f->c->nlayers == f->c->writable_layer + 1 ||
+        cache_lock(f->c, f->req->key.hex, CACHE_LOCK_BUILD, 1, 0, &fd) != OPJIT_OK)
         return;
-    if (cache_remote_fetch(f->c, f->req, f->dir, 0, NULL, f->token) == REMOTE_GOT)
+    if (fetch_behind(f, 0, NULL) == OPJIT_OK)
         f->origin = CACHE_HIT_REMOTE;
     close(fd);
 }
@@ -914,9 +944,9 @@ static int fetch_steps(fetch *f, cache_artifact **a, int *n, int *rc, char *err,
     int step, r;
     if ((step = fetch_lock(f, CACHE_LOCK_USE, 0, &f->usefd)) >= 0)
         return step;
-    if ((r = fetch_check(f, 1)) == CACHE_OK)
+    if ((r = fetch_check(f, 1)) == OPJIT_OK)
         return FETCH_HIT;
-    if (r == CACHE_TRANSIENT)
+    if (r == OPJIT_EIO)
         return FETCH_UNCHECKED;
     if (!f->build) {
         *rc = OPJIT_ENOTFOUND;
@@ -926,20 +956,20 @@ static int fetch_steps(fetch *f, cache_artifact **a, int *n, int *rc, char *err,
      * holder may have built it. */
     if ((step = fetch_lock(f, CACHE_LOCK_BUILD, 1, &f->buildfd)) >= 0)
         return step;
-    if ((r = fetch_check(f, 1)) == CACHE_OK)
+    if ((r = fetch_check(f, 1)) == OPJIT_OK)
         return FETCH_HIT;
-    if (r == CACHE_TRANSIENT)
+    if (r == OPJIT_EIO)
         return FETCH_UNCHECKED;
-    int e;
-    if (r == CACHE_DAMAGED && (e = cache_discard_entry(f->c, f->dir, f->req->key.hex, 0))) {
+    if (r == OPJIT_ECACHE && cache_discard_entry(f->c, f->dir, f->req->key.hex, 0)) {
+        int e = errno;
         snprintf(f->why, sizeof f->why, "cannot evict the damaged entry %s: %s", f->dir,
                  strerror(e));
         return FETCH_FALLBACK;
     }
     /* A note is small and its builder knows it already: no fleet lock. */
     int fleet = !f->c->offline && !f->req->note;
-    if (cache_remote_fetch(f->c, f->req, f->dir, fleet, &f->m, f->token) == REMOTE_GOT &&
-        (f->m.buf || (r = fetch_check(f, 0)) == CACHE_OK)) {
+    if (fetch_behind(f, fleet, &f->m) == OPJIT_OK &&
+        (f->m.buf || (r = fetch_check(f, 0)) == OPJIT_OK)) {
         f->origin = CACHE_HIT_REMOTE;
         return FETCH_HIT;
     }
@@ -959,16 +989,21 @@ static void cache_log_origin(const cache *c, const cache_request *req, int origi
                req->key.hex, what[origin]);
 }
 
-/* The remote's share of a result: a build is stored there (and its fleet
- * lock released), a local hit too when warming pushes. */
+/* The share of the layers behind the writable cache (the remote) in a
+ * result: a build is published there (and their build locks released), a
+ * local hit too when warming pushes. */
 static void fetch_remote_end(fetch *f, int step)
 {
-    if (step == FETCH_BUILT)
-        cache_remote_put(f->c, f->req, f->dir, f->token);
-    else if (step == FETCH_HIT && f->origin != CACHE_HIT_REMOTE && cache_remote_push_hits(f->c))
-        cache_remote_put(f->c, f->req, f->dir, NULL);
-    if (step != FETCH_BUILT)
-        cache_remote_unlock(f->c, f->req, f->token);
+    cache *c = f->c;
+    for (int i = c->writable_layer + 1, j = 0; c->writable_layer >= 0 && i < c->nlayers; i++, j++) {
+        cache_layer *l = &c->layers[i];
+        if (step == FETCH_BUILT && l->ops->publish)
+            l->ops->publish(l, f->req, NULL, f->dir, &f->behind[j]);
+        else if (step == FETCH_HIT && f->origin != CACHE_HIT_REMOTE && l->push && l->ops->publish)
+            l->ops->publish(l, f->req, NULL, f->dir, NULL);
+        if (step != FETCH_BUILT && l->ops->unlock)
+            l->ops->unlock(l, f->req, &f->behind[j]);
+    }
 }
 
 /* Turn a result into the entry handed back, releasing the locks (the use
@@ -1055,6 +1090,8 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *
     f->build = build;
     f->ud = ud;
     f->usefd = f->buildfd = -1;
+    for (int i = 0; i < CACHE_MAX_BEHIND; i++)
+        f->behind[i] = cache_layer_nolock();
     f->why[0] = '\0';
     cache_entry_dir_of(c->entries, req->key.hex, f->dir, sizeof f->dir);
     struct stat st;

@@ -7,9 +7,12 @@
  * cache_fetch() for the entry, and supplies a build callback that writes the
  * artifacts into a directory when the entry is missing.
  *
- * Every function returns an opjit_status (OPJIT_OK, OPJIT_ECACHE, OPJIT_EIO,
- * OPJIT_EOFFLINE, OPJIT_ENOMEM, or whatever the build callback returned) and
- * writes a message into err on failure.
+ * Every function that can fail returns an opjit_status (OPJIT_OK,
+ * OPJIT_ECACHE, OPJIT_EIO, OPJIT_EOFFLINE, OPJIT_ENOMEM, or whatever the
+ * build callback returned) and writes a message into err on failure (or
+ * leaves errno saying which, where it says so): the one return
+ * convention of cache/ (cache_layer.h). The layers (read-only, writable,
+ * remote) are instances of one interface, cache_layer_ops.
  */
 #ifndef OPJIT_CACHE_H
 #define OPJIT_CACHE_H
@@ -111,8 +114,9 @@ typedef int (*cache_build_fn)(void *ud, const char *dir, char *err, size_t errle
  * fetch fails with OPJIT_EIO saying why); on a miss take the key's cross-process lock,
  * look again, then call build and publish atomically. When the cache cannot
  * be written, builds into a private temporary directory instead (one
- * warning). A miss of the writable cache asks the remote layer, if any
- * (cache_remote.h), before building; a build is stored there too. *hit
+ * warning). A miss of the writable cache asks the layers behind it (the
+ * remote, if any: cache_layer.h) before building; a build is published
+ * there too. *hit
  * (may be NULL) receives where the entry came from: CACHE_BUILT,
  * CACHE_HIT_LOCAL (a read-only layer or the writable cache) or
  * CACHE_HIT_REMOTE (non-zero: build was skipped). The entry stays protected
@@ -144,7 +148,8 @@ void cache_entry_release(cache_entry *e);
  * the names in files (NULL-terminated; one ending in '/' is a directory,
  * removed with everything below it) and the lock file, then the directory;
  * never following a symbolic link. Cheap: one readdir of base. path
- * receives the directory. Returns 0 or an errno. */
+ * receives the directory. OPJIT_OK, or OPJIT_EIO/OPJIT_ENOMEM with errno
+ * saying why. */
 int cache_private_mkdir(const char *base, const char *prefix, const char *const *files,
                         char *path, size_t pathlen, int *lockfd);
 /* Remove such a directory (files as given to cache_private_mkdir); the
@@ -153,10 +158,11 @@ void cache_private_rmdir(const char *path, const char *const *files);
 
 /* Slots bound how many background compiles run at once on a machine, per
  * writable cache: nslots lock files locks/slot.<i>, each taken with an
- * exclusive OFD lock without waiting. 0 with *fd holding a free one (the
- * lock lives as long as any copy of fd: a child forked with it keeps the
- * slot until it exits), EAGAIN when every slot is taken, or another
- * errno (ENOENT: no writable cache). */
+ * exclusive OFD lock without waiting. OPJIT_OK with *fd holding a free
+ * one (the lock lives as long as any copy of fd: a child forked with it
+ * keeps the slot until it exits), else OPJIT_EIO with errno EAGAIN when
+ * every slot is taken, ENOENT when there is no writable cache, or
+ * another. */
 int cache_slot_take(const cache *c, int nslots, int *fd);
 
 /* ---- notes and index entries (cache_note.c) ---------------------------- */
@@ -268,7 +274,7 @@ const char *cache_remote_url(const cache *c);
 const char *cache_remote_key_file(const cache *c);
 
 /* Parse a size: digits with an optional K, M, G or T suffix (powers of
- * 1024, optional "B"/"iB"). Returns 0 and *out, or -1. */
+ * 1024, optional "B"/"iB"). OPJIT_OK and *out, or OPJIT_EINVAL. */
 int cache_parse_size(const char *s, uint64_t *out);
 
 #endif

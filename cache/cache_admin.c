@@ -51,7 +51,7 @@ typedef struct cache_walker {
 static void cache_info_fill(const cache *c, cache_entry_info *info, int r,
                             const cache_manifest *m, const char *why)
 {
-    if (r == CACHE_OK) {
+    if (r == OPJIT_OK) {
         info->op_name = m->op;
         info->source_name = m->source;
         info->compiler = m->compiler;
@@ -78,7 +78,7 @@ static void cache_walk_repair(cache_walker *w, const char *dir, const char *hex)
     int fd;
     if (cache_lock(w->c, hex, CACHE_LOCK_USE, 1, 0, &fd) != 0)
         return;
-    int e = cache_discard_entry(w->c, dir, hex, 1);
+    int e = cache_discard_entry(w->c, dir, hex, 1) ? errno : 0;
     close(fd);
     if (e && w->rc == OPJIT_OK)
         w->rc = cache_errf(w->err, w->errlen, OPJIT_EIO,
@@ -102,10 +102,10 @@ static void cache_walk_entry(cache_walker *w, int li, const char *root, const ch
     cache_manifest m;
     int r = cache_check(c, dir, hex, w->flags | (writable ? CACHE_CHK_OWNER : 0), &m, why,
                         sizeof why);
-    if (r == CACHE_MISSING || r == CACHE_TRANSIENT) {
+    if (r == OPJIT_ENOTFOUND || r == OPJIT_EIO) {
         /* Could not be checked (out of file descriptors, an I/O error...):
          * an error, not damage; never evicted for it. */
-        if (r == CACHE_TRANSIENT && !w->unchecked++)
+        if (r == OPJIT_EIO && !w->unchecked++)
             snprintf(w->first, sizeof w->first, "%s: %s", dir, why);
         if (fd >= 0)
             close(fd);
@@ -117,7 +117,7 @@ static void cache_walk_entry(cache_walker *w, int li, const char *root, const ch
     info.dir = dir;
     info.layer = writable ? 0 : li + 1;
     info.layer_dir = root;
-    if (r != CACHE_OK)
+    if (r != OPJIT_OK)
         w->damaged++;
     cache_info_fill(c, &info, r, &m, why);
     if (w->fn && w->fn(w->ud, &info))
@@ -125,7 +125,7 @@ static void cache_walk_entry(cache_walker *w, int li, const char *root, const ch
     cache_manifest_free(&m);
     if (fd >= 0)
         close(fd);
-    if (r == CACHE_DAMAGED && w->repair && writable)
+    if (r == OPJIT_ECACHE && w->repair && writable)
         cache_walk_repair(w, dir, hex);
 }
 
@@ -154,7 +154,7 @@ static void cache_walk_bad_shard(cache_walker *w, int li, const char *root, cons
     w->damaged++;
     if (w->fn && w->fn(w->ud, &info))
         w->stop = 1;
-    int e = w->repair && writable ? cache_discard_shard(w->c, shard) : 0;
+    int e = w->repair && writable && cache_discard_shard(w->c, shard) ? errno : 0;
     if (e && w->rc == OPJIT_OK)
         w->rc = cache_errf(w->err, w->errlen, OPJIT_EIO, "cache: cannot remove %s: %s", dir,
                            strerror(e));
@@ -176,7 +176,7 @@ static int cache_walk_layer(cache_walker *w, int li)
     char entries[PATH_MAX];
     snprintf(entries, sizeof entries, "%s/v1/entries", root);
     cache_keylist kl;
-    int e = cache_list_keys(c, entries, &kl);
+    int e = cache_list_keys(c, entries, &kl) ? errno : 0;
     if (e) {
         cache_keylist_free(&kl);
         w->rc = cache_errf(w->err, w->errlen, e == ENOMEM ? OPJIT_ENOMEM : OPJIT_EIO,
@@ -248,7 +248,7 @@ int cache_get_totals(cache *c, cache_totals *t, char *err, size_t errlen)
         char entries[PATH_MAX];
         snprintf(entries, sizeof entries, "%s/v1/entries", writable ? c->root : c->ro[li]);
         cache_keylist kl;
-        int e = cache_list_keys(c, entries, &kl);
+        int e = cache_list_keys(c, entries, &kl) ? errno : 0;
         if (e) {
             cache_keylist_free(&kl);
             return cache_errf(err, errlen, OPJIT_EIO, "cache: cannot read %s: %s", entries, strerror(e));

@@ -120,7 +120,9 @@ CACHE_ELF_STACK(cache_elf32_stack, Elf32_Phdr)
 CACHE_ELF_CHECKER(cache_elf64_check, Elf64_Ehdr, Elf64_Phdr, Elf64_Shdr, cache_elf64_stack)
 CACHE_ELF_CHECKER(cache_elf32_check, Elf32_Ehdr, Elf32_Phdr, Elf32_Shdr, cache_elf32_stack)
 
-int cache_elf_check(int fd, uint64_t size, char *why, size_t whylen)
+/* cache_elf_check, returning 0, CACHE_ELF_INCOMPLETE, CACHE_ELF_UNSAFE
+ * or an errno. */
+static int elf_check(int fd, uint64_t size, char *why, size_t whylen)
 {
     unsigned char ident[EI_NIDENT];
     if (size < 4)
@@ -143,7 +145,11 @@ int cache_elf_check(int fd, uint64_t size, char *why, size_t whylen)
     return CACHE_ELF_INCOMPLETE;
 }
 
-const char *cache_elf_problem(int rc)
+int cache_elf_check(int fd, uint64_t size, int *unsafe, char *why, size_t whylen)
 {
-    return rc == CACHE_ELF_UNSAFE ? "unsafe" : "incomplete";
+    int rc = elf_check(fd, size, why, whylen);
+    *unsafe = rc == CACHE_ELF_UNSAFE;
+    if (rc < 0)
+        return OPJIT_ECACHE;
+    return cache_status_errno(rc);
 }

@@ -84,7 +84,16 @@ static int cache_list_shard(int sfd, const char *shard, cache_keylist *kl)
 /* The keys under an entries/ directory of c, sorted; shards that are not
  * directories (a symbolic link, a file) in kl->bad, never entered. A
  * missing directory is an empty list. Returns 0 or an errno. */
+static int list_keys(const cache *c, const char *entries, cache_keylist *kl);
+
+/* An opjit status; errno says which failure. */
 int cache_list_keys(const cache *c, const char *entries, cache_keylist *kl)
+{
+    return cache_status_errno(list_keys(c, entries, kl));
+}
+
+/* cache_list_keys, returning 0 or an errno. */
+static int list_keys(const cache *c, const char *entries, cache_keylist *kl)
 {
     memset(kl, 0, sizeof *kl);
     int efd = cache_open_below(c, entries, NULL, 0);
@@ -180,7 +189,16 @@ static int cache_unlink_nondir(int dirfd, const char *name)
     return unlinkat(dirfd, name, 0) == 0 || errno == ENOENT ? 1 : -errno;
 }
 
+static int cache_discard_shard_errno(cache *c, const char *shard);
+
+/* An opjit status (cache_layer.h); errno says which failure. */
 int cache_discard_shard(cache *c, const char *shard)
+{
+    return cache_status_errno(cache_discard_shard_errno(c, shard));
+}
+
+/* cache_discard_shard, returning 0 or an errno. */
+static int cache_discard_shard_errno(cache *c, const char *shard)
 {
     int efd = cache_open_below(c, c->entries, NULL, 0);
     if (efd < 0)
@@ -212,7 +230,16 @@ static int cache_open_shard(cache *c, const char *hex, int *gone, int *e)
     return sfd;
 }
 
+static int cache_discard_entry_errno(cache *c, const char *dir, const char *hex, int have_use);
+
+/* An opjit status (cache_layer.h); errno says which failure. */
 int cache_discard_entry(cache *c, const char *dir, const char *hex, int have_use)
+{
+    return cache_status_errno(cache_discard_entry_errno(c, dir, hex, have_use));
+}
+
+/* cache_discard_entry, returning 0 or an errno. */
+static int cache_discard_entry_errno(cache *c, const char *dir, const char *hex, int have_use)
 {
     (void)dir; /* reached by descriptors from entries/: no link is followed */
     int gone, e;
@@ -339,7 +366,7 @@ int cache_evict_to(cache *c, uint64_t cap, int all, cache_prune_result *r, char 
     if (rc != OPJIT_OK)
         return rc;
     cache_keylist kl;
-    int e = cache_list_keys(c, c->entries, &kl);
+    int e = cache_list_keys(c, c->entries, &kl) ? errno : 0;
     cache_victim *v = e ? NULL : calloc(kl.n + 1, sizeof *v);
     if (!v) {
         cache_keylist_free(&kl);

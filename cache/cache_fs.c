@@ -233,7 +233,16 @@ static int cache_mkdir_up(char *p, int depth)
 }
 
 /* mkdir -p with mode 0700 for every directory it creates. */
+static int cache_mkdir_p_errno(const char *path, char *why, size_t whylen);
+
+/* An opjit status (cache_layer.h); errno says which failure. */
 int cache_mkdir_p(const char *path, char *why, size_t whylen)
+{
+    return cache_status_errno(cache_mkdir_p_errno(path, why, whylen));
+}
+
+/* cache_mkdir_p, returning 0 or an errno. */
+static int cache_mkdir_p_errno(const char *path, char *why, size_t whylen)
 {
     size_t n = strlen(path);
     char *p = malloc(n + 1);
@@ -298,7 +307,16 @@ static int cache_rm_below(int dirfd, int depth)
 }
 
 /* rm -rf path. Returns 0 (also when path did not exist) or an errno. */
+static int rm_rf(const char *path);
+
+/* An opjit status; errno says which failure. */
 int cache_rm_rf(const char *path)
+{
+    return cache_status_errno(rm_rf(path));
+}
+
+/* cache_rm_rf, returning 0 or an errno. */
+static int rm_rf(const char *path)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
@@ -384,7 +402,16 @@ static int cache_plain_path(const char *path)
     return 1;
 }
 
+static int trusted_path(const char *path, uid_t euid, char *why, size_t whylen);
+
+/* OPJIT_OK, or OPJIT_ECACHE and why (not a place to keep code). */
 int cache_trusted_path(const char *path, uid_t euid, char *why, size_t whylen)
+{
+    return trusted_path(path, euid, why, whylen) ? OPJIT_ECACHE : OPJIT_OK;
+}
+
+/* cache_trusted_path, returning 0 or -1. */
+static int trusted_path(const char *path, uid_t euid, char *why, size_t whylen)
 {
     char real[PATH_MAX];
     if (path[0] != '/') {
@@ -424,7 +451,16 @@ static int cache_setlk(int fd, int which, int exclusive, int wait)
 }
 
 /* Take another lock on an already locked lock file. */
+static int cache_relock_errno(int fd, int which, int exclusive, int wait);
+
+/* An opjit status (cache_layer.h); errno says which failure. */
 int cache_relock(int fd, int which, int exclusive, int wait)
+{
+    return cache_status_errno(cache_relock_errno(fd, which, exclusive, wait));
+}
+
+/* cache_relock, returning 0 or an errno. */
+static int cache_relock_errno(int fd, int which, int exclusive, int wait)
 {
     return cache_setlk(fd, which, exclusive, wait);
 }
@@ -432,7 +468,16 @@ int cache_relock(int fd, int which, int exclusive, int wait)
 /* Open locks/<hex> and lock it. A lock file is only ever unlinked by a
  * process holding the whole-file exclusive lock, so one we locked after it
  * was unlinked is stale: open the path again. */
+static int cache_lock_errno(const cache *c, const char *hex, int which, int exclusive, int wait, int *fd);
+
+/* An opjit status (cache_layer.h); errno says which failure. */
 int cache_lock(const cache *c, const char *hex, int which, int exclusive, int wait, int *fd)
+{
+    return cache_status_errno(cache_lock_errno(c, hex, which, exclusive, wait, fd));
+}
+
+/* cache_lock, returning 0 or an errno. */
+static int cache_lock_errno(const cache *c, const char *hex, int which, int exclusive, int wait, int *fd)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", c->locks, hex);
@@ -460,7 +505,16 @@ int cache_lock(const cache *c, const char *hex, int which, int exclusive, int wa
     return EAGAIN;
 }
 
+static int cache_slot_take_errno(const cache *c, int nslots, int *fd);
+
+/* An opjit status (cache_layer.h); errno says which failure. */
 int cache_slot_take(const cache *c, int nslots, int *fd)
+{
+    return cache_status_errno(cache_slot_take_errno(c, nslots, fd));
+}
+
+/* cache_slot_take, returning 0 or an errno. */
+static int cache_slot_take_errno(const cache *c, int nslots, int *fd)
 {
     if (!c->writable)
         return ENOENT;
@@ -571,7 +625,18 @@ static void cache_private_sweep(const char *base, const char *prefix, const char
     closedir(d);
 }
 
+static int cache_private_mkdir_errno(const char *base, const char *prefix, const char *const *files,
+                        char *path, size_t pathlen, int *lockfd);
+
+/* An opjit status (cache_layer.h); errno says which failure. */
 int cache_private_mkdir(const char *base, const char *prefix, const char *const *files,
+                        char *path, size_t pathlen, int *lockfd)
+{
+    return cache_status_errno(cache_private_mkdir_errno(base, prefix, files, path, pathlen, lockfd));
+}
+
+/* cache_private_mkdir, returning 0 or an errno. */
+static int cache_private_mkdir_errno(const char *base, const char *prefix, const char *const *files,
                         char *path, size_t pathlen, int *lockfd)
 {
     cache_private_sweep(base, prefix, files);
@@ -613,4 +678,12 @@ void cache_private_rmdir(const char *path, const char *const *files)
         return;
     cache_private_clean(AT_FDCWD, path, dfd, files);
     close(dfd);
+}
+
+int cache_status_errno(int e)
+{
+    if (!e)
+        return OPJIT_OK;
+    errno = e;
+    return e == ENOMEM ? OPJIT_ENOMEM : OPJIT_EIO;
 }

@@ -22,7 +22,9 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include "opjit.h"
 #include "cache/cache.h"
+#include "cache/cache_layer.h"
 
 #define CACHE_FORMAT 1
 #define CACHE_MAGIC "opjit-cache-manifest"
@@ -50,9 +52,23 @@ struct cache {
     cache_log_fn log;
     void *log_ud;
     atomic_int warned_fallback; /* the one "cache unusable" warning */
-    struct cache_remote *remote; /* the remote layer, or NULL */
+    struct cache_remote *remote; /* the remote layer's state, or NULL */
     char *remote_url;            /* as configured (even when off), or NULL */
+    /* The layers in the order a fetch walks them: the read-only ones in
+     * use, the writable cache (at writable_layer; -1: none), then those
+     * behind it (the remote; at most CACHE_MAX_BEHIND). */
+    cache_layer *layers;
+    int nlayers;
+    int writable_layer;
 };
+
+#define CACHE_MAX_BEHIND 4
+
+/* The writable cache's layer; only when c->writable_layer >= 0. */
+static inline cache_layer *cache_writable_of(cache *c)
+{
+    return &c->layers[c->writable_layer];
+}
 
 struct cache_entry {
     char *dir;
@@ -85,10 +101,9 @@ typedef struct cache_manifest {
     uint64_t size; /* manifest + artifacts, bytes */
 } cache_manifest;
 
-/* cache_check results. CACHE_TRANSIENT: the entry could not be checked
- * for a reason that says nothing about it (out of file descriptors or
- * memory, an I/O error): never evict it for that. */
-enum { CACHE_OK = 0, CACHE_MISSING = 1, CACHE_DAMAGED = 2, CACHE_TRANSIENT = 3 };
+/* cache_check returns the statuses of an entry (cache_layer.h): OPJIT_OK,
+ * OPJIT_ENOTFOUND, OPJIT_ECACHE (damaged), OPJIT_EIO (not checked for a
+ * reason that says nothing about it: never evicted for that). */
 /* cache_check flags */
 enum {
     CACHE_CHK_SUMS = 1,  /* hash every artifact */
@@ -96,6 +111,11 @@ enum {
                           * the euid or root (read-only layers) */
     CACHE_CHK_TOUCH = 4, /* update the last-use time */
 };
+
+/* cache_fs.c: e (an errno; 0: none) as a status: OPJIT_OK, else
+ * OPJIT_ENOMEM or OPJIT_EIO with errno = e for a caller that acts on
+ * which. */
+int cache_status_errno(int e);
 
 /* cache_fs.c: messages and paths */
 void cache_logf(const cache *c, int level, const char *fmt, ...)
@@ -115,11 +135,13 @@ const char *cache_printable(const char *s, char *out, size_t n);
  * O_NOFOLLOW alone. The descriptor, or -1 and errno. */
 int cache_open_below(const cache *c, const char *path, char *why, size_t whylen);
 /* Rename the checked directory tmp (in tmp/) to the entry dir of hex,
- * making its shard directory. 0 or an errno (EEXIST, ENOTEMPTY: the entry
+ * making its shard directory (cache_layer_dir.c). OPJIT_OK, or a status
+ * with errno (EEXIST, ENOTEMPTY: the entry
  * is there already; EPERM: the shard is not trusted). */
 int cache_install_dir(cache *c, const char *hex, const char *tmp, const char *dir);
 
 /* cache_fs.c: the file system */
+/* OPJIT_OK, or a status with errno and why. */
 int cache_mkdir_p(const char *path, char *why, size_t whylen);
 int cache_rm_rf(const char *path);
 /* Whose files a layer may hold: the writable cache only ours, a read-only
@@ -128,11 +150,12 @@ enum { CACHE_OWNER_SELF = 1, CACHE_OWNER_TRUSTED = 2 };
 /* NULL when st is trustworthy (owner rule, not writable by group or
  * others), else why not. */
 const char *cache_untrusted(const struct stat *st, int owner, uid_t euid);
-/* 0 when path (absolute) and every directory above it, as spelled and as
- * resolved, are ours or root's and writable by nobody else (a sticky
- * directory may be); else -1 and why. */
+/* OPJIT_OK when path (absolute) and every directory above it, as spelled
+ * and as resolved, are ours or root's and writable by nobody else (a
+ * sticky directory may be); else OPJIT_ECACHE and why. */
 int cache_trusted_path(const char *path, uid_t euid, char *why, size_t whylen);
-/* Returns 0 with *fd holding the lock, or an errno (EAGAIN: busy). */
+/* OPJIT_OK with *fd holding the lock, or a status with errno (EAGAIN:
+ * busy). */
 int cache_lock(const cache *c, const char *hex, int which, int exclusive, int wait, int *fd);
 int cache_relock(int fd, int which, int exclusive, int wait);
 
@@ -152,12 +175,12 @@ int cache_manifest_write(int dirfd, const cache_request *req, const cache_artifa
 /* cache_elf.c */
 /* An artifact that starts like ELF must hold every byte its headers point
  * at (a truncated write is caught here), and a shared object must carry a
- * non-executable PT_GNU_STACK. 0: fine, or not ELF; CACHE_ELF_INCOMPLETE
- * or CACHE_ELF_UNSAFE, why filled; else an errno from reading it. */
+ * non-executable PT_GNU_STACK. OPJIT_OK: fine, or not ELF; OPJIT_ECACHE,
+ * why filled and *unsafe 1 for an executable stack (0: incomplete); else
+ * a status with errno from reading it. */
 #define CACHE_ELF_INCOMPLETE (-1)
 #define CACHE_ELF_UNSAFE (-2)
-const char *cache_elf_problem(int rc); /* "incomplete" or "unsafe" */
-int cache_elf_check(int fd, uint64_t size, char *why, size_t whylen);
+int cache_elf_check(int fd, uint64_t size, int *unsafe, char *why, size_t whylen);
 
 /* cache_evict.c */
 /* The keys under an entries/ directory of c (a layer's), sorted, never
@@ -183,11 +206,11 @@ void cache_clean_locks(cache *c);
  * else later, once nobody uses the key. Reached from entries/ by
  * descriptors: a symbolic link (or file) as its shard or entry is
  * unlinked itself, and nothing outside the cache is ever touched. 0 (also
- * when it was gone) or an errno. */
+ * when it was gone), or a status with errno saying why. */
 int cache_discard_entry(cache *c, const char *dir, const char *hex, int have_use);
 /* Unlink the shard entries/<shard> of the writable cache when it is not a
- * directory (a symbolic link itself: never what it points at). 0 or an
- * errno. */
+ * directory (a symbolic link itself: never what it points at). OPJIT_OK
+ * or a status with errno. */
 int cache_discard_shard(cache *c, const char *shard);
 int cache_evict_to(cache *c, uint64_t cap, int all, cache_prune_result *r,
                    char *err, size_t errlen);

@@ -335,7 +335,7 @@ static int cache_damaged(char *why, size_t whylen, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(why, whylen, fmt, ap);
     va_end(ap);
-    return CACHE_DAMAGED;
+    return OPJIT_ECACHE;
 }
 
 /* Errors that say nothing about the entry: out of file descriptors or
@@ -347,17 +347,17 @@ int cache_transient_errno(int e)
            e == EAGAIN || e == EIO;
 }
 
-/* why = "<what>: strerror(e)"; CACHE_TRANSIENT when e is transient, else
- * CACHE_DAMAGED. */
+/* why = "<what>: strerror(e)"; OPJIT_EIO when e is transient, else
+ * OPJIT_ECACHE. */
 static int cache_failed(char *why, size_t whylen, int e, const char *what)
 {
     snprintf(why, whylen, "%s: %s", what, strerror(e));
-    return cache_transient_errno(e) ? CACHE_TRANSIENT : CACHE_DAMAGED;
+    return cache_transient_errno(e) ? OPJIT_EIO : OPJIT_ECACHE;
 }
 
 /* One artifact of the entry open as dfd against its manifest line a: a
  * regular file, trusted, of the size it says, and with CACHE_CHK_SUMS its
- * checksum and (ELF) completeness. CACHE_OK or why not. */
+ * checksum and (ELF) completeness. OPJIT_OK or why not. */
 static int cache_check_artifact(const cache *c, int dfd, const cache_artifact *a, int owner,
                                 int flags, char *why, size_t whylen)
 {
@@ -370,7 +370,7 @@ static int cache_check_artifact(const cache *c, int dfd, const cache_artifact *a
         return cache_failed(why, whylen, errno, what);
     }
     uint64_t sum = 0, n = 0;
-    int e = 0, rc = CACHE_OK;
+    int e = 0, rc = OPJIT_OK, unsafe = 0;
     if (fstat(afd, &st) != 0) {
         e = errno;
         snprintf(what, sizeof what, "cannot stat artifact %s", a->name);
@@ -387,18 +387,20 @@ static int cache_check_artifact(const cache *c, int dfd, const cache_artifact *a
         rc = cache_failed(why, whylen, e, what);
     } else if ((flags & CACHE_CHK_SUMS) && (n != a->size || sum != a->sum))
         rc = cache_damaged(why, whylen, "artifact %s: checksum mismatch", a->name);
-    else if ((flags & CACHE_CHK_SUMS) && (e = cache_elf_check(afd, a->size, elf, sizeof elf))) {
+    else if ((flags & CACHE_CHK_SUMS) &&
+             (e = cache_elf_check(afd, a->size, &unsafe, elf, sizeof elf))) {
+        int en = errno;
         snprintf(what, sizeof what, "cannot read artifact %s", a->name);
-        rc = e < 0 ? cache_damaged(why, whylen, "artifact %s is %s: %s", a->name,
-                                   cache_elf_problem(e), elf)
-                   : cache_failed(why, whylen, e, what);
+        rc = e == OPJIT_ECACHE ? cache_damaged(why, whylen, "artifact %s is %s: %s", a->name,
+                                               unsafe ? "unsafe" : "incomplete", elf)
+                               : cache_failed(why, whylen, en, what);
     }
     close(afd);
     return rc;
 }
 
 /* The entry's directory (open as dfd) and the one holding it are
- * trusted. CACHE_OK or why not. */
+ * trusted. OPJIT_OK or why not. */
 static int cache_check_dirs(const cache *c, int dfd, int owner, char *why, size_t whylen)
 {
     const char *bad;
@@ -411,7 +413,7 @@ static int cache_check_dirs(const cache *c, int dfd, int owner, char *why, size_
         return cache_failed(why, whylen, errno, "cannot stat the directory holding the entry");
     if ((bad = cache_untrusted(&st, owner, c->euid)))
         return cache_damaged(why, whylen, "the directory holding the entry is %s", bad);
-    return CACHE_OK;
+    return OPJIT_OK;
 }
 
 /* Open the entry's manifest: *mfd, and its stat in *st. A trusted regular
@@ -435,11 +437,11 @@ static int cache_open_manifest(const cache *c, int dfd, int owner, int *mfd, str
     if (st->st_size <= 0 || st->st_size > CACHE_MANIFEST_MAX)
         return cache_damaged(why, whylen, "manifest has a bad size (%lld bytes)",
                              (long long)st->st_size);
-    return CACHE_OK;
+    return OPJIT_OK;
 }
 
 /* Read len bytes of manifest from mfd into m->buf and parse them; the
- * manifest must be for key hex. CACHE_OK or why not. */
+ * manifest must be for key hex. OPJIT_OK or why not. */
 static int cache_read_manifest(int mfd, size_t len, const char *hex, cache_manifest *m,
                                char *why, size_t whylen)
 {
@@ -466,7 +468,7 @@ static int cache_read_manifest(int mfd, size_t len, const char *hex, cache_manif
                                          : cache_damaged(why, whylen, "%s", bad);
     if (strcmp(m->key, hex) != 0)
         return cache_damaged(why, whylen, "manifest is for another key (%.40s)", m->key);
-    return CACHE_OK;
+    return OPJIT_OK;
 }
 
 /* Last use is the manifest's mtime, updated at most once a minute so a
@@ -488,7 +490,7 @@ static int cache_name_cmp(const void *a, const void *b)
 
 /* The manifest names each artifact once, and the directory (dfd) holds
  * the manifest and its artifacts, nothing else: a file it does not list
- * would be installed and served unchecked. CACHE_OK or why not. */
+ * would be installed and served unchecked. OPJIT_OK or why not. */
 static int cache_check_listing(int dfd, const cache_manifest *m, char *why, size_t whylen)
 {
     char esc[600];
@@ -507,16 +509,16 @@ static int cache_check_listing(int dfd, const cache_manifest *m, char *why, size
     /* getdents64 into a small buffer: a DIR would malloc 32 KiB (pages a
      * fresh process faults in) to list an entry of a few files. Opened
      * anew: its own offset, whatever dfd's. */
-    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = CACHE_OK;
+    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = OPJIT_OK;
     union {
         char b[2048];
         struct dirent64 align;
     } buf;
-    for (ssize_t got = 1; rc == CACHE_OK && got > 0;) {
+    for (ssize_t got = 1; rc == OPJIT_OK && got > 0;) {
         got = fd < 0 ? -1 : getdents64(fd, buf.b, sizeof buf.b);
         if (got < 0)
             rc = cache_failed(why, whylen, errno, "cannot list the entry");
-        for (ssize_t off = 0; rc == CACHE_OK && off < got;) {
+        for (ssize_t off = 0; rc == OPJIT_OK && off < got;) {
             const struct dirent64 *de = (const struct dirent64 *)(buf.b + off);
             const char *n = de->d_name, *key = n;
             off += de->d_reclen;
@@ -533,9 +535,9 @@ static int cache_check_listing(int dfd, const cache_manifest *m, char *why, size
     return rc;
 }
 
-/* Check the entry in dir against its manifest. Returns CACHE_OK (m filled:
- * free it with cache_manifest_free), CACHE_MISSING, CACHE_DAMAGED or
- * CACHE_TRANSIENT (why says what). */
+/* Check the entry in dir against its manifest. Returns OPJIT_OK (m filled:
+ * free it with cache_manifest_free), OPJIT_ENOTFOUND, OPJIT_ECACHE or
+ * OPJIT_EIO (why says what). */
 int cache_check(const cache *c, const char *dir, const char *hex, int flags,
                 cache_manifest *m, char *why, size_t whylen)
 {
@@ -549,32 +551,32 @@ int cache_check(const cache *c, const char *dir, const char *hex, int flags,
     int dfd = cache_open_below(c, dir, bad, sizeof bad);
     if (dfd < 0) {
         if (errno == ENOENT)
-            return CACHE_MISSING;
+            return OPJIT_ENOTFOUND;
         if (errno == ENOTDIR && *bad)
             return cache_damaged(why, whylen, "%s", bad);
         return cache_failed(why, whylen, errno, "cannot open the entry");
     }
     int rc = cache_check_dirs(c, dfd, owner, why, whylen);
-    if (rc == CACHE_OK)
+    if (rc == OPJIT_OK)
         rc = cache_open_manifest(c, dfd, owner, &mfd, &st, why, whylen);
-    if (rc == CACHE_OK)
+    if (rc == OPJIT_OK)
         rc = cache_read_manifest(mfd, (size_t)st.st_size, hex, m, why, whylen);
-    if (rc == CACHE_OK) {
+    if (rc == OPJIT_OK) {
         m->last_use = (int64_t)st.st_mtim.tv_sec;
         m->size = (uint64_t)st.st_size;
     }
-    for (int i = 0; i < m->nart && rc == CACHE_OK; i++) {
+    for (int i = 0; i < m->nart && rc == OPJIT_OK; i++) {
         rc = cache_check_artifact(c, dfd, &m->art[i], owner, flags, why, whylen);
         m->size += m->art[i].size;
     }
-    if (rc == CACHE_OK)
+    if (rc == OPJIT_OK)
         rc = cache_check_listing(dfd, m, why, whylen);
-    if (rc == CACHE_OK && (flags & CACHE_CHK_TOUCH))
+    if (rc == OPJIT_OK && (flags & CACHE_CHK_TOUCH))
         cache_touch(mfd, m);
     if (mfd >= 0)
         close(mfd);
     close(dfd);
-    if (rc != CACHE_OK) {
+    if (rc != OPJIT_OK) {
         /* Keep why, drop the rest. */
         free(m->buf);
         free(m->art);
@@ -602,17 +604,17 @@ static int cache_seal_artifact(int dirfd, const char *name, mode_t mode, cache_a
     if (!e)
         e = cache_hash_fd(fd, &x->sum, &x->size);
     char elf[160];
-    int problem = e ? 0 : cache_elf_check(fd, x->size, elf, sizeof elf);
-    if (problem > 0)
-        e = problem;
+    int unsafe = 0, problem = e ? OPJIT_OK : cache_elf_check(fd, x->size, &unsafe, elf, sizeof elf);
+    if (problem != OPJIT_OK && problem != OPJIT_ECACHE)
+        e = errno;
     if (fd >= 0)
         close(fd);
-    if (problem < 0) {
+    if (problem == OPJIT_ECACHE) {
         /* A short write the compiler did not notice (a full disk, a
          * file-size limit), or code that would make the host's stack
          * executable: never an entry. */
         return cache_errf(err, errlen, OPJIT_EIO, "cache: the build wrote an %s %s (%s); not cached",
-                          cache_elf_problem(problem), name, elf);
+                          unsafe ? "unsafe" : "incomplete", name, elf);
     }
     if (e)
         return cache_errf(err, errlen, e == ENOMEM ? OPJIT_ENOMEM : OPJIT_EIO,

@@ -418,7 +418,7 @@ static int redis_connect(redis_link *r, int64_t deadline, char *why, size_t whyl
 
 /* The command on a connection: reconnecting when there is none, and once
  * more when a connection kept from before turned out broken (not slow).
- * REDIS_LINK_OK (*out set), REDIS_LINK_BIG or REDIS_LINK_DOWN (why). */
+ * OPJIT_OK (*out set), OPJIT_ECACHE or OPJIT_EIO (why). */
 static int redis_try(redis_link *r, int argc, const char **argv, const size_t *lens, size_t max,
                      redisReply **out, char *why, size_t whylen)
 {
@@ -428,18 +428,18 @@ static int redis_try(redis_link *r, int argc, const char **argv, const size_t *l
             redis_close(r); /* a forked copy: never talk on the parent's socket */
         int fresh = r->fd < 0;
         if (fresh && redis_connect(r, deadline, why, whylen) != 0)
-            return REDIS_LINK_DOWN;
+            return OPJIT_EIO;
         int rc = redis_exchange(r, argc, argv, lens, max, deadline, out);
         if (rc == 0)
-            return REDIS_LINK_OK;
+            return OPJIT_OK;
         redis_why(rc, r, why, whylen);
         redis_close(r); /* its state is unknown: a reply may be in flight */
         if (rc == LINK_BIG)
-            return REDIS_LINK_BIG;
+            return OPJIT_ECACHE;
         if (fresh || rc != LINK_IO)
-            return REDIS_LINK_DOWN;
+            return OPJIT_EIO;
     }
-    return REDIS_LINK_DOWN;
+    return OPJIT_EIO;
 }
 
 int redis_request(const cache *c, redis_link *r, int argc, const char **argv,
@@ -448,11 +448,11 @@ int redis_request(const cache *c, redis_link *r, int argc, const char **argv,
     char why[256] = "";
     *out = NULL;
     pthread_mutex_lock(&r->mu);
-    int rc = REDIS_LINK_DOWN;
+    int rc = OPJIT_EIO;
     if (r->down_until && redis_now_ms() < r->down_until)
         goto out;
     rc = redis_try(r, argc, argv, lens, max_reply, out, why, sizeof why);
-    if (rc != REDIS_LINK_DOWN) {
+    if (rc != OPJIT_EIO) {
         r->down_until = 0;
         r->warned = 0;
         goto out;
@@ -475,7 +475,7 @@ redisReply *redis_run(const cache *c, redis_link *r, int argc, const char **argv
                       const size_t *lens)
 {
     redisReply *rep;
-    return redis_request(c, r, argc, argv, lens, REDIS_MAX_REPLY, &rep) == REDIS_LINK_OK ? rep
+    return redis_request(c, r, argc, argv, lens, REDIS_MAX_REPLY, &rep) == OPJIT_OK ? rep
                                                                                        : NULL;
 }
 

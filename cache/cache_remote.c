@@ -242,7 +242,7 @@ static int remote_encode(cache *c, const cache_remote *r, const char *hex, const
     cache_manifest m;
     rbuf b = {0};
     *base = NULL;
-    if (cache_check(c, dir, hex, CACHE_CHK_OWNER, &m, why, whylen) != CACHE_OK)
+    if (cache_check(c, dir, hex, CACHE_CHK_OWNER, &m, why, whylen) != OPJIT_OK)
         return -1;
     uint64_t msize = m.size;
     for (int i = 0; i < m.nart; i++)
@@ -383,10 +383,14 @@ static int remote_write(int dfd, const char *name, const char *data, size_t n)
     return e;
 }
 
-/* UNPACK_BAD: the value is damaged for every reader (malformed, or its
- * files fail their manifest); UNPACK_FOREIGN: intact, but not signed with
- * our key; UNPACK_LOCAL: we failed. */
-enum { UNPACK_OK = 0, UNPACK_BAD = -1, UNPACK_LOCAL = 1, UNPACK_FOREIGN = 2 };
+/* What unpacking a value found, as statuses: UNPACK_BAD (OPJIT_ECACHE):
+ * the value is damaged for every reader (malformed, or its files fail
+ * their manifest); UNPACK_FOREIGN (OPJIT_EEXIST): intact, but not signed
+ * with our key; UNPACK_LOCAL (OPJIT_EIO): we failed. */
+#define UNPACK_OK OPJIT_OK
+#define UNPACK_BAD OPJIT_ECACHE
+#define UNPACK_LOCAL OPJIT_EIO
+#define UNPACK_FOREIGN OPJIT_EEXIST
 
 /* The files of body into the empty directory dfd: UNPACK_OK (*n sections
  * written), UNPACK_BAD (the value is wrong) or UNPACK_LOCAL (we failed). */
@@ -441,8 +445,8 @@ static int remote_unpack_check(cache *c, const char *hex, const char *body, size
     if (rc != UNPACK_OK)
         return rc;
     int chk = cache_check(c, tmp, hex, CACHE_CHK_SUMS | CACHE_CHK_OWNER, m, why, whylen);
-    if (chk != CACHE_OK)
-        return chk == CACHE_TRANSIENT ? UNPACK_LOCAL : UNPACK_BAD;
+    if (chk != OPJIT_OK)
+        return chk == OPJIT_EIO ? UNPACK_LOCAL : UNPACK_BAD;
     if (n != m->nart + 1) {
         snprintf(why, whylen, "it holds files its manifest does not list");
         cache_manifest_free(m);
@@ -476,7 +480,7 @@ static int remote_install(cache *c, const char *hex, const char *rkey, const cha
     }
     /* Not synced: after a crash, a lost or torn entry is a miss or fails
      * its checksums (then it is fetched again). */
-    int e = rc == UNPACK_OK ? cache_install_dir(c, hex, tmp, dir) : -1;
+    int e = rc != UNPACK_OK ? -1 : cache_install_dir(c, hex, tmp, dir) == OPJIT_OK ? 0 : errno;
     if (e > 0 && e != EEXIST && e != ENOTEMPTY) {
         snprintf(why, whylen, "cannot install it: %s", strerror(e));
         rc = UNPACK_LOCAL;
@@ -539,7 +543,10 @@ static void remote_delete(cache *c, const char *rkey)
 
 /* GET_FOREIGN: the remote holds a value we cannot use and must not
  * delete (another fleet key's): build here, without waiting for others. */
-enum { GET_DOWN = -1, GET_MISS = 0, GET_HIT = 1, GET_FOREIGN = 2 };
+#define GET_DOWN OPJIT_EIO
+#define GET_MISS OPJIT_ENOTFOUND
+#define GET_HIT OPJIT_OK
+#define GET_FOREIGN OPJIT_EEXIST
 
 /* A value of req was rejected: warn, and delete it when it is damaged for
  * every reader (never another key's, never in read-only mode). */
@@ -566,12 +573,12 @@ static int remote_get(cache *c, const cache_request *req, const char *dir, cache
     const char *argv[] = {"GET", rkey};
     redisReply *rep = NULL;
     int lr = redis_request(c, c->remote->link, 2, argv, NULL, REMOTE_MAX_VALUE, &rep);
-    if (lr == REDIS_LINK_BIG) {
+    if (lr == OPJIT_ECACHE) {
         /* No opjit writes a value this large: not read, damaged. */
         snprintf(why, sizeof why, "it is over %u MiB (not fetched)", REMOTE_MAX_VALUE >> 20);
         return remote_rejected(c, req, rkey, UNPACK_BAD, why);
     }
-    if (lr != REDIS_LINK_OK)
+    if (lr != OPJIT_OK)
         return GET_DOWN;
     int rc = GET_MISS;
     if (rep->type == REDIS_REPLY_STRING) {
@@ -619,7 +626,7 @@ static int remote_lock_bogus(cache *c, const cache_request *req, const char *rke
 
 /* Try to take the fleet lock of req: 1 (token filled), 0 held by another,
  * -1 the remote is down or refused. */
-static int remote_lock(cache *c, const cache_request *req, char token[REMOTE_TOKEN_LEN])
+static int remote_lock(cache *c, const cache_request *req, char token[CACHE_LAYER_TOKEN])
 {
     char rkey[64], px[24], host[64] = "";
     unsigned char rnd[8];
@@ -629,7 +636,7 @@ static int remote_lock(cache *c, const cache_request *req, char token[REMOTE_TOK
         return -1;
     remote_hex(rnd, sizeof rnd, rhex);
     gethostname(host, sizeof host - 1);
-    snprintf(token, REMOTE_TOKEN_LEN, "%.20s:%ld:%s", host, (long)getpid(), rhex);
+    snprintf(token, CACHE_LAYER_TOKEN, "%.20s:%ld:%s", host, (long)getpid(), rhex);
     snprintf(px, sizeof px, "%d", c->remote->lease_ms);
     const char *argv[] = {"SET", rkey, token, "NX", "PX", px};
     redisReply *rep = remote_cmd(c, 6, argv, NULL);
@@ -643,7 +650,7 @@ static int remote_lock(cache *c, const cache_request *req, char token[REMOTE_TOK
     return rc;
 }
 
-void cache_remote_unlock(cache *c, const cache_request *req, const char *token)
+static void remote_unlock(cache *c, const cache_request *req, const char *token)
 {
     static const char script[] =
         "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end "
@@ -669,19 +676,19 @@ static void remote_sleep_ms(int ms)
 /* We took the fleet lock: build, unless the previous holder published the
  * value between our GET and our SET. */
 static int remote_owned(cache *c, const cache_request *req, const char *dir,
-                        cache_manifest *keep, char token[REMOTE_TOKEN_LEN])
+                        cache_manifest *keep, char token[CACHE_LAYER_TOKEN])
 {
     if (remote_get(c, req, dir, keep) != GET_HIT)
-        return REMOTE_BUILD;
-    cache_remote_unlock(c, req, token);
+        return OPJIT_ENOTFOUND;
+    remote_unlock(c, req, token);
     token[0] = '\0';
-    return REMOTE_GOT;
+    return OPJIT_OK;
 }
 
 /* Another process holds the fleet lock: poll for its value, taking the
  * lock when it is released without one, for at most two leases. */
 static int remote_wait(cache *c, const cache_request *req, const char *dir,
-                       cache_manifest *keep, char token[REMOTE_TOKEN_LEN])
+                       cache_manifest *keep, char token[CACHE_LAYER_TOKEN])
 {
     int64_t deadline = remote_now_ms() + 2 * (int64_t)c->remote->lease_ms;
     cache_logf(c, OPJIT_LOG_INFO, "cache: op %s (%s, key %s) is being built elsewhere; waiting",
@@ -690,30 +697,37 @@ static int remote_wait(cache *c, const cache_request *req, const char *dir,
         remote_sleep_ms(REMOTE_POLL_MS);
         int g = remote_get(c, req, dir, keep);
         if (g != GET_MISS)
-            return g == GET_HIT ? REMOTE_GOT : REMOTE_BUILD;
+            return g == GET_HIT ? OPJIT_OK : OPJIT_ENOTFOUND;
         int l = remote_lock(c, req, token);
         if (l != 0)
-            return l > 0 ? remote_owned(c, req, dir, keep, token) : REMOTE_BUILD;
+            return l > 0 ? remote_owned(c, req, dir, keep, token) : OPJIT_ENOTFOUND;
     }
     cache_logf(c, OPJIT_LOG_INFO, "cache: waited %d ms for key %s; building it here",
                2 * c->remote->lease_ms, req->key.hex);
-    return REMOTE_BUILD;
+    return OPJIT_ENOTFOUND;
 }
 
-int cache_remote_fetch(cache *c, const cache_request *req, const char *dir, int may_build,
-                       cache_manifest *keep, char token[REMOTE_TOKEN_LEN])
+/* A local miss of req, whose entry directory is dir (writable cache), the
+ * caller holding the key's build lock: ask the remote. OPJIT_OK when a
+ * verified entry was installed at dir (keep as for cache_layer_ops.fetch),
+ * else OPJIT_ENOTFOUND; with may_build, one process per fleet builds a key
+ * at a time: token receives the fleet lock's token when this process
+ * holds it, "" when not (the remote is down, or waiting for another
+ * builder took too long). */
+static int remote_fetch(cache *c, const cache_request *req, const char *dir, int may_build,
+                        cache_manifest *keep, char token[CACHE_LAYER_TOKEN])
 {
     token[0] = '\0';
     if (!c->remote)
-        return REMOTE_BUILD;
+        return OPJIT_ENOTFOUND;
     int g = remote_get(c, req, dir, keep);
     if (g == GET_HIT)
-        return REMOTE_GOT;
+        return OPJIT_OK;
     if (g != GET_MISS || !may_build || c->remote->ro)
-        return REMOTE_BUILD;
+        return OPJIT_ENOTFOUND;
     int l = remote_lock(c, req, token);
     if (l < 0)
-        return REMOTE_BUILD;
+        return OPJIT_ENOTFOUND;
     return l == 0 ? remote_wait(c, req, dir, keep, token)
                   : remote_owned(c, req, dir, keep, token);
 }
@@ -728,7 +742,10 @@ static int remote_has(cache *c, const char *rkey)
     return has;
 }
 
-void cache_remote_put(cache *c, const cache_request *req, const char *dir, const char *token)
+/* After a build published at dir, or a local hit to push (token NULL):
+ * store the entry in the remote unless it is there (read-only mode:
+ * never), then release the fleet lock token names (if any). */
+static void remote_put(cache *c, const cache_request *req, const char *dir, const char *token)
 {
     cache_remote *r = c->remote;
     char rkey[64], why[PATH_MAX + 256];
@@ -756,5 +773,36 @@ void cache_remote_put(cache *c, const cache_request *req, const char *dir, const
         remote_lib.free_reply(rep);
 out:
     free(base);
-    cache_remote_unlock(c, req, token);
+    remote_unlock(c, req, token);
 }
+
+/* ---- the remote as a cache layer (cache_layer.h) ---------------------------------- */
+
+static int layer_fetch(cache_layer *l, const cache_request *req, const char *dir, int claim,
+                       cache_manifest *keep, cache_layer_lock *lk)
+{
+    return remote_fetch(l->c, req, dir, claim, keep, lk->token);
+}
+
+static int layer_publish(cache_layer *l, const cache_request *req, const char *tmp,
+                         const char *dir, cache_layer_lock *lk)
+{
+    (void)tmp; /* the remote copies the published entry at dir */
+    remote_put(l->c, req, dir, lk ? lk->token : NULL);
+    if (lk)
+        lk->token[0] = '\0';
+    return OPJIT_OK;
+}
+
+static void layer_unlock(cache_layer *l, const cache_request *req, cache_layer_lock *lk)
+{
+    remote_unlock(l->c, req, lk->token);
+    lk->token[0] = '\0';
+}
+
+const cache_layer_ops cache_remote_layer = {
+    .kind = "remote",
+    .fetch = layer_fetch,
+    .publish = layer_publish,
+    .unlock = layer_unlock,
+};

@@ -32,16 +32,17 @@ struct redisReply;
 #define SIGN_MAC_LEN 32
 #define REMOTE_PREFIX "opjit:v1:"
 #define REMOTE_LOCK_PREFIX "opjit:v1:lock:"
-#define REMOTE_TOKEN_LEN 64
 
 /* cache_sign.c */
 /* Read the fleet key from path: absolute, a regular file of 16 to 4096
  * bytes that we or root own and nobody else may read or write, in trusted
- * directories. 0 (*key malloc'd: free with sign_key_free), or -1 and why. */
+ * directories. OPJIT_OK (*key malloc'd: free with sign_key_free), or
+ * OPJIT_EINVAL and why. */
 int sign_key_load(const char *path, uid_t euid, unsigned char **key, size_t *len, char *why,
                   size_t whylen);
 void sign_key_free(unsigned char *key, size_t len);
-/* HMAC-SHA256 over a domain tag, rkey (with its NUL) and body. 0 or -1. */
+/* HMAC-SHA256 over a domain tag, rkey (with its NUL) and body. OPJIT_OK
+ * or OPJIT_EIO. */
 int sign_compute(const unsigned char *key, size_t keylen, const char *rkey, const void *body,
                  size_t len, unsigned char mac[SIGN_MAC_LEN]);
 /* Constant-time comparison of two MACs: 1 when equal. */
@@ -57,13 +58,12 @@ void redis_link_free(redis_link *r);
 const char *redis_link_url(const redis_link *r);
 /* Run one command, sending it and receiving its whole reply within the
  * link's timeout_ms however slowly the server sends, the reply at most
- * max_reply bytes. REDIS_LINK_OK (*out: the reply, freeReplyObject it; a
- * reply of type error too); REDIS_LINK_BIG when the reply is larger (not
- * read: the connection is dropped); REDIS_LINK_DOWN when the server could
+ * max_reply bytes. OPJIT_OK (*out: the reply, freeReplyObject it; a
+ * reply of type error too); OPJIT_ECACHE when the reply is larger (not
+ * read: the connection is dropped); OPJIT_EIO when the server could
  * not be reached or did not answer in time (then the link backs off: later
  * commands fail at once for backoff_ms; one warning per outage through
  * c's log). */
-enum { REDIS_LINK_OK = 0, REDIS_LINK_DOWN = -1, REDIS_LINK_BIG = -2 };
 int redis_request(const cache *c, redis_link *r, int argc, const char **argv,
                   const size_t *lens, size_t max_reply, struct redisReply **out);
 /* redis_request with a reply of at most 1 MiB: the reply, or NULL. */
@@ -79,23 +79,8 @@ int redis_down(redis_link *r);
 int cache_remote_open(cache *c, const cache_config *cfg, cache_remote **out);
 void cache_remote_close(cache_remote *r);
 
-enum { REMOTE_GOT = 1, REMOTE_BUILD = 0 };
-/* A local miss of req, whose entry directory is dir (writable cache),
- * the caller holding the key's build lock: ask the remote. REMOTE_GOT when a verified entry was installed at dir; keep
- * (may be NULL; empty on entry) then receives its checked manifest, unless
- * another process installed it first (then check dir). Else
- * REMOTE_BUILD; with may_build, one process per fleet builds a key at a
- * time: token receives the fleet lock's token when this process holds it
- * (pass it to cache_remote_put), "" when not (the remote is down, or
- * waiting for another builder took too long). */
-int cache_remote_fetch(cache *c, const cache_request *req, const char *dir, int may_build,
-                       struct cache_manifest *keep, char token[REMOTE_TOKEN_LEN]);
-/* After a build published at dir, or a local hit to push (token NULL):
- * store the entry in the remote unless it is there (read-only mode: never),
- * then release the fleet lock token names (if any). */
-void cache_remote_put(cache *c, const cache_request *req, const char *dir, const char *token);
-/* Release a fleet lock without publishing (the build failed). */
-void cache_remote_unlock(cache *c, const cache_request *req, const char *token);
+/* Its fetch, publish and unlock are the layer cache_remote_layer
+ * (cache_layer.h): a local miss asks it, a build is published there. */
 int cache_remote_push_hits(const cache *c);
 /* One command on c's remote (see redis_run); NULL when there is none. */
 struct redisReply *cache_remote_cmd(cache *c, int argc, const char **argv, const size_t *lens);

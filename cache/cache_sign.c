@@ -58,7 +58,7 @@ int sign_key_load(const char *path, uid_t euid, unsigned char **key, size_t *len
     *len = 0;
     if (path[0] != '/') {
         snprintf(why, whylen, "%s is not an absolute path", path);
-        return -1;
+        return OPJIT_EINVAL;
     }
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
@@ -68,11 +68,11 @@ int sign_key_load(const char *path, uid_t euid, unsigned char **key, size_t *len
     else
         *slash = '\0';
     if (cache_trusted_path(dir, euid, why, whylen) != 0)
-        return -1;
+        return OPJIT_EINVAL;
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         snprintf(why, whylen, "cannot open %s: %s", path, strerror(errno));
-        return -1;
+        return OPJIT_EINVAL;
     }
     unsigned char *buf = NULL;
     ssize_t n = -1;
@@ -90,11 +90,11 @@ int sign_key_load(const char *path, uid_t euid, unsigned char **key, size_t *len
         if (buf)
             explicit_bzero(buf, SIGN_KEY_MAX + 1);
         free(buf);
-        return -1;
+        return OPJIT_EINVAL;
     }
     *key = buf;
     *len = (size_t)n;
-    return 0;
+    return OPJIT_OK;
 }
 
 void sign_key_free(unsigned char *key, size_t len)
@@ -117,7 +117,7 @@ int sign_compute(const unsigned char *key, size_t keylen, const char *rkey, cons
     char why[512];
     const remote_libs *L = remote_libs_get(why, sizeof why);
     if (!L)
-        return -1;
+        return OPJIT_EIO;
     int ok = 1;
     if (keylen > BLOCK)
         ok = L->sha256_init(&ctx) && L->sha256_update(&ctx, key, keylen) &&
@@ -137,7 +137,7 @@ int sign_compute(const unsigned char *key, size_t keylen, const char *rkey, cons
     explicit_bzero(k, sizeof k);
     explicit_bzero(pad, sizeof pad);
     explicit_bzero(&ctx, sizeof ctx);
-    return ok ? 0 : -1;
+    return ok ? OPJIT_OK : OPJIT_EIO;
 }
 
 int sign_equal(const unsigned char *a, const unsigned char *b)

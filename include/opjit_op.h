@@ -10,7 +10,7 @@
  *
  *   #include <opjit_op.h>
  *   static int relu_cpu(opjit_ctx *ctx, opjit_args *a) { ... }
- *   OPJIT_MODULE(relu, m) {
+ *   OPJIT_MODULE(m) {
  *       opjit_def(m, "relu(Tensor self) -> Tensor", OPJIT_CPU, relu_cpu, "max(x, 0)");
  *       opjit_require(m, "self", "float32 contiguous");
  *   }
@@ -154,20 +154,28 @@ static inline const opjit_api **opjit__api_slot(void)
 }
 #define OPJIT__API (*opjit__api_slot())
 
-/* OPJIT_MODULE(name, m) { body } defines the module init entry, the way
- * PYBIND11_MODULE does for Python. The body registers kernels on m. */
-#define OPJIT_MODULE(name, m)                                               \
-    static void opjit__init_##name(opjit_module *m);                        \
+/* OPJIT_MODULE(m) { body } defines the module init entry, the way
+ * PYBIND11_MODULE does for Python. The body registers kernels on m. A
+ * module has no name of its own: its file is its name (loading "mod::op"
+ * reads mod.c and mod.cu), and its ops are named by their schemas.
+ * OPJIT_MODULE(name, m), the older spelling, is still accepted (the name
+ * is ignored, as it always was). */
+#define OPJIT_MODULE(...) OPJIT__MODULE_PICK(__VA_ARGS__, OPJIT__MODULE2, OPJIT__MODULE1, _)(__VA_ARGS__)
+#define OPJIT__MODULE_PICK(a, b, which, ...) which
+#define OPJIT__MODULE1(m) OPJIT__MODULE_DEF(m)
+#define OPJIT__MODULE2(name, m) OPJIT__MODULE_DEF(m)
+#define OPJIT__MODULE_DEF(m)                                                \
+    static void opjit__module_body(opjit_module *m);                        \
     int opjit_module_init(const opjit_api *api, opjit_module *m)            \
     {                                                                       \
         if (!api || api->abi_version != OPJIT_ABI_VERSION ||                \
             api->size < sizeof(opjit_api))                                  \
             return -1;                                                      \
         OPJIT__API = api;                                                   \
-        opjit__init_##name(m);                                              \
+        opjit__module_body(m);                                              \
         return 0;                                                           \
     }                                                                       \
-    static void opjit__init_##name(opjit_module *m)
+    static void opjit__module_body(opjit_module *m)
 
 /* Register kernel fn for device under schema, e.g.
  * "mm(Tensor self, Tensor mat2) -> Tensor". A bad schema or a duplicate

@@ -69,7 +69,7 @@ int load_module(loader *l, const source *s, const char *so, const char *tier, mo
     opjit_module_init_fn init = (opjit_module_init_fn)dlsym(m->dl, OPJIT_MODULE_ENTRY);
     if (!init) {
         rc = rt_error(rt, OPJIT_EMODULE, "%s: no OPJIT_MODULE(...) block: the source must "
-                      "define its module init with OPJIT_MODULE(name, m) { ... }", s->path);
+                      "define its module init with OPJIT_MODULE(m) { ... }", s->path);
         goto fail;
     }
     if (init(&runtime_api, (opjit_module *)m) != 0) {

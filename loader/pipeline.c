@@ -100,7 +100,7 @@ static int scratch_dir(pipeline *p, char *err, size_t errlen)
         const char *tmp = getenv("TMPDIR");
         tmp = tmp && *tmp ? tmp : "/tmp";
         int e = cache_private_mkdir(tmp, "opjit-", scratch_files, p->scratch, sizeof p->scratch,
-                                    &p->scratch_lock);
+                                    &p->scratch_lock) ? errno : 0;
         if (e) {
             p->scratch[0] = '\0';
             snprintf(err, errlen, "cannot create a temporary directory in %s: %s", tmp,

@@ -349,7 +349,7 @@ static int take_slot(loader *l, int *fd)
 {
     tier_state *t = l->tier;
     for (;;) {
-        int e = cache_slot_take(l->cache, t->slots, fd);
+        int e = cache_slot_take(l->cache, t->slots, fd) ? errno : 0;
         if (e != EAGAIN || atomic_load(&t->stop))
             return e;
         struct pollfd pfd = {t->wake[0], POLLIN, 0};

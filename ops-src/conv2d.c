@@ -2036,7 +2036,7 @@ static int conv2d_backward_padding_cpu(opjit_ctx *ctx, opjit_args *a)
     return conv2d_backward_run(ctx, a, 1);
 }
 
-OPJIT_MODULE(conv2d, m)
+OPJIT_MODULE(m)
 {
     opjit_def(m, CONV2D_SCHEMA, OPJIT_CPU, conv2d_cpu,
               "2-D convolution, NCHW (torch.nn.functional.conv2d): im2col + GEMM, "

@@ -971,7 +971,7 @@ static int conv2d_backward_padding_cuda(opjit_ctx *ctx, opjit_args *a)
     return conv2d_backward_cuda_run(ctx, a, 1);
 }
 
-OPJIT_MODULE(conv2d_cuda, m)
+OPJIT_MODULE(m)
 {
     opjit_def(m, CONV2D_SCHEMA, OPJIT_CUDA, conv2d_cuda,
               "2-D convolution, NCHW (torch.nn.functional.conv2d) on CUDA through cuDNN");

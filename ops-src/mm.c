@@ -487,7 +487,7 @@ static int mm_backward_cpu(opjit_ctx *ctx, opjit_args *a)
     return 0;
 }
 
-OPJIT_MODULE(mm, m)
+OPJIT_MODULE(m)
 {
     opjit_def(m, "mm(Tensor self, Tensor mat2) -> Tensor", OPJIT_CPU, mm_cpu,
               "Matrix product [n,k] x [k,m] -> [n,m] (OpenBLAS gemm; an AVX-512 GEMM in "

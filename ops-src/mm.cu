@@ -622,7 +622,7 @@ static int mm_backward_cuda(opjit_ctx *ctx, opjit_args *a)
     return 0;
 }
 
-OPJIT_MODULE(mm_cuda, m)
+OPJIT_MODULE(m)
 {
     opjit_def(m, "mm(Tensor self, Tensor mat2) -> Tensor", OPJIT_CUDA, mm_cuda,
               "Matrix product [n,k] x [k,m] -> [n,m] on CUDA (cuBLAS, else shared-memory "

@@ -515,7 +515,7 @@ static int nms_cpu(opjit_ctx *ctx, opjit_args *a)
     return 0;
 }
 
-OPJIT_MODULE(nms, m)
+OPJIT_MODULE(m)
 {
     opjit_def(m, "nms(Tensor boxes, Tensor scores, float iou_threshold) -> Tensor",
               OPJIT_CPU, nms_cpu,

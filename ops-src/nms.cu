@@ -554,7 +554,7 @@ static int nms_cuda(opjit_ctx *ctx, opjit_args *a)
     return opjit_memcpy(ctx, opjit_data(out), d_keep, (size_t)count * 8, OPJIT_COPY_DTOD);
 }
 
-OPJIT_MODULE(nms_cuda, m)
+OPJIT_MODULE(m)
 {
     opjit_def(m, "nms(Tensor boxes, Tensor scores, float iou_threshold) -> Tensor", OPJIT_CUDA,
               nms_cuda,

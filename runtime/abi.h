@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "opjit.h"
+#include "opjit_admin.h"
 
 /* Where field of type ends: the size of the first version of a struct
  * whose last field then was field. */

@@ -603,11 +603,11 @@ int opjit_op_info_get(opjit_runtime *rt, const opjit_op *op, opjit_op_info *host
     return OPJIT_OK;
 }
 
-int opjit_op_arg(opjit_runtime *rt, const opjit_op *op, int i, opjit_arg_info *host)
+int opjit_op_arg_get(opjit_runtime *rt, const opjit_op *op, int i, opjit_arg_info *host)
 {
     if (!rt || !op || !host)
-        return rt_error(rt, OPJIT_EINVAL, "opjit_op_arg: NULL argument");
-    int rc = abi_out_check_rt(rt, "opjit_op_arg", host, ABI_MIN_ARG_INFO, "opjit_arg_info");
+        return rt_error(rt, OPJIT_EINVAL, "opjit_op_arg_get: NULL argument");
+    int rc = abi_out_check_rt(rt, "opjit_op_arg_get", host, ABI_MIN_ARG_INFO, "opjit_arg_info");
     if (rc)
         return rc;
     const schema *sch = atomic_load(&op->sch);

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "opjit.h"
+#include "opjit_admin.h"
 #include "runtime/runtime.h"
 
 static const struct {

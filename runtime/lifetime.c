@@ -82,7 +82,7 @@ int runtime_new(const opjit_config *cfg, opjit_runtime **out)
     return OPJIT_OK;
 }
 
-int opjit_get_num_threads(const opjit_runtime *rt, int *num_threads)
+int opjit_num_threads_get(const opjit_runtime *rt, int *num_threads)
 {
     if (!rt || !num_threads)
         return OPJIT_EINVAL;

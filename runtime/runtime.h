@@ -109,7 +109,7 @@ typedef struct op_decls {
 struct opjit_op {
     char *name;
     /* The schema all its kernels share: the op's own copy, so that what
-     * opjit_op_arg hands out outlives the kernels. A reload of the only
+     * opjit_op_arg_get hands out outlives the kernels. A reload of the only
      * source of an op may change it; every schema text the op had stays
      * (in schemas) as long as the op. */
     _Atomic(const schema *) sch;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <opjit.h>
+#include <opjit_admin.h>
 
 #define GUARD 512
 static int failed;
@@ -54,7 +55,7 @@ int main(int argc, char **argv)
         return 1;
     check(intact(cfg.guard), "opjit_create leaves the bytes past the config alone");
     int n = 0;
-    check(opjit_get_num_threads(rt, &n) == OPJIT_OK && n == 3, "num_threads is the host's 3");
+    check(opjit_num_threads_get(rt, &n) == OPJIT_OK && n == 3, "num_threads is the host's 3");
 
     GUARDED(opjit_load_info) li;
     memset(&li, 0x5a, sizeof li);
@@ -82,9 +83,9 @@ int main(int argc, char **argv)
     GUARDED(opjit_arg_info) ai;
     memset(&ai, 0x5a, sizeof ai);
     ai.v.size = sizeof ai.v;
-    check(op && opjit_op_arg(rt, op, 2, &ai.v) == OPJIT_OK && !strcmp(ai.v.name, "iou_threshold"),
-          "opjit_op_arg");
-    check(intact(ai.guard), "opjit_op_arg writes only sizeof(opjit_arg_info) bytes");
+    check(op && opjit_op_arg_get(rt, op, 2, &ai.v) == OPJIT_OK && !strcmp(ai.v.name, "iou_threshold"),
+          "opjit_op_arg_get");
+    check(intact(ai.guard), "opjit_op_arg_get writes only sizeof(opjit_arg_info) bytes");
 
     GUARDED(opjit_cache_info) ci;
     memset(&ci, 0x5a, sizeof ci);

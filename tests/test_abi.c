@@ -7,6 +7,7 @@
 
 #include "t.h"
 #include <opjit.h>
+#include <opjit_admin.h>
 
 /* A config as a newer header might have it: one field more. */
 typedef struct newer_config {
@@ -44,7 +45,7 @@ static void test_create_sizes(void)
     n.added = 0; /* unknown but zero: the default a newer library would have */
     CHECK(opjit_create(&n.c, &rt) == OPJIT_OK && rt);
     int threads = 0;
-    CHECK(opjit_get_num_threads(rt, &threads) == OPJIT_OK && threads == 2);
+    CHECK(opjit_num_threads_get(rt, &threads) == OPJIT_OK && threads == 2);
     opjit_destroy(rt);
     n.added = 1; /* asks for what this library cannot do */
     CHECK(opjit_create(&n.c, &rt) == OPJIT_EINVAL && !rt);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "opjit.h"
+#include "opjit_admin.h"
 #include "t_files.h"
 
 /* A CPU op `name` returning x * k. */

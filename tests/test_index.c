@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "opjit.h"
+#include "opjit_admin.h"
 #include "t.h"
 #include "t_files.h"
 #include "t_ops.h"

@@ -56,7 +56,7 @@ else
     finish
 fi
 
-for f in include/opjit.h include/opjit_op.h bin/opjit share/opjit/ops/mm.c; do
+for f in include/opjit.h include/opjit_admin.h include/opjit_op.h bin/opjit share/opjit/ops/mm.c; do
     if [ -e "$PREFIX/$f" ]; then ok "installed $f"; else bad "installed $f (missing)"; fi
 done
 
@@ -104,8 +104,9 @@ APP=$T/consumer
 mkdir -p "$APP"
 cat >"$APP/app.c" <<'EOF'
 /* A host application: loads mm by name from the installed ops and
- * multiplies two 2x2 matrices. */
+ * multiplies two 2x2 matrices; asks where the cache is (opjit_admin.h). */
 #include <opjit.h>
+#include <opjit_admin.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -119,6 +120,12 @@ int main(void)
     int rc = opjit_create(NULL, &rt);
     if (rc) {
         fprintf(stderr, "opjit_create: %s\n", opjit_status_name(rc));
+        return 1;
+    }
+    opjit_cache_info ci = {.size = sizeof ci};
+    if ((rc = opjit_cache_info_get(rt, &ci))) {
+        fprintf(stderr, "opjit_cache_info_get: %s\n", opjit_errmsg(rt));
+        opjit_destroy(rt);
         return 1;
     }
     opjit_op *op = NULL;
@@ -284,12 +291,12 @@ fi
 
 # The public headers are usable from C++ hosts too.
 if command -v c++ >/dev/null 2>&1; then
-    printf '#include <opjit.h>\nint main() { opjit_value v = opjit_int(3); return opjit_version() > 0 && v.u.i == 3 ? 0 : 1; }\n' \
+    printf '#include <opjit.h>\n#include <opjit_admin.h>\nint main() { opjit_value v = opjit_int(3); return opjit_version() > 0 && v.u.i == 3 ? 0 : 1; }\n' \
         >"$APP/cxx.cc"
     if c++ -fsyntax-only -I"$PREFIX/include" "$APP/cxx.cc" >"$T/cxx.log" 2>&1; then
-        ok "opjit.h compiles as C++"
+        ok "opjit.h and opjit_admin.h compile as C++"
     else
-        bad "opjit.h compiles as C++" "$T/cxx.log"
+        bad "opjit.h and opjit_admin.h compile as C++" "$T/cxx.log"
     fi
 fi
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "opjit.h"
+#include "opjit_admin.h"
 #include "cache/cache_int.h"
 #include "t.h"
 #include "t_files.h"
@@ -1087,7 +1088,7 @@ static void list_info_args_and_find(void)
           (!strcmp(info.tier[OPJIT_CPU], "tcc") || !strcmp(info.tier[OPJIT_CPU], "opt")));
     CHECK(opjit_op_info_get(rt, NULL, &info) == OPJIT_EINVAL);
 
-    /* opjit_op_arg */
+    /* opjit_op_arg_get */
     static const struct {
         const char *name, *type;
         int kind, optional, list_len, has_default;
@@ -1104,7 +1105,7 @@ static void list_info_args_and_find(void)
         opjit_arg_info ai = {.size = sizeof ai};
         memset(&ai, 0xab, sizeof ai);
         ai.size = sizeof ai;
-        CHECK(opjit_op_arg(rt, op, i, &ai) == OPJIT_OK);
+        CHECK(opjit_op_arg_get(rt, op, i, &ai) == OPJIT_OK);
         CHECKF(ai.name && !strcmp(ai.name, want[i].name), "arg %d name", i);
         CHECKF(ai.type && !strcmp(ai.type, want[i].type), "arg %d type %s", i, ai.type);
         CHECKF(ai.kind == want[i].kind, "arg %d kind %d", i, ai.kind);
@@ -1119,9 +1120,9 @@ static void list_info_args_and_find(void)
         CHECK(opjit_op_arg_index(op, want[i].name) == i);
     }
     opjit_arg_info ai = {.size = sizeof ai};
-    CHECK(opjit_op_arg(rt, op, 6, &ai) == OPJIT_EINVAL);
+    CHECK(opjit_op_arg_get(rt, op, 6, &ai) == OPJIT_EINVAL);
     CHECK_STR_CONTAINS(opjit_errmsg(rt), "qal_info");
-    CHECK(opjit_op_arg(rt, op, -1, &ai) == OPJIT_EINVAL);
+    CHECK(opjit_op_arg_get(rt, op, -1, &ai) == OPJIT_EINVAL);
     CHECK(opjit_op_arg_index(op, "nope") == -1);
     CHECK(opjit_op_arg_index(op, NULL) == -1);
     CHECK(opjit_op_arg_index(NULL, "self") == -1);

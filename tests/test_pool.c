@@ -151,7 +151,7 @@ static int probe(opjit_runtime *rt, opjit_op *op, int64_t grain, int64_t fail_at
     if (rc)
         return -rc;
     int nt = 0, seen[1024] = {0}, distinct = 0, bad = 0;
-    opjit_get_num_threads(rt, &nt);
+    opjit_num_threads_get(rt, &nt);
     const float *y = o[0]->dl_tensor.data;
     const int32_t *s = o[1]->dl_tensor.data;
     for (int i = 0; i < PN; i++) {
@@ -305,20 +305,20 @@ static void test_thread_count(void)
         snprintf(saved, sizeof saved, "%s", old);
     unsetenv("OPJIT_NUM_THREADS");
     opjit_runtime *rt = new_rt(0, 0, NULL, NULL);
-    CHECK(opjit_get_num_threads(rt, &n) == OPJIT_OK && n == cpus);
+    CHECK(opjit_num_threads_get(rt, &n) == OPJIT_OK && n == cpus);
     opjit_destroy(rt);
     setenv("OPJIT_NUM_THREADS", "3", 1);
     rt = new_rt(0, 0, NULL, NULL);
-    CHECK(opjit_get_num_threads(rt, &n) == OPJIT_OK && n == 3);
+    CHECK(opjit_num_threads_get(rt, &n) == OPJIT_OK && n == 3);
     opjit_destroy(rt);
     rt = new_rt(5, 0, NULL, NULL); /* the config wins */
-    CHECK(opjit_get_num_threads(rt, &n) == OPJIT_OK && n == 5);
+    CHECK(opjit_num_threads_get(rt, &n) == OPJIT_OK && n == 5);
     opjit_destroy(rt);
     setenv("OPJIT_NUM_THREADS", "two", 1); /* ignored */
     rt = new_rt(0, 0, NULL, NULL);
-    CHECK(opjit_get_num_threads(rt, &n) == OPJIT_OK && n == cpus);
-    CHECK(opjit_get_num_threads(NULL, &n) == OPJIT_EINVAL);
-    CHECK(opjit_get_num_threads(rt, NULL) == OPJIT_EINVAL);
+    CHECK(opjit_num_threads_get(rt, &n) == OPJIT_OK && n == cpus);
+    CHECK(opjit_num_threads_get(NULL, &n) == OPJIT_EINVAL);
+    CHECK(opjit_num_threads_get(rt, NULL) == OPJIT_EINVAL);
     opjit_destroy(rt);
     if (old)
         setenv("OPJIT_NUM_THREADS", saved, 1);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "opjit.h"
+#include "opjit_admin.h"
 #include "t.h"
 
 static char base[1024], tmp[1100], src[1100];

@@ -26,6 +26,24 @@ if [[ -e "$B/libopjit.so" ]]; then
     check "libopjit.so exports only opjit_* (found: $(echo $others | head -c 300))" test -z "$others"
 fi
 
+# What is exported is what the public headers declare, and each is spelled
+# once (opjit.h, "Names"): no opjit_get_* beside the opjit_*_get getters.
+declared=$(cat "$S/include/opjit.h" "$S/include/opjit_admin.h" |
+    grep -oE '\bopjit_[a-z0-9_]+\(' | tr -d '(' | sort -u)
+exported=$(nm -g --defined-only "$B/libopjit.a" | awk 'NF == 3 && $2 == "T" { print $3 }' | sort -u)
+undeclared=$(comm -13 <(echo "$declared") <(echo "$exported") | grep -v '^opjit_module_init$' || true)
+check "every exported function is declared in opjit.h or opjit_admin.h (not: $(echo $undeclared | head -c 300))" \
+    test -z "$undeclared"
+missing=$(comm -23 <(grep -hoE '^[a-z].*\bopjit_[a-z0-9_]+\(' "$S/include/opjit.h" "$S/include/opjit_admin.h" |
+    grep -v '^static' | grep -oE 'opjit_[a-z0-9_]+\($' | tr -d '(' | sort -u) <(echo "$exported") || true)
+check "every function they declare is exported (not: $(echo $missing | head -c 300))" test -z "$missing"
+oldnames=$(echo "$exported" | grep -E '^opjit_get_|^opjit_op_arg$' || true)
+check "getters are spelled opjit_<thing>_get (found: $(echo $oldnames))" test -z "$oldnames"
+admin_in_core=$(grep -oE '\bopjit_(cache|warm|discover|sources|dtype|ops_path|parse_size)[a-z_]*\(' \
+    "$S/include/opjit.h" | sort -u || true)
+check "the admin API lives in opjit_admin.h, not opjit.h (found: $(echo $admin_in_core))" \
+    test -z "$admin_in_core"
+
 cat >"$T/host.c" <<'C'
 #include <stdio.h>
 #include <opjit.h>

@@ -1,7 +1,7 @@
 /*
  * tools/cli.h - the subcommands of the `opjit` tool and what they share.
  *
- * The tool is a client of opjit.h alone: no header of the library's
+ * The tool is a client of opjit.h and opjit_admin.h alone: no header of the library's
  * modules is included anywhere in tools/ (tests/test_cli_includes.sh
  * checks it).
  *
@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "opjit.h"
+#include "opjit_admin.h"
 
 enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
 

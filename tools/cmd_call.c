@@ -463,7 +463,7 @@ static int call_bind(call_state *cs, const char *assign)
         fprintf(stderr, "opjit: argument '%s' is given twice\n", name);
         return -1;
     }
-    if (opjit_op_arg(cs->rt, cs->op, idx, &ai) != OPJIT_OK) {
+    if (opjit_op_arg_get(cs->rt, cs->op, idx, &ai) != OPJIT_OK) {
         cli_rt_error(cs->rt, cs->info.name);
         return -1;
     }
@@ -483,7 +483,7 @@ static int call_check_missing(call_state *cs)
     int nmissing = 0;
     for (int i = 0; i < cs->info.nargs; i++) {
         opjit_arg_info ai = {.size = sizeof ai};
-        if (cs->given[i] || opjit_op_arg(cs->rt, cs->op, i, &ai) != OPJIT_OK)
+        if (cs->given[i] || opjit_op_arg_get(cs->rt, cs->op, i, &ai) != OPJIT_OK)
             continue;
         if (ai.optional || ai.has_default)
             continue;
@@ -553,7 +553,7 @@ static int call_to_cuda(call_state *cs)
         if (opjit_tensor_to_device(cs->rt, cs->vals[i].u.tensor, OPJIT_CUDA, 0,
                                    &cs->dev_args[i]) != OPJIT_OK) {
             opjit_arg_info ai = {.size = sizeof ai};
-            const char *name = opjit_op_arg(cs->rt, cs->op, i, &ai) == OPJIT_OK ? ai.name : "?";
+            const char *name = opjit_op_arg_get(cs->rt, cs->op, i, &ai) == OPJIT_OK ? ai.name : "?";
             fprintf(stderr, "opjit: %s: --device cuda: argument '%s': %s\n", cs->info.name,
                     name, opjit_errmsg(cs->rt));
             return -1;

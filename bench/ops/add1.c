@@ -25,7 +25,7 @@ static int add1_cpu(opjit_ctx *ctx, opjit_args *a)
     return 0;
 }
 
-OPJIT_MODULE(add1, m)
+OPJIT_MODULE(m)
 {
     opjit_def(m, "add1(Tensor self) -> Tensor", OPJIT_CPU, add1_cpu, "x + 1 (bench only)");
     opjit_require(m, "self", "float32 contiguous");

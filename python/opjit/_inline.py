@@ -4,7 +4,7 @@
     m = opjit.load_inline("scale2", '''
     #include <opjit_op.h>
     static int scale2_cpu(opjit_ctx *ctx, opjit_args *a) { ... }
-    OPJIT_MODULE(scale2, m) { opjit_def(m, "scale2(Tensor x) -> Tensor", OPJIT_CPU, scale2_cpu, "x * 2"); }
+    OPJIT_MODULE(m) { opjit_def(m, "scale2(Tensor x) -> Tensor", OPJIT_CPU, scale2_cpu, "x * 2"); }
     ''')
     m.scale2(np.ones(3, np.float32))
 """

@@ -39,7 +39,7 @@ static int refresh_names(opy_op *o)
     PyObject *names = PyTuple_New(info.nargs);
     for (int i = 0; names && i < info.nargs; i++) {
         opjit_arg_info a = {.size = sizeof a};
-        PyObject *s = opjit_op_arg(o->rt->rt, o->op, i, &a) ? NULL
+        PyObject *s = opjit_op_arg_get(o->rt->rt, o->op, i, &a) ? NULL
                                                             : PyUnicode_InternFromString(a.name);
         if (!s) {
             Py_CLEAR(names);
@@ -117,7 +117,7 @@ static int bind(opy_op *o, PyObject *const *args, Py_ssize_t npos, PyObject *kwn
 static PyObject *arg_expects(opy_op *o, int i)
 {
     opjit_arg_info a = {.size = sizeof a};
-    if (opjit_op_arg(o->rt->rt, o->op, i, &a))
+    if (opjit_op_arg_get(o->rt->rt, o->op, i, &a))
         return PyUnicode_FromString("a tensor, int, float, bool, str, list of ints or None");
     if (a.kind == OPJIT_KIND_INTS && a.list_len > 0)
         return PyUnicode_FromFormat("%s (an int or a list of %d ints)", a.type, a.list_len);
@@ -639,7 +639,7 @@ static PyObject *op_get_arguments(PyObject *self, void *unused)
     PyObject *t = PyTuple_New(info.nargs);
     for (int i = 0; t && i < info.nargs; i++) {
         opjit_arg_info a = {.size = sizeof a};
-        PyObject *item = opjit_op_arg(o->rt->rt, o->op, i, &a)
+        PyObject *item = opjit_op_arg_get(o->rt->rt, o->op, i, &a)
                              ? opy_raise_status(o->rt->rt, OPJIT_EINVAL)
                              : Py_BuildValue("(ssz)", a.name, a.type,
                                              a.has_default ? a.default_text : NULL);

@@ -14,7 +14,7 @@
 #include <Python.h>
 #include <pthread.h>
 
-#include "opjit.h"
+#include "opjit_admin.h"
 
 /* Bounds of one call, checked against each op's schema when it is wrapped.
  * The runtime's own limits are lower (32 arguments, 8 outputs, int[8]). */

@@ -91,7 +91,7 @@ static int matvec_cpu(opjit_ctx *ctx, opjit_args *a)
     return 0;
 }
 
-OPJIT_MODULE(llama_ops, m)
+OPJIT_MODULE(m)
 {
     opjit_def(m, "rmsnorm(Tensor x, Tensor weight, float eps=1e-6) -> Tensor", OPJIT_CPU,
               rmsnorm_cpu, "RMS normalization over the last dimension, times weight");
