@@ -37,7 +37,8 @@
  * fields it does not know taking their defaults. A host newer than the
  * library may pass a larger struct if the fields the library does not know
  * are zero (else OPJIT_EINVAL); an output's bytes past what the library
- * knows are zeroed. A size below the first version's is OPJIT_EINVAL.
+ * knows are left as the host set them. A size below the first version's,
+ * or past 64 KiB (a size never set), is OPJIT_EINVAL.
  * Structs the library hands out (events, entries, reports) are read-only
  * to the host and owned by the library.
  */

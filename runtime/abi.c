@@ -5,16 +5,25 @@
 #include "runtime/abi.h"
 #include "runtime/runtime.h"
 
+/* OPJIT_OK when size can be a host's sizeof: at least the first version's
+ * (min), and not past ABI_MAX_SIZE (a size never set holds whatever the
+ * stack held: nothing is read or written by it). */
+static int abi_size_ok(size_t size, size_t min, const char *what, char *err, size_t errlen)
+{
+    if (size >= min && size <= ABI_MAX_SIZE)
+        return OPJIT_OK;
+    snprintf(err, errlen, "%s.size is %zu, %s %s (%zu bytes): set it to sizeof the struct", what,
+             size, size < min ? "below the smallest" : "far past any", what,
+             size < min ? min : (size_t)ABI_MAX_SIZE);
+    return OPJIT_EINVAL;
+}
+
 int abi_in(void *ours, size_t our_size, const void *in, size_t min, const char *what,
            char *err, size_t errlen)
 {
     size_t size = abi_size(in);
-    if (size < min) {
-        snprintf(err, errlen,
-                 "%s.size is %zu, below the smallest %s (%zu bytes): set it to sizeof the struct",
-                 what, size, what, min);
+    if (abi_size_ok(size, min, what, err, errlen))
         return OPJIT_EINVAL;
-    }
     const unsigned char *bytes = in;
     for (size_t i = our_size; i < size; i++)
         if (bytes[i]) {
@@ -30,13 +39,7 @@ int abi_in(void *ours, size_t our_size, const void *in, size_t min, const char *
 
 int abi_out_check(const void *out, size_t min, const char *what, char *err, size_t errlen)
 {
-    size_t size = abi_size(out);
-    if (size >= min)
-        return OPJIT_OK;
-    snprintf(err, errlen,
-             "%s.size is %zu, below the smallest %s (%zu bytes): set it to sizeof the struct",
-             what, size, what, min);
-    return OPJIT_EINVAL;
+    return abi_size_ok(abi_size(out), min, what, err, errlen);
 }
 
 int abi_out_check_rt(const opjit_runtime *rt, const char *fn, const void *out, size_t min,
@@ -53,6 +56,4 @@ void abi_out(void *out, const void *ours, size_t our_size)
     size_t n = size < our_size ? size : our_size;
     memcpy((char *)out + sizeof(size_t), (const char *)ours + sizeof(size_t),
            n - sizeof(size_t));
-    if (size > our_size)
-        memset((char *)out + our_size, 0, size - our_size);
 }

@@ -26,6 +26,9 @@
 #define ABI_MIN_PRUNE_RESULT ABI_END(opjit_cache_prune_result, bytes_after)
 #define ABI_MIN_REMOTE_INFO ABI_END(opjit_cache_remote_info, policy)
 
+/* No struct of this API comes near this: a larger size was never set. */
+#define ABI_MAX_SIZE 65536
+
 /* The size a host's struct declares (its first member). */
 static inline size_t abi_size(const void *host)
 {
@@ -34,8 +37,8 @@ static inline size_t abi_size(const void *host)
 
 /* Take the host's input struct `in` into `ours` (our_size bytes, defaults
  * already in it): the prefix both know is copied, ours->size stays
- * our_size. OPJIT_EINVAL (what in err) when in's size is below min, or
- * above ours with a byte this library does not know set (the host asks
+ * our_size. OPJIT_EINVAL (what in err) when in's size is below min or
+ * past ABI_MAX_SIZE, or above ours with a byte this library does not know set (the host asks
  * for what this version cannot do). */
 int abi_in(void *ours, size_t our_size, const void *in, size_t min, const char *what,
            char *err, size_t errlen);
@@ -49,8 +52,9 @@ int abi_out_check_rt(const opjit_runtime *rt, const char *fn, const void *out, s
                      const char *what);
 
 /* Hand ours (our_size bytes) to the host's output struct out, checked by
- * abi_out_check: the prefix both know; out's bytes past ours are zeroed
- * and its size stays the host's. */
+ * abi_out_check: the prefix both know; out's bytes past ours are left as
+ * the host set them (never written: a wrong size must not reach past the
+ * host's struct) and its size stays the host's. */
 void abi_out(void *out, const void *ours, size_t our_size);
 
 /* The host's config (NULL: the defaults) as this library's struct, the

@@ -3,6 +3,7 @@
  * below the first version, and hosts newer than the library (a struct
  * larger than the library's, its unknown fields zero or set). */
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "t.h"
@@ -71,8 +72,17 @@ static void test_output_sizes(void)
     big.i.size = sizeof big;
     CHECK(opjit_cache_info_get(rt, &big.i) == OPJIT_OK);
     CHECK(big.i.size == sizeof big && big.i.dir != NULL);
-    unsigned char zero[16] = {0};
-    CHECK(!memcmp(big.added, zero, sizeof zero)); /* what the library does not know */
+    unsigned char host[16];
+    memset(host, 0x77, sizeof host);
+    CHECK(!memcmp(big.added, host, sizeof host)); /* not the library's to write */
+    /* A size never set (what the stack held): refused, nothing written. */
+    memset(&big, 0x77, sizeof big);
+    CHECK(opjit_cache_info_get(rt, &big.i) == OPJIT_EINVAL);
+    CHECK_STR_CONTAINS(opjit_errmsg(rt), "far past any");
+    CHECK(big.i.dir == (const char *)(uintptr_t)0x7777777777777777ull);
+    opjit_load_info li;
+    memset(&li, 0x77, sizeof li);
+    CHECK(opjit_load_file(rt, "/nonexistent/x.c", NULL, &li) == OPJIT_EINVAL);
     opjit_warm_options wo = {.size = 4};
     CHECK(opjit_warm(rt, &wo, NULL, NULL, NULL) == OPJIT_EINVAL);
     CHECK_STR_CONTAINS(opjit_errmsg(rt), "opjit_warm_options.size is 4");
