@@ -52,6 +52,7 @@ struct cache {
     atomic_int warned_fallback; /* the one "cache unusable" warning */
     struct cache_remote *remote; /* the remote layer, or NULL */
     char *remote_url;            /* as configured (even when off), or NULL */
+    char *tmpdir;                /* cache_config.tmpdir, or NULL */
 };
 
 struct cache_entry {

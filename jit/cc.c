@@ -33,7 +33,7 @@ static const char *const cc_fixed_flags[] = {"-O2", "-ffp-contract=off", "-fPIC"
 static const char *const cc_defines[] = {"-DFORCE_OPENBLAS_COMPLEX_STRUCT", "-DOPJIT_TIER_OPT",
                                          NULL};
 
-int jit_cc_find(const char *name, char *out, size_t n)
+int jit_cc_find(const char *name, const char *path, char *out, size_t n)
 {
     if (strchr(name, '/')) {
         if (access(name, X_OK) != 0)
@@ -41,7 +41,6 @@ int jit_cc_find(const char *name, char *out, size_t n)
         snprintf(out, n, "%s", name);
         return 1;
     }
-    const char *path = getenv("PATH");
     if (!path)
         path = "/usr/local/bin:/usr/bin:/bin";
     while (*path) {

@@ -27,6 +27,7 @@ typedef struct jit_settings {
     long cc_timeout_ms;       /* then it is killed with everything it started */
     const char *cuda_archs;   /* "sm_80,sm_90,compute_90", resolved by the loader */
     const char *scratch;      /* a private directory for logs (may be NULL until needed) */
+    const char *tmpdir;       /* where scratch goes ($TMPDIR; NULL: /tmp) */
 } jit_settings;
 
 /* One compile: one source for one target. */
@@ -155,8 +156,9 @@ typedef struct jit_cc_job {
     long timeout_ms;         /* then killed with everything it started */
 } jit_cc_job;
 
-/* name (a path, or looked up on $PATH) as an executable; 1 and out, or 0. */
-int jit_cc_find(const char *name, char *out, size_t n);
+/* name (a path, or looked up on path, a $PATH; NULL: the usual one) as an
+ * executable; 1 and out, or 0. */
+int jit_cc_find(const char *name, const char *path, char *out, size_t n);
 /* What `cc --version` prints (malloc'd, *len bytes), using scratch for
  * its log; NULL when it fails. */
 char *jit_cc_version(const char *cc, const char *scratch, long timeout_ms, size_t *len);

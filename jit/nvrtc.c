@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 
 #include "jit/jit.h"
+#include "runtime/settings.h"
 #include "opjit.h"
 
 typedef int nvrtcResult; /* NVRTC_SUCCESS == 0 */
@@ -76,11 +77,11 @@ static int is_file(const char *p)
 static int toolkit_roots(const char *roots[4])
 {
     int n = 0;
-    const char *h = getenv("CUDA_HOME"), *p = getenv("CUDA_PATH");
-    if (h && *h)
-        roots[n++] = h;
-    if (p && *p)
-        roots[n++] = p;
+    const settings_libs *libs = settings_libs_get();
+    if (libs->cuda_home)
+        roots[n++] = libs->cuda_home;
+    if (libs->cuda_path)
+        roots[n++] = libs->cuda_path;
     roots[n++] = "/usr/local/cuda";
     roots[n] = NULL;
     return n;
@@ -172,8 +173,8 @@ void *jit_cuda_dlopen(const char *const *names, const char *override, int flags,
 
 int jit_nvrtc_locate(char *path, size_t n)
 {
-    const char *override = getenv("OPJIT_NVRTC_LIBRARY");
-    if (override && *override) {
+    const char *override = settings_libs_get()->nvrtc;
+    if (override) {
         if (!strchr(override, '/') || !is_file(override))
             return 0;
         snprintf(path, n, "%s", override);
@@ -260,7 +261,7 @@ int jit_nvrtc_load(char *err, size_t errlen)
         return OPJIT_OK;
     }
     char why[3072];
-    void *dl = jit_cuda_dlopen(sonames, getenv("OPJIT_NVRTC_LIBRARY"), RTLD_NOW | RTLD_LOCAL,
+    void *dl = jit_cuda_dlopen(sonames, settings_libs_get()->nvrtc, RTLD_NOW | RTLD_LOCAL,
                                nv.path, sizeof nv.path, why, sizeof why);
     if (!dl) {
         pthread_mutex_unlock(&nv.lock);

@@ -31,6 +31,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,13 +50,15 @@
  * in the toolkit or on the default path (jit_cuda_dlopen). Tried once per
  * process; a library that is missing is no error here. */
 static struct cu_lib {
-    const char *mention, *what, *env;
+    const char *mention, *what;
+    size_t lib; /* the settings_libs field naming its file */
     const char *const names[4];
     int tried;
     char why[1024]; /* "" when loaded */
 } cu_libs[] = {
-    {"cudnn", "cuDNN", "OPJIT_CUDNN_LIBRARY", {"libcudnn.so.9", "libcudnn.so", NULL}, 0, ""},
-    {"cublas", "cuBLAS", "OPJIT_CUBLAS_LIBRARY",
+    {"cudnn", "cuDNN", offsetof(settings_libs, cudnn), {"libcudnn.so.9", "libcudnn.so", NULL},
+     0, ""},
+    {"cublas", "cuBLAS", offsetof(settings_libs, cublas),
      {"libcublas.so.13", "libcublas.so.12", "libcublas.so", NULL}, 0, ""},
 };
 #define CU_NLIBS (sizeof cu_libs / sizeof *cu_libs)
@@ -69,7 +72,8 @@ static int cu_lib_load(loader *l, struct cu_lib *c)
     pthread_mutex_lock(&cu_libs_lock);
     if (!c->tried) {
         char path[PATH_MAX];
-        if (jit_cuda_dlopen(c->names, getenv(c->env), RTLD_NOW | RTLD_GLOBAL, path, sizeof path,
+        const char *file = *(const char *const *)((const char *)settings_libs_get() + c->lib);
+        if (jit_cuda_dlopen(c->names, file, RTLD_NOW | RTLD_GLOBAL, path, sizeof path,
                             c->why, sizeof c->why))
             c->why[0] = '\0', now = 1;
         else if (!c->why[0])
@@ -137,13 +141,9 @@ int cu_usable(char *why, size_t n) { return cuda_available(why, n); }
 /* The list in use, validated and deduplicated into out ("sm_80,sm_90"). */
 int cu_resolve_archs(loader *l, char *out, size_t n, int *defaulted)
 {
-    const char *from = "config.cuda_archs";
-    const char *list = l->cuda_archs;
+    const char *from = l->rt->set.cuda_archs_from; /* config, else $OPJIT_CUDA_ARCHS */
+    const char *list = l->rt->set.cuda_archs;
     char def[512];
-    if (!list || !*list) {
-        list = getenv("OPJIT_CUDA_ARCHS");
-        from = "OPJIT_CUDA_ARCHS";
-    }
     if (!list || !*list) {
         /* This machine's GPUs; the usual ones without a GPU. */
         int cc[CUDA_MAX_DEVICES], nd = cuda_device_archs(cc, CUDA_MAX_DEVICES);

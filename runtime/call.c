@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "runtime/cuda.h"
-#include "runtime/env.h"
 #include "runtime/runtime.h"
 
 /* ---- outputs ------------------------------------------------------------- */
@@ -297,11 +296,7 @@ static int api_fail(opjit_ctx *ctx, const char *fmt, ...)
 
 static int api_device_id(opjit_ctx *ctx) { return ctx ? ctx->device_id : -1; }
 
-static int api_env_flag(const char *name, int dflt)
-{
-    int v = name ? env_bool_parse(getenv(name), dflt) : dflt;
-    return v < 0 ? dflt : v;
-}
+static int api_env_flag(const char *name, int dflt) { return settings_op_flag(name, dflt); }
 
 const opjit_api runtime_api = {
     .abi_version = OPJIT_ABI_VERSION,

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "runtime/cuda.h"
+#include "runtime/settings.h"
 
 /* ---- the driver ---------------------------------------------------------- */
 
@@ -148,8 +149,8 @@ static const char *cu_err(CUresult r, char *buf, size_t n)
 
 static void driver_load(void)
 {
-    const char *path = getenv("OPJIT_CUDA_DRIVER"); /* another driver library: tests */
-    if (!path || !*path)
+    const char *path = settings_libs_get()->cuda_driver; /* another driver library: tests */
+    if (!path)
         path = "libcuda.so.1";
     drv.status = OPJIT_EDEVICE;
     drv.dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
