@@ -65,6 +65,13 @@ while IFS= read -r line; do
 done < <(grep -rnE '\b(secure_)?getenv[[:space:]]*\(' runtime loader jit cache \
              --include='*.c' --include='*.h' | grep -v '^runtime/settings\.c:' || true)
 
+# ---- calls go through the device interface (runtime/device.h) -------------
+while IFS= read -r line; do
+    echo "FAIL: runtime/call.c:$line: call.c asks which device; use its device_ops" >&2
+    bad=$((bad + 1))
+done < <(grep -nE '[!=]=[[:space:]]*OPJIT_(CUDA|CPU)\b|\bOPJIT_(CUDA|CPU)[[:space:]]*[!=]=|case[[:space:]]+OPJIT_(CUDA|CPU)\b' \
+             runtime/call.c || true)
+
 # ---- no circle of two files --------------------------------------------------
 # Pairs still in a circle while another branch reworks them (cache/'s layer
 # interface takes cache.c <-> cache_remote.c apart).
