@@ -628,6 +628,42 @@ static int nvrtc_compile_job(const jit_job *job, char *diag, size_t n)
     return jit_nvrtc_compile(&nj, diag, n);
 }
 
+static int nvrtc_target_valid(const char *target)
+{
+    int number, ptx;
+    return jit_cuda_arch_parse(target, &number, &ptx);
+}
+
+/* sm_CC, or where the NVRTC loaded is older than the GPU, its highest
+ * PTX (the driver compiles that for the GPU). */
+static void nvrtc_device_target(int cc, char *out, size_t n)
+{
+    if (jit_nvrtc_identity() && !jit_nvrtc_supports(cc) && jit_nvrtc_highest_arch(cc))
+        snprintf(out, n, "compute_%d", jit_nvrtc_highest_arch(cc));
+    else
+        snprintf(out, n, "sm_%d", cc);
+}
+
+static int nvrtc_fallback_target(const char *target, char *out, size_t n)
+{
+    int number, ptx;
+    if (!jit_cuda_arch_parse(target, &number, &ptx) || ptx || jit_nvrtc_supports(number) ||
+        !jit_nvrtc_highest_arch(number))
+        return 0;
+    snprintf(out, n, "compute_%d", jit_nvrtc_highest_arch(number));
+    return 1;
+}
+
+static void nvrtc_producer(char *out, size_t n)
+{
+    int vmaj, vmin;
+    const char *id = jit_nvrtc_identity();
+    if (id && sscanf(id, "nvrtc %d.%d", &vmaj, &vmin) == 2)
+        snprintf(out, n, "NVRTC %d.%d", vmaj, vmin);
+    else
+        snprintf(out, n, "the NVRTC that warmed the cache");
+}
+
 const jit_compiler jit_nvrtc = {
     .name = "nvrtc",
     .what = "NVRTC",
@@ -639,4 +675,8 @@ const jit_compiler jit_nvrtc = {
     .targets = nvrtc_targets,
     .artifact = nvrtc_artifact,
     .compile = nvrtc_compile_job,
+    .target_valid = nvrtc_target_valid,
+    .device_target = nvrtc_device_target,
+    .fallback_target = nvrtc_fallback_target,
+    .producer = nvrtc_producer,
 };

@@ -506,4 +506,6 @@ const jit_compiler jit_tcc = {
     .targets = tcc_targets,
     .artifact = jit_host_artifact,
     .compile = tcc_compile,
+    .fork_prepare = jit_tcc_fork_prepare,
+    .fork_done = jit_tcc_fork_done,
 };

@@ -281,10 +281,10 @@ static int found_start(loader *l, found *f, long timeout_ms)
     }
     if (outside_lock)
         pthread_mutex_lock(&l->lock);
-    jit_tcc_fork_prepare();
+    jit_fork_prepare();
     pid_t pid = fork();
     int e = errno;
-    jit_tcc_fork_done();
+    jit_fork_done();
     if (outside_lock && pid != 0)
         pthread_mutex_unlock(&l->lock);
     if (pid == 0) {
@@ -335,7 +335,8 @@ static int found_reap(found *f, long timeout_ms)
         if (!ended || f->pub.status == OPJIT_OK)
             child_failed(f, st, timeout_ms);
     } else if (f->pub.status == OPJIT_OK) {
-        f->pub.tier = f->pub.device == OPJIT_CUDA ? "nvrtc" : NULL;
+        const jit_compiler *dev = jit_first(JIT_CU_DEVICE);
+        f->pub.tier = f->pub.device == OPJIT_CUDA && dev ? dev->name : NULL;
     }
     f->pub.error = f->pub.status == OPJIT_OK ? "" : f->msg;
     return 1;
@@ -586,7 +587,7 @@ static int discover_deliver(void *ud, int i, found *f)
     (void)i;
     source src;
     if (f->pub.status == OPJIT_OK && !f->pub.tier) { /* a .c: optimized code cached? */
-        f->pub.tier = "tcc";
+        f->pub.tier = jit_first(JIT_C) ? jit_first(JIT_C)->name : "none";
         if (source_read(w->l, f->pub.path, &src) == OPJIT_OK) {
             f->pub.tier = tier_would_serve(w->l, &src);
             source_free(&src);

@@ -52,7 +52,8 @@ int loader_create(opjit_runtime *rt, struct loader **out)
     cc.log = cache_log;
     cc.log_ud = rt;
     char err[1024];
-    jit_settings set = {.cuda_archs = l->archs, .tmpdir = rt->set.tmpdir};
+    jit_settings set = {.cuda_archs = l->archs, .tmpdir = rt->set.tmpdir,
+                        .cc_name = rt->set.cc, .path = rt->set.path};
     if (!rc && !(rc = cache_open(&cc, &l->cache, err, sizeof err)))
         parts = 1;
     if (!rc && !(rc = pipeline_init(&l->pipe, l->cache, &set)))

@@ -567,7 +567,7 @@ const char *tier_would_serve(loader *l, const source *s)
             return jc->name;
         }
     }
-    return jit_tcc.name;
+    return "none"; /* no compiler of the table builds C */
 }
 
 int tier_wait(loader *l, char *msg, size_t n)
@@ -595,10 +595,12 @@ int tier_create(loader *l)
     const settings *s = &l->rt->set;
     int want = s->tiering;
     jit_settings *set = &l->pipe.set;
-    /* With tiering off nothing asks for the compiler: no search of PATH. */
-    int found = want && jit_cc_find(s->cc, s->path, set->cc, sizeof set->cc);
-    if (!found)
-        set->cc[0] = '\0';
+    /* With tiering off nothing asks for the background compilers: no
+     * search of PATH. */
+    int found = 0;
+    for (int i = 0; want && jit_compilers[i]; i++)
+        if (jit_compilers[i]->background)
+            found |= !jit_compilers[i]->prepare || jit_compilers[i]->prepare(set);
     set->cc_timeout_ms = s->cc_timeout_ms;
     t->slots = want ? s->cc_jobs : 1;
     t->wanted = want;

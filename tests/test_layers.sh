@@ -65,6 +65,15 @@ while IFS= read -r line; do
 done < <(grep -rnE '\b(secure_)?getenv[[:space:]]*\(' runtime loader jit cache \
              --include='*.c' --include='*.h' | grep -v '^runtime/settings\.c:' || true)
 
+# ---- no compiler is named outside jit/ (jit/jit.h: the table) --------------
+compiler_name='\bjit_(tcc|cc|nvrtc)(_[a-z_]+)?\b|"(tcc|opt|nvrtc)"'
+while IFS= read -r line; do
+    code=$(sed -E 's#/\*.*\*/##g; s#^[[:space:]]*(/?\*|//).*##' <<<"${line#*:*:}")
+    grep -qE "$compiler_name" <<<"$code" || continue # in a comment
+    echo "FAIL: $line: names a compiler outside jit/; go through jit_compilers" >&2
+    bad=$((bad + 1))
+done < <(grep -rnE "$compiler_name" runtime loader cache --include='*.c' --include='*.h' || true)
+
 # ---- calls go through the device interface (runtime/device.h) -------------
 while IFS= read -r line; do
     echo "FAIL: runtime/call.c:$line: call.c asks which device; use its device_ops" >&2
