@@ -198,7 +198,7 @@ static int admin_warm_settings(const admin_warm *w, settings *set)
     set->verbosity = rt->verbosity;
     set->tiering = set->tiering_asked = w->opts->opt ? 1 : 0;
     const char *archs = w->opts->cuda_archs;
-    int oom = w->opts->cc && settings_set_str(&set->cc, w->opts->cc);
+    int oom = w->opts->cc && *w->opts->cc && settings_set_str(&set->cc, w->opts->cc);
     if (archs && *archs && !oom) {
         oom = settings_set_str(&set->cuda_archs, archs);
         set->cuda_archs_from = "config.cuda_archs";
