@@ -602,7 +602,8 @@ int tier_create(loader *l)
         if (jit_compilers[i]->background)
             found |= !jit_compilers[i]->prepare || jit_compilers[i]->prepare(set);
     set->cc_timeout_ms = s->cc_timeout_ms;
-    t->slots = want ? s->cc_jobs : 1;
+    long ncpu = want && !s->cc_jobs ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
+    t->slots = !want ? 1 : s->cc_jobs ? s->cc_jobs : ncpu < 1 ? 1 : ncpu > 4096 ? 4096 : (int)ncpu;
     t->wanted = want;
     t->enabled = want && found;
     if (want && !found && s->tiering_asked)

@@ -141,11 +141,12 @@ static void resolve_loader(const opjit_config *cfg, settings *s)
     s->tiering_asked = cfg->tiering == 1;
     s->cc_timeout_ms = take_ms(s, cfg->cc_timeout_ms, "OPJIT_CC_TIMEOUT",
                                DEFAULT_CC_TIMEOUT_MS, 1, "");
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    long jobs = ncpu < 1 ? 1 : ncpu > MAX_CC_JOBS ? MAX_CC_JOBS : ncpu;
-    char bad[64];
-    snprintf(bad, sizeof bad, "is not a number from 1 to %d; using %ld", MAX_CC_JOBS, jobs);
-    s->cc_jobs = (int)take_count(s, "OPJIT_CC_JOBS", MAX_CC_JOBS, jobs, bad);
+    /* 0: the CPUs online, counted by the tier when it is on (a file read
+     * that a runtime without tiering does not pay for). */
+    char bad[80];
+    snprintf(bad, sizeof bad, "is not a number from 1 to %d; using the CPUs online",
+             MAX_CC_JOBS);
+    s->cc_jobs = (int)take_count(s, "OPJIT_CC_JOBS", MAX_CC_JOBS, 0, bad);
 }
 
 static void resolve_cache(const opjit_config *cfg, settings *s)

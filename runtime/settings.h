@@ -46,7 +46,7 @@ typedef struct settings {
     int tiering_asked;      /* config.tiering was 1 (a missing compiler is worth a warning) */
     char *cc;               /* the optimizing C compiler's name or path */
     long cc_timeout_ms;
-    int cc_jobs;            /* helpers at once per cache */
+    int cc_jobs;            /* helpers at once per cache; 0: the CPUs online */
     char *tmpdir;           /* $TMPDIR (NULL: unset) */
     char *path;             /* $PATH (NULL: unset) */
 
