@@ -63,7 +63,7 @@ static void test_environment_resolved(void)
     setenv("OPJIT_NUM_THREADS", "3", 1);
     setenv("OPJIT_CUDA_ARCHS", "sm_80", 1);
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     logcap lc = {0};
     opjit_runtime *rt = make(&cfg, &lc);
     if (!rt)
@@ -90,7 +90,7 @@ static void test_config_wins(void)
     setenv("OPJIT_OFFLINE", "1", 1);
     setenv("OPJIT_NUM_THREADS", "3", 1);
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.offline = 0;
     cfg.num_threads = 2;
     logcap lc = {0};
@@ -112,7 +112,7 @@ static void test_bad_values_warned(void)
     setenv("OPJIT_TIERING", "maybe", 1);
     setenv("OPJIT_DISCOVER_TIMEOUT", "soon", 1);
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     logcap lc = {0};
     opjit_runtime *rt = make(&cfg, &lc);
     if (!rt)
@@ -142,7 +142,7 @@ static void test_never_reread(void)
 {
     env_clear();
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     logcap lc = {0};
     opjit_runtime *rt = make(&cfg, &lc);
     if (!rt)

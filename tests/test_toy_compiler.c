@@ -44,14 +44,14 @@ static void test_toy_serves(void)
     FILE *f = fopen(path, "w");
     CHECK(f && fputs(op_text, f) >= 0 && fclose(f) == 0);
     opjit_config cfg;
-    opjit_config_init(&cfg);
+    opjit_config_init(&cfg, sizeof cfg);
     cfg.tiering = 0;
     cfg.ops_path = dir;
     unsetenv("OPJIT_OPS_PATH"); /* list this directory only */
     opjit_runtime *rt = NULL;
     CHECK(opjit_create(&cfg, &rt) == OPJIT_OK);
     opjit_op *op = NULL;
-    opjit_load_info info;
+    opjit_load_info info = {.size = sizeof info};
     CHECKF(opjit_load_file(rt, path, &op, &info) == OPJIT_OK, "%s", opjit_errmsg(rt));
     CHECKF(!strcmp(info.tier, "toy"), "served by %s", info.tier);
     float x = 0, *y;
