@@ -32,51 +32,20 @@ static const char *cache_str(const char *s)
 
 int cache_parse_size(const char *s, uint64_t *out)
 {
-    if (!s)
-        return OPJIT_EINVAL;
-    while (*s == ' ')
-        s++;
-    if (*s < '0' || *s > '9')
-        return OPJIT_EINVAL;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno)
-        return OPJIT_EINVAL;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    case 't': case 'T': shift = 40; end++; break;
-    default: break;
-    }
-    if (shift && *end == 'i')
-        end++;
-    if (*end == 'b' || *end == 'B')
-        end++;
-    while (*end == ' ')
-        end++;
-    if (*end || (shift && v > (UINT64_MAX >> shift)))
-        return OPJIT_EINVAL;
-    *out = (uint64_t)v << shift;
-    return OPJIT_OK;
+    return env_size_parse(s, out) == 0 ? OPJIT_OK : OPJIT_EINVAL;
 }
 
 /* ---- opening ------------------------------------------------------------ */
 
-/* The default cache directory, or NULL with why. Under $HOME only when the
- * home directory exists: daemon users have HOME=/nonexistent, and opjit
+/* The default cache directory, or NULL with why. Under the home directory
+ * only when it exists: daemon users have HOME=/nonexistent, and opjit
  * never creates a home. */
-static char *cache_default_dir(char *why, size_t whylen)
+static char *cache_default_dir(const cache_config *cfg, char *why, size_t whylen)
 {
-    const char *e = getenv("OPJIT_CACHE_DIR");
-    if (e && *e)
-        return strdup(e);
-    e = getenv("XDG_CACHE_HOME");
+    const char *e = cfg->xdg_cache_home;
     if (e && *e == '/') /* the XDG spec says to ignore a relative path */
         return cache_path(e, "opjit", NULL);
-    e = getenv("HOME");
+    e = cfg->home;
     if (!e || !*e) {
         struct passwd *pw = getpwuid(geteuid());
         e = pw ? pw->pw_dir : NULL;
@@ -286,43 +255,21 @@ static void cache_warn_fallback(cache *c, const char *why)
                    why);
 }
 
-/* cfg->offline, else $OPJIT_OFFLINE; cfg->max_size, else
- * $OPJIT_CACHE_MAX_SIZE, else the default. */
+/* cfg->offline; cfg->max_size, else the default. */
 static void cache_settings(cache *c, const cache_config *cfg)
 {
-    if (cfg->offline == -1) {
-        const char *e = getenv("OPJIT_OFFLINE");
-        c->offline = env_bool_parse(e, 0);
-        if (c->offline < 0) {
-            cache_logf(c, OPJIT_LOG_WARN,
-                       "cache: OPJIT_OFFLINE='%s' is not a boolean (1/0, true/false, yes/no, "
-                       "on/off); compiling stays on", e);
-            c->offline = 0;
-        }
-    } else {
-        c->offline = cfg->offline == 1;
-    }
-    c->max_size = cfg->max_size;
-    if (!c->max_size) {
-        const char *e = getenv("OPJIT_CACHE_MAX_SIZE");
-        c->max_size = CACHE_DEFAULT_MAX_SIZE;
-        if (e && *e) {
-            uint64_t v;
-            if (cache_parse_size(e, &v) != 0)
-                cache_logf(c, OPJIT_LOG_WARN,
-                           "cache: OPJIT_CACHE_MAX_SIZE='%s' is not a size (like 512M); using 512M", e);
-            else
-                c->max_size = v ? v : UINT64_MAX; /* 0: no cap */
-        }
-    }
+    c->offline = cfg->offline == 1;
+    c->max_size = cfg->max_size ? cfg->max_size : CACHE_DEFAULT_MAX_SIZE;
 }
 
 /* The writable directory: made and checked, else a warning and private
  * temporary builds. c->root is NULL only when out of memory. */
-static void cache_open_writable(cache *c, const char *dir)
+static void cache_open_writable(cache *c, const cache_config *cfg)
 {
+    const char *dir = cfg->dir;
     char none[PATH_MAX + 128] = "out of memory";
-    c->root = cache_absolute(dir && *dir ? strdup(dir) : cache_default_dir(none, sizeof none));
+    c->root = cache_absolute(dir && *dir ? strdup(dir)
+                                         : cache_default_dir(cfg, none, sizeof none));
     if (!c->root) {
         c->root = strdup("");
         cache_warn_fallback(c, none);
@@ -374,7 +321,7 @@ static int cache_make_layers(cache *c)
 
 int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen)
 {
-    static const cache_config defaults = {.offline = -1};
+    static const cache_config defaults = {0};
     if (!cfg)
         cfg = &defaults;
     *out = NULL;
@@ -387,12 +334,12 @@ int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen)
     c->disabled = cfg->disabled == 1;
     atomic_init(&c->warned_fallback, 0);
     cache_settings(c, cfg);
-    int oom = cache_split_readonly(c, cfg->readonly ? cfg->readonly
-                                                    : getenv("OPJIT_CACHE_READONLY")) != 0;
+    int oom = cache_split_readonly(c, cfg->readonly) != 0;
+    oom |= cfg->tmpdir && *cfg->tmpdir && !(c->tmpdir = strdup(cfg->tmpdir));
     if (!oom && c->disabled)
         c->root = strdup("");
     else if (!oom)
-        cache_open_writable(c, cfg->dir);
+        cache_open_writable(c, cfg);
     if (oom || !c->root || cache_remote_open(c, cfg, &c->remote) != OPJIT_OK ||
         cache_make_layers(c) != OPJIT_OK) {
         cache_close(c);
@@ -412,6 +359,7 @@ void cache_close(cache *c)
     cache_remote_close(c->remote);
     free(c->layers);
     free(c->remote_url);
+    free(c->tmpdir);
     for (int i = 0; i < c->nro; i++) {
         free(c->ro[i]);
         free(c->ro_why[i]);
@@ -602,12 +550,12 @@ void cache_entry_release(cache_entry *e)
 /* ---- fetch -------------------------------------------------------------- */
 
 /* Build into a private temporary directory, owned by the entry:
- * $TMPDIR/opjit-build-XXXXXX/out, the directory above swept once we are
- * dead (see cache_private_mkdir). */
-static int cache_build_private(cache_build_fn build, void *ud, cache_entry **out, char *err,
-                               size_t errlen)
+ * $TMPDIR/opjit-build-XXXXXX/out (cfg->tmpdir), the directory above swept
+ * once we are dead (see cache_private_mkdir). */
+static int cache_build_private(const cache *c, cache_build_fn build, void *ud, cache_entry **out,
+                               char *err, size_t errlen)
 {
-    const char *t = getenv("TMPDIR");
+    const char *t = c->tmpdir;
     char root[PATH_MAX], tmpl[PATH_MAX + 8];
     int lockfd = -1;
     int e = cache_private_mkdir(t && *t ? t : "/tmp", "opjit-build-", cache_private_files, root,
@@ -1046,7 +994,7 @@ static int fetch_end(fetch *f, int step, int rc, cache_artifact *a, int n, cache
     cache_warn_fallback(f->c, f->why);
     if (err && errlen)
         err[0] = '\0';
-    return cache_build_private(f->build, f->ud, out, err, errlen);
+    return cache_build_private(f->c, f->build, f->ud, out, err, errlen);
 }
 
 int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *ud,
@@ -1078,7 +1026,7 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *
             return cache_probe_miss(req, err, errlen);
         if (c->offline)
             return cache_offline_miss(req, err, errlen);
-        return cache_build_private(build, ud, out, err, errlen);
+        return cache_build_private(c, build, ud, out, err, errlen);
     }
     fetch *f = malloc(sizeof *f);
     if (!f)

@@ -26,32 +26,38 @@ typedef struct cache_entry cache_entry;
 /* Internal log sink: level is OPJIT_LOG_*. */
 typedef void (*cache_log_fn)(void *ud, int level, const char *msg);
 
+/* Every value is resolved already (runtime/settings.h: config, else the
+ * environment): the cache reads no environment variable. */
 typedef struct cache_config {
-    /* Writable cache directory; NULL: $OPJIT_CACHE_DIR, else
-     * $XDG_CACHE_HOME/opjit, else $HOME/.cache/opjit. */
+    /* Writable cache directory; NULL: xdg_cache_home/opjit, else
+     * home/.cache/opjit (home NULL: the password database's). */
     const char *dir;
-    /* Colon-separated read-only cache directories searched first; NULL:
-     * $OPJIT_CACHE_READONLY. */
+    const char *xdg_cache_home, *home;
+    /* Colon-separated read-only cache directories searched first. */
     const char *readonly;
-    /* 1: never build, a miss is OPJIT_EOFFLINE; 0: build; -1: $OPJIT_OFFLINE. */
+    /* Where private builds go (NULL: /tmp). */
+    const char *tmpdir;
+    /* 1: never build, a miss is OPJIT_EOFFLINE; 0: build. */
     int offline;
     /* 1: no persistent cache: build into a private temporary directory
      * (read-only layers are not searched either). */
     int disabled;
-    /* Size cap in bytes; 0: $OPJIT_CACHE_MAX_SIZE (like "512M"; "0": no
-     * cap), else 512 MiB; UINT64_MAX: no cap. Publishing past it evicts the
-     * least recently used entries that no process is using. */
+    /* Size cap in bytes; 0: 512 MiB; UINT64_MAX: no cap. Publishing past it
+     * evicts the least recently used entries that no process is using. */
     uint64_t max_size;
     cache_log_fn log;
     void *log_ud;
     /* The remote layer (cache_remote.c): "redis://HOST[:PORT][/DB]" or
-     * "redis+unix:///PATH"; NULL: $OPJIT_REMOTE_CACHE; "": none. */
+     * "redis+unix:///PATH"; NULL or "": none. */
     const char *remote_url;
-    /* The fleet key signing remote entries; NULL: $OPJIT_REMOTE_KEY_FILE. */
+    /* The fleet key signing remote entries; NULL: none (then the remote
+     * is used only with remote_unsigned). */
     const char *remote_key_file;
-    /* Time limits in ms; 0: $OPJIT_REMOTE_CONNECT_TIMEOUT and
-     * $OPJIT_REMOTE_TIMEOUT (seconds), else 50 ms and 3 s. */
-    int remote_connect_timeout_ms, remote_timeout_ms;
+    int remote_unsigned;
+    /* 1: read-only (never write to the remote). */
+    int remote_ro;
+    /* Time limits in ms; 0: 50 ms, 3 s, 20 s and 30 s. */
+    int remote_connect_timeout_ms, remote_timeout_ms, remote_lease_ms, remote_backoff_ms;
     /* 1: also store entries found locally in the remote (warming). */
     int remote_push;
 } cache_config;

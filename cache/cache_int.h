@@ -60,6 +60,7 @@ struct cache {
     cache_layer *layers;
     int nlayers;
     int writable_layer;
+    char *tmpdir;                /* cache_config.tmpdir, or NULL */
 };
 
 #define CACHE_MAX_BEHIND 4

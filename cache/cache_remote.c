@@ -29,7 +29,6 @@
 #include "cache/cache_int.h"
 #include "cache/cache_libs.h"
 #include "cache/cache_remote.h"
-#include "runtime/env.h"
 
 #define REMOTE_MAX_VALUE (256u << 20) /* larger entries are not shared */
 #define REMOTE_MAX_SECTIONS 4097
@@ -49,27 +48,16 @@ struct cache_remote {
 
 /* ---- opening -------------------------------------------------------------- */
 
-/* A duration setting in ms: the config's, else the environment's (seconds),
- * else dflt. */
-static int remote_ms(const cache *c, int cfg_ms, const char *var, int dflt)
+/* A duration setting in ms: the config's, else dflt. */
+static int remote_ms(int cfg_ms, int dflt)
 {
-    if (cfg_ms > 0)
-        return cfg_ms;
-    const char *e = getenv(var);
-    long v = env_seconds_parse(e, dflt);
-    if (v < 0 || v > INT_MAX) {
-        cache_logf(c, OPJIT_LOG_WARN, "cache: %s='%s' is not a duration in seconds; using %.3g",
-                   var, e, dflt / 1000.0);
-        return dflt;
-    }
-    return v ? (int)v : 1;
+    return cfg_ms > 0 ? cfg_ms : dflt;
 }
 
 /* The fleet key, or unsigned mode; -1 (warned) when the layer must stay off. */
 static int remote_trust(cache *c, cache_remote *r, const cache_config *cfg, const char *url)
 {
-    const char *file = cfg->remote_key_file ? cfg->remote_key_file : getenv("OPJIT_REMOTE_KEY_FILE");
-    const char *trust = getenv("OPJIT_REMOTE_TRUST");
+    const char *file = cfg->remote_key_file;
     char why[PATH_MAX + 128];
     if (file && *file) {
         if (!(r->key_file = strdup(file)))
@@ -80,7 +68,7 @@ static int remote_trust(cache *c, cache_remote *r, const cache_config *cfg, cons
                    why);
         return -1;
     }
-    if (trust && !strcmp(trust, "unsigned"))
+    if (cfg->remote_unsigned)
         return 0;
     cache_logf(c, OPJIT_LOG_WARN,
                "cache: remote cache %s is not used: no fleet key (set OPJIT_REMOTE_KEY_FILE; "
@@ -92,7 +80,7 @@ static int remote_trust(cache *c, cache_remote *r, const cache_config *cfg, cons
 int cache_remote_open(cache *c, const cache_config *cfg, cache_remote **out)
 {
     *out = NULL;
-    const char *url = cfg->remote_url ? cfg->remote_url : getenv("OPJIT_REMOTE_CACHE");
+    const char *url = cfg->remote_url;
     if (!url || !*url || c->disabled)
         return OPJIT_OK;
     if (!(c->remote_url = strdup(url)))
@@ -105,16 +93,12 @@ int cache_remote_open(cache *c, const cache_config *cfg, cache_remote **out)
     cache_remote *r = calloc(1, sizeof *r);
     if (!r)
         return OPJIT_ENOMEM;
-    const char *mode = getenv("OPJIT_REMOTE_MODE");
-    r->ro = mode && !strcmp(mode, "ro");
-    if (mode && *mode && !r->ro && strcmp(mode, "rw"))
-        cache_logf(c, OPJIT_LOG_WARN, "cache: OPJIT_REMOTE_MODE='%s' is not ro or rw; using rw",
-                   mode);
+    r->ro = cfg->remote_ro == 1;
     r->push_hits = cfg->remote_push == 1;
-    r->lease_ms = remote_ms(c, 0, "OPJIT_REMOTE_LEASE", 20000);
-    int connect_ms = remote_ms(c, cfg->remote_connect_timeout_ms, "OPJIT_REMOTE_CONNECT_TIMEOUT", 50);
-    int timeout_ms = remote_ms(c, cfg->remote_timeout_ms, "OPJIT_REMOTE_TIMEOUT", 3000);
-    int backoff_ms = remote_ms(c, 0, "OPJIT_REMOTE_BACKOFF", 30000);
+    r->lease_ms = remote_ms(cfg->remote_lease_ms, 20000);
+    int connect_ms = remote_ms(cfg->remote_connect_timeout_ms, 50);
+    int timeout_ms = remote_ms(cfg->remote_timeout_ms, 3000);
+    int backoff_ms = remote_ms(cfg->remote_backoff_ms, 30000);
     char why[512];
     if (remote_trust(c, r, cfg, url) != 0) {
         cache_remote_close(r);

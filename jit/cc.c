@@ -33,7 +33,9 @@ static const char *const cc_fixed_flags[] = {"-O2", "-ffp-contract=off", "-fPIC"
 static const char *const cc_defines[] = {"-DFORCE_OPENBLAS_COMPLEX_STRUCT", "-DOPJIT_TIER_OPT",
                                          NULL};
 
-int jit_cc_find(const char *name, char *out, size_t n)
+/* name (a path, or looked up on path, a $PATH; NULL: the usual one) as an
+ * executable; 1 and out, or 0. */
+static int cc_find(const char *name, const char *path, char *out, size_t n)
 {
     if (strchr(name, '/')) {
         if (access(name, X_OK) != 0)
@@ -41,7 +43,6 @@ int jit_cc_find(const char *name, char *out, size_t n)
         snprintf(out, n, "%s", name);
         return 1;
     }
-    const char *path = getenv("PATH");
     if (!path)
         path = "/usr/local/bin:/usr/bin:/bin";
     while (*path) {
@@ -352,6 +353,14 @@ static int cc_compile_job(const jit_job *job, char *diag, size_t n)
     return jit_cc_compile(&cj, diag, n);
 }
 
+static int cc_prepare(jit_settings *set)
+{
+    int found = set->cc_name && cc_find(set->cc_name, set->path, set->cc, sizeof set->cc);
+    if (!found)
+        set->cc[0] = '\0';
+    return found;
+}
+
 const jit_compiler jit_cc = {
     .name = "opt",
     .what = "the optimizing C compiler",
@@ -363,4 +372,5 @@ const jit_compiler jit_cc = {
     .targets = cc_targets,
     .artifact = jit_host_artifact,
     .compile = cc_compile_job,
+    .prepare = cc_prepare,
 };

@@ -21,12 +21,16 @@ enum {
     JIT_CU_DEVICE = 4,  /* the device half of a .cu */
 };
 
-/* What the runtime was configured with, for every compiler. */
+/* What the runtime was configured with, for every compiler (the loader
+ * fills it from the runtime's settings, runtime/settings.h). */
 typedef struct jit_settings {
-    char cc[PATH_MAX];        /* the optimizing C compiler, resolved; "" when none */
+    const char *cc_name;      /* the optimizing C compiler as configured ("cc", a path) */
+    const char *path;         /* $PATH, to find it (NULL: the usual one) */
+    char cc[PATH_MAX];        /* the optimizing C compiler, resolved (prepare); "" when none */
     long cc_timeout_ms;       /* then it is killed with everything it started */
     const char *cuda_archs;   /* "sm_80,sm_90,compute_90", resolved by the loader */
     const char *scratch;      /* a private directory for logs (may be NULL until needed) */
+    const char *tmpdir;       /* where scratch goes ($TMPDIR; NULL: /tmp) */
 } jit_settings;
 
 /* One compile: one source for one target. */
@@ -68,11 +72,36 @@ typedef struct jit_compiler {
      * ("file:line: error: ..."), OPJIT_EDEVICE (compiler missing),
      * OPJIT_EIO, OPJIT_ENOMEM. */
     int (*compile)(const jit_job *job, char *diag, size_t n);
+
+    /* The rest may be NULL. */
+    /* Once per runtime, before the others: what it needs from set
+     * resolved (a compiler found on PATH); 0 when it is not on this
+     * machine (a background compiler then builds nothing). NULL: here. */
+    int (*prepare)(jit_settings *set);
+    /* Around a fork() whose child may compile (a lock the compiler holds
+     * must not be taken in the child by a thread it does not have). */
+    void (*fork_prepare)(void);
+    void (*fork_done)(void);
+    /* Device compilers: whether target names one of its targets; the
+     * target for a device of capability cc ("sm_90", or what this
+     * compiler can build for it instead); the target to try when target
+     * cannot be compiled here (0: none); who built its artifacts, for
+     * messages ("NVRTC 13.0"). */
+    int (*target_valid)(const char *target);
+    void (*device_target)(int cc, char *out, size_t n);
+    int (*fallback_target)(const char *target, char *out, size_t n);
+    void (*producer)(char *out, size_t n);
 } jit_compiler;
 
 extern const jit_compiler jit_tcc, jit_cc, jit_nvrtc;
 /* Every compiler, NULL-terminated; for one half the better code first. */
 extern const jit_compiler *const jit_compilers[];
+/* The compiler a load of half waits for: the first of the table that
+ * compiles it and is not a background one; NULL when none. */
+const jit_compiler *jit_first(unsigned half);
+/* Around a fork() whose child may compile: every compiler's fork hooks. */
+void jit_fork_prepare(void);
+void jit_fork_done(void);
 
 /* "x86_64-linux": the machine's triple (once per process). */
 const char *jit_host_target(void);
@@ -155,8 +184,6 @@ typedef struct jit_cc_job {
     long timeout_ms;         /* then killed with everything it started */
 } jit_cc_job;
 
-/* name (a path, or looked up on $PATH) as an executable; 1 and out, or 0. */
-int jit_cc_find(const char *name, char *out, size_t n);
 /* What `cc --version` prints (malloc'd, *len bytes), using scratch for
  * its log; NULL when it fails. */
 char *jit_cc_version(const char *cc, const char *scratch, long timeout_ms, size_t *len);

@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 
 #include "jit/jit.h"
+#include "runtime/settings.h"
 #include "opjit.h"
 
 typedef int nvrtcResult; /* NVRTC_SUCCESS == 0 */
@@ -76,11 +77,11 @@ static int is_file(const char *p)
 static int toolkit_roots(const char *roots[4])
 {
     int n = 0;
-    const char *h = getenv("CUDA_HOME"), *p = getenv("CUDA_PATH");
-    if (h && *h)
-        roots[n++] = h;
-    if (p && *p)
-        roots[n++] = p;
+    const settings_libs *libs = settings_libs_get();
+    if (libs->cuda_home)
+        roots[n++] = libs->cuda_home;
+    if (libs->cuda_path)
+        roots[n++] = libs->cuda_path;
     roots[n++] = "/usr/local/cuda";
     roots[n] = NULL;
     return n;
@@ -172,8 +173,8 @@ void *jit_cuda_dlopen(const char *const *names, const char *override, int flags,
 
 int jit_nvrtc_locate(char *path, size_t n)
 {
-    const char *override = getenv("OPJIT_NVRTC_LIBRARY");
-    if (override && *override) {
+    const char *override = settings_libs_get()->nvrtc;
+    if (override) {
         if (!strchr(override, '/') || !is_file(override))
             return 0;
         snprintf(path, n, "%s", override);
@@ -260,7 +261,7 @@ int jit_nvrtc_load(char *err, size_t errlen)
         return OPJIT_OK;
     }
     char why[3072];
-    void *dl = jit_cuda_dlopen(sonames, getenv("OPJIT_NVRTC_LIBRARY"), RTLD_NOW | RTLD_LOCAL,
+    void *dl = jit_cuda_dlopen(sonames, settings_libs_get()->nvrtc, RTLD_NOW | RTLD_LOCAL,
                                nv.path, sizeof nv.path, why, sizeof why);
     if (!dl) {
         pthread_mutex_unlock(&nv.lock);
@@ -627,6 +628,42 @@ static int nvrtc_compile_job(const jit_job *job, char *diag, size_t n)
     return jit_nvrtc_compile(&nj, diag, n);
 }
 
+static int nvrtc_target_valid(const char *target)
+{
+    int number, ptx;
+    return jit_cuda_arch_parse(target, &number, &ptx);
+}
+
+/* sm_CC, or where the NVRTC loaded is older than the GPU, its highest
+ * PTX (the driver compiles that for the GPU). */
+static void nvrtc_device_target(int cc, char *out, size_t n)
+{
+    if (jit_nvrtc_identity() && !jit_nvrtc_supports(cc) && jit_nvrtc_highest_arch(cc))
+        snprintf(out, n, "compute_%d", jit_nvrtc_highest_arch(cc));
+    else
+        snprintf(out, n, "sm_%d", cc);
+}
+
+static int nvrtc_fallback_target(const char *target, char *out, size_t n)
+{
+    int number, ptx;
+    if (!jit_cuda_arch_parse(target, &number, &ptx) || ptx || jit_nvrtc_supports(number) ||
+        !jit_nvrtc_highest_arch(number))
+        return 0;
+    snprintf(out, n, "compute_%d", jit_nvrtc_highest_arch(number));
+    return 1;
+}
+
+static void nvrtc_producer(char *out, size_t n)
+{
+    int vmaj, vmin;
+    const char *id = jit_nvrtc_identity();
+    if (id && sscanf(id, "nvrtc %d.%d", &vmaj, &vmin) == 2)
+        snprintf(out, n, "NVRTC %d.%d", vmaj, vmin);
+    else
+        snprintf(out, n, "the NVRTC that warmed the cache");
+}
+
 const jit_compiler jit_nvrtc = {
     .name = "nvrtc",
     .what = "NVRTC",
@@ -638,4 +675,8 @@ const jit_compiler jit_nvrtc = {
     .targets = nvrtc_targets,
     .artifact = nvrtc_artifact,
     .compile = nvrtc_compile_job,
+    .target_valid = nvrtc_target_valid,
+    .device_target = nvrtc_device_target,
+    .fallback_target = nvrtc_fallback_target,
+    .producer = nvrtc_producer,
 };

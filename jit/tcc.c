@@ -16,6 +16,7 @@
 #include <xxhash.h>
 
 #include "jit/jit.h"
+#include "runtime/settings.h"
 #include "opjit.h"
 #include "opjit_build_config.h"
 
@@ -308,7 +309,7 @@ static pthread_once_t cudnn_inc_once = PTHREAD_ONCE_INIT;
 static void find_cudnn_inc(void)
 {
     char probe[PATH_MAX + 32], inc[PATH_MAX];
-    const char *tk = cu_toolkit_include(), *lib = getenv("OPJIT_CUDNN_LIBRARY");
+    const char *tk = cu_toolkit_include(), *lib = settings_libs_get()->cudnn;
     struct stat st;
     if (tk && (snprintf(probe, sizeof probe, "%s/cudnn.h", tk), stat(probe, &st) == 0))
         return;
@@ -505,4 +506,6 @@ const jit_compiler jit_tcc = {
     .targets = tcc_targets,
     .artifact = jit_host_artifact,
     .compile = tcc_compile,
+    .fork_prepare = jit_tcc_fork_prepare,
+    .fork_done = jit_tcc_fork_done,
 };

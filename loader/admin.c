@@ -15,7 +15,7 @@
 #include "loader/loader_int.h"
 
 /* Where this file reaches into the loader: its cache, its search path, and
- * the configuration it was made with (admin_warm_config). */
+ * the settings it was made with (admin_warm_settings). */
 static cache *admin_cache(opjit_runtime *rt) { return rt->loader->cache; }
 
 const char *opjit_ops_path(opjit_runtime *rt) { return rt ? loader_ops_path(rt->loader) : ""; }
@@ -186,22 +186,27 @@ static int admin_warm_targets(admin_warm *w)
     return rc;
 }
 
-/* The configuration of the private runtime that warms one source. */
-static void admin_warm_config(const admin_warm *w, opjit_config *cfg)
+/* The settings of the private runtime that warms one source: the host's,
+ * with its log, and the options of this warm. OPJIT_OK or OPJIT_ENOMEM. */
+static int admin_warm_settings(const admin_warm *w, settings *set)
 {
     const opjit_runtime *rt = w->rt;
-    const loader *l = rt->loader;
-    loader_same_caches(l, cfg);
-    cfg->log = rt->log;
-    cfg->log_ud = rt->log_ud;
-    cfg->verbosity = rt->verbosity;
-    cfg->tiering = w->opts->opt ? 1 : 0;
-    cfg->cc = w->opts->cc;
-    cfg->cuda_archs = w->opts->cuda_archs && *w->opts->cuda_archs ? w->opts->cuda_archs
-                                                                   : l->cuda_archs;
-    cfg->remote_push = w->opts->remote == 1;
-    cfg->remote_cache = cache_remote_url(admin_cache(w->rt));
-    cfg->remote_key_file = cache_remote_key_file(admin_cache(w->rt));
+    if (loader_child_settings(rt->loader, set))
+        return OPJIT_ENOMEM;
+    set->log = rt->log;
+    set->log_ud = rt->log_ud;
+    set->verbosity = rt->verbosity;
+    set->tiering = set->tiering_asked = w->opts->opt ? 1 : 0;
+    const char *archs = w->opts->cuda_archs;
+    int oom = w->opts->cc && *w->opts->cc && settings_set_str(&set->cc, w->opts->cc);
+    if (archs && *archs && !oom) {
+        oom = settings_set_str(&set->cuda_archs, archs);
+        set->cuda_archs_from = "config.cuda_archs";
+    }
+    set->remote_push = w->opts->remote == 1;
+    if (oom)
+        settings_free(set);
+    return oom ? OPJIT_ENOMEM : OPJIT_OK;
 }
 
 static int admin_is_cu(const char *path)
@@ -248,13 +253,16 @@ static int admin_missing_count(opjit_runtime *child, const char *path, admin_mis
  * worked, but warming is for the next process). */
 static void admin_warm_one(admin_warm *w, const char *path, opjit_warm_event *ev)
 {
-    opjit_config cfg;
+    settings set;
     opjit_load_info info = {.size = sizeof info};
     opjit_runtime *child = NULL;
-    admin_warm_config(w, &cfg);
     double t0 = loader_now_ms();
     admin_missing before = {0}, after = {0};
-    int s = loader_runtime_new(&cfg, &child);
+    int s = admin_warm_settings(w, &set);
+    if (!s) {
+        s = loader_runtime_new(&set, &child);
+        settings_free(&set);
+    }
     int missing = s ? 0 : admin_missing_count(child, path, &before);
     if (!s)
         s = opjit_load_file(child, path, NULL, &info);
@@ -285,10 +293,13 @@ static void admin_warm_recheck(admin_warm *w, const int *result)
 {
     if (!w->res.hits && !w->res.compiled)
         return;
-    opjit_config cfg;
+    settings set;
     opjit_runtime *child = NULL;
-    admin_warm_config(w, &cfg);
-    if (loader_runtime_new(&cfg, &child))
+    if (admin_warm_settings(w, &set))
+        return;
+    int rc = loader_runtime_new(&set, &child);
+    settings_free(&set);
+    if (rc)
         return;
     for (int i = 0; i < w->files.n; i++) {
         admin_missing m;
@@ -362,15 +373,14 @@ int opjit_warm(opjit_runtime *rt, const opjit_warm_options *opts,
     admin_warm *w = calloc(1, sizeof *w);
     if (!w)
         return rt_error(rt, OPJIT_ENOMEM, "opjit_warm: out of memory");
-    const char *env = getenv("OPJIT_CUDA_ARCHS");
-    const char *own = rt->loader->cuda_archs;
+    const char *own = rt->set.cuda_archs; /* config, else $OPJIT_CUDA_ARCHS */
     if (opts->remote && !cache_remote_enabled(admin_cache(rt))) {
         free(w);
         return rt_error(rt, OPJIT_EINVAL, "opjit_warm: no remote cache in use (set "
                         "OPJIT_REMOTE_CACHE and a fleet key; see the warnings)");
     }
     *w = (admin_warm){.rt = rt, .opts = opts, .fn = fn, .ud = ud};
-    w->cuda_wanted = (opts->cuda_archs && *opts->cuda_archs) || (own && *own) || (env && *env);
+    w->cuda_wanted = (opts->cuda_archs && *opts->cuda_archs) || (own && *own);
     w->res.size = sizeof w->res;
     double t0 = loader_now_ms();
     rc = admin_warm_targets(w);

@@ -18,13 +18,17 @@ int opjit_create(const opjit_config *cfg, opjit_runtime **out)
     int rc = config_from_host(cfg, &full, err, sizeof err);
     if (rc)
         return rc; /* no runtime to hold the message */
-    cfg = &full;
-    opjit_runtime *rt;
-    rc = loader_runtime_new(cfg, &rt);
+    settings set;
+    rc = settings_resolve(&full, &set); /* the one reading of the environment */
     if (rc)
         return rc;
-    loader_warn_missing_dirs(rt->loader, cfg);
-    if ((rc = watch_start(rt->loader, cfg))) {
+    opjit_runtime *rt;
+    rc = loader_runtime_new(&set, &rt);
+    settings_free(&set);
+    if (rc)
+        return rc;
+    loader_warn_missing_dirs(rt->loader);
+    if ((rc = watch_start(rt->loader))) {
         loader_runtime_free(rt);
         return rc;
     }

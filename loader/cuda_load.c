@@ -31,6 +31,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,13 +50,15 @@
  * in the toolkit or on the default path (jit_cuda_dlopen). Tried once per
  * process; a library that is missing is no error here. */
 static struct cu_lib {
-    const char *mention, *what, *env;
+    const char *mention, *what;
+    size_t lib; /* the settings_libs field naming its file */
     const char *const names[4];
     int tried;
     char why[1024]; /* "" when loaded */
 } cu_libs[] = {
-    {"cudnn", "cuDNN", "OPJIT_CUDNN_LIBRARY", {"libcudnn.so.9", "libcudnn.so", NULL}, 0, ""},
-    {"cublas", "cuBLAS", "OPJIT_CUBLAS_LIBRARY",
+    {"cudnn", "cuDNN", offsetof(settings_libs, cudnn), {"libcudnn.so.9", "libcudnn.so", NULL},
+     0, ""},
+    {"cublas", "cuBLAS", offsetof(settings_libs, cublas),
      {"libcublas.so.13", "libcublas.so.12", "libcublas.so", NULL}, 0, ""},
 };
 #define CU_NLIBS (sizeof cu_libs / sizeof *cu_libs)
@@ -69,7 +72,8 @@ static int cu_lib_load(loader *l, struct cu_lib *c)
     pthread_mutex_lock(&cu_libs_lock);
     if (!c->tried) {
         char path[PATH_MAX];
-        if (jit_cuda_dlopen(c->names, getenv(c->env), RTLD_NOW | RTLD_GLOBAL, path, sizeof path,
+        const char *file = *(const char *const *)((const char *)settings_libs_get() + c->lib);
+        if (jit_cuda_dlopen(c->names, file, RTLD_NOW | RTLD_GLOBAL, path, sizeof path,
                             c->why, sizeof c->why))
             c->why[0] = '\0', now = 1;
         else if (!c->why[0])
@@ -137,25 +141,18 @@ int cu_usable(char *why, size_t n) { return cuda_available(why, n); }
 /* The list in use, validated and deduplicated into out ("sm_80,sm_90"). */
 int cu_resolve_archs(loader *l, char *out, size_t n, int *defaulted)
 {
-    const char *from = "config.cuda_archs";
-    const char *list = l->cuda_archs;
+    const char *from = l->rt->set.cuda_archs_from; /* config, else $OPJIT_CUDA_ARCHS */
+    const char *list = l->rt->set.cuda_archs;
     char def[512];
-    if (!list || !*list) {
-        list = getenv("OPJIT_CUDA_ARCHS");
-        from = "OPJIT_CUDA_ARCHS";
-    }
     if (!list || !*list) {
         /* This machine's GPUs; the usual ones without a GPU. */
         int cc[CUDA_MAX_DEVICES], nd = cuda_device_archs(cc, CUDA_MAX_DEVICES);
         size_t k = 0;
         def[0] = '\0';
-        for (int i = 0; i < nd; i++) {
+        const jit_compiler *jc = jit_first(JIT_CU_DEVICE);
+        for (int i = 0; i < nd && jc; i++) {
             char a[32];
-            if (jit_nvrtc_identity() && !jit_nvrtc_supports(cc[i]) &&
-                jit_nvrtc_highest_arch(cc[i]))
-                snprintf(a, sizeof a, "compute_%d", jit_nvrtc_highest_arch(cc[i]));
-            else
-                snprintf(a, sizeof a, "sm_%d", cc[i]);
+            jc->device_target(cc[i], a, sizeof a);
             if (!strstr(def, a) && k < sizeof def)
                 k += (size_t)snprintf(def + k, sizeof def - k, "%s%s", k ? "," : "", a);
         }
@@ -172,9 +169,9 @@ int cu_resolve_archs(loader *l, char *out, size_t n, int *defaulted)
         if (!len)
             break;
         char a[32];
-        int number, ptx;
+        const jit_compiler *jc = jit_first(JIT_CU_DEVICE);
         snprintf(a, sizeof a, "%.*s", (int)(len < sizeof a ? len : sizeof a - 1), p);
-        if (len >= sizeof a || !jit_cuda_arch_parse(a, &number, &ptx))
+        if (len >= sizeof a || (jc && !jc->target_valid(a)))
             return rt_error(l->rt, OPJIT_EINVAL,
                             "%s: '%.*s' is not a CUDA architecture (expected a comma-separated "
                             "list of sm_XY for cubins and compute_XY for PTX, e.g. "
@@ -197,32 +194,20 @@ int cu_resolve_archs(loader *l, char *out, size_t n, int *defaulted)
 
 /* ---- device code ---------------------------------------------------------------------- */
 
-/* The device compiler of the table. */
-static const jit_compiler *device_compiler(void)
-{
-    for (int i = 0; jit_compilers[i]; i++)
-        if (jit_compilers[i]->halves & JIT_CU_DEVICE)
-            return jit_compilers[i];
-    return NULL;
-}
-
-/* The artifact for arch through the pipeline; a GPU newer than NVRTC (an
- * architecture from the machine, not asked for) gets NVRTC's highest PTX
- * instead, which the driver compiles for it. arch may be rewritten. */
+/* The artifact for arch through the pipeline; a target from the machine
+ * (not asked for) the device compiler cannot build gets the one it offers
+ * instead (NVRTC older than the GPU: its highest PTX, which the driver
+ * compiles for it). arch may be rewritten. */
 static int device_artifact(loader *l, const source *s, const jit_compiler *jc, char *arch,
                            size_t archlen, int defaulted, pipeline_artifact *art, char *diag,
                            size_t n)
 {
     pipeline_get_args a = {s, jc, JIT_CU_DEVICE, arch, 1};
     int rc = pipeline_get(&l->pipe, &a, art, diag, n);
-    int number, ptx;
-    jit_cuda_arch_parse(arch, &number, &ptx);
-    if (rc == OPJIT_ECOMPILE && defaulted && !ptx && !jit_nvrtc_supports(number) &&
-        jit_nvrtc_highest_arch(number)) {
-        char sub[32];
-        snprintf(sub, sizeof sub, "compute_%d", jit_nvrtc_highest_arch(number));
-        rt_log(l->rt, OPJIT_LOG_INFO, "%s: NVRTC cannot compile for %s; using %s", s->path, arch,
-               sub);
+    char sub[32];
+    if (rc == OPJIT_ECOMPILE && defaulted && jc->fallback_target(arch, sub, sizeof sub)) {
+        rt_log(l->rt, OPJIT_LOG_INFO, "%s: %s cannot compile for %s; using %s", s->path,
+               jc->what, arch, sub);
         snprintf(arch, archlen, "%s", sub);
         rc = pipeline_get(&l->pipe, &a, art, diag, n);
     }
@@ -238,15 +223,12 @@ static int device_artifact(loader *l, const source *s, const jit_compiler *jc, c
 }
 
 /* The artifact's image, kept by the module. */
-static int keep_image(loader *l, const source *s, cuda_module *cm, const char *arch,
-                      const pipeline_artifact *art)
+static int keep_image(loader *l, const source *s, const jit_compiler *jc, cuda_module *cm,
+                      const char *arch, const pipeline_artifact *art)
 {
     /* "NVRTC 13.0" reads better in messages than the key string. */
-    char producer[96] = "the NVRTC that warmed the cache";
-    int vmaj, vmin;
-    const char *id = jit_nvrtc_identity();
-    if (id && sscanf(id, "nvrtc %d.%d", &vmaj, &vmin) == 2)
-        snprintf(producer, sizeof producer, "NVRTC %d.%d", vmaj, vmin);
+    char producer[96];
+    jc->producer(producer, sizeof producer);
     /* A cubin is mapped (tens of KiB a fresh process would otherwise fault
      * in, and only a GPU ever reads); PTX, which needs its NUL, is read. */
     if (art->path && !strncmp(arch, "sm_", 3) &&
@@ -270,7 +252,7 @@ int cu_device_code(loader *l, const source *s, cuda_module **out, int *all_hit,
 {
     *out = NULL;
     *all_hit = 1;
-    const jit_compiler *jc = device_compiler();
+    const jit_compiler *jc = jit_first(JIT_CU_DEVICE);
     *by = jc;
     int defaulted = 0;
     int rc = cu_resolve_archs(l, l->archs, sizeof l->archs, &defaulted);
@@ -294,7 +276,7 @@ int cu_device_code(loader *l, const source *s, cuda_module **out, int *all_hit,
             *all_hit = art.hit; /* CACHE_BUILT, or remote where any came from there */
         *waited_ms += cache_entry_waited_ms(art.entry);
         if (!rc)
-            rc = keep_image(l, s, cm, arch, &art);
+            rc = keep_image(l, s, jc, cm, arch, &art);
         cache_entry_release(art.entry);
     }
     free(diag);

@@ -30,7 +30,6 @@
 #include "loader/loader_int.h"
 #include "runtime/env.h"
 
-#define DISCOVER_DEFAULT_TIMEOUT_MS 60000
 #define DISCOVER_MAX_OUTPUT (16u << 20)
 #define DISCOVER_MAX_JOBS 64
 
@@ -80,13 +79,15 @@ static void child_main(loader *parent, const char *path, int device, int fd)
     FILE *out = fdopen(fd, "w");
     if (!out)
         _exit(120);
-    opjit_config cfg;
-    loader_same_caches(parent, &cfg);
-    /* No eviction here (0: no cap): each child walking the whole cache made
+    settings set;
+    if (loader_child_settings(parent, &set))
+        _exit(120);
+    /* No eviction here (no cap): each child walking the whole cache made
      * indexing many sources quadratic; the host's next build keeps the cap. */
-    setenv("OPJIT_CACHE_MAX_SIZE", "0", 1);
+    set.cache_max_size = UINT64_MAX;
     opjit_runtime *rt = NULL;
-    int rc = loader_runtime_new(&cfg, &rt);
+    int rc = loader_runtime_new(&set, &rt);
+    settings_free(&set);
     if (rc == OPJIT_OK) {
         tier_never_build(rt->loader);
         rc = opjit_load_file(rt, path, NULL, NULL);
@@ -124,16 +125,7 @@ typedef struct found {
 
 enum { FOUND_IDLE, FOUND_READING, FOUND_REAPING, FOUND_DONE };
 
-static long discover_timeout_ms(opjit_runtime *rt)
-{
-    const char *e = getenv("OPJIT_DISCOVER_TIMEOUT");
-    long ms = env_seconds_parse(e, DISCOVER_DEFAULT_TIMEOUT_MS);
-    if (ms > 0)
-        return ms;
-    rt_log(rt, OPJIT_LOG_WARN, "OPJIT_DISCOVER_TIMEOUT='%s' is not a positive number of "
-           "seconds; using %d", e, DISCOVER_DEFAULT_TIMEOUT_MS / 1000);
-    return DISCOVER_DEFAULT_TIMEOUT_MS;
-}
+static long discover_timeout_ms(opjit_runtime *rt) { return rt->set.discover_timeout_ms; }
 
 /* How many children run at once: one per CPU this process may use. */
 static int discover_jobs(void)
@@ -289,10 +281,10 @@ static int found_start(loader *l, found *f, long timeout_ms)
     }
     if (outside_lock)
         pthread_mutex_lock(&l->lock);
-    jit_tcc_fork_prepare();
+    jit_fork_prepare();
     pid_t pid = fork();
     int e = errno;
-    jit_tcc_fork_done();
+    jit_fork_done();
     if (outside_lock && pid != 0)
         pthread_mutex_unlock(&l->lock);
     if (pid == 0) {
@@ -343,7 +335,8 @@ static int found_reap(found *f, long timeout_ms)
         if (!ended || f->pub.status == OPJIT_OK)
             child_failed(f, st, timeout_ms);
     } else if (f->pub.status == OPJIT_OK) {
-        f->pub.tier = f->pub.device == OPJIT_CUDA ? "nvrtc" : NULL;
+        const jit_compiler *dev = jit_first(JIT_CU_DEVICE);
+        f->pub.tier = f->pub.device == OPJIT_CUDA && dev ? dev->name : NULL;
     }
     f->pub.error = f->pub.status == OPJIT_OK ? "" : f->msg;
     return 1;
@@ -594,7 +587,7 @@ static int discover_deliver(void *ud, int i, found *f)
     (void)i;
     source src;
     if (f->pub.status == OPJIT_OK && !f->pub.tier) { /* a .c: optimized code cached? */
-        f->pub.tier = "tcc";
+        f->pub.tier = jit_first(JIT_C) ? jit_first(JIT_C)->name : "none";
         if (source_read(w->l, f->pub.path, &src) == OPJIT_OK) {
             f->pub.tier = tier_would_serve(w->l, &src);
             source_free(&src);

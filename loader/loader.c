@@ -35,151 +35,9 @@ static void cache_log(void *ud, int level, const char *msg)
     rt_log(ud, level, "%s", msg);
 }
 
-/* The ops shipped with this copy of the library, found from where it is
- * loaded: <directory of libopjit.so>/<libdir to datadir>/opjit/ops, or from
- * the executable's bindir when libopjit.a is linked into it. NULL when that
- * directory does not exist or is the configure-time one. */
-static char *relocated_ops_dir(void)
-{
-    Dl_info info;
-    struct link_map *map = NULL;
-    char self[PATH_MAX], dir[PATH_MAX], real[PATH_MAX], conf[PATH_MAX];
-    const char *rel = OPJIT_DATADIR_FROM_LIBDIR;
-    if (!dladdr1((void *)&loader_create, &info, (void **)&map, RTLD_DL_LINKMAP) || !map)
-        return NULL;
-    if (map->l_name && map->l_name[0]) { /* a shared object: libopjit.so */
-        if (!realpath(map->l_name, self))
-            return NULL;
-    } else { /* the executable */
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (n <= 0 || (size_t)n >= sizeof self - 1)
-            return NULL;
-        self[n] = '\0';
-        rel = OPJIT_DATADIR_FROM_BINDIR;
-    }
-    char *slash = strrchr(self, '/');
-    struct stat st;
-    if (!slash)
-        return NULL;
-    *slash = '\0';
-    /* Mostly absent (a build tree, a host of its own): one stat says so. */
-    if ((size_t)snprintf(dir, sizeof dir, "%s/%s/opjit/ops", self, rel) >= sizeof dir ||
-        stat(dir, &st) != 0 || !realpath(dir, real) || strchr(real, ':'))
-        return NULL;
-    if (realpath(OPJIT_INSTALLED_OPS_DIR, conf) && strcmp(real, conf) == 0)
-        return NULL;
-    return strdup(real);
-}
-
-/* Defined (weak) by a host of libopjit.a built with OPJIT_STATIC_OPS_DIR
- * (opjit.h): where the ops of the installed tree it was built against are. */
-extern const char opjit_static_ops_dir[] __attribute__((weak));
-
-/* The installed ops a host of libopjit.a was built against, when that
- * directory exists and is not found otherwise; else "". */
-static const char *static_host_ops_dir(const char *moved)
-{
-    const char *dir = opjit_static_ops_dir;
-    char real[PATH_MAX];
-    if (!dir || !*dir || strchr(dir, ':') || !realpath(dir, real) ||
-        (moved && !strcmp(real, moved)))
-        return "";
-    return dir;
-}
-
-/* Where this copy of the library finds its shipped and installed ops:
- * it does not move while the process runs, so it is looked up once. */
-static char *shipped_moved;
-static const char *shipped_host, *shipped_installed;
-static pthread_once_t shipped_once = PTHREAD_ONCE_INIT;
-
-static void shipped_find(void)
-{
-    shipped_moved = relocated_ops_dir();
-    shipped_host = static_host_ops_dir(shipped_moved);
-    shipped_installed = access(OPJIT_INSTALLED_OPS_DIR, X_OK) == 0 ? OPJIT_INSTALLED_OPS_DIR : "";
-}
-
-/* The non-empty parts joined by ':', malloc'd; NULL when out of memory. */
-static char *path_join(const char *const *part, size_t nparts)
-{
-    size_t n = 1;
-    for (size_t i = 0; i < nparts; i++)
-        n += part[i] ? strlen(part[i]) + 1 : 0;
-    char *path = malloc(n);
-    if (path) {
-        size_t k = 0;
-        path[0] = '\0';
-        for (size_t i = 0; i < nparts; i++)
-            if (part[i] && *part[i])
-                k += (size_t)snprintf(path + k, n - k, "%s%s", k ? ":" : "", part[i]);
-    }
-    return path;
-}
-
-/* The search path: config, $OPJIT_OPS_PATH (both as they were when the
- * runtime was made), the ops shipped with this copy of the library (next
- * to it, or as a static host was told), the installed ones (where they
- * exist). Made at its first use: a load by path never needs it, so a
- * host that loads files does not look for the shipped ops. "" when out
- * of memory. */
-const char *loader_ops_path(loader *l)
-{
-    pthread_mutex_lock(&l->ops_lock);
-    if (!l->ops_path) {
-        pthread_once(&shipped_once, shipped_find);
-        const char *part[] = {l->ops_head, shipped_moved, shipped_host, shipped_installed};
-        l->ops_path = path_join(part, sizeof part / sizeof *part);
-    }
-    const char *p = l->ops_path ? l->ops_path : "";
-    pthread_mutex_unlock(&l->ops_lock);
-    return p;
-}
-
-/* *dst = a copy of src (NULL stays NULL); non-zero when out of memory. */
-static int dup_setting(char **dst, const char *src)
-{
-    *dst = src ? strdup(src) : NULL;
-    return src && !*dst;
-}
-
-/* What the loader keeps of cfg: what its caches, and the caches of the
- * runtimes and helpers it makes, are opened with. */
-static int keep_settings(loader *l, const opjit_config *cfg)
-{
-    l->cfg_offline = cfg->offline;
-    l->cfg_no_cache = cfg->no_cache;
-    l->cfg_remote_connect_ms = cfg->remote_connect_timeout_ms;
-    l->cfg_remote_timeout_ms = cfg->remote_timeout_ms;
-    l->cfg_remote_push = cfg->remote_push;
-    int oom = dup_setting(&l->cuda_archs, cfg->cuda_archs);
-    oom |= dup_setting(&l->cfg_cache_dir, cfg->cache_dir);
-    oom |= dup_setting(&l->cfg_readonly, cfg->readonly_caches);
-    oom |= dup_setting(&l->cfg_remote, cfg->remote_cache);
-    oom |= dup_setting(&l->cfg_remote_key, cfg->remote_key_file);
-    const char *head[] = {cfg->ops_path, getenv("OPJIT_OPS_PATH")};
-    oom |= !(l->ops_head = path_join(head, 2));
-    return oom ? OPJIT_ENOMEM : OPJIT_OK;
-}
-
-void loader_cache_config(const loader *l, cache_config *cc)
-{
-    *cc = (cache_config){
-        .dir = l->cfg_cache_dir,
-        .readonly = l->cfg_readonly,
-        .offline = l->cfg_offline,
-        .disabled = l->cfg_no_cache,
-        .remote_url = l->cfg_remote,
-        .remote_key_file = l->cfg_remote_key,
-        .remote_connect_timeout_ms = l->cfg_remote_connect_ms,
-        .remote_timeout_ms = l->cfg_remote_timeout_ms,
-        .remote_push = l->cfg_remote_push,
-    };
-}
-
 static void loader_destroy_parts(loader *l, int parts);
 
-int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **out)
+int loader_create(opjit_runtime *rt, struct loader **out)
 {
     loader *l = calloc(1, sizeof *l);
     if (!l)
@@ -188,18 +46,19 @@ int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **ou
     l->discover_cancel_fd = -1;
     pthread_mutex_init(&l->lock, NULL);
     pthread_mutex_init(&l->ops_lock, NULL);
-    int rc = keep_settings(l, cfg), parts = 0;
+    int rc = ops_path_init(l), parts = 0;
     cache_config cc;
-    loader_cache_config(l, &cc);
+    pipeline_cache_config(&rt->set, &cc);
     cc.log = cache_log;
     cc.log_ud = rt;
     char err[1024];
-    jit_settings set = {.cuda_archs = l->archs};
+    jit_settings set = {.cuda_archs = l->archs, .tmpdir = rt->set.tmpdir,
+                        .cc_name = rt->set.cc, .path = rt->set.path};
     if (!rc && !(rc = cache_open(&cc, &l->cache, err, sizeof err)))
         parts = 1;
     if (!rc && !(rc = pipeline_init(&l->pipe, l->cache, &set)))
         parts = 2;
-    if (!rc && !(rc = tier_create(l, cfg)))
+    if (!rc && !(rc = tier_create(l)))
         parts = 3;
     if (rc) {
         loader_destroy_parts(l, parts);
@@ -228,11 +87,6 @@ static void loader_destroy_parts(loader *l, int parts)
     free(l->ops_path);
     free(l->ops_head);
     pthread_mutex_destroy(&l->ops_lock);
-    free(l->cuda_archs);
-    free(l->cfg_cache_dir);
-    free(l->cfg_readonly);
-    free(l->cfg_remote);
-    free(l->cfg_remote_key);
     pthread_mutex_destroy(&l->lock);
     free(l);
 }
@@ -436,9 +290,9 @@ int loader_load_replacing(loader *l, const char *path, const char *replaces)
 /* One warning for each directory the user put on the search path
  * (cfg.ops_path, $OPJIT_OPS_PATH) that is not one: a typo would otherwise
  * only show as "no source for op" later. */
-void loader_warn_missing_dirs(loader *l, const opjit_config *cfg)
+void loader_warn_missing_dirs(loader *l)
 {
-    const char *from[2] = {cfg->ops_path, getenv("OPJIT_OPS_PATH")};
+    const char *from[2] = {l->rt->set.ops_path_cfg, l->rt->set.ops_path_env};
     const char *what[2] = {"the configured ops path", "OPJIT_OPS_PATH"};
     for (int i = 0; i < 2; i++) {
         char *list = from[i] ? strdup(from[i]) : NULL, *save = NULL;
@@ -452,13 +306,13 @@ void loader_warn_missing_dirs(loader *l, const opjit_config *cfg)
     }
 }
 
-int loader_runtime_new(const opjit_config *cfg, opjit_runtime **out)
+int loader_runtime_new(const settings *set, opjit_runtime **out)
 {
     opjit_runtime *rt;
-    int rc = runtime_new(cfg, &rt);
+    int rc = runtime_new(set, &rt);
     if (rc)
         return rc;
-    if ((rc = loader_create(rt, cfg, &rt->loader))) {
+    if ((rc = loader_create(rt, &rt->loader))) {
         runtime_free(rt);
         return rc;
     }
@@ -474,19 +328,16 @@ void loader_runtime_free(opjit_runtime *rt)
     runtime_free(rt);
 }
 
-void loader_same_caches(const loader *l, opjit_config *cfg)
+int loader_child_settings(const loader *l, settings *set)
 {
-    opjit_config_init(cfg, sizeof *cfg);
-    cfg->cache_dir = l->cfg_cache_dir;
-    cfg->readonly_caches = l->cfg_readonly;
-    cfg->offline = l->cfg_offline;
-    cfg->no_cache = l->cfg_no_cache;
-    cfg->cuda_archs = l->cuda_archs;
-    cfg->remote_cache = l->cfg_remote;
-    cfg->remote_key_file = l->cfg_remote_key;
-    cfg->remote_connect_timeout_ms = l->cfg_remote_connect_ms;
-    cfg->remote_timeout_ms = l->cfg_remote_timeout_ms;
-    cfg->remote_push = l->cfg_remote_push;
+    if (settings_copy(set, &l->rt->set))
+        return OPJIT_ENOMEM;
+    set->log = NULL;
+    set->alloc = NULL;
+    set->pool = NULL;
+    set->watch = 0;
+    set->watch_fn = NULL;
+    return OPJIT_OK;
 }
 
 int opjit_load_file(opjit_runtime *rt, const char *path, opjit_op **op, opjit_load_info *info)

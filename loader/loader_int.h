@@ -47,18 +47,13 @@ typedef struct loader {
     pthread_mutex_t lock; /* loads on this runtime */
     char *ops_path;       /* colon-separated: config, $OPJIT_OPS_PATH, installed; made
                            * at first use: read it with loader_ops_path */
-    char *ops_head;       /* config and $OPJIT_OPS_PATH, as at create */
+    char *ops_head;       /* config and $OPJIT_OPS_PATH (the settings') */
     pthread_mutex_t ops_lock; /* ops_path */
     cache *cache;
     pipeline pipe;
     loaded *loaded;
     tier_state *tier;
-    char *cuda_archs;     /* config.cuda_archs, or NULL */
     char archs[1024];     /* the architectures in use (cu_device_code) */
-    /* What a discovery child needs to open the same caches. */
-    char *cfg_cache_dir, *cfg_readonly, *cfg_remote, *cfg_remote_key;
-    int cfg_offline, cfg_no_cache;
-    int cfg_remote_connect_ms, cfg_remote_timeout_ms, cfg_remote_push;
     struct op_index *index; /* which ops each source defines (loader/index.c) */
     struct watcher *watch;  /* cfg.watch: the search path watched (loader/watch.c) */
     int discover_cancel_fd; /* readable: discovery's children are killed at once
@@ -125,15 +120,17 @@ int loader_load_locked(loader *l, const char *path, opjit_op **op, opjit_load_in
 int loader_load_replacing(loader *l, const char *path, const char *replaces);
 /* Warn of each directory cfg.ops_path or $OPJIT_OPS_PATH names that is not
  * one (opjit_create; not the runtimes the library makes for itself). */
-void loader_warn_missing_dirs(loader *l, const opjit_config *cfg);
-/* The search path, colon-separated (made at its first use). */
+void loader_warn_missing_dirs(loader *l);
+/* The search path, colon-separated (made at its first use; loader/ops_path.c). */
 const char *loader_ops_path(loader *l);
+/* Its head, from the settings (loader_create). OPJIT_OK or OPJIT_ENOMEM. */
+int ops_path_init(loader *l);
 /* A runtime with a loader and nothing else (no watcher): what discovery's
  * children and warming load by path with. */
-int loader_runtime_new(const opjit_config *cfg, opjit_runtime **out);
+int loader_runtime_new(const settings *set, opjit_runtime **out);
 void loader_runtime_free(opjit_runtime *rt);
-/* The loader of rt, built from cfg (opjit_create), and its end. */
-int loader_create(opjit_runtime *rt, const opjit_config *cfg, struct loader **out);
+/* The loader of rt, built from rt's settings, and its end. */
+int loader_create(opjit_runtime *rt, struct loader **out);
 void loader_destroy(struct loader *l);
 
 int source_read(loader *l, const char *path, source *s);
@@ -182,13 +179,10 @@ loaded *loader_find_loaded(loader *l, const char *real);
 /* Forget the source at real (its kernels unpublished): the next load of it
  * compiles or hits the cache again. Loader lock held. */
 void loader_forget(loader *l, const char *real);
-/* The configuration l's cache was opened with, without its log: for the
- * caches of the helpers and runtimes l makes. */
-void loader_cache_config(const loader *l, cache_config *cc);
-/* A config for a runtime of its own over the same caches as l (discovery's
- * children, warming): the defaults plus l's cache directories, offline and
- * no_cache settings and CUDA architectures. */
-void loader_same_caches(const loader *l, opjit_config *cfg);
+/* The settings of a runtime of its own over the same caches as l
+ * (discovery's children, warming): a copy of l's runtime's, without the
+ * host's callbacks (log, allocator, pool, watcher). The caller frees it. */
+int loader_child_settings(const loader *l, settings *set);
 /* fn for each source named name ("nms.c", "nms.cu") on the search path,
  * directory by directory; stops when fn returns non-zero (its value). */
 int loader_each_source(opjit_runtime *rt, const char *name,
@@ -242,13 +236,16 @@ void index_free(loader *l);
 /* ---- the watcher (loader/watch.c) ----------------------------------------- */
 
 /* cfg->watch (-1: $OPJIT_WATCH): start the thread watching the sources. */
-int watch_start(loader *l, const opjit_config *cfg);
+int watch_start(loader *l);
 /* Stop it and wait for it (opjit_destroy, before anything else goes). */
 void watch_stop(loader *l);
 
 /* ---- the pipeline (loader/pipeline.c) ---------------------------------- */
 
 int pipeline_init(pipeline *p, cache *c, const jit_settings *set);
+/* The configuration caches are opened with from set (no log): the
+ * loader's, the tier helper's. */
+void pipeline_cache_config(const settings *set, cache_config *cc);
 void pipeline_fini(pipeline *p);
 
 /* One artifact wanted: of src, by jc (for the half of src it compiles),
@@ -298,8 +295,8 @@ int pipeline_describe(pipeline *p, const pipeline_get_args *a, pipeline_request 
 
 /* ---- background compilers (loader/tier.c) ------------------------------- */
 
-/* cfg->tiering: -1 from $OPJIT_TIERING (default on), 0 off, 1 on. */
-int tier_create(loader *l, const opjit_config *cfg);
+/* The settings' tiering (config, else $OPJIT_TIERING: default on). */
+int tier_create(loader *l);
 /* Hand what is queued to a helper process and stop at once. */
 void tier_destroy(loader *l);
 /* Whether code of background compilers may serve (found in a cache). */

@@ -45,6 +45,29 @@ int pipeline_init(pipeline *p, cache *c, const jit_settings *set)
     return pthread_mutex_init(&p->lock, NULL) ? OPJIT_ENOMEM : OPJIT_OK;
 }
 
+void pipeline_cache_config(const settings *s, cache_config *cc)
+{
+    *cc = (cache_config){
+        .dir = s->cache_dir,
+        .xdg_cache_home = s->xdg_cache_home,
+        .home = s->home,
+        .readonly = s->readonly_caches,
+        .tmpdir = s->tmpdir,
+        .offline = s->offline,
+        .disabled = s->no_cache,
+        .max_size = s->cache_max_size,
+        .remote_url = s->remote_url,
+        .remote_key_file = s->remote_key_file,
+        .remote_unsigned = s->remote_unsigned,
+        .remote_ro = s->remote_ro,
+        .remote_connect_timeout_ms = s->remote_connect_ms,
+        .remote_timeout_ms = s->remote_timeout_ms,
+        .remote_lease_ms = s->remote_lease_ms,
+        .remote_backoff_ms = s->remote_backoff_ms,
+        .remote_push = s->remote_push,
+    };
+}
+
 void pipeline_fini(pipeline *p)
 {
     for (int i = 0; i < PIPELINE_MAX_COMPILERS; i++) {
@@ -97,8 +120,7 @@ static int scratch_dir(pipeline *p, char *err, size_t errlen)
     pthread_mutex_lock(&p->lock);
     int rc = OPJIT_OK;
     if (!p->scratch[0]) {
-        const char *tmp = getenv("TMPDIR");
-        tmp = tmp && *tmp ? tmp : "/tmp";
+        const char *tmp = p->set.tmpdir && *p->set.tmpdir ? p->set.tmpdir : "/tmp";
         int e = cache_private_mkdir(tmp, "opjit-", scratch_files, p->scratch, sizeof p->scratch,
                                     &p->scratch_lock) ? errno : 0;
         if (e) {

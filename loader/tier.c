@@ -113,7 +113,7 @@ static void helper_send(int fd, int index, int status, const char *msg)
 static void helper_run(const loader *l, tier_job *batch, int fd)
 {
     cache_config cc;
-    loader_cache_config(l, &cc); /* no log: nobody reads one here */
+    pipeline_cache_config(&l->rt->set, &cc); /* no log: nobody reads one here */
     cache *c = NULL;
     pipeline p;
     char diag[4096];
@@ -567,7 +567,7 @@ const char *tier_would_serve(loader *l, const source *s)
             return jc->name;
         }
     }
-    return jit_tcc.name;
+    return "none"; /* no compiler of the table builds C */
 }
 
 int tier_wait(loader *l, char *msg, size_t n)
@@ -584,42 +584,7 @@ int tier_wait(loader *l, char *msg, size_t n)
     return rc;
 }
 
-/* cfg->cc_timeout_ms, else $OPJIT_CC_TIMEOUT, else the default. */
-static long compile_timeout(loader *l, const opjit_config *cfg)
-{
-    if (cfg->cc_timeout_ms > 0)
-        return cfg->cc_timeout_ms;
-    const char *e = getenv("OPJIT_CC_TIMEOUT");
-    long ms = env_seconds_parse(e, TIER_DEFAULT_TIMEOUT_MS);
-    if (ms > 0)
-        return ms;
-    rt_log(l->rt, OPJIT_LOG_WARN, "OPJIT_CC_TIMEOUT='%s' is not a positive number of seconds; "
-           "using %d", e, TIER_DEFAULT_TIMEOUT_MS / 1000);
-    return TIER_DEFAULT_TIMEOUT_MS;
-}
-
-/* $OPJIT_CC_JOBS, else the CPUs online: how many helpers may run at once
- * on this machine, per cache. */
-static int compile_jobs(loader *l)
-{
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int dflt = ncpu < 1 ? 1 : ncpu > TIER_MAX_JOBS ? TIER_MAX_JOBS : (int)ncpu;
-    const char *e = getenv("OPJIT_CC_JOBS");
-    if (!e || !*e)
-        return dflt;
-    char *end;
-    errno = 0;
-    long v = strtol(e, &end, 10);
-    while (*end == ' ')
-        end++;
-    if (!errno && !*end && end != e && v >= 1 && v <= TIER_MAX_JOBS)
-        return (int)v;
-    rt_log(l->rt, OPJIT_LOG_WARN, "OPJIT_CC_JOBS='%s' is not a number from 1 to %d; using %d",
-           e, TIER_MAX_JOBS, dflt);
-    return dflt;
-}
-
-int tier_create(loader *l, const opjit_config *cfg)
+int tier_create(loader *l)
 {
     tier_state *t = calloc(1, sizeof *t);
     if (!t)
@@ -627,30 +592,23 @@ int tier_create(loader *l, const opjit_config *cfg)
     t->wake[0] = t->wake[1] = -1; /* made with the worker */
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->cond, NULL);
-    int want = cfg->tiering;
-    if (want < 0) {
-        const char *e = getenv("OPJIT_TIERING");
-        want = env_bool_parse(e, 1);
-        if (want < 0) {
-            rt_log(l->rt, OPJIT_LOG_WARN, "OPJIT_TIERING='%s' is not a boolean (1/0, true/false, "
-                   "yes/no, on/off); tiering stays on", e);
-            want = 1;
-        }
-    }
-    const char *cc = cfg->cc ? cfg->cc : getenv("OPJIT_CC");
-    if (!cc || !*cc)
-        cc = "cc";
+    const settings *s = &l->rt->set;
+    int want = s->tiering;
     jit_settings *set = &l->pipe.set;
-    /* With tiering off nothing asks for the compiler: no search of PATH. */
-    int found = want && jit_cc_find(cc, set->cc, sizeof set->cc);
-    if (!found)
-        set->cc[0] = '\0';
-    set->cc_timeout_ms = compile_timeout(l, cfg);
-    t->slots = want ? compile_jobs(l) : 1;
+    /* With tiering off nothing asks for the background compilers: no
+     * search of PATH. */
+    int found = 0;
+    for (int i = 0; want && jit_compilers[i]; i++)
+        if (jit_compilers[i]->background)
+            found |= !jit_compilers[i]->prepare || jit_compilers[i]->prepare(set);
+    set->cc_timeout_ms = s->cc_timeout_ms;
+    long ncpu = want && !s->cc_jobs ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
+    t->slots = !want ? 1 : s->cc_jobs ? s->cc_jobs : ncpu < 1 ? 1 : ncpu > 4096 ? 4096 : (int)ncpu;
     t->wanted = want;
     t->enabled = want && found;
-    if (want && !found && cfg->tiering == 1)
-        rt_log(l->rt, OPJIT_LOG_WARN, "tiering: no C compiler '%s' found; libtcc code only", cc);
+    if (want && !found && s->tiering_asked)
+        rt_log(l->rt, OPJIT_LOG_WARN, "tiering: no C compiler '%s' found; libtcc code only",
+               s->cc);
     l->tier = t;
     return OPJIT_OK;
 }

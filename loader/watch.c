@@ -813,23 +813,10 @@ static void watcher_end(loader *l, struct watcher *w)
     watcher_free(w);
 }
 
-/* Whether cfg (else $OPJIT_WATCH) asks for watching. */
-static int watch_wanted(loader *l, const opjit_config *cfg)
+int watch_start(loader *l)
 {
-    int want = cfg->watch;
-    if (want < 0) {
-        const char *e = getenv("OPJIT_WATCH");
-        if ((want = env_bool_parse(e, 0)) < 0) {
-            rt_log(l->rt, OPJIT_LOG_WARN, "OPJIT_WATCH='%s' is not a boolean; not watching", e);
-            want = 0;
-        }
-    }
-    return want;
-}
-
-int watch_start(loader *l, const opjit_config *cfg)
-{
-    if (!watch_wanted(l, cfg))
+    const settings *cfg = &l->rt->set;
+    if (!cfg->watch)
         return OPJIT_OK;
     struct watcher *w = calloc(1, sizeof *w);
     if (!w)
@@ -842,10 +829,11 @@ int watch_start(loader *l, const opjit_config *cfg)
     if ((w->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) < 0 ||
         pipe2(w->stop, O_CLOEXEC) != 0) {
         /* Asked for by the config: an error; by $OPJIT_WATCH: a warning. */
-        rt_log(l->rt, cfg->watch == 1 ? OPJIT_LOG_ERROR : OPJIT_LOG_WARN,
+        int asked = !cfg->watch_from_env;
+        rt_log(l->rt, asked ? OPJIT_LOG_ERROR : OPJIT_LOG_WARN,
                "watch: cannot watch the sources: %s", strerror(errno));
         watcher_free(w);
-        return cfg->watch == 1 ? OPJIT_EIO : OPJIT_OK;
+        return asked ? OPJIT_EIO : OPJIT_OK;
     }
     watch_search_path(w);
     w->started = 1;

@@ -60,35 +60,10 @@ static int size_class(size_t n, size_t *size)
     return (shift - CACHE_MIN_SHIFT) * 4 + sub;
 }
 
-static size_t parse_size(const char *s, int *ok)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    *ok = !errno && end != s;
-    switch (*end) {
-    case 'k': case 'K': v <<= 10; end++; break;
-    case 'm': case 'M': v <<= 20; end++; break;
-    case 'g': case 'G': v <<= 30; end++; break;
-    }
-    if (*end == 'i' || *end == 'B') /* KiB, MB */
-        end += end[0] == 'i' && end[1] == 'B' ? 2 : 1;
-    if (*end)
-        *ok = 0;
-    return (size_t)v;
-}
-
 static size_t default_cap(opjit_runtime *rt)
 {
-    const char *env = getenv("OPJIT_OUTPUT_CACHE");
-    if (env && *env) {
-        int ok;
-        size_t v = parse_size(env, &ok);
-        if (ok)
-            return v;
-        rt_log(rt, OPJIT_LOG_WARN, "OPJIT_OUTPUT_CACHE='%s' is not a size; using the default",
-               env);
-    }
+    if (rt->set.output_cache_set) /* $OPJIT_OUTPUT_CACHE */
+        return rt->set.output_cache < SIZE_MAX ? (size_t)rt->set.output_cache : SIZE_MAX;
 #if defined(__SANITIZE_ADDRESS__)
     return 0;
 #else

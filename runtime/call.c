@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cuda.h"
-#include "runtime/env.h"
+#include "runtime/cuda.h" /* the CUDA entries of the api table: launch, stream, ... */
+#include "runtime/device.h"
 #include "runtime/runtime.h"
 
 /* ---- outputs ------------------------------------------------------------- */
@@ -24,7 +24,8 @@ typedef struct out_block {
     opjit_alloc_fn alloc;
     void *alloc_ud;
     size_t size;
-    cuda_mem dev; /* a CUDA output's data; the block stays host memory */
+    device_mem dev; /* the data on a device without host memory; the block stays
+                     * host memory */
     int64_t shape[];
 } out_block;
 
@@ -32,7 +33,8 @@ static void out_block_delete(DLManagedTensor *mt)
 {
     out_block *b = (out_block *)mt;
     if (b) {
-        cuda_mem_free(&b->dev);
+        if (b->dev.free)
+            b->dev.free(&b->dev);
         b->alloc(b->alloc_ud, b, b->size, 0);
     }
 }
@@ -71,16 +73,16 @@ static int dense_bytes(int ndim, const int64_t *shape, size_t elem, size_t *byte
 }
 
 /* A new dense tensor of bytes bytes in one block from rt's allocator, on
- * the CPU (the data in the block) or on CUDA device id (cdev's context
- * current; device memory freed by the deleter). The caller has checked
- * dtype and shape. On failure the status, and err says why. */
-static int out_block_new(opjit_runtime *rt, int device, int id, cuda_dev *cdev,
+ * device dev:id: in host memory, the data in the block; else the device's
+ * memory (dev entered, or the call's), freed by the deleter. The caller
+ * has checked dtype and shape. On failure the status, and err says why. */
+static int out_block_new(opjit_runtime *rt, const device_ops *dev, int id, void *entered,
                          DLDataType dtype, int ndim, const int64_t *shape, size_t bytes,
                          DLManagedTensor **out, char *err, size_t errlen)
 {
-    int cuda = device == OPJIT_CUDA;
+    int host = dev->host_memory;
     size_t head = sizeof(out_block) + (size_t)ndim * sizeof(int64_t);
-    size_t size = head + (cuda ? 0 : 64 + bytes);
+    size_t size = head + (host ? 64 + bytes : 0);
     out_block *b = rt->alloc(rt->alloc_ud, NULL, 0, size);
     if (!b) {
         snprintf(err, errlen, "out of memory allocating %zu bytes", size);
@@ -93,10 +95,10 @@ static int out_block_new(opjit_runtime *rt, int device, int id, cuda_dev *cdev,
     if (ndim)
         memcpy(b->shape, shape, (size_t)ndim * sizeof(int64_t));
     uintptr_t data = ((uintptr_t)b + head + 63) & ~(uintptr_t)63;
-    if (cuda) {
-        /* Device memory (cuMemAlloc, at least 256-byte aligned), freed by
-         * the deleter with cuMemFree. */
-        int rc = cuda_mem_alloc(cdev, id, bytes, &b->dev, err, errlen);
+    if (!host) {
+        /* The device's memory (CUDA: at least 256-byte aligned), freed by
+         * the deleter. */
+        int rc = dev->mem_alloc(entered, id, bytes, &b->dev, err, errlen);
         if (rc) {
             b->alloc(b->alloc_ud, b, size, 0);
             return rc;
@@ -105,8 +107,8 @@ static int out_block_new(opjit_runtime *rt, int device, int id, cuda_dev *cdev,
     }
     DLTensor *t = &b->mt.dl_tensor;
     t->data = (void *)data;
-    t->device.device_type = cuda ? kDLCUDA : kDLCPU;
-    t->device.device_id = cuda ? id : 0;
+    t->device.device_type = dev->dl_type;
+    t->device.device_id = host ? 0 : id;
     t->ndim = ndim;
     t->dtype = dtype;
     t->shape = b->shape;
@@ -146,7 +148,8 @@ static DLTensor *api_output(opjit_ctx *ctx, int index, DLDataType dtype, int ndi
         kernel_error(ctx, OPJIT_EKERNEL, "opjit_output: bad dtype or rank for output %d", index);
         return NULL;
     }
-    if (ctx->device != OPJIT_CPU && ctx->device != OPJIT_CUDA) {
+    const device_ops *dev = devices[ctx->device];
+    if (!dev) {
         kernel_error(ctx, OPJIT_EDEVICE, "opjit_output: no allocator for device %s",
                      opjit_device_name(ctx->device));
         return NULL;
@@ -163,8 +166,8 @@ static DLTensor *api_output(opjit_ctx *ctx, int index, DLDataType dtype, int ndi
         return NULL;
     }
     char err[512];
-    int rc = out_block_new(ctx->rt, ctx->device, ctx->device_id, ctx->cdev, dtype, ndim, shape,
-                           bytes, &ctx->outs[index], err, sizeof err);
+    int rc = out_block_new(ctx->rt, dev, ctx->device_id, ctx->cdev, dtype, ndim, shape, bytes,
+                           &ctx->outs[index], err, sizeof err);
     if (rc) {
         ctx->outs[index] = NULL;
         kernel_error(ctx, rc, "opjit_output: output %d: %s", index, err);
@@ -297,11 +300,7 @@ static int api_fail(opjit_ctx *ctx, const char *fmt, ...)
 
 static int api_device_id(opjit_ctx *ctx) { return ctx ? ctx->device_id : -1; }
 
-static int api_env_flag(const char *name, int dflt)
-{
-    int v = name ? env_bool_parse(getenv(name), dflt) : dflt;
-    return v < 0 ? dflt : v;
-}
+static int api_env_flag(const char *name, int dflt) { return settings_op_flag(name, dflt); }
 
 const opjit_api runtime_api = {
     .abi_version = OPJIT_ABI_VERSION,
@@ -344,14 +343,18 @@ static const char *kind_name(int kind)
     return "unknown kind";
 }
 
-static int device_of(int dl_type)
-{
-#define X(name, str, dl) if (dl_type == dl) return OPJIT_##name;
-    OPJIT_DEVICE_LIST(X)
-#undef X
-    return -1;
-}
 
+
+/* The device's name in capitals ("CUDA"), for messages, in buf. */
+static const char *device_upper(int device, char *buf, size_t n)
+{
+    const char *dn = opjit_device_name(device);
+    size_t i = 0;
+    for (; dn[i] && i < n - 1; i++)
+        buf[i] = (char)(dn[i] >= 'a' && dn[i] <= 'z' ? dn[i] - 32 : dn[i]);
+    buf[i] = '\0';
+    return buf;
+}
 /* Row-major dense. An empty tensor is, whatever its strides: it has no
  * element to misplace (numpy and torch give empty arrays strides of 0). */
 static int is_contiguous(const DLTensor *t)
@@ -382,13 +385,8 @@ static int no_kernel(opjit_runtime *rt, const opjit_op *op, int device)
                                   k->mod->source);
     }
     char upper[16];
-    const char *dn = opjit_device_name(device);
-    size_t i = 0;
-    for (; dn[i] && i < sizeof upper - 1; i++)
-        upper[i] = (char)(dn[i] >= 'a' && dn[i] <= 'z' ? dn[i] - 32 : dn[i]);
-    upper[i] = '\0';
-    return rt_error(rt, OPJIT_ENOKERNEL, "%s has no %s kernel; loaded: %s", op->name, upper,
-                    n ? loaded : "nothing");
+    return rt_error(rt, OPJIT_ENOKERNEL, "%s has no %s kernel; loaded: %s", op->name,
+                    device_upper(device, upper, sizeof upper), n ? loaded : "nothing");
 }
 
 static const char *dl_device_name(int dl_type)
@@ -495,7 +493,7 @@ static int call_device(opjit_runtime *rt, const opjit_op *op, const opjit_value 
                             t->device.device_id, dl_device_name(f->device.device_type),
                             f->device.device_id);
     }
-    *device = *first ? device_of((*first)->device.device_type) : OPJIT_CPU;
+    *device = *first ? device_of_dl((*first)->device.device_type) : OPJIT_CPU;
     if (*device < 0)
         return rt_error(rt, OPJIT_ECALL, "%s: tensors are on DLPack device type %d, which opjit "
                         "does not support", op->name, (*first)->device.device_type);
@@ -608,8 +606,9 @@ static int run_kernel(opjit_runtime *rt, const opjit_op *op, const kernel *k, in
     for (int i = 0; i < s->nouts; i++)
         ctx.outs[i] = NULL;
     opjit_args kargs = {s->nargs, v};
+    const device_ops *dev = devices[device];
     int rc;
-    if (device == OPJIT_CUDA && (rc = cuda_call_begin(&ctx)))
+    if (dev->call_begin && (rc = dev->call_begin(&ctx)))
         return rc;
     rc = k->fn(&ctx, &kargs);
     /* Which code served the call, for verbose hosts; one branch otherwise. */
@@ -617,9 +616,10 @@ static int run_kernel(opjit_runtime *rt, const opjit_op *op, const kernel *k, in
         rt_log(rt, OPJIT_LOG_DEBUG, "%s: %s kernel, %s tier, from %s%s", op->name,
                opjit_device_name(device), k->mod->tier, k->mod->source, rc ? " (failed)" : "");
     kernel_status(&ctx, op, rc);
-    /* CUDA first: it waits for copies that still read the host workspace. */
-    if (device == OPJIT_CUDA)
-        cuda_call_end(&ctx);
+    /* The device first: it waits for copies that still read the host
+     * workspace (CUDA). */
+    if (dev->call_end)
+        dev->call_end(&ctx);
     if (ctx.ws)
         workspace_release(rt, ctx.ws);
     if (ctx.status) {
@@ -690,13 +690,14 @@ int opjit_call(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, i
 static int copy_check(opjit_runtime *rt, const char *fn, const DLTensor *src, int device,
                       int device_id, int *from, size_t *bytes)
 {
-    if (device != OPJIT_CPU && device != OPJIT_CUDA)
+    const device_ops *to = device >= 0 && device < OPJIT_DEVICE_COUNT ? devices[device] : NULL;
+    if (!to)
         return rt_error(rt, OPJIT_EINVAL, "%s: bad device %d (OPJIT_CPU or OPJIT_CUDA)", fn,
                         device);
-    if (device_id < 0 || (device == OPJIT_CPU && device_id != 0))
+    if (device_id < 0 || device_id > to->max_id)
         return rt_error(rt, OPJIT_EINVAL, "%s: bad device id %d for %s", fn, device_id,
                         opjit_device_name(device));
-    *from = device_of(src->device.device_type);
+    *from = device_of_dl(src->device.device_type);
     if (*from < 0)
         return rt_error(rt, OPJIT_EINVAL, "%s: the tensor is on %s (DLPack device type %d), "
                         "which opjit does not support", fn,
@@ -722,49 +723,59 @@ static int copy_check(opjit_runtime *rt, const char *fn, const DLTensor *src, in
     return OPJIT_OK;
 }
 
-/* From CUDA device from_id to dst on the host (device OPJIT_CPU), or
- * through the host to dst on another CUDA device (to_dev's context
- * current). On failure the status, with err. */
-static int copy_through_host(opjit_runtime *rt, int from_id, const void *src, int device,
-                             cuda_dev *to_dev, void *dst, size_t bytes, char *err, size_t errlen)
+/* One end of a copy: the device, its id, its data; dev: its handle, when
+ * entered. */
+typedef struct copy_end {
+    const device_ops *ops;
+    int id;
+    void *dev;
+} copy_end;
+
+/* From a device whose memory is not the host's to dst on the host, or
+ * through the host to dst on another device (to entered). On failure the
+ * status, with err. */
+static int copy_through_host(opjit_runtime *rt, const copy_end *from, const void *src,
+                             const copy_end *to, void *dst, size_t bytes, char *err,
+                             size_t errlen)
 {
-    char why[1024];
-    void *host = device == OPJIT_CPU ? dst : rt_alloc(rt, bytes);
-    cuda_dev *from_dev = NULL;
+    char why[1024], name[16];
+    void *host = to->ops->host_memory ? dst : rt_alloc(rt, bytes);
+    void *from_dev = NULL;
     int rc;
     if (!host) {
         rc = OPJIT_ENOMEM;
         snprintf(err, errlen, "out of memory allocating %zu bytes", bytes);
-    } else if ((rc = cuda_enter(rt, from_id, &from_dev, why, sizeof why))) {
-        snprintf(err, errlen, "cannot copy from CUDA device %d: %s", from_id, why);
+    } else if ((rc = from->ops->enter(rt, from->id, &from_dev, why, sizeof why))) {
+        snprintf(err, errlen, "cannot copy from %s device %d: %s",
+                 device_upper(device_of_dl(from->ops->dl_type), name, sizeof name), from->id,
+                 why);
     } else {
-        rc = cuda_copy(from_dev, host, src, bytes, OPJIT_COPY_DTOH, err, errlen);
-        cuda_leave(from_dev);
-        if (!rc && device == OPJIT_CUDA)
-            rc = cuda_copy(to_dev, dst, host, bytes, OPJIT_COPY_HTOD, err, errlen);
+        rc = from->ops->copy(from_dev, host, src, bytes, OPJIT_COPY_DTOH, err, errlen);
+        from->ops->leave(from_dev);
+        if (!rc && !to->ops->host_memory)
+            rc = to->ops->copy(to->dev, dst, host, bytes, OPJIT_COPY_HTOD, err, errlen);
     }
     if (host && host != dst)
         rt_free(rt, host, bytes);
     return rc;
 }
 
-/* Copy bytes from src, on device from:from_id, to dst, on device:id (a
- * CUDA one with to_dev's context current). On failure the status, with
- * err. */
-static int copy_data(opjit_runtime *rt, int from, int from_id, const void *src, int device,
-                     int id, cuda_dev *to_dev, void *dst, size_t bytes, char *err, size_t errlen)
+/* Copy bytes from src on from to dst on to (entered). On failure the
+ * status, with err. */
+static int copy_data(opjit_runtime *rt, const copy_end *from, const void *src,
+                     const copy_end *to, void *dst, size_t bytes, char *err, size_t errlen)
 {
     if (!bytes)
         return OPJIT_OK;
-    if (from == OPJIT_CPU && device == OPJIT_CPU) {
+    if (from->ops->host_memory && to->ops->host_memory) {
         memcpy(dst, src, bytes);
         return OPJIT_OK;
     }
-    if (from == OPJIT_CPU)
-        return cuda_copy(to_dev, dst, src, bytes, OPJIT_COPY_HTOD, err, errlen);
-    if (device == OPJIT_CUDA && from_id == id)
-        return cuda_copy(to_dev, dst, src, bytes, OPJIT_COPY_DTOD, err, errlen);
-    return copy_through_host(rt, from_id, src, device, to_dev, dst, bytes, err, errlen);
+    if (from->ops->host_memory)
+        return to->ops->copy(to->dev, dst, src, bytes, OPJIT_COPY_HTOD, err, errlen);
+    if (from->ops == to->ops && from->id == to->id)
+        return to->ops->copy(to->dev, dst, src, bytes, OPJIT_COPY_DTOD, err, errlen);
+    return copy_through_host(rt, from, src, to, dst, bytes, err, errlen);
 }
 
 int opjit_tensor_to_device(opjit_runtime *rt, const DLTensor *src, int device, int device_id,
@@ -776,26 +787,28 @@ int opjit_tensor_to_device(opjit_runtime *rt, const DLTensor *src, int device, i
     if (!rt || !src || !out)
         return rt_error(rt, OPJIT_EINVAL, "%s: NULL %s", fn,
                         !rt ? "runtime" : !src ? "tensor" : "out");
-    int from = -1;
+    int from_device = -1;
     size_t bytes = 0;
-    int rc = copy_check(rt, fn, src, device, device_id, &from, &bytes);
+    int rc = copy_check(rt, fn, src, device, device_id, &from_device, &bytes);
     if (rc)
         return rc;
     const char *from_data = (const char *)src->data + src->byte_offset;
+    copy_end from = {devices[from_device], src->device.device_id, NULL};
+    copy_end to = {devices[device], device_id, NULL};
 
-    /* The destination's context stays current until the end; a CUDA source
-     * on another device is entered on top of it for its part of the copy. */
-    char why[1024], err[1536] = "";
-    cuda_dev *to_dev = NULL;
-    if (device == OPJIT_CUDA && (rc = cuda_enter(rt, device_id, &to_dev, why, sizeof why)))
-        return rt_error(rt, rc, "%s: cannot copy to CUDA device %d: %s", fn, device_id, why);
+    /* The destination stays entered until the end; a source on another
+     * device is entered on top of it for its part of the copy. */
+    char why[1024], err[1536] = "", name[16];
+    if (to.ops->enter && (rc = to.ops->enter(rt, device_id, &to.dev, why, sizeof why)))
+        return rt_error(rt, rc, "%s: cannot copy to %s device %d: %s", fn,
+                        device_upper(device, name, sizeof name), device_id, why);
     DLManagedTensor *mt = NULL;
-    rc = out_block_new(rt, device, device_id, to_dev, src->dtype, src->ndim, src->shape, bytes,
+    rc = out_block_new(rt, to.ops, device_id, to.dev, src->dtype, src->ndim, src->shape, bytes,
                        &mt, err, sizeof err);
     if (!rc)
-        rc = copy_data(rt, from, src->device.device_id, from_data, device, device_id, to_dev,
-                       mt->dl_tensor.data, bytes, err, sizeof err);
-    cuda_leave(to_dev);
+        rc = copy_data(rt, &from, from_data, &to, mt->dl_tensor.data, bytes, err, sizeof err);
+    if (to.ops->leave)
+        to.ops->leave(to.dev);
     if (rc) {
         if (mt)
             mt->deleter(mt);

@@ -19,6 +19,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@
 #include <unistd.h>
 
 #include "runtime/cuda.h"
+#include "runtime/settings.h"
 
 /* ---- the driver ---------------------------------------------------------- */
 
@@ -148,8 +150,8 @@ static const char *cu_err(CUresult r, char *buf, size_t n)
 
 static void driver_load(void)
 {
-    const char *path = getenv("OPJIT_CUDA_DRIVER"); /* another driver library: tests */
-    if (!path || !*path)
+    const char *path = settings_libs_get()->cuda_driver; /* another driver library: tests */
+    if (!path)
         path = "libcuda.so.1";
     drv.status = OPJIT_EDEVICE;
     drv.dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -1142,3 +1144,42 @@ int cuda_copy(cuda_dev *d, void *dst, const void *src, size_t bytes, int kind, c
     }
     return OPJIT_OK;
 }
+
+/* ---- the device's instance (runtime/device.h) ------------------------------------ */
+
+static int dev_enter(opjit_runtime *rt, int id, void **dev, char *why, size_t n)
+{
+    cuda_dev *d = NULL;
+    int rc = cuda_enter(rt, id, &d, why, n);
+    *dev = d;
+    return rc;
+}
+
+static void dev_leave(void *dev) { cuda_leave(dev); }
+
+static int dev_mem_alloc(void *dev, int id, size_t bytes, device_mem *m, char *err,
+                         size_t errlen)
+{
+    int rc = cuda_mem_alloc(dev, id, bytes, m, err, errlen);
+    if (!rc)
+        m->free = cuda_mem_free;
+    return rc;
+}
+
+static int dev_copy(void *dev, void *dst, const void *src, size_t bytes, int kind, char *err,
+                    size_t errlen)
+{
+    return cuda_copy(dev, dst, src, bytes, kind, err, errlen);
+}
+
+const device_ops device_cuda = {
+    .dl_type = kDLCUDA,
+    .host_memory = 0,
+    .max_id = INT_MAX, /* cuda_enter says which exist */
+    .call_begin = cuda_call_begin,
+    .call_end = cuda_call_end,
+    .enter = dev_enter,
+    .leave = dev_leave,
+    .mem_alloc = dev_mem_alloc,
+    .copy = dev_copy,
+};

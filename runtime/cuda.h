@@ -5,7 +5,8 @@
  * libcuda.so.1 is dlopened on the first CUDA call (or when the loader asks
  * whether CUDA is usable), never at link time, so a machine without a
  * driver runs every CPU op. $OPJIT_CUDA_DRIVER names another library to
- * use instead (tests use a fake driver). Nothing here knows compilers: a .cu module's
+ * use instead (tests use a fake driver; runtime/settings.h). The device's
+ * instance of runtime/device.h is device_cuda, at the end of cuda.c. Nothing here knows compilers: a .cu module's
  * device code arrives as images (cubin or PTX per architecture) that the
  * loader read from the cache.
  *
@@ -21,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/device.h"
 #include "runtime/runtime.h"
 
 #define CUDA_MAX_DEVICES 64
@@ -79,16 +81,9 @@ void cuda_call_end(opjit_ctx *ctx);
 /* A device's context and stream in a runtime (runtime/cuda.c). */
 typedef struct cuda_dev cuda_dev;
 
-/* Device memory of an output: freed with cuda_mem_free, which may run on
- * any thread, after the runtime is gone. */
-typedef struct cuda_mem {
-    uint64_t ptr;
-    void *cuctx;
-    void *stream; /* pooled: the CUstream it was allocated on, and is freed on */
-    int device;
-    int primary; /* holds a reference on the device's primary context */
-    int pooled;  /* from the device's output pool (stream-ordered) */
-} cuda_mem;
+/* Device memory of an output (runtime/device.h): freed with cuda_mem_free,
+ * which may run on any thread, after the runtime is gone. */
+typedef device_mem cuda_mem;
 /* bytes of memory (at least 1 allocated) on CUDA device id, in d's context,
  * which is current: from the device's output pool, in the order of d's
  * stream, where the driver has memory pools; else cuMemAlloc. On failure

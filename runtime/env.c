@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -42,4 +43,37 @@ long env_seconds_parse(const char *text, long dflt_ms)
     if (errno || end == text || *end || !(s >= 0) || s > 1e7)
         return -1;
     return (long)llround(s * 1000.0);
+}
+
+int env_size_parse(const char *s, uint64_t *out)
+{
+    if (!s)
+        return -1;
+    while (*s == ' ')
+        s++;
+    if (*s < '0' || *s > '9')
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: break;
+    }
+    if (shift && *end == 'i')
+        end++;
+    if (*end == 'b' || *end == 'B')
+        end++;
+    while (*end == ' ')
+        end++;
+    if (*end || (shift && v > (UINT64_MAX >> shift)))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
 }

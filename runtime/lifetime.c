@@ -49,21 +49,28 @@ static int create_failed(opjit_runtime *rt, int status)
     pool_free(rt->pool);
     out_cache_close(rt->out_cache);
     pthread_mutex_destroy(&rt->lock);
+    settings_free(&rt->set);
     free(rt);
     return status;
 }
 
-int runtime_new(const opjit_config *cfg, opjit_runtime **out)
+int runtime_new(const settings *set, opjit_runtime **out)
 {
     *out = NULL;
     reclaim_init();
     opjit_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return OPJIT_ENOMEM;
-    if (pthread_mutex_init(&rt->lock, NULL)) {
+    if (settings_copy(&rt->set, set)) {
         free(rt);
         return OPJIT_ENOMEM;
     }
+    if (pthread_mutex_init(&rt->lock, NULL)) {
+        settings_free(&rt->set);
+        free(rt);
+        return OPJIT_ENOMEM;
+    }
+    const settings *cfg = &rt->set;
     rt->log = cfg->log;
     rt->log_ud = cfg->log_ud;
     rt->verbosity = cfg->verbosity;
@@ -73,7 +80,7 @@ int runtime_new(const opjit_config *cfg, opjit_runtime **out)
         return create_failed(rt, OPJIT_ENOMEM);
     rt->alloc = cfg->alloc ? cfg->alloc : out_cache_alloc;
     rt->alloc_ud = cfg->alloc ? cfg->alloc_ud : rt->out_cache;
-    int rc = pool_new(cfg, rt, &rt->pool); /* no thread starts here */
+    int rc = pool_new(cfg, &rt->pool); /* no thread starts here */
     if (rc)
         return create_failed(rt, rc);
     if (!(rt->cuda = cuda_rt_new())) /* bookkeeping only: no CUDA work yet */
@@ -137,5 +144,6 @@ void runtime_free(opjit_runtime *rt)
     out_cache_close(rt->out_cache); /* outputs still alive free themselves later */
     pthread_mutex_destroy(&rt->lock);
     rt_clear_error(NULL);
+    settings_free(&rt->set);
     free(rt);
 }

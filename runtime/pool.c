@@ -82,26 +82,16 @@ static int affinity_cpus(void)
     return 1;
 }
 
-/* cfg.num_threads, else $OPJIT_NUM_THREADS, else the CPUs we may use. A
- * bad variable is ignored with a warning. */
-static int resolve_threads(const opjit_config *cfg, opjit_runtime *rt)
+/* The settings' count (config, else $OPJIT_NUM_THREADS), else the CPUs we
+ * may use. */
+static int resolve_threads(const settings *set)
 {
-    if (cfg->num_threads > 0)
-        return cfg->num_threads < POOL_MAX_THREADS ? cfg->num_threads : POOL_MAX_THREADS;
-    const char *env = getenv("OPJIT_NUM_THREADS");
-    if (env && *env) {
-        char *end;
-        errno = 0;
-        long v = strtol(env, &end, 10);
-        if (!errno && !*end && v > 0)
-            return v < POOL_MAX_THREADS ? (int)v : POOL_MAX_THREADS;
-        rt_log(rt, OPJIT_LOG_WARN, "OPJIT_NUM_THREADS='%s' is not a positive number; ignored",
-               env);
-    }
+    if (set->num_threads > 0)
+        return set->num_threads < POOL_MAX_THREADS ? set->num_threads : POOL_MAX_THREADS;
     return affinity_cpus();
 }
 
-int pool_new(const opjit_config *cfg, opjit_runtime *rt, pool **out)
+int pool_new(const settings *cfg, pool **out)
 {
     pool *p = calloc(1, sizeof *p);
     if (!p)
@@ -121,7 +111,7 @@ int pool_new(const opjit_config *cfg, opjit_runtime *rt, pool **out)
         free(p);
         return OPJIT_ENOMEM;
     }
-    p->nthreads = resolve_threads(cfg, rt);
+    p->nthreads = resolve_threads(cfg);
     p->host = cfg->pool;
     p->host_ud = cfg->pool_ud;
     *out = p;

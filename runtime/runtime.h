@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "opjit.h"
+#include "runtime/settings.h"
 
 #define OPJIT_MAX_ARGS 32
 #define OPJIT_MAX_OUTS 8
@@ -166,6 +167,7 @@ struct opjit_runtime {
     struct cuda_rt *cuda; /* contexts, streams, device workspaces (runtime/cuda.h) */
     struct pool *pool;    /* threads for op code (runtime/pool.c) */
     struct out_cache *out_cache; /* the default allocator's (runtime/alloc.c), or NULL */
+    settings set; /* resolved once (runtime/settings.h): what every layer reads */
 };
 
 /* ---- calls (runtime/call.c) -------------------------------------------- */
@@ -240,7 +242,7 @@ void out_cache_stats(out_cache *c, size_t *held, unsigned long *hits, unsigned l
 /* ---- threads (runtime/pool.c) --------------------------------------------- */
 
 typedef struct pool pool;
-int pool_new(const opjit_config *cfg, opjit_runtime *rt, pool **out);
+int pool_new(const settings *set, pool **out);
 void pool_free(pool *p);
 int pool_threads(const pool *p);
 /* The api table's entries. */
@@ -370,7 +372,7 @@ uint64_t reclaim_oldest(void);
 /* The runtime's own parts (allocator, log, CUDA bookkeeping); the loader is
  * attached and detached by opjit_create/opjit_destroy (loader/create.c),
  * which assemble the layers: nothing here calls upward. */
-int runtime_new(const opjit_config *cfg, opjit_runtime **out);
+int runtime_new(const settings *set, opjit_runtime **out);
 void runtime_free(opjit_runtime *rt);
 
 #endif

@@ -165,6 +165,7 @@ static cache *open_at(const char *dir, const char *ro, int offline, uint64_t cap
     cfg.readonly = ro ? ro : "";
     cfg.offline = offline;
     cfg.max_size = cap;
+    cfg.tmpdir = getenv("TMPDIR"); /* what the runtime's settings would hand in */
     cfg.log = lc ? logcb : NULL;
     cfg.log_ud = lc;
     cache *c = NULL;
@@ -673,16 +674,16 @@ static void test_readonly_layer(void)
     CHECK(cache_clear(c, &pr, err, sizeof err) == OPJIT_OK);
     cache_close(c);
 
-    /* From the environment too. */
-    setenv("OPJIT_CACHE_READONLY", ro, 1);
+    /* Through a config of its own too ($OPJIT_CACHE_READONLY reaches it
+     * this way: tests/test_settings.c). */
     cache_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.dir = tdir("ro-top2");
+    cfg.readonly = ro;
     CHECK(cache_open(&cfg, &c, err, sizeof err) == OPJIT_OK);
     CHECK(fetch(c, &r1, &b2, &e, &hit) == OPJIT_OK && hit == 1 && b2.calls == 2);
     cache_entry_release(e);
     cache_close(c);
-    unsetenv("OPJIT_CACHE_READONLY");
 
     char *after = snapshot(ro);
     CHECKF(!strcmp(before, after), "the read-only layer changed:\n--- before\n%s--- after\n%s",
@@ -798,9 +799,8 @@ static void test_offline(void)
     CHECK_STR_CONTAINS(err, r.key.hex);
     cache_close(c);
 
-    /* -1 reads $OPJIT_OFFLINE; an explicit 0 ignores it. */
-    setenv("OPJIT_OFFLINE", "1", 1);
-    c = open_at(tdir("offline"), NULL, -1, 0, NULL);
+    /* 1: a miss is an error; 0 builds ($OPJIT_OFFLINE: tests/test_settings.c). */
+    c = open_at(tdir("offline"), NULL, 1, 0, NULL);
     CHECK(cache_fetch(c, &r, build_cb, &b, &e, &hit, err, sizeof err) == OPJIT_EOFFLINE);
     cache_close(c);
     c = open_at(tdir("offline"), NULL, 0, 0, NULL);
@@ -808,11 +808,10 @@ static void test_offline(void)
     cache_entry_release(e);
     cache_close(c);
     /* Offline, a hit still works. */
-    c = open_at(tdir("offline"), NULL, -1, 0, NULL);
+    c = open_at(tdir("offline"), NULL, 1, 0, NULL);
     CHECK(fetch(c, &r, &b, &e, &hit) == OPJIT_OK && hit == 1 && b.calls == 1);
     cache_entry_release(e);
     cache_close(c);
-    unsetenv("OPJIT_OFFLINE");
 }
 
 /* ---- degraded modes ----------------------------------------------------- */
@@ -1009,16 +1008,14 @@ static void test_parse_size(void)
     CHECK(cache_parse_size("-5", &v) != 0);
     CHECK(cache_parse_size("99999999999T", &v) != 0);
 
-    setenv("OPJIT_CACHE_MAX_SIZE", "3M", 1);
-    cache *c = open_at(tdir("size"), NULL, 0, 0, NULL);
+    /* The cap as configured; 0: the default ($OPJIT_CACHE_MAX_SIZE:
+     * tests/test_settings.c). */
+    cache *c = open_at(tdir("size"), NULL, 0, 3ull << 20, NULL);
     CHECK(c && cache_max_size(c) == 3ull << 20);
     cache_close(c);
-    setenv("OPJIT_CACHE_MAX_SIZE", "lots", 1);
-    logcap lc = {0};
-    c = open_at(tdir("size"), NULL, 0, 0, &lc);
-    CHECK(c && cache_max_size(c) == 512ull << 20 && lc.nwarn == 1);
+    c = open_at(tdir("size"), NULL, 0, 0, NULL);
+    CHECK(c && cache_max_size(c) == 512ull << 20);
     cache_close(c);
-    unsetenv("OPJIT_CACHE_MAX_SIZE");
 }
 
 /* ---- leftovers and processes -------------------------------------------- */

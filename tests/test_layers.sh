@@ -5,7 +5,12 @@
 # A file may include headers of its own module and of the modules below
 # it, never of one above. Fails naming each include that points up.
 #
-# Env (set by ctest): OPJIT_SOURCE_DIR.
+# Also: no two files of the library call each other (a circle of calls, read
+# from the built objects: file A calls B when A's object uses a function
+# B's object defines) or include each other; and the environment is read
+# in one file, runtime/settings.c (runtime/settings.h).
+#
+# Env (set by ctest): OPJIT_SOURCE_DIR, OPJIT_BINARY_DIR.
 set -euo pipefail
 S=${OPJIT_SOURCE_DIR:?}
 cd "$S"
@@ -54,12 +59,78 @@ for module in tools samples python; do
 done
 echo "test_layers: $bad include(s) pointing up"
 
+# ---- the environment is read in one file -------------------------------------
+while IFS= read -r line; do
+    echo "FAIL: $line: only runtime/settings.c reads the environment (runtime/settings.h)" >&2
+    bad=$((bad + 1))
+done < <(grep -rnE '\b(secure_)?getenv[[:space:]]*\(' runtime loader jit cache \
+             --include='*.c' --include='*.h' | grep -v '^runtime/settings\.c:' || true)
+
+# ---- no compiler is named outside jit/ (jit/jit.h: the table) --------------
+compiler_name='\bjit_(tcc|cc|nvrtc)(_[a-z_]+)?\b|"(tcc|opt|nvrtc)"'
+while IFS= read -r line; do
+    code=$(sed -E 's#/\*.*\*/##g; s#^[[:space:]]*(/?\*|//).*##' <<<"${line#*:*:}")
+    grep -qE "$compiler_name" <<<"$code" || continue # in a comment
+    echo "FAIL: $line: names a compiler outside jit/; go through jit_compilers" >&2
+    bad=$((bad + 1))
+done < <(grep -rnE "$compiler_name" runtime loader cache --include='*.c' --include='*.h' || true)
+
+# ---- calls go through the device interface (runtime/device.h) -------------
+while IFS= read -r line; do
+    echo "FAIL: runtime/call.c:$line: call.c asks which device; use its device_ops" >&2
+    bad=$((bad + 1))
+done < <(grep -nE '[!=]=[[:space:]]*OPJIT_(CUDA|CPU)\b|\bOPJIT_(CUDA|CPU)[[:space:]]*[!=]=|case[[:space:]]+OPJIT_(CUDA|CPU)\b' \
+             runtime/call.c || true)
+
+# ---- no circle of two files --------------------------------------------------
+# Pairs still in a circle while another branch reworks them (cache/'s layer
+# interface takes cache.c <-> cache_remote.c apart).
+allowed_circles=" "
+circle() { # a b what
+    if [[ $allowed_circles == *" $1:$2 "* || $allowed_circles == *" $2:$1 "* ]]; then
+        echo "test_layers: allowed for now: $1 <-> $2 ($3)"
+        return
+    fi
+    echo "FAIL: $1 and $2 $3 each other (a circle of two files)" >&2
+    bad=$((bad + 1))
+}
+objs=${OPJIT_BINARY_DIR:?}/CMakeFiles/opjit_objects.dir
+[[ -d $objs/runtime ]] || { echo "FAIL: no objects under $objs (build the library first)" >&2; exit 1; }
+declare -A defines
+mapfile -t objects < <(cd "$objs" && find runtime loader jit cache -name '*.c.o' | sort)
+for o in "${objects[@]}"; do
+    while read -r sym; do defines[$sym]=${o%.o}; done < <(nm -g --defined-only "$objs/$o" |
+        awk '$2 == "T" || $2 == "W" {print $3}')
+done
+declare -A calls
+for o in "${objects[@]}"; do
+    while read -r sym; do
+        t=${defines[$sym]:-}
+        [[ -n $t && $t != "${o%.o}" ]] && calls["${o%.o} $t"]=1
+    done < <(nm -u "$objs/$o" | awk '{print $2}')
+done
+for edge in "${!calls[@]}"; do
+    read -r a b <<<"$edge"
+    [[ $a < $b && -n ${calls["$b $a"]:-} ]] && circle "$a" "$b" call
+done
+declare -A incl
+while IFS= read -r line; do
+    file=${line%%:*}
+    target=$(sed -E 's/.*#[[:space:]]*include[[:space:]]*"([^"]+)".*/\1/' <<<"$line")
+    incl["$file $target"]=1
+done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[a-z_]+/[a-z_]+\.h"' \
+             runtime loader jit cache --include='*.h' || true)
+for edge in "${!incl[@]}"; do
+    read -r a b <<<"$edge"
+    [[ $a < $b && -n ${incl["$b $a"]:-} ]] && circle "$a" "$b" include
+done
+echo "test_layers: $bad problem(s)"
+
 # No two files of the library call each other, directly or round a
 # circle (cache.c <-> cache_remote.c was one): from the objects as built,
 # file A calls file B when A uses a symbol B defines. Circles inside the
-# folders in KNOWN_CIRCLES are reported, not failed: they are being taken
-# apart (jit/: the compiler table; loader/: loader.c <-> tier.c).
-KNOWN_CIRCLES=${KNOWN_CIRCLES-"jit loader"}
+# folders in KNOWN_CIRCLES (none today) are reported, not failed.
+KNOWN_CIRCLES=${KNOWN_CIRCLES-""}
 objs=${OPJIT_BINARY_DIR:-}/CMakeFiles/opjit_objects.dir
 circles=0
 if [[ -d $objs ]] && command -v nm >/dev/null && command -v python3 >/dev/null; then
