@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sys/prctl.h>
@@ -619,6 +620,23 @@ static int compile_jobs(loader *l)
     return dflt;
 }
 
+/* $OPJIT_CPU_LEVEL: the highest instruction set the optimizing tier
+ * builds for (avx512, avx2, portable), lower than the CPU's to run and
+ * test the lower kernels on a CPU that has more; 0 (unset): the CPU's. */
+static int cpu_level(loader *l)
+{
+    static const char *const names[] = {"portable", "", "avx2", "avx512"};
+    const char *e = getenv("OPJIT_CPU_LEVEL");
+    if (!e || !*e)
+        return 0;
+    for (int i = 0; i < 4; i++)
+        if (names[i][0] && strcasecmp(e, names[i]) == 0)
+            return i + 1;
+    rt_log(l->rt, OPJIT_LOG_WARN, "OPJIT_CPU_LEVEL='%s' is not avx512, avx2 or portable; "
+           "using what the CPU has", e);
+    return 0;
+}
+
 int tier_create(loader *l, const opjit_config *cfg)
 {
     tier_state *t = calloc(1, sizeof *t);
@@ -646,6 +664,7 @@ int tier_create(loader *l, const opjit_config *cfg)
     if (!found)
         set->cc[0] = '\0';
     set->cc_timeout_ms = compile_timeout(l, cfg);
+    set->cpu_level = cpu_level(l);
     t->slots = want ? compile_jobs(l) : 1;
     t->wanted = want;
     t->enabled = want && found;

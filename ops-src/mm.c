@@ -51,6 +51,7 @@
 #include "half_wide.h"
 #include "mm_common.h"
 #include "mm_decl.h"
+#include "sgemm_avx2.h"
 #include "sgemm_avx512.h"
 #include "strided.h"
 
