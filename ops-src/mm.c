@@ -134,6 +134,12 @@ static int mm_fast_run(void *user, int64_t lo, int64_t hi)
         int64_t panel = t % j->npanels, r0 = (t / j->npanels) * j->rows;
         int64_t c0 = panel * j->nb, nb = j->m - c0 < j->nb ? j->m - c0 : j->nb;
         int64_t nr = j->n - r0 < j->rows ? j->n - r0 : j->rows;
+        if (SG_PACK && !j->yt) { /* the GEMM packs its panels of mat2 itself */
+            sg_sgemm(nr, nb, j->k, (const float *)j->x + r0 * j->lda, j->lda,
+                     (const float *)j->y + c0, j->ldb, (float *)j->out + r0 * j->m + c0, j->m,
+                     scr);
+            continue;
+        }
         if (packed != panel) {
             mm_pack_panel(j, c0, nb, p);
             packed = panel;

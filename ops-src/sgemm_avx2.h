@@ -23,6 +23,7 @@
     !defined(__AVX512F__)
 #define SG_FAST 1
 #define SG_W 8
+#define SG_PACK 1 /* sgemm_core.h: pack the panels of B */
 #define SG_MR 4
 #define SG_ISA "avx2"
 

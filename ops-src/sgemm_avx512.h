@@ -24,6 +24,7 @@
     !defined(__TINYC__) && defined(__x86_64__) && defined(__AVX512F__)
 #define SG_FAST 1
 #define SG_W 16
+#define SG_PACK 0 /* sgemm_core.h: pack the panels of B */
 #define SG_MR 8
 #define SG_ISA "avx512"
 

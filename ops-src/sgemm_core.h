@@ -50,8 +50,12 @@
 #define SG_EACH(M) M(0) M(1) M(2) M(3)
 #define SG_ROWS(R) R(0, p, 0) R(1, p, 1) R(2, p, 2) R(3, p, 3)
 #endif
+/* Micro-kernels are functions of their own: inlined into the driver they
+ * lose registers to it and reload pointers from the stack every step. */
+#define SG_NOINLINE __attribute__((noinline))
 /* One micro-kernel's loop over k, NV vectors of B a row. */
 #define SG_LOOP(NV, B_LOAD, EXTRA)                                          \
+    _Pragma("GCC unroll 4")                                                   \
     for (k = 0; k < K; k++, p += aks, q += aks, B += ldb) {                 \
         B_LOAD                                                              \
         float a;                                                            \
@@ -60,11 +64,11 @@
     }
 
 /* pf: also prefetch the next 3 vectors of columns of B (the next panel),
- * whose rows are far apart when B is not packed (a 1x1 convolution reads
- * the input in place), so that the next call does not wait on memory row
- * by row. */
-SG_TGT static void sg_k3(int64_t K, const float *A, int64_t lda, int64_t aks, const float *B,
-                         int64_t ldb, float *C, int64_t ldc, int pf, int acc)
+ * whose rows are far apart when B is read in place (a 1x1 convolution's
+ * input), so that the next call does not wait on memory row by row. */
+SG_TGT SG_NOINLINE static void sg_k3(int64_t K, const float *A, int64_t lda, int64_t aks,
+                                     const float *B, int64_t ldb, float *C, int64_t ldc, int pf,
+                                     int acc)
 {
     const sg_v z = {0};
     SG_EACH(SG_D3)
@@ -81,8 +85,8 @@ SG_TGT static void sg_k3(int64_t K, const float *A, int64_t lda, int64_t aks, co
     SG_EACH(SG_S3)
 }
 
-SG_TGT static void sg_k2(int64_t K, const float *A, int64_t lda, int64_t aks, const float *B,
-                         int64_t ldb, float *C, int64_t ldc, int acc)
+SG_TGT SG_NOINLINE static void sg_k2(int64_t K, const float *A, int64_t lda, int64_t aks,
+                                     const float *B, int64_t ldb, float *C, int64_t ldc, int acc)
 {
     const sg_v z = {0};
     SG_EACH(SG_D2)
@@ -93,8 +97,8 @@ SG_TGT static void sg_k2(int64_t K, const float *A, int64_t lda, int64_t aks, co
     SG_EACH(SG_S2)
 }
 
-SG_TGT static void sg_k1(int64_t K, const float *A, int64_t lda, int64_t aks, const float *B,
-                         int64_t ldb, float *C, int64_t ldc, int acc)
+SG_TGT SG_NOINLINE static void sg_k1(int64_t K, const float *A, int64_t lda, int64_t aks,
+                                     const float *B, int64_t ldb, float *C, int64_t ldc, int acc)
 {
     const sg_v z = {0};
     SG_EACH(SG_D1)
@@ -105,77 +109,127 @@ SG_TGT static void sg_k1(int64_t K, const float *A, int64_t lda, int64_t aks, co
     SG_EACH(SG_S1)
 }
 
-/* Scratch sg_sgemm needs: a zero-padded copy of the last rows of A
- * (MR x K), of the last columns of B (K x W) and one block of C (MR x 3W). */
+/* Blocking, by what measured faster (issue 26; the bench machine runs
+ * 256-bit and 512-bit FMAs at the same rate):
+ *  - SG_PACK (AVX2): steps of SG_KC of k, each panel of B packed (SG_KC x
+ *    3W floats, 24 KB) to stay in L1 while blocks of SG_MC rows run over
+ *    it (their rows of A stay in L2): OpenBLAS's and oneDNN's way;
+ *  - otherwise (AVX-512, 3 vectors of 64 bytes a row of B): B read in
+ *    place, the next panel prefetched, all of k at once; with more rows
+ *    than columns each block of MR rows runs over every panel (its rows of
+ *    A stay in L1), else each panel over every row. */
+#define SG_KC (2048 / SG_W)
+#define SG_MC 128
+
+/* Scratch sg_gemm_ex needs: a zero-padded copy of the last rows of A
+ * (MR x K), one packed panel of B (KC x 3W; without SG_PACK the last
+ * N % W columns, K x W) and one block of C (MR x 3W). */
 static size_t sg_sgemm_scratch(int64_t K)
 {
-    return (size_t)(SG_MR * K + SG_W * K + SG_MR * 3 * SG_W + 16) * sizeof(float);
+    int64_t kb = SG_PACK ? SG_KC : K; /* without packing: the last N % W columns */
+    return (size_t)(SG_MR * K + kb * 3 * SG_W + SG_MR * 3 * SG_W + 16) * sizeof(float);
 }
 
-/* Copy the last M % MR rows of A and the last N % W columns of B into
- * zero-padded blocks (at: MR x K, bt: K x W). */
-static void sg_tails(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int64_t aks,
-                     const float *B, int64_t ldb, float *at, float *bt)
+/* The last M % MR rows of A into at (MR x K, zero-padded). */
+static void sg_tail_rows(int64_t M, int64_t K, const float *A, int64_t lda, int64_t aks,
+                         float *at)
 {
-    int64_t mfull = M - M % SG_MR, nfull = N - N % SG_W, r, k;
-    if (M > mfull) {
-        memset(at, 0, (size_t)(SG_MR * K) * sizeof(float));
-        for (r = 0; r < M - mfull; r++) {
-            const float *row = A + (mfull + r) * lda;
-            if (aks == 1)
-                memcpy(at + r * K, row, (size_t)K * sizeof(float));
-            else
-                for (k = 0; k < K; k++)
-                    at[r * K + k] = row[k * aks];
-        }
+    int64_t mfull = M - M % SG_MR, r, k;
+    memset(at, 0, (size_t)(SG_MR * K) * sizeof(float));
+    for (r = 0; r < M - mfull; r++) {
+        const float *row = A + (mfull + r) * lda;
+        if (aks == 1)
+            memcpy(at + r * K, row, (size_t)K * sizeof(float));
+        else
+            for (k = 0; k < K; k++)
+                at[r * K + k] = row[k * aks];
     }
-    if (N > nfull) {
-        memset(bt, 0, (size_t)(SG_W * K) * sizeof(float));
-        for (k = 0; k < K; k++)
-            memcpy(bt + SG_W * k, B + k * ldb + nfull, (size_t)(N - nfull) * sizeof(float));
+}
+
+/* kc rows of w columns of B into bp (kc x wp, wp = w rounded up to W,
+ * zero-padded): read once, in L1 for every block of rows after. */
+SG_TGT static void sg_pack(const float *B, int64_t ldb, int64_t kc, int64_t w, float *bp,
+                           int64_t wp)
+{
+    int64_t k, c;
+    if (w == wp) {
+        for (k = 0; k < kc; k++, B += ldb, bp += wp)
+            for (c = 0; c < wp; c += SG_W)
+                SG_ST(bp + c, SG_LD(B + c));
+        return;
+    }
+    for (k = 0; k < kc; k++, B += ldb, bp += wp)
+        for (c = 0; c < wp; c++)
+            bp[c] = c < w ? B[c] : 0.0f;
+}
+
+/* Rows [i0, i1) of C's columns [j, j + w) += or = A . the panel bp (kc x
+ * wp, rows ldbp apart; pf: prefetch the next) for k in [k0, k0 + kc); at
+ * holds A's last rows (K apart). */
+SG_TGT static void sg_rows(int64_t i0, int64_t i1, int64_t j, int64_t w, int64_t M, int64_t K,
+                           int64_t k0, int64_t kc, const float *A, int64_t lda, int64_t aks,
+                           const float *at, const float *bp, int64_t wp, int64_t ldbp, int pf,
+                           float *C, int64_t ldc, float *ct, int acc)
+{
+    const int64_t ldt = 3 * SG_W, mfull = M - M % SG_MR;
+    int64_t i, r;
+    for (i = i0; i < i1; i += SG_MR) {
+        const float *a = i < mfull ? A + i * lda + k0 * aks : at + k0;
+        int64_t la = i < mfull ? lda : K, ka = i < mfull ? aks : 1;
+        int64_t rows = M - i < SG_MR ? M - i : SG_MR;
+        float *dst = rows == SG_MR && w == wp ? C + i * ldc + j : ct;
+        int64_t ld = dst == ct ? ldt : ldc;
+        if (dst == ct && acc) /* the partial block's values, to go on from */
+            for (r = 0; r < rows; r++)
+                memcpy(ct + r * ldt, C + (i + r) * ldc + j, (size_t)w * sizeof(float));
+        if (wp == 3 * SG_W)
+            sg_k3(kc, a, la, ka, bp, ldbp, dst, ld, pf && i == i0, acc);
+        else if (wp == 2 * SG_W)
+            sg_k2(kc, a, la, ka, bp, ldbp, dst, ld, acc);
+        else
+            sg_k1(kc, a, la, ka, bp, ldbp, dst, ld, acc);
+        if (dst == ct)
+            for (r = 0; r < rows; r++)
+                memcpy(C + (i + r) * ldc + j, ct + r * ldt, (size_t)w * sizeof(float));
     }
 }
 
 /* C (M x N) = A (M x K) . B (K x N), or with acc C += A . B (each element's
  * chain of fused multiply-adds continues from C's value: splitting K into
- * calls with acc gives the bits of one call); A's element (i, k) at
- * A[i * lda + k * aks], B and C row-major, K >= 1. Panels of 3 vectors of
- * columns (4 left: two of 2), blocks of MR rows; the last M % MR rows and
- * N % W columns go through zero-padded copies. */
+ * calls with acc gives the bits of one call, which is how the steps of k
+ * go); A's element (i, k) at A[i * lda + k * aks], B and C row-major,
+ * K >= 1. Panels of 3 vectors of columns (4 left: two of 2), blocks of MR
+ * rows (see SG_PACK above); the last M % MR rows and N % W columns go
+ * through zero-padded copies. */
 SG_TGT static void sg_gemm_ex(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                               int64_t aks, const float *B, int64_t ldb, float *C, int64_t ldc,
                               float *scratch, int acc)
 {
-    const int64_t W = SG_W, ldt = 3 * SG_W;
-    float *at = scratch, *bt = at + SG_MR * K, *ct = bt + SG_W * K;
-    int64_t mfull = M - M % SG_MR, i, j, r, w;
-    /* the larger operand outermost: it is read once */
-    int64_t iblk = M > N ? SG_MR : (M + SG_MR - 1) / SG_MR * SG_MR, i0;
-    sg_tails(M, N, K, A, lda, aks, B, ldb, at, bt);
-    for (i0 = 0; i0 < M; i0 += iblk) {
-        for (j = 0; j < N; j += w) {
-            w = N - j;
-            w = w == 4 * W ? 2 * W : w >= 3 * W ? 3 * W : w >= 2 * W ? 2 * W : w >= W ? W : w;
-            for (i = i0; i < i0 + iblk && i < M; i += SG_MR) {
-                const float *a = i < mfull ? A + i * lda : at;
-                int64_t la = i < mfull ? lda : K, ka = i < mfull ? aks : 1;
-                int64_t rows = M - i < SG_MR ? M - i : SG_MR;
-                float *dst = rows == SG_MR && w >= W ? C + i * ldc + j : ct;
-                int64_t ld = dst == ct ? ldt : ldc;
-                if (dst == ct && acc) /* the partial block's values, to go on from */
-                    for (r = 0; r < rows; r++)
-                        memcpy(ct + r * ldt, C + (i + r) * ldc + j, (size_t)w * sizeof(float));
-                if (w == 3 * W) /* the first block of rows fetches the next panel */
-                    sg_k3(K, a, la, ka, B + j, ldb, dst, ld, i == i0 && j + 3 * W < N, acc);
-                else if (w == 2 * W)
-                    sg_k2(K, a, la, ka, B + j, ldb, dst, ld, acc);
-                else if (w == W)
-                    sg_k1(K, a, la, ka, B + j, ldb, dst, ld, acc);
-                else
-                    sg_k1(K, a, la, ka, bt, W, dst, ld, acc);
-                if (dst == ct)
-                    for (r = 0; r < rows; r++)
-                        memcpy(C + (i + r) * ldc + j, ct + r * ldt, (size_t)w * sizeof(float));
+    const int64_t W = SG_W, nfull = N - N % SG_W;
+    const int64_t kb = SG_PACK ? SG_KC : K;
+    const int64_t mb = SG_PACK ? SG_MC : M > N ? SG_MR : M;
+    float *at = scratch, *bp = at + SG_MR * K, *ct = bp + kb * 3 * SG_W;
+    int64_t k0, i0, j, w;
+    if (M % SG_MR)
+        sg_tail_rows(M, K, A, lda, aks, at);
+    if (!SG_PACK && N > nfull) /* the last columns, once */
+        sg_pack(B + nfull, ldb, K, N - nfull, bp, W);
+    for (k0 = 0; k0 < K; k0 += kb) {
+        int64_t kc = K - k0 < kb ? K - k0 : kb;
+        for (i0 = 0; i0 < M; i0 += mb) {
+            int64_t i1 = M - i0 < mb ? M : i0 + mb;
+            for (j = 0; j < N; j += w) {
+                int64_t wp, pack, pf;
+                w = N - j;
+                w = w == 4 * W ? 2 * W : w >= 3 * W ? 3 * W : w >= 2 * W ? 2 * W : w >= W ? W : w;
+                wp = (w + W - 1) / W * W;
+                pack = SG_PACK || w < W;
+                pf = !pack && j + 3 * W < N;
+                if (SG_PACK)
+                    sg_pack(B + k0 * ldb + j, ldb, kc, w, bp, wp);
+                sg_rows(i0, i1, j, w, M, K, k0, kc, A, lda, aks, at,
+                        pack ? bp : B + k0 * ldb + j, wp, pack ? wp : ldb, (int)pf, C, ldc, ct,
+                        acc || k0 > 0);
             }
         }
     }
