@@ -147,15 +147,21 @@ static void sg_tail_rows(int64_t M, int64_t K, const float *A, int64_t lda, int6
 }
 
 /* kc rows of w columns of B into bp (kc x wp, wp = w rounded up to W,
- * zero-padded): read once, in L1 for every block of rows after. */
+ * zero-padded): read once, in L1 for every block of rows after; the next
+ * panel is fetched meanwhile. */
 SG_TGT static void sg_pack(const float *B, int64_t ldb, int64_t kc, int64_t w, float *bp,
                            int64_t wp)
 {
     int64_t k, c;
     if (w == wp) {
-        for (k = 0; k < kc; k++, B += ldb, bp += wp)
+        for (k = 0; k < kc; k++, B += ldb, bp += wp) {
+            /* the next panel's rows, far apart when B is read in place: in
+             * cache when it is packed after this one's products */
+            __builtin_prefetch(B + wp);
+            __builtin_prefetch(B + 2 * wp - 1);
             for (c = 0; c < wp; c += SG_W)
                 SG_ST(bp + c, SG_LD(B + c));
+        }
         return;
     }
     for (k = 0; k < kc; k++, B += ldb, bp += wp)
