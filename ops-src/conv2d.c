@@ -38,8 +38,13 @@
  * no padding needs no unfolding: the GEMM reads the input directly. The
  * bias is added afterwards. The GEMM is OpenBLAS's.
  *
- * float32 in the optimizing tier (gcc), on a CPU with AVX-512, has faster
- * paths (see "the optimizing tier on x86-64 with AVX-512" below):
+ * float32 in the optimizing tier (gcc) built for x86-64-v4 (AVX-512) or
+ * x86-64-v3 (AVX2 + FMA) has faster paths (see "the optimizing tier on
+ * x86-64 with AVX-512 or AVX2" below). The level is the tier's -march, the
+ * best this CPU has unless OPJIT_CPU_LEVEL caps it (avx2, portable: the
+ * OpenBLAS path), and a field of the artifact's key; sgemm_avx512.h or
+ * sgemm_avx2.h supplies the GEMM and the vector width, the code below is
+ * the same for both:
  *  - 3x3, stride 1, dilation 1, one group (enough tiles): Winograd
  *    F(2x2, 3x3), 16 GEMMs over the transformed tiles of the whole batch,
  *    bias added in the output transform;
@@ -851,7 +856,7 @@ static int64_t conv_grain(const conv_job *j)
 }
 
 /* The unit geometry and per-thread areas of the GEMM paths, then the
- * loop. fast: this file's GEMM (float32, AVX-512), else OpenBLAS. */
+ * loop. fast: this file's GEMM (float32, AVX-512 or AVX2), else OpenBLAS. */
 static int conv_gemm_paths(opjit_ctx *ctx, const conv_geom *g, const void *x, const void *w,
                            const void *bias, void *out, int fast)
 {
@@ -1133,7 +1138,7 @@ static int conv2d_padding_cpu(opjit_ctx *ctx, opjit_args *a) { return conv2d_run
  *    per block into its own part of grad_weight (or, with several slices,
  *    of that slice's copy, summed in slice order at the end). In the
  *    optimizing tier the unfolded block is transposed in registers and
- *    sgemm_avx512.h's GEMM continues each element's chain of fused
+ *    sgemm_core.h's GEMM continues each element's chain of fused
  *    multiply-adds from the last block; elsewhere OpenBLAS's gemm with
  *    beta = 1 on calls of shapes the slicing alone fixes. */
 
@@ -1997,7 +2002,7 @@ OPJIT_MODULE(conv2d, m)
 {
     opjit_def(m, CONV2D_SCHEMA, OPJIT_CPU, conv2d_cpu,
               "2-D convolution, NCHW (torch.nn.functional.conv2d): im2col + GEMM, "
-              "Winograd F(2x2, 3x3) for 3x3 stride 1 (optimizing tier, AVX-512)");
+              "Winograd F(2x2, 3x3) for 3x3 stride 1 (optimizing tier, AVX-512 or AVX2)");
     opjit_require(m, "input", "floating");
     opjit_require(m, "weight", "floating rank=4");
     opjit_require(m, "bias", "floating rank=1");

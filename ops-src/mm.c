@@ -27,9 +27,12 @@
  *
  * How, over opjit_parallel_for's threads (every output element is written
  * by one thread, computed the same way for any thread count):
- *  - float32 in the optimizing tier on an AVX-512 CPU: sgemm_avx512.h's
- *    GEMM on blocks of rows x panels of columns; each panel of mat2 is
- *    first copied into a contiguous [k, panel] block that stays in L2.
+ *  - float32 in the optimizing tier built for x86-64-v4 or -v3 (the best
+ *    the CPU has, unless OPJIT_CPU_LEVEL caps it; a field of the key):
+ *    sgemm_avx512.h's or sgemm_avx2.h's GEMM on blocks of rows x panels
+ *    of columns; on AVX-512 each panel of mat2 is first copied into a
+ *    contiguous [k, panel] block that stays in L2, on AVX2 the GEMM packs
+ *    its own smaller panels (sgemm_core.h, SG_PACK).
  *    Every element is one chain of fused multiply-adds over k, whatever
  *    the blocks, so the blocks may follow the thread count.
  *  - otherwise OpenBLAS (cblas_sgemm / cblas_dgemm, one thread per call)
@@ -425,8 +428,8 @@ static int mm_backward_cpu(opjit_ctx *ctx, opjit_args *a)
 OPJIT_MODULE(mm, m)
 {
     opjit_def(m, "mm(Tensor self, Tensor mat2) -> Tensor", OPJIT_CPU, mm_cpu,
-              "Matrix product [n,k] x [k,m] -> [n,m] (OpenBLAS gemm; an AVX-512 GEMM in "
-              "the optimizing tier)");
+              "Matrix product [n,k] x [k,m] -> [n,m] (OpenBLAS gemm; an AVX-512 or AVX2 "
+              "GEMM in the optimizing tier)");
     opjit_require(m, "self", "floating rank=2");
     opjit_require(m, "mat2", "floating rank=2");
     opjit_def(m, MM_BACKWARD_SCHEMA, OPJIT_CPU, mm_backward_cpu,
