@@ -927,6 +927,16 @@ def md_table(header, rows):
     return "\n".join(out)
 
 
+def cpu_ratio(s, num, den):
+    """Median over rounds of num's CPU time / den's at 1 thread (a
+    single-threaded side's CPU time is its own work, whatever else loads
+    the machine); "-" when the row lacks it."""
+    a, b = s.get(num + "_cpu_ms_all"), s.get(den + "_cpu_ms_all")
+    if not a or not b:
+        return "-"
+    return "%.2fx" % median([x / y for x, y in zip(a, b) if y > 0])
+
+
 def conv_md(C, tag, lines):
     """The conv section of latest.md for one instruction set (tag)."""
     if C.get("shapes"):
@@ -936,7 +946,7 @@ def conv_md(C, tag, lines):
         cw = []
         for s in C["shapes"]:
             if "error" in s:
-                cw.append((s["label"], "-", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a",
+                cw.append((s["label"], "-", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a",
                            s["error"][:100]))
                 continue
             for T in THREADS:
@@ -946,10 +956,12 @@ def conv_md(C, tag, lines):
                            fms(s["onednn@%d_ms" % T]) if dn else "n/a", fms(s["torch@%d_ms" % T]),
                            "%.1f" % (s["flops"] / s["opt@%d_ms" % T] / 1e6),
                            "%.2fx" % s["ratio_opt_onednn@%d" % T] if dn else "n/a",
+                           cpu_ratio(s, "onednn@1", "opt@1") if dn and T == 1 else "-",
                            "%.2fx / %.2fx" % (s["ratio_opt_torch@%d" % T], s["ratio_tcc_torch@%d" % T]),
                            "%s (%s)" % (s["onednn_impl@%d" % T], s["onednn_layout@%d" % T]) if dn else "-"))
         lines.append(md_table(["shape", "threads", "opjit opt", "opjit tcc", "oneDNN", "torch",
                                "GFLOP/s opt", "throughput opt vs oneDNN",
+                               "same, CPU time (1 thread)",
                                "throughput opt / tcc vs torch", "oneDNN implementation (layout)"], cw))
         lines.append("")
         if len(THREADS) > 1:
@@ -975,6 +987,15 @@ def conv_md(C, tag, lines):
             lines.append("")
 
 
+def best_cpu_ratio(s):
+    """cpu_ratio against the faster of cblas_sgemm and dnnl_sgemm, per round."""
+    a, b = s.get("sgemm@1_cpu_ms_all"), s.get("dnnl_sgemm@1_cpu_ms_all")
+    if not a or not b:
+        return "-"
+    return cpu_ratio(dict(s, **{"best_cpu_ms_all": [min(x, y) for x, y in zip(a, b)]}),
+                     "best", "opt@1")
+
+
 def mm_md(M, tag, lines):
     """The mm section of latest.md for one instruction set (tag)."""
     if M.get("sizes"):
@@ -984,7 +1005,7 @@ def mm_md(M, tag, lines):
         mw = []
         for n, s in M["sizes"].items():
             if "error" in s:
-                mw.append((n, "-", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a",
+                mw.append((n, "-", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a",
                            s["error"][:100]))
                 continue
             for T in THREADS:
@@ -994,10 +1015,12 @@ def mm_md(M, tag, lines):
                            "%s (%s)" % (fms(s["dnnl_sgemm@%d_ms" % T]), s["dnnl_impl@%d" % T])
                            if dn else "n/a", "%.3fx" % s["ratio_opt@%d" % T],
                            "%.3fx" % s["ratio_opt_best@%d" % T] if dn else "n/a",
+                           best_cpu_ratio(s) if dn and T == 1 else "-",
                            "%.3fx" % s["ratio_tcc@%d" % T], "%.1e" % s["max_rel_err"]))
         lines.append(md_table(["n", "threads", "opjit opt", "opjit tcc", "cblas_sgemm",
                                "dnnl_sgemm (ISA)", "throughput opt vs cblas",
-                               "opt vs the faster", "throughput tcc vs cblas",
+                               "opt vs the faster", "same, CPU time (1 thread)",
+                               "throughput tcc vs cblas",
                                "max rel. error vs float64"], mw))
         lines.append("")
 

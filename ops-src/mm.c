@@ -183,6 +183,9 @@ static int mm_fast(opjit_ctx *ctx, mm_job *j)
     /* Panels of up to 384 KB of mat2 (in L2), at least 48 columns; more
      * panels, then blocks of rows, until each thread has about three. */
     nb = ((int64_t)384 << 10) / 4 / j->k / 48 * 48;
+    if (SG_PACK) /* the GEMM packs its own panels: one call's rows of self
+                  * should meet many columns, 2 MB of mat2 (in L3) */
+        nb = ((int64_t)2 << 20) / 4 / j->k / 48 * 48;
     if (nb < 48)
         nb = 48;
     if (T > 1 && (j->m + nb - 1) / nb < 3 * T) {

@@ -124,10 +124,10 @@ SG_TGT SG_NOINLINE static void sg_k1(int64_t K, const float *A, int64_t lda, int
 /* Scratch sg_gemm_ex needs: a zero-padded copy of the last rows of A
  * (MR x K), one packed panel of B (KC x 3W; without SG_PACK the last
  * N % W columns, K x W) and one block of C (MR x 3W). */
+#define SG_PANEL(K) (SG_PACK ? SG_KC * 3 * SG_W : (K) * SG_W)
 static size_t sg_sgemm_scratch(int64_t K)
 {
-    int64_t kb = SG_PACK ? SG_KC : K; /* without packing: the last N % W columns */
-    return (size_t)(SG_MR * K + kb * 3 * SG_W + SG_MR * 3 * SG_W + 16) * sizeof(float);
+    return (size_t)(SG_MR * K + SG_PANEL(K) + SG_MR * 3 * SG_W + 16) * sizeof(float);
 }
 
 /* The last M % MR rows of A into at (MR x K, zero-padded). */
@@ -214,7 +214,7 @@ SG_TGT static void sg_gemm_ex(int64_t M, int64_t N, int64_t K, const float *A, i
     const int64_t W = SG_W, nfull = N - N % SG_W;
     const int64_t kb = SG_PACK ? SG_KC : K;
     const int64_t mb = SG_PACK ? SG_MC : M > N ? SG_MR : M;
-    float *at = scratch, *bp = at + SG_MR * K, *ct = bp + kb * 3 * SG_W;
+    float *at = scratch, *bp = at + SG_MR * K, *ct = bp + SG_PANEL(K);
     int64_t k0, i0, j, w;
     if (M % SG_MR)
         sg_tail_rows(M, K, A, lda, aks, at);
