@@ -1063,11 +1063,14 @@ def write_md(R, path):
                     NCPU, " and ".join(map(str, THREADS))))
     lines.append("")
     for m in R.get("merged_before", []) + ([R["merged"]] if "merged" in R else []):
-        lines.append("Rerun on %s (git %s%s, `bench/run --merge --only %s`, %.0f s) and merged into "
-                     "the run above: %s. Every other figure is from the run above."
+        isa = m.get("isa", "native")
+        lines.append("Rerun on %s (git %s%s, `bench/run --merge --only %s%s`, %.0f s) and merged "
+                     "into the run above: %s. Every other figure is from the run above."
                      % (m["env"]["date"], m["env"]["git"],
                         " + local changes" if m["env"]["dirty"] else "", ",".join(m["sections"]),
-                        m["elapsed_s"], ", ".join(m["sections"])))
+                        "" if isa == "native" else " --isa " + isa, m["elapsed_s"],
+                        ", ".join(s + ("" if isa == "native" else " (%s)" % isa)
+                                  for s in m["sections"])))
         lines.append("")
     lines.append(md_table(["metric", "opjit", "anchor", "ratio", "goal", "met?"], rows))
     lines.append("")
@@ -1574,7 +1577,8 @@ def merged_results(path, fresh, only):
                 R[k] = fresh[k]
     # earlier reruns stay on the record, less the sections this one replaces
     earlier = R.get("merged_before", []) + ([R["merged"]] if "merged" in R else [])
-    R["merged_before"] = [m for m in earlier if set(m["sections"]) - set(only)]
+    R["merged_before"] = [m for m in earlier if set(m["sections"]) - set(only) or
+                          m.get("isa", "native") != ISA]
     R["merged"] = {"sections": sorted(only), "isa": ISA, "env": fresh["env"],
                    "elapsed_s": fresh["elapsed_s"]}
     return R
