@@ -27,7 +27,11 @@ interpreters against load_inline) come from bench/py_bench.py.
 usage: bench/bench.py --bin build/bench/opjit_bench [--dnnl build/bench/dnnl_anchor]
                       [--quick] [--reps N] [--threads 1,N]
                       [--only loads,cli,call,nms,conv2d,mm,python,lookup,remote,backward,half,torch2,inline [--merge]]
-                      [--results DIR] [--torch2 PYTHON]
+                      [--results DIR] [--torch2 PYTHON] [--isa avx2]
+
+--isa avx2 runs the conv2d and mm sections as on a CPU with AVX2 and no
+AVX-512 (every side capped at AVX2, see ISA_ENV) and keeps them beside the
+native ones (conv2d_avx2, mm_avx2); with --merge the other sections stay.
 
 The torch2 rows (opjit ops as torch 2 custom ops: the call through
 torch.ops against a Python custom_op, a training step against F.conv2d,
@@ -42,6 +46,23 @@ import os
 
 for _k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_k] = "1"
+
+# --isa avx2: the conv2d and mm rows as on a CPU with AVX2 and no AVX-512,
+# emulated on any newer one: opjit's optimizing tier built for x86-64-v3
+# (OPJIT_CPU_LEVEL), oneDNN capped at AVX2 (ONEDNN_MAX_CPU_ISA, the older
+# DNNL_MAX_CPU_ISA), OpenBLAS on its Haswell kernels, torch's own kernels
+# at AVX2 (ATEN_CPU_CAPABILITY). Set before torch is imported.
+ISA_ENV = {"avx2": {"OPJIT_CPU_LEVEL": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                    "DNNL_MAX_CPU_ISA": "AVX2", "OPENBLAS_CORETYPE": "Haswell",
+                    "ATEN_CPU_CAPABILITY": "avx2"}}
+ISA = "native"
+import sys as _sys  # noqa: E402
+for _i, _a in enumerate(_sys.argv):
+    if _a.startswith("--isa"):
+        ISA = _a.split("=", 1)[1] if "=" in _a else (_sys.argv[_i + 1:] or ["native"])[0]
+os.environ.update(ISA_ENV.get(ISA, {}))
+# The result keys of the conv2d and mm sections: "conv2d", or "conv2d_avx2".
+ISA_SUFFIX = "" if ISA == "native" else "_" + ISA
 
 import argparse  # noqa: E402
 import resource  # noqa: E402
@@ -545,7 +566,7 @@ def bench_conv(sv, dn, reps, tmp):
     return res
 
 
-def bench_mm(sv, reps, tmp):
+def bench_mm(sv, dn, reps, tmp):
     r, missing = load_op(sv, "mm")
     if missing:
         return {"missing": missing}
@@ -563,10 +584,14 @@ def bench_mm(sv, reps, tmp):
             ref = a64 @ np.load(inp(bn)).astype(np.float64)
             row["max_rel_err"] = float(np.max(np.abs(np.load(outp) - ref)) / np.max(np.abs(ref)))
             sides = []
+            facts = {}
             for T in THREADS:
                 sides += [("opt@%d" % T, opjit_timer(sv, "mm", "opt@%d" % T, an, bn)),
                           ("sgemm@%d" % T, opjit_timer(sv, "sgemm", an, bn, T)),
                           ("tcc@%d" % T, opjit_timer(sv, "mm", "tcc@%d" % T, an, bn))]
+                if dn:  # oneDNN's sgemm, preallocated C as cblas_sgemm's
+                    sides.append(("dnnl_sgemm@%d" % T, dnnl_timer(dn, facts, T, "sgemm", inp(an),
+                                                                  inp(bn), T)))
             t, iters = interleaved(sides, max(5, reps - 2) if n >= 2048 else reps, 0.15,
                                    SETTLE if len(THREADS) > 1 else 0)
             row["iters"] = iters
@@ -575,6 +600,12 @@ def bench_mm(sv, reps, tmp):
                 for tier in ("opt", "tcc"):
                     row["ratio_%s@%d" % (tier, T)] = round_ratio(t, "sgemm@%d" % T,
                                                                  "%s@%d" % (tier, T))
+                if dn:  # against the faster BLAS of the two, per round
+                    best = [min(a, b) for a, b in zip(t["sgemm@%d" % T]["wall"],
+                                                      t["dnnl_sgemm@%d" % T]["wall"])]
+                    row["ratio_opt_best@%d" % T] = round_ratio(
+                        dict(t, best={"wall": best}), "best", "opt@%d" % T)
+                    row["dnnl_impl@%d" % T] = facts[T][0]
             if len(THREADS) > 1:
                 for side in ("opt", "sgemm", "tcc"):
                     row["speedup_" + side] = round_ratio(t, "%s@1" % side,
@@ -683,6 +714,70 @@ def hit_rows(R, name):
              if l.get("hitdl_wall_ms") and l.get("hit_wall_ms") else "n/a", "report", "-")]
 
 
+# The conv2d and mm rows of one instruction set ("" native, "_avx2").
+ISA_TAG = {"": "", "_avx2": " [AVX2, emulated]"}
+
+
+def conv_rows(C, tag):
+    rows = []
+    if "missing" in C:
+        rows.append(("conv2d CPU, ResNet-50 shapes" + tag, "n/a", "n/a", "n/a", ">= 1.0x oneDNN", C["missing"]))
+    elif C and not C.get("onednn"):
+        rows.append(("conv2d CPU against oneDNN" + tag, "n/a", "n/a", "n/a", ">= 1.0x oneDNN",
+                     "n/a (oneDNN not found: install libdnnl-dev)"))
+    for s in C.get("shapes", []):
+        if not s.get("goal"):
+            continue
+        for T in THREADS:
+            metric = "conv2d CPU %s, %s (opt tier)%s" % (s["label"], thr(T), tag)
+            if "error" in s:
+                rows.append((metric, "n/a", "n/a", "n/a", ">= 1.0x oneDNN", "n/a (%s)" % s["error"][:120]))
+                break
+            if "ratio_opt_onednn@%d" % T not in s:
+                continue
+            r = s["ratio_opt_onednn@%d" % T]
+            rows.append((metric, fms(s["opt@%d_ms" % T]),
+                         "oneDNN %s (%s): %s" % (s["onednn_impl@%d" % T], s["onednn_layout@%d" % T],
+                                                 fms(s["onednn@%d_ms" % T])),
+                         "%.2fx throughput" % r, ">= 1.0x throughput", yesno(r >= 1.0)))
+    if len(THREADS) > 1:
+        for s in C.get("shapes", []):
+            if s.get("goal") and s["batch"] == 8 and "speedup_opt" in s:
+                sp = s["speedup_opt"]
+                anchor = "oneDNN %.2fx, torch %.2fx" % (s.get("speedup_onednn", float("nan")),
+                                                       s["speedup_torch"])
+                goal = ">= 1.8x" if THREADS[-1] == 2 else "report"
+                rows.append(("conv2d %s speedup, %s (opt tier)%s" % (thr(THREADS[-1]), s["label"], tag),
+                             "%.2fx" % sp, anchor, "-", goal,
+                             yesno(sp >= 1.8) if THREADS[-1] == 2 else "-"))
+    return rows
+
+
+def mm_rows(M, tag):
+    rows = []
+    if "missing" in M:
+        rows.append(("mm CPU 256-2048" + tag, "n/a", "n/a", "n/a", ">= 0.97x", M["missing"]))
+    for n, s in M.get("sizes", {}).items():
+        for T in THREADS:
+            metric = "mm CPU %dx%d float32, %s (opt tier)%s" % (n, n, thr(T), tag)
+            if "error" in s:
+                rows.append((metric, "n/a", "n/a", "n/a", ">= 0.97x throughput", "n/a (%s)" % s["error"][:120]))
+                break
+            if "ratio_opt_best@%d" % T in s:  # the faster of cblas_sgemm and dnnl_sgemm
+                r = s["ratio_opt_best@%d" % T]
+                rows.append((metric, fms(s["opt@%d_ms" % T]),
+                             "cblas_sgemm %s, oneDNN %s %s, %s" % (
+                                 fms(s["sgemm@%d_ms" % T]), s["dnnl_impl@%d" % T],
+                                 fms(s["dnnl_sgemm@%d_ms" % T]), thr(T)),
+                             "%.3fx throughput" % r, ">= 1.0x the faster", yesno(r >= 1.0)))
+                continue
+            r = s["ratio_opt@%d" % T]
+            rows.append((metric, fms(s["opt@%d_ms" % T]),
+                         "cblas_sgemm, %s: %s" % (thr(T), fms(s["sgemm@%d_ms" % T])),
+                         "%.3fx throughput" % r, ">= 0.97x throughput", yesno(r >= 0.97)))
+    return rows
+
+
 def build_rows(R):
     rows = []  # (metric, opjit, anchor, ratio, goal, met)
     L = R["loads"]
@@ -735,50 +830,11 @@ def build_rows(R):
                          "torchvision.ops.nms, %s: %s" % (thr(T), fms(s["torchvision@%d_ms" % T])),
                          "%.2fx time" % ratio, "<= 0.8x time",
                          yesno(ratio <= 0.8) + ("" if s["match"] else " (RESULT DIFFERS)")))
-    C = R.get("conv2d", {})
-    if "missing" in C:
-        rows.append(("conv2d CPU, ResNet-50 shapes", "n/a", "n/a", "n/a", ">= 1.0x oneDNN", C["missing"]))
-    elif C and not C.get("onednn"):
-        rows.append(("conv2d CPU against oneDNN", "n/a", "n/a", "n/a", ">= 1.0x oneDNN",
-                     "n/a (oneDNN not found: install libdnnl-dev)"))
-    for s in C.get("shapes", []):
-        if not s.get("goal"):
-            continue
-        for T in THREADS:
-            metric = "conv2d CPU %s, %s (opt tier)" % (s["label"], thr(T))
-            if "error" in s:
-                rows.append((metric, "n/a", "n/a", "n/a", ">= 1.0x oneDNN", "n/a (%s)" % s["error"][:120]))
-                break
-            if "ratio_opt_onednn@%d" % T not in s:
-                continue
-            r = s["ratio_opt_onednn@%d" % T]
-            rows.append((metric, fms(s["opt@%d_ms" % T]),
-                         "oneDNN %s (%s): %s" % (s["onednn_impl@%d" % T], s["onednn_layout@%d" % T],
-                                                 fms(s["onednn@%d_ms" % T])),
-                         "%.2fx throughput" % r, ">= 1.0x throughput", yesno(r >= 1.0)))
-    if len(THREADS) > 1:
-        for s in C.get("shapes", []):
-            if s.get("goal") and s["batch"] == 8 and "speedup_opt" in s:
-                sp = s["speedup_opt"]
-                anchor = "oneDNN %.2fx, torch %.2fx" % (s.get("speedup_onednn", float("nan")),
-                                                       s["speedup_torch"])
-                goal = ">= 1.8x" if THREADS[-1] == 2 else "report"
-                rows.append(("conv2d %s speedup, %s (opt tier)" % (thr(THREADS[-1]), s["label"]),
-                             "%.2fx" % sp, anchor, "-", goal,
-                             yesno(sp >= 1.8) if THREADS[-1] == 2 else "-"))
-    M = R.get("mm", {})
-    if "missing" in M:
-        rows.append(("mm CPU 256-2048", "n/a", "n/a", "n/a", ">= 0.97x", M["missing"]))
-    for n, s in M.get("sizes", {}).items():
-        for T in THREADS:
-            metric = "mm CPU %dx%d float32, %s (opt tier)" % (n, n, thr(T))
-            if "error" in s:
-                rows.append((metric, "n/a", "n/a", "n/a", ">= 0.97x throughput", "n/a (%s)" % s["error"][:120]))
-                break
-            r = s["ratio_opt@%d" % T]
-            rows.append((metric, fms(s["opt@%d_ms" % T]),
-                         "cblas_sgemm, %s: %s" % (thr(T), fms(s["sgemm@%d_ms" % T])),
-                         "%.3fx throughput" % r, ">= 0.97x throughput", yesno(r >= 0.97)))
+    for suf in ("", "_avx2"):
+        if suf == "" or "conv2d" + suf in R:
+            rows += conv_rows(R.get("conv2d" + suf, {}), ISA_TAG[suf])
+        if suf == "" or "mm" + suf in R:
+            rows += mm_rows(R.get("mm" + suf, {}), ISA_TAG[suf])
     rows.extend(backward_bench.rows(R.get("backward"), fms, yesno, thr))
     rows.extend(half_bench.rows(R.get("half"), fms, yesno, thr))
     cu = L.get("nms.cu")
@@ -873,6 +929,113 @@ def md_table(header, rows):
     return "\n".join(out)
 
 
+def cpu_ratio(s, num, den):
+    """Median over rounds of num's CPU time / den's at 1 thread (a
+    single-threaded side's CPU time is its own work, whatever else loads
+    the machine); "-" when the row lacks it."""
+    a, b = s.get(num + "_cpu_ms_all"), s.get(den + "_cpu_ms_all")
+    if not a or not b:
+        return "-"
+    return "%.2fx" % median([x / y for x, y in zip(a, b) if y > 0])
+
+
+def conv_md(C, tag, lines):
+    """The conv section of latest.md for one instruction set (tag)."""
+    if C.get("shapes"):
+        lines.append("## conv2d: against oneDNN and torch, both tiers, %s threads%s"
+                     % (" and ".join(map(str, THREADS)), tag))
+        lines.append("")
+        cw = []
+        for s in C["shapes"]:
+            if "error" in s:
+                cw.append((s["label"], "-", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a",
+                           s["error"][:100]))
+                continue
+            for T in THREADS:
+                dn = "onednn@%d_ms" % T in s
+                cw.append((s["label"] + ("" if s.get("goal") else " (information)"), T,
+                           fms(s["opt@%d_ms" % T]), fms(s["tcc@%d_ms" % T]),
+                           fms(s["onednn@%d_ms" % T]) if dn else "n/a", fms(s["torch@%d_ms" % T]),
+                           "%.1f" % (s["flops"] / s["opt@%d_ms" % T] / 1e6),
+                           "%.2fx" % s["ratio_opt_onednn@%d" % T] if dn else "n/a",
+                           cpu_ratio(s, "onednn@1", "opt@1") if dn and T == 1 else "-",
+                           "%.2fx / %.2fx" % (s["ratio_opt_torch@%d" % T], s["ratio_tcc_torch@%d" % T]),
+                           "%s (%s)" % (s["onednn_impl@%d" % T], s["onednn_layout@%d" % T]) if dn else "-"))
+        lines.append(md_table(["shape", "threads", "opjit opt", "opjit tcc", "oneDNN", "torch",
+                               "GFLOP/s opt", "throughput opt vs oneDNN",
+                               "same, CPU time (1 thread)",
+                               "throughput opt / tcc vs torch", "oneDNN implementation (layout)"], cw))
+        lines.append("")
+        if len(THREADS) > 1:
+            sw = []
+            for s in C["shapes"]:
+                if "speedup_opt" in s:
+                    sw.append((s["label"], "%.2fx" % s["speedup_opt"], "%.2fx" % s["speedup_tcc"],
+                               "%.2fx" % s["speedup_onednn"] if "speedup_onednn" in s else "n/a",
+                               "%.2fx" % s["speedup_torch"], "%.1e" % s["max_rel_err"]))
+            lines.append("Speed-up from 1 to %d threads (time at 1 / time at %d, per round, median):"
+                         % (THREADS[-1], THREADS[-1]))
+            lines.append("")
+            lines.append(md_table(["shape", "opjit opt", "opjit tcc", "oneDNN", "torch",
+                                   "max rel. error vs torch"], sw))
+            lines.append("")
+        if os.environ.get("OPENBLAS_CORETYPE") and not tag:
+            lines.append("Note: this environment sets OPENBLAS_CORETYPE=%s, so OpenBLAS (opjit's conv2d "
+                         "and mm GEMMs in the tcc tier, cblas_sgemm, and torch's for some shapes) runs "
+                         "the kernels named under Environment below whatever the CPU offers, while "
+                         "oneDNN and opjit's optimizing tier use AVX-512 here. `env -u "
+                         "OPENBLAS_CORETYPE bench/run` measures with OpenBLAS's own choice."
+                         % os.environ["OPENBLAS_CORETYPE"])
+            lines.append("")
+
+
+def best_cpu_ratio(s):
+    """cpu_ratio against the faster of cblas_sgemm and dnnl_sgemm, per round."""
+    a, b = s.get("sgemm@1_cpu_ms_all"), s.get("dnnl_sgemm@1_cpu_ms_all")
+    if not a or not b:
+        return "-"
+    return cpu_ratio(dict(s, **{"best_cpu_ms_all": [min(x, y) for x, y in zip(a, b)]}),
+                     "best", "opt@1")
+
+
+def mm_md(M, tag, lines):
+    """The mm section of latest.md for one instruction set (tag)."""
+    if M.get("sizes"):
+        lines.append("## mm: both tiers against cblas_sgemm and oneDNN's dnnl_sgemm, %s threads%s"
+                     % (" and ".join(map(str, THREADS)), tag))
+        lines.append("")
+        mw = []
+        for n, s in M["sizes"].items():
+            if "error" in s:
+                mw.append((n, "-", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a",
+                           s["error"][:100]))
+                continue
+            for T in THREADS:
+                dn = "dnnl_sgemm@%d_ms" % T in s
+                mw.append((n, T, fms(s["opt@%d_ms" % T]), fms(s["tcc@%d_ms" % T]),
+                           fms(s["sgemm@%d_ms" % T]),
+                           "%s (%s)" % (fms(s["dnnl_sgemm@%d_ms" % T]), s["dnnl_impl@%d" % T])
+                           if dn else "n/a", "%.3fx" % s["ratio_opt@%d" % T],
+                           "%.3fx" % s["ratio_opt_best@%d" % T] if dn else "n/a",
+                           best_cpu_ratio(s) if dn and T == 1 else "-",
+                           "%.3fx" % s["ratio_tcc@%d" % T], "%.1e" % s["max_rel_err"]))
+        lines.append(md_table(["n", "threads", "opjit opt", "opjit tcc", "cblas_sgemm",
+                               "dnnl_sgemm (ISA)", "throughput opt vs cblas",
+                               "opt vs the faster", "same, CPU time (1 thread)",
+                               "throughput tcc vs cblas",
+                               "max rel. error vs float64"], mw))
+        lines.append("")
+
+
+ISA_NOTE = (
+    "These rows are **emulated AVX2**: measured on the machine under Environment (it has "
+    "AVX-512) with every side capped at AVX2 (`bench/run --isa avx2`): opjit's optimizing tier "
+    "built for x86-64-v3 (`OPJIT_CPU_LEVEL=avx2`: its AVX2 GEMM and Winograd kernels), oneDNN "
+    "with `ONEDNN_MAX_CPU_ISA=AVX2` (its implementation names say so), OpenBLAS with "
+    "`OPENBLAS_CORETYPE=Haswell`, torch with `ATEN_CPU_CAPABILITY=avx2`. The caches and clocks "
+    "are this machine's, not an AVX2 machine's.")
+
+
 def write_md(R, path):
     rows = build_rows(R)
     env = R["env"]
@@ -902,11 +1065,14 @@ def write_md(R, path):
                     NCPU, " and ".join(map(str, THREADS))))
     lines.append("")
     for m in R.get("merged_before", []) + ([R["merged"]] if "merged" in R else []):
-        lines.append("Rerun on %s (git %s%s, `bench/run --merge --only %s`, %.0f s) and merged into "
-                     "the run above: %s. Every other figure is from the run above."
+        isa = m.get("isa", "native")
+        lines.append("Rerun on %s (git %s%s, `bench/run --merge --only %s%s`, %.0f s) and merged "
+                     "into the run above: %s. Every other figure is from the run above."
                      % (m["env"]["date"], m["env"]["git"],
                         " + local changes" if m["env"]["dirty"] else "", ",".join(m["sections"]),
-                        m["elapsed_s"], ", ".join(m["sections"])))
+                        "" if isa == "native" else " --isa " + isa, m["elapsed_s"],
+                        ", ".join(s + ("" if isa == "native" else " (%s)" % isa)
+                                  for s in m["sections"])))
         lines.append("")
     lines.append(md_table(["metric", "opjit", "anchor", "ratio", "goal", "met?"], rows))
     lines.append("")
@@ -946,67 +1112,12 @@ def write_md(R, path):
                      "those kept inside it in order on the calling thread; the sort and the setup "
                      "stay on one thread. torchvision's CPU nms is one loop on one thread.")
         lines.append("")
-    C = R.get("conv2d", {})
-    if C.get("shapes"):
-        lines.append("## conv2d: against oneDNN and torch, both tiers, %s threads"
-                     % " and ".join(map(str, THREADS)))
-        lines.append("")
-        cw = []
-        for s in C["shapes"]:
-            if "error" in s:
-                cw.append((s["label"], "-", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a",
-                           s["error"][:100]))
-                continue
-            for T in THREADS:
-                dn = "onednn@%d_ms" % T in s
-                cw.append((s["label"] + ("" if s.get("goal") else " (information)"), T,
-                           fms(s["opt@%d_ms" % T]), fms(s["tcc@%d_ms" % T]),
-                           fms(s["onednn@%d_ms" % T]) if dn else "n/a", fms(s["torch@%d_ms" % T]),
-                           "%.1f" % (s["flops"] / s["opt@%d_ms" % T] / 1e6),
-                           "%.2fx" % s["ratio_opt_onednn@%d" % T] if dn else "n/a",
-                           "%.2fx / %.2fx" % (s["ratio_opt_torch@%d" % T], s["ratio_tcc_torch@%d" % T]),
-                           "%s (%s)" % (s["onednn_impl@%d" % T], s["onednn_layout@%d" % T]) if dn else "-"))
-        lines.append(md_table(["shape", "threads", "opjit opt", "opjit tcc", "oneDNN", "torch",
-                               "GFLOP/s opt", "throughput opt vs oneDNN",
-                               "throughput opt / tcc vs torch", "oneDNN implementation (layout)"], cw))
-        lines.append("")
-        if len(THREADS) > 1:
-            sw = []
-            for s in C["shapes"]:
-                if "speedup_opt" in s:
-                    sw.append((s["label"], "%.2fx" % s["speedup_opt"], "%.2fx" % s["speedup_tcc"],
-                               "%.2fx" % s["speedup_onednn"] if "speedup_onednn" in s else "n/a",
-                               "%.2fx" % s["speedup_torch"], "%.1e" % s["max_rel_err"]))
-            lines.append("Speed-up from 1 to %d threads (time at 1 / time at %d, per round, median):"
-                         % (THREADS[-1], THREADS[-1]))
-            lines.append("")
-            lines.append(md_table(["shape", "opjit opt", "opjit tcc", "oneDNN", "torch",
-                                   "max rel. error vs torch"], sw))
-            lines.append("")
-        if os.environ.get("OPENBLAS_CORETYPE"):
-            lines.append("Note: this environment sets OPENBLAS_CORETYPE=%s, so OpenBLAS (opjit's conv2d "
-                         "and mm GEMMs in the tcc tier, cblas_sgemm, and torch's for some shapes) runs "
-                         "the kernels named under Environment below whatever the CPU offers, while "
-                         "oneDNN and opjit's optimizing tier use AVX-512 here. `env -u "
-                         "OPENBLAS_CORETYPE bench/run` measures with OpenBLAS's own choice."
-                         % os.environ["OPENBLAS_CORETYPE"])
-            lines.append("")
-    M = R.get("mm", {})
-    if M.get("sizes"):
-        lines.append("## mm: both tiers against cblas_sgemm, %s threads" % " and ".join(map(str, THREADS)))
-        lines.append("")
-        mw = []
-        for n, s in M["sizes"].items():
-            if "error" in s:
-                mw.append((n, "-", "n/a", "n/a", "n/a", "n/a", "n/a", s["error"][:100]))
-                continue
-            for T in THREADS:
-                mw.append((n, T, fms(s["opt@%d_ms" % T]), fms(s["tcc@%d_ms" % T]),
-                           fms(s["sgemm@%d_ms" % T]), "%.3fx" % s["ratio_opt@%d" % T],
-                           "%.3fx" % s["ratio_tcc@%d" % T], "%.1e" % s["max_rel_err"]))
-        lines.append(md_table(["n", "threads", "opjit opt", "opjit tcc", "cblas_sgemm",
-                               "throughput opt", "throughput tcc", "max rel. error vs float64"], mw))
-        lines.append("")
+    for suf in ("", "_avx2"):
+        if suf and (R.get("conv2d" + suf, {}).get("shapes") or R.get("mm" + suf, {}).get("sizes")):
+            lines += ["## AVX2 rows, emulated", "", ISA_NOTE, ""]
+        conv_md(R.get("conv2d" + suf, {}), ISA_TAG[suf], lines)
+        mm_md(R.get("mm" + suf, {}), ISA_TAG[suf], lines)
+    C, M = R.get("conv2d", {}), R.get("mm", {})
     lines.extend(backward_bench.md_section(R.get("backward"), fms, md_table))
     lines.extend(half_bench.md_section(R.get("half"), fms, md_table))
     H = R.get("hosts", {})
@@ -1160,8 +1271,10 @@ def write_md(R, path):
   for a 1x1 convolution with batch < 16 on one thread). Throughput ratio = anchor time / opjit
   time. The opjit output is checked against torch's.
 - **mm**: square float32 products through the `mm` op against `cblas_sgemm` called directly
-  from the same C process (OpenBLAS at the same thread count) into a preallocated result; the op
-  also allocates its result on every call.
+  from the same C process (OpenBLAS at the same thread count) into a preallocated result, and
+  against oneDNN's `dnnl_sgemm` (the oneDNN anchor, OpenMP at the same thread count, a
+  preallocated result; the ISA it dispatched to in brackets); the goal row takes the faster of
+  the two in each round. The op also allocates its result on every call.
 - **Page faults**: minor faults per call from getrusage around each repetition (the whole
   process: opjit's coprocess, the anchor's, torch's driver), divided by the calls.
 - **NVRTC**: `opjit_load_file(ops-src/nms.cu)` with `OPJIT_CUDA_ARCHS=sm_90`, cold (empty cache)
@@ -1456,18 +1569,20 @@ def merged_results(path, fresh, only):
     says which sections were rerun, and when)."""
     with open(path) as f:
         R = json.load(f)
-    for sec, sub in (("nms", "sizes"), ("nms", "threaded"), ("mm", "sizes")):
+    for sec, sub in (("nms", "sizes"), ("nms", "threaded"), ("mm", "sizes"), ("mm_avx2", "sizes")):
         # JSON turned their integer keys into strings
         if isinstance(R.get(sec), dict) and sub in R[sec]:
             R[sec][sub] = {int(k): v for k, v in R[sec][sub].items()}
     for sec in only:
         for k in SECTION_KEYS[sec]:
+            k += ISA_SUFFIX if sec in ("conv2d", "mm") else ""
             if k in fresh:
                 R[k] = fresh[k]
     # earlier reruns stay on the record, less the sections this one replaces
     earlier = R.get("merged_before", []) + ([R["merged"]] if "merged" in R else [])
-    R["merged_before"] = [m for m in earlier if set(m["sections"]) - set(only)]
-    R["merged"] = {"sections": sorted(only), "env": fresh["env"],
+    R["merged_before"] = [m for m in earlier if set(m["sections"]) - set(only) or
+                          m.get("isa", "native") != ISA]
+    R["merged"] = {"sections": sorted(only), "isa": ISA, "env": fresh["env"],
                    "elapsed_s": fresh["elapsed_s"]}
     return R
 
@@ -1525,6 +1640,9 @@ def main():
     ap.add_argument("--merge", action="store_true",
                     help="rerun only the --only sections and keep the others of the existing "
                          "latest.json")
+    ap.add_argument("--isa", default="native", choices=["native"] + sorted(ISA_ENV),
+                    help="avx2: the conv2d and mm sections with every side capped at AVX2 "
+                         "(emulated on a newer CPU), kept as their own sections")
     ap.add_argument("--results", default=RESULTS,
                     help="where latest.md, latest.json and nms.png go (default bench/results)")
     a = ap.parse_args()
@@ -1581,14 +1699,14 @@ def main():
             if "nms" in only:
                 R["nms"] = bench_nms(sv, reps)
             if "conv2d" in only:
-                R["conv2d"] = bench_conv(sv, dn, reps, tmp)
+                R["conv2d" + ISA_SUFFIX] = bench_conv(sv, dn, reps, tmp)
             if "mm" in only:
-                R["mm"] = bench_mm(sv, reps, tmp)
+                R["mm" + ISA_SUFFIX] = bench_mm(sv, dn, reps, tmp)
             if "python" in only:
                 for name in ("nms", "mm"):
                     load_op(sv, name)
                 R["python"] = py_bench.bench(sv, reps, sys.modules[__name__], tmp)
-            if "conv2d" in only:
+            if "conv2d" in only and not ISA_SUFFIX:
                 R["hosts"] = bench_hosts(sv, reps)
             if "backward" in only:
                 R["backward"] = backward_bench.run(a.torch2, THREADS, reps, tmp)

@@ -11,7 +11,15 @@
  *             "ok sec=.. cpu=.. flt=.. impl=.. layout=.." (seconds for all
  *             ITERS, process CPU seconds, minor page faults per call, the
  *             implementation oneDNN chose, the layout timed).
+ *         sgemm A.npy B.npy THREADS ITERS
+ *             ITERS products A . B by dnnl_sgemm (row-major float32) into a
+ *             preallocated C, as the cblas_sgemm row does. Replies "ok
+ *             sec=.. cpu=.. flt=.. impl=gemm:ISA".
  *         quit
+ *
+ * The instruction set oneDNN dispatches to is its own choice; bench/run
+ * --isa avx2 caps it with DNNL_MAX_CPU_ISA (ONEDNN_MAX_CPU_ISA) and every
+ * reply names the one in effect.
  *
  * As a user of NCHW tensors gets it at its best: two primitives are set up
  * the first time a shape and thread count is seen, one computing on plain
@@ -283,6 +291,58 @@ static void serve_conv(char **w)
     fflush(stdout);
 }
 
+/* The instruction set oneDNN dispatches to at most ("avx2"). */
+static const char *isa_name(void)
+{
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "other";
+    }
+}
+
+static void serve_sgemm(char **w)
+{
+    npy_array *a = input(w[1]), *b = input(w[2]);
+    int threads = atoi(w[3]);
+    long iters = atol(w[4]);
+    if (!a || !b)
+        return;
+    if (a->t.ndim != 2 || b->t.ndim != 2 || a->t.shape[1] != b->t.shape[0] || threads < 1) {
+        printf("err sgemm: bad inputs\n");
+        fflush(stdout);
+        return;
+    }
+    dnnl_dim_t n = a->t.shape[0], k = a->t.shape[1], m = b->t.shape[1];
+    float *c = malloc((size_t)(n * m) * sizeof(float));
+    if (!c) {
+        printf("err out of memory\n");
+        fflush(stdout);
+        return;
+    }
+    omp_set_num_threads(threads);
+    dnnl_status_t st = dnnl_sgemm('N', 'N', n, m, k, 1.0f, a->data, k, b->data, m, 0.0f, c, m);
+    long f0 = minflt();
+    double c0 = cpu_s(), t0 = now_s();
+    for (long i = 0; i < iters && st == dnnl_success; i++)
+        st = dnnl_sgemm('N', 'N', n, m, k, 1.0f, a->data, k, b->data, m, 0.0f, c, m);
+    double t = now_s() - t0, c1 = cpu_s();
+    long f1 = minflt();
+    free(c);
+    if (st != dnnl_success)
+        printf("err dnnl_sgemm: status %d\n", (int)st);
+    else
+        printf("ok sec=%.9f cpu=%.9f flt=%.3f impl=gemm:%s\n", t, c1 - c0,
+               (double)(f1 - f0) / (double)iters, isa_name());
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2 || strcmp(argv[1], "serve")) {
@@ -306,6 +366,8 @@ int main(int argc, char **argv)
             break;
         if (!strcmp(w[0], "conv") && nw == 7)
             serve_conv(w);
+        else if (!strcmp(w[0], "sgemm") && nw == 5)
+            serve_sgemm(w);
         else {
             printf("err unknown or malformed command '%s'\n", w[0]);
             fflush(stdout);

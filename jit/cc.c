@@ -311,18 +311,26 @@ static void cc_options(const jit_job *job, char *out, size_t n)
     snprintf(out + k, n - k, " -lm link-blas=%s", job->link_blas ? "yes" : "no");
 }
 
-/* The CPU levels this machine runs, best first: code built for one of
- * them never meets a CPU that lacks its features. */
+/* The CPU levels this machine runs, best first, none above
+ * set->cpu_level (OPJIT_CPU_LEVEL) when it is set: code built for one of
+ * them never meets a CPU that lacks its features. The level is the
+ * -march of the build and a field of its key, so kernels may pick their
+ * instructions at compile time (conv2d.c, mm.c). */
 static void cc_targets(const jit_settings *set, char *out, size_t n)
 {
-    (void)set;
 #if defined(__x86_64__)
     __builtin_cpu_init();
     int v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
              __builtin_cpu_supports("bmi2");
     int v2 = __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("popcnt");
-    snprintf(out, n, "%s%sx86-64", v3 ? "x86-64-v3," : "", v2 ? "x86-64-v2," : "");
+    int v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vl");
+    int cap = set->cpu_level > 0 ? set->cpu_level : 4;
+    snprintf(out, n, "%s%s%sx86-64", v4 && cap >= 4 ? "x86-64-v4," : "",
+             v3 && cap >= 3 ? "x86-64-v3," : "", v2 && cap >= 2 ? "x86-64-v2," : "");
 #else
+    (void)set;
     snprintf(out, n, "native-baseline");
 #endif
 }

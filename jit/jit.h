@@ -31,6 +31,8 @@ typedef struct jit_settings {
     const char *cuda_archs;   /* "sm_80,sm_90,compute_90", resolved by the loader */
     const char *scratch;      /* a private directory for logs (may be NULL until needed) */
     const char *tmpdir;       /* where scratch goes ($TMPDIR; NULL: /tmp) */
+    int cpu_level;            /* OPJIT_CPU_LEVEL: the highest x86-64 level (1-4) the
+                                 optimizing tier builds for; 0: what the CPU has */
 } jit_settings;
 
 /* One compile: one source for one target. */

@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sys/prctl.h>
@@ -602,6 +603,7 @@ int tier_create(loader *l)
         if (jit_compilers[i]->background)
             found |= !jit_compilers[i]->prepare || jit_compilers[i]->prepare(set);
     set->cc_timeout_ms = s->cc_timeout_ms;
+    set->cpu_level = s->cpu_level;
     long ncpu = want && !s->cc_jobs ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
     t->slots = !want ? 1 : s->cc_jobs ? s->cc_jobs : ncpu < 1 ? 1 : ncpu > 4096 ? 4096 : (int)ncpu;
     t->wanted = want;

@@ -38,8 +38,13 @@
  * no padding needs no unfolding: the GEMM reads the input directly. The
  * bias is added afterwards. The GEMM is OpenBLAS's.
  *
- * float32 in the optimizing tier (gcc), on a CPU with AVX-512, has faster
- * paths (see "the optimizing tier on x86-64 with AVX-512" below):
+ * float32 in the optimizing tier (gcc) built for x86-64-v4 (AVX-512) or
+ * x86-64-v3 (AVX2 + FMA) has faster paths (see "the optimizing tier on
+ * x86-64 with AVX-512 or AVX2" below). The level is the tier's -march, the
+ * best this CPU has unless OPJIT_CPU_LEVEL caps it (avx2, portable: the
+ * OpenBLAS path), and a field of the artifact's key; sgemm_avx512.h or
+ * sgemm_avx2.h supplies the GEMM and the vector width, the code below is
+ * the same for both:
  *  - 3x3, stride 1, dilation 1, one group (enough tiles): Winograd
  *    F(2x2, 3x3), 16 GEMMs over the transformed tiles of the whole batch,
  *    bias added in the output transform;
@@ -56,6 +61,7 @@
 
 #include "conv2d_common.h"
 #include "conv2d_decl.h"
+#include "sgemm_avx2.h"
 #include "sgemm_avx512.h"
 #include "gemm_half.h"
 #include "half_wide.h"
@@ -182,11 +188,11 @@ typedef struct conv_job {
 CONV_DEFINE(float, f32, cblas_sgemm)
 CONV_DEFINE(double, f64, cblas_dgemm)
 
-/* ---- the optimizing tier on x86-64 with AVX-512 ------------------------------------
+/* ---- the optimizing tier on x86-64 with AVX-512 or AVX2 ----------------------------
  *
- * sgemm_avx512.h's GEMM (about twice what OpenBLAS's AVX2 kernels do on
- * one core), the Winograd transforms and a blocked im2col, compiled for
- * AVX-512 and chosen at run time when the CPU has it. */
+ * sgemm_avx512.h's or sgemm_avx2.h's GEMM (the one the tier's -march
+ * builds: x86-64-v4, or x86-64-v3), the Winograd transforms and a blocked
+ * im2col, in vectors of SG_W floats. */
 #ifdef SG_FAST
 
 /* ---- Winograd F(2x2, 3x3) ------------------------------------------------------
@@ -202,28 +208,29 @@ CONV_DEFINE(double, f64, cblas_dgemm)
  * input can turn all four outputs of the tiles that read it into NaN (the
  * transforms subtract), where a direct sum gives +-inf for some. */
 
+#if SG_W == 16
 /* U[xi][f] = (G g_f G^T)[xi] for the filters g_f = w[f], f = o * C + c,
  * G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], 16 filters at a time:
  * filter f's 9 taps are the first lanes of a load at w + 9 f; a 16 x 16
  * transpose in registers makes vectors of one tap across the 16 filters,
  * which G then combines. The last block reads a zero-padded copy. */
-SG_AVX512 static void conv_wino_weights(const float *w, int64_t nf, float *u, int64_t ups)
+SG_TGT static void conv_wino_weights(const float *w, int64_t nf, float *u, int64_t ups)
 {
-    const sg_i16 lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
-    const sg_i16 hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
-    const sg_i16 lo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
-    const sg_i16 hi4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
-    const sg_i16 lo2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
-    const sg_i16 hi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
-    const sg_i16 lo1 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
-    const sg_i16 hi1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
+    const sg_vi lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+    const sg_vi hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+    const sg_vi lo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
+    const sg_vi hi4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
+    const sg_vi lo2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
+    const sg_vi hi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
+    const sg_vi lo1 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
+    const sg_vi hi1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
     float gt[16 * 9 + 16], tv[16];
     int64_t f0, xi;
     for (f0 = 0; f0 < nf; f0 += 16) {
         int64_t cnt = nf - f0 < 16 ? nf - f0 : 16;
         const float *g = w + f0 * 9;
-        sg_v16 r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, p, q;
-        sg_v16 s[4][3], o[16];
+        sg_v r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, p, q;
+        sg_v s[4][3], o[16];
         int b, i;
         if (f0 + 16 >= nf) { /* loads of the last filters would run past w */
             memset(gt, 0, sizeof gt);
@@ -256,11 +263,11 @@ SG_AVX512 static void conv_wino_weights(const float *w, int64_t nf, float *u, in
         (void)r10; (void)r11; (void)r12; (void)r13; (void)r14; (void)r15;
         /* r0 .. r8: taps 3a + b, a the row; s = G g, then (G g) G^T */
         {
-            sg_v16 t[9];
+            sg_v t[9];
             t[0] = r0; t[1] = r1; t[2] = r2; t[3] = r3; t[4] = r4;
             t[5] = r5; t[6] = r6; t[7] = r7; t[8] = r8;
             for (b = 0; b < 3; b++) {
-                sg_v16 e = t[b] + t[6 + b];
+                sg_v e = t[b] + t[6 + b];
                 s[0][b] = t[b];
                 s[1][b] = 0.5f * (e + t[3 + b]);
                 s[2][b] = 0.5f * (e - t[3 + b]);
@@ -268,7 +275,7 @@ SG_AVX512 static void conv_wino_weights(const float *w, int64_t nf, float *u, in
             }
         }
         for (i = 0; i < 4; i++) {
-            sg_v16 e = s[i][0] + s[i][2];
+            sg_v e = s[i][0] + s[i][2];
             o[4 * i] = s[i][0];
             o[4 * i + 1] = 0.5f * (e + s[i][1]);
             o[4 * i + 2] = 0.5f * (e - s[i][1]);
@@ -285,6 +292,34 @@ SG_AVX512 static void conv_wino_weights(const float *w, int64_t nf, float *u, in
         }
     }
 }
+
+#else
+/* U[xi][f] = (G g_f G^T)[xi] as above, filter by filter (the 16 x 16
+ * transpose needs 16 lanes; U is small against the products). */
+SG_TGT static void conv_wino_weights(const float *w, int64_t nf, float *u, int64_t ups)
+{
+    int64_t f;
+    for (f = 0; f < nf; f++) {
+        const float *t = w + 9 * f;
+        float s[4][3];
+        int b, i;
+        for (b = 0; b < 3; b++) {
+            float e = t[b] + t[6 + b];
+            s[0][b] = t[b];
+            s[1][b] = 0.5f * (e + t[3 + b]);
+            s[2][b] = 0.5f * (e - t[3 + b]);
+            s[3][b] = t[6 + b];
+        }
+        for (i = 0; i < 4; i++) {
+            float e = s[i][0] + s[i][2];
+            u[(4 * i) * ups + f] = s[i][0];
+            u[(4 * i + 1) * ups + f] = 0.5f * (e + s[i][1]);
+            u[(4 * i + 2) * ups + f] = 0.5f * (e - s[i][1]);
+            u[(4 * i + 3) * ups + f] = s[i][2];
+        }
+    }
+}
+#endif
 
 /* A run of tiles of one tile row: image n, tile row ty, tile columns
  * tx0 .. tx0 + cnt - 1, at column pos of the chunk's matrices; its four
@@ -328,19 +363,18 @@ static int64_t conv_wino_segs(const conv_geom *g, int64_t p0, int64_t nt, int64_
 }
 
 /* V[xi][c][pos] = (B^T d B)[xi] for the chunk's tiles, with
- * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], 16 tiles at a time. Per
+ * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], SG_W tiles at a time. Per
  * channel, the rows the runs read are copied into rb (wp floats a row,
  * input column 0 at rb column pw, the rest zeros from the start), so
  * padding and partial tiles read zeros. A run's last block may write up
- * to 15 columns past the run: the next run overwrites them, and ldv
+ * to SG_W - 1 columns past the run: the next run overwrites them, and ldv
  * leaves room after the last. */
-SG_AVX512 static void conv_wino_input(const conv_geom *g, const float *x, const conv_seg *segs,
+SG_TGT static void conv_wino_input(const conv_geom *g, const float *x, const conv_seg *segs,
                                         int64_t nseg, const int64_t *rows, int64_t nrows,
                                         float *v, int64_t ldv, int64_t cs, float *rb,
                                         int64_t wp)
 {
-    const sg_i16 ev = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
-    const sg_i16 od = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+    const sg_vi ev = SG_EVEN, od = SG_ODD;
     const int64_t H = g->h, W = g->w, C = g->c;
     const size_t wb = (size_t)W * sizeof(float);
     int64_t s, c, l, k;
@@ -350,24 +384,24 @@ SG_AVX512 static void conv_wino_input(const conv_geom *g, const float *x, const 
         float *rc = rb + (c & 1) * nrows * wp, *rp = rb + ((c - 1) & 1) * nrows * wp;
         if (c < C) {
             const float *plane = x + c * H * W;
-            const sg_v16 zv = {0};
+            const sg_v zv = {0};
             for (k = 0; k < nrows; k++) {
                 float *d = rc + k * wp + g->pw;
                 const float *src = plane + (rows[k] >= 0 ? rows[k] : 0);
                 int64_t q;
-                if (W < 16) {
+                if (W < SG_W) {
                     if (rows[k] >= 0)
                         memcpy(d, src, wb);
                     else
                         memset(d, 0, wb);
                 } else if (rows[k] >= 0) { /* the last vector overlaps */
-                    for (q = 0; q + 16 < W; q += 16)
+                    for (q = 0; q + SG_W < W; q += SG_W)
                         SG_ST(d + q, SG_LD(src + q));
-                    SG_ST(d + W - 16, SG_LD(src + W - 16));
+                    SG_ST(d + W - SG_W, SG_LD(src + W - SG_W));
                 } else {
-                    for (q = 0; q + 16 < W; q += 16)
+                    for (q = 0; q + SG_W < W; q += SG_W)
                         SG_ST(d + q, zv);
-                    SG_ST(d + W - 16, zv);
+                    SG_ST(d + W - SG_W, zv);
                 }
             }
         }
@@ -377,18 +411,18 @@ SG_AVX512 static void conv_wino_input(const conv_geom *g, const float *x, const 
             const conv_seg *sg = &segs[s];
             const float *r0 = rp + sg->row * wp + 2 * sg->tx0;
             float *vc = v + (c - 1) * ldv + sg->pos;
-            int64_t nb = (sg->cnt + 15) / 16;
+            int64_t nb = (sg->cnt + SG_W - 1) / SG_W;
             for (l = 0; l < nb; l++) {
-                const float *r = r0 + 32 * l;
-                float *o = vc + 16 * l;
-                sg_v16 a0, a1, b0, b1, d0, d1, d2, d3;
-                sg_v16 t00, t01, t02, t03, t10, t11, t12, t13;
-                sg_v16 t20, t21, t22, t23, t30, t31, t32, t33;
+                const float *r = r0 + 2 * SG_W * l;
+                float *o = vc + SG_W * l;
+                sg_v a0, a1, b0, b1, d0, d1, d2, d3;
+                sg_v t00, t01, t02, t03, t10, t11, t12, t13;
+                sg_v t20, t21, t22, t23, t30, t31, t32, t33;
 #define CONV_IN_ROW(i)                                                        \
     a0 = SG_LD(r + (i) * wp);                                               \
-    a1 = SG_LD(r + (i) * wp + 16);                                          \
+    a1 = SG_LD(r + (i) * wp + SG_W);                                        \
     b0 = SG_LD(r + (i) * wp + 2);                                           \
-    b1 = SG_LD(r + (i) * wp + 18);                                          \
+    b1 = SG_LD(r + (i) * wp + SG_W + 2);                                    \
     d0 = __builtin_shuffle(a0, a1, ev);                                       \
     d1 = __builtin_shuffle(a0, a1, od);                                       \
     d2 = __builtin_shuffle(b0, b1, ev);                                       \
@@ -419,12 +453,11 @@ SG_AVX512 static void conv_wino_input(const conv_geom *g, const float *x, const 
 
 /* y = A^T M A (+ bias) for the chunk's tiles, A^T = [1 1 1 0; 0 1 -1 -1],
  * written to the output rows 2*ty and 2*ty + 1 (those inside it). */
-SG_AVX512 static void conv_wino_output(const conv_geom *g, const float *m, int64_t ldm, int64_t xs,
+SG_TGT static void conv_wino_output(const conv_geom *g, const float *m, int64_t ldm, int64_t xs,
                                          const conv_seg *segs, int64_t nseg, int64_t o0,
                                          int64_t oc, const float *bias, float *y)
 {
-    const sg_i16 il = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
-    const sg_i16 ih = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const sg_vi il = SG_ILO, ih = SG_IHI;
     const int64_t O = g->o, Ho = g->ho, Wo = g->wo;
     float tmp[32];
     int64_t o, s, l;
@@ -433,20 +466,20 @@ SG_AVX512 static void conv_wino_output(const conv_geom *g, const float *m, int64
         float bo = bias ? bias[o] : 0.0f;
         for (s = 0; s < nseg; s++) {
             const conv_seg *sg = &segs[s];
-            int64_t nb = (sg->cnt + 15) / 16, oy = 2 * sg->ty;
+            int64_t nb = (sg->cnt + SG_W - 1) / SG_W, oy = 2 * sg->ty;
             float *y0 = y + ((sg->n * O + o) * Ho + oy) * Wo, *y1 = y0 + Wo;
             int two = oy + 1 < Ho;
             for (l = 0; l < nb; l++) {
-                const float *mp = mo + sg->pos + 16 * l;
-                sg_v16 s00, s01, s02, s03, s10, s11, s12, s13, r00, r01, r10, r11, z0, z1;
-                int64_t ox = 2 * (sg->tx0 + 16 * l), nx = Wo - ox;
-                int64_t lim = 2 * (sg->cnt - 16 * l); /* columns of this block's tiles */
+                const float *mp = mo + sg->pos + SG_W * l;
+                sg_v s00, s01, s02, s03, s10, s11, s12, s13, r00, r01, r10, r11, z0, z1;
+                int64_t ox = 2 * (sg->tx0 + SG_W * l), nx = Wo - ox;
+                int64_t lim = 2 * (sg->cnt - SG_W * l); /* columns of this block's tiles */
                 if (nx > lim)
                     nx = lim;
 #define CONV_OUT_COL(j)                                                       \
     {                                                                         \
-        sg_v16 m0 = SG_LD(mp + (j) * xs), m1 = SG_LD(mp + (4 + j) * xs); \
-        sg_v16 m2 = SG_LD(mp + (8 + j) * xs), m3 = SG_LD(mp + (12 + j) * xs); \
+        sg_v m0 = SG_LD(mp + (j) * xs), m1 = SG_LD(mp + (4 + j) * xs); \
+        sg_v m2 = SG_LD(mp + (8 + j) * xs), m3 = SG_LD(mp + (12 + j) * xs); \
         s0##j = m0 + m1 + m2;                                                 \
         s1##j = m1 - m2 - m3;                                                 \
     }
@@ -461,24 +494,24 @@ SG_AVX512 static void conv_wino_output(const conv_geom *g, const float *m, int64
                 r11 = s11 - s12 - s13 + bo;
                 z0 = __builtin_shuffle(r00, r01, il);
                 z1 = __builtin_shuffle(r00, r01, ih);
-                if (nx >= 32) {
+                if (nx >= 2 * SG_W) {
                     SG_ST(y0 + ox, z0);
-                    SG_ST(y0 + ox + 16, z1);
+                    SG_ST(y0 + ox + SG_W, z1);
                 } else {
                     SG_ST(tmp, z0);
-                    SG_ST(tmp + 16, z1);
+                    SG_ST(tmp + SG_W, z1);
                     memcpy(y0 + ox, tmp, (size_t)nx * sizeof(float));
                 }
                 if (!two)
                     continue;
                 z0 = __builtin_shuffle(r10, r11, il);
                 z1 = __builtin_shuffle(r10, r11, ih);
-                if (nx >= 32) {
+                if (nx >= 2 * SG_W) {
                     SG_ST(y1 + ox, z0);
-                    SG_ST(y1 + ox + 16, z1);
+                    SG_ST(y1 + ox + SG_W, z1);
                 } else {
                     SG_ST(tmp, z0);
-                    SG_ST(tmp + 16, z1);
+                    SG_ST(tmp + SG_W, z1);
                     memcpy(y1 + ox, tmp, (size_t)nx * sizeof(float));
                 }
             }
@@ -715,11 +748,11 @@ static size_t conv_col_floats(int64_t kdim, int64_t plane)
  * 2) and zeros, written left to right in whole vectors, so a vector that
  * runs past a run is overwritten by the next (or lands in the slack). A
  * copy that could read past the input tensor (xend) is done one by one. */
-SG_AVX512 static void conv_im2col_blk(const conv_geom *g, const float *im, const float *xend,
+SG_TGT static void conv_im2col_blk(const conv_geom *g, const float *im, const float *xend,
                                         int64_t p0, int64_t np, float *col, int64_t ldc)
 {
-    const sg_i16 ev = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
-    const sg_v16 zv = {0};
+    const sg_vi ev = SG_EVEN;
+    const sg_v zv = {0};
     const int64_t H = g->h, W = g->w, wo = g->wo, sh = g->sh, sw = g->sw;
     const int64_t oh0 = p0 / wo, oh1 = (p0 + np - 1) / wo;
     int64_t c, ki, kj, oh, q;
@@ -742,25 +775,25 @@ SG_AVX512 static void conv_im2col_blk(const conv_geom *g, const float *im, const
                     float *d = row + oh * wo - p0;
                     const float *s;
                     if (ih < 0 || ih >= H || a >= b) {
-                        for (q = owa; q < owb; q += 16)
+                        for (q = owa; q < owb; q += SG_W)
                             SG_ST(d + q, zv);
                         continue;
                     }
-                    for (q = owa; q < a; q += 16)
+                    for (q = owa; q < a; q += SG_W)
                         SG_ST(d + q, zv);
                     s = plane + ih * W + (a * sw + iw0); /* ow = a */
-                    if (sw == 1 && s + (b - a) + 16 <= xend) {
-                        for (q = a; q < b; q += 16)
+                    if (sw == 1 && s + (b - a) + SG_W <= xend) {
+                        for (q = a; q < b; q += SG_W)
                             SG_ST(d + q, SG_LD(s + (q - a)));
-                    } else if (sw == 2 && s + 2 * (b - a) + 32 <= xend) {
-                        for (q = a; q < b; q += 16)
+                    } else if (sw == 2 && s + 2 * (b - a) + 2 * SG_W <= xend) {
+                        for (q = a; q < b; q += SG_W)
                             SG_ST(d + q, __builtin_shuffle(SG_LD(s + 2 * (q - a)),
-                                                             SG_LD(s + 2 * (q - a) + 16), ev));
+                                                             SG_LD(s + 2 * (q - a) + SG_W), ev));
                     } else {
                         for (q = a; q < b; q++)
                             d[q] = s[(q - a) * sw];
                     }
-                    for (q = b; q < owb; q += 16)
+                    for (q = b; q < owb; q += SG_W)
                         SG_ST(d + q, zv);
                 }
             }
@@ -824,7 +857,7 @@ static int64_t conv_grain(const conv_job *j)
 }
 
 /* The unit geometry and per-thread areas of the GEMM paths, then the
- * loop. fast: this file's GEMM (float32, AVX-512), else OpenBLAS. */
+ * loop. fast: this file's GEMM (float32, AVX-512 or AVX2), else OpenBLAS. */
 static int conv_gemm_paths(opjit_ctx *ctx, const conv_geom *g, const void *x, const void *w,
                            const void *bias, void *out, int fast)
 {
@@ -1175,7 +1208,7 @@ static int conv2d_padding_cpu(opjit_ctx *ctx, opjit_args *a) { return conv2d_run
  *    per block into its own part of grad_weight (or, with several slices,
  *    of that slice's copy, summed in slice order at the end). In the
  *    optimizing tier the unfolded block is transposed in registers and
- *    sgemm_avx512.h's GEMM continues each element's chain of fused
+ *    sgemm_core.h's GEMM continues each element's chain of fused
  *    multiply-adds from the last block; elsewhere OpenBLAS's gemm with
  *    beta = 1 on calls of shapes the slicing alone fixes. */
 
@@ -1713,6 +1746,7 @@ static void conv_gw_block(const gw_job *j, char *area, const void *dyr, const fl
     }
 #else
     (void)area;
+    (void)dyt;
 #endif
     if (g->is64)
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)ncols, (int)np, 1.0,
@@ -2040,7 +2074,7 @@ OPJIT_MODULE(m)
 {
     opjit_def(m, CONV2D_SCHEMA, OPJIT_CPU, conv2d_cpu,
               "2-D convolution, NCHW (torch.nn.functional.conv2d): im2col + GEMM, "
-              "Winograd F(2x2, 3x3) for 3x3 stride 1 (optimizing tier, AVX-512)");
+              "Winograd F(2x2, 3x3) for 3x3 stride 1 (optimizing tier, AVX-512 or AVX2)");
     opjit_require(m, "input", "floating");
     opjit_require(m, "weight", "floating rank=4");
     opjit_require(m, "bias", "floating rank=1");

@@ -27,9 +27,12 @@
  *
  * How, over opjit_parallel_for's threads (every output element is written
  * by one thread, computed the same way for any thread count):
- *  - float32 in the optimizing tier on an AVX-512 CPU: sgemm_avx512.h's
- *    GEMM on blocks of rows x panels of columns; each panel of mat2 is
- *    first copied into a contiguous [k, panel] block that stays in L2.
+ *  - float32 in the optimizing tier built for x86-64-v4 or -v3 (the best
+ *    the CPU has, unless OPJIT_CPU_LEVEL caps it; a field of the key):
+ *    sgemm_avx512.h's or sgemm_avx2.h's GEMM on blocks of rows x panels
+ *    of columns; on AVX-512 each panel of mat2 is first copied into a
+ *    contiguous [k, panel] block that stays in L2, on AVX2 the GEMM packs
+ *    its own smaller panels (sgemm_core.h, SG_PACK).
  *    Every element is one chain of fused multiply-adds over k, whatever
  *    the blocks, so the blocks may follow the thread count.
  *  - otherwise OpenBLAS (cblas_sgemm / cblas_dgemm, one thread per call)
@@ -52,6 +55,7 @@
 #include "half_wide.h"
 #include "mm_common.h"
 #include "mm_decl.h"
+#include "sgemm_avx2.h"
 #include "sgemm_avx512.h"
 #include "strided.h"
 
@@ -134,6 +138,12 @@ static int mm_fast_run(void *user, int64_t lo, int64_t hi)
         int64_t panel = t % j->npanels, r0 = (t / j->npanels) * j->rows;
         int64_t c0 = panel * j->nb, nb = j->m - c0 < j->nb ? j->m - c0 : j->nb;
         int64_t nr = j->n - r0 < j->rows ? j->n - r0 : j->rows;
+        if (SG_PACK && !j->yt) { /* the GEMM packs its panels of mat2 itself */
+            sg_sgemm(nr, nb, j->k, (const float *)j->x + r0 * j->lda, j->lda,
+                     (const float *)j->y + c0, j->ldb, (float *)j->out + r0 * j->m + c0, j->m,
+                     scr);
+            continue;
+        }
         if (packed != panel) {
             mm_pack_panel(j, c0, nb, p);
             packed = panel;
@@ -174,6 +184,9 @@ static int mm_fast(opjit_ctx *ctx, mm_job *j)
     /* Panels of up to 384 KB of mat2 (in L2), at least 48 columns; more
      * panels, then blocks of rows, until each thread has about three. */
     nb = ((int64_t)384 << 10) / 4 / j->k / 48 * 48;
+    if (SG_PACK) /* the GEMM packs its own panels: one call's rows of self
+                  * should meet many columns, 2 MB of mat2 (in L3) */
+        nb = ((int64_t)2 << 20) / 4 / j->k / 48 * 48;
     if (nb < 48)
         nb = 48;
     if (T > 1 && (j->m + nb - 1) / nb < 3 * T) {
@@ -490,8 +503,8 @@ static int mm_backward_cpu(opjit_ctx *ctx, opjit_args *a)
 OPJIT_MODULE(m)
 {
     opjit_def(m, "mm(Tensor self, Tensor mat2) -> Tensor", OPJIT_CPU, mm_cpu,
-              "Matrix product [n,k] x [k,m] -> [n,m] (OpenBLAS gemm; an AVX-512 GEMM in "
-              "the optimizing tier)");
+              "Matrix product [n,k] x [k,m] -> [n,m] (OpenBLAS gemm; an AVX-512 or AVX2 "
+              "GEMM in the optimizing tier)");
     opjit_require(m, "self", "floating rank=2");
     opjit_require(m, "mat2", "floating rank=2");
     opjit_def(m, MM_BACKWARD_SCHEMA, OPJIT_CPU, mm_backward_cpu,

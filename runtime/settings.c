@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "runtime/env.h"
@@ -124,6 +125,22 @@ static void resolve_runtime(const opjit_config *cfg, settings *s)
                                     "is not a size; using the default");
 }
 
+/* $OPJIT_CPU_LEVEL: the highest instruction set the optimizing tier
+ * builds for (avx512, avx2, portable), lower than the CPU's to run and
+ * test the lower kernels on a CPU that has more; 0 (unset): the CPU's. */
+static int take_cpu_level(const settings *s)
+{
+    static const char *const names[] = {"portable", "", "avx2", "avx512"};
+    const char *e = getenv("OPJIT_CPU_LEVEL");
+    if (!e || !*e)
+        return 0;
+    for (int i = 0; i < 4; i++)
+        if (names[i][0] && strcasecmp(e, names[i]) == 0)
+            return i + 1;
+    warn(s, "OPJIT_CPU_LEVEL='%s' is not avx512, avx2 or portable; using what the CPU has", e);
+    return 0;
+}
+
 static void resolve_loader(const opjit_config *cfg, settings *s)
 {
     if (cfg->watch >= 0) {
@@ -147,6 +164,7 @@ static void resolve_loader(const opjit_config *cfg, settings *s)
     snprintf(bad, sizeof bad, "is not a number from 1 to %d; using the CPUs online",
              MAX_CC_JOBS);
     s->cc_jobs = (int)take_count(s, "OPJIT_CC_JOBS", MAX_CC_JOBS, 0, bad);
+    s->cpu_level = take_cpu_level(s);
 }
 
 static void resolve_cache(const opjit_config *cfg, settings *s)

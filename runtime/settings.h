@@ -47,6 +47,8 @@ typedef struct settings {
     char *cc;               /* the optimizing C compiler's name or path */
     long cc_timeout_ms;
     int cc_jobs;            /* helpers at once per cache; 0: the CPUs online */
+    int cpu_level;          /* $OPJIT_CPU_LEVEL: the highest x86-64 level (1-4) the
+                             * optimizing tier builds for; 0: what the CPU has */
     char *tmpdir;           /* $TMPDIR (NULL: unset) */
     char *path;             /* $PATH (NULL: unset) */
 

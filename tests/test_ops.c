@@ -800,7 +800,8 @@ static void test_mm(void)
 {
     static const int64_t sizes[][3] = {
         {1, 1, 1}, {3, 4, 5}, {5, 1, 7}, {64, 128, 33}, {129, 65, 257}, {1, 300, 1},
-        {0, 3, 4}, {3, 0, 4}, {3, 4, 0}, {0, 0, 0}, {2, 0, 0}, {17, 31, 1}};
+        {0, 3, 4}, {3, 0, 4}, {3, 4, 0}, {0, 0, 0}, {2, 0, 0}, {17, 31, 1},
+        {300, 520, 77}}; /* blocks of 128 rows and 256 of k (AVX2), every tail */
     char what[80];
     rng_seed(11);
     for (int bits = 32; bits <= 64; bits += 32)
@@ -936,14 +937,33 @@ int main(void)
     /* Pass 2: the same sources through the optimizing tier (gcc -O2), when
      * a C compiler is there ($OPJIT_CC or cc). */
     tier = setup(1);
+    int opt = tier && strcmp(tier, "opt") == 0; /* tier is rt's: gone with it */
     if (!tier) {
         CHECKF(0, "setup with tiering on failed");
-    } else if (strcmp(tier, "opt") == 0) {
+    } else if (opt) {
         fprintf(stderr, "-- optimized code\n");
         run_suite();
     } else {
         fprintf(stderr, "-- optimizing tier not in use (tier %s): pass 2 skipped\n", tier);
     }
     opjit_destroy(rt);
+
+    /* Passes 3 and 4: the optimizing tier built for the lower levels
+     * (OPJIT_CPU_LEVEL), so that the AVX2 and the portable kernels are
+     * tested on a CPU that has more (test_cpu_level.sh checks what the
+     * artifacts hold). */
+    static const char *const lower[] = {"avx2", "portable"};
+    for (size_t i = 0; i < sizeof lower / sizeof *lower && opt; i++) {
+        setenv("OPJIT_CPU_LEVEL", lower[i], 1);
+        tier = setup(1);
+        CHECKF(tier && !strcmp(tier, "opt"), "OPJIT_CPU_LEVEL=%s: tier %s", lower[i],
+               tier ? tier : "(none)");
+        if (tier && !strcmp(tier, "opt")) {
+            fprintf(stderr, "-- optimized code, OPJIT_CPU_LEVEL=%s\n", lower[i]);
+            run_suite();
+        }
+        opjit_destroy(rt);
+    }
+    unsetenv("OPJIT_CPU_LEVEL");
     return t_done();
 }

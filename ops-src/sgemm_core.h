@@ -1,0 +1,292 @@
+/*
+ * ops-src/sgemm_core.h - the single-precision GEMM of the optimizing tier,
+ * written once for any vector width; included by the header of one
+ * instruction set (sgemm_avx512.h, sgemm_avx2.h), which defines first:
+ *
+ *   SG_W      floats a vector (16, 8)       sg_v, sg_vi  its float and int vectors
+ *   SG_MR     rows of C a micro-kernel computes (8, 4)
+ *   SG_TGT    the attributes of every vector function
+ *   SG_LD/SG_ST  unaligned vector load and store
+ *   sg_tr_block  a W x W transpose in registers
+ *
+ * A micro-kernel holds SG_MR rows x 3 vectors of C in registers (AVX-512:
+ * 8 x 48, 24 of 32 zmm; AVX2: 4 x 24, 12 of 16 ymm, oneDNN's AVX2 shape),
+ * reading one vector row of B and one element of each row of A per k.
+ *
+ * Every element of C is one chain of fused multiply-adds over k = 0, 1,
+ * ..., K-1 starting from 0, whatever the micro-kernel, panel or block that
+ * computes it (or the vector width): splitting C among threads in any way,
+ * or another instruction set, gives the same bits.
+ */
+#ifndef SGEMM_CORE_H
+#define SGEMM_CORE_H
+
+#include <string.h>
+
+/* Micro-kernels: C[MR][W*NV] = A[MR][K] . B[K][W*NV] (acc: C +=, the
+ * chains of fused multiply-adds starting from C instead of 0), B and C
+ * row-major with leading dimensions ldb, ldc; A's element (i, k) at
+ * A[i * lda + k * aks] (aks 1: row-major; lda 1: a transposed view, read
+ * without a copy). Rows 0-3 of A are read through p, rows 4-7 through
+ * q = p + 4*lda. */
+#define SG_I(r, v) (acc ? SG_LD(C + (r) * ldc + SG_W * (v)) : z)
+#define SG_R3(r, p, i)                                                      \
+    a = p[(i) * lda]; c##r##0 += a * b0; c##r##1 += a * b1; c##r##2 += a * b2;
+#define SG_R2(r, p, i) a = p[(i) * lda]; c##r##0 += a * b0; c##r##1 += a * b1;
+#define SG_R1(r, p, i) a = p[(i) * lda]; c##r##0 += a * b0;
+#define SG_D3(r) sg_v c##r##0 = SG_I(r, 0), c##r##1 = SG_I(r, 1), c##r##2 = SG_I(r, 2);
+#define SG_D2(r) sg_v c##r##0 = SG_I(r, 0), c##r##1 = SG_I(r, 1);
+#define SG_D1(r) sg_v c##r##0 = SG_I(r, 0);
+#define SG_S3(r) SG_ST(C + (r) * ldc, c##r##0); SG_ST(C + (r) * ldc + SG_W, c##r##1); \
+    SG_ST(C + (r) * ldc + 2 * SG_W, c##r##2);
+#define SG_S2(r) SG_ST(C + (r) * ldc, c##r##0); SG_ST(C + (r) * ldc + SG_W, c##r##1);
+#define SG_S1(r) SG_ST(C + (r) * ldc, c##r##0);
+#if SG_MR == 8
+#define SG_EACH(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
+#define SG_ROWS(R)                                                          \
+    R(0, p, 0) R(1, p, 1) R(2, p, 2) R(3, p, 3)                               \
+    R(4, q, 0) R(5, q, 1) R(6, q, 2) R(7, q, 3)
+#else
+#define SG_EACH(M) M(0) M(1) M(2) M(3)
+#define SG_ROWS(R) R(0, p, 0) R(1, p, 1) R(2, p, 2) R(3, p, 3)
+#endif
+/* Micro-kernels are functions of their own: inlined into the driver they
+ * lose registers to it and reload pointers from the stack every step. */
+#define SG_NOINLINE __attribute__((noinline))
+/* One micro-kernel's loop over k, NV vectors of B a row. */
+#define SG_LOOP(NV, B_LOAD, EXTRA)                                          \
+    _Pragma("GCC unroll 4")                                                   \
+    for (k = 0; k < K; k++, p += aks, q += aks, B += ldb) {                 \
+        B_LOAD                                                              \
+        float a;                                                            \
+        EXTRA                                                               \
+        SG_ROWS(SG_R##NV)                                                   \
+    }
+
+/* pf: also prefetch the next 3 vectors of columns of B (the next panel),
+ * whose rows are far apart when B is read in place (a 1x1 convolution's
+ * input), so that the next call does not wait on memory row by row. */
+SG_TGT SG_NOINLINE static void sg_k3(int64_t K, const float *A, int64_t lda, int64_t aks,
+                                     const float *B, int64_t ldb, float *C, int64_t ldc, int pf,
+                                     int acc)
+{
+    const sg_v z = {0};
+    SG_EACH(SG_D3)
+    const float *p = A, *q = A + 4 * lda;
+    int64_t k;
+#define SG_B3 sg_v b0 = SG_LD(B), b1 = SG_LD(B + SG_W), b2 = SG_LD(B + 2 * SG_W);
+    if (pf)
+        SG_LOOP(3, SG_B3, __builtin_prefetch(B + 3 * SG_W);
+                __builtin_prefetch(B + 3 * SG_W + 16); __builtin_prefetch(B + 6 * SG_W - 1);)
+    else
+        SG_LOOP(3, SG_B3, )
+#undef SG_B3
+    (void)q;
+    SG_EACH(SG_S3)
+}
+
+SG_TGT SG_NOINLINE static void sg_k2(int64_t K, const float *A, int64_t lda, int64_t aks,
+                                     const float *B, int64_t ldb, float *C, int64_t ldc, int acc)
+{
+    const sg_v z = {0};
+    SG_EACH(SG_D2)
+    const float *p = A, *q = A + 4 * lda;
+    int64_t k;
+    SG_LOOP(2, sg_v b0 = SG_LD(B); sg_v b1 = SG_LD(B + SG_W);, )
+    (void)q;
+    SG_EACH(SG_S2)
+}
+
+SG_TGT SG_NOINLINE static void sg_k1(int64_t K, const float *A, int64_t lda, int64_t aks,
+                                     const float *B, int64_t ldb, float *C, int64_t ldc, int acc)
+{
+    const sg_v z = {0};
+    SG_EACH(SG_D1)
+    const float *p = A, *q = A + 4 * lda;
+    int64_t k;
+    SG_LOOP(1, sg_v b0 = SG_LD(B);, )
+    (void)q;
+    SG_EACH(SG_S1)
+}
+
+/* Blocking, by what measured faster (issue 26; the bench machine runs
+ * 256-bit and 512-bit FMAs at the same rate):
+ *  - SG_PACK (AVX2): steps of SG_KC of k, each panel of B packed (SG_KC x
+ *    3W floats, 24 KB) to stay in L1 while blocks of SG_MC rows run over
+ *    it (their rows of A stay in L2): OpenBLAS's and oneDNN's way;
+ *  - otherwise (AVX-512, 3 vectors of 64 bytes a row of B): B read in
+ *    place, the next panel prefetched, all of k at once; with more rows
+ *    than columns each block of MR rows runs over every panel (its rows of
+ *    A stay in L1), else each panel over every row. */
+#define SG_KC (2048 / SG_W)
+#define SG_MC 128
+
+/* Scratch sg_gemm_ex needs: a zero-padded copy of the last rows of A
+ * (MR x K), one packed panel of B (KC x 3W; without SG_PACK the last
+ * N % W columns, K x W) and one block of C (MR x 3W). */
+#define SG_PANEL(K) (SG_PACK ? SG_KC * 3 * SG_W : (K) * SG_W)
+static size_t sg_sgemm_scratch(int64_t K)
+{
+    return (size_t)(SG_MR * K + SG_PANEL(K) + SG_MR * 3 * SG_W + 16) * sizeof(float);
+}
+
+/* The last M % MR rows of A into at (MR x K, zero-padded). */
+static void sg_tail_rows(int64_t M, int64_t K, const float *A, int64_t lda, int64_t aks,
+                         float *at)
+{
+    int64_t mfull = M - M % SG_MR, r, k;
+    memset(at, 0, (size_t)(SG_MR * K) * sizeof(float));
+    for (r = 0; r < M - mfull; r++) {
+        const float *row = A + (mfull + r) * lda;
+        if (aks == 1)
+            memcpy(at + r * K, row, (size_t)K * sizeof(float));
+        else
+            for (k = 0; k < K; k++)
+                at[r * K + k] = row[k * aks];
+    }
+}
+
+/* kc rows of w columns of B into bp (kc x wp, wp = w rounded up to W,
+ * zero-padded): read once, in L1 for every block of rows after; the next
+ * panel is fetched meanwhile. */
+SG_TGT static void sg_pack(const float *B, int64_t ldb, int64_t kc, int64_t w, float *bp,
+                           int64_t wp)
+{
+    int64_t k, c;
+    if (w == wp) {
+        for (k = 0; k < kc; k++, B += ldb, bp += wp) {
+            /* the next panel's rows, far apart when B is read in place: in
+             * cache when it is packed after this one's products */
+            __builtin_prefetch(B + wp);
+            __builtin_prefetch(B + 2 * wp - 1);
+            for (c = 0; c < wp; c += SG_W)
+                SG_ST(bp + c, SG_LD(B + c));
+        }
+        return;
+    }
+    for (k = 0; k < kc; k++, B += ldb, bp += wp)
+        for (c = 0; c < wp; c++)
+            bp[c] = c < w ? B[c] : 0.0f;
+}
+
+/* Rows [i0, i1) of C's columns [j, j + w) += or = A . the panel bp (kc x
+ * wp, rows ldbp apart; pf: prefetch the next) for k in [k0, k0 + kc); at
+ * holds A's last rows (K apart). */
+SG_TGT static void sg_rows(int64_t i0, int64_t i1, int64_t j, int64_t w, int64_t M, int64_t K,
+                           int64_t k0, int64_t kc, const float *A, int64_t lda, int64_t aks,
+                           const float *at, const float *bp, int64_t wp, int64_t ldbp, int pf,
+                           float *C, int64_t ldc, float *ct, int acc)
+{
+    const int64_t ldt = 3 * SG_W, mfull = M - M % SG_MR;
+    int64_t i, r;
+    for (i = i0; i < i1; i += SG_MR) {
+        const float *a = i < mfull ? A + i * lda + k0 * aks : at + k0;
+        int64_t la = i < mfull ? lda : K, ka = i < mfull ? aks : 1;
+        int64_t rows = M - i < SG_MR ? M - i : SG_MR;
+        float *dst = rows == SG_MR && w == wp ? C + i * ldc + j : ct;
+        int64_t ld = dst == ct ? ldt : ldc;
+        if (dst == ct && acc) /* the partial block's values, to go on from */
+            for (r = 0; r < rows; r++)
+                memcpy(ct + r * ldt, C + (i + r) * ldc + j, (size_t)w * sizeof(float));
+        if (wp == 3 * SG_W)
+            sg_k3(kc, a, la, ka, bp, ldbp, dst, ld, pf && i == i0, acc);
+        else if (wp == 2 * SG_W)
+            sg_k2(kc, a, la, ka, bp, ldbp, dst, ld, acc);
+        else
+            sg_k1(kc, a, la, ka, bp, ldbp, dst, ld, acc);
+        if (dst == ct)
+            for (r = 0; r < rows; r++)
+                memcpy(C + (i + r) * ldc + j, ct + r * ldt, (size_t)w * sizeof(float));
+    }
+}
+
+/* C (M x N) = A (M x K) . B (K x N), or with acc C += A . B (each element's
+ * chain of fused multiply-adds continues from C's value: splitting K into
+ * calls with acc gives the bits of one call, which is how the steps of k
+ * go); A's element (i, k) at A[i * lda + k * aks], B and C row-major,
+ * K >= 1. Panels of 3 vectors of columns (4 left: two of 2), blocks of MR
+ * rows (see SG_PACK above); the last M % MR rows and N % W columns go
+ * through zero-padded copies. */
+SG_TGT static void sg_gemm_ex(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                              int64_t aks, const float *B, int64_t ldb, float *C, int64_t ldc,
+                              float *scratch, int acc)
+{
+    const int64_t W = SG_W, nfull = N - N % SG_W;
+    const int64_t kb = SG_PACK ? SG_KC : K;
+    const int64_t mb = SG_PACK ? SG_MC : M > N ? SG_MR : M;
+    float *at = scratch, *bp = at + SG_MR * K, *ct = bp + SG_PANEL(K);
+    int64_t k0, i0, j, w;
+    if (M % SG_MR)
+        sg_tail_rows(M, K, A, lda, aks, at);
+    if (!SG_PACK && N > nfull) /* the last columns, once */
+        sg_pack(B + nfull, ldb, K, N - nfull, bp, W);
+    for (k0 = 0; k0 < K; k0 += kb) {
+        int64_t kc = K - k0 < kb ? K - k0 : kb;
+        for (i0 = 0; i0 < M; i0 += mb) {
+            int64_t i1 = M - i0 < mb ? M : i0 + mb;
+            for (j = 0; j < N; j += w) {
+                int64_t wp, pack, pf;
+                w = N - j;
+                w = w == 4 * W ? 2 * W : w >= 3 * W ? 3 * W : w >= 2 * W ? 2 * W : w >= W ? W : w;
+                wp = (w + W - 1) / W * W;
+                pack = SG_PACK || w < W;
+                pf = !pack && j + 3 * W < N;
+                if (SG_PACK)
+                    sg_pack(B + k0 * ldb + j, ldb, kc, w, bp, wp);
+                sg_rows(i0, i1, j, w, M, K, k0, kc, A, lda, aks, at,
+                        pack ? bp : B + k0 * ldb + j, wp, pack ? wp : ldb, (int)pf, C, ldc, ct,
+                        acc || k0 > 0);
+            }
+        }
+    }
+}
+
+/* sg_gemm_ex of a row-major A (aks 1). */
+SG_TGT static void sg_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                           const float *B, int64_t ldb, float *C, int64_t ldc, float *scratch,
+                           int acc)
+{
+    sg_gemm_ex(M, N, K, A, lda, 1, B, ldb, C, ldc, scratch, acc);
+}
+
+/* C (M x N) = A (M x K) . B (K x N): sg_gemm without acc. */
+SG_TGT static void sg_sgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                            const float *B, int64_t ldb, float *C, int64_t ldc, float *scratch)
+{
+    sg_gemm(M, N, K, A, lda, B, ldb, C, ldc, scratch, 0);
+}
+
+/* dst (cols x rows, leading dimension ldd) = src (rows x cols, lds)
+ * transposed: W x W blocks in registers (sg_tr_block), the edges one by
+ * one. */
+SG_TGT static void sg_transpose(const float *src, int64_t lds, int64_t rows, int64_t cols,
+                                float *dst, int64_t ldd)
+{
+    int64_t r0, c0, r, c;
+    for (r0 = 0; r0 + SG_W <= rows; r0 += SG_W) {
+        for (c0 = 0; c0 + SG_W <= cols; c0 += SG_W)
+            sg_tr_block(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
+        for (c = c0; c < cols; c++)
+            for (r = r0; r < r0 + SG_W; r++)
+                dst[c * ldd + r] = src[r * lds + c];
+    }
+    for (r = r0; r < rows; r++)
+        for (c = 0; c < cols; c++)
+            dst[c * ldd + r] = src[r * lds + c];
+}
+
+#undef SG_I
+#undef SG_R3
+#undef SG_R2
+#undef SG_R1
+#undef SG_D3
+#undef SG_D2
+#undef SG_D1
+#undef SG_S3
+#undef SG_S2
+#undef SG_S1
+#undef SG_EACH
+#undef SG_ROWS
+#undef SG_LOOP
+
+#endif
