@@ -1,15 +1,10 @@
-/* jit/compilers.c - the table of compilers, and what they share: the
- * machine's triple and a cheap identity of a compiler's file. */
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/stat.h>
-#include <sys/utsname.h>
-#include <string.h>
-#include <xxhash.h>
+/* jit/compilers.c - the table of compilers, walked by the loader. What
+ * the compilers share (the machine's triple, a cheap identity of a
+ * compiler's file, include and library paths) is jit/shared.c's: the
+ * table names the compilers, none of them calls back into it. */
+#include <stddef.h>
 
 #include "jit/jit.h"
-#include "opjit_build_config.h"
 
 /* For each half, the compiler whose code runs faster comes first: a load
  * uses the first whose artifact is cached, else builds with the first
@@ -43,69 +38,4 @@ void jit_fork_done(void)
     for (int i = 0; jit_compilers[i]; i++)
         if (jit_compilers[i]->fork_done)
             jit_compilers[i]->fork_done();
-}
-
-static char host_triple[128];
-static pthread_once_t host_triple_once = PTHREAD_ONCE_INIT;
-
-static void host_triple_init(void)
-{
-    struct utsname u;
-    snprintf(host_triple, sizeof host_triple, "%s-linux", uname(&u) == 0 ? u.machine : "unknown");
-}
-
-/* Once per process: runtimes on other threads read it at the same time. */
-const char *jit_host_target(void)
-{
-    pthread_once(&host_triple_once, host_triple_init);
-    return host_triple;
-}
-
-int jit_file_id(const char *prefix, const char *path, char *out, size_t n)
-{
-    char real[PATH_MAX], buf[PATH_MAX * 2 + 128];
-    struct stat st;
-    if (!path || !path[0] || !realpath(path, real) || stat(real, &st) != 0)
-        return 0;
-    int len = snprintf(buf, sizeof buf, "%s\n%s\n%llu %llu %lld %lld.%09ld", path, real,
-                       (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
-                       (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-    XXH128_hash_t h = XXH3_128bits(buf, (size_t)len < sizeof buf ? (size_t)len : sizeof buf);
-    snprintf(out, n, "%s:%016llx%016llx", prefix, (unsigned long long)h.high64,
-             (unsigned long long)h.low64);
-    return 1;
-}
-
-/* ---- what the host compilers share ---------------------------------------- */
-
-int jit_host_includes(const jit_job *job, const char **out, int max)
-{
-    int n = 0;
-    for (int i = 0; job->include_dirs && job->include_dirs[i] && n < max - 3; i++)
-        out[n++] = job->include_dirs[i];
-    out[n++] = OPJIT_DLPACK_INCLUDE_DIR;
-    out[n++] = OPJIT_CBLAS_INCLUDE_DIR;
-    out[n] = NULL;
-    return n;
-}
-
-void jit_blas_dir(char *out, size_t n)
-{
-    snprintf(out, n, "%s", OPJIT_OPENBLAS_LIBRARY);
-    char *slash = strrchr(out, '/');
-    if (slash)
-        *slash = '\0';
-}
-
-void jit_host_artifact(const char *target, char *out, size_t n)
-{
-    (void)target;
-    snprintf(out, n, "host.so");
-}
-
-size_t jit_join(char *out, size_t n, size_t k, const char *prefix, const char *const *v)
-{
-    for (int i = 0; v[i] && k < n; i++)
-        k += (size_t)snprintf(out + k, n - k, "%s%s%s", k ? " " : "", prefix, v[i]);
-    return k < n ? k : n - 1;
 }

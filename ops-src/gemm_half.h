@@ -36,7 +36,7 @@
 #include "half_wide.h"
 #include "sgemm_avx512.h"
 
-#ifdef SG_FAST
+#if defined(SG_FAST) && SG_W == 16 /* an AVX-512 build: under a lower OPJIT_CPU_LEVEL, none */
 #define HG_BF16 1
 #include <immintrin.h>
 
