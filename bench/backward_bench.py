@@ -24,10 +24,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from torch2_run import calibrate, interleaved, run_script
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
@@ -56,36 +57,6 @@ if SMOKE:
 def log(msg):
     print("backward_bench: " + msg, file=sys.stderr, flush=True)
 
-
-def calibrate(fn, target):
-    """Calls a repetition makes to last about target seconds."""
-    fn()
-    n, t = 1, 0.0
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        t = time.perf_counter() - t0
-        if t >= target or n >= 1 << 16:
-            return n
-        n = max(n * 2, int(n * target / max(t, 1e-6)))
-
-
-def interleaved(sides, reps, target, settle):
-    """sides: [(name, fn)]. reps rounds, each timing one repetition of every
-    side, the order rotating from round to round. {name: [s per call]}."""
-    iters = {name: calibrate(fn, target) for name, fn in sides}
-    out = {name: [] for name, _ in sides}
-    for r in range(reps):
-        for name, fn in sides[r % len(sides):] + sides[:r % len(sides)]:
-            n = iters[name]
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            out[name].append((time.perf_counter() - t0) / n)
-            if settle:
-                time.sleep(settle)
-    return out
 
 
 def new_torch():
@@ -231,18 +202,7 @@ def main():
 def run(python, threads, reps, tmp):
     """This file under python (the torch 2.x interpreter) at these thread
     counts: its results, or {"missing": why}."""
-    if not python or not os.path.exists(python):
-        return {"missing": "no torch 2.x interpreter (%s; the deps script makes the virtual "
-                           "environment, $OPJIT_TORCH2_PYTHON names another)" % (python or "none")}
-    out = os.path.join(tmp, "backward.json")
-    args = [python, os.path.abspath(__file__), "--threads", ",".join(map(str, threads)),
-            "--reps", str(reps), "--out", out] + (["--target", "0.01"] if SMOKE else [])
-    log("conv2d_backward and mm_backward against torch 2.x (%s)" % python)
-    p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=3600)
-    if p.returncode != 0 or not os.path.exists(out):
-        return {"missing": "backward_bench.py failed: %s" % (p.stderr.strip()[-300:] or p.returncode)}
-    with open(out) as f:
-        return json.load(f)
+    return run_script(__file__, python, threads, reps, tmp, "conv2d_backward and mm_backward", log)
 
 
 def rows(B, fms, yesno, thr):

@@ -28,6 +28,8 @@ import statistics
 import sys
 import time
 
+import torch2_run
+
 import torch
 import torch.nn.functional as F
 
@@ -43,16 +45,7 @@ def log(msg):
 
 def calibrate(fn, target):
     """Calls a repetition makes to last about target seconds."""
-    fn()
-    n = 1
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        t = time.perf_counter() - t0
-        if t >= target or n >= 1 << 20:
-            return n
-        n = max(n * 2, int(n * target / max(t, 1e-6)))
+    return torch2_run.calibrate(fn, target, cap=1 << 20)
 
 
 # bench/run --smoke: a twentieth of the time per repetition.
