@@ -1463,10 +1463,13 @@ def bench_cli_cold(reps, tmp):
             return {"error": ("opjit load: %s %s" % (p.stdout, p.stderr)).strip()[:200]}
         t1 = time.perf_counter()
         while time.perf_counter() - t1 < 120:  # the helper publishes after the process exited
-            ls = subprocess.run([cli, "cache", "ls"], cwd=ROOT, env=env, capture_output=True,
-                                text=True)
-            tiers = [l.split()[4:5] for l in ls.stdout.splitlines()[1:]]
-            if tiers.count(["opt"]) == 1 and tiers.count(["opt-index"]) == 2:
+            ls = subprocess.run([cli, "cache", "ls", "--all", "--json"], cwd=ROOT, env=env,
+                                capture_output=True, text=True)
+            try:
+                tiers = [e["tier"] for e in json.loads(ls.stdout)]
+            except ValueError:
+                tiers = []
+            if tiers.count("opt") == 1 and tiers.count("opt-index") == 2:
                 break  # the entry and its two index entries (by this cc, by none)
             time.sleep(0.02)
         opt_after = (time.perf_counter() - t1) * 1e3
