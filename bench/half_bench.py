@@ -189,7 +189,8 @@ def main():
 def run(python, threads, reps, tmp):
     """This file under python (the torch 2.x interpreter) at these thread
     counts: its results, or {"missing": why}."""
-    return run_script(__file__, python, threads, reps, tmp, "conv2d and mm in bfloat16 and float16", log)
+    return run_script(__file__, python, threads, reps, tmp,
+                      "conv2d and mm in bfloat16 and float16", log)
 
 
 def rows(H, fms, yesno, thr):
