@@ -216,20 +216,12 @@ CONV_DEFINE(double, f64, cblas_dgemm)
  * which G then combines. The last block reads a zero-padded copy. */
 SG_TGT static void conv_wino_weights(const float *w, int64_t nf, float *u, int64_t ups)
 {
-    const sg_vi lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
-    const sg_vi hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
-    const sg_vi lo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
-    const sg_vi hi4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
-    const sg_vi lo2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
-    const sg_vi hi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
-    const sg_vi lo1 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
-    const sg_vi hi1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
     float gt[16 * 9 + 16], tv[16];
     int64_t f0, xi;
     for (f0 = 0; f0 < nf; f0 += 16) {
         int64_t cnt = nf - f0 < 16 ? nf - f0 : 16;
         const float *g = w + f0 * 9;
-        sg_v r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, p, q;
+        sg_v r[16];
         sg_v s[4][3], o[16];
         int b, i;
         if (f0 + 16 >= nf) { /* loads of the last filters would run past w */
@@ -237,42 +229,16 @@ SG_TGT static void conv_wino_weights(const float *w, int64_t nf, float *u, int64
             memcpy(gt, g, (size_t)(cnt * 9) * sizeof(float));
             g = gt;
         }
-        r0 = SG_LD(g); r1 = SG_LD(g + 9); r2 = SG_LD(g + 18); r3 = SG_LD(g + 27);
-        r4 = SG_LD(g + 36); r5 = SG_LD(g + 45); r6 = SG_LD(g + 54); r7 = SG_LD(g + 63);
-        r8 = SG_LD(g + 72); r9 = SG_LD(g + 81); r10 = SG_LD(g + 90);
-        r11 = SG_LD(g + 99); r12 = SG_LD(g + 108); r13 = SG_LD(g + 117);
-        r14 = SG_LD(g + 126); r15 = SG_LD(g + 135);
-        /* rows a and a + h exchange blocks of h lanes, h = 8, 4, 2, 1 */
-#define CONV_TR(a, c, lo, hi)                                                 \
-    p = a;                                                                    \
-    q = c;                                                                    \
-    a = __builtin_shuffle(p, q, lo);                                          \
-    c = __builtin_shuffle(p, q, hi);
-        CONV_TR(r0, r8, lo8, hi8) CONV_TR(r1, r9, lo8, hi8) CONV_TR(r2, r10, lo8, hi8)
-        CONV_TR(r3, r11, lo8, hi8) CONV_TR(r4, r12, lo8, hi8) CONV_TR(r5, r13, lo8, hi8)
-        CONV_TR(r6, r14, lo8, hi8) CONV_TR(r7, r15, lo8, hi8)
-        CONV_TR(r0, r4, lo4, hi4) CONV_TR(r1, r5, lo4, hi4) CONV_TR(r2, r6, lo4, hi4)
-        CONV_TR(r3, r7, lo4, hi4) CONV_TR(r8, r12, lo4, hi4) CONV_TR(r9, r13, lo4, hi4)
-        CONV_TR(r10, r14, lo4, hi4) CONV_TR(r11, r15, lo4, hi4)
-        CONV_TR(r0, r2, lo2, hi2) CONV_TR(r1, r3, lo2, hi2) CONV_TR(r4, r6, lo2, hi2)
-        CONV_TR(r5, r7, lo2, hi2) CONV_TR(r8, r10, lo2, hi2) CONV_TR(r9, r11, lo2, hi2)
-        CONV_TR(r12, r14, lo2, hi2) CONV_TR(r13, r15, lo2, hi2)
-        CONV_TR(r0, r1, lo1, hi1) CONV_TR(r2, r3, lo1, hi1) CONV_TR(r4, r5, lo1, hi1)
-        CONV_TR(r6, r7, lo1, hi1) CONV_TR(r8, r9, lo1, hi1)
-#undef CONV_TR
-        (void)r10; (void)r11; (void)r12; (void)r13; (void)r14; (void)r15;
-        /* r0 .. r8: taps 3a + b, a the row; s = G g, then (G g) G^T */
-        {
-            sg_v t[9];
-            t[0] = r0; t[1] = r1; t[2] = r2; t[3] = r3; t[4] = r4;
-            t[5] = r5; t[6] = r6; t[7] = r7; t[8] = r8;
-            for (b = 0; b < 3; b++) {
-                sg_v e = t[b] + t[6 + b];
-                s[0][b] = t[b];
-                s[1][b] = 0.5f * (e + t[3 + b]);
-                s[2][b] = 0.5f * (e - t[3 + b]);
-                s[3][b] = t[6 + b];
-            }
+        for (i = 0; i < 16; i++)
+            r[i] = SG_LD(g + 9 * i);
+        sg_tr16(r);
+        /* r[0] .. r[8]: taps 3a + b, a the row; s = G g, then (G g) G^T */
+        for (b = 0; b < 3; b++) {
+            sg_v e = r[b] + r[6 + b];
+            s[0][b] = r[b];
+            s[1][b] = 0.5f * (e + r[3 + b]);
+            s[2][b] = 0.5f * (e - r[3 + b]);
+            s[3][b] = r[6 + b];
         }
         for (i = 0; i < 4; i++) {
             sg_v e = s[i][0] + s[i][2];

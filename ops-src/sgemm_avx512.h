@@ -49,9 +49,9 @@ static int sg_fast_ok(void)
     return __builtin_cpu_supports("avx512f") ? 1 : 0;
 }
 
-/* d (16 x 16, rows ldd apart) = s (16 x 16, lds) transposed: rows a and
- * a + h exchange blocks of h lanes, h = 8, 4, 2, 1. */
-SG_TGT static void sg_tr_block(const float *s, int64_t lds, float *d, int64_t ldd)
+/* v (16 vectors of 16) transposed in place: rows a and a + h exchange
+ * blocks of h lanes, h = 8, 4, 2, 1. */
+SG_TGT static inline void sg_tr16(sg_v v[16])
 {
     const sg_vi lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
     const sg_vi hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
@@ -61,10 +61,7 @@ SG_TGT static void sg_tr_block(const float *s, int64_t lds, float *d, int64_t ld
     const sg_vi hi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
     const sg_vi lo1 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
     const sg_vi hi1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
-    sg_v v[16], p, q;
-    int i;
-    for (i = 0; i < 16; i++)
-        v[i] = SG_LD(s + i * lds);
+    sg_v p, q;
 #define SG_TR(a, b, lo, hi)                                                   \
     p = v[a];                                                                 \
     q = v[b];                                                                 \
@@ -82,6 +79,16 @@ SG_TGT static void sg_tr_block(const float *s, int64_t lds, float *d, int64_t ld
     SG_TR(8, 9, lo1, hi1) SG_TR(10, 11, lo1, hi1) SG_TR(12, 13, lo1, hi1)
     SG_TR(14, 15, lo1, hi1)
 #undef SG_TR
+}
+
+/* d (16 x 16, rows ldd apart) = s (16 x 16, lds) transposed. */
+SG_TGT static void sg_tr_block(const float *s, int64_t lds, float *d, int64_t ldd)
+{
+    sg_v v[16];
+    int i;
+    for (i = 0; i < 16; i++)
+        v[i] = SG_LD(s + i * lds);
+    sg_tr16(v);
     for (i = 0; i < 16; i++)
         SG_ST(d + i * ldd, v[i]);
 }
