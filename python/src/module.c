@@ -264,7 +264,11 @@ PyMODINIT_FUNC PyInit__opjit(void)
         !(opy.s_dlpack = PyUnicode_InternFromString("__dlpack__")) ||
         !(opy.s_dlpack_device = PyUnicode_InternFromString("__dlpack_device__")) ||
         !(opy.s_from_dlpack = PyUnicode_InternFromString("from_dlpack")) ||
-        !(opy.s_stream = PyUnicode_InternFromString("stream"))) {
+        !(opy.s_stream = PyUnicode_InternFromString("stream")) ||
+        !(opy.s_dlpack_kw[0] = Py_NewRef(opy.s_stream)) ||
+        !(opy.s_dlpack_kw[1] = PyUnicode_InternFromString("max_version")) ||
+        !(opy.s_dlpack_kw[2] = PyUnicode_InternFromString("dl_device")) ||
+        !(opy.s_dlpack_kw[3] = PyUnicode_InternFromString("copy"))) {
         Py_DECREF(m);
         return NULL;
     }

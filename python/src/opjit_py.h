@@ -40,6 +40,7 @@ typedef enum opy_framework {
 typedef struct opy_state {
     PyObject *Error, *CompileError, *NotFoundError, *CallError, *KernelError, *DeviceError;
     PyObject *s_dlpack, *s_dlpack_device, *s_from_dlpack, *s_stream;
+    PyObject *s_dlpack_kw[4]; /* __dlpack__'s: stream, max_version, dl_device, copy */
     PyTypeObject *torch_tensor;  /* torch.Tensor */
     PyObject *torch_to_dlpack;   /* torch._C._to_dlpack: Tensor -> capsule */
     PyObject *torch_from_dlpack; /* torch._C._from_dlpack: capsule -> Tensor */

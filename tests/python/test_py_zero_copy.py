@@ -96,6 +96,33 @@ class TestZeroCopy(unittest.TestCase):
         with self.assertRaises(TypeError):
             opjit.DLPackTensor()
 
+    def test_dlpack_keywords(self):
+        class Producer:
+            def __init__(self, a):
+                self.a = a
+
+            def __dlpack__(self, stream=None):
+                return self.a.__dlpack__()
+
+            def __dlpack_device__(self):
+                return self.a.__dlpack_device__()
+
+        out = self.probe(Producer(np.arange(3, dtype=np.float32)))
+        with self.assertRaisesRegex(TypeError, "unexpected keyword argument 'strem'"):
+            out.__dlpack__(strem=None)
+        with self.assertRaisesRegex(TypeError, "keyword arguments only"):
+            out.__dlpack__(None)
+        with self.assertRaisesRegex(BufferError, "without a copy"):
+            out.__dlpack__(copy=True)
+        self.assertEqual(out.shape, (2,))  # none of those exported it
+        # the array API's keywords, each accepted (a str subclass too)
+        class Key(str):
+            pass
+        cap = out.__dlpack__(**{Key("stream"): None}, max_version=(1, 0), dl_device=(1, 0),
+                             copy=False)
+        self.assertEqual(type(cap).__name__, "PyCapsule")
+        self.assertIsNone(out.shape)
+
 
 if __name__ == "__main__":
     unittest.main()
