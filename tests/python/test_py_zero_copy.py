@@ -13,6 +13,20 @@ def np_addr(a):
     return a.__array_interface__["data"][0]
 
 
+class Producer:
+    """A framework opjit does not know, with no from_dlpack: outputs come
+    back as opjit.DLPackTensor."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, stream=None):
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
 @need_torch
 @need_numpy
 class TestZeroCopy(unittest.TestCase):
@@ -73,16 +87,6 @@ class TestZeroCopy(unittest.TestCase):
         self.assertEqual(n[1], np_addr(n))
 
     def test_other_producers_get_a_dlpack_tensor(self):
-        class Producer:  # a framework opjit does not know, with no from_dlpack
-            def __init__(self, a):
-                self.a = a
-
-            def __dlpack__(self, stream=None):
-                return self.a.__dlpack__()
-
-            def __dlpack_device__(self):
-                return self.a.__dlpack_device__()
-
         x = np.arange(3, dtype=np.float32)
         out = self.probe(Producer(x))
         self.assertIsInstance(out, opjit.DLPackTensor)
@@ -97,16 +101,6 @@ class TestZeroCopy(unittest.TestCase):
             opjit.DLPackTensor()
 
     def test_dlpack_keywords(self):
-        class Producer:
-            def __init__(self, a):
-                self.a = a
-
-            def __dlpack__(self, stream=None):
-                return self.a.__dlpack__()
-
-            def __dlpack_device__(self):
-                return self.a.__dlpack_device__()
-
         out = self.probe(Producer(np.arange(3, dtype=np.float32)))
         with self.assertRaisesRegex(TypeError, "unexpected keyword argument 'strem'"):
             out.__dlpack__(strem=None)
