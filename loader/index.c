@@ -9,7 +9,9 @@
  * a source is indexed once:
  *
  *  - per source, a note keyed by its digest (bytes, local headers, opjit's
- *    ABI): the ops it registers, or why they are unknown;
+ *    ABI) and its path: the ops it registers, or why they are unknown,
+ *    with each op's schema and doc: the source's record, which a listing
+ *    (opjit_discover) reports instead of running the source again;
  *  - per directory, a note keyed by the state of its files (name, inode,
  *    size, mtime, ctime of each): every source's entry with its state and
  *    its local headers with theirs (loader/index_note.c: sorted, searched
@@ -214,7 +216,8 @@ static int lasting_status(int status)
            status == OPJIT_ESCHEMA || status == OPJIT_EEXIST;
 }
 
-/* The key of the per-source note of s. */
+/* The key of the per-source note of s. Its path is in it: the messages
+ * name the source, and a copy elsewhere is another source. */
 static int source_note_key(const source *s, cache_key *key)
 {
     cache_keygen *g = source_keygen(s);
@@ -223,19 +226,106 @@ static int source_note_key(const source *s, cache_key *key)
     cache_keygen_add_str(g, "what", "op-index");
     cache_keygen_add_str(g, "format", INDEX_FORMAT);
     cache_keygen_add_str(g, "target", jit_host_target());
+    cache_keygen_add_str(g, "path", s->real);
     cache_keygen_finish(g, key);
     return 0;
+}
+
+/* ---- a source's record ------------------------------------------------------------- */
+
+#define RECORD_CHAIN_MAX 8
+
+int index_record_get(loader *l, const source *s, record_key *key, idx_src *out)
+{
+    memset(out, 0, sizeof *out);
+    if (source_note_key(s, &key->base))
+        return -1;
+    key->at = key->base;
+    for (int link = 0; link < RECORD_CHAIN_MAX; link++) {
+        idx_note n;
+        if (note_fetch(l, s->real, &key->at, &n))
+            return 0;
+        int got = note_record(&n, out) == 0;
+        note_close(&n);
+        if (!got)
+            return 0; /* garbled: looked at again (its answer is not kept) */
+        long limit = out->limit_ms;
+        if (!limit || l->rt->set.discover_timeout_ms <= limit)
+            return 1;
+        /* It ran out of a shorter time limit than today's: look again,
+         * the answer kept under the next link. */
+        src_free(out);
+        cache_keygen *g = cache_keygen_new();
+        cache_keygen_add_str(g, "what", "op-index-retry");
+        cache_keygen_add(g, "after", key->at.bytes, sizeof key->at.bytes);
+        cache_keygen_add(g, "limit", &limit, sizeof limit);
+        cache_keygen_finish(g, &key->at);
+    }
+    return 0;
+}
+
+/* Whether a local header of the source changed lately (the source's own
+ * bytes are checked against the key after discovery instead). */
+typedef struct racy_walk {
+    long long t0;
+    int racy;
+} racy_walk;
+
+static void header_racy(void *ud, const char *real)
+{
+    racy_walk *w = ud;
+    file_sig g;
+    w->racy |= sig_now(real, &g) || racy(&g, w->t0);
+}
+
+static int headers_racy(const source *s)
+{
+    racy_walk w = {now_ns(), 0};
+    source_each_header(s, header_racy, &w);
+    return w.racy;
+}
+
+int index_record_put(loader *l, const char *path, const record_key *key,
+                     const opjit_source_ops *src, long limit_ms)
+{
+    source s;
+    cache_key now;
+    if (!lasting_status(src->status) || source_read(l, path, &s) != OPJIT_OK)
+        return 0;
+    /* It holds for that version: the source still has the digest it had. */
+    int lasting = source_note_key(&s, &now) == 0 && key_eq(&now, &key->base);
+    int fresh = lasting && headers_racy(&s);
+    source_free(&s);
+    const char *file = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (!lasting || fresh || !one_field(file))
+        return lasting;
+    idx_src one = {.limit_ms = limit_ms};
+    int ok = (one.file = strdup(file)) && !src_set_msg(&one, src->error) &&
+             (src->status == OPJIT_OK ||
+              (one.detail = strndup(src->error ? src->error : "", INDEX_DETAIL_MAX)));
+    one.status = src->status;
+    for (int k = 0; ok && k < src->nops; k++)
+        ok = !src_add_def(&one, src->schemas[k], src->docs[k], 1);
+    char *t = ok ? note_text(&one, 1, NULL, -1, 1) : NULL;
+    src_free(&one);
+    cache_request req;
+    index_request(&req, "-", file);
+    req.key = key->at;
+    if (t)
+        cache_note_put(l->cache, &req, "ops", t);
+    free(t);
+    return lasting;
 }
 
 /* Sources waiting for discovery: their entries and per-source note keys. */
 typedef struct pending {
     int *at;          /* index of the entry */
     char **path;
-    cache_key *key;
+    record_key *key;
     int n, cap;
 } pending;
 
-static int pending_add(pending *q, int at, const char *path, const cache_key *key)
+static int pending_add(pending *q, int at, const char *path, const record_key *key)
 {
     if (q->n == q->cap) {
         int cap = q->cap ? q->cap * 2 : 64;
@@ -245,7 +335,7 @@ static int pending_add(pending *q, int at, const char *path, const cache_key *ke
         char **p = a ? realloc(q->path, (size_t)cap * sizeof *p) : NULL;
         if (p)
             q->path = p;
-        cache_key *k = p ? realloc(q->key, (size_t)cap * sizeof *k) : NULL;
+        record_key *k = p ? realloc(q->key, (size_t)cap * sizeof *k) : NULL;
         if (!k)
             return -1;
         q->key = k;
@@ -268,18 +358,13 @@ static void pending_free(pending *q)
     memset(q, 0, sizeof *q);
 }
 
-/* The entry of a per-source note into e (file and state stay). */
-static int from_source_note(loader *l, const source *s, const cache_key *key, idx_src *e)
+/* The entry of a source's record into e (file and state stay); *key
+ * its key. 1 when there was one, 0 when not, -1 when no key could be made. */
+static int from_source_note(loader *l, const source *s, record_key *key, idx_src *e)
 {
-    idx_note n;
-    idx_ent ent;
-    idx_src got = {0};
-    const char *at = NULL;
-    if (note_fetch(l, s->real, key, &n))
-        return -1;
-    int rc = n.nsrc == 1 && note_next_src(&n, &at, &ent) && ent_to_src(&ent, &got) == 0 ? 0 : -1;
-    note_close(&n);
-    if (!rc) {
+    idx_src got;
+    int rc = index_record_get(l, s, key, &got);
+    if (rc == 1) {
         free(e->msg);
         e->msg = got.msg, got.msg = NULL;
         e->ops = got.ops, got.ops = NULL;
@@ -329,40 +414,12 @@ static int source_look(loader *l, const char *dir_real, idx_src *e, idx_hdrs *h,
     }
     hdr_walk w = {e, h, t0};
     source_each_header(&s, took_header, &w);
-    cache_key key;
-    if (source_note_key(&s, &key))
-        rc = OPJIT_ENOMEM;
-    else if (from_source_note(l, &s, &key, e) != 0 && pending_add(q, at, path, &key))
+    record_key key;
+    int got = from_source_note(l, &s, &key, e);
+    if (got < 0 || (got == 0 && pending_add(q, at, path, &key)))
         rc = OPJIT_ENOMEM;
     source_free(&s);
     return rc;
-}
-
-/* Note what discovery found for the source of q entry i, when it will
- * hold for that version (the source still has the digest it had). */
-static void source_note_put(loader *l, const pending *q, int i, idx_src *e)
-{
-    source s;
-    cache_key now;
-    int lasting = lasting_status(e->status) && source_read(l, q->path[i], &s) == OPJIT_OK;
-    if (lasting) {
-        lasting = source_note_key(&s, &now) == 0 && key_eq(&now, &q->key[i]);
-        source_free(&s);
-    }
-    /* A .cu skipped here: the directory's key says whether CUDA runs. */
-    e->keep &= lasting || e->status == OPJIT_EDEVICE;
-    if (!lasting || !e->keep)
-        return;
-    idx_src one = *e;
-    one.nhdrs = 0; /* headers are the directory note's business */
-    memset(&one.sig, 0, sizeof one.sig);
-    char *t = note_text(&one, 1, NULL, -1);
-    cache_request req;
-    index_request(&req, "-", strrchr(q->path[i], '/') + 1);
-    req.key = q->key[i];
-    if (t)
-        cache_note_put(l->cache, &req, "ops", t);
-    free(t);
 }
 
 /* The name of an op in its schema: "rmsnorm(Tensor x) -> Tensor". */
@@ -387,7 +444,7 @@ static int took_level(const took *t, int status)
     return x && !atomic_exchange(&x->said_skipped, 1) ? OPJIT_LOG_INFO : OPJIT_LOG_DEBUG;
 }
 
-static void took_ops(void *ud, int i, const opjit_source_ops *src)
+static void took_ops(void *ud, int i, const opjit_source_ops *src, long timed_out_ms)
 {
     took *t = ud;
     idx_src *e = &t->v[t->q->at[i]];
@@ -396,18 +453,17 @@ static void took_ops(void *ud, int i, const opjit_source_ops *src)
         e->keep = 0;
     if (t->raw && !*t->raw && src->status && src->error)
         *t->raw = strdup(src->error); /* the note's copy is on one line */
-    for (int k = 0; k < src->nops; k++) {
-        const char *sch = src->schemas[k];
-        size_t len = strcspn(sch, "( \t\n");
-        if (len && src_add_op(e, sch, len))
+    for (int k = 0; k < src->nops; k++)
+        if (src_add_def(e, src->schemas[k], src->docs[k], 0))
             e->keep = 0;
-    }
     rt_log(t->l->rt, took_level(t, e->status), "indexed %s: %s%s", src->path,
            e->status ? e->msg : "ok",
            e->status == OPJIT_EDEVICE ? " (every CUDA source is skipped likewise: said once)"
                                       : "");
-    /* Noted at once: an index cut short is resumed, not redone. */
-    source_note_put(t->l, t->q, i, e);
+    /* Noted at once: an index cut short is resumed, not redone. A .cu
+     * skipped here: the directory's key says whether CUDA runs. */
+    int lasting = index_record_put(t->l, t->q->path[i], &t->q->key[i], src, timed_out_ms);
+    e->keep &= lasting || e->status == OPJIT_EDEVICE;
 }
 
 /* Discovery for every source in q, one child per CPU at once. */
@@ -667,7 +723,7 @@ static int dir_rebuild(loader *l, dir_look *dl, const dir_file *v, int n, const 
     int ne = 0, keep;
     int rc = dir_build(l, dl->real, v, n, old, &e, &ne, &h, &keep);
     note_close(&base);
-    char *text = rc ? NULL : note_text(e, ne, &h, cuda);
+    char *text = rc ? NULL : note_text(e, ne, &h, cuda, 0);
     for (int i = 0; i < h.n; i++)
         keep &= one_field(h.real[i]);
     for (int i = 0; i < ne; i++)
