@@ -372,13 +372,20 @@ static void found_free(found *f)
     f->fd = -1;
 }
 
-/* Report f's source from its record, when it has one: 1. Else 0, and
- * f->key the record's key for what the child will find. */
+/* Report f's source from its record, when it has one, or why it cannot
+ * be read (a child could not either): 1. Else 0, and f->key the record's
+ * key for what the child will find. */
 static int found_recorded(loader *l, found *f)
 {
     source s;
-    if (source_read(l, f->pub.path, &s) != OPJIT_OK)
-        return 0; /* the child says why */
+    int rc = source_read(l, f->pub.path, &s);
+    if (rc != OPJIT_OK) {
+        f->pub.status = rc;
+        snprintf(f->msg, sizeof f->msg, "%s", opjit_errmsg(l->rt));
+        f->pub.error = f->msg;
+        f->state = FOUND_DONE;
+        return 1;
+    }
     int got = index_record_get(l, &s, &f->key, &f->rec);
     f->keyed = got >= 0;
     if (got == 1) {

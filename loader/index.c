@@ -10,8 +10,8 @@
  *
  *  - per source, a note keyed by its digest (bytes, local headers, opjit's
  *    ABI) and its path: the ops it registers, or why they are unknown,
- *    with each op's schema and doc: the source's record, which a listing
- *    (opjit_discover) reports instead of running the source again;
+ *    with each op's schema and doc: the source's record (loader/record.c),
+ *    which a listing (opjit_discover) reports too, running nothing;
  *  - per directory, a note keyed by the state of its files (name, inode,
  *    size, mtime, ctime of each): every source's entry with its state and
  *    its local headers with theirs (loader/index_note.c: sorted, searched
@@ -50,7 +50,6 @@
 #include "loader/loader_int.h"
 #include "runtime/cuda.h"
 
-#define RACY_MS 2000
 #define INDEX_CHECK_EACH 256
 
 /* A directory's entries, as this runtime last saw them. */
@@ -168,13 +167,6 @@ static int note_hdrs_valid(const idx_note *n, const char *dir, int all)
 
 /* ---- cache requests --------------------------------------------------------------- */
 
-static void index_request(cache_request *req, const char *name, const char *src_name)
-{
-    *req = (cache_request){.op_name = name, .source_name = src_name,
-                           .compiler = "opjit discovery", .options = "",
-                           .target = jit_host_target(), .tier = "index"};
-}
-
 static const char *dir_name(const char *real)
 {
     return strrchr(real, '/')[1] ? strrchr(real, '/') + 1 : "/";
@@ -194,128 +186,7 @@ static void pointer_request(cache_request *req, const char *real, const file_sig
     cache_keygen_finish(g, &req->key);
 }
 
-/* The note of key (the directory real's, or a source's) into n. */
-static int note_fetch(loader *l, const char *real, const cache_key *key, idx_note *n)
-{
-    cache_request req;
-    index_request(&req, "-", dir_name(real));
-    req.key = *key;
-    char *text = NULL;
-    if (cache_note_get(l->cache, &req, "ops", &text) != OPJIT_OK)
-        return -1;
-    return note_open(n, text, strlen(text));
-}
-
 /* ---- one source ------------------------------------------------------------------ */
-
-/* Failures worth remembering for this version of a source: it will fail
- * the same way again. */
-static int lasting_status(int status)
-{
-    return status == OPJIT_OK || status == OPJIT_ECOMPILE || status == OPJIT_EMODULE ||
-           status == OPJIT_ESCHEMA || status == OPJIT_EEXIST;
-}
-
-/* The key of the per-source note of s. Its path is in it: the messages
- * name the source, and a copy elsewhere is another source. */
-static int source_note_key(const source *s, cache_key *key)
-{
-    cache_keygen *g = source_keygen(s);
-    if (!g)
-        return -1;
-    cache_keygen_add_str(g, "what", "op-index");
-    cache_keygen_add_str(g, "format", INDEX_FORMAT);
-    cache_keygen_add_str(g, "target", jit_host_target());
-    cache_keygen_add_str(g, "path", s->real);
-    cache_keygen_finish(g, key);
-    return 0;
-}
-
-/* ---- a source's record ------------------------------------------------------------- */
-
-#define RECORD_CHAIN_MAX 8
-
-int index_record_get(loader *l, const source *s, record_key *key, idx_src *out)
-{
-    memset(out, 0, sizeof *out);
-    if (source_note_key(s, &key->base))
-        return -1;
-    key->at = key->base;
-    for (int link = 0; link < RECORD_CHAIN_MAX; link++) {
-        idx_note n;
-        if (note_fetch(l, s->real, &key->at, &n))
-            return 0;
-        int got = note_record(&n, out) == 0;
-        note_close(&n);
-        if (!got)
-            return 0; /* garbled: looked at again (its answer is not kept) */
-        long limit = out->limit_ms;
-        if (!limit || l->rt->set.discover_timeout_ms <= limit)
-            return 1;
-        /* It ran out of a shorter time limit than today's: look again,
-         * the answer kept under the next link. */
-        src_free(out);
-        cache_keygen *g = cache_keygen_new();
-        cache_keygen_add_str(g, "what", "op-index-retry");
-        cache_keygen_add(g, "after", key->at.bytes, sizeof key->at.bytes);
-        cache_keygen_add(g, "limit", &limit, sizeof limit);
-        cache_keygen_finish(g, &key->at);
-    }
-    return 0;
-}
-
-/* Whether a local header of the source changed lately (the source's own
- * bytes are checked against the key after discovery instead). */
-typedef struct racy_walk {
-    long long t0;
-    int racy;
-} racy_walk;
-
-static void header_racy(void *ud, const char *real)
-{
-    racy_walk *w = ud;
-    file_sig g;
-    w->racy |= sig_now(real, &g) || racy(&g, w->t0);
-}
-
-static int headers_racy(const source *s)
-{
-    racy_walk w = {now_ns(), 0};
-    source_each_header(s, header_racy, &w);
-    return w.racy;
-}
-
-int index_record_put(loader *l, const char *path, const record_key *key,
-                     const opjit_source_ops *src, long limit_ms)
-{
-    source s;
-    cache_key now;
-    if (!lasting_status(src->status) || source_read(l, path, &s) != OPJIT_OK)
-        return 0;
-    /* It holds for that version: the source still has the digest it had. */
-    int lasting = source_note_key(&s, &now) == 0 && key_eq(&now, &key->base);
-    int fresh = lasting && headers_racy(&s);
-    source_free(&s);
-    const char *file = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    if (!lasting || fresh || !one_field(file))
-        return lasting;
-    idx_src one = {.limit_ms = limit_ms};
-    int ok = (one.file = strdup(file)) && !src_set_msg(&one, src->error) &&
-             (src->status == OPJIT_OK ||
-              (one.detail = strndup(src->error ? src->error : "", INDEX_DETAIL_MAX)));
-    one.status = src->status;
-    for (int k = 0; ok && k < src->nops; k++)
-        ok = !src_add_def(&one, src->schemas[k], src->docs[k], 1);
-    char *t = ok ? note_text(&one, 1, NULL, -1, 1) : NULL;
-    src_free(&one);
-    cache_request req;
-    index_request(&req, "-", file);
-    req.key = key->at;
-    if (t)
-        cache_note_put(l->cache, &req, "ops", t);
-    free(t);
-    return lasting;
-}
 
 /* Sources waiting for discovery: their entries and per-source note keys. */
 typedef struct pending {
@@ -715,7 +586,7 @@ static int dir_rebuild(loader *l, dir_look *dl, const dir_file *v, int n, const 
         cache_key bkey;
         base_request(&req, dl->real, &dl->dsig);
         had_base = cache_index_get(l->cache, &req, &bkey) == OPJIT_OK;
-        if (had_base && note_fetch(l, dl->real, &bkey, &base) == 0)
+        if (had_base && index_note_fetch(l, dl->real, &bkey, &base) == 0)
             old = &base;
     }
     idx_src *e = NULL;
@@ -757,7 +628,7 @@ static idx_dir *dir_noted(loader *l, dir_look *dl, const cache_key *key)
     idx_note n = {0};
     if (dl->pnote.text && key_eq(&dl->pkey, key))
         n = dl->pnote, memset(&dl->pnote, 0, sizeof dl->pnote);
-    else if (note_fetch(l, dl->real, key, &n))
+    else if (index_note_fetch(l, dl->real, key, &n))
         return NULL;
     if (!note_hdrs_valid(&n, dl->real, 0)) {
         note_close(&n);
@@ -827,7 +698,7 @@ static int index_dir(loader *l, dir_look *dl, int check_each, idx_dir **out, int
         cache_request req;
         pointer_request(&req, dl->real, &dl->dsig);
         dl->pointed = cache_index_get(l->cache, &req, &dl->pkey) == OPJIT_OK;
-        if (dl->pointed && note_fetch(l, dl->real, &dl->pkey, &dl->pnote))
+        if (dl->pointed && index_note_fetch(l, dl->real, &dl->pkey, &dl->pnote))
             memset(&dl->pnote, 0, sizeof dl->pnote);
     }
     if (!check_each && dl->pnote.text && dl->pnote.nsrc > INDEX_CHECK_EACH &&

@@ -1,8 +1,8 @@
 /* loader/index_int.h - what the op index's files share (loader/index.c,
- * loader/index_note.c, loader/discover.c): the entries of a directory's
- * sources while they are gathered, the note that keeps them in the cache,
- * looked up in place, and a source's record (its per-source note, which
- * a listing reads instead of running the source). */
+ * loader/index_note.c, loader/record.c, loader/discover.c): the entries
+ * of a directory's sources while they are gathered, the note that keeps
+ * them in the cache, looked up in place, and a source's record (its
+ * per-source note, which a listing reads instead of running the source). */
 #ifndef OPJIT_LOADER_INDEX_INT_H
 #define OPJIT_LOADER_INDEX_INT_H
 
@@ -12,6 +12,10 @@
 
 #define INDEX_FORMAT "opjit-op-index 3"
 #define INDEX_DETAIL_MAX 65536
+/* A file changed less than this ago is not noted: a second edit within
+ * the file system's timestamp granularity could leave its state as it was
+ * ("racily clean"). */
+#define RACY_MS 2000
 #define INDEX_MSG_MAX 300
 
 /* What a file is now: a change of any field is an edit. */
@@ -111,11 +115,16 @@ int ent_defines(const idx_ent *e, const char *op);
  * src_free). 0, or -1 when it is not one source's note. */
 int note_record(const idx_note *n, idx_src *out);
 
-/* ---- a source's record (loader/index.c) ------------------------------------ */
+/* ---- a source's record, and the index's cache requests (loader/record.c) -- */
 
 struct loader;
 struct source;
 struct opjit_source_ops;
+
+/* The request of a note of the index (its key to be set). */
+void index_request(cache_request *req, const char *name, const char *src_name);
+/* The note of key (the directory real's, or a source's) into n: 0 or -1. */
+int index_note_fetch(struct loader *l, const char *real, const cache_key *key, idx_note *n);
 
 /* Where a source's record is: base, the key of the version of the source
  * (its digest, headers, path); at, the note's key. A record is never
