@@ -9,13 +9,15 @@
  * host's own loads run op code in the host process.
  *
  * What a child reported is kept in the cache as the source's record
- * (loader/index.c: the per-source note the op index reads too, keyed by
- * the source's digest, its local headers' and opjit's ABI), so a listing
- * runs each version of a source once: a source with a record is reported
- * from it, with no process and no op code run; only sources never seen,
- * or edited since, go to children. A failure is kept like a success
- * (a compile error, an init that crashed or exited), but a time limit run
- * out of is kept with that limit: a longer limit looks again.
+ * (loader/record.c: the per-source note the op index reads too, keyed by
+ * the source's digest (its bytes, local headers, opjit's ABI) and path),
+ * so a listing runs each version of a source once: a source with a record
+ * is reported from it, with no process and no op code run; only sources
+ * never seen, or edited since, go to children. A failure is kept like a
+ * success (a compile error, an init that crashed or exited), but a time
+ * limit run out of is kept with that limit: a longer limit looks again.
+ * The index looks for records itself (loader_discover_many runs children
+ * for what it sends), and keeps what comes.
  *
  * The pipe carries text lines, fields separated by tabs, with '\\', tab and
  * newline escaped:
