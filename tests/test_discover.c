@@ -223,6 +223,36 @@ static void test_index_and_listing_share(void)
     CHECK_STR_CONTAINS(l.text, "m_d.c status=0 tier=tcc error=[]\n  other_b(Tensor x, int k=1)");
 }
 
+/* The tier a listing shows comes from the cache at each listing, not
+ * from the record: built optimized since, the source says opt. */
+static void test_tier_looked_up_each_time(void)
+{
+    char def[512];
+    const char *d = t_tmpdir("discover-tier");
+    def_op(def, sizeof def, "tiered");
+    write_module(d, "m_tier.c", "", def);
+    opjit_config cfg;
+    opjit_config_init(&cfg, sizeof cfg);
+    cfg.ops_path = d;
+    cfg.tiering = 1;
+    opjit_runtime *rt = NULL;
+    CHECK(opjit_create(&cfg, &rt) == OPJIT_OK);
+    listing l = {0};
+    int before = count_marks();
+    CHECK(rt && opjit_discover(rt, took, &l) == OPJIT_OK);
+    CHECK_STR_CONTAINS(l.text, "m_tier.c status=0 tier=tcc error=[]");
+    const char *targets[1] = {t_path(d, "m_tier.c")};
+    opjit_warm_options wo = {.size = sizeof wo, .targets = targets, .ntargets = 1, .opt = 1};
+    int rc = opjit_warm(rt, &wo, NULL, NULL, NULL);
+    CHECKF(rc == OPJIT_OK, "%s", opjit_errmsg(rt));
+    int warmed = count_marks();
+    memset(&l, 0, sizeof l);
+    CHECK(opjit_discover(rt, took, &l) == OPJIT_OK);
+    CHECK_STR_CONTAINS(l.text, "m_tier.c status=0 tier=opt error=[]");
+    CHECK(count_marks() == warmed && warmed >= before + 1); /* the listing ran nothing */
+    opjit_destroy(rt);
+}
+
 int main(void)
 {
     setenv("OPJIT_OPS_PATH", "", 1); /* only the directories named here */
@@ -232,6 +262,7 @@ int main(void)
     T_RUN(test_warm_listing_runs_nothing);
     T_RUN(test_timeout_kept_with_its_limit);
     T_RUN(test_index_and_listing_share);
+    T_RUN(test_tier_looked_up_each_time);
     t_tmpdirs_remove();
     free(path);
     return t_done();
