@@ -120,7 +120,8 @@ int index_record_put(loader *l, const char *path, const record_key *key,
     if (!lasting_status(src->status) || source_read(l, path, &s) != OPJIT_OK)
         return 0;
     /* It holds for that version: the source still has the digest it had. */
-    int lasting = source_note_key(&s, &now) == 0 && !memcmp(now.bytes, key->base.bytes, sizeof now.bytes);
+    int lasting = source_note_key(&s, &now) == 0 &&
+                  !memcmp(now.bytes, key->base.bytes, sizeof now.bytes);
     int fresh = lasting && headers_racy(&s);
     source_free(&s);
     const char *file = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
