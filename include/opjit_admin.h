@@ -81,11 +81,14 @@ typedef struct opjit_source_ops {
 /* Find the op sources on the search path (every *.c and *.cu file of each
  * directory, by name; a name an earlier directory has is shadowed) and
  * what each registers, calling fn once per source in search order; stops
- * early if fn returns non-zero. Nothing is loaded into rt: each source is
- * compiled (or taken from the cache) and its init run in a child process
- * with a time limit ($OPJIT_DISCOVER_TIMEOUT seconds, default 60), so a
- * source that does not compile, or whose init crashes, exits or never
- * returns, is reported in its status and the others are still found.
+ * early if fn returns non-zero. Nothing is loaded into rt: a source never
+ * seen (or edited since) is compiled (or taken from the cache) and its
+ * init run in a child process with a time limit ($OPJIT_DISCOVER_TIMEOUT
+ * seconds, default 60), so a source that does not compile, or whose init
+ * crashes, exits or never returns, is reported in its status and the
+ * others are still found. What the child reports is kept in the cache, and
+ * a source listed before is reported from it: no process, no op code run
+ * (a timeout is kept with its limit: a longer limit looks again).
  * Returns OPJIT_OK when every source was listed (a .cu skipped because
  * CUDA cannot run here counts as listed), else the status of the first
  * that was not; every source is still passed to fn. */

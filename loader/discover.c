@@ -8,6 +8,17 @@
  * for it with a time limit, up to one child per CPU at once. Only the
  * host's own loads run op code in the host process.
  *
+ * What a child reported is kept in the cache as the source's record
+ * (loader/record.c: the per-source note the op index reads too, keyed by
+ * the source's digest (its bytes, local headers, opjit's ABI) and path),
+ * so a listing runs each version of a source once: a source with a record
+ * is reported from it, with no process and no op code run; only sources
+ * never seen, or edited since, go to children. A failure is kept like a
+ * success (a compile error, an init that crashed or exited), but a time
+ * limit run out of is kept with that limit: a longer limit looks again.
+ * The index looks for records itself (loader_discover_many runs children
+ * for what it sends), and keeps what comes.
+ *
  * The pipe carries text lines, fields separated by tabs, with '\\', tab and
  * newline escaped:
  *   op <schema> <doc>          one per registered op
@@ -27,6 +38,7 @@
 #include <unistd.h>
 
 #include "jit/jit.h"
+#include "loader/index_int.h"
 #include "loader/loader_int.h"
 #include "runtime/env.h"
 
@@ -121,6 +133,9 @@ typedef struct found {
     int fd;            /* its pipe, until EOF; -1 */
     double deadline;
     int timed_out, cancelled, state;
+    idx_src rec;       /* the source's record, when it was reported from it */
+    record_key key;    /* where the record is, or goes */
+    int keyed;         /* key was made: what the child finds is kept under it */
 } found;
 
 enum { FOUND_IDLE, FOUND_READING, FOUND_REAPING, FOUND_DONE };
@@ -354,14 +369,51 @@ static void found_free(found *f)
     free(f->buf);
     free(f->schemas);
     free(f->docs);
+    src_free(&f->rec);
     memset(f, 0, sizeof *f);
     f->fd = -1;
+}
+
+/* Report f's source from its record, when it has one, or why it cannot
+ * be read (a child could not either): 1. Else 0, and f->key the record's
+ * key for what the child will find. */
+static int found_recorded(loader *l, found *f)
+{
+    source s;
+    int rc = source_read(l, f->pub.path, &s);
+    if (rc != OPJIT_OK) {
+        f->pub.status = rc;
+        snprintf(f->msg, sizeof f->msg, "%s", opjit_errmsg(l->rt));
+        f->pub.error = f->msg;
+        f->state = FOUND_DONE;
+        return 1;
+    }
+    int got = index_record_get(l, &s, &f->key, &f->rec);
+    f->keyed = got >= 0;
+    if (got == 1) {
+        const idx_src *r = &f->rec;
+        const jit_compiler *dev = jit_first(JIT_CU_DEVICE);
+        f->pub.status = r->status;
+        snprintf(f->msg, sizeof f->msg, "%s", r->detail ? r->detail : r->msg);
+        f->pub.error = r->status == OPJIT_OK ? "" : f->msg;
+        f->pub.nops = r->nops;
+        f->pub.schemas = (const char *const *)r->schemas;
+        f->pub.docs = (const char *const *)r->docs;
+        /* What a load would get now: looked up in the cache, not noted. */
+        if (r->status == OPJIT_OK)
+            f->pub.tier = f->pub.device == OPJIT_CUDA ? dev ? dev->name : NULL
+                                                      : tier_would_serve(l, &s);
+        f->state = FOUND_DONE;
+    }
+    source_free(&s);
+    return got == 1;
 }
 
 /* A batch of sources, each looked at in a child; up to jobs at once. */
 typedef struct discover_run {
     loader *l;
     long timeout_ms;
+    int records; /* a source with a record is reported from it */
     int jobs, running, cancelled;
     const char *const *paths;
     int n, started, delivered;
@@ -381,7 +433,7 @@ static void run_start(discover_run *r)
             f->pub.status = OPJIT_EIO; /* not a lasting answer: nothing is noted */
             snprintf(f->msg, sizeof f->msg, "%s: not looked at: the runtime is being destroyed",
                      f->pub.path);
-        } else if (f->pub.status == OPJIT_OK) {
+        } else if (f->pub.status == OPJIT_OK && !(r->records && found_recorded(r->l, f))) {
             int e = found_start(r->l, f, r->timeout_ms);
             if (e == EAGAIN && r->running > 0) { /* too many processes: fewer at once */
                 r->jobs = r->running;
@@ -443,12 +495,12 @@ static void run_wait(discover_run *r)
 /* Look at n sources, up to one child per CPU at once; done(ud, i, f) is
  * called for each in order (non-zero: stop, the children still running
  * are killed). Returns how many were delivered. */
-static int discover_batch(loader *l, const char *const *paths, int n,
+static int discover_batch(loader *l, const char *const *paths, int n, int records,
                           int (*done)(void *ud, int i, found *f), void *ud)
 {
     int jobs = discover_jobs(), stop = 0;
-    discover_run r = {l, discover_timeout_ms(l->rt), jobs, 0, 0, paths, n, 0, 0, 2 * jobs, NULL,
-                      done, ud};
+    discover_run r = {l, discover_timeout_ms(l->rt), records, jobs, 0, 0, paths, n, 0, 0,
+                      2 * jobs, NULL, done, ud};
     if (!(r.slot = calloc((size_t)r.w, sizeof *r.slot)))
         return -1;
     for (int i = 0; i < r.w; i++)
@@ -475,8 +527,9 @@ static int discover_batch(loader *l, const char *const *paths, int n,
 
 typedef struct to_fn {
     int (*fn)(void *ud, const opjit_source_ops *src);
-    void (*each)(void *ud, int i, const opjit_source_ops *src);
+    void (*each)(void *ud, int i, const opjit_source_ops *src, long timed_out_ms);
     void *ud;
+    long timeout_ms;
     int first_error;
 } to_fn;
 
@@ -487,7 +540,7 @@ static int deliver_one(void *ud, int i, found *f)
     if (f->pub.status != OPJIT_OK && f->pub.status != OPJIT_EDEVICE && !t->first_error)
         t->first_error = f->pub.status;
     if (t->each) {
-        t->each(t->ud, i, &f->pub);
+        t->each(t->ud, i, &f->pub, f->timed_out ? t->timeout_ms : 0);
         return 0;
     }
     return t->fn(t->ud, &f->pub);
@@ -496,18 +549,21 @@ static int deliver_one(void *ud, int i, found *f)
 int loader_discover_one(loader *l, const char *path,
                         int (*fn)(void *ud, const opjit_source_ops *src), void *ud)
 {
-    to_fn t = {fn, NULL, ud, 0};
+    to_fn t = {fn, NULL, ud, 0, 0};
     const char *paths[1] = {path};
-    if (discover_batch(l, paths, 1, deliver_one, &t) != 1)
+    if (discover_batch(l, paths, 1, 0, deliver_one, &t) != 1)
         return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
     return t.first_error;
 }
 
 int loader_discover_many(loader *l, const char *const *paths, int n,
-                         void (*fn)(void *ud, int i, const opjit_source_ops *src), void *ud)
+                         void (*fn)(void *ud, int i, const opjit_source_ops *src,
+                                    long timed_out_ms),
+                         void *ud)
 {
-    to_fn t = {NULL, fn, ud, 0};
-    if (n > 0 && discover_batch(l, paths, n, deliver_one, &t) != n)
+    /* The index looked for the records itself, and keeps what comes. */
+    to_fn t = {NULL, fn, ud, discover_timeout_ms(l->rt), 0};
+    if (n > 0 && discover_batch(l, paths, n, 0, deliver_one, &t) != n)
         return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
     return OPJIT_OK;
 }
@@ -580,12 +636,16 @@ static int discover_source(void *ud, const char *path)
     return 0;
 }
 
-/* One source listed, in search order: which tier would serve it, then fn. */
+/* One source listed, in search order: what its child found kept as its
+ * record, which tier would serve it, then fn. */
 static int discover_deliver(void *ud, int i, found *f)
 {
     discover_walk *w = ud;
     (void)i;
     source src;
+    if (f->keyed && !f->rec.file) /* looked at by a child */
+        index_record_put(w->l, f->pub.path, &f->key, &f->pub,
+                         f->timed_out ? discover_timeout_ms(w->l->rt) : 0);
     if (f->pub.status == OPJIT_OK && !f->pub.tier) { /* a .c: optimized code cached? */
         f->pub.tier = jit_first(JIT_C) ? jit_first(JIT_C)->name : "none";
         if (source_read(w->l, f->pub.path, &src) == OPJIT_OK) {
@@ -605,7 +665,7 @@ int opjit_discover(opjit_runtime *rt, int (*fn)(void *ud, const opjit_source_ops
     discover_walk w = {.l = rt->loader, .fn = fn, .ud = ud};
     int rc = opjit_sources(rt, NULL, discover_source, &w);
     if (!rc && !w.oom &&
-        discover_batch(w.l, (const char *const *)w.paths, w.npaths, discover_deliver, &w) < 0)
+        discover_batch(w.l, (const char *const *)w.paths, w.npaths, 1, discover_deliver, &w) < 0)
         w.oom = 1;
     for (size_t i = 0; i < w.nseen; i++)
         free(w.seen[i]);

@@ -9,7 +9,9 @@
  * a source is indexed once:
  *
  *  - per source, a note keyed by its digest (bytes, local headers, opjit's
- *    ABI): the ops it registers, or why they are unknown;
+ *    ABI) and its path: the ops it registers, or why they are unknown,
+ *    with each op's schema and doc: the source's record (loader/record.c),
+ *    which a listing (opjit_discover) reports too, running nothing;
  *  - per directory, a note keyed by the state of its files (name, inode,
  *    size, mtime, ctime of each): every source's entry with its state and
  *    its local headers with theirs (loader/index_note.c: sorted, searched
@@ -48,7 +50,6 @@
 #include "loader/loader_int.h"
 #include "runtime/cuda.h"
 
-#define RACY_MS 2000
 #define INDEX_CHECK_EACH 256
 
 /* A directory's entries, as this runtime last saw them. */
@@ -166,13 +167,6 @@ static int note_hdrs_valid(const idx_note *n, const char *dir, int all)
 
 /* ---- cache requests --------------------------------------------------------------- */
 
-static void index_request(cache_request *req, const char *name, const char *src_name)
-{
-    *req = (cache_request){.op_name = name, .source_name = src_name,
-                           .compiler = "opjit discovery", .options = "",
-                           .target = jit_host_target(), .tier = "index"};
-}
-
 static const char *dir_name(const char *real)
 {
     return strrchr(real, '/')[1] ? strrchr(real, '/') + 1 : "/";
@@ -192,50 +186,17 @@ static void pointer_request(cache_request *req, const char *real, const file_sig
     cache_keygen_finish(g, &req->key);
 }
 
-/* The note of key (the directory real's, or a source's) into n. */
-static int note_fetch(loader *l, const char *real, const cache_key *key, idx_note *n)
-{
-    cache_request req;
-    index_request(&req, "-", dir_name(real));
-    req.key = *key;
-    char *text = NULL;
-    if (cache_note_get(l->cache, &req, "ops", &text) != OPJIT_OK)
-        return -1;
-    return note_open(n, text, strlen(text));
-}
-
 /* ---- one source ------------------------------------------------------------------ */
-
-/* Failures worth remembering for this version of a source: it will fail
- * the same way again. */
-static int lasting_status(int status)
-{
-    return status == OPJIT_OK || status == OPJIT_ECOMPILE || status == OPJIT_EMODULE ||
-           status == OPJIT_ESCHEMA || status == OPJIT_EEXIST;
-}
-
-/* The key of the per-source note of s. */
-static int source_note_key(const source *s, cache_key *key)
-{
-    cache_keygen *g = source_keygen(s);
-    if (!g)
-        return -1;
-    cache_keygen_add_str(g, "what", "op-index");
-    cache_keygen_add_str(g, "format", INDEX_FORMAT);
-    cache_keygen_add_str(g, "target", jit_host_target());
-    cache_keygen_finish(g, key);
-    return 0;
-}
 
 /* Sources waiting for discovery: their entries and per-source note keys. */
 typedef struct pending {
     int *at;          /* index of the entry */
     char **path;
-    cache_key *key;
+    record_key *key;
     int n, cap;
 } pending;
 
-static int pending_add(pending *q, int at, const char *path, const cache_key *key)
+static int pending_add(pending *q, int at, const char *path, const record_key *key)
 {
     if (q->n == q->cap) {
         int cap = q->cap ? q->cap * 2 : 64;
@@ -245,7 +206,7 @@ static int pending_add(pending *q, int at, const char *path, const cache_key *ke
         char **p = a ? realloc(q->path, (size_t)cap * sizeof *p) : NULL;
         if (p)
             q->path = p;
-        cache_key *k = p ? realloc(q->key, (size_t)cap * sizeof *k) : NULL;
+        record_key *k = p ? realloc(q->key, (size_t)cap * sizeof *k) : NULL;
         if (!k)
             return -1;
         q->key = k;
@@ -268,18 +229,13 @@ static void pending_free(pending *q)
     memset(q, 0, sizeof *q);
 }
 
-/* The entry of a per-source note into e (file and state stay). */
-static int from_source_note(loader *l, const source *s, const cache_key *key, idx_src *e)
+/* The entry of a source's record into e (file and state stay); *key
+ * its key. 1 when there was one, 0 when not, -1 when no key could be made. */
+static int from_source_note(loader *l, const source *s, record_key *key, idx_src *e)
 {
-    idx_note n;
-    idx_ent ent;
-    idx_src got = {0};
-    const char *at = NULL;
-    if (note_fetch(l, s->real, key, &n))
-        return -1;
-    int rc = n.nsrc == 1 && note_next_src(&n, &at, &ent) && ent_to_src(&ent, &got) == 0 ? 0 : -1;
-    note_close(&n);
-    if (!rc) {
+    idx_src got;
+    int rc = index_record_get(l, s, key, &got);
+    if (rc == 1) {
         free(e->msg);
         e->msg = got.msg, got.msg = NULL;
         e->ops = got.ops, got.ops = NULL;
@@ -329,40 +285,12 @@ static int source_look(loader *l, const char *dir_real, idx_src *e, idx_hdrs *h,
     }
     hdr_walk w = {e, h, t0};
     source_each_header(&s, took_header, &w);
-    cache_key key;
-    if (source_note_key(&s, &key))
-        rc = OPJIT_ENOMEM;
-    else if (from_source_note(l, &s, &key, e) != 0 && pending_add(q, at, path, &key))
+    record_key key;
+    int got = from_source_note(l, &s, &key, e);
+    if (got < 0 || (got == 0 && pending_add(q, at, path, &key)))
         rc = OPJIT_ENOMEM;
     source_free(&s);
     return rc;
-}
-
-/* Note what discovery found for the source of q entry i, when it will
- * hold for that version (the source still has the digest it had). */
-static void source_note_put(loader *l, const pending *q, int i, idx_src *e)
-{
-    source s;
-    cache_key now;
-    int lasting = lasting_status(e->status) && source_read(l, q->path[i], &s) == OPJIT_OK;
-    if (lasting) {
-        lasting = source_note_key(&s, &now) == 0 && key_eq(&now, &q->key[i]);
-        source_free(&s);
-    }
-    /* A .cu skipped here: the directory's key says whether CUDA runs. */
-    e->keep &= lasting || e->status == OPJIT_EDEVICE;
-    if (!lasting || !e->keep)
-        return;
-    idx_src one = *e;
-    one.nhdrs = 0; /* headers are the directory note's business */
-    memset(&one.sig, 0, sizeof one.sig);
-    char *t = note_text(&one, 1, NULL, -1);
-    cache_request req;
-    index_request(&req, "-", strrchr(q->path[i], '/') + 1);
-    req.key = q->key[i];
-    if (t)
-        cache_note_put(l->cache, &req, "ops", t);
-    free(t);
 }
 
 /* The name of an op in its schema: "rmsnorm(Tensor x) -> Tensor". */
@@ -387,7 +315,7 @@ static int took_level(const took *t, int status)
     return x && !atomic_exchange(&x->said_skipped, 1) ? OPJIT_LOG_INFO : OPJIT_LOG_DEBUG;
 }
 
-static void took_ops(void *ud, int i, const opjit_source_ops *src)
+static void took_ops(void *ud, int i, const opjit_source_ops *src, long timed_out_ms)
 {
     took *t = ud;
     idx_src *e = &t->v[t->q->at[i]];
@@ -396,18 +324,17 @@ static void took_ops(void *ud, int i, const opjit_source_ops *src)
         e->keep = 0;
     if (t->raw && !*t->raw && src->status && src->error)
         *t->raw = strdup(src->error); /* the note's copy is on one line */
-    for (int k = 0; k < src->nops; k++) {
-        const char *sch = src->schemas[k];
-        size_t len = strcspn(sch, "( \t\n");
-        if (len && src_add_op(e, sch, len))
+    for (int k = 0; k < src->nops; k++)
+        if (src_add_def(e, src->schemas[k], src->docs[k], 0))
             e->keep = 0;
-    }
     rt_log(t->l->rt, took_level(t, e->status), "indexed %s: %s%s", src->path,
            e->status ? e->msg : "ok",
            e->status == OPJIT_EDEVICE ? " (every CUDA source is skipped likewise: said once)"
                                       : "");
-    /* Noted at once: an index cut short is resumed, not redone. */
-    source_note_put(t->l, t->q, i, e);
+    /* Noted at once: an index cut short is resumed, not redone. A .cu
+     * skipped here: the directory's key says whether CUDA runs. */
+    int lasting = index_record_put(t->l, t->q->path[i], &t->q->key[i], src, timed_out_ms);
+    e->keep &= lasting || e->status == OPJIT_EDEVICE;
 }
 
 /* Discovery for every source in q, one child per CPU at once. */
@@ -659,7 +586,7 @@ static int dir_rebuild(loader *l, dir_look *dl, const dir_file *v, int n, const 
         cache_key bkey;
         base_request(&req, dl->real, &dl->dsig);
         had_base = cache_index_get(l->cache, &req, &bkey) == OPJIT_OK;
-        if (had_base && note_fetch(l, dl->real, &bkey, &base) == 0)
+        if (had_base && index_note_fetch(l, dl->real, &bkey, &base) == 0)
             old = &base;
     }
     idx_src *e = NULL;
@@ -667,7 +594,7 @@ static int dir_rebuild(loader *l, dir_look *dl, const dir_file *v, int n, const 
     int ne = 0, keep;
     int rc = dir_build(l, dl->real, v, n, old, &e, &ne, &h, &keep);
     note_close(&base);
-    char *text = rc ? NULL : note_text(e, ne, &h, cuda);
+    char *text = rc ? NULL : note_text(e, ne, &h, cuda, 0);
     for (int i = 0; i < h.n; i++)
         keep &= one_field(h.real[i]);
     for (int i = 0; i < ne; i++)
@@ -701,7 +628,7 @@ static idx_dir *dir_noted(loader *l, dir_look *dl, const cache_key *key)
     idx_note n = {0};
     if (dl->pnote.text && key_eq(&dl->pkey, key))
         n = dl->pnote, memset(&dl->pnote, 0, sizeof dl->pnote);
-    else if (note_fetch(l, dl->real, key, &n))
+    else if (index_note_fetch(l, dl->real, key, &n))
         return NULL;
     if (!note_hdrs_valid(&n, dl->real, 0)) {
         note_close(&n);
@@ -771,7 +698,7 @@ static int index_dir(loader *l, dir_look *dl, int check_each, idx_dir **out, int
         cache_request req;
         pointer_request(&req, dl->real, &dl->dsig);
         dl->pointed = cache_index_get(l->cache, &req, &dl->pkey) == OPJIT_OK;
-        if (dl->pointed && note_fetch(l, dl->real, &dl->pkey, &dl->pnote))
+        if (dl->pointed && index_note_fetch(l, dl->real, &dl->pkey, &dl->pnote))
             memset(&dl->pnote, 0, sizeof dl->pnote);
     }
     if (!check_each && dl->pnote.text && dl->pnote.nsrc > INDEX_CHECK_EACH &&

@@ -11,10 +11,16 @@
  *   src <file> <dev> <ino> <size> <mtime> <ctime> <status> <header ids,>
  *       <ops, space separated> <message>                        by file
  *   op <name> <file>                                            by name, file
+ *   def <schema> <doc>               a record's: each op, in order
+ *   detail <message>                 a record's: the whole message
+ *   limit <ms>                       a record's: the time limit run out of
  *
- * Fields are separated by tabs; no field holds a tab or a newline. The
- * offsets are fixed-width, so the layout line is written before the
- * sections are placed. A per-source note is the same with one source. */
+ * Fields are separated by tabs; no field holds a tab or a newline (in the
+ * def section '\\', tab and newline are escaped). The offsets are
+ * fixed-width, so the layout line is written before the sections are
+ * placed. A per-source note (a source's record) is the same with one
+ * source, and its def section: what a listing reports of that version of
+ * the source, so that it need not run it again. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,6 +42,13 @@ void src_free(idx_src *s)
         free(s->ops[i]);
     free(s->ops);
     free(s->hdrs);
+    for (int i = 0; s->schemas && i < s->nops; i++)
+        free(s->schemas[i]);
+    for (int i = 0; s->docs && i < s->nops; i++)
+        free(s->docs[i]);
+    free(s->schemas);
+    free(s->docs);
+    free(s->detail);
     memset(s, 0, sizeof *s);
 }
 
@@ -65,6 +78,33 @@ int src_add_op(idx_src *s, const char *name, size_t len)
         return -1;
     s->nops++;
     return 0;
+}
+
+int src_add_def(idx_src *s, const char *schema, const char *doc, int record)
+{
+    size_t len = strcspn(schema, "( \t\n");
+    if (!len)
+        return 0; /* no name: nothing a lookup or a listing could use */
+    if (record) {
+        /* Grown first, filled after the op: nops counts the filled ones. */
+        char **sv = realloc(s->schemas, (size_t)(s->nops + 1) * sizeof *sv);
+        if (sv)
+            s->schemas = sv;
+        char **dv = sv ? realloc(s->docs, (size_t)(s->nops + 1) * sizeof *dv) : NULL;
+        if (!dv)
+            return -1;
+        s->docs = dv;
+        char *a = strdup(schema), *b = strdup(doc ? doc : "");
+        if (!a || !b || src_add_op(s, schema, len)) {
+            free(a);
+            free(b);
+            return -1;
+        }
+        sv[s->nops - 1] = a;
+        dv[s->nops - 1] = b;
+        return 0;
+    }
+    return src_add_op(s, schema, len);
 }
 
 int src_add_hdr(idx_src *s, int id)
@@ -212,9 +252,39 @@ static int ops_write(FILE *f, const idx_src *v, int n)
     return 0;
 }
 
+static void put_escaped(FILE *f, const char *s)
+{
+    for (; s && *s; s++) {
+        if (*s == '\\' || *s == '\t' || *s == '\n')
+            fputc('\\', f), fputc(*s == '\t' ? 't' : *s == '\n' ? 'n' : '\\', f);
+        else
+            fputc(*s, f);
+    }
+}
+
+/* A record's section: each op's schema and doc, the whole message, the
+ * time limit discovery ran out of. */
+static void defs_write(FILE *f, const idx_src *s)
+{
+    for (int i = 0; s->schemas && s->docs && i < s->nops; i++) {
+        fputs("def\t", f);
+        put_escaped(f, s->schemas[i]);
+        fputc('\t', f);
+        put_escaped(f, s->docs[i]);
+        fputc('\n', f);
+    }
+    if (s->detail && *s->detail) {
+        fputs("detail\t", f);
+        put_escaped(f, s->detail);
+        fputc('\n', f);
+    }
+    if (s->limit_ms > 0)
+        fprintf(f, "limit\t%ld\n", s->limit_ms);
+}
+
 /* One section into a buffer of its own: 0 or -1. */
 static int section(char **buf, size_t *len, const idx_src *v, int n, const idx_hdrs *h,
-                   int which)
+                   int which, int record)
 {
     FILE *f = open_memstream(buf, len);
     if (!f)
@@ -229,8 +299,10 @@ static int section(char **buf, size_t *len, const idx_src *v, int n, const idx_h
     } else if (which == 1) {
         for (int i = 0; i < n; i++)
             src_write(f, &v[i]);
-    } else {
+    } else if (which == 2) {
         rc = ops_write(f, v, n);
+    } else if (record && n == 1) {
+        defs_write(f, v);
     }
     if (fclose(f) != 0 || rc) {
         free(*buf);
@@ -240,31 +312,33 @@ static int section(char **buf, size_t *len, const idx_src *v, int n, const idx_h
     return 0;
 }
 
-char *note_text(const idx_src *v, int n, const idx_hdrs *h, int cuda)
+#define LAYOUT_FMT "%s\nlayout\t" OFF_FMT "\t" OFF_FMT "\t" OFF_FMT "\t" OFF_FMT "\t%d\t%d\t%d\n"
+
+char *note_text(const idx_src *v, int n, const idx_hdrs *h, int cuda, int record)
 {
-    char *sec[3] = {NULL, NULL, NULL}, *out = NULL;
-    size_t len[3] = {0, 0, 0};
-    for (int i = 0; i < 3; i++)
-        if (section(&sec[i], &len[i], v, n, h, i))
+    char *sec[4] = {NULL, NULL, NULL, NULL}, *out = NULL;
+    size_t len[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 4; i++)
+        if (section(&sec[i], &len[i], v, n, h, i, record))
             goto done;
     char head[256];
     int nh = h ? h->n : 0;
     /* The layout line's length does not depend on the offsets' values. */
-    int hl = snprintf(head, sizeof head, "%s\nlayout\t" OFF_FMT "\t" OFF_FMT "\t" OFF_FMT
-                      "\t%d\t%d\t%d\n", INDEX_FORMAT, (size_t)0, (size_t)0, (size_t)0, nh, n,
-                      cuda);
-    size_t hdr = (size_t)hl, src = hdr + len[0], op = src + len[1];
-    snprintf(head, sizeof head, "%s\nlayout\t" OFF_FMT "\t" OFF_FMT "\t" OFF_FMT "\t%d\t%d\t%d\n",
-             INDEX_FORMAT, hdr, src, op, nh, n, cuda);
-    if (!(out = malloc(op + len[2] + 1)))
+    int hl = snprintf(head, sizeof head, LAYOUT_FMT, INDEX_FORMAT, (size_t)0, (size_t)0,
+                      (size_t)0, (size_t)0, nh, n, cuda);
+    size_t off[4] = {(size_t)hl};
+    for (int i = 1; i < 4; i++)
+        off[i] = off[i - 1] + len[i - 1];
+    snprintf(head, sizeof head, LAYOUT_FMT, INDEX_FORMAT, off[0], off[1], off[2], off[3], nh, n,
+             cuda);
+    if (!(out = malloc(off[3] + len[3] + 1)))
         goto done;
     memcpy(out, head, (size_t)hl);
-    memcpy(out + hdr, sec[0], len[0]);
-    memcpy(out + src, sec[1], len[1]);
-    memcpy(out + op, sec[2], len[2]);
-    out[op + len[2]] = '\0';
+    for (int i = 0; i < 4; i++)
+        memcpy(out + off[i], sec[i], len[i]);
+    out[off[3] + len[3]] = '\0';
 done:
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         free(sec[i]);
     return out;
 }
@@ -357,18 +431,20 @@ int note_open(idx_note *n, char *text, size_t len)
 {
     memset(n, 0, sizeof *n);
     size_t fl = strlen(INDEX_FORMAT);
-    size_t off[3];
+    size_t off[4];
     int nh, ns, cuda, used = 0;
     if (len < fl + 1 || strncmp(text, INDEX_FORMAT, fl) || text[fl] != '\n' ||
-        sscanf(text + fl + 1, "layout\t%zu\t%zu\t%zu\t%d\t%d\t%d\n%n", &off[0], &off[1], &off[2],
-               &nh, &ns, &cuda, &used) != 6 || !used || off[0] != fl + 1 + (size_t)used ||
-        off[0] > off[1] || off[1] > off[2] || off[2] > len || text[off[1] - 1] != '\n' ||
-        text[off[2] - 1] != '\n' || (len && text[len - 1] != '\n') || nh < 0 || ns < 0) {
+        sscanf(text + fl + 1, "layout\t%zu\t%zu\t%zu\t%zu\t%d\t%d\t%d\n%n", &off[0], &off[1],
+               &off[2], &off[3], &nh, &ns, &cuda, &used) != 7 || !used ||
+        off[0] != fl + 1 + (size_t)used || off[0] > off[1] || off[1] > off[2] ||
+        off[2] > off[3] || off[3] > len || text[off[1] - 1] != '\n' ||
+        text[off[2] - 1] != '\n' || text[off[3] - 1] != '\n' ||
+        (len && text[len - 1] != '\n') || nh < 0 || ns < 0) {
         free(text);
         return -1;
     }
-    *n = (idx_note){text, len, text + off[0], text + off[1], text + off[2], text + len, nh, ns,
-                    cuda};
+    *n = (idx_note){text, len, text + off[0], text + off[1], text + off[2], text + off[3],
+                    text + off[3], text + len, nh, ns, cuda};
     return 0;
 }
 
@@ -500,4 +576,79 @@ int ent_defines(const idx_ent *e, const char *op)
         p += l + 1;
     }
     return 0;
+}
+
+/* The escaped field s (len bytes) as a string of its own, or NULL. */
+static char *unescaped(const char *s, size_t len)
+{
+    char *out = malloc(len + 1), *w = out;
+    for (size_t i = 0; out && i < len; i++) {
+        if (s[i] == '\\' && i + 1 < len) {
+            i++;
+            *w++ = s[i] == 't' ? '\t' : s[i] == 'n' ? '\n' : s[i];
+        } else {
+            *w++ = s[i];
+        }
+    }
+    if (out)
+        *w = '\0';
+    return out;
+}
+
+int note_record(const idx_note *n, idx_src *out)
+{
+    const char *at = NULL;
+    idx_ent e;
+    memset(out, 0, sizeof *out);
+    if (n->nsrc != 1 || !note_next_src(n, &at, &e))
+        return -1;
+    /* The ops come from the def lines, with their schemas and docs. */
+    const char *ops = e.ops;
+    size_t ops_len = e.ops_len;
+    e.ops = "", e.ops_len = 0;
+    if (ent_to_src(&e, out))
+        goto bad;
+    for (const char *p = n->def; p < n->fin;) {
+        const char *le = memchr(p, '\n', (size_t)(n->fin - p)), *q;
+        if (!le)
+            goto bad;
+        if (!strncmp(p, "def\t", 4)) {
+            const char *t = memchr(p + 4, '\t', (size_t)(le - p - 4));
+            if (!t)
+                goto bad;
+            char *schema = unescaped(p + 4, (size_t)(t - p - 4));
+            char *doc = unescaped(t + 1, (size_t)(le - t - 1));
+            int rc = schema && doc ? src_add_def(out, schema, doc, 1) : -1;
+            free(schema);
+            free(doc);
+            if (rc)
+                goto bad;
+        } else if (!strncmp(p, "detail\t", 7)) {
+            free(out->detail);
+            if (!(out->detail = unescaped(p + 7, (size_t)(le - p - 7))))
+                goto bad;
+        } else if (!strncmp(p, "limit\t", 6)) {
+            q = p + 6;
+            long long v;
+            if (field_num(&q, le, &v) || v <= 0)
+                goto bad;
+            out->limit_ms = (long)v;
+        }
+        p = le + 1;
+    }
+    /* The entry's ops are the def lines' names, in the same order. */
+    const char *p = ops, *end = ops + ops_len;
+    for (int i = 0; i < out->nops; i++) {
+        size_t l = strlen(out->ops[i]);
+        if ((size_t)(end - p) < l || memcmp(p, out->ops[i], l) ||
+            (p + l < end && p[l] != ' '))
+            goto bad;
+        p += l + (p + l < end);
+    }
+    if (p != end)
+        goto bad;
+    return 0;
+bad:
+    src_free(out);
+    return -1;
 }

@@ -205,10 +205,13 @@ double loader_now_ms(void);
 int loader_discover_one(loader *l, const char *path,
                         int (*fn)(void *ud, const opjit_source_ops *src), void *ud);
 /* What each of the n sources at paths registers, found the same way, with
- * up to one child per CPU at once: fn(ud, i, src) once per source, in
- * order. OPJIT_OK, or OPJIT_ENOMEM with a message. */
+ * up to one child per CPU at once: fn(ud, i, src, timed_out_ms) once per
+ * source, in order (timed_out_ms: the time limit its child ran out of, or
+ * 0). OPJIT_OK, or OPJIT_ENOMEM with a message. */
 int loader_discover_many(loader *l, const char *const *paths, int n,
-                         void (*fn)(void *ud, int i, const opjit_source_ops *src), void *ud);
+                         void (*fn)(void *ud, int i, const opjit_source_ops *src,
+                                    long timed_out_ms),
+                         void *ud);
 
 /* This thread discovers holding no loader lock (the watcher's indexer):
  * its discovery forks take the lock for the instant of the fork, as the
@@ -232,6 +235,9 @@ int index_each_source(loader *l, const char *op, int (*fn)(void *ud, const char 
 int index_source(loader *l, const char *path);
 /* Forget what the index keeps in memory (opjit_destroy). */
 void index_free(loader *l);
+/* A source's record (what discovery found for this version of it; see
+ * loader/index_int.h) is read and written by index_record_get and
+ * index_record_put, declared there. */
 
 /* ---- the watcher (loader/watch.c) ----------------------------------------- */
 

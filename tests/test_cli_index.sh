@@ -69,6 +69,28 @@ run "$CLI" call other_ops::softmax --ops-path "$T/ops" x=@"$T/w.npy"
 expect "the qualified name settles it" 0 "output 0: shape (2,)"
 rm "$T/ops/other_ops.c" "$T/ops/crashy.c"
 
+# --- a warm `opjit list` starts no process (#23) --------------------------------
+
+mkdir -p "$T/lops"
+cp "$SRC/samples/ops/llama_ops.c" "$T/lops/"
+printf '#include <opjit_op.h>\nOPJIT_MODULE(c, m) { (void)m; *(volatile int *)0 = 1; }\n' \
+    >"$T/lops/crashy.c"
+run "$CLI" list --ops-path "$T/lops"
+expect "list: cold" 1 "rmsnorm(" "crashy.c: loading it"
+cp "$T/out" "$T/list1.out"
+cp "$T/err" "$T/list1.err"
+if command -v strace >/dev/null && strace -f -o /dev/null true 2>/dev/null; then
+    run strace -f -e trace=clone,clone3,fork,vfork -o "$T/list.strace" \
+        "$CLI" list --ops-path "$T/lops"
+    expect "list: warm" 1 "rmsnorm(" "crashy.c: loading it"
+    check "list: warm, no process started" test "$(grep -cE 'clone|fork' "$T/list.strace")" = 0
+else
+    run "$CLI" list --ops-path "$T/lops"
+    expect "list: warm" 1 "rmsnorm(" "crashy.c: loading it"
+fi
+check "list: warm, the same rows" cmp -s "$T/out" "$T/list1.out"
+check "list: warm, the same messages" cmp -s "$T/err" "$T/list1.err"
+
 # --- opjit watch -----------------------------------------------------------------
 
 # wait_for PATTERN: until the watch output has a line matching it (10 s).

@@ -51,7 +51,7 @@ static char *make_note(int cuda)
         src_add_op(&v[i], name, strlen(name));
         src_add_hdr(&v[i], i % 2);
     }
-    char *text = note_text(v, N, &h, cuda);
+    char *text = note_text(v, N, &h, cuda, 0);
     for (int i = 0; i < N; i++)
         src_free(&v[i]);
     free(v);
@@ -139,9 +139,86 @@ static void test_garbled(void)
     free(good);
 }
 
+/* A source's record: schemas and docs with tabs, newlines and '\\', the
+ * whole message, the time limit; a record whose ops do not match its
+ * def lines, or garbled, is refused. */
+static void test_record(void)
+{
+    idx_src v = {.status = OPJIT_OK, .limit_ms = 0};
+    CHECK((v.file = strdup("m.c")) && src_set_msg(&v, "") == 0);
+    CHECK(src_add_def(&v, "a(Tensor x) -> Tensor", "tab\there\nnew line \\ slash", 1) == 0);
+    CHECK(src_add_def(&v, "b_op(int k=1) -> Tensor", "", 1) == 0);
+    CHECK(src_add_def(&v, "(no name)", "skipped", 1) == 0 && v.nops == 2);
+    char *text = note_text(&v, 1, NULL, -1, 1);
+    idx_note n;
+    idx_src r;
+    CHECK(text && note_open(&n, text, strlen(text)) == 0);
+    CHECK(note_record(&n, &r) == 0 && r.status == OPJIT_OK && r.nops == 2 && !r.detail &&
+          !r.limit_ms);
+    CHECK(!strcmp(r.ops[0], "a") && !strcmp(r.ops[1], "b_op"));
+    CHECK(!strcmp(r.schemas[1], "b_op(int k=1) -> Tensor") && !strcmp(r.docs[1], ""));
+    CHECK(!strcmp(r.docs[0], "tab\there\nnew line \\ slash"));
+    idx_ent e; /* the index reads the same note */
+    CHECK(note_src(&n, "m.c", 3, &e) && ent_defines(&e, "b_op") && !ent_defines(&e, "b"));
+    src_free(&r);
+    note_close(&n);
+
+    /* A failure: its whole message, and the limit it ran out of. */
+    src_free(&v);
+    v = (idx_src){.status = OPJIT_EMODULE, .limit_ms = 1500};
+    CHECK((v.file = strdup("m.c")) && src_set_msg(&v, "line one\nline two") == 0);
+    CHECK((v.detail = strdup("line one\n\tline two")) != NULL);
+    text = note_text(&v, 1, NULL, -1, 1);
+    CHECK(text && note_open(&n, text, strlen(text)) == 0);
+    CHECK(note_record(&n, &r) == 0 && r.status == OPJIT_EMODULE && r.nops == 0 &&
+          r.limit_ms == 1500 && r.detail && !strcmp(r.detail, "line one\n\tline two"));
+    src_free(&r);
+    note_close(&n);
+
+    /* Its ops named in the source line but no def line: refused. */
+    src_free(&v);
+    v = (idx_src){.status = OPJIT_OK};
+    CHECK((v.file = strdup("m.c")) && src_set_msg(&v, "") == 0);
+    CHECK(src_add_def(&v, "a(Tensor x) -> Tensor", "", 0) == 0 && !v.schemas);
+    text = note_text(&v, 1, NULL, -1, 1);
+    CHECK(text && note_open(&n, text, strlen(text)) == 0);
+    CHECK(note_record(&n, &r) == -1);
+    note_close(&n);
+    src_free(&v);
+
+    /* Cut or garbled anywhere: refused or read in bounds (ASan). */
+    v = (idx_src){.status = OPJIT_OK};
+    CHECK((v.file = strdup("m.c")) && src_set_msg(&v, "") == 0);
+    CHECK(src_add_def(&v, "a(Tensor x) -> Tensor", "d\\t", 1) == 0);
+    CHECK(src_add_def(&v, "b(Tensor x) -> Tensor", "e", 1) == 0);
+    char *good = note_text(&v, 1, NULL, -1, 1);
+    src_free(&v);
+    size_t len = good ? strlen(good) : 0;
+    srand(23);
+    for (int round = 0; good && round < 2000; round++) {
+        char *t = malloc(len + 1);
+        memcpy(t, good, len + 1);
+        size_t cut = round % 3 == 0 ? (size_t)rand() % len : len;
+        t[cut] = '\0';
+        for (int k = round % 3 ? 1 + rand() % 4 : 0; k > 0; k--)
+            t[(size_t)rand() % cut] = "\t\n\\a(0 "[rand() % 7];
+        if (note_open(&n, t, strlen(t)) != 0)
+            continue;
+        if (note_record(&n, &r) == 0) {
+            CHECK(r.nops >= 0 && r.nops <= 2);
+            for (int i = 0; i < r.nops; i++)
+                CHECK(r.schemas[i] && r.docs[i] && r.ops[i]);
+            src_free(&r);
+        }
+        note_close(&n);
+    }
+    free(good);
+}
+
 int main(void)
 {
     T_RUN(test_round_trip);
     T_RUN(test_garbled);
+    T_RUN(test_record);
     return t_done();
 }

@@ -15,10 +15,12 @@ static const char list_help[] =
     "\n"
     "Find every operator source (*.c, *.cu) on the search path and list the\n"
     "operators: schema, devices, the tier a load would get, the source of each\n"
-    "device's kernel and its description. Each source is compiled and its init\n"
-    "run in a child process with a time limit ($OPJIT_DISCOVER_TIMEOUT seconds,\n"
-    "default 60): one that fails to compile, crashes, exits or hangs is reported\n"
-    "on stderr and the others are still listed; the exit status is then 1.\n"
+    "device's kernel and its description. A source not listed before (or edited\n"
+    "since) is compiled and its init run in a child process with a time limit\n"
+    "($OPJIT_DISCOVER_TIMEOUT seconds, default 60): one that fails to compile,\n"
+    "crashes, exits or hangs is reported on stderr and the others are still\n"
+    "listed; the exit status is then 1. What a child reports is kept in the\n"
+    "cache: a source listed before is reported from it, running nothing.\n"
     "\n"
     "The search path: the --ops-path directories, then $OPJIT_OPS_PATH.\n"
     "\n"
@@ -187,8 +189,9 @@ int cmd_list(int argc, char **argv)
     if (cli_create(&rt) != CLI_EXIT_OK)
         return CLI_EXIT_FAIL;
     int bad_dir = check_ops_dirs(cli_opt.ops_path);
-    /* Every source is loaded in a child process: one that crashes, exits
-     * or hangs is reported and the others are still listed. */
+    /* A source not listed before is loaded in a child process (one that
+     * crashes, exits or hangs is reported and the others are still
+     * listed); the others come from their records in the cache. */
     listed_ops ops = {0};
     int st = opjit_discover(rt, collect_source, &ops);
     int fail = bad_dir || (st != OPJIT_OK && st != OPJIT_EDEVICE) || ops.oom;
