@@ -1825,15 +1825,24 @@ static int conv_gw_sum_run(void *user, int64_t lo, int64_t hi)
     const gw_sum *q = (const gw_sum *)user;
     const int64_t og = q->g->og, kdim = q->kdim;
     int64_t i, s;
+#ifdef SG_FAST
+    if (q->transposed) { /* units of (group, 64 rows of kdim), float32 */
+        const int64_t nrb = (kdim + 63) / 64;
+        for (i = lo; i < hi; i++) {
+            int64_t gi = i / nrb, r0 = i % nrb * 64, nr = kdim - r0 < 64 ? kdim - r0 : 64, e;
+            float *p = (float *)q->parts + (gi * kdim + r0) * og;
+            for (s = 1; s < q->S; s++) /* into copy 0, in slice order */
+                for (e = 0; e < nr * og; e++)
+                    p[e] += p[s * q->count + e];
+            sg_transpose(p, og, nr, og, (float *)q->dw + gi * og * kdim + r0, kdim);
+        }
+        return 0;
+    }
+#endif
+    (void)og;
+    (void)kdim;
     for (i = lo; i < hi; i++) {
-        if (q->transposed) { /* i = (gi * og + o) * kdim + r, float32 */
-            int64_t r = i % kdim, o = i / kdim % og, gi = i / (kdim * og);
-            const float *p = (const float *)q->parts + (gi * kdim + r) * og + o;
-            float t = p[0];
-            for (s = 1; s < q->S; s++)
-                t += p[s * q->count];
-            ((float *)q->dw)[i] = t;
-        } else if (q->g->is64) {
+        if (q->g->is64) {
             const double *p = (const double *)q->parts + i;
             double t = p[0];
             for (s = 1; s < q->S; s++)
@@ -1921,8 +1930,10 @@ static int conv_grad_weight(opjit_ctx *ctx, const conv_geom *g, const void *x, c
     j.per = conv_gw_area(&j);
 #ifdef SG_FAST
     /* A 1x1 with fewer output than input channels: the products read the
-     * input in place and a transposed grad (smaller than the input). */
-    if (j.fast && j.direct && g->og <= 256 && g->og <= j.cbc &&
+     * input in place and a transposed grad (smaller than the input). Any
+     * other kernel with few output channels: the unfolded block is A as it
+     * stands, grad^T B, instead of a transpose of every block. */
+    if (j.fast && g->og <= 256 && (j.direct ? g->og <= j.cbc : g->og <= j.cbc * j.khw) &&
         (rc = conv_gw_transpose_grad(ctx, &j)))
         return rc;
 #endif
@@ -1940,6 +1951,9 @@ static int conv_grad_weight(opjit_ctx *ctx, const conv_geom *g, const void *x, c
     q.count = count;
     q.kdim = j.kdim;
     q.transposed = j.dyt != NULL;
+    if (q.transposed)
+        return opjit_parallel_for(ctx, 0, g->groups * ((j.kdim + 63) / 64), 1, conv_gw_sum_run,
+                                  &q);
     return opjit_parallel_for(ctx, 0, count, 4096, conv_gw_sum_run, &q);
 }
 
