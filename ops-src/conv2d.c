@@ -1499,14 +1499,15 @@ static int conv_is_pointwise(const conv_geom *g)
 /* grad_input of a 1x1 convolution with stride 1 and no padding: per image
  * and group, dx [cg, plane] = W_g^T [cg, og] dy [og, plane], W read
  * transposed in place (no flipped copy). Units of (image, group, block of
- * positions), the blocks fixed by the shape (OpenBLAS's rounding follows
- * its calls). */
+ * positions, block of rows), the blocks fixed by the shape (OpenBLAS's
+ * rounding follows its calls). */
 typedef struct gid_job {
     opjit_ctx *ctx;
     const conv_geom *g;
     const void *dy, *w;
     void *dx;
     int64_t plane, pb, nblk, trows;
+    int64_t rbs, nrb; /* rows (input channels) a block, blocks */
     char *ws;
     size_t per, tile; /* tile (trows x pb): bytes into a thread's area, 0: none */
     int fast;
@@ -1551,17 +1552,20 @@ static int conv_gid_run(void *user, int64_t lo, int64_t hi)
     const int64_t plane = j->plane, cg = g->cg, og = g->og;
     int64_t u;
     for (u = lo; u < hi; u++) {
-        int64_t blk = u % j->nblk, gi = u / j->nblk % g->groups, n = u / (j->nblk * g->groups);
+        int64_t rb = u % j->nrb, blk = u / j->nrb % j->nblk;
+        int64_t gi = u / (j->nrb * j->nblk) % g->groups, n = u / (j->nrb * j->nblk * g->groups);
         int64_t p0 = blk * j->pb, np = plane - p0 < j->pb ? plane - p0 : j->pb;
-        int64_t yo = (n * g->o + gi * og) * plane + p0, xo = (n * g->c + gi * cg) * plane + p0;
+        int64_t c0 = rb * j->rbs, nc = cg - c0 < j->rbs ? cg - c0 : j->rbs;
+        int64_t yo = (n * g->o + gi * og) * plane + p0;
+        int64_t xo = (n * g->c + gi * cg + c0) * plane + p0, wo = gi * og * cg + c0;
 #ifdef SG_FAST
         if (j->fast && j->tile) { /* rows by tiles, streamed out */
             char *area = j->ws + (size_t)opjit_thread_num(j->ctx) * j->per;
             float *scr = (float *)(void *)area, *tile = (float *)(void *)(area + j->tile);
             int64_t r0, nr;
-            for (r0 = 0; r0 < cg; r0 += j->trows) {
-                nr = cg - r0 < j->trows ? cg - r0 : j->trows;
-                sg_gemm_ex(nr, np, og, (const float *)j->w + gi * og * cg + r0, 1, cg,
+            for (r0 = 0; r0 < nc; r0 += j->trows) {
+                nr = nc - r0 < j->trows ? nc - r0 : j->trows;
+                sg_gemm_ex(nr, np, og, (const float *)j->w + wo + r0, 1, cg,
                            (const float *)j->dy + yo, plane, tile, j->pb, scr, 0);
                 conv_stream_rows(tile, j->pb, nr, np, (float *)j->dx + xo + r0 * plane, plane);
             }
@@ -1569,18 +1573,18 @@ static int conv_gid_run(void *user, int64_t lo, int64_t hi)
         }
         if (j->fast) {
             float *scr = (float *)(void *)(j->ws + (size_t)opjit_thread_num(j->ctx) * j->per);
-            sg_gemm_ex(cg, np, og, (const float *)j->w + gi * og * cg, 1, cg,
-                       (const float *)j->dy + yo, plane, (float *)j->dx + xo, plane, scr, 0);
+            sg_gemm_ex(nc, np, og, (const float *)j->w + wo, 1, cg, (const float *)j->dy + yo,
+                       plane, (float *)j->dx + xo, plane, scr, 0);
             continue;
         }
 #endif
         if (g->is64)
-            cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)cg, (int)np, (int)og, 1.0,
-                        (const double *)j->w + gi * og * cg, (int)cg, (const double *)j->dy + yo,
+            cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)np, (int)og, 1.0,
+                        (const double *)j->w + wo, (int)cg, (const double *)j->dy + yo,
                         (int)plane, 0.0, (double *)j->dx + xo, (int)plane);
         else
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)cg, (int)np, (int)og, 1.0f,
-                        (const float *)j->w + gi * og * cg, (int)cg, (const float *)j->dy + yo,
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)np, (int)og, 1.0f,
+                        (const float *)j->w + wo, (int)cg, (const float *)j->dy + yo,
                         (int)plane, 0.0f, (float *)j->dx + xo, (int)plane);
     }
 #ifdef SG_FAST
@@ -1594,7 +1598,7 @@ static int conv_gi_direct(opjit_ctx *ctx, const conv_geom *g, const void *dy, co
                           void *dx, int fast)
 {
     gid_job j;
-    int64_t nb, units = g->n * g->groups;
+    int64_t nb, nr, units = g->n * g->groups;
     memset(&j, 0, sizeof j);
     j.ctx = ctx;
     j.g = g;
@@ -1611,6 +1615,14 @@ static int conv_gi_direct(opjit_ctx *ctx, const conv_geom *g, const void *dy, co
         nb = 1;
     j.pb = ((j.plane + nb - 1) / nb + 15) / 16 * 16;
     j.nblk = (j.plane + j.pb - 1) / j.pb;
+    /* still short of 48 units (small images): blocks of at least 64 rows too */
+    nr = (48 + units * j.nblk - 1) / (units * j.nblk);
+    if (nr > g->cg / 64)
+        nr = g->cg / 64;
+    if (nr < 1)
+        nr = 1;
+    j.rbs = ((g->cg + nr - 1) / nr + 7) / 8 * 8;
+    j.nrb = (g->cg + j.rbs - 1) / j.rbs;
 #ifdef SG_FAST
     if (fast) {
         j.per = (sg_sgemm_scratch(g->og) + 63) / 64 * 64;
@@ -1626,7 +1638,7 @@ static int conv_gi_direct(opjit_ctx *ctx, const conv_geom *g, const void *dy, co
             return opjit_fail(ctx, "out of memory for grad_input's workspace");
     }
 #endif
-    return opjit_parallel_for(ctx, 0, units * j.nblk, 1, conv_gid_run, &j);
+    return opjit_parallel_for(ctx, 0, units * j.nblk * j.nrb, 1, conv_gid_run, &j);
 }
 
 /* grad_input [N, C, H, W] for grad [N, O, Ho, Wo] (dense). */
