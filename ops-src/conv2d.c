@@ -1702,9 +1702,10 @@ typedef struct gw_job {
 } gw_job;
 
 /* The unit's target: rows [r0, r0 + nr) and channels [c0, c0 + nc) of
- * group gi in slice s, zeroed. */
+ * group gi in slice s, zeroed when zero (the optimizing tier's first
+ * product writes it instead: a chain from 0 either way). */
 static void *conv_gw_target(const gw_job *j, int64_t s, int64_t gi, int64_t r0, int64_t nr,
-                            int64_t c0, int64_t nc)
+                            int64_t c0, int64_t nc, int zero)
 {
     const conv_geom *g = j->g;
     size_t esz = g->is64 ? sizeof(double) : sizeof(float);
@@ -1714,11 +1715,11 @@ static void *conv_gw_target(const gw_job *j, int64_t s, int64_t gi, int64_t r0, 
     if (j->dyt) { /* grad_weight^T: rows of kdim, og apart */
         t = (char *)j->dw + ((size_t)(s * g->o * j->kdim) +
                              (size_t)((gi * j->kdim + c0 * j->khw) * g->og + r0)) * esz;
-        for (r = 0; r < nc * j->khw; r++)
+        for (r = 0; zero && r < nc * j->khw; r++)
             memset(t + (size_t)(r * g->og) * esz, 0, (size_t)nr * esz);
         return t;
     }
-    for (r = 0; r < nr; r++)
+    for (r = 0; zero && r < nr; r++)
         memset(t + (size_t)(r * j->kdim) * esz, 0, (size_t)(nc * j->khw) * esz);
     return t;
 }
@@ -1754,20 +1755,21 @@ static const void *conv_gw_unfold(const gw_job *j, void *buf, int64_t n, int64_t
     return buf;
 }
 
-/* One block: target (nr x ncols, rows kdim apart) += grad rows dyr (nr x
+/* One block (acc 0: the unit's first, in the optimizing tier written, not
+ * added to): target (nr x ncols, rows kdim apart) += grad rows dyr (nr x
  * np, rows plane apart) times the unfolded block (ncols x np, rows ld
  * apart) transposed; or, with dyt (grad^T rows, np x nr, O apart), the
  * transposed target (ncols x nr, rows og apart) += the block times dyt. */
 static void conv_gw_block(const gw_job *j, char *area, const void *dyr, const float *dyt,
                           const void *col, int64_t ld, int64_t nr, int64_t ncols, int64_t np,
-                          void *target)
+                          void *target, int acc)
 {
     const conv_geom *g = j->g;
 #ifdef SG_FAST
-    if (dyt) { /* target^T (ncols x nr) += the unfolded block times grad^T */
+    if (dyt) { /* target^T (ncols x nr) (+)= the unfolded block times grad^T */
         float *scr = (float *)(void *)(area + (size_t)(j->cbc * j->khw * j->ldcol + 16) * 4);
         sg_gemm(ncols, nr, np, (const float *)col, ld, dyt, g->o, (float *)target, g->og, scr,
-                1);
+                acc);
         return;
     }
     if (j->fast) {
@@ -1775,13 +1777,14 @@ static void conv_gw_block(const gw_job *j, char *area, const void *dyr, const fl
         float *scr = bt + j->kb * j->ldbt + 16;
         sg_transpose((const float *)col, ld, ncols, np, bt, j->ldbt);
         sg_gemm(nr, ncols, np, (const float *)dyr, j->plane, bt, j->ldbt, (float *)target,
-                j->kdim, scr, 1);
+                j->kdim, scr, acc);
         return;
     }
 #else
     (void)area;
     (void)dyt;
 #endif
+    (void)acc; /* the target was zeroed: beta = 1 throughout, as always */
     if (g->is64)
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)ncols, (int)np, 1.0,
                     (const double *)dyr, (int)j->plane, (const double *)col, (int)ld, 1.0,
@@ -1807,8 +1810,9 @@ static int conv_gw_run(void *user, int64_t lo, int64_t hi)
         int64_t s = u / (j->nrb * j->ncb * G), r0 = rb * j->rbs, c0 = cb * j->cbc;
         int64_t nr = g->og - r0 < j->rbs ? g->og - r0 : j->rbs;
         int64_t nc = g->cg - c0 < j->cbc ? g->cg - c0 : j->cbc;
-        void *target = conv_gw_target(j, s, gi, r0, nr, c0, nc);
-        for (t = s * nblocks / j->S; t < (s + 1) * nblocks / j->S; t++) {
+        int64_t t0 = s * nblocks / j->S, t1 = (s + 1) * nblocks / j->S;
+        void *target = conv_gw_target(j, s, gi, r0, nr, c0, nc, !j->fast || t0 == t1);
+        for (t = t0; t < t1; t++) {
             int64_t n = t / j->nkb, p0 = (t % j->nkb) * j->kb, ld;
             int64_t np = j->plane - p0 < j->kb ? j->plane - p0 : j->kb;
             const void *col = conv_gw_unfold(j, area, n, gi, c0, nc, p0, np, &ld);
@@ -1816,7 +1820,7 @@ static int conv_gw_run(void *user, int64_t lo, int64_t hi)
                               (size_t)((n * g->o + gi * g->og + r0) * j->plane + p0) * esz;
             const float *dyt = j->dyt ? j->dyt + (n * j->plane + p0) * g->o + gi * g->og + r0
                                       : NULL;
-            conv_gw_block(j, area, dyr, dyt, col, ld, nr, nc * j->khw, np, target);
+            conv_gw_block(j, area, dyr, dyt, col, ld, nr, nc * j->khw, np, target, t > t0);
         }
     }
     return 0;
