@@ -1540,6 +1540,22 @@ SG_TGT static void conv_stream_rows(const float *src, int64_t lds, int64_t rows,
     }
 }
 
+/* C (M x N) = A^T B, A's element (i, k) at a[k * lda + i] (the weights of
+ * the group, read in place), B (K x N) rows plane apart. A long K in
+ * steps of 128 (each continuing the chains, the same bits): B's panel and
+ * the lines of A then stay in L1 (1x1 512->2048 @7 batch 1 grad_input,
+ * 1 thread: 2.2 -> 1.45 ms). */
+SG_TGT static void conv_gid_gemm(int64_t M, int64_t N, int64_t K, int64_t lda, const float *a,
+                                 const float *b, int64_t plane, float *c, int64_t ldc,
+                                 float *scr)
+{
+    const int64_t kb = K > 256 ? 128 : K;
+    int64_t k0;
+    for (k0 = 0; k0 < K; k0 += kb)
+        sg_gemm_ex(M, N, K - k0 < kb ? K - k0 : kb, a + k0 * lda, 1, lda, b + k0 * plane, plane,
+                   c, ldc, scr, k0 > 0);
+}
+
 /* Bytes of grad_input from which conv_gid_run streams it out (measured:
  * 1x1 256->64 @56, 25 MB, 10.7 -> 8.1 ms at 1 thread; 3 MB, no gain). */
 #define CONV_GID_STREAM ((size_t)8 << 20)
@@ -1565,16 +1581,16 @@ static int conv_gid_run(void *user, int64_t lo, int64_t hi)
             int64_t r0, nr;
             for (r0 = 0; r0 < nc; r0 += j->trows) {
                 nr = nc - r0 < j->trows ? nc - r0 : j->trows;
-                sg_gemm_ex(nr, np, og, (const float *)j->w + wo + r0, 1, cg,
-                           (const float *)j->dy + yo, plane, tile, j->pb, scr, 0);
+                conv_gid_gemm(nr, np, og, cg, (const float *)j->w + wo + r0,
+                              (const float *)j->dy + yo, plane, tile, j->pb, scr);
                 conv_stream_rows(tile, j->pb, nr, np, (float *)j->dx + xo + r0 * plane, plane);
             }
             continue;
         }
         if (j->fast) {
             float *scr = (float *)(void *)(j->ws + (size_t)opjit_thread_num(j->ctx) * j->per);
-            sg_gemm_ex(nc, np, og, (const float *)j->w + wo, 1, cg, (const float *)j->dy + yo,
-                       plane, (float *)j->dx + xo, plane, scr, 0);
+            conv_gid_gemm(nc, np, og, cg, (const float *)j->w + wo, (const float *)j->dy + yo,
+                          plane, (float *)j->dx + xo, plane, scr);
             continue;
         }
 #endif
