@@ -1657,6 +1657,47 @@ static int conv_gi_direct(opjit_ctx *ctx, const conv_geom *g, const void *dy, co
     return opjit_parallel_for(ctx, 0, units * j.nblk * j.nrb, 1, conv_gid_run, &j);
 }
 
+/* Whether g is a 1x1 on a batch of small images, whose gradients treat
+ * the batch as one image of all the positions (conv_grad_folded). */
+static int conv_folds(const conv_geom *g)
+{
+    return conv_is_pointwise(g) && g->n > 1 && g->ho * g->wo < 256;
+}
+
+static int conv_grad_weight(opjit_ctx *ctx, const conv_geom *g, const void *x, const void *dy,
+                            void *dw);
+
+/* The gradients of such a 1x1 (dx, dw: those wanted, else NULL; x, w
+ * those they need), grad folded once for both: grad_input, one image, so
+ * W is read once; grad_weight, products over long rows instead of an
+ * image's few. 0, or the status of opjit_fail. */
+static int conv_grad_folded(opjit_ctx *ctx, const conv_geom *g, const void *dy, const void *x,
+                            const void *w, void *dx, void *dw)
+{
+    conv_geom g1 = *g;
+    size_t esz = g->is64 ? sizeof(double) : sizeof(float), plane = (size_t)(g->h * g->w);
+    void *yr = opjit_workspace(ctx, (size_t)(g->n * g->o) * plane * esz);
+    void *xr = opjit_workspace(ctx, (size_t)(g->n * g->c) * plane * esz); /* dx, then x */
+    int fast = 0, rc;
+#ifdef SG_FAST
+    fast = !g->is64 && sg_fast_ok();
+#endif
+    if (!xr || !yr)
+        return opjit_fail(ctx, "out of memory for the gradients' workspace");
+    g1.n = 1;
+    g1.h = g1.ho = 1;
+    g1.w = g1.wo = g->n * g->h * g->w;
+    if ((rc = conv_fold_batch(ctx, g, dy, g->o, yr)) != 0)
+        return rc;
+    if (dx && ((rc = conv_gi_direct(ctx, &g1, yr, w, xr, fast)) != 0 ||
+               (rc = conv_unfold_batch(ctx, g, xr, g->c, dx)) != 0))
+        return rc;
+    if (dw && ((rc = conv_fold_batch(ctx, g, x, g->c, xr)) != 0 ||
+               (rc = conv_grad_weight(ctx, &g1, xr, yr, dw)) != 0))
+        return rc;
+    return 0;
+}
+
 /* grad_input [N, C, H, W] for grad [N, O, Ho, Wo] (dense). */
 static int conv_grad_input(opjit_ctx *ctx, const conv_geom *g, const void *dy, const void *w,
                            void *dx)
@@ -1668,22 +1709,8 @@ static int conv_grad_input(opjit_ctx *ctx, const conv_geom *g, const void *dy, c
 #endif
     if (g->n == 0 || g->c == 0)
         return 0;
-    if (conv_is_pointwise(g) && g->n > 1 && g->ho * g->wo < 256) {
-        /* small images: one image of all the positions, so W is read once */
-        conv_geom g1 = *g;
-        size_t esz = g->is64 ? sizeof(double) : sizeof(float), plane = (size_t)(g->h * g->w);
-        void *yr = opjit_workspace(ctx, (size_t)(g->n * g->o) * plane * esz);
-        void *xr = opjit_workspace(ctx, (size_t)(g->n * g->c) * plane * esz);
-        if (!xr || !yr)
-            return opjit_fail(ctx, "out of memory for grad_input's workspace");
-        g1.n = 1;
-        g1.h = g1.ho = 1;
-        g1.w = g1.wo = g->n * g->h * g->w;
-        if ((rc = conv_fold_batch(ctx, g, dy, g->o, yr)) ||
-            (rc = conv_gi_direct(ctx, &g1, yr, w, xr, fast)))
-            return rc;
-        return conv_unfold_batch(ctx, g, xr, g->c, dx);
-    }
+    if (conv_folds(g))
+        return conv_grad_folded(ctx, g, dy, NULL, w, dx, NULL);
     if (conv_is_pointwise(g))
         return conv_gi_direct(ctx, g, dy, w, dx, fast);
     if (conv_transposed_geom(g, &t) && conv_sizes_ok(ctx, &t) == 0) {
@@ -1990,21 +2017,8 @@ static int conv_grad_weight(opjit_ctx *ctx, const conv_geom *g, const void *x, c
         memset(dw, 0, (size_t)count * esz);
         return 0;
     }
-    if (conv_is_pointwise(g) && g->n > 1 && g->ho * g->wo < 256) {
-        /* A 1x1 on small images: one image of all the positions, so the
-         * products run over long rows instead of an image's few. */
-        conv_geom g1 = *g;
-        void *xr = opjit_workspace(ctx, (size_t)(g->n * g->c * g->h * g->w) * esz);
-        void *yr = opjit_workspace(ctx, (size_t)(g->n * g->o * g->h * g->w) * esz);
-        if (!xr || !yr)
-            return opjit_fail(ctx, "out of memory for grad_weight's workspace");
-        if ((rc = conv_fold_batch(ctx, g, x, g->c, xr)) || (rc = conv_fold_batch(ctx, g, dy, g->o, yr)))
-            return rc;
-        g1.n = 1;
-        g1.h = g1.ho = 1;
-        g1.w = g1.wo = g->n * g->h * g->w;
-        return conv_grad_weight(ctx, &g1, xr, yr, dw);
-    }
+    if (conv_folds(g))
+        return conv_grad_folded(ctx, g, dy, x, NULL, NULL, dw);
     memset(&j, 0, sizeof j);
     j.ctx = ctx;
     j.g = g;
@@ -2121,6 +2135,8 @@ static int conv2d_backward_run(opjit_ctx *ctx, opjit_args *a, int str_padding)
     }
     if (want[2] && (rc = conv_grad_bias(ctx, &g, dy, db)) != 0)
         return rc;
+    if (want[0] && want[1] && g.c > 0 && conv_folds(&g)) /* grad folded once */
+        return conv_grad_folded(ctx, &g, dy, x, w, dx, dw);
     if (want[0] && (rc = conv_grad_input(ctx, &g, dy, w, dx)) != 0)
         return rc;
     if (want[1] && (rc = conv_grad_weight(ctx, &g, x, dy, dw)) != 0)
