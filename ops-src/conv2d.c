@@ -1165,7 +1165,12 @@ static int conv2d_padding_cpu(opjit_ctx *ctx, opjit_args *a) { return conv2d_run
  *    for 3x3, the direct GEMM for 1x1, im2col otherwise). Else, per image
  *    and group, cols [C/g * kH * kW, Ho * Wo] = W_g^T grad_g (GEMM, in
  *    blocks of positions), then col2im per input channel (each channel's
- *    plane sums its kH * kW rows in a fixed order).
+ *    plane sums its kH * kW rows in a fixed order). A 1x1 (stride 1, no
+ *    padding) reads W transposed in place, in units of images, blocks of
+ *    positions and, on small images, blocks of input channels; a long
+ *    reduction in steps of 128; an output over 8 MB by tiles streamed out.
+ *    On a batch of small images the batch is folded into one image (grad
+ *    folded once when both gradients are wanted).
  *  - grad_weight: per group, grad_g [O/g, N Ho Wo] times im2col(input)^T,
  *    a product whose long dimension is the reduction. Units: slices of
  *    that dimension (whole blocks of positions of one image) x blocks of
@@ -1175,7 +1180,9 @@ static int conv2d_padding_cpu(opjit_ctx *ctx, opjit_args *a) { return conv2d_run
  *    of that slice's copy, summed in slice order at the end). In the
  *    optimizing tier the unfolded block is transposed in registers and
  *    sgemm_core.h's GEMM continues each element's chain of fused
- *    multiply-adds from the last block; elsewhere OpenBLAS's gemm with
+ *    multiply-adds from the last block (with few output channels, the
+ *    unfolded block times grad^T, transposed once a call, makes
+ *    grad_weight^T: no block transposed); elsewhere OpenBLAS's gemm with
  *    beta = 1 on calls of shapes the slicing alone fixes. */
 
 /* ---- grad_bias ------------------------------------------------------------------ */
