@@ -278,6 +278,12 @@ static void test_conv2d_backward_cases(void)
         {{2, 300, 5, 6, 40, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0}, 1, 0},
         {{1, 40, 4, 5, 600, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0}, 1, 0},
         {{2, 64, 16, 16, 64, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 1, 0}, /* stride 2 */
+        /* a 1x1's grad_input over 8 MB (streamed out by tiles; rows unaligned) */
+        {{2, 66, 127, 127, 24, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 2, 0, 0}, 0, 0},
+        /* a 1x1 on one small image: grad_input in blocks of rows */
+        {{1, 200, 7, 7, 24, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0}, 1, 0},
+        /* grad_weight with more output channels than unfolded rows (no grad^T) */
+        {{2, 16, 12, 11, 160, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, 1, 0},
     };
     char what[96];
     for (int bits = 32; bits <= 64; bits += 32)

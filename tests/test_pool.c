@@ -449,6 +449,12 @@ static void make_cases(void)
         {"conv2d_backward 3x3 stride 2 @29 batch 2 (col2im)", 32, 2, 16, 29, 24, 3, 2, 1, 1},
         {"conv2d_backward 1x1 96->600 @9 (row and column blocks)", 32, 3, 96, 9, 600, 1, 1, 0, 1},
         {"conv2d_backward 5x5 groups 2 float64 @17", 64, 2, 8, 17, 12, 5, 1, 2, 2},
+        {"conv2d_backward 1x1 65->24 @127 batch 2 (grad_input streamed out)", 32, 2, 65, 127,
+         24, 1, 1, 0, 1},
+        {"conv2d_backward 1x1 200->24 @7 (grad_input in row blocks)", 32, 1, 200, 7, 24, 1, 1,
+         0, 1},
+        {"conv2d_backward 3x3 16->160 @12 (grad_weight of transposed blocks)", 32, 2, 16, 12,
+         160, 3, 1, 1, 1},
     };
     for (size_t i = 0; i < sizeof bw / sizeof *bw; i++) {
         op_case *q = conv_case(bw[i].what, bw[i].bits, bw[i].n, bw[i].c, bw[i].hw, bw[i].o,
