@@ -107,8 +107,8 @@ void jit_fork_done(void);
 
 /* "x86_64-linux": the machine's triple (once per process). */
 const char *jit_host_target(void);
-/* A hash of what identifies a compiler's file cheaply: its path, its real
- * path and that file's device, inode, size and modification time, as
+/* A hash of what identifies a compiler's file cheaply: its path and the
+ * device, inode, size and modification time of the file it leads to, as
  * "prefix:<hex>" into out; 0 when it cannot be read. */
 int jit_file_id(const char *prefix, const char *path, char *out, size_t n);
 

@@ -32,7 +32,7 @@ char *loader_read_file(const char *path, size_t *len)
         errno = bad;
         return NULL;
     }
-    size_t cap = (size_t)st.st_size + 4096, n = 0;
+    size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, n = 0;
     char *buf = malloc(cap);
     while (buf) {
         ssize_t r = read(fd, buf + n, cap - n - 1);
@@ -47,6 +47,11 @@ char *loader_read_file(const char *path, size_t *len)
             break;
         }
         n += (size_t)r;
+        /* All the size fstat saw: no read more to learn of the end (a
+         * file that grows meanwhile is read as it was; its digest and its
+         * compile take these bytes). A size of 0 (/proc) reads to the end. */
+        if (st.st_size > 0 && n == (size_t)st.st_size)
+            break;
         if (n == cap - 1) { /* it grew while we read */
             char *nb = realloc(buf, cap * 2);
             if (!nb) {
