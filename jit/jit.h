@@ -23,6 +23,7 @@ enum {
 
 /* What the runtime was configured with, for every compiler (the loader
  * fills it from the runtime's settings, runtime/settings.h). */
+/* (A field added here is copied in pipeline_init too.) */
 typedef struct jit_settings {
     const char *cc_name;      /* the optimizing C compiler as configured ("cc", a path) */
     const char *path;         /* $PATH, to find it (NULL: the usual one) */

@@ -92,7 +92,8 @@ typedef struct source_refusal {
     char msg[PATH_MAX + 1024];
 } source_refusal;
 
-/* A source file read into memory. */
+/* A source file read into memory. (source_read clears it field by
+ * field: a new field is cleared there too.) */
 typedef struct source {
     const char *path; /* as given */
     char real[PATH_MAX];

@@ -301,8 +301,18 @@ static void source_digest(const source *s, cache_key *out, char **bad_header, re
 int source_read(loader *l, const char *path, source *s)
 {
     opjit_runtime *rt = l->rt;
-    memset(s, 0, sizeof *s);
+    /* Field by field, not a memset of all 8 KiB (pages a fresh process
+     * has not touched): the path buffers are filled below, up to their
+     * strings. (A field added to source is cleared here too.) */
     s->path = path;
+    s->real[0] = s->dir[0] = s->stem[0] = '\0';
+    s->name = NULL;
+    s->text = NULL;
+    s->len = 0;
+    s->device = 0;
+    memset(&s->digest, 0, sizeof s->digest);
+    s->inputs = (readable){0};
+    s->confine = (source_confine){0};
     if (has_suffix(path, ".c"))
         s->device = OPJIT_CPU;
     else if (has_suffix(path, ".cu"))
@@ -399,12 +409,23 @@ void readable_add_sum(readable *r, const char *name, const char *value,
         r->cap = cap;
     }
     /* One line each: values never hold a newline (escaped by the manifest
-     * anyway, but a line is what `cache why` compares). */
-    int k = snprintf(r->text + r->len, r->cap - r->len, "%s %s%s\n", name, value, hash);
-    for (int i = 0; i < k - 1; i++)
-        if (r->text[r->len + (size_t)i] == '\n')
-            r->text[r->len + (size_t)i] = ' ';
-    r->len += (size_t)k;
+     * anyway, but a line is what `cache why` compares). Copied, not
+     * printed: a load adds several. */
+    char *o = r->text + r->len, *line = o;
+    size_t nn = strlen(name), nv = strlen(value), nh = strlen(hash);
+    memcpy(o, name, nn);
+    o += nn;
+    *o++ = ' ';
+    memcpy(o, value, nv);
+    o += nv;
+    memcpy(o, hash, nh);
+    o += nh;
+    for (char *q = line; q < o; q++)
+        if (*q == '\n')
+            *q = ' ';
+    *o++ = '\n';
+    *o = '\0';
+    r->len += (size_t)(o - line);
 }
 
 void readable_free(readable *r)

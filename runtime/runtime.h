@@ -360,8 +360,6 @@ static inline void reclaim_exit(void)
     else
         reclaim_exit_slow();
 }
-/* Once per process before any of the others (runtime_new). */
-void reclaim_init(void);
 /* After taking code out of the table: its epoch E. */
 uint64_t reclaim_retire(void);
 /* The epoch the oldest call still running began in (UINT64_MAX: none;
