@@ -103,6 +103,7 @@ typedef struct source {
     char *text;
     size_t len;
     int device;
+    int uses_blas;    /* it names cblas (source_finish): asked once, not per key */
     cache_key digest; /* of everything the artifacts depend on, read once */
     readable inputs;  /* the digest's inputs, readable */
     source_confine confine; /* an inline source's rule for its headers */

@@ -310,6 +310,7 @@ int source_read(loader *l, const char *path, source *s)
     s->text = NULL;
     s->len = 0;
     s->device = 0;
+    s->uses_blas = 0;
     memset(&s->digest, 0, sizeof s->digest);
     s->inputs = (readable){0};
     s->confine = (source_confine){0};
@@ -340,6 +341,8 @@ int source_read(loader *l, const char *path, source *s)
 int source_finish(loader *l, source *s)
 {
     s->name = base_name(s->path);
+    /* Once: every key of the source asks (a .cu's, per architecture, too). */
+    s->uses_blas = strstr(s->text, "cblas") != NULL;
     snprintf(s->stem, sizeof s->stem, "%.*s", (int)(strrchr(s->name, '.') - s->name), s->name);
     char *bad = NULL;
     source_refusal refused;
@@ -540,7 +543,7 @@ int source_unchanged(const source *s)
 
 /* Linking OpenBLAS costs its initialisation (2 to 15 ms of thread-pool
  * start-up) at every dlopen, so only sources that use it get it. */
-int source_uses_blas(const source *s) { return strstr(s->text, "cblas") != NULL; }
+int source_uses_blas(const source *s) { return s->uses_blas; }
 
 int loader_is_path_spec(const char *spec)
 {
