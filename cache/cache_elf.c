@@ -29,8 +29,23 @@ static uint64_t cache_elf_end(uint64_t off, uint64_t n, uint64_t size)
     return off > UINT64_MAX - len ? UINT64_MAX : off + len;
 }
 
-static int cache_pread_all(int fd, void *buf, size_t n, uint64_t off)
+/* Where the checks read the artifact: a file (pread) or its bytes in
+ * memory (a mapping the fetch hashed). */
+typedef struct cache_elf_src {
+    int fd;
+    const unsigned char *mem; /* NULL: read fd */
+    uint64_t size;
+} cache_elf_src;
+
+static int cache_pread_all(const cache_elf_src *src, void *buf, size_t n, uint64_t off)
 {
+    if (src->mem) {
+        if (off > src->size || n > src->size - off)
+            return EIO; /* as a short read */
+        memcpy(buf, src->mem + off, n);
+        return 0;
+    }
+    int fd = src->fd;
     size_t got = 0;
     while (got < n) {
         ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
@@ -60,7 +75,7 @@ CACHE_ELF_STACK(cache_elf32_stack, Elf32_Phdr)
 /* The checks, for one ELF class. Returns 0, an errno (could not read), or
  * -1 with why filled (incomplete). */
 #define CACHE_ELF_CHECKER(NAME, Ehdr, Phdr, Shdr, cache_elf_stack)                                          \
-    static int NAME(int fd, uint64_t size, char *why, size_t whylen)                      \
+    static int NAME(const cache_elf_src *fd, uint64_t size, char *why, size_t whylen)     \
     {                                                                                      \
         Ehdr eh;                                                                           \
         int e = cache_pread_all(fd, &eh, sizeof eh, 0);                                    \
@@ -122,7 +137,7 @@ CACHE_ELF_CHECKER(cache_elf32_check, Elf32_Ehdr, Elf32_Phdr, Elf32_Shdr, cache_e
 
 /* cache_elf_check, returning 0, CACHE_ELF_INCOMPLETE, CACHE_ELF_UNSAFE
  * or an errno. */
-static int elf_check(int fd, uint64_t size, char *why, size_t whylen)
+static int elf_check(const cache_elf_src *fd, uint64_t size, char *why, size_t whylen)
 {
     unsigned char ident[EI_NIDENT];
     if (size < 4)
@@ -145,11 +160,22 @@ static int elf_check(int fd, uint64_t size, char *why, size_t whylen)
     return CACHE_ELF_INCOMPLETE;
 }
 
-int cache_elf_check(int fd, uint64_t size, int *unsafe, char *why, size_t whylen)
+static int elf_check_status(int rc, int *unsafe)
 {
-    int rc = elf_check(fd, size, why, whylen);
     *unsafe = rc == CACHE_ELF_UNSAFE;
     if (rc < 0)
         return OPJIT_ECACHE;
     return cache_status_errno(rc);
+}
+
+int cache_elf_check(int fd, uint64_t size, int *unsafe, char *why, size_t whylen)
+{
+    cache_elf_src src = {.fd = fd, .size = size};
+    return elf_check_status(elf_check(&src, size, why, whylen), unsafe);
+}
+
+int cache_elf_check_mem(const void *mem, uint64_t size, int *unsafe, char *why, size_t whylen)
+{
+    cache_elf_src src = {.fd = -1, .mem = mem, .size = size};
+    return elf_check_status(elf_check(&src, size, why, whylen), unsafe);
 }

@@ -47,19 +47,43 @@ int cache_errf(char *err, size_t errlen, int status, const char *fmt, ...)
 }
 
 /* a + "/" + b [+ "/" + c], malloc'd. */
+/* Paths are joined by copies, not snprintf: a cache hit makes a dozen. */
 char *cache_path(const char *a, const char *b, const char *c)
 {
-    size_t n = strlen(a) + strlen(b) + (c ? strlen(c) + 1 : 0) + 2;
-    char *p = malloc(n);
-    if (p)
-        snprintf(p, n, c ? "%s/%s/%s" : "%s/%s", a, b, c ? c : "");
+    size_t na = strlen(a), nb = strlen(b), nc = c ? strlen(c) : 0;
+    char *p = malloc(na + nb + nc + 3), *o = p;
+    if (!p)
+        return NULL;
+    memcpy(o, a, na);
+    o += na;
+    *o++ = '/';
+    memcpy(o, b, nb);
+    o += nb;
+    if (c) {
+        *o++ = '/';
+        memcpy(o, c, nc);
+        o += nc;
+    }
+    *o = '\0';
     return p;
 }
 
-/* entries/<2 hex>/<32 hex>: where the entry of key hex lives. */
+/* entries/<2 hex>/<32 hex>: where the entry of key hex lives (cut to
+ * outlen, as snprintf would). */
 void cache_entry_dir_of(const char *entries, const char *hex, char *out, size_t outlen)
 {
-    snprintf(out, outlen, "%s/%.2s/%s", entries, hex, hex);
+    size_t ne = strlen(entries), nh = strnlen(hex, 2), nk = strlen(hex);
+    if (!outlen)
+        return;
+    if (ne + 1 + nh + 1 + nk >= outlen) {
+        snprintf(out, outlen, "%s/%.2s/%s", entries, hex, hex);
+        return;
+    }
+    memcpy(out, entries, ne);
+    out[ne] = '/';
+    memcpy(out + ne + 1, hex, nh);
+    out[ne + 1 + nh] = '/';
+    memcpy(out + ne + 2 + nh, hex, nk + 1);
 }
 
 /* n lowercase hex digits, then the end or a '.'. */

@@ -182,6 +182,9 @@ int cache_manifest_write(int dirfd, const cache_request *req, const cache_artifa
 #define CACHE_ELF_INCOMPLETE (-1)
 #define CACHE_ELF_UNSAFE (-2)
 int cache_elf_check(int fd, uint64_t size, int *unsafe, char *why, size_t whylen);
+/* The same for an artifact's size bytes at mem (mapped), errno EIO for
+ * headers that point past them. */
+int cache_elf_check_mem(const void *mem, uint64_t size, int *unsafe, char *why, size_t whylen);
 
 /* cache_evict.c */
 /* The keys under an entries/ directory of c (a layer's), sorted, never

@@ -23,6 +23,7 @@ enum {
 
 /* What the runtime was configured with, for every compiler (the loader
  * fills it from the runtime's settings, runtime/settings.h). */
+/* (A field added here is copied in pipeline_init too.) */
 typedef struct jit_settings {
     const char *cc_name;      /* the optimizing C compiler as configured ("cc", a path) */
     const char *path;         /* $PATH, to find it (NULL: the usual one) */
@@ -107,8 +108,8 @@ void jit_fork_done(void);
 
 /* "x86_64-linux": the machine's triple (once per process). */
 const char *jit_host_target(void);
-/* A hash of what identifies a compiler's file cheaply: its path, its real
- * path and that file's device, inode, size and modification time, as
+/* A hash of what identifies a compiler's file cheaply: its path and the
+ * device, inode, size and modification time of the file it leads to, as
  * "prefix:<hex>" into out; 0 when it cannot be read. */
 int jit_file_id(const char *prefix, const char *path, char *out, size_t n);
 

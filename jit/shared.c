@@ -28,13 +28,16 @@ const char *jit_host_target(void)
     return host_triple;
 }
 
+/* The file stat(2) finds at the end of path's links names it: a link
+ * retargeted gives another device and inode (no realpath, whose readlink
+ * per component a cache hit would pay). */
 int jit_file_id(const char *prefix, const char *path, char *out, size_t n)
 {
-    char real[PATH_MAX], buf[PATH_MAX * 2 + 128];
+    char buf[PATH_MAX + 128];
     struct stat st;
-    if (!path || !path[0] || !realpath(path, real) || stat(real, &st) != 0)
+    if (!path || !path[0] || stat(path, &st) != 0)
         return 0;
-    int len = snprintf(buf, sizeof buf, "%s\n%s\n%llu %llu %lld %lld.%09ld", path, real,
+    int len = snprintf(buf, sizeof buf, "%s\n%llu %llu %lld %lld.%09ld", path,
                        (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
                        (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
     XXH128_hash_t h = XXH3_128bits(buf, (size_t)len < sizeof buf ? (size_t)len : sizeof buf);

@@ -92,7 +92,8 @@ typedef struct source_refusal {
     char msg[PATH_MAX + 1024];
 } source_refusal;
 
-/* A source file read into memory. */
+/* A source file read into memory. (source_read clears it field by
+ * field: a new field is cleared there too.) */
 typedef struct source {
     const char *path; /* as given */
     char real[PATH_MAX];
@@ -102,6 +103,7 @@ typedef struct source {
     char *text;
     size_t len;
     int device;
+    int uses_blas;    /* it names cblas (source_finish): asked once, not per key */
     cache_key digest; /* of everything the artifacts depend on, read once */
     readable inputs;  /* the digest's inputs, readable */
     source_confine confine; /* an inline source's rule for its headers */

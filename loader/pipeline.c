@@ -37,11 +37,21 @@ static const char *const scratch_files[] = {"opjit_op.h", "cc-version.txt", NULL
 
 int pipeline_init(pipeline *p, cache *c, const jit_settings *set)
 {
-    memset(p, 0, sizeof *p);
+    /* Field by field: the two path buffers (9 KiB, pages a fresh process
+     * has not touched) are written only up to their strings. */
     p->cache = c;
-    p->set = *set;
+    p->set.cc_name = set->cc_name;
+    p->set.path = set->path;
+    memcpy(p->set.cc, set->cc, strnlen(set->cc, sizeof set->cc - 1) + 1);
+    p->set.cc[sizeof p->set.cc - 1] = '\0';
+    p->set.cc_timeout_ms = set->cc_timeout_ms;
+    p->set.cuda_archs = set->cuda_archs;
     p->set.scratch = NULL;
+    p->set.tmpdir = set->tmpdir;
+    p->set.cpu_level = set->cpu_level;
+    p->scratch[0] = '\0';
     p->scratch_lock = -1;
+    memset(p->comp, 0, sizeof p->comp);
     return pthread_mutex_init(&p->lock, NULL) ? OPJIT_ENOMEM : OPJIT_OK;
 }
 

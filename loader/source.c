@@ -32,7 +32,7 @@ char *loader_read_file(const char *path, size_t *len)
         errno = bad;
         return NULL;
     }
-    size_t cap = (size_t)st.st_size + 4096, n = 0;
+    size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, n = 0;
     char *buf = malloc(cap);
     while (buf) {
         ssize_t r = read(fd, buf + n, cap - n - 1);
@@ -47,6 +47,11 @@ char *loader_read_file(const char *path, size_t *len)
             break;
         }
         n += (size_t)r;
+        /* All the size fstat saw: no read more to learn of the end (a
+         * file that grows meanwhile is read as it was; its digest and its
+         * compile take these bytes). A size of 0 (/proc) reads to the end. */
+        if (st.st_size > 0 && n == (size_t)st.st_size)
+            break;
         if (n == cap - 1) { /* it grew while we read */
             char *nb = realloc(buf, cap * 2);
             if (!nb) {
@@ -296,8 +301,19 @@ static void source_digest(const source *s, cache_key *out, char **bad_header, re
 int source_read(loader *l, const char *path, source *s)
 {
     opjit_runtime *rt = l->rt;
-    memset(s, 0, sizeof *s);
+    /* Field by field, not a memset of all 8 KiB (pages a fresh process
+     * has not touched): the path buffers are filled below, up to their
+     * strings. (A field added to source is cleared here too.) */
     s->path = path;
+    s->real[0] = s->dir[0] = s->stem[0] = '\0';
+    s->name = NULL;
+    s->text = NULL;
+    s->len = 0;
+    s->device = 0;
+    s->uses_blas = 0;
+    memset(&s->digest, 0, sizeof s->digest);
+    s->inputs = (readable){0};
+    s->confine = (source_confine){0};
     if (has_suffix(path, ".c"))
         s->device = OPJIT_CPU;
     else if (has_suffix(path, ".cu"))
@@ -325,6 +341,8 @@ int source_read(loader *l, const char *path, source *s)
 int source_finish(loader *l, source *s)
 {
     s->name = base_name(s->path);
+    /* Once: every key of the source asks (a .cu's, per architecture, too). */
+    s->uses_blas = strstr(s->text, "cblas") != NULL;
     snprintf(s->stem, sizeof s->stem, "%.*s", (int)(strrchr(s->name, '.') - s->name), s->name);
     char *bad = NULL;
     source_refusal refused;
@@ -394,12 +412,23 @@ void readable_add_sum(readable *r, const char *name, const char *value,
         r->cap = cap;
     }
     /* One line each: values never hold a newline (escaped by the manifest
-     * anyway, but a line is what `cache why` compares). */
-    int k = snprintf(r->text + r->len, r->cap - r->len, "%s %s%s\n", name, value, hash);
-    for (int i = 0; i < k - 1; i++)
-        if (r->text[r->len + (size_t)i] == '\n')
-            r->text[r->len + (size_t)i] = ' ';
-    r->len += (size_t)k;
+     * anyway, but a line is what `cache why` compares). Copied, not
+     * printed: a load adds several. */
+    char *o = r->text + r->len, *line = o;
+    size_t nn = strlen(name), nv = strlen(value), nh = strlen(hash);
+    memcpy(o, name, nn);
+    o += nn;
+    *o++ = ' ';
+    memcpy(o, value, nv);
+    o += nv;
+    memcpy(o, hash, nh);
+    o += nh;
+    for (char *q = line; q < o; q++)
+        if (*q == '\n')
+            *q = ' ';
+    *o++ = '\n';
+    *o = '\0';
+    r->len += (size_t)(o - line);
 }
 
 void readable_free(readable *r)
@@ -514,7 +543,7 @@ int source_unchanged(const source *s)
 
 /* Linking OpenBLAS costs its initialisation (2 to 15 ms of thread-pool
  * start-up) at every dlopen, so only sources that use it get it. */
-int source_uses_blas(const source *s) { return strstr(s->text, "cblas") != NULL; }
+int source_uses_blas(const source *s) { return s->uses_blas; }
 
 int loader_is_path_spec(const char *spec)
 {

@@ -37,7 +37,8 @@ struct out_cache {
     pthread_mutex_t mu;
     atomic_long refs;   /* the runtime + blocks handed out */
     int closed;         /* the runtime is gone: keep nothing */
-    size_t held, cap;   /* bytes on the free lists, bound */
+    size_t held, cap;   /* bytes on the free lists, bound (under mu) */
+    int on;             /* cap is not 0: large blocks go through the lists */
     unsigned long hits, misses;
     cached *free[CACHE_NCLASSES];
 };
@@ -60,19 +61,31 @@ static int size_class(size_t n, size_t *size)
     return (shift - CACHE_MIN_SHIFT) * 4 + sub;
 }
 
+/* c->cap before the machine's memory has been asked (never a real bound). */
+#define CACHE_CAP_UNKNOWN (SIZE_MAX - 1)
+
+/* The bound the settings give ($OPJIT_OUTPUT_CACHE), else 0 when the
+ * cache is off (a sanitizer build), else CACHE_CAP_UNKNOWN: a sixteenth
+ * of the memory up to 256 MiB, asked at the first block kept (memory_cap),
+ * so a runtime that only loads asks nothing of the kernel. */
 static size_t default_cap(opjit_runtime *rt)
 {
-    if (rt->set.output_cache_set) /* $OPJIT_OUTPUT_CACHE */
+    if (rt->set.output_cache_set)
         return rt->set.output_cache < SIZE_MAX ? (size_t)rt->set.output_cache : SIZE_MAX;
 #if defined(__SANITIZE_ADDRESS__)
     return 0;
 #else
+    return CACHE_CAP_UNKNOWN;
+#endif
+}
+
+static size_t memory_cap(void)
+{
     size_t cap = (size_t)256 << 20;
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     if (pages > 0 && psz > 0 && (size_t)pages / 16 * (size_t)psz < cap)
         cap = (size_t)pages / 16 * (size_t)psz;
     return cap;
-#endif
 }
 
 out_cache *out_cache_new(opjit_runtime *rt)
@@ -86,6 +99,7 @@ out_cache *out_cache_new(opjit_runtime *rt)
     }
     atomic_init(&c->refs, 1);
     c->cap = default_cap(rt);
+    c->on = c->cap != 0;
     return c;
 }
 
@@ -152,6 +166,8 @@ static void cache_put(out_cache *c, void *p, size_t n)
     size_t size;
     int k = size_class(n, &size);
     pthread_mutex_lock(&c->mu);
+    if (c->cap == CACHE_CAP_UNKNOWN)
+        c->cap = memory_cap();
     if (k >= 0 && !c->closed && size <= c->cap && size <= c->cap - c->held) {
         cached *b = p;
         b->next = c->free[k];
@@ -166,7 +182,7 @@ static void cache_put(out_cache *c, void *p, size_t n)
 /* Whether a block of n bytes goes through the free lists. */
 static int cache_big(const out_cache *c, size_t n)
 {
-    return c->cap && n >= ((size_t)1 << CACHE_MIN_SHIFT);
+    return c->on && n >= ((size_t)1 << CACHE_MIN_SHIFT);
 }
 
 /* The opjit_alloc_fn of the default allocator; ud is the cache. Every

@@ -57,7 +57,6 @@ static int create_failed(opjit_runtime *rt, int status)
 int runtime_new(const settings *set, opjit_runtime **out)
 {
     *out = NULL;
-    reclaim_init();
     opjit_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return OPJIT_ENOMEM;

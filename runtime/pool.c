@@ -26,6 +26,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,7 +47,9 @@ typedef struct region {
 } region;
 
 struct pool {
-    int nthreads;        /* configured width, the calling thread included */
+    int nthreads;        /* configured width, the calling thread included; 0: the CPUs
+                          * this process may use, asked at first use (pool_width) */
+    _Atomic int cpus;    /* that count once asked, else 0 */
     opjit_pool_fn host;  /* the host's pool, or NULL */
     void *host_ud;
     pthread_mutex_t mu;
@@ -88,7 +91,21 @@ static int resolve_threads(const settings *set)
 {
     if (set->num_threads > 0)
         return set->num_threads < POOL_MAX_THREADS ? set->num_threads : POOL_MAX_THREADS;
-    return affinity_cpus();
+    return 0; /* the CPUs, asked at first use: a runtime that only loads never asks */
+}
+
+/* The pool's width. Threads racing on the first use ask the same thing
+ * and store the same answer. */
+static int pool_width(pool *p)
+{
+    if (p->nthreads)
+        return p->nthreads;
+    int n = atomic_load_explicit(&p->cpus, memory_order_relaxed);
+    if (!n) {
+        n = affinity_cpus();
+        atomic_store_explicit(&p->cpus, n, memory_order_relaxed);
+    }
+    return n;
 }
 
 int pool_new(const settings *cfg, pool **out)
@@ -112,13 +129,14 @@ int pool_new(const settings *cfg, pool **out)
         return OPJIT_ENOMEM;
     }
     p->nthreads = resolve_threads(cfg);
+    atomic_init(&p->cpus, 0);
     p->host = cfg->pool;
     p->host_ud = cfg->pool_ud;
     *out = p;
     return OPJIT_OK;
 }
 
-int pool_threads(const pool *p) { return p->nthreads; }
+int pool_threads(pool *p) { return pool_width(p); }
 
 void pool_free(pool *p)
 {
@@ -211,7 +229,7 @@ static void start_workers(pool *p)
 {
     p->started = 1;
     p->gen_started = p->gen;
-    int want = p->nthreads - 1;
+    int want = pool_width(p) - 1;
     if (want < 1 || !(p->workers = calloc((size_t)want, sizeof *p->workers)))
         return;
     sigset_t all, old;
@@ -267,7 +285,8 @@ static void host_task(void *arg, int task)
  * is left, so any one of them finishes the loop. */
 static void run_on_host(pool *p, region *r)
 {
-    uint64_t ntasks = r->nchunks < (uint64_t)p->nthreads ? r->nchunks : (uint64_t)p->nthreads;
+    uint64_t width = (uint64_t)pool_width(p);
+    uint64_t ntasks = r->nchunks < width ? r->nchunks : width;
     if (p->host(p->host_ud, (int)ntasks, host_task, r) != 0)
         run_chunks(r, 0); /* the host's pool refused: whatever is left, here */
 }
@@ -303,7 +322,7 @@ int api_parallel_for(opjit_ctx *ctx, int64_t begin, int64_t end, int64_t grain,
     r.active = 0;
     r.msg[0] = '\0';
     pool *p = ctx->rt->pool;
-    if (outer || r.nchunks == 1 || p->nthreads == 1)
+    if (outer || r.nchunks == 1 || pool_width(p) == 1)
         run_chunks(&r, outer ? tls_par.slot : 0);
     else if (p->host)
         run_on_host(p, &r);
@@ -318,7 +337,7 @@ int api_parallel_for(opjit_ctx *ctx, int64_t begin, int64_t end, int64_t grain,
     return call_error(ctx, OPJIT_EKERNEL, "%s", r.msg);
 }
 
-int api_num_threads(opjit_ctx *ctx) { return ctx ? ctx->rt->pool->nthreads : 1; }
+int api_num_threads(opjit_ctx *ctx) { return ctx ? pool_width(ctx->rt->pool) : 1; }
 
 int api_thread_num(opjit_ctx *ctx)
 {

@@ -100,11 +100,6 @@ static void register_asym(void)
 }
 #endif
 
-void reclaim_init(void)
-{
-    pthread_once(&key_once, make_key);
-}
-
 /* The library unloaded (a host dlclosing it): no destructor may point here. */
 __attribute__((destructor)) static void reclaim_fini(void)
 {

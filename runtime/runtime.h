@@ -244,7 +244,7 @@ void out_cache_stats(out_cache *c, size_t *held, unsigned long *hits, unsigned l
 typedef struct pool pool;
 int pool_new(const settings *set, pool **out);
 void pool_free(pool *p);
-int pool_threads(const pool *p);
+int pool_threads(pool *p);
 /* The api table's entries. */
 int api_parallel_for(opjit_ctx *ctx, int64_t begin, int64_t end, int64_t grain,
                      opjit_chunk_fn fn, void *user);
@@ -360,8 +360,6 @@ static inline void reclaim_exit(void)
     else
         reclaim_exit_slow();
 }
-/* Once per process before any of the others (runtime_new). */
-void reclaim_init(void);
 /* After taking code out of the table: its epoch E. */
 uint64_t reclaim_retire(void);
 /* The epoch the oldest call still running began in (UINT64_MAX: none;

@@ -183,6 +183,39 @@ static void concurrent_compiles_are_serialised(void)
     }
 }
 
+/* A compiler's file id follows its path's links to the file (stat, no
+ * realpath): the same for the same file, another when the link is
+ * retargeted or the file changes, none when nothing is there. */
+static void file_id_follows_links_to_the_file(void)
+{
+    char a[PATH_MAX + 16], b[PATH_MAX + 16], link[PATH_MAX + 16];
+    char id1[128], id2[128], id3[128], id4[128];
+    snprintf(a, sizeof a, "%s/cc-a", tmpdir);
+    snprintf(b, sizeof b, "%s/cc-b", tmpdir);
+    snprintf(link, sizeof link, "%s/cc", tmpdir);
+    FILE *f = fopen(a, "w");
+    CHECK(f && fputs("one", f) >= 0 && fclose(f) == 0);
+    f = fopen(b, "w");
+    CHECK(f && fputs("two!", f) >= 0 && fclose(f) == 0);
+    unlink(link);
+    CHECK(symlink(a, link) == 0);
+    CHECK(jit_file_id("cc-file", link, id1, sizeof id1) == 1);
+    CHECK(jit_file_id("cc-file", link, id2, sizeof id2) == 1);
+    CHECK(strcmp(id1, id2) == 0);
+    CHECK(strncmp(id1, "cc-file:", 8) == 0 && strlen(id1) == 8 + 32);
+    CHECK(unlink(link) == 0 && symlink(b, link) == 0); /* retargeted */
+    CHECK(jit_file_id("cc-file", link, id3, sizeof id3) == 1);
+    CHECK(strcmp(id1, id3) != 0);
+    f = fopen(b, "a"); /* the file itself changes */
+    CHECK(f && fputs("more", f) >= 0 && fclose(f) == 0);
+    CHECK(jit_file_id("cc-file", link, id4, sizeof id4) == 1);
+    CHECK(strcmp(id3, id4) != 0);
+    CHECK(unlink(b) == 0);
+    CHECK(jit_file_id("cc-file", link, id4, sizeof id4) == 0); /* dangling */
+    unlink(link);
+    unlink(a);
+}
+
 int main(void)
 {
     const char *src = getenv("OPJIT_SOURCE_DIR");
@@ -200,6 +233,7 @@ int main(void)
     T_RUN(quoted_header_is_not_taken_from_the_working_directory);
     T_RUN(diagnostics_name_the_source_not_the_build_directory);
     T_RUN(concurrent_compiles_are_serialised);
+    T_RUN(file_id_follows_links_to_the_file);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
