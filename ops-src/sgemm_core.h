@@ -205,15 +205,17 @@ SG_TGT static void sg_rows(int64_t i0, int64_t i1, int64_t j, int64_t w, int64_t
  * calls with acc gives the bits of one call, which is how the steps of k
  * go); A's element (i, k) at A[i * lda + k * aks], B and C row-major,
  * K >= 1. Panels of 3 vectors of columns (4 left: two of 2), blocks of MR
- * rows (see SG_PACK above); the last M % MR rows and N % W columns go
- * through zero-padded copies. */
-SG_TGT static void sg_gemm_ex(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                              int64_t aks, const float *B, int64_t ldb, float *C, int64_t ldc,
-                              float *scratch, int acc)
+ * rows (see SG_PACK above; by_rows: each block of MR rows over every panel
+ * whatever the shape, so C is written row by row, a few streams, where a
+ * small K makes the product cheap against storing C); the last M % MR
+ * rows and N % W columns go through zero-padded copies. */
+SG_TGT static void sg_gemm_ord(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                               int64_t aks, const float *B, int64_t ldb, float *C, int64_t ldc,
+                               float *scratch, int acc, int by_rows)
 {
     const int64_t W = SG_W, nfull = N - N % SG_W;
     const int64_t kb = SG_PACK ? SG_KC : K;
-    const int64_t mb = SG_PACK ? SG_MC : M > N ? SG_MR : M;
+    const int64_t mb = SG_PACK ? SG_MC : M > N || by_rows ? SG_MR : M;
     float *at = scratch, *bp = at + SG_MR * K, *ct = bp + SG_PANEL(K);
     int64_t k0, i0, j, w;
     if (M % SG_MR)
@@ -239,6 +241,15 @@ SG_TGT static void sg_gemm_ex(int64_t M, int64_t N, int64_t K, const float *A, i
             }
         }
     }
+}
+
+/* sg_gemm_ord with blocks of MR rows over every panel when M > N, else
+ * each panel over every row. */
+SG_TGT static void sg_gemm_ex(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                              int64_t aks, const float *B, int64_t ldb, float *C, int64_t ldc,
+                              float *scratch, int acc)
+{
+    sg_gemm_ord(M, N, K, A, lda, aks, B, ldb, C, ldc, scratch, acc, 0);
 }
 
 /* sg_gemm_ex of a row-major A (aks 1). */

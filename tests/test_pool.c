@@ -497,6 +497,32 @@ static void make_cases(void)
         tensor_init(&q->in[2], 32, 2, b, 0);
         q->nin = 3;
     }
+    { /* self^T [301, 97] read through a transposing copy (columns 1204
+       * bytes apart), odd tails, both products in one parallel region */
+        op_case *q = &cases[ncases++];
+        q->op = "mm_backward";
+        q->what = "mm_backward 97x301x263";
+        int64_t g[2] = {97, 263}, a[2] = {97, 301}, b[2] = {301, 263};
+        tensor_init(&q->in[0], 32, 2, g, 0);
+        tensor_init(&q->in[1], 32, 2, a, 0);
+        tensor_init(&q->in[2], 32, 2, b, 0);
+        q->nin = 3;
+    }
+    { /* a transposed self read in place (columns 520 bytes apart) */
+        op_case *q = &cases[ncases++];
+        q->op = "mm";
+        q->what = "mm transposed self 130x200x70";
+        int64_t a[2] = {200, 130}, b[2] = {200, 70};
+        tensor_init(&q->in[0], 32, 2, a, 0);
+        tensor_init(&q->in[1], 32, 2, b, 0);
+        tensor *t = &q->in[0];
+        t->shape[0] = 130;
+        t->shape[1] = 200;
+        t->strides[0] = 1;
+        t->strides[1] = 130;
+        t->t.strides = t->strides;
+        q->nin = 2;
+    }
     {
         op_case *q = &cases[ncases++];
         q->op = "mm_backward";
