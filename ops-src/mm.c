@@ -116,6 +116,20 @@ static int mm_blas(opjit_ctx *ctx, mm_job *j)
 /* Columns of a sub-panel of mat2: the widest micro-kernel's (sgemm_core.h:
  * 3 vectors of 16 on AVX-512, two panels of 3 x 8 on AVX2). */
 #define MM_SUB 48
+
+/* Columns of the next sub-panel with `left` to go: 48, but 32 + 32 where
+ * 64 are left (the 8 x 16 micro-kernel is the least efficient). */
+static int64_t mm_sub_w(int64_t left)
+{
+    return left == 64 ? 32 : left < MM_SUB ? left : MM_SUB;
+}
+
+/* The first column of panel p of j: the panels split the columns about
+ * evenly, at multiples of 16 (widths differ by at most 16). */
+static int64_t mm_panel_col(const mm_job *j, int64_t p)
+{
+    return p >= j->npanels ? j->m : (p * j->m + j->npanels * 8) / j->npanels / 16 * 16;
+}
 /* A column-major self with columns at most this many bytes apart is read
  * in place (8 consecutive floats a step of k, the next step close by);
  * farther apart, each step would cost a page, and a transposing copy
@@ -131,8 +145,8 @@ static void mm_pack_panel(const mm_job *j, int64_t c0, int64_t nb, float *p)
 {
     const float *y = (const float *)j->y;
     int64_t s0, w, r;
-    for (s0 = 0; s0 < nb; s0 += MM_SUB, p += MM_SUB * j->k) {
-        w = nb - s0 < MM_SUB ? nb - s0 : MM_SUB;
+    for (s0 = 0; s0 < nb; s0 += w, p += w * j->k) {
+        w = mm_sub_w(nb - s0);
         if (!j->yt)
             for (r = 0; r < j->k; r++)
                 memcpy(p + r * w, y + r * j->ldb + c0 + s0, (size_t)w * sizeof(float));
@@ -147,7 +161,7 @@ static void mm_pack_panel(const mm_job *j, int64_t c0, int64_t nb, float *p)
 static void mm_fast_chunk(const mm_job *j, int64_t t, float *p, float *scr, int64_t *packed)
 {
     int64_t panel = t % j->npanels, r0 = (t / j->npanels) * j->rows;
-    int64_t c0 = panel * j->nb, nb = j->m - c0 < j->nb ? j->m - c0 : j->nb;
+    int64_t c0 = mm_panel_col(j, panel), nb = mm_panel_col(j, panel + 1) - c0;
     int64_t nr = j->n - r0 < j->rows ? j->n - r0 : j->rows, s0, w;
     const float *x = (const float *)j->x + (j->xt ? r0 : r0 * j->lda);
     int64_t lda = j->xt ? 1 : j->lda, aks = j->xt ? j->lda : 1;
@@ -161,8 +175,8 @@ static void mm_fast_chunk(const mm_job *j, int64_t t, float *p, float *scr, int6
         mm_pack_panel(j, c0, nb, p);
         *packed = panel;
     }
-    for (s0 = 0; s0 < nb; s0 += MM_SUB) {
-        w = nb - s0 < MM_SUB ? nb - s0 : MM_SUB;
+    for (s0 = 0; s0 < nb; s0 += w) {
+        w = mm_sub_w(nb - s0);
         sg_gemm_ex(nr, w, j->k, x, lda, aks, p + s0 * j->k, w, out + s0, j->m, scr, 0);
     }
 }
@@ -217,12 +231,17 @@ static int mm_fast_rows(opjit_ctx *ctx, mm_job *j)
 }
 
 /* The blocks of j for T threads and its per-thread area (j->per): panels
- * of up to 384 KB of mat2 (in L2), split evenly among the threads (each
- * thread then packs its own columns once), then blocks of rows until there
- * are about three chunks a thread, a multiple of T. Returns the chunks. */
+ * of up to 384 KB of mat2 (in L2); with threads, at least 3T of them where
+ * each keeps 32 columns, a multiple of T, of about equal widths
+ * (mm_panel_col): chunks enough that a thread that starts late (a worker
+ * waking up) finds work and none waits on a large last one. A panel is
+ * packed by the thread that runs it: panels alone never pack a column
+ * twice. Blocks of rows (panel fastest, so that a thread's next chunk
+ * tends to reuse its packed panel) only where there are fewer than 2T
+ * panels. Returns the chunks. */
 static int64_t mm_fast_plan(mm_job *j, int64_t T)
 {
-    int64_t nb, np, nr;
+    int64_t nb, np, nr = 1;
     nb = ((int64_t)384 << 10) / 4 / j->k / MM_SUB * MM_SUB;
     if (SG_PACK) /* the GEMM packs its own panels: one call's rows of self
                   * should meet many columns, 2 MB of mat2 (in L3) */
@@ -230,25 +249,24 @@ static int64_t mm_fast_plan(mm_job *j, int64_t T)
     if (nb < MM_SUB)
         nb = MM_SUB;
     np = (j->m + nb - 1) / nb;
-    if (T > 1 && np % T) { /* as many panels a thread, of about equal widths */
-        int64_t most = (j->m + 15) / 16;
+    if (T > 1) {
+        int64_t most = j->m / 32 > 1 ? j->m / 32 : 1;
+        np = np < 3 * T ? 3 * T : np;
         np = (np + T - 1) / T * T;
         np = np < most ? np : most;
     }
-    nb = ((j->m + np - 1) / np + 15) / 16 * 16;
-    j->nb = nb;
-    j->npanels = (j->m + nb - 1) / nb;
-    nr = 1;
-    if (T > 1 && j->npanels < 3 * T && j->n >= 128) {
-        nr = (3 * T + j->npanels - 1) / j->npanels;
-        while ((nr * j->npanels) % T)
+    j->npanels = np;
+    j->nb = ((j->m + np - 1) / np + 15) / 16 * 16 + 16; /* the widest */
+    if (T > 1 && np < 2 * T && j->n >= 128) {
+        nr = (3 * T + np - 1) / np;
+        while ((nr * np) % T)
             nr++;
     }
     j->rows = (j->n + nr - 1) / nr;
     j->rows = (j->rows + SG_MR - 1) / SG_MR * SG_MR;
-    j->per = (64 + (size_t)(j->k * nb + 16) * sizeof(float) + sg_sgemm_scratch(j->k) + 63) /
+    j->per = (64 + (size_t)(j->k * j->nb + 16) * sizeof(float) + sg_sgemm_scratch(j->k) + 63) /
              64 * 64;
-    return j->npanels * ((j->n + j->rows - 1) / j->rows);
+    return np * ((j->n + j->rows - 1) / j->rows);
 }
 
 /* j's per-thread areas, no panel packed yet: 0, or -1 with the error
