@@ -30,11 +30,11 @@
  *  - float32 in the optimizing tier built for x86-64-v4 or -v3 (the best
  *    the CPU has, unless OPJIT_CPU_LEVEL caps it; a field of the key):
  *    sgemm_avx512.h's or sgemm_avx2.h's GEMM on blocks of rows x panels
- *    of columns, the panels split evenly among the threads; on AVX-512
- *    each panel of mat2 is first copied into contiguous [k, 48] sub-panels
- *    that stay in L2, on AVX2 the GEMM packs its own smaller panels
- *    (sgemm_core.h, SG_PACK). mm_backward runs both of its products in
- *    one parallel region.
+ *    of columns (at least 3 panels a thread, of about equal widths); on
+ *    AVX-512 each panel of mat2 is first copied into a contiguous
+ *    [k, panel] block that stays in L2, on AVX2 the GEMM packs its own
+ *    smaller panels (sgemm_core.h, SG_PACK). mm_backward runs both of its
+ *    products in one parallel region.
  *    Every element is one chain of fused multiply-adds over k, whatever
  *    the blocks, so the blocks may follow the thread count.
  *  - otherwise OpenBLAS (cblas_sgemm / cblas_dgemm, one thread per call)
@@ -115,14 +115,9 @@ static int mm_blas(opjit_ctx *ctx, mm_job *j)
 #ifdef SG_FAST
 /* Columns of a sub-panel of mat2: the widest micro-kernel's (sgemm_core.h:
  * 3 vectors of 16 on AVX-512, two panels of 3 x 8 on AVX2). */
+/* Columns of the widest micro-kernel (sgemm_core.h: 3 vectors of 16 on
+ * AVX-512, two panels of 3 x 8 on AVX2): panels are sized in these. */
 #define MM_SUB 48
-
-/* Columns of the next sub-panel with `left` to go: 48, but 32 + 32 where
- * 64 are left (the 8 x 16 micro-kernel is the least efficient). */
-static int64_t mm_sub_w(int64_t left)
-{
-    return left == 64 ? 32 : left < MM_SUB ? left : MM_SUB;
-}
 
 /* The first column of panel p of j: the panels split the columns about
  * evenly, at multiples of 16 (widths differ by at most 16). */
@@ -136,23 +131,19 @@ static int64_t mm_panel_col(const mm_job *j, int64_t p)
  * (its own pass and parallel region) pays. */
 #define MM_XT_INPLACE 1024
 
-/* Columns [c0, c0 + nb) of mat2 into p as sub-panels of MM_SUB columns,
- * each a contiguous [k, w] block (sub-panel s at p + s * MM_SUB * k): the
- * micro-kernels then read one stream of B, not rows far apart (rows of a
- * wide panel 1-8 KB apart share few sets of L1). A column-major mat2 (a
- * transposed view) is transposed in W x W blocks. */
+/* Copy columns [c0, c0 + nb) of mat2 into p, a contiguous [k, nb]; a
+ * column-major mat2 (a transposed view) is transposed in W x W blocks. */
 static void mm_pack_panel(const mm_job *j, int64_t c0, int64_t nb, float *p)
 {
     const float *y = (const float *)j->y;
-    int64_t s0, w, r;
-    for (s0 = 0; s0 < nb; s0 += w, p += w * j->k) {
-        w = mm_sub_w(nb - s0);
-        if (!j->yt)
-            for (r = 0; r < j->k; r++)
-                memcpy(p + r * w, y + r * j->ldb + c0 + s0, (size_t)w * sizeof(float));
-        else /* column-major: element (r, c) at y[c * ldb + r] */
-            sg_transpose(y + (c0 + s0) * j->ldb, j->ldb, w, j->k, p, w);
+    int64_t r;
+    if (!j->yt) {
+        for (r = 0; r < j->k; r++)
+            memcpy(p + r * nb, y + r * j->ldb + c0, (size_t)nb * sizeof(float));
+        return;
     }
+    /* column-major: element (r, c) at y[c * ldb + r] */
+    sg_transpose(y + c0 * j->ldb, j->ldb, nb, j->k, p, nb);
 }
 
 /* Chunk t of job j: (block of rows, panel of columns), panel fastest;
@@ -162,7 +153,7 @@ static void mm_fast_chunk(const mm_job *j, int64_t t, float *p, float *scr, int6
 {
     int64_t panel = t % j->npanels, r0 = (t / j->npanels) * j->rows;
     int64_t c0 = mm_panel_col(j, panel), nb = mm_panel_col(j, panel + 1) - c0;
-    int64_t nr = j->n - r0 < j->rows ? j->n - r0 : j->rows, s0, w;
+    int64_t nr = j->n - r0 < j->rows ? j->n - r0 : j->rows;
     const float *x = (const float *)j->x + (j->xt ? r0 : r0 * j->lda);
     int64_t lda = j->xt ? 1 : j->lda, aks = j->xt ? j->lda : 1;
     float *out = (float *)j->out + r0 * j->m + c0;
@@ -175,10 +166,7 @@ static void mm_fast_chunk(const mm_job *j, int64_t t, float *p, float *scr, int6
         mm_pack_panel(j, c0, nb, p);
         *packed = panel;
     }
-    for (s0 = 0; s0 < nb; s0 += w) {
-        w = mm_sub_w(nb - s0);
-        sg_gemm_ex(nr, w, j->k, x, lda, aks, p + s0 * j->k, w, out + s0, j->m, scr, 0);
-    }
+    sg_gemm_ex(nr, nb, j->k, x, lda, aks, p, nb, out, j->m, scr, 0);
 }
 
 /* Chunk t of j on this thread's area: a 64-byte header (the panel packed
