@@ -113,8 +113,6 @@ static int mm_blas(opjit_ctx *ctx, mm_job *j)
 }
 
 #ifdef SG_FAST
-/* Columns of a sub-panel of mat2: the widest micro-kernel's (sgemm_core.h:
- * 3 vectors of 16 on AVX-512, two panels of 3 x 8 on AVX2). */
 /* Columns of the widest micro-kernel (sgemm_core.h: 3 vectors of 16 on
  * AVX-512, two panels of 3 x 8 on AVX2): panels are sized in these. */
 #define MM_SUB 48
@@ -125,8 +123,9 @@ static int64_t mm_panel_col(const mm_job *j, int64_t p)
 {
     return p >= j->npanels ? j->m : (p * j->m + j->npanels * 8) / j->npanels / 16 * 16;
 }
+
 /* A column-major self with columns at most this many bytes apart is read
- * in place (8 consecutive floats a step of k, the next step close by);
+ * in place (SG_MR consecutive floats a step of k, the next step close by);
  * farther apart, each step would cost a page, and a transposing copy
  * (its own pass and parallel region) pays. */
 #define MM_XT_INPLACE 1024
@@ -148,7 +147,8 @@ static void mm_pack_panel(const mm_job *j, int64_t c0, int64_t nb, float *p)
 
 /* Chunk t of job j: (block of rows, panel of columns), panel fastest;
  * packs the panel into p unless *packed says it is there. A column-major
- * self (xt) is read in place (lda 1): 8 consecutive floats a step of k. */
+ * self (xt) is read in place (lda 1): SG_MR consecutive floats a step of
+ * k. */
 static void mm_fast_chunk(const mm_job *j, int64_t t, float *p, float *scr, int64_t *packed)
 {
     int64_t panel = t % j->npanels, r0 = (t / j->npanels) * j->rows;
@@ -199,8 +199,9 @@ static int mm_transpose_run(void *user, int64_t lo, int64_t hi)
     return 0;
 }
 
-/* Self as a row-major copy (a transpose pass) when it is column-major with
- * rows far apart: 0, or -1 with the error recorded. */
+/* Self as a row-major copy (a transpose pass of its own) when it is
+ * column-major with columns more than MM_XT_INPLACE bytes apart: 0, or -1
+ * with the error recorded. */
 static int mm_fast_rows(opjit_ctx *ctx, mm_job *j)
 {
     float *copy;
