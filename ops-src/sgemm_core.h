@@ -125,9 +125,14 @@ SG_TGT SG_NOINLINE static void sg_k1(int64_t K, const float *A, int64_t lda, int
  * (MR x K), one packed panel of B (KC x 3W; without SG_PACK the last
  * N % W columns, K x W) and one block of C (MR x 3W). */
 #define SG_PANEL(K) (SG_PACK ? SG_KC * 3 * SG_W : (K) * SG_W)
+/* SG_PACK: a block of rows of A (SG_MC x SG_KC), rows SG_LDA apart: not a
+ * multiple of 1 KB, so that a micro-kernel's rows do not share the sets
+ * of L1 as rows of a large matrix (lda 2-8 KB) do. */
+#define SG_LDA (SG_KC + 16)
+#define SG_ABLK (SG_PACK ? SG_MC * SG_LDA : 0)
 static size_t sg_sgemm_scratch(int64_t K)
 {
-    return (size_t)(SG_MR * K + SG_PANEL(K) + SG_MR * 3 * SG_W + 16) * sizeof(float);
+    return (size_t)(SG_MR * K + SG_PANEL(K) + SG_MR * 3 * SG_W + SG_ABLK + 16) * sizeof(float);
 }
 
 /* The last M % MR rows of A into at (MR x K, zero-padded). */
@@ -217,7 +222,9 @@ SG_TGT static void sg_gemm_ord(int64_t M, int64_t N, int64_t K, const float *A, 
     const int64_t kb = SG_PACK ? SG_KC : K;
     const int64_t mb = SG_PACK ? SG_MC : M > N || by_rows ? SG_MR : M;
     float *at = scratch, *bp = at + SG_MR * K, *ct = bp + SG_PANEL(K);
-    int64_t k0, i0, j, w;
+    float *ab = ct + SG_MR * 3 * SG_W; /* SG_PACK: the block of rows of A */
+    const int64_t mfull = M - M % SG_MR;
+    int64_t k0, i0, j, w, r, k;
     if (M % SG_MR)
         sg_tail_rows(M, K, A, lda, aks, at);
     if (!SG_PACK && N > nfull) /* the last columns, once */
@@ -226,6 +233,16 @@ SG_TGT static void sg_gemm_ord(int64_t M, int64_t N, int64_t K, const float *A, 
         int64_t kc = K - k0 < kb ? K - k0 : kb;
         for (i0 = 0; i0 < M; i0 += mb) {
             int64_t i1 = M - i0 < mb ? M : i0 + mb;
+            if (SG_PACK) /* its whole rows, read by every panel after */
+                for (r = i0; r < (i1 < mfull ? i1 : mfull); r++) {
+                    const float *src = A + r * lda + k0 * aks;
+                    float *dst = ab + (r - i0) * SG_LDA;
+                    if (aks == 1)
+                        memcpy(dst, src, (size_t)kc * sizeof(float));
+                    else
+                        for (k = 0; k < kc; k++)
+                            dst[k] = src[k * aks];
+                }
             for (j = 0; j < N; j += w) {
                 int64_t wp, pack, pf;
                 w = N - j;
@@ -235,9 +252,13 @@ SG_TGT static void sg_gemm_ord(int64_t M, int64_t N, int64_t K, const float *A, 
                 pf = !pack && j + 3 * W < N;
                 if (SG_PACK)
                     sg_pack(B + k0 * ldb + j, ldb, kc, w, bp, wp);
-                sg_rows(i0, i1, j, w, M, K, k0, kc, A, lda, aks, at,
-                        pack ? bp : B + k0 * ldb + j, wp, pack ? wp : ldb, (int)pf, C, ldc, ct,
-                        acc || k0 > 0);
+                if (SG_PACK) /* rows of the block from 0: A its copy (k from 0) */
+                    sg_rows(0, i1 - i0, j, w, M - i0, K, 0, kc, ab, SG_LDA, 1, at + k0, bp, wp,
+                            wp, 0, C + i0 * ldc, ldc, ct, acc || k0 > 0);
+                else
+                    sg_rows(i0, i1, j, w, M, K, k0, kc, A, lda, aks, at,
+                            pack ? bp : B + k0 * ldb + j, wp, pack ? wp : ldb, (int)pf, C, ldc,
+                            ct, acc || k0 > 0);
             }
         }
     }
