@@ -113,7 +113,8 @@ SG_TGT SG_NOINLINE static void sg_k1(int64_t K, const float *A, int64_t lda, int
  * 256-bit and 512-bit FMAs at the same rate):
  *  - SG_PACK (AVX2): steps of SG_KC of k, each panel of B packed (SG_KC x
  *    3W floats, 24 KB) to stay in L1 while blocks of SG_MC rows run over
- *    it (their rows of A stay in L2): OpenBLAS's and oneDNN's way;
+ *    it (their rows of A copied, SG_LDA apart, into L2): OpenBLAS's and
+ *    oneDNN's way;
  *  - otherwise (AVX-512, 3 vectors of 64 bytes a row of B): B read in
  *    place, the next panel prefetched, all of k at once; with more rows
  *    than columns each block of MR rows runs over every panel (its rows of
