@@ -785,7 +785,11 @@ static int conv_fast_run(void *user, int64_t lo, int64_t hi)
         const float *wg = (const float *)j->w + gi * g->og * kdim;
         float *og = (float *)j->y + (n * g->o + gi * g->og) * plane + p0;
         if (j->direct) {
-            sg_sgemm(g->og, np, kdim, wg, kdim, im + p0, plane, og, plane, scr);
+            /* A short K (a 1x1 convolution of few channels) is cheap against
+             * writing C: blocks of rows write it as 8 streams, where panels
+             * over all rows would write lines hundreds of pages apart. */
+            sg_gemm_ord(g->og, np, kdim, wg, kdim, 1, im + p0, plane, og, plane, scr, 0,
+                        kdim <= 256);
         } else {
             conv_im2col_blk(g, im, (const float *)j->xend, p0, np, ws, ldc);
             sg_sgemm(g->og, np, kdim, wg, kdim, ws, ldc, og, plane, scr);
@@ -849,10 +853,18 @@ static int conv_gemm_paths(opjit_ctx *ctx, const conv_geom *g, const void *x, co
          * three per thread where the plane allows: this GEMM's bits do not
          * depend on the blocks. */
         int64_t nblk = (j.plane + conv_col_block(j.kdim, j.plane) - 1) /
-                       conv_col_block(j.kdim, j.plane);
-        if (g->n * g->groups * nblk < 3 * T)
-            nblk = (3 * T + g->n * g->groups - 1) / (g->n * g->groups);
+                       conv_col_block(j.kdim, j.plane), ni = g->n * g->groups, pb16;
+        if (ni * nblk < 3 * T)
+            nblk = (3 * T + ni - 1) / ni;
+        while (T > 1 && ni * nblk < 8 * T && (ni * nblk) % T) /* as many units a thread */
+            nblk++;
         j.pb = ((j.plane + nblk - 1) / nblk + 47) / 48 * 48; /* whole GEMM panels */
+        pb16 = ((j.plane + nblk - 1) / nblk + 15) / 16 * 16;
+        /* unless rounding to 48 leaves the last block much smaller than
+         * the others (256->64 @56: 7 x 432 + 112 on 2 threads; 7 x 400 +
+         * 336 in blocks of 16) */
+        if (T > 1 && nblk * j.pb - j.plane > j.pb / 4)
+            j.pb = pb16;
         if (j.pb < 48)
             j.pb = 48;
         if (j.pb > conv_col_block(j.kdim, j.plane))

@@ -30,9 +30,11 @@
  *  - float32 in the optimizing tier built for x86-64-v4 or -v3 (the best
  *    the CPU has, unless OPJIT_CPU_LEVEL caps it; a field of the key):
  *    sgemm_avx512.h's or sgemm_avx2.h's GEMM on blocks of rows x panels
- *    of columns; on AVX-512 each panel of mat2 is first copied into a
- *    contiguous [k, panel] block that stays in L2, on AVX2 the GEMM packs
- *    its own smaller panels (sgemm_core.h, SG_PACK).
+ *    of columns (at least 3 panels a thread, of about equal widths); on
+ *    AVX-512 each panel of mat2 is first copied into a contiguous
+ *    [k, panel] block that stays in L2, on AVX2 the GEMM packs its own
+ *    smaller panels (sgemm_core.h, SG_PACK). mm_backward runs both of its
+ *    products in one parallel region.
  *    Every element is one chain of fused multiply-adds over k, whatever
  *    the blocks, so the blocks may follow the thread count.
  *  - otherwise OpenBLAS (cblas_sgemm / cblas_dgemm, one thread per call)
@@ -111,8 +113,25 @@ static int mm_blas(opjit_ctx *ctx, mm_job *j)
 }
 
 #ifdef SG_FAST
+/* Columns of the widest micro-kernel (sgemm_core.h: 3 vectors of 16 on
+ * AVX-512, two panels of 3 x 8 on AVX2): panels are sized in these. */
+#define MM_SUB 48
+
+/* The first column of panel p of j: the panels split the columns about
+ * evenly, at multiples of 16 (widths differ by at most 16). */
+static int64_t mm_panel_col(const mm_job *j, int64_t p)
+{
+    return p >= j->npanels ? j->m : (p * j->m + j->npanels * 8) / j->npanels / 16 * 16;
+}
+
+/* A column-major self with columns at most this many bytes apart is read
+ * in place (SG_MR consecutive floats a step of k, the next step close by);
+ * farther apart, each step would cost a page, and a transposing copy
+ * (its own pass and parallel region) pays. */
+#define MM_XT_INPLACE 1024
+
 /* Copy columns [c0, c0 + nb) of mat2 into p, a contiguous [k, nb]; a
- * column-major mat2 (a transposed view) is transposed in 16 x 16 blocks. */
+ * column-major mat2 (a transposed view) is transposed in W x W blocks. */
 static void mm_pack_panel(const mm_job *j, int64_t c0, int64_t nb, float *p)
 {
     const float *y = (const float *)j->y;
@@ -126,31 +145,45 @@ static void mm_pack_panel(const mm_job *j, int64_t c0, int64_t nb, float *p)
     sg_transpose(y + c0 * j->ldb, j->ldb, nb, j->k, p, nb);
 }
 
-/* Chunks [lo, hi) of (block of rows, panel of columns), panel fastest:
- * pack the panel, one product into the output. */
+/* Chunk t of job j: (block of rows, panel of columns), panel fastest;
+ * packs the panel into p unless *packed says it is there. A column-major
+ * self (xt) is read in place (lda 1): SG_MR consecutive floats a step of
+ * k. */
+static void mm_fast_chunk(const mm_job *j, int64_t t, float *p, float *scr, int64_t *packed)
+{
+    int64_t panel = t % j->npanels, r0 = (t / j->npanels) * j->rows;
+    int64_t c0 = mm_panel_col(j, panel), nb = mm_panel_col(j, panel + 1) - c0;
+    int64_t nr = j->n - r0 < j->rows ? j->n - r0 : j->rows;
+    const float *x = (const float *)j->x + (j->xt ? r0 : r0 * j->lda);
+    int64_t lda = j->xt ? 1 : j->lda, aks = j->xt ? j->lda : 1;
+    float *out = (float *)j->out + r0 * j->m + c0;
+    if (SG_PACK && !j->yt) { /* the GEMM packs its panels of mat2 itself */
+        sg_gemm_ex(nr, nb, j->k, x, lda, aks, (const float *)j->y + c0, j->ldb, out, j->m, scr,
+                   0);
+        return;
+    }
+    if (*packed != panel) {
+        mm_pack_panel(j, c0, nb, p);
+        *packed = panel;
+    }
+    sg_gemm_ex(nr, nb, j->k, x, lda, aks, p, nb, out, j->m, scr, 0);
+}
+
+/* Chunk t of j on this thread's area: a 64-byte header (the panel packed
+ * there, which a later chunk of the same panel on this thread reuses),
+ * the panel, the GEMM's scratch. */
+static void mm_fast_on(const mm_job *j, int64_t t)
+{
+    char *area = j->ws + (size_t)opjit_thread_num(j->ctx) * j->per;
+    float *p = (float *)(void *)(area + 64);
+    mm_fast_chunk(j, t, p, p + j->k * j->nb + 16, (int64_t *)(void *)area);
+}
+
 static int mm_fast_run(void *user, int64_t lo, int64_t hi)
 {
-    const mm_job *j = (const mm_job *)user;
-    float *p = (float *)(void *)(j->ws + (size_t)opjit_thread_num(j->ctx) * j->per);
-    float *scr = p + j->k * j->nb + 16;
-    int64_t t, packed = -1;
-    for (t = lo; t < hi; t++) {
-        int64_t panel = t % j->npanels, r0 = (t / j->npanels) * j->rows;
-        int64_t c0 = panel * j->nb, nb = j->m - c0 < j->nb ? j->m - c0 : j->nb;
-        int64_t nr = j->n - r0 < j->rows ? j->n - r0 : j->rows;
-        if (SG_PACK && !j->yt) { /* the GEMM packs its panels of mat2 itself */
-            sg_sgemm(nr, nb, j->k, (const float *)j->x + r0 * j->lda, j->lda,
-                     (const float *)j->y + c0, j->ldb, (float *)j->out + r0 * j->m + c0, j->m,
-                     scr);
-            continue;
-        }
-        if (packed != panel) {
-            mm_pack_panel(j, c0, nb, p);
-            packed = panel;
-        }
-        sg_sgemm(nr, nb, j->k, (const float *)j->x + r0 * j->lda, j->lda, p, nb,
-                 (float *)j->out + r0 * j->m + c0, j->m, scr);
-    }
+    int64_t t;
+    for (t = lo; t < hi; t++)
+        mm_fast_on((const mm_job *)user, t);
     return 0;
 }
 
@@ -166,53 +199,123 @@ static int mm_transpose_run(void *user, int64_t lo, int64_t hi)
     return 0;
 }
 
-static int mm_fast(opjit_ctx *ctx, mm_job *j)
+/* Self as a row-major copy (a transpose pass of its own) when it is
+ * column-major with columns more than MM_XT_INPLACE bytes apart: 0, or -1
+ * with the error recorded. */
+static int mm_fast_rows(opjit_ctx *ctx, mm_job *j)
 {
-    int64_t T = opjit_num_threads(ctx), nb, chunks, rb;
+    float *copy;
     int rc;
-    if (j->xt) { /* self as a row-major copy: the kernels read rows */
-        float *copy = (float *)opjit_workspace(ctx, (size_t)(j->n * j->k) * sizeof(float));
-        if (!copy)
-            return -1;
-        j->ws = (char *)copy;
-        if ((rc = opjit_parallel_for(ctx, 0, (j->n + 63) / 64, 1, mm_transpose_run, j)))
-            return rc;
-        j->x = copy;
-        j->lda = j->k;
-        j->xt = 0;
-    }
-    /* Panels of up to 384 KB of mat2 (in L2), at least 48 columns; more
-     * panels, then blocks of rows, until each thread has about three. */
-    nb = ((int64_t)384 << 10) / 4 / j->k / 48 * 48;
+    if (!j->xt || j->lda * (int64_t)sizeof(float) <= MM_XT_INPLACE)
+        return 0;
+    if (!(copy = (float *)opjit_workspace(ctx, (size_t)(j->n * j->k) * sizeof(float))))
+        return -1;
+    j->ws = (char *)copy;
+    if ((rc = opjit_parallel_for(ctx, 0, (j->n + 63) / 64, 1, mm_transpose_run, j)))
+        return rc;
+    j->x = copy;
+    j->lda = j->k;
+    j->xt = 0;
+    return 0;
+}
+
+/* The blocks of j for T threads and its per-thread area (j->per): panels
+ * of up to 384 KB of mat2 (in L2); with threads, at least 3T of them where
+ * each keeps 32 columns, a multiple of T, of about equal widths
+ * (mm_panel_col): chunks enough that a thread that starts late (a worker
+ * waking up) finds work and none waits on a large last one. A panel is
+ * packed by the thread that runs it: panels alone never pack a column
+ * twice. Blocks of rows (panel fastest, so that a thread's next chunk
+ * tends to reuse its packed panel) only where there are fewer than 2T
+ * panels. Returns the chunks. */
+static int64_t mm_fast_plan(mm_job *j, int64_t T)
+{
+    int64_t nb, np, nr = 1;
+    nb = ((int64_t)384 << 10) / 4 / j->k / MM_SUB * MM_SUB;
     if (SG_PACK) /* the GEMM packs its own panels: one call's rows of self
                   * should meet many columns, 2 MB of mat2 (in L3) */
-        nb = ((int64_t)2 << 20) / 4 / j->k / 48 * 48;
-    if (nb < 48)
-        nb = 48;
-    if (T > 1 && (j->m + nb - 1) / nb < 3 * T) {
-        int64_t want = (j->m + 3 * T - 1) / (3 * T);
-        want = (want + 47) / 48 * 48;
-        nb = want < nb ? want : nb;
-        if (nb < 48)
-            nb = 48;
+        nb = ((int64_t)2 << 20) / 4 / j->k / MM_SUB * MM_SUB;
+    if (nb < MM_SUB)
+        nb = MM_SUB;
+    np = (j->m + nb - 1) / nb;
+    if (T > 1) {
+        int64_t most = j->m / 32 > 1 ? j->m / 32 : 1;
+        np = np < 3 * T ? 3 * T : np;
+        np = (np + T - 1) / T * T;
+        np = np < most ? np : most;
     }
-    if (nb > j->m)
-        nb = (j->m + 15) / 16 * 16;
-    j->nb = nb;
-    j->npanels = (j->m + nb - 1) / nb;
-    chunks = j->npanels;
-    rb = j->n;
-    if (T > 1 && chunks < 3 * T && j->n >= 128) {
-        int64_t nblocks = (3 * T + chunks - 1) / chunks;
-        rb = (j->n + nblocks - 1) / nblocks;
-        rb = rb < 64 ? 64 : (rb + 7) / 8 * 8;
+    j->npanels = np;
+    j->nb = ((j->m + np - 1) / np + 15) / 16 * 16 + 16; /* the widest */
+    if (T > 1 && np < 2 * T && j->n >= 128) {
+        nr = (3 * T + np - 1) / np;
+        while ((nr * np) % T)
+            nr++;
     }
-    j->rows = rb;
-    j->per = ((size_t)(j->k * nb + 16) * sizeof(float) + sg_sgemm_scratch(j->k) + 63) / 64 * 64;
+    j->rows = (j->n + nr - 1) / nr;
+    j->rows = (j->rows + SG_MR - 1) / SG_MR * SG_MR;
+    j->per = (64 + (size_t)(j->k * j->nb + 16) * sizeof(float) + sg_sgemm_scratch(j->k) + 63) /
+             64 * 64;
+    return np * ((j->n + j->rows - 1) / j->rows);
+}
+
+/* j's per-thread areas, no panel packed yet: 0, or -1 with the error
+ * recorded. */
+static int mm_fast_areas(opjit_ctx *ctx, mm_job *j, int64_t T)
+{
+    int64_t i;
     if (!(j->ws = (char *)opjit_workspace(ctx, (size_t)T * j->per)))
         return -1;
-    chunks *= (j->n + rb - 1) / rb;
+    for (i = 0; i < T; i++)
+        *(int64_t *)(void *)(j->ws + (size_t)i * j->per) = -1;
+    return 0;
+}
+
+static int mm_fast(opjit_ctx *ctx, mm_job *j)
+{
+    int64_t T = opjit_num_threads(ctx), chunks;
+    int rc;
+    if ((rc = mm_fast_rows(ctx, j)) != 0)
+        return rc;
+    chunks = mm_fast_plan(j, T);
+    if (mm_fast_areas(ctx, j, T))
+        return -1;
     return opjit_parallel_for(ctx, 0, chunks, 1, mm_fast_run, j);
+}
+
+/* Two products in one parallel region (mm_backward's): the chunks of
+ * a, then those of b. */
+typedef struct mm_pair {
+    const mm_job *a, *b;
+    int64_t ca; /* chunks of a */
+} mm_pair;
+
+static int mm_pair_run(void *user, int64_t lo, int64_t hi)
+{
+    const mm_pair *pr = (const mm_pair *)user;
+    int64_t t;
+    for (t = lo; t < hi; t++) {
+        if (t < pr->ca)
+            mm_fast_on(pr->a, t);
+        else
+            mm_fast_on(pr->b, t - pr->ca);
+    }
+    return 0;
+}
+
+static int mm_fast_pair(opjit_ctx *ctx, mm_job *a, mm_job *b)
+{
+    int64_t T = opjit_num_threads(ctx), cb;
+    mm_pair pr;
+    int rc;
+    if ((rc = mm_fast_rows(ctx, a)) != 0 || (rc = mm_fast_rows(ctx, b)) != 0)
+        return rc;
+    pr.a = a;
+    pr.b = b;
+    pr.ca = mm_fast_plan(a, T);
+    cb = mm_fast_plan(b, T);
+    if (mm_fast_areas(ctx, a, T) || mm_fast_areas(ctx, b, T))
+        return -1;
+    return opjit_parallel_for(ctx, 0, pr.ca + cb, 1, mm_pair_run, &pr);
 }
 #endif
 
@@ -253,6 +356,25 @@ static mm_operand mm_transposed(mm_operand o)
     return o;
 }
 
+/* j for out [n, m] (dense) = x [n, k] y [k, m]. */
+static void mm_job_init(mm_job *j, opjit_ctx *ctx, int is64, int64_t n, int64_t k, int64_t m,
+                        mm_operand x, mm_operand y, void *out)
+{
+    memset(j, 0, sizeof *j);
+    j->ctx = ctx;
+    j->n = n;
+    j->k = k;
+    j->m = m;
+    j->is64 = is64;
+    j->x = x.p;
+    j->xt = x.t;
+    j->lda = x.ld;
+    j->y = y.p;
+    j->yt = y.t;
+    j->ldb = y.ld;
+    j->out = out;
+}
+
 /* out [n, m] (dense) = x [n, k] y [k, m]. 0, or the status of opjit_fail. */
 static int mm_product(opjit_ctx *ctx, int is64, int64_t n, int64_t k, int64_t m, mm_operand x,
                       mm_operand y, void *out)
@@ -264,24 +386,36 @@ static int mm_product(opjit_ctx *ctx, int is64, int64_t n, int64_t k, int64_t m,
         memset(out, 0, (size_t)(n * m) * (is64 ? 8 : 4));
         return 0;
     }
-    memset(&j, 0, sizeof j);
-    j.ctx = ctx;
-    j.n = n;
-    j.k = k;
-    j.m = m;
-    j.is64 = is64;
-    j.x = x.p;
-    j.xt = x.t;
-    j.lda = x.ld;
-    j.y = y.p;
-    j.yt = y.t;
-    j.ldb = y.ld;
-    j.out = out;
+    mm_job_init(&j, ctx, is64, n, k, m, x, y, out);
 #ifdef SG_FAST
     if (!is64 && sg_fast_ok())
         return mm_fast(ctx, &j);
 #endif
     return mm_blas(ctx, &j);
+}
+
+/* mm_backward's two products, gx [n, k] = g [n, m] y^T and gy [k, m] = x^T
+ * g: on this file's GEMM in one parallel region where it runs (float32,
+ * no empty dimension), else one after the other. */
+static int mm_grads(opjit_ctx *ctx, int is64, int64_t n, int64_t k, int64_t m, mm_operand g,
+                    mm_operand x, mm_operand y, void *gx, void *gy)
+{
+    int rc;
+#ifdef SG_FAST
+    if (!is64 && gx && gy && n && k && m && sg_fast_ok()) {
+        mm_job a, b;
+        mm_job_init(&a, ctx, 0, n, m, k, g, mm_transposed(y), gx);
+        mm_job_init(&b, ctx, 0, k, n, m, mm_transposed(x), g, gy);
+        return mm_fast_pair(ctx, &a, &b);
+    }
+#endif
+    /* grad_self [n, k] = grad [n, m] mat2^T [m, k] */
+    if (gx && (rc = mm_product(ctx, is64, n, m, k, g, mm_transposed(y), gx)) != 0)
+        return rc;
+    /* grad_mat2 [k, m] = self^T [k, n] grad [n, m] */
+    if (gy && (rc = mm_product(ctx, is64, k, n, m, mm_transposed(x), g, gy)) != 0)
+        return rc;
+    return 0;
 }
 
 static int mm_sizes_ok(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m)
@@ -469,7 +603,7 @@ static int mm_backward_cpu(opjit_ctx *ctx, opjit_args *a)
     DLTensor *g = opjit_arg_tensor(a, 0);
     DLTensor *x = opjit_arg_tensor(a, 1);
     DLTensor *y = opjit_arg_tensor(a, 2);
-    mm_operand go, xo, yo;
+    mm_operand go, xo = {NULL, 0, 0}, yo = {NULL, 0, 0};
     int is64, rc, want[2];
     int64_t n, k, m;
     void *gx, *gy;
@@ -491,13 +625,7 @@ static int mm_backward_cpu(opjit_ctx *ctx, opjit_args *a)
     if (mm_grad_output(ctx, 0, x->dtype, want[0], n, k, &gx) ||
         mm_grad_output(ctx, 1, x->dtype, want[1], k, m, &gy))
         return -1;
-    /* grad_self [n, k] = grad [n, m] mat2^T [m, k] */
-    if (want[0] && (rc = mm_product(ctx, is64, n, m, k, go, mm_transposed(yo), gx)) != 0)
-        return rc;
-    /* grad_mat2 [k, m] = self^T [k, n] grad [n, m] */
-    if (want[1] && (rc = mm_product(ctx, is64, k, n, m, mm_transposed(xo), go, gy)) != 0)
-        return rc;
-    return 0;
+    return mm_grads(ctx, is64, n, k, m, go, xo, yo, want[0] ? gx : NULL, want[1] ? gy : NULL);
 }
 
 OPJIT_MODULE(m)

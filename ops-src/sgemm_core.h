@@ -113,7 +113,8 @@ SG_TGT SG_NOINLINE static void sg_k1(int64_t K, const float *A, int64_t lda, int
  * 256-bit and 512-bit FMAs at the same rate):
  *  - SG_PACK (AVX2): steps of SG_KC of k, each panel of B packed (SG_KC x
  *    3W floats, 24 KB) to stay in L1 while blocks of SG_MC rows run over
- *    it (their rows of A stay in L2): OpenBLAS's and oneDNN's way;
+ *    it (their rows of A copied, SG_LDA apart, into L2): OpenBLAS's and
+ *    oneDNN's way;
  *  - otherwise (AVX-512, 3 vectors of 64 bytes a row of B): B read in
  *    place, the next panel prefetched, all of k at once; with more rows
  *    than columns each block of MR rows runs over every panel (its rows of
@@ -125,9 +126,14 @@ SG_TGT SG_NOINLINE static void sg_k1(int64_t K, const float *A, int64_t lda, int
  * (MR x K), one packed panel of B (KC x 3W; without SG_PACK the last
  * N % W columns, K x W) and one block of C (MR x 3W). */
 #define SG_PANEL(K) (SG_PACK ? SG_KC * 3 * SG_W : (K) * SG_W)
+/* SG_PACK: a block of rows of A (SG_MC x SG_KC), rows SG_LDA apart: not a
+ * multiple of 1 KB, so that a micro-kernel's rows do not share the sets
+ * of L1 as rows of a large matrix (lda 2-8 KB) do. */
+#define SG_LDA (SG_KC + 16)
+#define SG_ABLK (SG_PACK ? SG_MC * SG_LDA : 0)
 static size_t sg_sgemm_scratch(int64_t K)
 {
-    return (size_t)(SG_MR * K + SG_PANEL(K) + SG_MR * 3 * SG_W + 16) * sizeof(float);
+    return (size_t)(SG_MR * K + SG_PANEL(K) + SG_MR * 3 * SG_W + SG_ABLK + 16) * sizeof(float);
 }
 
 /* The last M % MR rows of A into at (MR x K, zero-padded). */
@@ -205,17 +211,21 @@ SG_TGT static void sg_rows(int64_t i0, int64_t i1, int64_t j, int64_t w, int64_t
  * calls with acc gives the bits of one call, which is how the steps of k
  * go); A's element (i, k) at A[i * lda + k * aks], B and C row-major,
  * K >= 1. Panels of 3 vectors of columns (4 left: two of 2), blocks of MR
- * rows (see SG_PACK above); the last M % MR rows and N % W columns go
- * through zero-padded copies. */
-SG_TGT static void sg_gemm_ex(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                              int64_t aks, const float *B, int64_t ldb, float *C, int64_t ldc,
-                              float *scratch, int acc)
+ * rows (see SG_PACK above; by_rows: each block of MR rows over every panel
+ * whatever the shape, so C is written row by row, a few streams, where a
+ * small K makes the product cheap against storing C); the last M % MR
+ * rows and N % W columns go through zero-padded copies. */
+SG_TGT static void sg_gemm_ord(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                               int64_t aks, const float *B, int64_t ldb, float *C, int64_t ldc,
+                               float *scratch, int acc, int by_rows)
 {
     const int64_t W = SG_W, nfull = N - N % SG_W;
     const int64_t kb = SG_PACK ? SG_KC : K;
-    const int64_t mb = SG_PACK ? SG_MC : M > N ? SG_MR : M;
+    const int64_t mb = SG_PACK ? SG_MC : M > N || by_rows ? SG_MR : M;
     float *at = scratch, *bp = at + SG_MR * K, *ct = bp + SG_PANEL(K);
-    int64_t k0, i0, j, w;
+    float *ab = ct + SG_MR * 3 * SG_W; /* SG_PACK: the block of rows of A */
+    const int64_t mfull = M - M % SG_MR;
+    int64_t k0, i0, j, w, r, k;
     if (M % SG_MR)
         sg_tail_rows(M, K, A, lda, aks, at);
     if (!SG_PACK && N > nfull) /* the last columns, once */
@@ -224,6 +234,16 @@ SG_TGT static void sg_gemm_ex(int64_t M, int64_t N, int64_t K, const float *A, i
         int64_t kc = K - k0 < kb ? K - k0 : kb;
         for (i0 = 0; i0 < M; i0 += mb) {
             int64_t i1 = M - i0 < mb ? M : i0 + mb;
+            if (SG_PACK) /* its whole rows, read by every panel after */
+                for (r = i0; r < (i1 < mfull ? i1 : mfull); r++) {
+                    const float *src = A + r * lda + k0 * aks;
+                    float *dst = ab + (r - i0) * SG_LDA;
+                    if (aks == 1)
+                        memcpy(dst, src, (size_t)kc * sizeof(float));
+                    else
+                        for (k = 0; k < kc; k++)
+                            dst[k] = src[k * aks];
+                }
             for (j = 0; j < N; j += w) {
                 int64_t wp, pack, pf;
                 w = N - j;
@@ -233,12 +253,25 @@ SG_TGT static void sg_gemm_ex(int64_t M, int64_t N, int64_t K, const float *A, i
                 pf = !pack && j + 3 * W < N;
                 if (SG_PACK)
                     sg_pack(B + k0 * ldb + j, ldb, kc, w, bp, wp);
-                sg_rows(i0, i1, j, w, M, K, k0, kc, A, lda, aks, at,
-                        pack ? bp : B + k0 * ldb + j, wp, pack ? wp : ldb, (int)pf, C, ldc, ct,
-                        acc || k0 > 0);
+                if (SG_PACK) /* rows of the block from 0: A its copy (k from 0) */
+                    sg_rows(0, i1 - i0, j, w, M - i0, K, 0, kc, ab, SG_LDA, 1, at + k0, bp, wp,
+                            wp, 0, C + i0 * ldc, ldc, ct, acc || k0 > 0);
+                else
+                    sg_rows(i0, i1, j, w, M, K, k0, kc, A, lda, aks, at,
+                            pack ? bp : B + k0 * ldb + j, wp, pack ? wp : ldb, (int)pf, C, ldc,
+                            ct, acc || k0 > 0);
             }
         }
     }
+}
+
+/* sg_gemm_ord with blocks of MR rows over every panel when M > N, else
+ * each panel over every row. */
+SG_TGT static void sg_gemm_ex(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                              int64_t aks, const float *B, int64_t ldb, float *C, int64_t ldc,
+                              float *scratch, int acc)
+{
+    sg_gemm_ord(M, N, K, A, lda, aks, B, ldb, C, ldc, scratch, acc, 0);
 }
 
 /* sg_gemm_ex of a row-major A (aks 1). */

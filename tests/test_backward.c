@@ -99,7 +99,8 @@ static void test_mm_backward(void)
 {
     static const int64_t sizes[][3] = {{1, 1, 1},   {3, 4, 5},     {17, 31, 9}, {64, 128, 33},
                                        {129, 65, 257}, {1, 300, 1}, {0, 3, 4},   {3, 0, 4},
-                                       {3, 4, 0},   {0, 0, 0},     {50, 70, 1}};
+                                       {3, 4, 0},   {0, 0, 0},     {50, 70, 1},
+                                       {203, 90, 301}}; /* panels, blocks, tails */
     char what[128];
     ref_seed(21);
     for (int bits = 32; bits <= 64; bits += 32)

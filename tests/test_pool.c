@@ -438,6 +438,10 @@ static void make_cases(void)
     conv_case("conv 3x3 stride 2 groups 2 @33 batch 2 (im2col)", 32, 2, 32, 33, 64, 3, 2, 1,
               2, 1);
     conv_case("conv 3x3 float64 @24 batch 2", 64, 2, 16, 24, 24, 3, 1, 1, 1, 1);
+    /* 1x1 direct: blocks of 16 columns where 48 would leave a small last
+     * one (K 300), blocks of rows over every panel (K 24), row tails */
+    conv_case("conv 1x1 300->20 @57 batch 1 (direct)", 32, 1, 300, 57, 20, 1, 1, 0, 1, 1);
+    conv_case("conv 1x1 24->70 @13 batch 2 (direct, K 24)", 32, 2, 24, 13, 70, 1, 1, 0, 1, 0);
     /* the gradients: grad_input, grad_weight (in slices), grad_bias */
     static const struct {
         const char *what;
@@ -502,6 +506,32 @@ static void make_cases(void)
         tensor_init(&q->in[1], 32, 2, a, 0);
         tensor_init(&q->in[2], 32, 2, b, 0);
         q->nin = 3;
+    }
+    { /* self^T [301, 97] read through a transposing copy (columns 1204
+       * bytes apart), odd tails, both products in one parallel region */
+        op_case *q = &cases[ncases++];
+        q->op = "mm_backward";
+        q->what = "mm_backward 97x301x263";
+        int64_t g[2] = {97, 263}, a[2] = {97, 301}, b[2] = {301, 263};
+        tensor_init(&q->in[0], 32, 2, g, 0);
+        tensor_init(&q->in[1], 32, 2, a, 0);
+        tensor_init(&q->in[2], 32, 2, b, 0);
+        q->nin = 3;
+    }
+    { /* a transposed self read in place (columns 520 bytes apart) */
+        op_case *q = &cases[ncases++];
+        q->op = "mm";
+        q->what = "mm transposed self 130x200x70";
+        int64_t a[2] = {200, 130}, b[2] = {200, 70};
+        tensor_init(&q->in[0], 32, 2, a, 0);
+        tensor_init(&q->in[1], 32, 2, b, 0);
+        tensor *t = &q->in[0];
+        t->shape[0] = 130;
+        t->shape[1] = 200;
+        t->strides[0] = 1;
+        t->strides[1] = 130;
+        t->t.strides = t->strides;
+        q->nin = 2;
     }
     {
         op_case *q = &cases[ncases++];
