@@ -397,7 +397,7 @@ static void tensor_init(tensor *x, int bits, int ndim, const int64_t *shape, int
                       NULL, 0};
 }
 
-#define NCASES 24
+#define NCASES 48
 typedef struct op_case {
     const char *op, *what;
     tensor in[3];
@@ -410,11 +410,21 @@ typedef struct op_case {
 static op_case cases[NCASES];
 static int ncases;
 
+/* The next free case: the table must hold every case make_cases adds. */
+static op_case *new_case(void)
+{
+    if (ncases == NCASES) {
+        fprintf(stderr, "test_pool: more than NCASES (%d) cases: raise it\n", NCASES);
+        abort();
+    }
+    return &cases[ncases++];
+}
+
 static op_case *conv_case(const char *what, int bits, int64_t n, int64_t c, int64_t hw,
                           int64_t o, int64_t k, int64_t stride, int64_t pad, int64_t groups,
                           int bias)
 {
-    op_case *q = &cases[ncases++];
+    op_case *q = new_case();
     q->op = "conv2d";
     q->what = what;
     int64_t xs[4] = {n, c, hw, hw}, ws[4] = {o, c / groups, k, k}, bs[1] = {o};
@@ -471,7 +481,7 @@ static void make_cases(void)
     }
     const int64_t mms[][3] = {{300, 200, 500}, {1000, 64, 96}, {97, 300, 1029}};
     for (int i = 0; i < 3; i++) {
-        op_case *q = &cases[ncases++];
+        op_case *q = new_case();
         q->op = "mm";
         q->what = i == 0 ? "mm 300x200x500" : i == 1 ? "mm 1000x64x96" : "mm 97x300x1029";
         int64_t a[2] = {mms[i][0], mms[i][1]}, b[2] = {mms[i][1], mms[i][2]};
@@ -480,7 +490,7 @@ static void make_cases(void)
         q->nin = 2;
     }
     { /* a transposed view of each operand */
-        op_case *q = &cases[ncases++];
+        op_case *q = new_case();
         q->op = "mm";
         q->what = "mm transposed views 400x300x250";
         int64_t a[2] = {300, 400}, b[2] = {250, 300};
@@ -498,7 +508,7 @@ static void make_cases(void)
         q->nin = 2;
     }
     { /* the gradients of mm [300, 200] x [200, 500] */
-        op_case *q = &cases[ncases++];
+        op_case *q = new_case();
         q->op = "mm_backward";
         q->what = "mm_backward 300x200x500";
         int64_t g[2] = {300, 500}, a[2] = {300, 200}, b[2] = {200, 500};
@@ -509,7 +519,7 @@ static void make_cases(void)
     }
     { /* self^T [301, 97] read through a transposing copy (columns 1204
        * bytes apart), odd tails, both products in one parallel region */
-        op_case *q = &cases[ncases++];
+        op_case *q = new_case();
         q->op = "mm_backward";
         q->what = "mm_backward 97x301x263";
         int64_t g[2] = {97, 263}, a[2] = {97, 301}, b[2] = {301, 263};
@@ -519,7 +529,7 @@ static void make_cases(void)
         q->nin = 3;
     }
     { /* a transposed self read in place (columns 520 bytes apart) */
-        op_case *q = &cases[ncases++];
+        op_case *q = new_case();
         q->op = "mm";
         q->what = "mm transposed self 130x200x70";
         int64_t a[2] = {200, 130}, b[2] = {200, 70};
@@ -534,7 +544,7 @@ static void make_cases(void)
         q->nin = 2;
     }
     {
-        op_case *q = &cases[ncases++];
+        op_case *q = new_case();
         q->op = "mm_backward";
         q->what = "mm_backward float64 129x257x65";
         int64_t g[2] = {129, 65}, a[2] = {129, 257}, b[2] = {257, 65};
@@ -544,7 +554,7 @@ static void make_cases(void)
         q->nin = 3;
     }
     {
-        op_case *q = &cases[ncases++];
+        op_case *q = new_case();
         q->op = "mm";
         q->what = "mm float64 257x300x129";
         int64_t a[2] = {257, 300}, b[2] = {300, 129};
@@ -553,7 +563,7 @@ static void make_cases(void)
         q->nin = 2;
     }
     for (int bits = 32; bits <= 64; bits += 32) {
-        op_case *q = &cases[ncases++];
+        op_case *q = new_case();
         q->op = "nms";
         q->what = bits == 32 ? "nms 30000 boxes" : "nms 5000 boxes float64";
         int64_t n = bits == 32 ? 30000 : 5000, bs[2] = {n, 4}, ss[1] = {n};
