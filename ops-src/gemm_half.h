@@ -240,12 +240,19 @@ static void hg_gemm_store(int64_t M, int64_t K, const uint16_t *A, int64_t lda,
     }
 }
 
-/* Elements of a thread's area: a packed panel (K x np, K even), a strip of
- * results (8 x np floats) and the last rows of A (8 x K). */
+/* K rounded up to whole AMX tiles (32 bfloat16 a row): a packed panel has
+ * room for that many, the pairs past K zero on the AMX path. */
+static int64_t hg_kp(int64_t K) { return (K + 31) / 32 * 32; }
+
+/* Floats of a strip of results: 8 x np for the vdpbf16ps kernels, a block
+ * of 32 x 32 for the AMX ones. */
+static size_t hg_ct(int64_t np) { return (size_t)(8 * np > 1024 ? 8 * np : 1024); }
+
+/* Elements of a thread's area: a packed panel (hg_kp(K) x np), a strip of
+ * results (hg_ct floats) and the last rows of A (8 x K). */
 static size_t hg_area(int64_t K, int64_t np)
 {
-    size_t b = (size_t)((K + 1) / 2 * 2 * np) * 2 + (size_t)(8 * np) * 4 +
-               (size_t)(8 * K) * 2 + 3 * 64;
+    size_t b = (size_t)(hg_kp(K) * np) * 2 + hg_ct(np) * 4 + (size_t)(8 * K) * 2 + 3 * 64;
     return (b + 63) / 64 * 64;
 }
 
@@ -257,12 +264,230 @@ typedef struct hg_area_ptrs {
 static hg_area_ptrs hg_carve(char *area, int64_t K, int64_t np)
 {
     hg_area_ptrs a;
-    size_t pb = ((size_t)((K + 1) / 2 * 2 * np) * 2 + 63) / 64 * 64;
+    size_t pb = ((size_t)(hg_kp(K) * np) * 2 + 63) / 64 * 64;
     a.p = (uint16_t *)(void *)area;
     a.ct = (float *)(void *)(area + pb);
-    a.at = (uint16_t *)(void *)(area + pb + ((size_t)(8 * np) * 4 + 63) / 64 * 64);
+    a.at = (uint16_t *)(void *)(area + pb + (hg_ct(np) * 4 + 63) / 64 * 64);
     return a;
 }
+
+/* ---- AMX: tiles of 16 x 16 float32 sums (TDPBF16PS) ------------------------------
+ * Where the CPU has AMX-TILE and AMX-BF16 and Linux grants this process
+ * the tile state (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA),
+ * once; a tile instruction without it is SIGILL), the products below run
+ * on tiles instead of hg_strip: C [32][32] in four tiles, two tiles of A
+ * (16 rows x 32 k) and two of B (16 pairs of k x 16 columns, the packed
+ * panel's layout) a step of 32 k. Numerics as vdpbf16ps's: exact bfloat16
+ * products summed in float32, each element one chain over k in order
+ * (pairs of k a step), bfloat16 subnormal inputs counted as zero, a
+ * subnormal sum flushed; every element is computed by one thread over all
+ * of k, so the thread count changes no bit. K is padded to a multiple of
+ * 32 with zeros in both operands (A packed into a padded copy, hg_amx_a;
+ * the panel's extra pairs zeroed, hg_amx_pad): a product 0 x 0 leaves a
+ * float32 sum as it is. The check is made at run time, so an artifact of
+ * an AVX-512 level stays right on a CPU of that level without AMX. */
+#if defined(__linux__) && defined(__GNUC__) && __GNUC__ >= 11
+#define HG_AMX 1
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define HG_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
+
+static int hg_amx_state; /* 0 not asked yet, 1 usable, -1 not */
+
+/* Whether the AMX kernels run here: CPUID leaf 7 (EDX bit 22 AMX-BF16,
+ * bit 24 AMX-TILE), then the kernel's permission, asked once a process
+ * (granted to all its threads). */
+static int hg_amx_cpu(void)
+{
+    int s = __atomic_load_n(&hg_amx_state, __ATOMIC_ACQUIRE);
+    if (!s) {
+        unsigned a, b, c, d;
+        unsigned long bits = 0;
+        s = hg_bf16_cpu() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1) &&
+                    (d >> 24 & 1) && syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18) == 0 &&
+                    syscall(SYS_arch_prctl, 0x1022 /* ARCH_GET_XCOMP_PERM */, &bits) == 0 &&
+                    (bits >> 18 & 1)
+                ? 1
+                : -1;
+        __atomic_store_n(&hg_amx_state, s, __ATOMIC_RELEASE);
+    }
+    return s > 0;
+}
+
+/* The tile configuration, palette 1: tiles 0-7 each 16 rows of 64 bytes. */
+typedef struct hg_tilecfg {
+    uint8_t palette, start, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} hg_tilecfg;
+
+/* Tiles are per-thread state: each unit of work configures them first and
+ * releases them after (hg_amx_end), on whichever thread it runs. The
+ * configuration is a static object: gcc 12's _tile_loadconfig tells the
+ * compiler it reads 8 bytes, so stores into a local one may be dropped. */
+static const hg_tilecfg hg_cfg = {1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64},
+                                  {16, 16, 16, 16, 16, 16, 16, 16}};
+
+HG_AMX_TARGET static void hg_amx_begin(void) { _tile_loadconfig(&hg_cfg); }
+
+HG_AMX_TARGET static void hg_amx_end(void) { _tile_release(); }
+
+/* ct [32][32] (float32, 128 bytes a row) = A [16 or 32 rows (two)][Kp] .
+ * P [Kp][16 or 32 columns (two)]: A bfloat16 rows lda apart, P pairs of k
+ * (ldp elements a pair), Kp a multiple of 32. Tiles 0-3 the sums (row
+ * half r, column half c: tile 2r + c), 4-5 A, 6-7 P. */
+HG_AMX_TARGET static void hg_amx_block(int64_t Kp, const uint16_t *A, int64_t lda,
+                                       const uint16_t *P, int64_t ldp, int two_rows,
+                                       int two_cols, float *ct)
+{
+    const size_t sa = (size_t)lda * 2, sp = (size_t)ldp * 2;
+    const uint16_t *a1 = A + 16 * lda;
+    int64_t k;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    if (two_rows && two_cols) {
+        for (k = 0; k < Kp; k += 32, P += 16 * ldp) {
+            _tile_loadd(4, A + k, sa);
+            _tile_loadd(6, P, sp);
+            _tile_loadd(7, P + 32, sp);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_loadd(5, a1 + k, sa);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+    } else if (two_cols) {
+        for (k = 0; k < Kp; k += 32, P += 16 * ldp) {
+            _tile_loadd(4, A + k, sa);
+            _tile_loadd(6, P, sp);
+            _tile_loadd(7, P + 32, sp);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+        }
+    } else if (two_rows) {
+        for (k = 0; k < Kp; k += 32, P += 16 * ldp) {
+            _tile_loadd(4, A + k, sa);
+            _tile_loadd(5, a1 + k, sa);
+            _tile_loadd(6, P, sp);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(2, 5, 6);
+        }
+    } else {
+        for (k = 0; k < Kp; k += 32, P += 16 * ldp) {
+            _tile_loadd(4, A + k, sa);
+            _tile_loadd(6, P, sp);
+            _tile_dpbf16ps(0, 4, 6);
+        }
+    }
+    _tile_stored(0, ct, 128);
+    _tile_stored(1, ct + 16, 128);
+    _tile_stored(2, ct + 16 * 32, 128);
+    _tile_stored(3, ct + 16 * 32 + 16, 128);
+}
+
+/* Zeroes a packed panel's pairs past K (P: (K+1)/2 pairs of np columns
+ * written) up to hg_kp(K). */
+static void hg_amx_pad(uint16_t *P, int64_t K, int64_t np)
+{
+    int64_t have = (K + 1) / 2, want = hg_kp(K) / 2;
+    if (want > have)
+        memset(P + have * 2 * np, 0, (size_t)((want - have) * 2 * np) * sizeof(uint16_t));
+}
+
+/* out [M, nb] (ldo) = bf16(A [M, Kp] . P + bias), as hg_gemm_store, on
+ * tiles: A padded (hg_amx_a: rows lda apart, zero past K, readable up to
+ * row M rounded up to 16, plus 16), P padded (hg_amx_pad), ct 32 x 32
+ * floats. Blocks of 32 rows, each over the panel's columns in 32s. */
+static void hg_amx_store(int64_t M, int64_t K, const uint16_t *A, int64_t lda,
+                         const uint16_t *P, int64_t nb, int64_t np, const float *bias,
+                         uint16_t *out, int64_t ldo, float *ct)
+{
+    int64_t i, j, Kp = hg_kp(K);
+    for (i = 0; i < M; i += 32)
+        for (j = 0; j < nb; j += 32) {
+            hg_amx_block(Kp, A + i * lda, lda, P + 2 * j, 2 * np, M - i > 16, np - j > 16, ct);
+            hg_store(ct, 32, M - i < 32 ? M - i : 32, nb - j < 32 ? nb - j : 32,
+                     bias ? bias + i : NULL, out + i * ldo + j, ldo);
+        }
+}
+
+/* ---- A, padded for the tiles ----------------------------------------------------
+ * groups blocks of rows rows each (element (r, k) of group g at src[(g
+ * rows + r) * lds + k], or at src[k * lds + g rows + r] when transposed)
+ * into dst: group g's rows at dst + g * rows_p * ldd, K columns then zeros
+ * up to ldd, rows past rows zero up to rows_p (hg_amx_rows). */
+typedef struct hg_amx_a {
+    const uint16_t *src;
+    int64_t lds, rows, groups, K, ldd, rows_p;
+    int t;
+    uint16_t *dst;
+} hg_amx_a;
+
+/* Rows of a group in the padded copy: whole blocks of 16, and 16 more (a
+ * block of 32 rows starting 16 from the end reads them). */
+static int64_t hg_amx_rows(int64_t rows) { return (rows + 15) / 16 * 16 + 16; }
+
+/* Its row length: whole tiles, and not a multiple of 2 KiB apart (rows of
+ * a tile would share cache sets). */
+static int64_t hg_amx_ld(int64_t K)
+{
+    int64_t Kp = hg_kp(K);
+    return Kp * 2 % 2048 == 0 ? Kp + 32 : Kp;
+}
+
+/* Units [lo, hi) of (group, block of 16 rows). */
+static int hg_amx_a_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_amx_a *j = (const hg_amx_a *)user;
+    int64_t nblk = j->rows_p / 16, u, r, k;
+    for (u = lo; u < hi; u++) {
+        int64_t g = u / nblk, r0 = u % nblk * 16;
+        int64_t r1 = j->rows - r0 < 16 ? (j->rows > r0 ? j->rows : r0) : r0 + 16;
+        uint16_t *d = j->dst + (g * j->rows_p + r0) * j->ldd;
+        if (!j->t) {
+            for (r = r0; r < r1; r++)
+                memcpy(d + (r - r0) * j->ldd, j->src + (g * j->rows + r) * j->lds,
+                       (size_t)j->K * sizeof(uint16_t));
+        } else { /* 16 neighbours of a row of the source at a time */
+            const uint16_t *s = j->src + g * j->rows;
+            for (k = 0; k < j->K; k++)
+                for (r = r0; r < r1; r++)
+                    d[(r - r0) * j->ldd + k] = s[k * j->lds + r];
+        }
+        for (r = r0; r < r0 + 16; r++, d += j->ldd) {
+            int64_t from = r < r1 ? j->K : 0;
+            memset(d + from, 0, (size_t)(j->ldd - from) * sizeof(uint16_t));
+        }
+    }
+    return 0;
+}
+
+/* The padded copy of A in new workspace (*ld its row length); NULL with
+ * the error recorded. */
+static uint16_t *hg_amx_pack_a(opjit_ctx *ctx, const void *src, int64_t lds, int t,
+                               int64_t groups, int64_t rows, int64_t K, int64_t *ld)
+{
+    hg_amx_a j;
+    j.src = (const uint16_t *)src;
+    j.lds = lds;
+    j.t = t;
+    j.groups = groups;
+    j.rows = rows;
+    j.K = K;
+    j.ldd = *ld = hg_amx_ld(K);
+    j.rows_p = hg_amx_rows(rows);
+    if (!(j.dst = (uint16_t *)opjit_workspace(
+              ctx, (size_t)(groups * j.rows_p * j.ldd) * sizeof(uint16_t))))
+        return NULL;
+    if (opjit_parallel_for(ctx, 0, groups * (j.rows_p / 16), 1, hg_amx_a_run, &j))
+        return NULL;
+    return j.dst;
+}
+#endif /* AMX */
 
 /* ---- subnormal operands ----------------------------------------------------------- */
 
@@ -323,7 +548,7 @@ static int hg_subnormal(opjit_ctx *ctx, const void *p, int64_t rows, int64_t col
 typedef struct hg_mm_job {
     opjit_ctx *ctx;
     int64_t n, k, m, lda, ldb, rows, nb, npanels;
-    int yt;
+    int yt, amx; /* amx: on tiles, x padded (hg_amx_pack_a) */
     const uint16_t *x, *y;
     uint16_t *out, *xr;
     char *ws;
@@ -336,6 +561,10 @@ static int hg_mm_run(void *user, int64_t lo, int64_t hi)
     const hg_mm_job *j = (const hg_mm_job *)user;
     int64_t np0 = (j->nb + 15) / 16 * 16, t, packed = -1;
     hg_area_ptrs a = hg_carve(j->ws + (size_t)opjit_thread_num(j->ctx) * j->per, j->k, np0);
+#ifdef HG_AMX
+    if (j->amx)
+        hg_amx_begin();
+#endif
     for (t = lo; t < hi; t++) {
         int64_t panel = t % j->npanels, r0 = (t / j->npanels) * j->rows;
         int64_t c0 = panel * j->nb, nb = j->m - c0 < j->nb ? j->m - c0 : j->nb;
@@ -346,10 +575,25 @@ static int hg_mm_run(void *user, int64_t lo, int64_t hi)
             else
                 hg_pack_rows(j->y + c0, j->ldb, j->k, nb, a.p, np);
             packed = panel;
+#ifdef HG_AMX
+            if (j->amx)
+                hg_amx_pad(a.p, j->k, np);
+#endif
         }
+#ifdef HG_AMX
+        if (j->amx) {
+            hg_amx_store(nr, j->k, j->x + r0 * j->lda, j->lda, a.p, nb, np, NULL,
+                         j->out + r0 * j->m + c0, j->m, a.ct);
+            continue;
+        }
+#endif
         hg_gemm_store(nr, j->k, j->x + r0 * j->lda, j->lda, a.p, nb, np, NULL,
                       j->out + r0 * j->m + c0, j->m, a.ct, a.at);
     }
+#ifdef HG_AMX
+    if (j->amx)
+        hg_amx_end();
+#endif
     return 0;
 }
 
@@ -392,9 +636,10 @@ static void hg_mm_plan(hg_mm_job *j, int64_t T)
 
 /* out [n, m] = x [n, k] y [k, m], all bfloat16, float32 sums: x row-major
  * (lda) or transposed (xt: element (i, k) at x[k * lda + i]), y likewise
- * (yt). 0, or the status of the failure recorded. */
+ * (yt); on tiles (amx, where hg_amx_cpu) or vdpbf16ps. 0, or the status
+ * of the failure recorded. */
 static int hg_mm_bf16(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, const void *x, int xt,
-                      int64_t lda, const void *y, int yt, int64_t ldb, void *out)
+                      int64_t lda, const void *y, int yt, int64_t ldb, void *out, int amx)
 {
     hg_mm_job j;
     int64_t T = opjit_num_threads(ctx);
@@ -416,6 +661,17 @@ static int hg_mm_bf16(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, const voi
     j.ldb = ldb;
     j.yt = yt;
     j.out = (uint16_t *)out;
+#ifdef HG_AMX
+    if (amx) { /* self padded for the tiles, rows of it either way */
+        if (!(j.xr = hg_amx_pack_a(ctx, x, lda, xt, 1, n, k, &j.lda)))
+            return -1;
+        j.x = j.xr;
+        j.amx = 1;
+        xt = 0;
+    }
+#else
+    (void)amx;
+#endif
     if (xt) { /* the kernels read rows of self */
         if (!(j.xr = (uint16_t *)opjit_workspace(ctx, (size_t)(n * k) * sizeof(uint16_t))))
             return -1;
@@ -527,6 +783,8 @@ typedef struct hg_conv_job {
     int64_t pb, nblk, ldcol;
     char *ws;
     size_t per, colb;
+    const uint16_t *wa; /* on tiles: w padded (hg_amx_pack_a), rows lwa apart, */
+    int64_t lwa, rows_p; /* rows_p a group */
 } hg_conv_job;
 
 /* Units [lo, hi) of (image, group, block of positions): unfold, pack, the
@@ -539,6 +797,10 @@ static int hg_conv_run(void *user, int64_t lo, int64_t hi)
     float *col = (float *)(void *)area;
     int64_t npb = (j->pb + 15) / 16 * 16, u;
     hg_area_ptrs a = hg_carve(area + j->colb, s->kdim, npb);
+#ifdef HG_AMX
+    if (j->wa)
+        hg_amx_begin();
+#endif
     for (u = lo; u < hi; u++) {
         int64_t blk = u % j->nblk, ng = u / j->nblk, img = ng / s->groups, gi = ng % s->groups;
         int64_t p0 = blk * j->pb, nb = s->plane - p0 < j->pb ? s->plane - p0 : j->pb;
@@ -551,11 +813,25 @@ static int hg_conv_run(void *user, int64_t lo, int64_t hi)
             s->unfold(s->geom, j->xw + in, j->xend, p0, nb, col, j->ldcol);
             hg_pack_f32(col, j->ldcol, s->kdim, nb, a.p, (nb + 15) / 16 * 16);
         }
+#ifdef HG_AMX
+        if (j->wa) {
+            hg_amx_pad(a.p, s->kdim, (nb + 15) / 16 * 16);
+            hg_amx_store(s->og, s->kdim, j->wa + gi * j->rows_p * j->lwa, j->lwa, a.p, nb,
+                         (nb + 15) / 16 * 16, j->bias ? j->bias + oc : NULL,
+                         j->out + (img * s->groups * s->og + oc) * s->plane + p0, s->plane,
+                         a.ct);
+            continue;
+        }
+#endif
         hg_gemm_store(s->og, s->kdim, j->w + oc * s->kdim, s->kdim, a.p, nb,
                       (nb + 15) / 16 * 16, j->bias ? j->bias + oc : NULL,
                       j->out + (img * s->groups * s->og + oc) * s->plane + p0, s->plane, a.ct,
                       a.at);
     }
+#ifdef HG_AMX
+    if (j->wa)
+        hg_amx_end();
+#endif
     return 0;
 }
 
@@ -577,6 +853,8 @@ typedef struct hg_small_job {
     size_t psz;          /* elements of one group's packed block */
     char *ws;
     size_t per;
+    const uint16_t *wa; /* as hg_conv_job's */
+    int64_t lwa, rows_p;
 } hg_small_job;
 
 /* Images x groups [lo, hi) into pairs of k, image img's positions at
@@ -616,6 +894,39 @@ HG_TARGET static int hg_small_pack_run(void *user, int64_t lo, int64_t hi)
     return 0;
 }
 
+#ifdef HG_AMX
+/* hg_small_run's units on tiles: blocks of 32 channels x 32 of the
+ * batch's positions, each image's share of a block stored. */
+static void hg_amx_small(const hg_small_job *j, int64_t lo, int64_t hi, float *ct)
+{
+    const hg_conv *s = j->s;
+    int64_t u, i, c0, c, all = s->n * s->plane, Kp = hg_kp(s->kdim);
+    hg_amx_begin();
+    for (u = lo; u < hi; u++) {
+        int64_t gi = u / j->nob, o0 = u % j->nob * j->ob;
+        int64_t no = s->og - o0 < j->ob ? s->og - o0 : j->ob, oc = gi * s->og + o0;
+        const uint16_t *p = j->packed + (size_t)gi * j->psz;
+        for (i = 0; i < no; i += 32) {
+            int64_t rows = no - i < 32 ? no - i : 32;
+            for (c0 = 0; c0 < all; c0 += 32) {
+                int64_t c1 = all - c0 < 32 ? all : c0 + 32;
+                hg_amx_block(Kp, j->wa + (gi * j->rows_p + o0 + i) * j->lwa, j->lwa, p + 2 * c0,
+                             2 * j->np, no - i > 16, j->np - c0 > 16, ct);
+                for (c = c0; c < c1;) {
+                    int64_t img = c / s->plane, e = (img + 1) * s->plane < c1 ? (img + 1) * s->plane : c1;
+                    hg_store(ct + (c - c0), 32, rows, e - c, j->bias ? j->bias + oc + i : NULL,
+                             j->out + (img * s->groups * s->og + oc + i) * s->plane +
+                                 (c - img * s->plane),
+                             s->plane);
+                    c = e;
+                }
+            }
+        }
+    }
+    hg_amx_end();
+}
+#endif
+
 /* Units [lo, hi) of (group, block of ob output channels): strips of 8
  * channels over the batch's positions, each image's share stored. */
 static int hg_small_run(void *user, int64_t lo, int64_t hi)
@@ -626,6 +937,12 @@ static int hg_small_run(void *user, int64_t lo, int64_t hi)
     float *ct = (float *)(void *)area;
     uint16_t *at = (uint16_t *)(void *)(area + ((size_t)(8 * j->np) * 4 + 63) / 64 * 64);
     int64_t u, img, i, la;
+#ifdef HG_AMX
+    if (j->wa) {
+        hg_amx_small(j, lo, hi, ct);
+        return 0;
+    }
+#endif
     for (u = lo; u < hi; u++) {
         int64_t gi = u / j->nob, o0 = u % j->nob * j->ob;
         int64_t no = s->og - o0 < j->ob ? s->og - o0 : j->ob, oc = gi * s->og + o0;
@@ -647,13 +964,13 @@ static int hg_small_run(void *user, int64_t lo, int64_t hi)
  * most 256 positions an image, a group's packed batch within 8 MB): 1 (*rc
  * its status), else 0. */
 static int hg_conv_small(opjit_ctx *ctx, const hg_conv *s, const void *x, const void *w,
-                         const float *bias, void *out, int *rc)
+                         const float *bias, void *out, const uint16_t *wa, int64_t lwa, int *rc)
 {
     hg_small_job j;
     int64_t T = opjit_num_threads(ctx);
     memset(&j, 0, sizeof j);
     j.np = (s->n * s->plane + 15) / 16 * 16;
-    j.psz = (size_t)((s->kdim + 1) / 2 * 2 * j.np);
+    j.psz = (size_t)(hg_kp(s->kdim) * j.np);
     if (!s->direct || s->n < 2 || s->plane > 256 || j.psz * 2 > ((size_t)8 << 20))
         return 0;
     j.ctx = ctx;
@@ -668,28 +985,46 @@ static int hg_conv_small(opjit_ctx *ctx, const hg_conv *s, const void *x, const 
     while (j.ob > 8 && s->groups * ((s->og + j.ob - 1) / j.ob) < 3 * T)
         j.ob -= 8;
     j.nob = (s->og + j.ob - 1) / j.ob;
-    j.per = ((size_t)(8 * j.np) * 4 + 63) / 64 * 64 + (size_t)(8 * s->kdim) * 2 + 64;
+    j.per = (hg_ct(j.np) * 4 + 63) / 64 * 64 + (size_t)(8 * s->kdim) * 2 + 64;
+    j.wa = wa;
+    j.lwa = lwa;
+#ifdef HG_AMX
+    j.rows_p = hg_amx_rows(s->og);
+#endif
     if (!(j.packed = (uint16_t *)opjit_workspace(ctx, (size_t)s->groups * j.psz * 2)) ||
         !(j.ws = (char *)opjit_workspace(ctx, (size_t)T * j.per))) {
         *rc = -1;
         return 1;
     }
-    if ((*rc = opjit_parallel_for(ctx, 0, s->n * s->groups, 1, hg_small_pack_run, &j)) == 0)
-        *rc = opjit_parallel_for(ctx, 0, s->groups * j.nob, 1, hg_small_run, &j);
+    if ((*rc = opjit_parallel_for(ctx, 0, s->n * s->groups, 1, hg_small_pack_run, &j)) != 0)
+        return 1;
+#ifdef HG_AMX
+    for (int64_t gi = 0; wa && gi < s->groups; gi++) /* the pairs past kdim, for the tiles */
+        hg_amx_pad(j.packed + (size_t)gi * j.psz, s->kdim, j.np);
+#endif
+    *rc = opjit_parallel_for(ctx, 0, s->groups * j.nob, 1, hg_small_run, &j);
     return 1;
 }
 
 /* out [n, groups og, plane] = conv, bfloat16 in and out, float32 sums. x
  * the input (bfloat16, dense), xw the same widened to float32 (needed
- * when s->sw > 1), w [groups og, kdim], bias widened or NULL. 0, or the
- * status of the failure recorded. */
+ * when s->sw > 1), w [groups og, kdim], bias widened or NULL; on tiles
+ * (amx, where hg_amx_cpu) or vdpbf16ps. 0, or the status of the failure
+ * recorded. */
 static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const float *xw,
-                        const void *w, const float *bias, void *out)
+                        const void *w, const float *bias, void *out, int amx)
 {
     hg_conv_job j;
-    int64_t T = opjit_num_threads(ctx), units;
+    int64_t T = opjit_num_threads(ctx), units, lwa = 0;
+    const uint16_t *wa = NULL;
     int rc;
-    if (hg_conv_small(ctx, s, x, w, bias, out, &rc))
+#ifdef HG_AMX
+    if (amx && !(wa = hg_amx_pack_a(ctx, w, s->kdim, 0, s->groups, s->og, s->kdim, &lwa)))
+        return -1;
+#else
+    (void)amx;
+#endif
+    if (hg_conv_small(ctx, s, x, w, bias, out, wa, lwa, &rc))
         return rc;
     memset(&j, 0, sizeof j);
     j.ctx = ctx;
@@ -700,6 +1035,11 @@ static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const f
     j.w = (const uint16_t *)w;
     j.bias = bias;
     j.out = (uint16_t *)out;
+    j.wa = wa;
+    j.lwa = lwa;
+#ifdef HG_AMX
+    j.rows_p = hg_amx_rows(s->og);
+#endif
     /* blocks of positions: the packed block about 256 KB (in L2), whole
      * 48-column panels, at least three units a thread where it can */
     j.pb = ((int64_t)256 << 10) / 2 / s->kdim / 48 * 48;
@@ -729,11 +1069,14 @@ static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const f
 
 #endif /* SG_FAST */
 
-/* Whether this tier and CPU have the bfloat16 GEMM (hw_path's have_dot). */
-#ifdef HG_BF16
-#define HG_DOT_HERE() hg_bf16_cpu()
+/* The bfloat16 GEMMs this tier and CPU have (hw_path's have): HW_GEMM
+ * (vdpbf16ps), HW_AMX (tiles). */
+#if defined(HG_AMX)
+#define HG_HAVE() ((hg_bf16_cpu() ? HW_GEMM : 0) | (hg_amx_cpu() ? HW_AMX : 0))
+#elif defined(HG_BF16)
+#define HG_HAVE() (hg_bf16_cpu() ? HW_GEMM : 0)
 #else
-#define HG_DOT_HERE() 0
+#define HG_HAVE() 0
 #endif
 
 #endif

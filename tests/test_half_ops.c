@@ -615,7 +615,7 @@ static void half_kernel_knob_checked(void)
         setenv("OPJIT_HALF_KERNEL", "fast", 1);
         CHECK(opjit_find_op(rt, "mm", &op) == OPJIT_OK &&
               opjit_call(rt, op, v, 2, o, 1) != OPJIT_OK);
-        CHECK_STR_CONTAINS(opjit_errmsg(rt), "OPJIT_HALF_KERNEL is 'fast': expected auto, dot, wide");
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), "OPJIT_HALF_KERNEL is 'fast': expected auto, amx, dot, wide");
         unsetenv("OPJIT_HALF_KERNEL");
         opjit_destroy(rt);
     }
