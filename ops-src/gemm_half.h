@@ -57,6 +57,15 @@ static inline uint32_t hg_pair(const uint16_t *p)
     return v;
 }
 
+/* Workspace on a 64-byte boundary (opjit_workspace promises less): a
+ * tile's row or a vector split over two cache lines costs both. NULL with
+ * the error recorded. */
+static void *hg_ws(opjit_ctx *ctx, size_t bytes)
+{
+    char *p = (char *)opjit_workspace(ctx, bytes + 64);
+    return p ? (void *)(p + (64 - (uintptr_t)p % 64) % 64) : NULL;
+}
+
 /* ---- micro-kernels --------------------------------------------------------------
  * C[8][16 NV] = A[8][K] . B[K][16 NV]: A row-major bfloat16 (rows lda
  * apart), B packed in pairs of k (hg_pack_*): P[k/2][column][k % 2], rows
@@ -244,20 +253,21 @@ static void hg_gemm_store(int64_t M, int64_t K, const uint16_t *A, int64_t lda,
  * room for that many, the pairs past K zero on the AMX path. */
 static int64_t hg_kp(int64_t K) { return (K + 31) / 32 * 32; }
 
-/* Floats of a strip of results: 8 x np for the vdpbf16ps kernels, a block
- * of 32 x 32 for the AMX ones. */
-static size_t hg_ct(int64_t np) { return (size_t)(8 * np > 1024 ? 8 * np : 1024); }
+/* Floats of a strip of results: 8 x np for the vdpbf16ps kernels, 32 x np
+ * (np rounded up to 32) for the AMX ones. */
+static size_t hg_ct(int64_t np) { return (size_t)(32 * ((np + 31) / 32 * 32)); }
 
-/* Elements of a thread's area: a packed panel (hg_kp(K) x np), a strip of
- * results (hg_ct floats) and the last rows of A (8 x K). */
+/* Bytes of a thread's area: a packed panel (hg_kp(K) x np), a strip of
+ * results (hg_ct floats), the last rows of A (8 x K) and the panel again
+ * on tiles (the AMX path). */
 static size_t hg_area(int64_t K, int64_t np)
 {
-    size_t b = (size_t)(hg_kp(K) * np) * 2 + hg_ct(np) * 4 + (size_t)(8 * K) * 2 + 3 * 64;
+    size_t b = (size_t)(hg_kp(K) * np) * 4 + hg_ct(np) * 4 + (size_t)(8 * K) * 2 + 4 * 64;
     return (b + 63) / 64 * 64;
 }
 
 typedef struct hg_area_ptrs {
-    uint16_t *p, *at;
+    uint16_t *p, *at, *t;
     float *ct;
 } hg_area_ptrs;
 
@@ -268,6 +278,8 @@ static hg_area_ptrs hg_carve(char *area, int64_t K, int64_t np)
     a.p = (uint16_t *)(void *)area;
     a.ct = (float *)(void *)(area + pb);
     a.at = (uint16_t *)(void *)(area + pb + (hg_ct(np) * 4 + 63) / 64 * 64);
+    a.t = (uint16_t *)(void *)(area + pb + (hg_ct(np) * 4 + 63) / 64 * 64 +
+                               ((size_t)(8 * K) * 2 + 63) / 64 * 64);
     return a;
 }
 
@@ -283,7 +295,7 @@ static hg_area_ptrs hg_carve(char *area, int64_t K, int64_t np)
  * subnormal sum flushed; every element is computed by one thread over all
  * of k, so the thread count changes no bit. K is padded to a multiple of
  * 32 with zeros in both operands (A packed into a padded copy, hg_amx_a;
- * the panel's extra pairs zeroed, hg_amx_pad): a product 0 x 0 leaves a
+ * the extra pairs of B zeroed, hg_amx_tiles): a product 0 x 0 leaves a
  * float32 sum as it is. The check is made at run time, so an artifact of
  * an AVX-512 level stays right on a CPU of that level without AMX. */
 #if defined(__linux__) && defined(__GNUC__) && __GNUC__ >= 11
@@ -334,26 +346,65 @@ HG_AMX_TARGET static void hg_amx_begin(void) { _tile_loadconfig(&hg_cfg); }
 
 HG_AMX_TARGET static void hg_amx_end(void) { _tile_release(); }
 
-/* ct [32][32] (float32, 128 bytes a row) = A [16 or 32 rows (two)][Kp] .
- * P [Kp][16 or 32 columns (two)]: A bfloat16 rows lda apart, P pairs of k
- * (ldp elements a pair), Kp a multiple of 32. Tiles 0-3 the sums (row
- * half r, column half c: tile 2r + c), 4-5 A, 6-7 P. */
-HG_AMX_TARGET static void hg_amx_block(int64_t Kp, const uint16_t *A, int64_t lda,
-                                       const uint16_t *P, int64_t ldp, int two_rows,
-                                       int two_cols, float *ct)
+/* B on tiles: a panel of np columns (a multiple of 16) as np / 16 streams,
+ * one a block of 16 columns, each hg_kp(K) / 2 rows of 16 pairs of k (64
+ * bytes: a tile's row), so that a tile is 1 KiB in one piece (a packed
+ * panel's rows are 4 np bytes apart: a tile's rows would be 16 lines far
+ * apart). Element (k, j) at T[(j / 16 * Kp / 2 + k / 2) * 32 + j % 16 * 2 +
+ * k % 2]. */
+static int64_t hg_amx_stream(int64_t K) { return hg_kp(K) * 16; }
+
+/* A packed panel (hg_pack_rows' layout: P[k/2][j][k%2], np columns) into
+ * T, the pairs past K zero. */
+static void hg_amx_tiles(const uint16_t *P, int64_t K, int64_t np, uint16_t *T)
 {
-    const size_t sa = (size_t)lda * 2, sp = (size_t)ldp * 2;
-    const uint16_t *a1 = A + 16 * lda;
+    int64_t jb, kp, have = (K + 1) / 2, want = hg_kp(K) / 2;
+    for (jb = 0; jb < np / 16; jb++) {
+        uint16_t *d = T + jb * hg_amx_stream(K);
+        for (kp = 0; kp < have; kp++)
+            memcpy(d + kp * 32, P + kp * 2 * np + jb * 32, 64);
+        memset(d + have * 32, 0, (size_t)(want - have) * 64);
+    }
+}
+
+/* ct [32][32] (float32, 128 bytes a row) = (load ? ct : 0) + A [16 or 32
+ * rows (two_rows)][k0, k1) . B [k0, k1)[16 or 32 columns (two_cols)]: A
+ * bfloat16 rows lda apart, B two streams of hg_amx_tiles (B, B + ls), k0
+ * and k1 multiples of 32. Tiles 0-3 the sums (row half r, column half c:
+ * tile 2r + c), 4-5 A, 6-7 B. A sum stored and loaded again is the same
+ * float32: the chain over k goes on. */
+static int hg_pf, hg_nostore; /* XXX experiment */
+HG_AMX_TARGET static void hg_amx_block(int64_t k0, int64_t k1, const uint16_t *A, int64_t lda,
+                                       const uint16_t *B, int64_t ls, int two_rows,
+                                       int two_cols, float *ct, int load)
+{
+    const size_t sa = (size_t)lda * 2;
+    const uint16_t *a1 = A + 16 * lda, *b1;
     int64_t k;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    if (load) {
+        _tile_loadd(0, ct, 128);
+        _tile_loadd(1, ct + 16, 128);
+        _tile_loadd(2, ct + 16 * 32, 128);
+        _tile_loadd(3, ct + 16 * 32 + 16, 128);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    B += k0 * 16;
+    b1 = B + ls;
     if (two_rows && two_cols) {
-        for (k = 0; k < Kp; k += 32, P += 16 * ldp) {
+        for (k = k0; k < k1; k += 32, B += 512, b1 += 512) {
+            int r;
+            if (hg_pf)
+                for (r = 0; r < 16; r++) {
+                    _mm_prefetch((const char *)(B + hg_pf * 512 + r * 32), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(b1 + hg_pf * 512 + r * 32), _MM_HINT_T0);
+                }
             _tile_loadd(4, A + k, sa);
-            _tile_loadd(6, P, sp);
-            _tile_loadd(7, P + 32, sp);
+            _tile_loadd(6, B, 64);
+            _tile_loadd(7, b1, 64);
             _tile_dpbf16ps(0, 4, 6);
             _tile_dpbf16ps(1, 4, 7);
             _tile_loadd(5, a1 + k, sa);
@@ -361,25 +412,25 @@ HG_AMX_TARGET static void hg_amx_block(int64_t Kp, const uint16_t *A, int64_t ld
             _tile_dpbf16ps(3, 5, 7);
         }
     } else if (two_cols) {
-        for (k = 0; k < Kp; k += 32, P += 16 * ldp) {
+        for (k = k0; k < k1; k += 32, B += 512, b1 += 512) {
             _tile_loadd(4, A + k, sa);
-            _tile_loadd(6, P, sp);
-            _tile_loadd(7, P + 32, sp);
+            _tile_loadd(6, B, 64);
+            _tile_loadd(7, b1, 64);
             _tile_dpbf16ps(0, 4, 6);
             _tile_dpbf16ps(1, 4, 7);
         }
     } else if (two_rows) {
-        for (k = 0; k < Kp; k += 32, P += 16 * ldp) {
+        for (k = k0; k < k1; k += 32, B += 512) {
             _tile_loadd(4, A + k, sa);
             _tile_loadd(5, a1 + k, sa);
-            _tile_loadd(6, P, sp);
+            _tile_loadd(6, B, 64);
             _tile_dpbf16ps(0, 4, 6);
             _tile_dpbf16ps(2, 5, 6);
         }
     } else {
-        for (k = 0; k < Kp; k += 32, P += 16 * ldp) {
+        for (k = k0; k < k1; k += 32, B += 512) {
             _tile_loadd(4, A + k, sa);
-            _tile_loadd(6, P, sp);
+            _tile_loadd(6, B, 64);
             _tile_dpbf16ps(0, 4, 6);
         }
     }
@@ -389,30 +440,63 @@ HG_AMX_TARGET static void hg_amx_block(int64_t Kp, const uint16_t *A, int64_t ld
     _tile_stored(3, ct + 16 * 32 + 16, 128);
 }
 
-/* Zeroes a packed panel's pairs past K (P: (K+1)/2 pairs of np columns
- * written) up to hg_kp(K). */
-static void hg_amx_pad(uint16_t *P, int64_t K, int64_t np)
+/* k a slice: A's 32 rows of a slice stay in L1 while the panel's columns
+ * go by, each block's sums kept in ct between slices. */
+#define HG_KC hg_kc_x()
+static int64_t hg_kc_x(void) { const char *e = getenv("HG_KC"); return e ? atoll(e) : 256; } /* XXX experiment */
+
+/* C [32 rows (16 where !two_rows)][0, nb) of A . B (B: hg_amx_tiles of a
+ * panel of np columns), over all of K, slice by slice: the block of
+ * columns from 32 b in ct + 1024 b; each done block handed to fin (the
+ * rounding store) straight after its last slice, while it is in L1. */
+typedef void (*hg_amx_fin)(const void *user, int64_t c, const float *ct);
+static void hg_amx_rows32(int64_t K, const uint16_t *A, int64_t lda, const uint16_t *B,
+                          int64_t nb, int64_t np, int two_rows, float *ct, hg_amx_fin fin,
+                          const void *user)
 {
-    int64_t have = (K + 1) / 2, want = hg_kp(K) / 2;
-    if (want > have)
-        memset(P + have * 2 * np, 0, (size_t)((want - have) * 2 * np) * sizeof(uint16_t));
+    int64_t k0, k1, c, Kp = hg_kp(K), ls = hg_amx_stream(K);
+    for (k0 = 0; k0 < Kp; k0 = k1) {
+        k1 = Kp - k0 > HG_KC ? k0 + HG_KC : Kp;
+        for (c = 0; c < nb; c += 32) {
+            float *b = ct + c / 32 * 1024;
+            hg_amx_block(k0, k1, A, lda, B + c / 16 * ls, ls, two_rows, np - c > 16, b, k0 > 0);
+            if (k1 == Kp && !hg_nostore)
+                fin(user, c, b);
+        }
+    }
 }
 
-/* out [M, nb] (ldo) = bf16(A [M, Kp] . P + bias), as hg_gemm_store, on
+typedef struct hg_amx_out {
+    int64_t rows, nb, ldo;
+    const float *bias;
+    uint16_t *out;
+} hg_amx_out;
+
+static void hg_amx_fin_store(const void *user, int64_t c, const float *ct)
+{
+    const hg_amx_out *o = (const hg_amx_out *)user;
+    hg_store(ct, 32, o->rows, o->nb - c < 32 ? o->nb - c : 32, o->bias, o->out + c, o->ldo);
+}
+
+/* out [M, nb] (ldo) = bf16(A [M, K] . B + bias), as hg_gemm_store, on
  * tiles: A padded (hg_amx_a: rows lda apart, zero past K, readable up to
- * row M rounded up to 16, plus 16), P padded (hg_amx_pad), ct 32 x 32
- * floats. Blocks of 32 rows, each over the panel's columns in 32s. */
+ * row M rounded up to 16, plus 16), B a panel of np columns on tiles
+ * (hg_amx_tiles), ct hg_ct(np) floats. Blocks of 32 rows, each over the
+ * panel's columns. */
 static void hg_amx_store(int64_t M, int64_t K, const uint16_t *A, int64_t lda,
-                         const uint16_t *P, int64_t nb, int64_t np, const float *bias,
+                         const uint16_t *B, int64_t nb, int64_t np, const float *bias,
                          uint16_t *out, int64_t ldo, float *ct)
 {
-    int64_t i, j, Kp = hg_kp(K);
-    for (i = 0; i < M; i += 32)
-        for (j = 0; j < nb; j += 32) {
-            hg_amx_block(Kp, A + i * lda, lda, P + 2 * j, 2 * np, M - i > 16, np - j > 16, ct);
-            hg_store(ct, 32, M - i < 32 ? M - i : 32, nb - j < 32 ? nb - j : 32,
-                     bias ? bias + i : NULL, out + i * ldo + j, ldo);
-        }
+    hg_amx_out o;
+    int64_t i;
+    o.nb = nb;
+    o.ldo = ldo;
+    for (i = 0; i < M; i += 32) {
+        o.rows = M - i < 32 ? M - i : 32;
+        o.bias = bias ? bias + i : NULL;
+        o.out = out + i * ldo;
+        hg_amx_rows32(K, A + i * lda, lda, B, nb, np, M - i > 16, ct, hg_amx_fin_store, &o);
+    }
 }
 
 /* ---- A, padded for the tiles ----------------------------------------------------
@@ -480,7 +564,7 @@ static uint16_t *hg_amx_pack_a(opjit_ctx *ctx, const void *src, int64_t lds, int
     j.K = K;
     j.ldd = *ld = hg_amx_ld(K);
     j.rows_p = hg_amx_rows(rows);
-    if (!(j.dst = (uint16_t *)opjit_workspace(
+    if (!(j.dst = (uint16_t *)hg_ws(
               ctx, (size_t)(groups * j.rows_p * j.ldd) * sizeof(uint16_t))))
         return NULL;
     if (opjit_parallel_for(ctx, 0, groups * (j.rows_p / 16), 1, hg_amx_a_run, &j))
@@ -532,7 +616,7 @@ static int hg_subnormal(opjit_ctx *ctx, const void *p, int64_t rows, int64_t col
     s.cols = cols;
     s.ld = ld;
     s.ctx = ctx;
-    if (!(s.found = (int *)opjit_workspace(ctx, (size_t)T * sizeof(int))))
+    if (!(s.found = (int *)hg_ws(ctx, (size_t)T * sizeof(int))))
         return -1;
     memset(s.found, 0, (size_t)T * sizeof(int));
     if (opjit_parallel_for(ctx, 0, (rows + 63) / 64, 1, hg_scan_run, &s))
@@ -548,7 +632,7 @@ static int hg_subnormal(opjit_ctx *ctx, const void *p, int64_t rows, int64_t col
 typedef struct hg_mm_job {
     opjit_ctx *ctx;
     int64_t n, k, m, lda, ldb, rows, nb, npanels;
-    int yt, amx; /* amx: on tiles, x padded (hg_amx_pack_a) */
+    int yt;
     const uint16_t *x, *y;
     uint16_t *out, *xr;
     char *ws;
@@ -561,10 +645,6 @@ static int hg_mm_run(void *user, int64_t lo, int64_t hi)
     const hg_mm_job *j = (const hg_mm_job *)user;
     int64_t np0 = (j->nb + 15) / 16 * 16, t, packed = -1;
     hg_area_ptrs a = hg_carve(j->ws + (size_t)opjit_thread_num(j->ctx) * j->per, j->k, np0);
-#ifdef HG_AMX
-    if (j->amx)
-        hg_amx_begin();
-#endif
     for (t = lo; t < hi; t++) {
         int64_t panel = t % j->npanels, r0 = (t / j->npanels) * j->rows;
         int64_t c0 = panel * j->nb, nb = j->m - c0 < j->nb ? j->m - c0 : j->nb;
@@ -575,25 +655,10 @@ static int hg_mm_run(void *user, int64_t lo, int64_t hi)
             else
                 hg_pack_rows(j->y + c0, j->ldb, j->k, nb, a.p, np);
             packed = panel;
-#ifdef HG_AMX
-            if (j->amx)
-                hg_amx_pad(a.p, j->k, np);
-#endif
         }
-#ifdef HG_AMX
-        if (j->amx) {
-            hg_amx_store(nr, j->k, j->x + r0 * j->lda, j->lda, a.p, nb, np, NULL,
-                         j->out + r0 * j->m + c0, j->m, a.ct);
-            continue;
-        }
-#endif
         hg_gemm_store(nr, j->k, j->x + r0 * j->lda, j->lda, a.p, nb, np, NULL,
                       j->out + r0 * j->m + c0, j->m, a.ct, a.at);
     }
-#ifdef HG_AMX
-    if (j->amx)
-        hg_amx_end();
-#endif
     return 0;
 }
 
@@ -634,6 +699,94 @@ static void hg_mm_plan(hg_mm_job *j, int64_t T)
     j->rows = rb;
 }
 
+#ifdef HG_AMX
+/* mm on tiles: self padded (hg_amx_pack_a, rows of it either way), all of
+ * mat2 on tiles once (bt: column block c's stream at bt + c / 16 *
+ * hg_amx_stream(k)), then units of (block of rows, block of nb columns,
+ * its part of mat2 about 512 KiB, in L2), each over all of k. */
+typedef struct hg_amx_mm_job {
+    const hg_mm_job *j;
+    const uint16_t *a;
+    uint16_t *bt;
+    int64_t lda, nb, ncb, rows, pw; /* pw: columns a unit of packing */
+    size_t per;
+    char *ws;
+} hg_amx_mm_job;
+
+/* Units [lo, hi) of packing: pw columns of mat2 each, packed (hg_pack_*)
+ * then on tiles. */
+static int hg_amx_mm_pack(void *user, int64_t lo, int64_t hi)
+{
+    const hg_amx_mm_job *q = (const hg_amx_mm_job *)user;
+    const hg_mm_job *j = q->j;
+    uint16_t *p = (uint16_t *)(void *)(q->ws + (size_t)opjit_thread_num(j->ctx) * q->per);
+    int64_t t;
+    for (t = lo; t < hi; t++) {
+        int64_t c0 = t * q->pw, nb = j->m - c0 < q->pw ? j->m - c0 : q->pw;
+        int64_t np = (nb + 15) / 16 * 16;
+        if (j->yt)
+            hg_pack_cols(j->y + c0 * j->ldb, j->ldb, j->k, nb, p, np);
+        else
+            hg_pack_rows(j->y + c0, j->ldb, j->k, nb, p, np);
+        hg_amx_tiles(p, j->k, np, q->bt + c0 / 16 * hg_amx_stream(j->k));
+    }
+    return 0;
+}
+
+/* Units [lo, hi) of products, column block fastest. */
+static int hg_amx_mm_run(void *user, int64_t lo, int64_t hi)
+{
+    hg_pf = getenv("HG_PF") ? atoi(getenv("HG_PF")) : 0;
+    hg_nostore = getenv("HG_NOSTORE") != NULL;
+    const hg_amx_mm_job *q = (const hg_amx_mm_job *)user;
+    const hg_mm_job *j = q->j;
+    float *ct = (float *)(void *)(q->ws + (size_t)opjit_thread_num(j->ctx) * q->per);
+    int64_t t;
+    hg_amx_begin();
+    for (t = lo; t < hi; t++) {
+        int64_t c0 = t % q->ncb * q->nb, r0 = t / q->ncb * q->rows;
+        int64_t nb = j->m - c0 < q->nb ? j->m - c0 : q->nb;
+        int64_t nr = j->n - r0 < q->rows ? j->n - r0 : q->rows;
+        hg_amx_store(nr, j->k, q->a + r0 * q->lda, q->lda,
+                     q->bt + c0 / 16 * hg_amx_stream(j->k), nb, (nb + 15) / 16 * 16, NULL,
+                     j->out + r0 * j->m + c0, j->m, ct);
+    }
+    hg_amx_end();
+    return 0;
+}
+
+static int hg_amx_mm(opjit_ctx *ctx, const hg_mm_job *j, int xt)
+{
+    hg_amx_mm_job q;
+    int64_t T = opjit_num_threads(ctx), Kp = hg_kp(j->k), mp = (j->m + 15) / 16 * 16, nrb;
+    size_t pack;
+    int rc;
+    memset(&q, 0, sizeof q);
+    q.j = j;
+    if (!(q.a = hg_amx_pack_a(ctx, j->x, j->lda, xt, 1, j->n, j->k, &q.lda)))
+        return -1;
+    /* blocks of columns: 512 KiB of mat2 on tiles, at least 32 columns */
+    q.nb = (getenv("HG_NB") ? atoll(getenv("HG_NB")) : ((int64_t)512 << 10)) / (2 * Kp) / 32 * 32; /* XXX */
+    q.nb = q.nb < 32 ? 32 : q.nb > mp ? (j->m + 31) / 32 * 32 : q.nb;
+    q.ncb = (j->m + q.nb - 1) / q.nb;
+    /* blocks of rows (multiples of 32) until each thread has about three units */
+    q.rows = (j->n + 31) / 32 * 32;
+    nrb = (3 * T + q.ncb - 1) / q.ncb;
+    if (T > 1 && nrb > 1)
+        q.rows = ((j->n + nrb - 1) / nrb + 31) / 32 * 32;
+    q.pw = 256;
+    pack = (size_t)(Kp * q.pw) * 2;
+    q.per = ((pack > hg_ct(q.nb) * 4 ? pack : hg_ct(q.nb) * 4) + 63) / 64 * 64;
+    if (!(q.bt = (uint16_t *)hg_ws(ctx, (size_t)(mp / 16 * hg_amx_stream(j->k)) * 2)) ||
+        !(q.ws = (char *)hg_ws(ctx, (size_t)T * q.per)))
+        return -1;
+    if ((rc = opjit_parallel_for(ctx, 0, (j->m + q.pw - 1) / q.pw, 1, hg_amx_mm_pack, &q)) != 0)
+        return rc;
+    return opjit_parallel_for(ctx, 0, q.ncb * ((j->n + q.rows - 1) / q.rows), 1, hg_amx_mm_run,
+                              &q);
+}
+#endif
+
 /* out [n, m] = x [n, k] y [k, m], all bfloat16, float32 sums: x row-major
  * (lda) or transposed (xt: element (i, k) at x[k * lda + i]), y likewise
  * (yt); on tiles (amx, where hg_amx_cpu) or vdpbf16ps. 0, or the status
@@ -662,18 +815,13 @@ static int hg_mm_bf16(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, const voi
     j.yt = yt;
     j.out = (uint16_t *)out;
 #ifdef HG_AMX
-    if (amx) { /* self padded for the tiles, rows of it either way */
-        if (!(j.xr = hg_amx_pack_a(ctx, x, lda, xt, 1, n, k, &j.lda)))
-            return -1;
-        j.x = j.xr;
-        j.amx = 1;
-        xt = 0;
-    }
+    if (amx)
+        return hg_amx_mm(ctx, &j, xt);
 #else
     (void)amx;
 #endif
     if (xt) { /* the kernels read rows of self */
-        if (!(j.xr = (uint16_t *)opjit_workspace(ctx, (size_t)(n * k) * sizeof(uint16_t))))
+        if (!(j.xr = (uint16_t *)hg_ws(ctx, (size_t)(n * k) * sizeof(uint16_t))))
             return -1;
         if ((rc = opjit_parallel_for(ctx, 0, (n + 63) / 64, 1, hg_transpose_run, &j)) != 0)
             return rc;
@@ -682,7 +830,7 @@ static int hg_mm_bf16(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, const voi
     }
     hg_mm_plan(&j, T);
     j.per = hg_area(k, (j.nb + 15) / 16 * 16);
-    if (!(j.ws = (char *)opjit_workspace(ctx, (size_t)T * j.per)))
+    if (!(j.ws = (char *)hg_ws(ctx, (size_t)T * j.per)))
         return -1;
     return opjit_parallel_for(ctx, 0, j.npanels * ((n + j.rows - 1) / j.rows), 1, hg_mm_run, &j);
 }
@@ -815,8 +963,8 @@ static int hg_conv_run(void *user, int64_t lo, int64_t hi)
         }
 #ifdef HG_AMX
         if (j->wa) {
-            hg_amx_pad(a.p, s->kdim, (nb + 15) / 16 * 16);
-            hg_amx_store(s->og, s->kdim, j->wa + gi * j->rows_p * j->lwa, j->lwa, a.p, nb,
+            hg_amx_tiles(a.p, s->kdim, (nb + 15) / 16 * 16, a.t);
+            hg_amx_store(s->og, s->kdim, j->wa + gi * j->rows_p * j->lwa, j->lwa, a.t, nb,
                          (nb + 15) / 16 * 16, j->bias ? j->bias + oc : NULL,
                          j->out + (img * s->groups * s->og + oc) * s->plane + p0, s->plane,
                          a.ct);
@@ -855,6 +1003,7 @@ typedef struct hg_small_job {
     size_t per;
     const uint16_t *wa; /* as hg_conv_job's */
     int64_t lwa, rows_p;
+    uint16_t *tiles; /* packed on tiles (hg_amx_tiles), psz a group */
 } hg_small_job;
 
 /* Images x groups [lo, hi) into pairs of k, image img's positions at
@@ -895,32 +1044,49 @@ HG_TARGET static int hg_small_pack_run(void *user, int64_t lo, int64_t hi)
 }
 
 #ifdef HG_AMX
-/* hg_small_run's units on tiles: blocks of 32 channels x 32 of the
- * batch's positions, each image's share of a block stored. */
+/* A block of the batch's columns [c, c + 32) into the images it covers. */
+typedef struct hg_amx_small_out {
+    const hg_conv *s;
+    int64_t rows, all, oc;
+    const float *bias;
+    uint16_t *out;
+} hg_amx_small_out;
+
+static void hg_amx_fin_small(const void *user, int64_t c0, const float *ct)
+{
+    const hg_amx_small_out *o = (const hg_amx_small_out *)user;
+    const hg_conv *s = o->s;
+    int64_t c, c1 = o->all - c0 < 32 ? o->all : c0 + 32;
+    for (c = c0; c < c1;) {
+        int64_t img = c / s->plane, e = (img + 1) * s->plane < c1 ? (img + 1) * s->plane : c1;
+        hg_store(ct + (c - c0), 32, o->rows, e - c, o->bias,
+                 o->out + (img * s->groups * s->og + o->oc) * s->plane + (c - img * s->plane),
+                 s->plane);
+        c = e;
+    }
+}
+
+/* hg_small_run's units on tiles: blocks of 32 channels over the batch's
+ * positions, each image's share of a block stored. */
 static void hg_amx_small(const hg_small_job *j, int64_t lo, int64_t hi, float *ct)
 {
     const hg_conv *s = j->s;
-    int64_t u, i, c0, c, all = s->n * s->plane, Kp = hg_kp(s->kdim);
+    hg_amx_small_out o;
+    int64_t u, i;
+    o.s = s;
+    o.all = s->n * s->plane;
+    o.out = j->out;
     hg_amx_begin();
     for (u = lo; u < hi; u++) {
         int64_t gi = u / j->nob, o0 = u % j->nob * j->ob;
         int64_t no = s->og - o0 < j->ob ? s->og - o0 : j->ob, oc = gi * s->og + o0;
-        const uint16_t *p = j->packed + (size_t)gi * j->psz;
         for (i = 0; i < no; i += 32) {
-            int64_t rows = no - i < 32 ? no - i : 32;
-            for (c0 = 0; c0 < all; c0 += 32) {
-                int64_t c1 = all - c0 < 32 ? all : c0 + 32;
-                hg_amx_block(Kp, j->wa + (gi * j->rows_p + o0 + i) * j->lwa, j->lwa, p + 2 * c0,
-                             2 * j->np, no - i > 16, j->np - c0 > 16, ct);
-                for (c = c0; c < c1;) {
-                    int64_t img = c / s->plane, e = (img + 1) * s->plane < c1 ? (img + 1) * s->plane : c1;
-                    hg_store(ct + (c - c0), 32, rows, e - c, j->bias ? j->bias + oc + i : NULL,
-                             j->out + (img * s->groups * s->og + oc + i) * s->plane +
-                                 (c - img * s->plane),
-                             s->plane);
-                    c = e;
-                }
-            }
+            o.rows = no - i < 32 ? no - i : 32;
+            o.oc = oc + i;
+            o.bias = j->bias ? j->bias + oc + i : NULL;
+            hg_amx_rows32(s->kdim, j->wa + (gi * j->rows_p + o0 + i) * j->lwa, j->lwa,
+                          j->tiles + (size_t)gi * j->psz, o.all, j->np, no - i > 16, ct,
+                          hg_amx_fin_small, &o);
         }
     }
     hg_amx_end();
@@ -991,16 +1157,20 @@ static int hg_conv_small(opjit_ctx *ctx, const hg_conv *s, const void *x, const 
 #ifdef HG_AMX
     j.rows_p = hg_amx_rows(s->og);
 #endif
-    if (!(j.packed = (uint16_t *)opjit_workspace(ctx, (size_t)s->groups * j.psz * 2)) ||
-        !(j.ws = (char *)opjit_workspace(ctx, (size_t)T * j.per))) {
+    if (!(j.packed = (uint16_t *)hg_ws(ctx, (size_t)s->groups * j.psz * 2)) ||
+        !(j.ws = (char *)hg_ws(ctx, (size_t)T * j.per))) {
         *rc = -1;
         return 1;
     }
     if ((*rc = opjit_parallel_for(ctx, 0, s->n * s->groups, 1, hg_small_pack_run, &j)) != 0)
         return 1;
 #ifdef HG_AMX
-    for (int64_t gi = 0; wa && gi < s->groups; gi++) /* the pairs past kdim, for the tiles */
-        hg_amx_pad(j.packed + (size_t)gi * j.psz, s->kdim, j.np);
+    if (wa && !(j.tiles = (uint16_t *)hg_ws(ctx, (size_t)s->groups * j.psz * 2))) {
+        *rc = -1;
+        return 1;
+    }
+    for (int64_t gi = 0; wa && gi < s->groups; gi++)
+        hg_amx_tiles(j.packed + (size_t)gi * j.psz, s->kdim, j.np, j.tiles + (size_t)gi * j.psz);
 #endif
     *rc = opjit_parallel_for(ctx, 0, s->groups * j.nob, 1, hg_small_run, &j);
     return 1;
@@ -1062,7 +1232,7 @@ static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const f
                  ? 0
                  : ((size_t)(s->kdim * j.ldcol + 16) * sizeof(float) + 63) / 64 * 64;
     j.per = j.colb + hg_area(s->kdim, (j.pb + 15) / 16 * 16);
-    if (!(j.ws = (char *)opjit_workspace(ctx, (size_t)T * j.per)))
+    if (!(j.ws = (char *)hg_ws(ctx, (size_t)T * j.per)))
         return -1;
     return opjit_parallel_for(ctx, 0, units * j.nblk, 1, hg_conv_run, &j);
 }
