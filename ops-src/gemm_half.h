@@ -193,17 +193,30 @@ HG_TARGET static void hg_pack_f32(const float *B, int64_t ldb, int64_t K, int64_
 
 /* out[r][j] = bf16(C[r][j] + bias[r]) for r < rows, j < nb (bias may be
  * NULL): rounded to nearest even, NaN kept quiet, subnormals kept, as
- * opjit_f32_to_bf16. */
+ * opjit_f32_to_bf16. vcvtne2ps2bf16 gives the same bits for every float32
+ * but subnormals (it flushes them; checked over 2e8 random patterns, NaNs
+ * included): it converts 32 sums where none is subnormal, the integer
+ * rounding below the others. */
 HG_TARGET static void hg_store(const float *C, int64_t ldc, int64_t rows, int64_t nb,
                                const float *bias, uint16_t *out, int64_t ldo)
 {
     const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
     const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
     const __m512i quiet = _mm512_set1_epi32(0x40);
+    const __m512i ma = _mm512_set1_epi32(0x007fffff);
     int64_t r, j;
     for (r = 0; r < rows; r++) {
         const __m512 b = _mm512_set1_ps(bias ? bias[r] : 0.0f);
-        for (j = 0; j + 16 <= nb; j += 16) {
+        for (j = 0; j + 32 <= nb; j += 32) {
+            __m512 v0 = _mm512_add_ps(_mm512_loadu_ps(C + r * ldc + j), b);
+            __m512 v1 = _mm512_add_ps(_mm512_loadu_ps(C + r * ldc + j + 16), b);
+            __m512i u0 = _mm512_castps_si512(v0), u1 = _mm512_castps_si512(v1);
+            if ((_mm512_testn_epi32_mask(u0, inf) & _mm512_test_epi32_mask(u0, ma)) |
+                (_mm512_testn_epi32_mask(u1, inf) & _mm512_test_epi32_mask(u1, ma)))
+                break; /* a subnormal: this row the slow way from here */
+            _mm512_storeu_si512((void *)(out + r * ldo + j), (__m512i)_mm512_cvtne2ps_pbh(v1, v0));
+        }
+        for (; j + 16 <= nb; j += 16) {
             __m512i u = _mm512_castps_si512(_mm512_add_ps(_mm512_loadu_ps(C + r * ldc + j), b));
             __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
             __m512i rn = _mm512_srli_epi32(
@@ -373,7 +386,6 @@ static void hg_amx_tiles(const uint16_t *P, int64_t K, int64_t np, uint16_t *T)
  * and k1 multiples of 32. Tiles 0-3 the sums (row half r, column half c:
  * tile 2r + c), 4-5 A, 6-7 B. A sum stored and loaded again is the same
  * float32: the chain over k goes on. */
-static int hg_pf, hg_nostore; /* XXX experiment */
 HG_AMX_TARGET static void hg_amx_block(int64_t k0, int64_t k1, const uint16_t *A, int64_t lda,
                                        const uint16_t *B, int64_t ls, int two_rows,
                                        int two_cols, float *ct, int load)
@@ -396,12 +408,6 @@ HG_AMX_TARGET static void hg_amx_block(int64_t k0, int64_t k1, const uint16_t *A
     b1 = B + ls;
     if (two_rows && two_cols) {
         for (k = k0; k < k1; k += 32, B += 512, b1 += 512) {
-            int r;
-            if (hg_pf)
-                for (r = 0; r < 16; r++) {
-                    _mm_prefetch((const char *)(B + hg_pf * 512 + r * 32), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(b1 + hg_pf * 512 + r * 32), _MM_HINT_T0);
-                }
             _tile_loadd(4, A + k, sa);
             _tile_loadd(6, B, 64);
             _tile_loadd(7, b1, 64);
@@ -442,8 +448,7 @@ HG_AMX_TARGET static void hg_amx_block(int64_t k0, int64_t k1, const uint16_t *A
 
 /* k a slice: A's 32 rows of a slice stay in L1 while the panel's columns
  * go by, each block's sums kept in ct between slices. */
-#define HG_KC hg_kc_x()
-static int64_t hg_kc_x(void) { const char *e = getenv("HG_KC"); return e ? atoll(e) : 256; } /* XXX experiment */
+#define HG_KC 256
 
 /* C [32 rows (16 where !two_rows)][0, nb) of A . B (B: hg_amx_tiles of a
  * panel of np columns), over all of K, slice by slice: the block of
@@ -460,7 +465,7 @@ static void hg_amx_rows32(int64_t K, const uint16_t *A, int64_t lda, const uint1
         for (c = 0; c < nb; c += 32) {
             float *b = ct + c / 32 * 1024;
             hg_amx_block(k0, k1, A, lda, B + c / 16 * ls, ls, two_rows, np - c > 16, b, k0 > 0);
-            if (k1 == Kp && !hg_nostore)
+            if (k1 == Kp)
                 fin(user, c, b);
         }
     }
@@ -700,47 +705,88 @@ static void hg_mm_plan(hg_mm_job *j, int64_t T)
 }
 
 #ifdef HG_AMX
-/* mm on tiles: self padded (hg_amx_pack_a, rows of it either way), all of
- * mat2 on tiles once (bt: column block c's stream at bt + c / 16 *
- * hg_amx_stream(k)), then units of (block of rows, block of nb columns,
- * its part of mat2 about 512 KiB, in L2), each over all of k. */
+/* mm on tiles: self as it is where the tiles can read it, else padded
+ * (hg_amx_pack_a; rows of it either way), all of mat2 on tiles once (bt:
+ * column block c's stream at bt + c / 16 * hg_amx_stream(k)), then units
+ * of (block of rows, block of nb columns, its part of mat2 about 512 KiB,
+ * in L2), each over all of k. */
 typedef struct hg_amx_mm_job {
     const hg_mm_job *j;
     const uint16_t *a;
     uint16_t *bt;
-    int64_t lda, nb, ncb, rows, pw; /* pw: columns a unit of packing */
-    size_t per;
+    int64_t lda, nb, ncb, rows;
     char *ws;
 } hg_amx_mm_job;
 
-/* Units [lo, hi) of packing: pw columns of mat2 each, packed (hg_pack_*)
- * then on tiles. */
+/* Blocks of 16 columns [lo, hi) of mat2 rows (element (k, j) at y[k * ldb
+ * + j]) into their streams: a pair of rows at a time (read along the
+ * rows), 32 columns a step. */
+HG_AMX_TARGET static void hg_amx_pack_rows(const hg_mm_job *j, uint16_t *bt, int64_t lo,
+                                           int64_t hi)
+{
+    const __m512i il = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+                                        40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
+                                        32, 0);
+    const __m512i ih = _mm512_add_epi16(il, _mm512_set1_epi16(16));
+    int64_t ls = hg_amx_stream(j->k), kp, jb;
+    for (kp = 0; kp < hg_kp(j->k) / 2; kp++) {
+        const uint16_t *r0 = j->y + 2 * kp * j->ldb;
+        for (jb = lo; jb < hi; jb += 2) {
+            int64_t left = j->m - jb * 16;
+            __mmask32 m = left >= 32 ? ~(__mmask32)0
+                          : left > 0 ? (((__mmask32)1 << left) - 1) : 0;
+            uint16_t *d0 = bt + jb * ls + kp * 32;
+            __m512i x0 = 2 * kp < j->k ? _mm512_maskz_loadu_epi16(m, r0 + jb * 16)
+                                       : _mm512_setzero_si512();
+            __m512i x1 = 2 * kp + 1 < j->k ? _mm512_maskz_loadu_epi16(m, r0 + j->ldb + jb * 16)
+                                           : _mm512_setzero_si512();
+            _mm512_storeu_si512((void *)d0, _mm512_permutex2var_epi16(x0, il, x1));
+            if (jb + 1 < hi)
+                _mm512_storeu_si512((void *)(d0 + ls), _mm512_permutex2var_epi16(x0, ih, x1));
+        }
+    }
+}
+
+/* The same from mat2's columns (element (k, j) at y[j * ldb + k]): a pair
+ * is one 32-bit word. */
+static void hg_amx_pack_cols(const hg_mm_job *j, uint16_t *bt, int64_t lo, int64_t hi)
+{
+    int64_t ls = hg_amx_stream(j->k), half = hg_kp(j->k) / 2, jb, c, kp;
+    for (jb = lo; jb < hi; jb++) {
+        uint32_t *d = (uint32_t *)(void *)(bt + jb * ls);
+        for (c = 0; c < 16; c++) {
+            const uint16_t *col = j->y + (jb * 16 + c) * j->ldb;
+            if (jb * 16 + c >= j->m) {
+                for (kp = 0; kp < half; kp++)
+                    d[kp * 16 + c] = 0;
+                continue;
+            }
+            for (kp = 0; 2 * kp + 1 < j->k; kp++)
+                d[kp * 16 + c] = hg_pair(col + 2 * kp);
+            for (; kp < half; kp++)
+                d[kp * 16 + c] = 2 * kp < j->k ? col[2 * kp] : 0;
+        }
+    }
+}
+
+/* Units [lo, hi) of packing: 256 columns of mat2 each. */
 static int hg_amx_mm_pack(void *user, int64_t lo, int64_t hi)
 {
     const hg_amx_mm_job *q = (const hg_amx_mm_job *)user;
-    const hg_mm_job *j = q->j;
-    uint16_t *p = (uint16_t *)(void *)(q->ws + (size_t)opjit_thread_num(j->ctx) * q->per);
-    int64_t t;
-    for (t = lo; t < hi; t++) {
-        int64_t c0 = t * q->pw, nb = j->m - c0 < q->pw ? j->m - c0 : q->pw;
-        int64_t np = (nb + 15) / 16 * 16;
-        if (j->yt)
-            hg_pack_cols(j->y + c0 * j->ldb, j->ldb, j->k, nb, p, np);
-        else
-            hg_pack_rows(j->y + c0, j->ldb, j->k, nb, p, np);
-        hg_amx_tiles(p, j->k, np, q->bt + c0 / 16 * hg_amx_stream(j->k));
-    }
+    int64_t nblk = (q->j->m + 15) / 16, b0 = lo * 16, b1 = hi * 16 < nblk ? hi * 16 : nblk;
+    if (q->j->yt)
+        hg_amx_pack_cols(q->j, q->bt, b0, b1);
+    else
+        hg_amx_pack_rows(q->j, q->bt, b0, b1);
     return 0;
 }
 
 /* Units [lo, hi) of products, column block fastest. */
 static int hg_amx_mm_run(void *user, int64_t lo, int64_t hi)
 {
-    hg_pf = getenv("HG_PF") ? atoi(getenv("HG_PF")) : 0;
-    hg_nostore = getenv("HG_NOSTORE") != NULL;
     const hg_amx_mm_job *q = (const hg_amx_mm_job *)user;
     const hg_mm_job *j = q->j;
-    float *ct = (float *)(void *)(q->ws + (size_t)opjit_thread_num(j->ctx) * q->per);
+    float *ct = (float *)(void *)(q->ws + (size_t)opjit_thread_num(j->ctx) * hg_ct(q->nb) * 4);
     int64_t t;
     hg_amx_begin();
     for (t = lo; t < hi; t++) {
@@ -759,14 +805,20 @@ static int hg_amx_mm(opjit_ctx *ctx, const hg_mm_job *j, int xt)
 {
     hg_amx_mm_job q;
     int64_t T = opjit_num_threads(ctx), Kp = hg_kp(j->k), mp = (j->m + 15) / 16 * 16, nrb;
-    size_t pack;
     int rc;
     memset(&q, 0, sizeof q);
     q.j = j;
-    if (!(q.a = hg_amx_pack_a(ctx, j->x, j->lda, xt, 1, j->n, j->k, &q.lda)))
+    /* self read in place: whole tiles of k, whole blocks of 16 rows (a block
+     * of 32 reads 16 past the last only where there are), rows not a
+     * multiple of 2 KiB apart (hg_amx_ld) */
+    if (!xt && j->k % 32 == 0 && j->n % 16 == 0 && j->lda * 2 % 2048 != 0) {
+        q.a = j->x;
+        q.lda = j->lda;
+    } else if (!(q.a = hg_amx_pack_a(ctx, j->x, j->lda, xt, 1, j->n, j->k, &q.lda))) {
         return -1;
+    }
     /* blocks of columns: 512 KiB of mat2 on tiles, at least 32 columns */
-    q.nb = (getenv("HG_NB") ? atoll(getenv("HG_NB")) : ((int64_t)512 << 10)) / (2 * Kp) / 32 * 32; /* XXX */
+    q.nb = ((int64_t)512 << 10) / (2 * Kp) / 32 * 32;
     q.nb = q.nb < 32 ? 32 : q.nb > mp ? (j->m + 31) / 32 * 32 : q.nb;
     q.ncb = (j->m + q.nb - 1) / q.nb;
     /* blocks of rows (multiples of 32) until each thread has about three units */
@@ -774,13 +826,10 @@ static int hg_amx_mm(opjit_ctx *ctx, const hg_mm_job *j, int xt)
     nrb = (3 * T + q.ncb - 1) / q.ncb;
     if (T > 1 && nrb > 1)
         q.rows = ((j->n + nrb - 1) / nrb + 31) / 32 * 32;
-    q.pw = 256;
-    pack = (size_t)(Kp * q.pw) * 2;
-    q.per = ((pack > hg_ct(q.nb) * 4 ? pack : hg_ct(q.nb) * 4) + 63) / 64 * 64;
     if (!(q.bt = (uint16_t *)hg_ws(ctx, (size_t)(mp / 16 * hg_amx_stream(j->k)) * 2)) ||
-        !(q.ws = (char *)hg_ws(ctx, (size_t)T * q.per)))
+        !(q.ws = (char *)hg_ws(ctx, (size_t)T * hg_ct(q.nb) * 4)))
         return -1;
-    if ((rc = opjit_parallel_for(ctx, 0, (j->m + q.pw - 1) / q.pw, 1, hg_amx_mm_pack, &q)) != 0)
+    if ((rc = opjit_parallel_for(ctx, 0, (mp / 16 + 15) / 16, 1, hg_amx_mm_pack, &q)) != 0)
         return rc;
     return opjit_parallel_for(ctx, 0, q.ncb * ((j->n + q.rows - 1) / q.rows), 1, hg_amx_mm_run,
                               &q);
