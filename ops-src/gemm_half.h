@@ -1225,6 +1225,191 @@ static int hg_conv_small(opjit_ctx *ctx, const hg_conv *s, const void *x, const 
     return 1;
 }
 
+#ifdef HG_AMX
+/* ---- stride 1 on tiles: a GEMM per tap over a shifted input -------------------
+ * With stride 1, tap (ky, kx) of every output position reads the input at
+ * that position shifted by (ky dh, kx dw). Laid out with a padded row
+ * length Wp (a multiple of 16), output position (oh, ow) is column q = oh
+ * Wp + ow and its input for tap (ky, kx) is column q + ky dh Wp + kx dw of
+ * the zero-padded input: so out = sum over taps of W_tap [O, C] . X
+ * shifted, and the shift by whole rows is a shift by whole tile streams.
+ * The input is packed on tiles once per column shift kx dw (xs[kx]: the
+ * padded input shifted left by kx dw columns), kw copies instead of
+ * im2col's kh kw; the columns ow >= Wo of each row are computed and
+ * dropped. Each output element is one chain over (tap, channel pair) in
+ * order, by one thread: the thread count changes no bit. */
+typedef struct hg_taps {
+    const hg_conv *s;
+    opjit_ctx *ctx;
+    const uint16_t *x;
+    const float *bias;
+    uint16_t *out, *xs, *wt; /* xs: per image and kx, ns streams; wt: [tap][rows_p][lw] */
+    int64_t C, Cp, ho, Wp, R, q, ns, lw, rows_p, cb; /* q: columns computed; cb: a unit's */
+    char *ws;
+} hg_taps;
+
+/* Units [lo, hi) of (image, kx): the padded input shifted by kx dw, on
+ * tiles (stream t: columns 16 t .. 16 t + 15, Cp / 2 rows of 16 pairs of
+ * channels), read along the input's rows. */
+HG_AMX_TARGET static int hg_taps_pack(void *user, int64_t lo, int64_t hi)
+{
+    const hg_taps *q = (const hg_taps *)user;
+    const hg_conv *s = q->s;
+    const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                        24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                        16, 0);
+    int64_t u, kp, t, ls = q->Cp * 16;
+    for (u = lo; u < hi; u++) {
+        int64_t img = u / s->kw, kx = u % s->kw, shift = kx * s->dw;
+        const uint16_t *im = q->x + img * s->in_image;
+        uint16_t *d = q->xs + u * q->ns * ls;
+        for (kp = 0; kp < q->Cp / 2; kp++) {
+            const uint16_t *p0 = im + 2 * kp * s->h * s->w, *p1 = p0 + s->h * s->w;
+            int have0 = 2 * kp < q->C, have1 = 2 * kp + 1 < q->C;
+            for (t = 0; t < q->ns; t++) {
+                int64_t at = 16 * t + shift, r = at / q->Wp - s->ph, c0 = at % q->Wp - s->pw;
+                int64_t cnt = q->Wp - at % q->Wp < 16 ? q->Wp - at % q->Wp : 16;
+                int64_t a = c0 < 0 ? -c0 : 0, b = s->w - c0 < cnt ? s->w - c0 : cnt;
+                __m256i x0 = _mm256_setzero_si256(), x1 = _mm256_setzero_si256();
+                if (r >= 0 && r < s->h && a < b) {
+                    __mmask16 m = (__mmask16)((((uint32_t)1 << b) - 1) & ~(((uint32_t)1 << a) - 1));
+                    if (have0)
+                        x0 = _mm256_maskz_loadu_epi16(m, p0 + r * s->w + c0);
+                    if (have1)
+                        x1 = _mm256_maskz_loadu_epi16(m, p1 + r * s->w + c0);
+                }
+                _mm512_storeu_si512((void *)(d + t * ls + kp * 32),
+                                    _mm512_permutexvar_epi16(
+                                        il, _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1)));
+            }
+        }
+    }
+    return 0;
+}
+
+/* ct [32][32] = sum over taps of W_tap rows [32 (16 where !two_rows)] .
+ * the tap's shifted columns [c0, c0 + 32) of image img. */
+HG_AMX_TARGET static void hg_taps_block(const hg_taps *q, int64_t img, const uint16_t *wt,
+                                        int64_t c0, int two_rows, float *ct)
+{
+    const hg_conv *s = q->s;
+    const size_t sa = (size_t)q->lw * 2;
+    int64_t ls = q->Cp * 16, ky, kx, k;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (ky = 0; ky < s->kh; ky++)
+        for (kx = 0; kx < s->kw; kx++) {
+            const uint16_t *a = wt + (ky * s->kw + kx) * q->rows_p * q->lw, *a1 = a + 16 * q->lw;
+            const uint16_t *b = q->xs + ((img * s->kw + kx) * q->ns + (c0 + ky * s->dh * q->Wp) / 16) * ls;
+            const uint16_t *b1 = b + ls;
+            if (two_rows) {
+                for (k = 0; k < q->Cp; k += 32, b += 512, b1 += 512) {
+                    _tile_loadd(4, a + k, sa);
+                    _tile_loadd(6, b, 64);
+                    _tile_loadd(7, b1, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_loadd(5, a1 + k, sa);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+            } else {
+                for (k = 0; k < q->Cp; k += 32, b += 512, b1 += 512) {
+                    _tile_loadd(4, a + k, sa);
+                    _tile_loadd(6, b, 64);
+                    _tile_loadd(7, b1, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                }
+            }
+        }
+    _tile_stored(0, ct, 128);
+    _tile_stored(1, ct + 16, 128);
+    _tile_stored(2, ct + 16 * 32, 128);
+    _tile_stored(3, ct + 16 * 32 + 16, 128);
+}
+
+/* Units [lo, hi) of (image, block of cb columns): every 32 output channels
+ * over its columns, each block's real positions (ow < Wo) stored. */
+static int hg_taps_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_taps *q = (const hg_taps *)user;
+    const hg_conv *s = q->s;
+    float *ct = (float *)(void *)(q->ws + (size_t)opjit_thread_num(q->ctx) * 4096);
+    int64_t nu = (q->q + q->cb - 1) / q->cb, u, i, c0, c;
+    hg_amx_begin();
+    for (u = lo; u < hi; u++) {
+        int64_t img = u / nu, cs = u % nu * q->cb, ce = cs + q->cb < q->q ? cs + q->cb : q->q;
+        for (i = 0; i < s->og; i += 32) {
+            int64_t rows = s->og - i < 32 ? s->og - i : 32;
+            uint16_t *o = q->out + (img * s->og + i) * s->plane;
+            for (c0 = cs; c0 < ce; c0 += 32) {
+                hg_taps_block(q, img, q->wt + i * q->lw, c0, s->og - i > 16, ct);
+                for (c = c0; c < c0 + 32; c += 16) { /* 16 columns: one padded row */
+                    int64_t oh = c / q->Wp, ow = c % q->Wp;
+                    int64_t n = s->wo - ow < 16 ? s->wo - ow : 16;
+                    if (oh < q->ho && n > 0)
+                        hg_store(ct + (c - c0), 32, rows, n, q->bias ? q->bias + i : NULL,
+                                 o + oh * s->wo + ow, s->plane);
+                }
+            }
+        }
+    }
+    hg_amx_end();
+    return 0;
+}
+
+/* The stride-1 convolution on tiles where it fits (one group, a tap
+ * spanning more than one position, the padded rows no more than 1.5 times
+ * the output's): 1 (*rc its status), else 0. */
+static int hg_conv_taps(opjit_ctx *ctx, const hg_conv *s, const void *x, const void *w,
+                        const float *bias, void *out, int *rc)
+{
+    hg_taps q;
+    int64_t T = opjit_num_threads(ctx), o, c, t, taps = s->kh * s->kw, units;
+    const uint16_t *w16 = (const uint16_t *)w;
+    if (s->groups != 1 || s->sh != 1 || s->sw != 1 || taps < 2)
+        return 0;
+    memset(&q, 0, sizeof q);
+    q.s = s;
+    q.ctx = ctx;
+    q.x = (const uint16_t *)x;
+    q.bias = bias;
+    q.out = (uint16_t *)out;
+    q.C = s->kdim / taps;
+    q.Cp = hg_kp(q.C);
+    q.ho = s->plane / s->wo;
+    q.Wp = (s->wo + s->dw * (s->kw - 1) + 15) / 16 * 16;
+    if (2 * q.Wp > 3 * s->wo)
+        return 0;
+    q.q = (q.ho * q.Wp + 31) / 32 * 32;
+    q.ns = (q.q + s->dh * (s->kh - 1) * q.Wp) / 16;
+    q.lw = hg_amx_ld(q.C);
+    q.rows_p = hg_amx_rows(s->og);
+    /* a unit: about 256 columns, fewer until each thread has about three */
+    q.cb = 256;
+    while (q.cb > 32 && s->n * ((q.q + q.cb - 1) / q.cb) < 3 * T)
+        q.cb -= 32;
+    units = s->n * ((q.q + q.cb - 1) / q.cb);
+    *rc = -1;
+    if (!(q.xs = (uint16_t *)hg_ws(ctx, (size_t)(s->n * s->kw * q.ns * q.Cp * 16) * 2)) ||
+        !(q.wt = (uint16_t *)hg_ws(ctx, (size_t)(taps * q.rows_p * q.lw) * 2)) ||
+        !(q.ws = (char *)hg_ws(ctx, (size_t)T * 4096)))
+        return 1;
+    /* the weights per tap: wt[tap][o][c] = w[o][c][tap], zero past O and C */
+    memset(q.wt, 0, (size_t)(taps * q.rows_p * q.lw) * 2);
+    for (o = 0; o < s->og; o++)
+        for (c = 0; c < q.C; c++)
+            for (t = 0; t < taps; t++)
+                q.wt[(t * q.rows_p + o) * q.lw + c] = w16[(o * q.C + c) * taps + t];
+    if ((*rc = opjit_parallel_for(ctx, 0, s->n * s->kw, 1, hg_taps_pack, &q)) == 0)
+        *rc = opjit_parallel_for(ctx, 0, units, 1, hg_taps_run, &q);
+    return 1;
+}
+#endif
+
 /* out [n, groups og, plane] = conv, bfloat16 in and out, float32 sums. x
  * the input (bfloat16, dense), xw the same widened to float32 (needed
  * when s->sw > 1), w [groups og, kdim], bias widened or NULL; on tiles
@@ -1238,6 +1423,8 @@ static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const f
     const uint16_t *wa = NULL;
     int rc;
 #ifdef HG_AMX
+    if (amx && hg_conv_taps(ctx, s, x, w, bias, out, &rc))
+        return rc;
     if (amx && !(wa = hg_amx_pack_a(ctx, w, s->kdim, 0, s->groups, s->og, s->kdim, &lwa)))
         return -1;
 #else
