@@ -218,7 +218,13 @@ HG_TARGET static void hg_store(const float *C, int64_t ldc, int64_t rows, int64_
         }
         for (; j + 16 <= nb; j += 16) {
             __m512i u = _mm512_castps_si512(_mm512_add_ps(_mm512_loadu_ps(C + r * ldc + j), b));
-            __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
+            __mmask16 nan;
+            if (!(_mm512_testn_epi32_mask(u, inf) & _mm512_test_epi32_mask(u, ma))) {
+                _mm256_storeu_si256((__m256i *)(void *)(out + r * ldo + j),
+                                    (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(u)));
+                continue;
+            }
+            nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
             __m512i rn = _mm512_srli_epi32(
                 _mm512_add_epi32(_mm512_add_epi32(u, half),
                                  _mm512_and_si512(_mm512_srli_epi32(u, 16), one)), 16);
@@ -1243,14 +1249,14 @@ typedef struct hg_taps {
     opjit_ctx *ctx;
     const uint16_t *x;
     const float *bias;
-    uint16_t *out, *xs, *wt; /* xs: per image and kx, ns streams; wt: [tap][rows_p][lw] */
-    int64_t C, Cp, ho, Wp, R, q, ns, lw, rows_p, cb; /* q: columns computed; cb: a unit's */
+    uint16_t *out, *xs, *wt; /* xs: per kx, ns streams (image img); wt: [tap][rows_p][lw] */
+    int64_t img, C, Cp, ho, Wp, q, ns, lw, rows_p, cb; /* q: columns computed; cb: a unit's */
     char *ws;
 } hg_taps;
 
-/* Units [lo, hi) of (image, kx): the padded input shifted by kx dw, on
- * tiles (stream t: columns 16 t .. 16 t + 15, Cp / 2 rows of 16 pairs of
- * channels), read along the input's rows. */
+/* Units [lo, hi) of (kx, 32 channels): image img's padded input shifted
+ * by kx dw, on tiles (stream t: columns 16 t .. 16 t + 15, Cp / 2 rows of
+ * 16 pairs of channels), read along the input's rows. */
 HG_AMX_TARGET static int hg_taps_pack(void *user, int64_t lo, int64_t hi)
 {
     const hg_taps *q = (const hg_taps *)user;
@@ -1260,16 +1266,24 @@ HG_AMX_TARGET static int hg_taps_pack(void *user, int64_t lo, int64_t hi)
                                         16, 0);
     int64_t u, kp, t, ls = q->Cp * 16;
     for (u = lo; u < hi; u++) {
-        int64_t img = u / s->kw, kx = u % s->kw, shift = kx * s->dw;
-        const uint16_t *im = q->x + img * s->in_image;
-        uint16_t *d = q->xs + u * q->ns * ls;
-        for (kp = 0; kp < q->Cp / 2; kp++) {
+        int64_t kx = u / (q->Cp / 32), k0 = u % (q->Cp / 32) * 16, shift = kx * s->dw;
+        const uint16_t *im = q->x + q->img * s->in_image;
+        uint16_t *d = q->xs + kx * q->ns * ls;
+        for (kp = k0; kp < k0 + 16; kp++) {
             const uint16_t *p0 = im + 2 * kp * s->h * s->w, *p1 = p0 + s->h * s->w;
             int have0 = 2 * kp < q->C, have1 = 2 * kp + 1 < q->C;
-            for (t = 0; t < q->ns; t++) {
-                int64_t at = 16 * t + shift, r = at / q->Wp - s->ph, c0 = at % q->Wp - s->pw;
-                int64_t cnt = q->Wp - at % q->Wp < 16 ? q->Wp - at % q->Wp : 16;
-                int64_t a = c0 < 0 ? -c0 : 0, b = s->w - c0 < cnt ? s->w - c0 : cnt;
+            int64_t row = 0, col = shift; /* of the padded input, at stream t */
+            for (t = 0; t < q->ns; t++, col += 16) {
+                int64_t r, c0, cnt, a, b;
+                if (col >= q->Wp) {
+                    col -= q->Wp;
+                    row++;
+                }
+                r = row - s->ph;
+                c0 = col - s->pw;
+                cnt = q->Wp - col < 16 ? q->Wp - col : 16;
+                a = c0 < 0 ? -c0 : 0;
+                b = s->w - c0 < cnt ? s->w - c0 : cnt;
                 __m256i x0 = _mm256_setzero_si256(), x1 = _mm256_setzero_si256();
                 if (r >= 0 && r < s->h && a < b) {
                     __mmask16 m = (__mmask16)((((uint32_t)1 << b) - 1) & ~(((uint32_t)1 << a) - 1));
@@ -1288,9 +1302,9 @@ HG_AMX_TARGET static int hg_taps_pack(void *user, int64_t lo, int64_t hi)
 }
 
 /* ct [32][32] = sum over taps of W_tap rows [32 (16 where !two_rows)] .
- * the tap's shifted columns [c0, c0 + 32) of image img. */
-HG_AMX_TARGET static void hg_taps_block(const hg_taps *q, int64_t img, const uint16_t *wt,
-                                        int64_t c0, int two_rows, float *ct)
+ * the tap's shifted columns [c0, c0 + 32) of the packed image. */
+HG_AMX_TARGET static void hg_taps_block(const hg_taps *q, const uint16_t *wt, int64_t c0,
+                                        int two_rows, float *ct)
 {
     const hg_conv *s = q->s;
     const size_t sa = (size_t)q->lw * 2;
@@ -1302,7 +1316,7 @@ HG_AMX_TARGET static void hg_taps_block(const hg_taps *q, int64_t img, const uin
     for (ky = 0; ky < s->kh; ky++)
         for (kx = 0; kx < s->kw; kx++) {
             const uint16_t *a = wt + (ky * s->kw + kx) * q->rows_p * q->lw, *a1 = a + 16 * q->lw;
-            const uint16_t *b = q->xs + ((img * s->kw + kx) * q->ns + (c0 + ky * s->dh * q->Wp) / 16) * ls;
+            const uint16_t *b = q->xs + (kx * q->ns + (c0 + ky * s->dh * q->Wp) / 16) * ls;
             const uint16_t *b1 = b + ls;
             if (two_rows) {
                 for (k = 0; k < q->Cp; k += 32, b += 512, b1 += 512) {
@@ -1331,22 +1345,23 @@ HG_AMX_TARGET static void hg_taps_block(const hg_taps *q, int64_t img, const uin
     _tile_stored(3, ct + 16 * 32 + 16, 128);
 }
 
-/* Units [lo, hi) of (image, block of cb columns): every 32 output channels
- * over its columns, each block's real positions (ow < Wo) stored. */
+/* Units [lo, hi) of blocks of cb columns of image img: every 32 output
+ * channels over its columns, each block's real positions (ow < Wo)
+ * stored. */
 static int hg_taps_run(void *user, int64_t lo, int64_t hi)
 {
     const hg_taps *q = (const hg_taps *)user;
     const hg_conv *s = q->s;
     float *ct = (float *)(void *)(q->ws + (size_t)opjit_thread_num(q->ctx) * 4096);
-    int64_t nu = (q->q + q->cb - 1) / q->cb, u, i, c0, c;
+    int64_t u, i, c0, c;
     hg_amx_begin();
     for (u = lo; u < hi; u++) {
-        int64_t img = u / nu, cs = u % nu * q->cb, ce = cs + q->cb < q->q ? cs + q->cb : q->q;
+        int64_t cs = u * q->cb, ce = cs + q->cb < q->q ? cs + q->cb : q->q;
         for (i = 0; i < s->og; i += 32) {
             int64_t rows = s->og - i < 32 ? s->og - i : 32;
-            uint16_t *o = q->out + (img * s->og + i) * s->plane;
+            uint16_t *o = q->out + (q->img * s->og + i) * s->plane;
             for (c0 = cs; c0 < ce; c0 += 32) {
-                hg_taps_block(q, img, q->wt + i * q->lw, c0, s->og - i > 16, ct);
+                hg_taps_block(q, q->wt + i * q->lw, c0, s->og - i > 16, ct);
                 for (c = c0; c < c0 + 32; c += 16) { /* 16 columns: one padded row */
                     int64_t oh = c / q->Wp, ow = c % q->Wp;
                     int64_t n = s->wo - ow < 16 ? s->wo - ow : 16;
@@ -1388,13 +1403,14 @@ static int hg_conv_taps(opjit_ctx *ctx, const hg_conv *s, const void *x, const v
     q.ns = (q.q + s->dh * (s->kh - 1) * q.Wp) / 16;
     q.lw = hg_amx_ld(q.C);
     q.rows_p = hg_amx_rows(s->og);
-    /* a unit: about 256 columns, fewer until each thread has about three */
+    /* a unit: about 256 columns, fewer until each thread has about three
+     * an image (an image at a time: its packed input stays in L2) */
     q.cb = 256;
-    while (q.cb > 32 && s->n * ((q.q + q.cb - 1) / q.cb) < 3 * T)
+    while (q.cb > 32 && (q.q + q.cb - 1) / q.cb < 3 * T)
         q.cb -= 32;
-    units = s->n * ((q.q + q.cb - 1) / q.cb);
+    units = (q.q + q.cb - 1) / q.cb;
     *rc = -1;
-    if (!(q.xs = (uint16_t *)hg_ws(ctx, (size_t)(s->n * s->kw * q.ns * q.Cp * 16) * 2)) ||
+    if (!(q.xs = (uint16_t *)hg_ws(ctx, (size_t)(s->kw * q.ns * q.Cp * 16) * 2)) ||
         !(q.wt = (uint16_t *)hg_ws(ctx, (size_t)(taps * q.rows_p * q.lw) * 2)) ||
         !(q.ws = (char *)hg_ws(ctx, (size_t)T * 4096)))
         return 1;
@@ -1404,8 +1420,9 @@ static int hg_conv_taps(opjit_ctx *ctx, const hg_conv *s, const void *x, const v
         for (c = 0; c < q.C; c++)
             for (t = 0; t < taps; t++)
                 q.wt[(t * q.rows_p + o) * q.lw + c] = w16[(o * q.C + c) * taps + t];
-    if ((*rc = opjit_parallel_for(ctx, 0, s->n * s->kw, 1, hg_taps_pack, &q)) == 0)
-        *rc = opjit_parallel_for(ctx, 0, units, 1, hg_taps_run, &q);
+    for (q.img = 0, *rc = 0; q.img < s->n && *rc == 0; q.img++)
+        if ((*rc = opjit_parallel_for(ctx, 0, s->kw * (q.Cp / 32), 1, hg_taps_pack, &q)) == 0)
+            *rc = opjit_parallel_for(ctx, 0, units, 1, hg_taps_run, &q);
     return 1;
 }
 #endif
