@@ -1,13 +1,16 @@
 /*
- * ops-src/gemm_half.h - bfloat16 products on AVX512_BF16 for mm.c and
- * conv2d.c, in the optimizing tier. A local header: its users' cache keys
- * include it.
+ * ops-src/gemm_half.h - bfloat16 products on AMX tiles or AVX512_BF16 for
+ * mm.c and conv2d.c, in the optimizing tier. A local header: its users'
+ * cache keys include it.
  *
  * Defines HG_BF16 where sgemm_avx512.h defines SG_FAST (gcc, the
- * optimizing tier, x86-64); hg_bf16_ok() says whether this CPU runs it
- * (AVX-512 with the BF16 extension: vdpbf16ps) and $OPJIT_HALF_KERNEL
- * allows it. libtcc never sees it; elsewhere the 16-bit operands are
- * widened to float32 and go through the float32 kernels (half_wide.h).
+ * optimizing tier, x86-64), and HG_AMX with it on Linux; HG_HAVE() says
+ * which of the two GEMMs this CPU runs (hg_bf16_cpu: AVX-512 with the
+ * BF16 extension, vdpbf16ps; hg_amx_cpu: AMX-TILE and AMX-BF16, and the
+ * kernel's grant of the tile state) and half_wide.h's hw_path which one
+ * $OPJIT_HALF_KERNEL picks. libtcc never sees it; elsewhere the 16-bit
+ * operands are widened to float32 and go through the float32 kernels
+ * (half_wide.h). The AMX kernels are in their own section below.
  *
  * Why: widening costs a pass over each operand and then runs at float32
  * speed, while vdpbf16ps multiplies 32 bfloat16 pairs into 16 float32
