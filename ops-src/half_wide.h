@@ -79,7 +79,7 @@ static int hw_narrow_run(void *user, int64_t lo, int64_t hi)
  * zero, as oneDNN does); "wide" widens to float32 always. float16 always
  * widens. For comparisons and tests.
  *
- * A path is a set of these bits: none, widen. */
+ * A path is a set of these bits (none of them: widen). */
 enum {
     HW_WIDEN = 0,
     HW_GEMM = 1, /* a 16-bit GEMM (gemm_half.h) */
