@@ -14,9 +14,10 @@ for it (build/python-extra, on PYTHONPATH). Standalone:
         ~/.cache/opjit-dev/torch2/bin/python bench/half_bench.py --threads 1,2 \\
         [--reps 5] [--only conv|mm] [--out r.json]
 
-opjit runs its optimizing tier: bfloat16 on the vdpbf16ps GEMM
-(ops-src/gemm_half.h) where the CPU has AVX512_BF16, else widened to
-float32; float16 widened to float32 (ops-src/half_wide.h). torch 2.x's
+opjit runs its optimizing tier: bfloat16 on the AMX GEMM
+(ops-src/gemm_half.h) where the CPU has AMX-BF16, else its vdpbf16ps GEMM
+where the CPU has AVX512_BF16, else widened to float32; float16 widened
+to float32 (ops-src/half_wide.h). torch 2.x's
 bfloat16 conv2d and mm go through oneDNN (AVX512_BF16 where the CPU has
 it); its float16 ones have no fast CPU kernel on most x86 CPUs and take
 seconds on the larger shapes: a torch side whose first call takes more than
@@ -160,6 +161,7 @@ def main():
     res = {"torch": torch.__version__, "python": sys.executable,
            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
            "avx512_bf16": " avx512_bf16" in cpu, "f16c": " f16c" in cpu,
+           "amx_bf16": " amx_bf16" in cpu,
            "half_kernel": os.environ.get("OPJIT_HALF_KERNEL", "auto") or "auto",
            "conv": [], "mm": []}
     only = set(a.only.split(","))
@@ -223,15 +225,17 @@ def md_section(H, fms, md_table):
     lines = ["## Half precision on the CPU: conv2d and mm in bfloat16 and float16 against "
              "torch %s" % H.get("torch", "?"), "",
              "One process of torch %s's interpreter (CPU capability %s; this CPU %s AVX512_BF16, "
-             "%s F16C), interleaved, the same threads on both sides; opjit's %s tier "
-             "($OPJIT_HALF_KERNEL %s: bfloat16 on the vdpbf16ps GEMM of ops-src/gemm_half.h "
-             "where the CPU has it, float16 widened to float32). \"vs float32\": opjit's own "
+             "%s AMX-BF16, %s F16C), interleaved, the same threads on both sides; opjit's %s tier "
+             "($OPJIT_HALF_KERNEL %s: bfloat16 on the AMX GEMM of ops-src/gemm_half.h where the "
+             "CPU has it, else its vdpbf16ps GEMM where the CPU has that, float16 widened to "
+             "float32). \"vs float32\": opjit's own "
              "float32 op on the same values, time over the 16-bit one (information). Errors: "
              "the largest against a float64 reference on the same 16-bit inputs, over the "
              "reference's largest magnitude. torch's float16 CPU kernels are slow: a torch side "
              "slower than %.1f s a call is timed on one call (marked *)." % (
                  H.get("torch", "?"), H.get("cpu_capability", "?"),
                  "has" if H.get("avx512_bf16") else "lacks",
+                 "has" if H.get("amx_bf16") else "lacks",
                  "has" if H.get("f16c") else "lacks", H.get("tier", "?"),
                  H.get("half_kernel", "auto"), SLOW), ""]
 

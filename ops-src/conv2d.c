@@ -1045,16 +1045,16 @@ static void conv_hg_unfold(const void *g, const float *im, const float *xend, in
 }
 
 /* The bfloat16 forward on gemm_half.h's GEMM where the CPU has
- * AVX512_BF16 (and no operand holds a subnormal, unless
- * OPJIT_HALF_KERNEL=dot): 1 when it ran (*rc its status), 0 to widen
- * instead. */
+ * AVX512_BF16 (on AMX tiles where it has those), unless an operand holds
+ * a subnormal (OPJIT_HALF_KERNEL=dot or amx: regardless): 1 when it ran
+ * (*rc its status), 0 to widen instead. */
 static int conv_forward_bf16(opjit_ctx *ctx, const conv_geom *g, const void *x, const void *w,
                              const void *b, void *out, int *rc)
 {
     hg_conv s;
     float *xw = NULL, *bw = NULL;
-    int path = hw_path(ctx, HW_BF16, HG_DOT_HERE()), sub = 0;
-    if (path == HW_DOT && g->n && g->ho * g->wo && g->cg &&
+    int path = hw_path(ctx, HW_BF16, HG_HAVE()), sub = 0;
+    if ((path & HW_SCAN) && g->n && g->ho * g->wo && g->cg &&
         ((sub = hg_subnormal(ctx, x, g->n * g->c, g->h * g->w, g->h * g->w)) == 0))
         sub = hg_subnormal(ctx, w, g->o, g->cg * g->kh * g->kw, g->cg * g->kh * g->kw);
     if (path <= 0 || sub || g->n == 0 || g->ho * g->wo == 0 || g->cg == 0) {
@@ -1087,7 +1087,7 @@ static int conv_forward_bf16(opjit_ctx *ctx, const conv_geom *g, const void *x, 
         (b && !(bw = hw_widen(ctx, HW_BF16, b, g->o))))
         *rc = -1;
     else
-        *rc = hg_conv_bf16(ctx, &s, x, xw, w, bw, out);
+        *rc = hg_conv_bf16(ctx, &s, x, xw, w, bw, out, !!(path & HW_AMX));
     return 1;
 }
 #endif
@@ -1107,7 +1107,7 @@ static int conv_forward_half(opjit_ctx *ctx, const conv_geom *g, int kind, const
     if (kind == HW_BF16 && conv_forward_bf16(ctx, g, x, w, b, out, &rc))
         return rc;
 #endif
-    if (hw_path(ctx, kind, HG_DOT_HERE()) < 0) /* a bad $OPJIT_HALF_KERNEL */
+    if (hw_path(ctx, kind, HG_HAVE()) < 0) /* a bad $OPJIT_HALF_KERNEL */
         return -1;
     if (!(xw = hw_widen(ctx, kind, x, g->n * g->c * g->h * g->w)) ||
         !(ww = hw_widen(ctx, kind, w, g->o * g->cg * g->kh * g->kw)) ||

@@ -1,13 +1,16 @@
 /*
- * ops-src/gemm_half.h - bfloat16 products on AVX512_BF16 for mm.c and
- * conv2d.c, in the optimizing tier. A local header: its users' cache keys
- * include it.
+ * ops-src/gemm_half.h - bfloat16 products on AMX tiles or AVX512_BF16 for
+ * mm.c and conv2d.c, in the optimizing tier. A local header: its users'
+ * cache keys include it.
  *
  * Defines HG_BF16 where sgemm_avx512.h defines SG_FAST (gcc, the
- * optimizing tier, x86-64); hg_bf16_ok() says whether this CPU runs it
- * (AVX-512 with the BF16 extension: vdpbf16ps) and $OPJIT_HALF_KERNEL
- * allows it. libtcc never sees it; elsewhere the 16-bit operands are
- * widened to float32 and go through the float32 kernels (half_wide.h).
+ * optimizing tier, x86-64), and HG_AMX with it on Linux; HG_HAVE() says
+ * which of the two GEMMs this CPU runs (hg_bf16_cpu: AVX-512 with the
+ * BF16 extension, vdpbf16ps; hg_amx_cpu: AMX-TILE and AMX-BF16, and the
+ * kernel's grant of the tile state) and half_wide.h's hw_path which one
+ * $OPJIT_HALF_KERNEL picks. libtcc never sees it; elsewhere the 16-bit
+ * operands are widened to float32 and go through the float32 kernels
+ * (half_wide.h). The AMX kernels are in their own section below.
  *
  * Why: widening costs a pass over each operand and then runs at float32
  * speed, while vdpbf16ps multiplies 32 bfloat16 pairs into 16 float32
@@ -55,6 +58,15 @@ static inline uint32_t hg_pair(const uint16_t *p)
     uint32_t v;
     memcpy(&v, p, sizeof v);
     return v;
+}
+
+/* Workspace on a 64-byte boundary (opjit_workspace promises less): a
+ * tile's row or a vector split over two cache lines costs both. NULL with
+ * the error recorded. */
+static void *hg_ws(opjit_ctx *ctx, size_t bytes)
+{
+    char *p = (char *)opjit_workspace(ctx, bytes + 64);
+    return p ? (void *)(p + (64 - (uintptr_t)p % 64) % 64) : NULL;
 }
 
 /* ---- micro-kernels --------------------------------------------------------------
@@ -184,19 +196,38 @@ HG_TARGET static void hg_pack_f32(const float *B, int64_t ldb, int64_t K, int64_
 
 /* out[r][j] = bf16(C[r][j] + bias[r]) for r < rows, j < nb (bias may be
  * NULL): rounded to nearest even, NaN kept quiet, subnormals kept, as
- * opjit_f32_to_bf16. */
+ * opjit_f32_to_bf16. vcvtne2ps2bf16 gives the same bits for every float32
+ * but subnormals (it flushes them; checked over 2e8 random patterns, NaNs
+ * included): it converts 32 sums where none is subnormal, the integer
+ * rounding below the others. */
 HG_TARGET static void hg_store(const float *C, int64_t ldc, int64_t rows, int64_t nb,
                                const float *bias, uint16_t *out, int64_t ldo)
 {
     const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
     const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
     const __m512i quiet = _mm512_set1_epi32(0x40);
+    const __m512i ma = _mm512_set1_epi32(0x007fffff);
     int64_t r, j;
     for (r = 0; r < rows; r++) {
         const __m512 b = _mm512_set1_ps(bias ? bias[r] : 0.0f);
-        for (j = 0; j + 16 <= nb; j += 16) {
+        for (j = 0; j + 32 <= nb; j += 32) {
+            __m512 v0 = _mm512_add_ps(_mm512_loadu_ps(C + r * ldc + j), b);
+            __m512 v1 = _mm512_add_ps(_mm512_loadu_ps(C + r * ldc + j + 16), b);
+            __m512i u0 = _mm512_castps_si512(v0), u1 = _mm512_castps_si512(v1);
+            if ((_mm512_testn_epi32_mask(u0, inf) & _mm512_test_epi32_mask(u0, ma)) |
+                (_mm512_testn_epi32_mask(u1, inf) & _mm512_test_epi32_mask(u1, ma)))
+                break; /* a subnormal: this row the slow way from here */
+            _mm512_storeu_si512((void *)(out + r * ldo + j), (__m512i)_mm512_cvtne2ps_pbh(v1, v0));
+        }
+        for (; j + 16 <= nb; j += 16) {
             __m512i u = _mm512_castps_si512(_mm512_add_ps(_mm512_loadu_ps(C + r * ldc + j), b));
-            __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
+            __mmask16 nan;
+            if (!(_mm512_testn_epi32_mask(u, inf) & _mm512_test_epi32_mask(u, ma))) {
+                _mm256_storeu_si256((__m256i *)(void *)(out + r * ldo + j),
+                                    (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(u)));
+                continue;
+            }
+            nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
             __m512i rn = _mm512_srli_epi32(
                 _mm512_add_epi32(_mm512_add_epi32(u, half),
                                  _mm512_and_si512(_mm512_srli_epi32(u, 16), one)), 16);
@@ -240,29 +271,321 @@ static void hg_gemm_store(int64_t M, int64_t K, const uint16_t *A, int64_t lda,
     }
 }
 
-/* Elements of a thread's area: a packed panel (K x np, K even), a strip of
- * results (8 x np floats) and the last rows of A (8 x K). */
+/* K rounded up to whole AMX tiles (32 bfloat16 a row): a packed panel has
+ * room for that many, the pairs past K zero on the AMX path. */
+static int64_t hg_kp(int64_t K) { return (K + 31) / 32 * 32; }
+
+/* Floats of a strip of results: 8 x np for the vdpbf16ps kernels, 32 x np
+ * (np rounded up to 32) for the AMX ones. */
+static size_t hg_ct(int64_t np) { return (size_t)(32 * ((np + 31) / 32 * 32)); }
+
+/* Bytes of a thread's area: a packed panel (hg_kp(K) x np), a strip of
+ * results (hg_ct floats), the last rows of A (8 x K) and the panel again
+ * on tiles (the AMX path). */
 static size_t hg_area(int64_t K, int64_t np)
 {
-    size_t b = (size_t)((K + 1) / 2 * 2 * np) * 2 + (size_t)(8 * np) * 4 +
-               (size_t)(8 * K) * 2 + 3 * 64;
+    size_t b = (size_t)(hg_kp(K) * np) * 4 + hg_ct(np) * 4 + (size_t)(8 * K) * 2 + 4 * 64;
     return (b + 63) / 64 * 64;
 }
 
 typedef struct hg_area_ptrs {
-    uint16_t *p, *at;
+    uint16_t *p, *at, *t;
     float *ct;
 } hg_area_ptrs;
 
 static hg_area_ptrs hg_carve(char *area, int64_t K, int64_t np)
 {
     hg_area_ptrs a;
-    size_t pb = ((size_t)((K + 1) / 2 * 2 * np) * 2 + 63) / 64 * 64;
+    size_t pb = ((size_t)(hg_kp(K) * np) * 2 + 63) / 64 * 64;
     a.p = (uint16_t *)(void *)area;
     a.ct = (float *)(void *)(area + pb);
-    a.at = (uint16_t *)(void *)(area + pb + ((size_t)(8 * np) * 4 + 63) / 64 * 64);
+    a.at = (uint16_t *)(void *)(area + pb + (hg_ct(np) * 4 + 63) / 64 * 64);
+    a.t = (uint16_t *)(void *)(area + pb + (hg_ct(np) * 4 + 63) / 64 * 64 +
+                               ((size_t)(8 * K) * 2 + 63) / 64 * 64);
     return a;
 }
+
+/* ---- AMX: tiles of 16 x 16 float32 sums (TDPBF16PS) ------------------------------
+ * Where the CPU has AMX-TILE and AMX-BF16 and Linux grants this process
+ * the tile state (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA),
+ * once; a tile instruction without it is SIGILL), the products below run
+ * on tiles instead of hg_strip: C [32][32] in four tiles, two tiles of A
+ * (16 rows x 32 k) and two of B (16 pairs of k x 16 columns, the packed
+ * panel's layout) a step of 32 k. Numerics as vdpbf16ps's: exact bfloat16
+ * products summed in float32, each element one chain over k in order
+ * (pairs of k a step), bfloat16 subnormal inputs counted as zero, a
+ * subnormal sum flushed; every element is computed by one thread over all
+ * of k, so the thread count changes no bit. K is padded to a multiple of
+ * 32 with zeros in both operands (A packed into a padded copy, hg_amx_a;
+ * the extra pairs of B zeroed, hg_amx_tiles): a product 0 x 0 leaves a
+ * float32 sum as it is. The check is made at run time, so an artifact of
+ * an AVX-512 level stays right on a CPU of that level without AMX. */
+#if defined(__linux__) && defined(__GNUC__) && __GNUC__ >= 11
+#define HG_AMX 1
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define HG_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
+
+static int hg_amx_state; /* 0 not asked yet, 1 usable, -1 not */
+
+/* Whether the AMX kernels run here: CPUID leaf 7 (EDX bit 22 AMX-BF16,
+ * bit 24 AMX-TILE), then the kernel's permission, asked once a process
+ * (granted to all its threads). */
+static int hg_amx_cpu(void)
+{
+    int s = __atomic_load_n(&hg_amx_state, __ATOMIC_ACQUIRE);
+    if (!s) {
+        unsigned a, b, c, d;
+        unsigned long bits = 0;
+        s = hg_bf16_cpu() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1) &&
+                    (d >> 24 & 1) && syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18) == 0 &&
+                    syscall(SYS_arch_prctl, 0x1022 /* ARCH_GET_XCOMP_PERM */, &bits) == 0 &&
+                    (bits >> 18 & 1)
+                ? 1
+                : -1;
+        __atomic_store_n(&hg_amx_state, s, __ATOMIC_RELEASE);
+    }
+    return s > 0;
+}
+
+/* The tile configuration, palette 1: tiles 0-7 each 16 rows of 64 bytes. */
+typedef struct hg_tilecfg {
+    uint8_t palette, start, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} hg_tilecfg;
+
+/* Tiles are per-thread state: each unit of work configures them first and
+ * releases them after (hg_amx_end), on whichever thread it runs. The
+ * configuration is a static object: gcc 12's _tile_loadconfig tells the
+ * compiler it reads 8 bytes, so stores into a local one may be dropped. */
+static const hg_tilecfg hg_cfg = {1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64},
+                                  {16, 16, 16, 16, 16, 16, 16, 16}};
+
+HG_AMX_TARGET static void hg_amx_begin(void) { _tile_loadconfig(&hg_cfg); }
+
+HG_AMX_TARGET static void hg_amx_end(void) { _tile_release(); }
+
+/* B on tiles: a panel of np columns (a multiple of 16) as np / 16 streams,
+ * one a block of 16 columns, each hg_kp(K) / 2 rows of 16 pairs of k (64
+ * bytes: a tile's row), so that a tile is 1 KiB in one piece (a packed
+ * panel's rows are 4 np bytes apart: a tile's rows would be 16 lines far
+ * apart). Element (k, j) at T[(j / 16 * Kp / 2 + k / 2) * 32 + j % 16 * 2 +
+ * k % 2]. */
+static int64_t hg_amx_stream(int64_t K) { return hg_kp(K) * 16; }
+
+/* A packed panel (hg_pack_rows' layout: P[k/2][j][k%2], np columns) into
+ * T, the pairs past K zero. */
+static void hg_amx_tiles(const uint16_t *P, int64_t K, int64_t np, uint16_t *T)
+{
+    int64_t jb, kp, have = (K + 1) / 2, want = hg_kp(K) / 2;
+    for (jb = 0; jb < np / 16; jb++) {
+        uint16_t *d = T + jb * hg_amx_stream(K);
+        for (kp = 0; kp < have; kp++)
+            memcpy(d + kp * 32, P + kp * 2 * np + jb * 32, 64);
+        memset(d + have * 32, 0, (size_t)(want - have) * 64);
+    }
+}
+
+/* ct [32][32] (float32, 128 bytes a row) = (load ? ct : 0) + A [16 or 32
+ * rows (two_rows)][k0, k1) . B [k0, k1)[16 or 32 columns (two_cols)]: A
+ * bfloat16 rows lda apart, B two streams of hg_amx_tiles (B, B + ls), k0
+ * and k1 multiples of 32. Tiles 0-3 the sums (row half r, column half c:
+ * tile 2r + c), 4-5 A, 6-7 B. A sum stored and loaded again is the same
+ * float32: the chain over k goes on. */
+HG_AMX_TARGET static void hg_amx_block(int64_t k0, int64_t k1, const uint16_t *A, int64_t lda,
+                                       const uint16_t *B, int64_t ls, int two_rows,
+                                       int two_cols, float *ct, int load)
+{
+    const size_t sa = (size_t)lda * 2;
+    const uint16_t *a1 = A + 16 * lda, *b1;
+    int64_t k;
+    if (load) {
+        _tile_loadd(0, ct, 128);
+        _tile_loadd(1, ct + 16, 128);
+        _tile_loadd(2, ct + 16 * 32, 128);
+        _tile_loadd(3, ct + 16 * 32 + 16, 128);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    B += k0 * 16;
+    b1 = B + ls;
+    if (two_rows && two_cols) {
+        for (k = k0; k < k1; k += 32, B += 512, b1 += 512) {
+            _tile_loadd(4, A + k, sa);
+            _tile_loadd(6, B, 64);
+            _tile_loadd(7, b1, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_loadd(5, a1 + k, sa);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+    } else if (two_cols) {
+        for (k = k0; k < k1; k += 32, B += 512, b1 += 512) {
+            _tile_loadd(4, A + k, sa);
+            _tile_loadd(6, B, 64);
+            _tile_loadd(7, b1, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+        }
+    } else if (two_rows) {
+        for (k = k0; k < k1; k += 32, B += 512) {
+            _tile_loadd(4, A + k, sa);
+            _tile_loadd(5, a1 + k, sa);
+            _tile_loadd(6, B, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(2, 5, 6);
+        }
+    } else {
+        for (k = k0; k < k1; k += 32, B += 512) {
+            _tile_loadd(4, A + k, sa);
+            _tile_loadd(6, B, 64);
+            _tile_dpbf16ps(0, 4, 6);
+        }
+    }
+    _tile_stored(0, ct, 128);
+    _tile_stored(1, ct + 16, 128);
+    _tile_stored(2, ct + 16 * 32, 128);
+    _tile_stored(3, ct + 16 * 32 + 16, 128);
+}
+
+/* k a slice: A's 32 rows of a slice stay in L1 while the panel's columns
+ * go by, each block's sums kept in ct between slices. */
+#define HG_KC 256
+
+/* C [32 rows (16 where !two_rows)][0, nb) of A . B (B: hg_amx_tiles of a
+ * panel of np columns), over all of K, slice by slice: the block of
+ * columns from 32 b in ct + 1024 b; each done block handed to fin (the
+ * rounding store) straight after its last slice, while it is in L1. */
+typedef void (*hg_amx_fin)(const void *user, int64_t c, const float *ct);
+static void hg_amx_rows32(int64_t K, const uint16_t *A, int64_t lda, const uint16_t *B,
+                          int64_t nb, int64_t np, int two_rows, float *ct, hg_amx_fin fin,
+                          const void *user)
+{
+    int64_t k0, k1, c, Kp = hg_kp(K), ls = hg_amx_stream(K);
+    for (k0 = 0; k0 < Kp; k0 = k1) {
+        k1 = Kp - k0 > HG_KC ? k0 + HG_KC : Kp;
+        for (c = 0; c < nb; c += 32) {
+            float *b = ct + c / 32 * 1024;
+            hg_amx_block(k0, k1, A, lda, B + c / 16 * ls, ls, two_rows, np - c > 16, b, k0 > 0);
+            if (k1 == Kp)
+                fin(user, c, b);
+        }
+    }
+}
+
+typedef struct hg_amx_out {
+    int64_t rows, nb, ldo;
+    const float *bias;
+    uint16_t *out;
+} hg_amx_out;
+
+static void hg_amx_fin_store(const void *user, int64_t c, const float *ct)
+{
+    const hg_amx_out *o = (const hg_amx_out *)user;
+    hg_store(ct, 32, o->rows, o->nb - c < 32 ? o->nb - c : 32, o->bias, o->out + c, o->ldo);
+}
+
+/* out [M, nb] (ldo) = bf16(A [M, K] . B + bias), as hg_gemm_store, on
+ * tiles: A padded (hg_amx_a: rows lda apart, zero past K, readable up to
+ * row M rounded up to 16, plus 16), B a panel of np columns on tiles
+ * (hg_amx_tiles), ct hg_ct(np) floats. Blocks of 32 rows, each over the
+ * panel's columns. */
+static void hg_amx_store(int64_t M, int64_t K, const uint16_t *A, int64_t lda,
+                         const uint16_t *B, int64_t nb, int64_t np, const float *bias,
+                         uint16_t *out, int64_t ldo, float *ct)
+{
+    hg_amx_out o;
+    int64_t i;
+    o.nb = nb;
+    o.ldo = ldo;
+    for (i = 0; i < M; i += 32) {
+        o.rows = M - i < 32 ? M - i : 32;
+        o.bias = bias ? bias + i : NULL;
+        o.out = out + i * ldo;
+        hg_amx_rows32(K, A + i * lda, lda, B, nb, np, M - i > 16, ct, hg_amx_fin_store, &o);
+    }
+}
+
+/* ---- A, padded for the tiles ----------------------------------------------------
+ * groups blocks of rows rows each (element (r, k) of group g at src[(g
+ * rows + r) * lds + k], or at src[k * lds + g rows + r] when transposed)
+ * into dst: group g's rows at dst + g * rows_p * ldd, K columns then zeros
+ * up to ldd, rows past rows zero up to rows_p (hg_amx_rows). */
+typedef struct hg_amx_a {
+    const uint16_t *src;
+    int64_t lds, rows, groups, K, ldd, rows_p;
+    int t;
+    uint16_t *dst;
+} hg_amx_a;
+
+/* Rows of a group in the padded copy: whole blocks of 16, and 16 more (a
+ * block of 32 rows starting 16 from the end reads them). */
+static int64_t hg_amx_rows(int64_t rows) { return (rows + 15) / 16 * 16 + 16; }
+
+/* Its row length: whole tiles, and not a multiple of 2 KiB apart (rows of
+ * a tile would share cache sets). */
+static int64_t hg_amx_ld(int64_t K)
+{
+    int64_t Kp = hg_kp(K);
+    return Kp * 2 % 2048 == 0 ? Kp + 32 : Kp;
+}
+
+/* Units [lo, hi) of (group, block of 16 rows). */
+static int hg_amx_a_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_amx_a *j = (const hg_amx_a *)user;
+    int64_t nblk = j->rows_p / 16, u, r, k;
+    for (u = lo; u < hi; u++) {
+        int64_t g = u / nblk, r0 = u % nblk * 16;
+        int64_t r1 = j->rows - r0 < 16 ? (j->rows > r0 ? j->rows : r0) : r0 + 16;
+        uint16_t *d = j->dst + (g * j->rows_p + r0) * j->ldd;
+        if (!j->t) {
+            for (r = r0; r < r1; r++)
+                memcpy(d + (r - r0) * j->ldd, j->src + (g * j->rows + r) * j->lds,
+                       (size_t)j->K * sizeof(uint16_t));
+        } else { /* 16 neighbours of a row of the source at a time */
+            const uint16_t *s = j->src + g * j->rows;
+            for (k = 0; k < j->K; k++)
+                for (r = r0; r < r1; r++)
+                    d[(r - r0) * j->ldd + k] = s[k * j->lds + r];
+        }
+        for (r = r0; r < r0 + 16; r++, d += j->ldd) {
+            int64_t from = r < r1 ? j->K : 0;
+            memset(d + from, 0, (size_t)(j->ldd - from) * sizeof(uint16_t));
+        }
+    }
+    return 0;
+}
+
+/* The padded copy of A in new workspace (*ld its row length); NULL with
+ * the error recorded. */
+static uint16_t *hg_amx_pack_a(opjit_ctx *ctx, const void *src, int64_t lds, int t,
+                               int64_t groups, int64_t rows, int64_t K, int64_t *ld)
+{
+    hg_amx_a j;
+    j.src = (const uint16_t *)src;
+    j.lds = lds;
+    j.t = t;
+    j.groups = groups;
+    j.rows = rows;
+    j.K = K;
+    j.ldd = *ld = hg_amx_ld(K);
+    j.rows_p = hg_amx_rows(rows);
+    if (!(j.dst = (uint16_t *)hg_ws(
+              ctx, (size_t)(groups * j.rows_p * j.ldd) * sizeof(uint16_t))))
+        return NULL;
+    if (opjit_parallel_for(ctx, 0, groups * (j.rows_p / 16), 1, hg_amx_a_run, &j))
+        return NULL;
+    return j.dst;
+}
+#endif /* AMX */
 
 /* ---- subnormal operands ----------------------------------------------------------- */
 
@@ -307,7 +630,7 @@ static int hg_subnormal(opjit_ctx *ctx, const void *p, int64_t rows, int64_t col
     s.cols = cols;
     s.ld = ld;
     s.ctx = ctx;
-    if (!(s.found = (int *)opjit_workspace(ctx, (size_t)T * sizeof(int))))
+    if (!(s.found = (int *)hg_ws(ctx, (size_t)T * sizeof(int))))
         return -1;
     memset(s.found, 0, (size_t)T * sizeof(int));
     if (opjit_parallel_for(ctx, 0, (rows + 63) / 64, 1, hg_scan_run, &s))
@@ -390,11 +713,144 @@ static void hg_mm_plan(hg_mm_job *j, int64_t T)
     j->rows = rb;
 }
 
+#ifdef HG_AMX
+/* mm on tiles: self as it is where the tiles can read it, else padded
+ * (hg_amx_pack_a; rows of it either way), all of mat2 on tiles once (bt:
+ * column block c's stream at bt + c / 16 * hg_amx_stream(k)), then units
+ * of (block of rows, block of nb columns, its part of mat2 about 512 KiB,
+ * in L2), each over all of k. */
+typedef struct hg_amx_mm_job {
+    const hg_mm_job *j;
+    const uint16_t *a;
+    uint16_t *bt;
+    int64_t lda, nb, ncb, rows;
+    char *ws;
+} hg_amx_mm_job;
+
+/* Blocks of 16 columns [lo, hi) of mat2 rows (element (k, j) at y[k * ldb
+ * + j]) into their streams: a pair of rows at a time (read along the
+ * rows), 32 columns a step. */
+HG_AMX_TARGET static void hg_amx_pack_rows(const hg_mm_job *j, uint16_t *bt, int64_t lo,
+                                           int64_t hi)
+{
+    const __m512i il = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+                                        40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
+                                        32, 0);
+    const __m512i ih = _mm512_add_epi16(il, _mm512_set1_epi16(16));
+    int64_t ls = hg_amx_stream(j->k), kp, jb;
+    for (kp = 0; kp < hg_kp(j->k) / 2; kp++) {
+        const uint16_t *r0 = j->y + 2 * kp * j->ldb;
+        for (jb = lo; jb < hi; jb += 2) {
+            int64_t left = j->m - jb * 16;
+            __mmask32 m = left >= 32 ? ~(__mmask32)0
+                          : left > 0 ? (((__mmask32)1 << left) - 1) : 0;
+            uint16_t *d0 = bt + jb * ls + kp * 32;
+            __m512i x0 = 2 * kp < j->k ? _mm512_maskz_loadu_epi16(m, r0 + jb * 16)
+                                       : _mm512_setzero_si512();
+            __m512i x1 = 2 * kp + 1 < j->k ? _mm512_maskz_loadu_epi16(m, r0 + j->ldb + jb * 16)
+                                           : _mm512_setzero_si512();
+            _mm512_storeu_si512((void *)d0, _mm512_permutex2var_epi16(x0, il, x1));
+            if (jb + 1 < hi)
+                _mm512_storeu_si512((void *)(d0 + ls), _mm512_permutex2var_epi16(x0, ih, x1));
+        }
+    }
+}
+
+/* The same from mat2's columns (element (k, j) at y[j * ldb + k]): a pair
+ * is one 32-bit word. */
+static void hg_amx_pack_cols(const hg_mm_job *j, uint16_t *bt, int64_t lo, int64_t hi)
+{
+    int64_t ls = hg_amx_stream(j->k), half = hg_kp(j->k) / 2, jb, c, kp;
+    for (jb = lo; jb < hi; jb++) {
+        uint32_t *d = (uint32_t *)(void *)(bt + jb * ls);
+        for (c = 0; c < 16; c++) {
+            const uint16_t *col = j->y + (jb * 16 + c) * j->ldb;
+            if (jb * 16 + c >= j->m) {
+                for (kp = 0; kp < half; kp++)
+                    d[kp * 16 + c] = 0;
+                continue;
+            }
+            for (kp = 0; 2 * kp + 1 < j->k; kp++)
+                d[kp * 16 + c] = hg_pair(col + 2 * kp);
+            for (; kp < half; kp++)
+                d[kp * 16 + c] = 2 * kp < j->k ? col[2 * kp] : 0;
+        }
+    }
+}
+
+/* Units [lo, hi) of packing: 256 columns of mat2 each. */
+static int hg_amx_mm_pack(void *user, int64_t lo, int64_t hi)
+{
+    const hg_amx_mm_job *q = (const hg_amx_mm_job *)user;
+    int64_t nblk = (q->j->m + 15) / 16, b0 = lo * 16, b1 = hi * 16 < nblk ? hi * 16 : nblk;
+    if (q->j->yt)
+        hg_amx_pack_cols(q->j, q->bt, b0, b1);
+    else
+        hg_amx_pack_rows(q->j, q->bt, b0, b1);
+    return 0;
+}
+
+/* Units [lo, hi) of products, column block fastest. */
+static int hg_amx_mm_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_amx_mm_job *q = (const hg_amx_mm_job *)user;
+    const hg_mm_job *j = q->j;
+    float *ct = (float *)(void *)(q->ws + (size_t)opjit_thread_num(j->ctx) * hg_ct(q->nb) * 4);
+    int64_t t;
+    hg_amx_begin();
+    for (t = lo; t < hi; t++) {
+        int64_t c0 = t % q->ncb * q->nb, r0 = t / q->ncb * q->rows;
+        int64_t nb = j->m - c0 < q->nb ? j->m - c0 : q->nb;
+        int64_t nr = j->n - r0 < q->rows ? j->n - r0 : q->rows;
+        hg_amx_store(nr, j->k, q->a + r0 * q->lda, q->lda,
+                     q->bt + c0 / 16 * hg_amx_stream(j->k), nb, (nb + 15) / 16 * 16, NULL,
+                     j->out + r0 * j->m + c0, j->m, ct);
+    }
+    hg_amx_end();
+    return 0;
+}
+
+static int hg_amx_mm(opjit_ctx *ctx, const hg_mm_job *j, int xt)
+{
+    hg_amx_mm_job q;
+    int64_t T = opjit_num_threads(ctx), Kp = hg_kp(j->k), mp = (j->m + 15) / 16 * 16, nrb;
+    int rc;
+    memset(&q, 0, sizeof q);
+    q.j = j;
+    /* self read in place: whole tiles of k, whole blocks of 16 rows (a block
+     * of 32 reads 16 past the last only where there are), rows not a
+     * multiple of 2 KiB apart (hg_amx_ld) */
+    if (!xt && j->k % 32 == 0 && j->n % 16 == 0 && j->lda * 2 % 2048 != 0) {
+        q.a = j->x;
+        q.lda = j->lda;
+    } else if (!(q.a = hg_amx_pack_a(ctx, j->x, j->lda, xt, 1, j->n, j->k, &q.lda))) {
+        return -1;
+    }
+    /* blocks of columns: 512 KiB of mat2 on tiles, at least 32 columns */
+    q.nb = ((int64_t)512 << 10) / (2 * Kp) / 32 * 32;
+    q.nb = q.nb < 32 ? 32 : q.nb > mp ? (j->m + 31) / 32 * 32 : q.nb;
+    q.ncb = (j->m + q.nb - 1) / q.nb;
+    /* blocks of rows (multiples of 32) until each thread has about three units */
+    q.rows = (j->n + 31) / 32 * 32;
+    nrb = (3 * T + q.ncb - 1) / q.ncb;
+    if (T > 1 && nrb > 1)
+        q.rows = ((j->n + nrb - 1) / nrb + 31) / 32 * 32;
+    if (!(q.bt = (uint16_t *)hg_ws(ctx, (size_t)(mp / 16 * hg_amx_stream(j->k)) * 2)) ||
+        !(q.ws = (char *)hg_ws(ctx, (size_t)T * hg_ct(q.nb) * 4)))
+        return -1;
+    if ((rc = opjit_parallel_for(ctx, 0, (mp / 16 + 15) / 16, 1, hg_amx_mm_pack, &q)) != 0)
+        return rc;
+    return opjit_parallel_for(ctx, 0, q.ncb * ((j->n + q.rows - 1) / q.rows), 1, hg_amx_mm_run,
+                              &q);
+}
+#endif
+
 /* out [n, m] = x [n, k] y [k, m], all bfloat16, float32 sums: x row-major
  * (lda) or transposed (xt: element (i, k) at x[k * lda + i]), y likewise
- * (yt). 0, or the status of the failure recorded. */
+ * (yt); on tiles (amx, where hg_amx_cpu) or vdpbf16ps. 0, or the status
+ * of the failure recorded. */
 static int hg_mm_bf16(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, const void *x, int xt,
-                      int64_t lda, const void *y, int yt, int64_t ldb, void *out)
+                      int64_t lda, const void *y, int yt, int64_t ldb, void *out, int amx)
 {
     hg_mm_job j;
     int64_t T = opjit_num_threads(ctx);
@@ -416,8 +872,14 @@ static int hg_mm_bf16(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, const voi
     j.ldb = ldb;
     j.yt = yt;
     j.out = (uint16_t *)out;
+#ifdef HG_AMX
+    if (amx)
+        return hg_amx_mm(ctx, &j, xt);
+#else
+    (void)amx;
+#endif
     if (xt) { /* the kernels read rows of self */
-        if (!(j.xr = (uint16_t *)opjit_workspace(ctx, (size_t)(n * k) * sizeof(uint16_t))))
+        if (!(j.xr = (uint16_t *)hg_ws(ctx, (size_t)(n * k) * sizeof(uint16_t))))
             return -1;
         if ((rc = opjit_parallel_for(ctx, 0, (n + 63) / 64, 1, hg_transpose_run, &j)) != 0)
             return rc;
@@ -426,7 +888,7 @@ static int hg_mm_bf16(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, const voi
     }
     hg_mm_plan(&j, T);
     j.per = hg_area(k, (j.nb + 15) / 16 * 16);
-    if (!(j.ws = (char *)opjit_workspace(ctx, (size_t)T * j.per)))
+    if (!(j.ws = (char *)hg_ws(ctx, (size_t)T * j.per)))
         return -1;
     return opjit_parallel_for(ctx, 0, j.npanels * ((n + j.rows - 1) / j.rows), 1, hg_mm_run, &j);
 }
@@ -527,6 +989,8 @@ typedef struct hg_conv_job {
     int64_t pb, nblk, ldcol;
     char *ws;
     size_t per, colb;
+    const uint16_t *wa; /* on tiles: w padded (hg_amx_pack_a), rows lwa apart, */
+    int64_t lwa, rows_p; /* rows_p a group */
 } hg_conv_job;
 
 /* Units [lo, hi) of (image, group, block of positions): unfold, pack, the
@@ -539,6 +1003,10 @@ static int hg_conv_run(void *user, int64_t lo, int64_t hi)
     float *col = (float *)(void *)area;
     int64_t npb = (j->pb + 15) / 16 * 16, u;
     hg_area_ptrs a = hg_carve(area + j->colb, s->kdim, npb);
+#ifdef HG_AMX
+    if (j->wa)
+        hg_amx_begin();
+#endif
     for (u = lo; u < hi; u++) {
         int64_t blk = u % j->nblk, ng = u / j->nblk, img = ng / s->groups, gi = ng % s->groups;
         int64_t p0 = blk * j->pb, nb = s->plane - p0 < j->pb ? s->plane - p0 : j->pb;
@@ -551,11 +1019,25 @@ static int hg_conv_run(void *user, int64_t lo, int64_t hi)
             s->unfold(s->geom, j->xw + in, j->xend, p0, nb, col, j->ldcol);
             hg_pack_f32(col, j->ldcol, s->kdim, nb, a.p, (nb + 15) / 16 * 16);
         }
+#ifdef HG_AMX
+        if (j->wa) {
+            hg_amx_tiles(a.p, s->kdim, (nb + 15) / 16 * 16, a.t);
+            hg_amx_store(s->og, s->kdim, j->wa + gi * j->rows_p * j->lwa, j->lwa, a.t, nb,
+                         (nb + 15) / 16 * 16, j->bias ? j->bias + oc : NULL,
+                         j->out + (img * s->groups * s->og + oc) * s->plane + p0, s->plane,
+                         a.ct);
+            continue;
+        }
+#endif
         hg_gemm_store(s->og, s->kdim, j->w + oc * s->kdim, s->kdim, a.p, nb,
                       (nb + 15) / 16 * 16, j->bias ? j->bias + oc : NULL,
                       j->out + (img * s->groups * s->og + oc) * s->plane + p0, s->plane, a.ct,
                       a.at);
     }
+#ifdef HG_AMX
+    if (j->wa)
+        hg_amx_end();
+#endif
     return 0;
 }
 
@@ -577,6 +1059,9 @@ typedef struct hg_small_job {
     size_t psz;          /* elements of one group's packed block */
     char *ws;
     size_t per;
+    const uint16_t *wa; /* as hg_conv_job's */
+    int64_t lwa, rows_p;
+    uint16_t *tiles; /* packed on tiles (hg_amx_tiles), psz a group */
 } hg_small_job;
 
 /* Images x groups [lo, hi) into pairs of k, image img's positions at
@@ -616,6 +1101,56 @@ HG_TARGET static int hg_small_pack_run(void *user, int64_t lo, int64_t hi)
     return 0;
 }
 
+#ifdef HG_AMX
+/* A block of the batch's columns [c, c + 32) into the images it covers. */
+typedef struct hg_amx_small_out {
+    const hg_conv *s;
+    int64_t rows, all, oc;
+    const float *bias;
+    uint16_t *out;
+} hg_amx_small_out;
+
+static void hg_amx_fin_small(const void *user, int64_t c0, const float *ct)
+{
+    const hg_amx_small_out *o = (const hg_amx_small_out *)user;
+    const hg_conv *s = o->s;
+    int64_t c, c1 = o->all - c0 < 32 ? o->all : c0 + 32;
+    for (c = c0; c < c1;) {
+        int64_t img = c / s->plane, e = (img + 1) * s->plane < c1 ? (img + 1) * s->plane : c1;
+        hg_store(ct + (c - c0), 32, o->rows, e - c, o->bias,
+                 o->out + (img * s->groups * s->og + o->oc) * s->plane + (c - img * s->plane),
+                 s->plane);
+        c = e;
+    }
+}
+
+/* hg_small_run's units on tiles: blocks of 32 channels over the batch's
+ * positions, each image's share of a block stored. */
+static void hg_amx_small(const hg_small_job *j, int64_t lo, int64_t hi, float *ct)
+{
+    const hg_conv *s = j->s;
+    hg_amx_small_out o;
+    int64_t u, i;
+    o.s = s;
+    o.all = s->n * s->plane;
+    o.out = j->out;
+    hg_amx_begin();
+    for (u = lo; u < hi; u++) {
+        int64_t gi = u / j->nob, o0 = u % j->nob * j->ob;
+        int64_t no = s->og - o0 < j->ob ? s->og - o0 : j->ob, oc = gi * s->og + o0;
+        for (i = 0; i < no; i += 32) {
+            o.rows = no - i < 32 ? no - i : 32;
+            o.oc = oc + i;
+            o.bias = j->bias ? j->bias + oc + i : NULL;
+            hg_amx_rows32(s->kdim, j->wa + (gi * j->rows_p + o0 + i) * j->lwa, j->lwa,
+                          j->tiles + (size_t)gi * j->psz, o.all, j->np, no - i > 16, ct,
+                          hg_amx_fin_small, &o);
+        }
+    }
+    hg_amx_end();
+}
+#endif
+
 /* Units [lo, hi) of (group, block of ob output channels): strips of 8
  * channels over the batch's positions, each image's share stored. */
 static int hg_small_run(void *user, int64_t lo, int64_t hi)
@@ -626,6 +1161,12 @@ static int hg_small_run(void *user, int64_t lo, int64_t hi)
     float *ct = (float *)(void *)area;
     uint16_t *at = (uint16_t *)(void *)(area + ((size_t)(8 * j->np) * 4 + 63) / 64 * 64);
     int64_t u, img, i, la;
+#ifdef HG_AMX
+    if (j->wa) {
+        hg_amx_small(j, lo, hi, ct);
+        return 0;
+    }
+#endif
     for (u = lo; u < hi; u++) {
         int64_t gi = u / j->nob, o0 = u % j->nob * j->ob;
         int64_t no = s->og - o0 < j->ob ? s->og - o0 : j->ob, oc = gi * s->og + o0;
@@ -647,13 +1188,13 @@ static int hg_small_run(void *user, int64_t lo, int64_t hi)
  * most 256 positions an image, a group's packed batch within 8 MB): 1 (*rc
  * its status), else 0. */
 static int hg_conv_small(opjit_ctx *ctx, const hg_conv *s, const void *x, const void *w,
-                         const float *bias, void *out, int *rc)
+                         const float *bias, void *out, const uint16_t *wa, int64_t lwa, int *rc)
 {
     hg_small_job j;
     int64_t T = opjit_num_threads(ctx);
     memset(&j, 0, sizeof j);
     j.np = (s->n * s->plane + 15) / 16 * 16;
-    j.psz = (size_t)((s->kdim + 1) / 2 * 2 * j.np);
+    j.psz = (size_t)(hg_kp(s->kdim) * j.np);
     if (!s->direct || s->n < 2 || s->plane > 256 || j.psz * 2 > ((size_t)8 << 20))
         return 0;
     j.ctx = ctx;
@@ -668,28 +1209,248 @@ static int hg_conv_small(opjit_ctx *ctx, const hg_conv *s, const void *x, const 
     while (j.ob > 8 && s->groups * ((s->og + j.ob - 1) / j.ob) < 3 * T)
         j.ob -= 8;
     j.nob = (s->og + j.ob - 1) / j.ob;
-    j.per = ((size_t)(8 * j.np) * 4 + 63) / 64 * 64 + (size_t)(8 * s->kdim) * 2 + 64;
-    if (!(j.packed = (uint16_t *)opjit_workspace(ctx, (size_t)s->groups * j.psz * 2)) ||
-        !(j.ws = (char *)opjit_workspace(ctx, (size_t)T * j.per))) {
+    j.per = (hg_ct(j.np) * 4 + 63) / 64 * 64 + (size_t)(8 * s->kdim) * 2 + 64;
+    j.wa = wa;
+    j.lwa = lwa;
+#ifdef HG_AMX
+    j.rows_p = hg_amx_rows(s->og);
+#endif
+    if (!(j.packed = (uint16_t *)hg_ws(ctx, (size_t)s->groups * j.psz * 2)) ||
+        !(j.ws = (char *)hg_ws(ctx, (size_t)T * j.per))) {
         *rc = -1;
         return 1;
     }
-    if ((*rc = opjit_parallel_for(ctx, 0, s->n * s->groups, 1, hg_small_pack_run, &j)) == 0)
-        *rc = opjit_parallel_for(ctx, 0, s->groups * j.nob, 1, hg_small_run, &j);
+    if ((*rc = opjit_parallel_for(ctx, 0, s->n * s->groups, 1, hg_small_pack_run, &j)) != 0)
+        return 1;
+#ifdef HG_AMX
+    if (wa && !(j.tiles = (uint16_t *)hg_ws(ctx, (size_t)s->groups * j.psz * 2))) {
+        *rc = -1;
+        return 1;
+    }
+    for (int64_t gi = 0; wa && gi < s->groups; gi++)
+        hg_amx_tiles(j.packed + (size_t)gi * j.psz, s->kdim, j.np, j.tiles + (size_t)gi * j.psz);
+#endif
+    *rc = opjit_parallel_for(ctx, 0, s->groups * j.nob, 1, hg_small_run, &j);
     return 1;
 }
 
+#ifdef HG_AMX
+/* ---- stride 1 on tiles: a GEMM per tap over a shifted input -------------------
+ * With stride 1, tap (ky, kx) of every output position reads the input at
+ * that position shifted by (ky dh, kx dw). Laid out with a padded row
+ * length Wp (a multiple of 16), output position (oh, ow) is column q = oh
+ * Wp + ow and its input for tap (ky, kx) is column q + ky dh Wp + kx dw of
+ * the zero-padded input: so out = sum over taps of W_tap [O, C] . X
+ * shifted, and the shift by whole rows is a shift by whole tile streams.
+ * The input is packed on tiles once per column shift kx dw (xs[kx]: the
+ * padded input shifted left by kx dw columns), kw copies instead of
+ * im2col's kh kw; the columns ow >= Wo of each row are computed and
+ * dropped. Each output element is one chain over (tap, channel pair) in
+ * order, by one thread: the thread count changes no bit. */
+typedef struct hg_taps {
+    const hg_conv *s;
+    opjit_ctx *ctx;
+    const uint16_t *x;
+    const float *bias;
+    uint16_t *out, *xs, *wt; /* xs: per kx, ns streams (image img); wt: [tap][rows_p][lw] */
+    int64_t img, C, Cp, ho, Wp, q, ns, lw, rows_p, cb; /* q: columns computed; cb: a unit's */
+    char *ws;
+} hg_taps;
+
+/* Units [lo, hi) of (kx, 32 channels): image img's padded input shifted
+ * by kx dw, on tiles (stream t: columns 16 t .. 16 t + 15, Cp / 2 rows of
+ * 16 pairs of channels), read along the input's rows. */
+HG_AMX_TARGET static int hg_taps_pack(void *user, int64_t lo, int64_t hi)
+{
+    const hg_taps *q = (const hg_taps *)user;
+    const hg_conv *s = q->s;
+    const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                        24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                        16, 0);
+    int64_t u, kp, t, ls = q->Cp * 16;
+    for (u = lo; u < hi; u++) {
+        int64_t kx = u / (q->Cp / 32), k0 = u % (q->Cp / 32) * 16, shift = kx * s->dw;
+        const uint16_t *im = q->x + q->img * s->in_image;
+        uint16_t *d = q->xs + kx * q->ns * ls;
+        for (kp = k0; kp < k0 + 16; kp++) {
+            const uint16_t *p0 = im + 2 * kp * s->h * s->w, *p1 = p0 + s->h * s->w;
+            int have0 = 2 * kp < q->C, have1 = 2 * kp + 1 < q->C;
+            int64_t row = 0, col = shift; /* of the padded input, at stream t */
+            for (t = 0; t < q->ns; t++, col += 16) {
+                int64_t r, c0, cnt, a, b;
+                if (col >= q->Wp) {
+                    col -= q->Wp;
+                    row++;
+                }
+                r = row - s->ph;
+                c0 = col - s->pw;
+                cnt = q->Wp - col < 16 ? q->Wp - col : 16;
+                a = c0 < 0 ? -c0 : 0;
+                b = s->w - c0 < cnt ? s->w - c0 : cnt;
+                __m256i x0 = _mm256_setzero_si256(), x1 = _mm256_setzero_si256();
+                if (r >= 0 && r < s->h && a < b) {
+                    __mmask16 m = (__mmask16)((((uint32_t)1 << b) - 1) & ~(((uint32_t)1 << a) - 1));
+                    if (have0)
+                        x0 = _mm256_maskz_loadu_epi16(m, p0 + r * s->w + c0);
+                    if (have1)
+                        x1 = _mm256_maskz_loadu_epi16(m, p1 + r * s->w + c0);
+                }
+                _mm512_storeu_si512((void *)(d + t * ls + kp * 32),
+                                    _mm512_permutexvar_epi16(
+                                        il, _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1)));
+            }
+        }
+    }
+    return 0;
+}
+
+/* ct [32][32] = sum over taps of W_tap rows [32 (16 where !two_rows)] .
+ * the tap's shifted columns [c0, c0 + 32) of the packed image. */
+HG_AMX_TARGET static void hg_taps_block(const hg_taps *q, const uint16_t *wt, int64_t c0,
+                                        int two_rows, float *ct)
+{
+    const hg_conv *s = q->s;
+    const size_t sa = (size_t)q->lw * 2;
+    int64_t ls = q->Cp * 16, ky, kx, k;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (ky = 0; ky < s->kh; ky++)
+        for (kx = 0; kx < s->kw; kx++) {
+            const uint16_t *a = wt + (ky * s->kw + kx) * q->rows_p * q->lw, *a1 = a + 16 * q->lw;
+            const uint16_t *b = q->xs + (kx * q->ns + (c0 + ky * s->dh * q->Wp) / 16) * ls;
+            const uint16_t *b1 = b + ls;
+            if (two_rows) {
+                for (k = 0; k < q->Cp; k += 32, b += 512, b1 += 512) {
+                    _tile_loadd(4, a + k, sa);
+                    _tile_loadd(6, b, 64);
+                    _tile_loadd(7, b1, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_loadd(5, a1 + k, sa);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+            } else {
+                for (k = 0; k < q->Cp; k += 32, b += 512, b1 += 512) {
+                    _tile_loadd(4, a + k, sa);
+                    _tile_loadd(6, b, 64);
+                    _tile_loadd(7, b1, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                }
+            }
+        }
+    _tile_stored(0, ct, 128);
+    _tile_stored(1, ct + 16, 128);
+    _tile_stored(2, ct + 16 * 32, 128);
+    _tile_stored(3, ct + 16 * 32 + 16, 128);
+}
+
+/* Units [lo, hi) of blocks of cb columns of image img: every 32 output
+ * channels over its columns, each block's real positions (ow < Wo)
+ * stored. */
+static int hg_taps_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_taps *q = (const hg_taps *)user;
+    const hg_conv *s = q->s;
+    float *ct = (float *)(void *)(q->ws + (size_t)opjit_thread_num(q->ctx) * 4096);
+    int64_t u, i, c0, c;
+    hg_amx_begin();
+    for (u = lo; u < hi; u++) {
+        int64_t cs = u * q->cb, ce = cs + q->cb < q->q ? cs + q->cb : q->q;
+        for (i = 0; i < s->og; i += 32) {
+            int64_t rows = s->og - i < 32 ? s->og - i : 32;
+            uint16_t *o = q->out + (q->img * s->og + i) * s->plane;
+            for (c0 = cs; c0 < ce; c0 += 32) {
+                hg_taps_block(q, q->wt + i * q->lw, c0, s->og - i > 16, ct);
+                for (c = c0; c < c0 + 32; c += 16) { /* 16 columns: one padded row */
+                    int64_t oh = c / q->Wp, ow = c % q->Wp;
+                    int64_t n = s->wo - ow < 16 ? s->wo - ow : 16;
+                    if (oh < q->ho && n > 0)
+                        hg_store(ct + (c - c0), 32, rows, n, q->bias ? q->bias + i : NULL,
+                                 o + oh * s->wo + ow, s->plane);
+                }
+            }
+        }
+    }
+    hg_amx_end();
+    return 0;
+}
+
+/* The stride-1 convolution on tiles where it fits (one group, a tap
+ * spanning more than one position, the padded rows no more than 1.5 times
+ * the output's): 1 (*rc its status), else 0. */
+static int hg_conv_taps(opjit_ctx *ctx, const hg_conv *s, const void *x, const void *w,
+                        const float *bias, void *out, int *rc)
+{
+    hg_taps q;
+    int64_t T = opjit_num_threads(ctx), o, c, t, taps = s->kh * s->kw, units;
+    const uint16_t *w16 = (const uint16_t *)w;
+    if (s->groups != 1 || s->sh != 1 || s->sw != 1 || taps < 2)
+        return 0;
+    memset(&q, 0, sizeof q);
+    q.s = s;
+    q.ctx = ctx;
+    q.x = (const uint16_t *)x;
+    q.bias = bias;
+    q.out = (uint16_t *)out;
+    q.C = s->kdim / taps;
+    q.Cp = hg_kp(q.C);
+    q.ho = s->plane / s->wo;
+    q.Wp = (s->wo + s->dw * (s->kw - 1) + 15) / 16 * 16;
+    if (2 * q.Wp > 3 * s->wo)
+        return 0;
+    q.q = (q.ho * q.Wp + 31) / 32 * 32;
+    q.ns = (q.q + s->dh * (s->kh - 1) * q.Wp) / 16;
+    q.lw = hg_amx_ld(q.C);
+    q.rows_p = hg_amx_rows(s->og);
+    /* a unit: about 256 columns, fewer until each thread has about three
+     * an image (an image at a time: its packed input stays in L2) */
+    q.cb = 256;
+    while (q.cb > 32 && (q.q + q.cb - 1) / q.cb < 3 * T)
+        q.cb -= 32;
+    units = (q.q + q.cb - 1) / q.cb;
+    *rc = -1;
+    if (!(q.xs = (uint16_t *)hg_ws(ctx, (size_t)(s->kw * q.ns * q.Cp * 16) * 2)) ||
+        !(q.wt = (uint16_t *)hg_ws(ctx, (size_t)(taps * q.rows_p * q.lw) * 2)) ||
+        !(q.ws = (char *)hg_ws(ctx, (size_t)T * 4096)))
+        return 1;
+    /* the weights per tap: wt[tap][o][c] = w[o][c][tap], zero past O and C */
+    memset(q.wt, 0, (size_t)(taps * q.rows_p * q.lw) * 2);
+    for (o = 0; o < s->og; o++)
+        for (c = 0; c < q.C; c++)
+            for (t = 0; t < taps; t++)
+                q.wt[(t * q.rows_p + o) * q.lw + c] = w16[(o * q.C + c) * taps + t];
+    for (q.img = 0, *rc = 0; q.img < s->n && *rc == 0; q.img++)
+        if ((*rc = opjit_parallel_for(ctx, 0, s->kw * (q.Cp / 32), 1, hg_taps_pack, &q)) == 0)
+            *rc = opjit_parallel_for(ctx, 0, units, 1, hg_taps_run, &q);
+    return 1;
+}
+#endif
+
 /* out [n, groups og, plane] = conv, bfloat16 in and out, float32 sums. x
  * the input (bfloat16, dense), xw the same widened to float32 (needed
- * when s->sw > 1), w [groups og, kdim], bias widened or NULL. 0, or the
- * status of the failure recorded. */
+ * when s->sw > 1), w [groups og, kdim], bias widened or NULL; on tiles
+ * (amx, where hg_amx_cpu) or vdpbf16ps. 0, or the status of the failure
+ * recorded. */
 static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const float *xw,
-                        const void *w, const float *bias, void *out)
+                        const void *w, const float *bias, void *out, int amx)
 {
     hg_conv_job j;
-    int64_t T = opjit_num_threads(ctx), units;
+    int64_t T = opjit_num_threads(ctx), units, lwa = 0;
+    const uint16_t *wa = NULL;
     int rc;
-    if (hg_conv_small(ctx, s, x, w, bias, out, &rc))
+#ifdef HG_AMX
+    if (amx && hg_conv_taps(ctx, s, x, w, bias, out, &rc))
+        return rc;
+    if (amx && !(wa = hg_amx_pack_a(ctx, w, s->kdim, 0, s->groups, s->og, s->kdim, &lwa)))
+        return -1;
+#else
+    (void)amx;
+#endif
+    if (hg_conv_small(ctx, s, x, w, bias, out, wa, lwa, &rc))
         return rc;
     memset(&j, 0, sizeof j);
     j.ctx = ctx;
@@ -700,6 +1461,11 @@ static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const f
     j.w = (const uint16_t *)w;
     j.bias = bias;
     j.out = (uint16_t *)out;
+    j.wa = wa;
+    j.lwa = lwa;
+#ifdef HG_AMX
+    j.rows_p = hg_amx_rows(s->og);
+#endif
     /* blocks of positions: the packed block about 256 KB (in L2), whole
      * 48-column panels, at least three units a thread where it can */
     j.pb = ((int64_t)256 << 10) / 2 / s->kdim / 48 * 48;
@@ -722,18 +1488,21 @@ static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const f
                  ? 0
                  : ((size_t)(s->kdim * j.ldcol + 16) * sizeof(float) + 63) / 64 * 64;
     j.per = j.colb + hg_area(s->kdim, (j.pb + 15) / 16 * 16);
-    if (!(j.ws = (char *)opjit_workspace(ctx, (size_t)T * j.per)))
+    if (!(j.ws = (char *)hg_ws(ctx, (size_t)T * j.per)))
         return -1;
     return opjit_parallel_for(ctx, 0, units * j.nblk, 1, hg_conv_run, &j);
 }
 
 #endif /* SG_FAST */
 
-/* Whether this tier and CPU have the bfloat16 GEMM (hw_path's have_dot). */
-#ifdef HG_BF16
-#define HG_DOT_HERE() hg_bf16_cpu()
+/* The bfloat16 GEMMs this tier and CPU have (hw_path's have): HW_GEMM
+ * (vdpbf16ps), HW_AMX (tiles). */
+#if defined(HG_AMX)
+#define HG_HAVE() ((hg_bf16_cpu() ? HW_GEMM : 0) | (hg_amx_cpu() ? HW_AMX : 0))
+#elif defined(HG_BF16)
+#define HG_HAVE() (hg_bf16_cpu() ? HW_GEMM : 0)
 #else
-#define HG_DOT_HERE() 0
+#define HG_HAVE() 0
 #endif
 
 #endif

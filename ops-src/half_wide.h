@@ -71,31 +71,46 @@ static int hw_narrow_run(void *user, int64_t lo, int64_t hi)
 }
 
 /* $OPJIT_HALF_KERNEL (read at every call, in both tiers): unset, "" or
- * "auto" lets a bfloat16 op use a faster kernel where it has one (the
- * optimizing tier's vdpbf16ps GEMM, gemm_half.h) unless an operand holds
- * a bfloat16 subnormal (that kernel counts those as zero); "dot" demands
- * that kernel for every bfloat16 operand (subnormals counted as zero, as
- * oneDNN does); "wide" widens to float32 always. float16 always widens.
- * For comparisons and tests. */
-enum { HW_WIDEN = 0, HW_DOT = 1, HW_DOT_ANY = 2 };
+ * "auto" lets a bfloat16 op use the fastest kernel it has (the optimizing
+ * tier's GEMMs, gemm_half.h: on AMX tiles where the CPU and the OS allow
+ * them, else vdpbf16ps) unless an operand holds a bfloat16 subnormal
+ * (those kernels count them as zero); "amx" demands the tiles and "dot"
+ * the vdpbf16ps GEMM for every bfloat16 operand (subnormals counted as
+ * zero, as oneDNN does); "wide" widens to float32 always. float16 always
+ * widens. For comparisons and tests.
+ *
+ * A path is a set of these bits (none of them: widen). */
+enum {
+    HW_WIDEN = 0,
+    HW_GEMM = 1, /* a 16-bit GEMM (gemm_half.h) */
+    HW_SCAN = 2, /* ... unless an operand holds a subnormal (hg_subnormal) */
+    HW_AMX = 4   /* ... on AMX tiles */
+};
 
-/* The path of a call of kind (have_dot: whether this tier and CPU have the
- * bfloat16 kernel): HW_WIDEN, HW_DOT (check the operands for subnormals
- * first), HW_DOT_ANY, or -1 with the error recorded. */
-static int hw_path(opjit_ctx *ctx, int kind, int have_dot)
+/* The path of a call of kind (have: the GEMMs this tier and CPU have,
+ * HW_GEMM and HW_AMX bits), or -1 with the error recorded. */
+static int hw_path(opjit_ctx *ctx, int kind, int have)
 {
     const char *e = getenv("OPJIT_HALF_KERNEL");
-    int dot = e && !strcmp(e, "dot");
-    if (e && *e && !dot && strcmp(e, "auto") && strcmp(e, "wide"))
-        return opjit_fail(ctx, "OPJIT_HALF_KERNEL is '%s': expected auto, dot, wide or nothing",
+    int dot = e && !strcmp(e, "dot"), amx = e && !strcmp(e, "amx");
+    if (e && *e && !dot && !amx && strcmp(e, "auto") && strcmp(e, "wide"))
+        return opjit_fail(ctx,
+                          "OPJIT_HALF_KERNEL is '%s': expected auto, amx, dot, wide or nothing",
                           e), -1;
     if (kind != HW_BF16 || (e && !strcmp(e, "wide")))
         return HW_WIDEN;
-    if (dot && !have_dot)
+    if (dot && !(have & HW_GEMM))
         return opjit_fail(ctx, "OPJIT_HALF_KERNEL=dot, but there is no bfloat16 dot-product "
                                "kernel here: it needs the optimizing tier (gcc) and a CPU with "
                                "AVX512_BF16"), -1;
-    return !have_dot ? HW_WIDEN : dot ? HW_DOT_ANY : HW_DOT;
+    if (amx && !(have & HW_AMX))
+        return opjit_fail(ctx, "OPJIT_HALF_KERNEL=amx, but there are no AMX tiles here: it "
+                               "needs the optimizing tier (gcc), a CPU with AMX-TILE, AMX-BF16 "
+                               "and AVX512_BF16, and Linux granting this process the tile "
+                               "state"), -1;
+    if (dot || amx)
+        return HW_GEMM | (amx ? HW_AMX : 0);
+    return have & HW_GEMM ? HW_GEMM | HW_SCAN | (have & HW_AMX) : HW_WIDEN;
 }
 
 /* float32 workspace for n elements (a valid pointer for n == 0); NULL

@@ -441,19 +441,19 @@ static int mm_widened(opjit_ctx *ctx, int kind, const DLTensor *t, mm_operand *o
     return o->p ? 0 : -1;
 }
 
-/* The path of a 16-bit call (half_wide.h's hw_path): HW_WIDEN, HW_DOT,
- * HW_DOT_ANY, or -1 with the error recorded. */
-static int mm_path(opjit_ctx *ctx, int kind) { return hw_path(ctx, kind, HG_DOT_HERE()); }
+/* The path of a 16-bit call (half_wide.h's hw_path: HW_WIDEN, or HW_GEMM
+ * with HW_SCAN and HW_AMX bits), or -1 with the error recorded. */
+static int mm_path(opjit_ctx *ctx, int kind) { return hw_path(ctx, kind, HG_HAVE()); }
 
 /* Whether the bfloat16 GEMM takes the n operands o (o[i]: rows[i] x
- * cols[i]) on path: 1; 0 where one holds a subnormal (HW_DOT), -1 with
+ * cols[i]) on path: 1; 0 where one holds a subnormal (HW_SCAN), -1 with
  * the error recorded. */
 static int mm_use_dot(opjit_ctx *ctx, int path, int n, const mm_operand *o,
                       const int64_t *rows, const int64_t *cols)
 {
 #ifdef HG_BF16
     int i, s;
-    for (i = 0; path == HW_DOT && i < n; i++)
+    for (i = 0; (path & HW_SCAN) && i < n; i++)
         if ((s = o[i].t ? hg_subnormal(ctx, o[i].p, cols[i], rows[i], o[i].ld)
                         : hg_subnormal(ctx, o[i].p, rows[i], cols[i], o[i].ld)) != 0)
             return s < 0 ? -1 : 0;
@@ -464,14 +464,15 @@ static int mm_use_dot(opjit_ctx *ctx, int path, int n, const mm_operand *o,
 #endif
 }
 
-/* out [n, m] = x [n, k] y [k, m] in bfloat16 on that GEMM. */
-static int mm_dot(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, mm_operand x, mm_operand y,
-                  void *out)
+/* out [n, m] = x [n, k] y [k, m] in bfloat16 on that GEMM (on tiles where
+ * path has HW_AMX). */
+static int mm_dot(opjit_ctx *ctx, int path, int64_t n, int64_t k, int64_t m, mm_operand x,
+                  mm_operand y, void *out)
 {
 #ifdef HG_BF16
-    return hg_mm_bf16(ctx, n, k, m, x.p, x.t, x.ld, y.p, y.t, y.ld, out);
+    return hg_mm_bf16(ctx, n, k, m, x.p, x.t, x.ld, y.p, y.t, y.ld, out, !!(path & HW_AMX));
 #else
-    (void)n, (void)k, (void)m, (void)x, (void)y, (void)out;
+    (void)path, (void)n, (void)k, (void)m, (void)x, (void)y, (void)out;
     return opjit_fail(ctx, "no bfloat16 GEMM in this tier");
 #endif
 }
@@ -483,17 +484,17 @@ static int mm_half(opjit_ctx *ctx, int kind, const DLTensor *x, const DLTensor *
 {
     mm_operand xo, yo;
     float *o;
-    int rc, dot = mm_path(ctx, kind);
-    if (dot < 0)
+    int rc, dot, path = mm_path(ctx, kind);
+    if (path < 0)
         return -1;
-    if (dot != HW_WIDEN) {
+    if (path != HW_WIDEN) {
         mm_operand o[2];
         int64_t rows[2] = {n, k}, cols[2] = {k, m};
         if (mm_operand_of(ctx, x, "self", &o[0]) || mm_operand_of(ctx, y, "mat2", &o[1]) ||
-            (dot = mm_use_dot(ctx, dot, 2, o, rows, cols)) < 0)
+            (dot = mm_use_dot(ctx, path, 2, o, rows, cols)) < 0)
             return -1;
         if (dot)
-            return mm_dot(ctx, n, k, m, o[0], o[1], out);
+            return mm_dot(ctx, path, n, k, m, o[0], o[1], out);
     }
     if (mm_widened(ctx, kind, x, &xo) || mm_widened(ctx, kind, y, &yo) ||
         !(o = hw_scratch(ctx, n * m)))
@@ -552,10 +553,10 @@ static int mm_backward_half(opjit_ctx *ctx, int kind, const DLTensor *g, const D
 {
     mm_operand go, xo, yo;
     float *o;
-    int rc, dot = mm_path(ctx, kind);
-    if (dot < 0)
+    int rc, dot, path = mm_path(ctx, kind);
+    if (path < 0)
         return -1;
-    if (dot != HW_WIDEN) { /* the same products on mm_dot */
+    if (path != HW_WIDEN) { /* the same products on mm_dot */
         mm_operand o[3];
         int64_t rows[3] = {n, k, n}, cols[3] = {m, m, k};
         int no = 1;
@@ -567,15 +568,15 @@ static int mm_backward_half(opjit_ctx *ctx, int kind, const DLTensor *g, const D
             rows[1] = n;
             cols[1] = k;
         }
-        if ((dot = mm_use_dot(ctx, dot, no, o, rows, cols)) < 0)
+        if ((dot = mm_use_dot(ctx, path, no, o, rows, cols)) < 0)
             return -1;
         if (dot) {
             go = o[0];
             yo = o[1];
             xo = o[no - 1];
-            if (want[0] && (rc = mm_dot(ctx, n, m, k, go, mm_transposed(yo), gx)) != 0)
+            if (want[0] && (rc = mm_dot(ctx, path, n, m, k, go, mm_transposed(yo), gx)) != 0)
                 return rc;
-            return want[1] ? mm_dot(ctx, k, n, m, mm_transposed(xo), go, gy) : 0;
+            return want[1] ? mm_dot(ctx, path, k, n, m, mm_transposed(xo), go, gy) : 0;
         }
     }
     if (mm_widened(ctx, kind, g, &go) || (want[0] && mm_widened(ctx, kind, y, &yo)) ||

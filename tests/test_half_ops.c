@@ -10,15 +10,24 @@
  * order: each element within the bound of a float32 sum over k rounded
  * once, against a float64 reference, on random and adversarial inputs
  * (large magnitudes, subnormals, infinities), the same bits for 1 and 2
- * threads. Mixed dtypes are refused as torch refuses them, and the shape
- * rules say the output has the input's dtype. */
+ * threads. Where the CPU has AMX (AMX-TILE, AMX-BF16), the same checks
+ * run again with the tile kernels forced ($OPJIT_HALF_KERNEL=amx), on
+ * shapes that reach each of their paths; elsewhere they are skipped, said
+ * on stderr, and "amx" must be an error that says why. Mixed dtypes are
+ * refused as torch refuses them, and the shape rules say the output has
+ * the input's dtype. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "opjit.h"
 #include "t.h"
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #define MAXT 4
 
@@ -320,6 +329,21 @@ static void optimizing_tier(void)
 static int opt_tier(void) { return getenv("OPJIT_CC") && *getenv("OPJIT_CC"); }
 static void bf16_within_float32_bound(void);
 
+/* Whether the optimizing tier here has gemm_half.h's AMX kernels: CPUID
+ * leaf 7 (EDX bit 22 AMX-BF16, bit 24 AMX-TILE) and AVX512_BF16 (Linux,
+ * since 5.16, grants the tile state to a process that asks). */
+static int amx_here(void)
+{
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__)
+    unsigned a, b, c, d;
+    __builtin_cpu_init();
+    return opt_tier() && __builtin_cpu_supports("avx512bf16") &&
+           __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1) && (d >> 24 & 1);
+#else
+    return 0;
+#endif
+}
+
 /* got (bfloat16) against ref (float64), mag = the sum of |products|, k
  * terms: a float32 sum over k rounded once to bfloat16 is within
  * 2^-8 (|ref| + e) + e of ref, e = k 2^-24 mag (plus k 2^-125: float32
@@ -425,17 +449,17 @@ static void mm_bound_case(opjit_runtime *rt, int64_t n, int64_t k, int64_t m, in
 /* Output element i of conv2d over x [n, c, hw, hw], w [o, c/groups, k, k],
  * bias b, stride s, padding p, in float64, and the sum of |terms|. */
 static double conv_ref(const pair *x, const pair *w, const pair *b, int64_t i, int64_t s,
-                       int64_t p, int64_t groups, double *mag)
+                       int64_t p, int64_t d, int64_t groups, double *mag)
 {
     int64_t c = x->shape[1], hw = x->shape[2], o = w->shape[0], cg = w->shape[1], k = w->shape[2];
-    int64_t ho = (hw + 2 * p - k) / s + 1, og = o / groups;
+    int64_t ho = (hw + 2 * p - d * (k - 1) - 1) / s + 1, og = o / groups;
     int64_t ow = i % ho, oh = i / ho % ho, oc = i / (ho * ho) % o, img = i / (ho * ho * o);
     double ref = b->f[oc];
     *mag = fabs(b->f[oc]);
     for (int64_t ci = 0; ci < cg; ci++)
         for (int64_t ki = 0; ki < k; ki++)
             for (int64_t kj = 0; kj < k; kj++) {
-                int64_t ih = oh * s - p + ki, iw = ow * s - p + kj;
+                int64_t ih = oh * s - p + ki * d, iw = ow * s - p + kj * d;
                 if (ih < 0 || ih >= hw || iw < 0 || iw >= hw)
                     continue;
                 double t = (double)x->f[((img * c + oc / og * cg + ci) * hw + ih) * hw + iw] *
@@ -446,12 +470,12 @@ static double conv_ref(const pair *x, const pair *w, const pair *b, int64_t i, i
     return ref;
 }
 
-static void conv_bound_case(opjit_runtime *rt, int64_t n, int64_t c, int64_t hw, int64_t o,
-                            int64_t k, int64_t s, int64_t p, int64_t groups, int adv)
+static void conv_dil_case(opjit_runtime *rt, int64_t n, int64_t c, int64_t hw, int64_t o,
+                          int64_t k, int64_t s, int64_t p, int64_t d, int64_t groups, int adv)
 {
     pair x, w, b;
     DLManagedTensor *out[1] = {0};
-    int64_t ho = (hw + 2 * p - k) / s + 1, bad = 0;
+    int64_t ho = (hw + 2 * p - d * (k - 1) - 1) / s + 1, bad = 0;
     pair_init(&x, BF16, 4, (int64_t[]){n, c, hw, hw});
     pair_init(&w, BF16, 4, (int64_t[]){o, c / groups, k, k});
     pair_init(&b, BF16, 1, (int64_t[]){o});
@@ -459,23 +483,31 @@ static void conv_bound_case(opjit_runtime *rt, int64_t n, int64_t c, int64_t hw,
         adversarial(&x, adv < 3, adv > 1);
         adversarial(&w, adv < 3, 0);
     }
-    int64_t st[2] = {s, s}, pd[2] = {p, p}, dl[2] = {1, 1};
+    int64_t st[2] = {s, s}, pd[2] = {p, p}, dl[2] = {d, d};
     opjit_value v[7] = {opjit_tensor(&x.th), opjit_tensor(&w.th), opjit_tensor(&b.th),
                         opjit_ints(st, 2), opjit_ints(pd, 2), opjit_ints(dl, 2),
                         opjit_int(groups)};
     if (call(rt, "conv2d", v, 7, out, 1)) {
         const uint16_t *got = out[0]->dl_tensor.data;
         for (int64_t i = 0; i < n * o * ho * ho; i++) {
-            double mag, ref = conv_ref(&x, &w, &b, i, s, p, groups, &mag);
+            double mag, ref = conv_ref(&x, &w, &b, i, s, p, d, groups, &mag);
             bad += !within(got[i], ref, mag, c / groups * k * k + 1);
         }
-        CHECKF(bad == 0, "conv2d %lldx%lld c %lld o %lld (adversarial %d): %lld outside the bound",
-               (long long)k, (long long)k, (long long)c, (long long)o, adv, (long long)bad);
+        CHECKF(bad == 0,
+               "conv2d %lldx%lld c %lld o %lld dilation %lld (adversarial %d): %lld outside the "
+               "bound", (long long)k, (long long)k, (long long)c, (long long)o, (long long)d, adv,
+               (long long)bad);
         out[0]->deleter(out[0]);
     }
     pair_free(&x);
     pair_free(&w);
     pair_free(&b);
+}
+
+static void conv_bound_case(opjit_runtime *rt, int64_t n, int64_t c, int64_t hw, int64_t o,
+                            int64_t k, int64_t s, int64_t p, int64_t groups, int adv)
+{
+    conv_dil_case(rt, n, c, hw, o, k, s, p, 1, groups, adv);
 }
 
 /* The same on the widening path, forced (the 16-bit forward used to take
@@ -554,15 +586,61 @@ static void bf16_same_bits_any_threads(void)
     pair_free(&w);
 }
 
+/* The AMX kernels forced (by default they run above wherever no operand
+ * holds a subnormal): the bounds on shapes that reach each of their
+ * paths: mm with self read in place (k a multiple of 32, rows of 16) or
+ * padded, k in slices (past 256), transposed operands (mm_backward);
+ * conv2d per tap at stride 1 (dilation, channels past a tile), im2col
+ * blocks (stride 2, groups, planes too narrow for the taps), 1x1 over
+ * small planes; the same bits for 1 and 2 threads. Not the inputs with
+ * subnormals (adversarial 1 and 2): the tiles count them as zero, as
+ * vdpbf16ps and oneDNN's kernels do, which the float32 bound does not
+ * allow (a subnormal times 1e16 dropped; times an infinity NaN where
+ * float64 says infinity); bf16_path_picked_by_cpu checks that rule. */
+static void bf16_same_bits_any_threads(void);
+static void bf16_amx_forced(void)
+{
+    static const int64_t mm_sizes[][3] = {{37, 53, 29}, {300, 200, 500}, {8, 1, 16},
+                                          {17, 3, 65},  {1, 257, 47},    {64, 64, 64},
+                                          {48, 64, 40}, {40, 300, 70},   {32, 544, 33},
+                                          {64, 1024, 48}};
+    if (!amx_here()) {
+        fprintf(stderr, "-- no AMX here (or not the optimizing tier): the AMX checks are "
+                        "skipped\n");
+        return;
+    }
+    setenv("OPJIT_HALF_KERNEL", "amx", 1);
+    bf16_same_bits_any_threads();
+    opjit_runtime *rt = new_runtime(1, 2);
+    for (int adv = 0; rt && adv <= 3; adv += 3) {
+        for (size_t i = 0; i < sizeof mm_sizes / sizeof *mm_sizes; i++)
+            mm_bound_case(rt, mm_sizes[i][0], mm_sizes[i][1], mm_sizes[i][2], adv);
+        conv_bound_case(rt, 2, 16, 20, 24, 3, 1, 1, 1, adv);
+        conv_bound_case(rt, 2, 8, 13, 6, 3, 2, 1, 2, adv);
+        conv_bound_case(rt, 2, 8, 9, 6, 3, 1, 1, 2, adv);
+        conv_bound_case(rt, 1, 32, 7, 40, 1, 1, 0, 1, adv);
+        conv_bound_case(rt, 2, 33, 5, 17, 1, 1, 0, 1, adv);
+        conv_bound_case(rt, 1, 5, 11, 9, 5, 1, 2, 1, adv);
+        conv_dil_case(rt, 2, 16, 26, 24, 3, 1, 2, 2, 1, adv); /* taps, dilation 2 */
+        conv_dil_case(rt, 1, 40, 14, 70, 3, 1, 1, 1, 1, adv); /* taps, C and O past tiles */
+        conv_dil_case(rt, 2, 64, 9, 32, 3, 1, 0, 1, 1, adv);  /* 7 wide: im2col blocks */
+        conv_dil_case(rt, 3, 300, 4, 40, 1, 1, 0, 1, 1, adv); /* 1x1, small planes */
+    }
+    if (rt)
+        opjit_destroy(rt);
+    unsetenv("OPJIT_HALF_KERNEL");
+}
+
 /* A bfloat16 subnormal times 1. vdpbf16ps counts the subnormal as zero (as
  * torch's oneDNN kernels do on such CPUs), which OPJIT_HALF_KERNEL=dot
  * shows: the GEMM ran. By default an operand holding a subnormal goes the
- * widening path, which keeps it (the exact product); so does "wide". Where
- * the GEMM is not (the baseline tier, a CPU without AVX512_BF16), "dot"
- * is an error that says why. */
+ * widening path, which keeps it (the exact product); so does "wide"; the
+ * AMX tiles ("amx") count it as zero too. Where the GEMM is not (the
+ * baseline tier, a CPU without AVX512_BF16), "dot" is an error that says
+ * why; so is "amx" where there are no tiles. */
 static void bf16_path_picked_by_cpu(void)
 {
-    static const char *const modes[] = {"dot", "", "wide"};
+    static const char *const modes[] = {"dot", "", "wide", "amx"};
     uint16_t a[2] = {0x0040u, 0}, b[2] = {0x3f80u, 0}; /* 2^-128 and 1 */
     int64_t sa[2] = {1, 2}, sb[2] = {2, 1};
     DLTensor ta = {a, {kDLCPU, 0}, 2, dt16(BF16), sa, NULL, 0};
@@ -573,23 +651,25 @@ static void bf16_path_picked_by_cpu(void)
     __builtin_cpu_init();
     dot = opt_tier() && __builtin_cpu_supports("avx512bf16");
 #endif
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         opjit_runtime *rt = new_runtime(opt_tier(), 1);
         opjit_op *op = NULL;
         DLManagedTensor *o[1] = {0};
         setenv("OPJIT_HALF_KERNEL", modes[i], 1);
         int rc = rt && opjit_find_op(rt, "mm", &op) == OPJIT_OK
                      ? opjit_call(rt, op, v, 2, o, 1) : OPJIT_ECALL;
-        if (i == 0 && !dot) {
+        if ((i == 0 && !dot) || (i == 3 && !amx_here())) {
             CHECK(rc != OPJIT_OK);
             if (rt && opt_tier())
-                CHECK_STR_CONTAINS(opjit_errmsg(rt), "OPJIT_HALF_KERNEL=dot");
+                CHECK_STR_CONTAINS(opjit_errmsg(rt), i == 0 ? "OPJIT_HALF_KERNEL=dot"
+                                                            : "OPJIT_HALF_KERNEL=amx");
         } else {
             CHECKF(rc == OPJIT_OK, "%s: %s", modes[i], rt ? opjit_errmsg(rt) : "no runtime");
         }
         if (rc == OPJIT_OK) {
             uint16_t got = *(uint16_t *)o[0]->dl_tensor.data;
-            CHECKF(got == (i == 0 ? 0 : 0x0040u), "OPJIT_HALF_KERNEL=%s: got 0x%04x", modes[i],
+            CHECKF(got == (i == 0 || i == 3 ? 0 : 0x0040u), "OPJIT_HALF_KERNEL=%s: got 0x%04x",
+                   modes[i],
                    got);
             o[0]->deleter(o[0]);
         }
@@ -615,7 +695,7 @@ static void half_kernel_knob_checked(void)
         setenv("OPJIT_HALF_KERNEL", "fast", 1);
         CHECK(opjit_find_op(rt, "mm", &op) == OPJIT_OK &&
               opjit_call(rt, op, v, 2, o, 1) != OPJIT_OK);
-        CHECK_STR_CONTAINS(opjit_errmsg(rt), "OPJIT_HALF_KERNEL is 'fast': expected auto, dot, wide");
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), "OPJIT_HALF_KERNEL is 'fast': expected auto, amx, dot, wide");
         unsetenv("OPJIT_HALF_KERNEL");
         opjit_destroy(rt);
     }
@@ -628,6 +708,7 @@ int main(void)
     T_RUN(bf16_within_float32_bound);
     T_RUN(bf16_widened_within_float32_bound);
     T_RUN(bf16_same_bits_any_threads);
+    T_RUN(bf16_amx_forced);
     T_RUN(bf16_path_picked_by_cpu);
     T_RUN(half_kernel_knob_checked);
     return t_done();

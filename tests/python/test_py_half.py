@@ -6,6 +6,7 @@ backward ops take half tensors in both tiers and give torch's float32
 result on the same values, rounded to the dtype, within a unit in the last
 place (torch 1.13's CPU has no float16 conv2d or mm; where it has a
 bfloat16 one, that agrees too)."""
+import os
 import unittest
 
 import opjit
@@ -206,6 +207,42 @@ class TestHalfOpsOptimized(HalfOpsTests, unittest.TestCase):
         cls.rt.wait()
         if cls.rt.load_op("conv2d").tier != "opt":
             raise unittest.SkipTest("the optimizing tier is not in use (no C compiler?)")
+
+
+def amx_here():
+    """Whether this CPU has the AMX tiles gemm_half.h uses (Linux's flags)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(next((l for l in f if l.startswith("flags")), "").split())
+    except OSError:
+        return False
+    return {"amx_tile", "amx_bf16", "avx512_bf16"} <= flags
+
+
+@need_torch
+class TestHalfOpsAmx(HalfOpsTests, unittest.TestCase):
+    """The same with bfloat16's AMX kernels forced ($OPJIT_HALF_KERNEL=amx:
+    every bfloat16 operand on the tiles, subnormals counted as zero as
+    torch's oneDNN kernels count them), where the CPU has them."""
+    @classmethod
+    def setUpClass(cls):
+        if not amx_here():
+            raise unittest.SkipTest("no AMX here (amx_tile, amx_bf16): the AMX kernels are "
+                                    "not checked")
+        cls.rt = runtime(tiering=True)
+        cls.op("mm"), cls.op("conv2d")
+        cls.rt.wait()
+        if cls.rt.load_op("conv2d").tier != "opt":
+            raise unittest.SkipTest("the optimizing tier is not in use (no C compiler?)")
+        cls.saved = os.environ.get("OPJIT_HALF_KERNEL")
+        os.environ["OPJIT_HALF_KERNEL"] = "amx"  # read at each call
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.saved is None:
+            os.environ.pop("OPJIT_HALF_KERNEL", None)
+        else:
+            os.environ["OPJIT_HALF_KERNEL"] = cls.saved
 
 
 if __name__ == "__main__":
