@@ -247,15 +247,18 @@ static void workspace_release(opjit_runtime *rt, workspace *ws)
             ws->overflow = o->next;
             rt_free(rt, o, o->size);
         }
-        if (ws->base)
-            rt_free(rt, ws->base, ws->cap);
-        ws->base = NULL;
+        if (ws->mem)
+            rt_free(rt, ws->mem, ws->cap + 64);
+        ws->base = ws->mem = NULL;
         ws->cap = 0;
-        /* Regions are multiples of 64 bytes from the allocator's base,
-         * so they keep its alignment (at least 16). */
-        ws->base = rt_alloc(rt, ws->want);
-        if (ws->base)
+        /* Regions are multiples of 64 bytes from a 64-byte aligned base: a
+         * cache line each (the allocator gives 16; AMX tile rows and AVX-512
+         * loads that straddle two lines ran at half speed). */
+        ws->mem = rt_alloc(rt, ws->want + 64);
+        if (ws->mem) {
+            ws->base = (char *)(((uintptr_t)ws->mem + 63) & ~(uintptr_t)63);
             ws->cap = ws->want;
+        }
     }
     ws->used = 0;
     pthread_mutex_lock(&rt->lock);
@@ -269,8 +272,8 @@ void workspace_free_all(opjit_runtime *rt)
     while (rt->free_ws) {
         workspace *ws = rt->free_ws;
         rt->free_ws = ws->next;
-        if (ws->base)
-            rt_free(rt, ws->base, ws->cap);
+        if (ws->mem)
+            rt_free(rt, ws->mem, ws->cap + 64);
         free(ws);
     }
 }

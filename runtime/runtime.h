@@ -140,7 +140,8 @@ struct module {
 /* ---- runtime ------------------------------------------------------------ */
 
 typedef struct workspace {
-    char *base;
+    char *base;  /* 64-byte aligned, in mem */
+    char *mem;   /* what rt_alloc gave: cap + 64 bytes */
     size_t cap, used;
     size_t want; /* total asked in the last call, to size the next */
     struct overflow *overflow;

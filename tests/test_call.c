@@ -847,7 +847,7 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* n regions of size + i*grow: distinct, non-overlapping, aligned, intact. */
+/* n regions of size + i*grow: distinct, non-overlapping, cache-line aligned, intact. */
 static void ws_call(int n, int64_t size, int64_t grow)
 {
     opjit_value a[3] = {opjit_int(n), opjit_int(size), opjit_int(grow)};
@@ -862,7 +862,7 @@ static void ws_call(int n, int64_t size, int64_t grow)
         int64_t start, end;
     } r[64];
     for (int i = 0; i < n; i++) {
-        CHECKF(addr[i] % 16 == 0, "workspace %d is not 16-byte aligned", i);
+        CHECKF(addr[i] % 64 == 0, "workspace %d is not 64-byte aligned (a cache line)", i);
         r[i].start = addr[i];
         r[i].end = addr[i] + size + i * grow;
     }
