@@ -4,8 +4,14 @@
  * The pool has num_threads - 1 workers; the thread calling parallel_for is
  * the last one. Workers start at the first parallel_for that has more than
  * one chunk to run, so a host that never runs a parallel op never gets a
- * thread. Idle workers block on a condition variable: nothing spins, so a
- * machine shared with other processes loses no time to waiting threads.
+ * thread. A worker that finished its part of a region watches for the next
+ * one for POOL_SPIN_NS, then blocks on a condition variable; the caller
+ * watches its region's last workers leave the same way. Ops run regions
+ * back to back (a GEMM's packing, then its product; mm_backward's two
+ * products), and a sleeping thread took 40-110 us to wake on a shared VM:
+ * a quarter of a 0.25 ms call on two threads. OpenMP runtimes spin for
+ * milliseconds; this spins briefly and pauses while it does, so an idle
+ * host loses at most POOL_SPIN_NS of a core after each region.
  *
  * One region (one parallel_for) runs on the pool at a time. A parallel_for
  * that finds the pool busy with another host thread's region runs its
@@ -29,10 +35,12 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/runtime.h"
 
 #define POOL_MAX_THREADS 1024
+#define POOL_SPIN_NS 100000 /* 0.1 ms */
 
 typedef struct region {
     opjit_ctx *ctx;
@@ -42,7 +50,7 @@ typedef struct region {
     atomic_uint_fast64_t next; /* next chunk to hand out */
     atomic_int failed;         /* a chunk failed: hand out no more */
     atomic_int err_taken;      /* the first failure writes msg */
-    int active;                /* workers inside (under the pool's mutex) */
+    atomic_int active;         /* workers inside (changed under the pool's mutex) */
     char msg[1024];
 } region;
 
@@ -58,8 +66,8 @@ struct pool {
     int started;         /* workers were started (or tried) */
     int nworkers;
     pthread_t *workers;
-    int stop;
-    unsigned long gen;   /* bumped for every region posted */
+    atomic_int stop;
+    atomic_ulong gen;    /* bumped for every region posted (under mu) */
     unsigned long gen_started; /* gen when the workers were started */
     region *cur;         /* the open region, or NULL */
     int busy;            /* a region is on the pool */
@@ -196,6 +204,30 @@ static void run_chunks(region *r, int slot)
     tls_par.slot = prev_slot;
 }
 
+static uint64_t pool_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* For a loop watching something without the pool's mutex: pauses the
+ * CPU, and says when POOL_SPIN_NS has passed since its first call (i = 0). */
+static int spin_over(unsigned i, uint64_t *end)
+{
+    cpu_relax();
+    if (i == 0)
+        *end = pool_now_ns() + POOL_SPIN_NS;
+    return (i & 63) == 63 && pool_now_ns() >= *end;
+}
+
 static void *worker_main(void *arg)
 {
     pool *p = arg;
@@ -205,6 +237,18 @@ static void *worker_main(void *arg)
         slot++;
     unsigned long seen = p->gen_started; /* the region being posted is new */
     for (;;) {
+        if (!p->cur)
+            seen = p->gen; /* no region is open: any before now is over */
+        if (!p->stop && p->gen == seen) { /* watch for the next region a while */
+            pthread_mutex_unlock(&p->mu);
+            uint64_t end;
+            for (unsigned i = 0; atomic_load_explicit(&p->gen, memory_order_acquire) == seen &&
+                                 !atomic_load_explicit(&p->stop, memory_order_relaxed) &&
+                                 !spin_over(i, &end);
+                 i++)
+                ;
+            pthread_mutex_lock(&p->mu);
+        }
         while (!p->stop && (!p->cur || p->gen == seen))
             pthread_cond_wait(&p->work, &p->mu);
         if (p->stop)
@@ -269,6 +313,15 @@ static void run_on_pool(pool *p, region *r)
     run_chunks(r, 0);
     pthread_mutex_lock(&p->mu);
     p->cur = NULL; /* workers that wake from now on do not join */
+    if (r->active) { /* its last workers are finishing their chunks */
+        pthread_mutex_unlock(&p->mu);
+        uint64_t end;
+        for (unsigned i = 0; atomic_load_explicit(&r->active, memory_order_acquire) &&
+                             !spin_over(i, &end);
+             i++)
+            ;
+        pthread_mutex_lock(&p->mu);
+    }
     while (r->active)
         pthread_cond_wait(&p->done, &p->mu);
     p->busy = 0;
