@@ -238,6 +238,13 @@ static int from_source_note(loader *l, const source *s, record_key *key, idx_src
     if (rc == 1) {
         free(e->msg);
         e->msg = got.msg, got.msg = NULL;
+        /* e takes the op names; a listing's schemas and docs are not its */
+        for (int i = 0; i < got.nops; i++) {
+            free(got.schemas ? got.schemas[i] : NULL);
+            free(got.docs ? got.docs[i] : NULL);
+        }
+        free(got.schemas), got.schemas = NULL;
+        free(got.docs), got.docs = NULL;
         e->ops = got.ops, got.ops = NULL;
         e->nops = got.nops, got.nops = 0;
         e->status = got.status;

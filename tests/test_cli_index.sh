@@ -80,7 +80,9 @@ expect "list: cold" 1 "rmsnorm(" "crashy.c: loading it"
 cp "$T/out" "$T/list1.out"
 cp "$T/err" "$T/list1.err"
 if command -v strace >/dev/null && strace -f -o /dev/null true 2>/dev/null; then
-    run strace -f -e trace=clone,clone3,fork,vfork -o "$T/list.strace" \
+    # LeakSanitizer cannot run under ptrace (a sanitizer build's tool).
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+        run strace -f -e trace=clone,clone3,fork,vfork -o "$T/list.strace" \
         "$CLI" list --ops-path "$T/lops"
     expect "list: warm" 1 "rmsnorm(" "crashy.c: loading it"
     check "list: warm, no process started" test "$(grep -cE 'clone|fork' "$T/list.strace")" = 0

@@ -75,7 +75,13 @@ none "hit: no fsync" hit '(fsync|fdatasync|syncfs)\('
 # Each file is read by the size fstat gave (no read more to find its end),
 # and the artifact is checksummed and ELF-checked through a mapping, not
 # read 16 KiB at a time into the heap (then its headers read again).
-none "hit: no read() that only finds the end of a file" hit 'read\([0-9]+, "", [0-9]+\) += 0'
+# (A sanitizer's runtime reads /proc/self/maps and the like to their end
+# itself, a few times.)
+eof_reads_allowed=0
+grep -qE '^OPJIT_(SANITIZE|TSAN):BOOL=ON' "${OPJIT_BINARY_DIR:-}/CMakeCache.txt" 2>/dev/null &&
+    eof_reads_allowed=8
+none "hit: no read() that only finds the end of a file" hit 'read\([0-9]+, "", [0-9]+\) += 0' \
+    "$eof_reads_allowed"
 none "hit: the artifact is mapped, not read" hit 'read\([0-9]+, "\\177ELF.*, 16384\) += '
 none "hit: no pread of the artifact's ELF headers" hit 'pread64\([0-9]+, "\\177ELF[^"]*", 16, 0\)'
 
