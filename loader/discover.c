@@ -47,16 +47,6 @@
 
 /* ---- the child ------------------------------------------------------------ */
 
-static void put_escaped(FILE *f, const char *s)
-{
-    for (; s && *s; s++) {
-        if (*s == '\\' || *s == '\t' || *s == '\n')
-            fputc('\\', f), fputc(*s == '\t' ? 't' : *s == '\n' ? 'n' : '\\', f);
-        else
-            fputc(*s, f);
-    }
-}
-
 typedef struct child_walk {
     FILE *out;
     opjit_runtime *rt;
@@ -73,9 +63,9 @@ static int child_put_op(void *ud, const opjit_op *op)
         !realpath(info.source[w->device], real) || strcmp(real, w->real))
         return 0;
     fputs("op\t", w->out);
-    put_escaped(w->out, info.schema);
+    note_put_escaped(w->out, info.schema);
     fputc('\t', w->out);
-    put_escaped(w->out, info.doc[w->device]);
+    note_put_escaped(w->out, info.doc[w->device]);
     fputc('\n', w->out);
     return 0;
 }
@@ -111,7 +101,7 @@ static void child_main(loader *parent, const char *path, int device, int fd)
         opjit_list(rt, child_put_op, &w);
     } else {
         fprintf(out, "error\t%d\t", rc);
-        put_escaped(out, rt ? opjit_errmsg(rt) : opjit_errstr(rc));
+        note_put_escaped(out, rt ? opjit_errmsg(rt) : opjit_errstr(rc));
         fputc('\n', out);
     }
     fputs("end\n", out);

@@ -6,6 +6,7 @@
 #ifndef OPJIT_LOADER_INDEX_INT_H
 #define OPJIT_LOADER_INDEX_INT_H
 
+#include <stdio.h>
 #include <stddef.h>
 
 #include "cache/cache.h"
@@ -67,6 +68,9 @@ int hdrs_add(idx_hdrs *h, const char *real, const file_sig *sig);
 void hdrs_free(idx_hdrs *h);
 /* Whether s fits one field of a line: no tab, no newline. */
 int one_field(const char *s);
+/* s to f with backslash, tab and newline escaped C-style (a field of a
+ * record, a line of discovery's pipe); NULL writes nothing. */
+void note_put_escaped(FILE *f, const char *s);
 
 /* The note of the n sources v (sorted by file name) with the headers h
  * they name (h may be NULL when none do); cuda: -1 (no .cu source), else

@@ -252,7 +252,7 @@ static int ops_write(FILE *f, const idx_src *v, int n)
     return 0;
 }
 
-static void put_escaped(FILE *f, const char *s)
+void note_put_escaped(FILE *f, const char *s)
 {
     for (; s && *s; s++) {
         if (*s == '\\' || *s == '\t' || *s == '\n')
@@ -268,14 +268,14 @@ static void defs_write(FILE *f, const idx_src *s)
 {
     for (int i = 0; s->schemas && s->docs && i < s->nops; i++) {
         fputs("def\t", f);
-        put_escaped(f, s->schemas[i]);
+        note_put_escaped(f, s->schemas[i]);
         fputc('\t', f);
-        put_escaped(f, s->docs[i]);
+        note_put_escaped(f, s->docs[i]);
         fputc('\n', f);
     }
     if (s->detail && *s->detail) {
         fputs("detail\t", f);
-        put_escaped(f, s->detail);
+        note_put_escaped(f, s->detail);
         fputc('\n', f);
     }
     if (s->limit_ms > 0)
