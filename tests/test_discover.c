@@ -13,31 +13,9 @@
 #include "opjit_admin.h"
 #include "t.h"
 #include "t_files.h"
+#include "t_index.h"
 
 static const char *marks; /* the file each init appends its name to */
-
-static int nlogs_indexed;
-
-static void count_log(void *ud, int level, const char *msg)
-{
-    (void)ud, (void)level;
-    if (!strncmp(msg, "indexed ", 8))
-        nlogs_indexed++;
-}
-
-static opjit_runtime *new_rt(const char *ops_path)
-{
-    opjit_config cfg;
-    opjit_config_init(&cfg, sizeof cfg);
-    cfg.ops_path = ops_path;
-    cfg.tiering = 0;
-    cfg.log = count_log;
-    cfg.verbosity = OPJIT_LOG_DEBUG;
-    opjit_runtime *rt = NULL;
-    CHECK(opjit_create(&cfg, &rt) == OPJIT_OK);
-    nlogs_indexed = 0;
-    return rt;
-}
 
 /* How many inits ran so far: the lines of the marks file. */
 static int count_marks(void)
@@ -98,7 +76,7 @@ static int took(void *ud, const opjit_source_ops *src)
 static int list_dir(const char *dir, listing *out, int *rc)
 {
     int before = count_marks();
-    opjit_runtime *rt = new_rt(dir);
+    opjit_runtime *rt = t_index_rt(dir);
     memset(out, 0, sizeof *out);
     *rc = opjit_discover(rt, took, out);
     opjit_destroy(rt);
@@ -202,11 +180,11 @@ static void test_index_and_listing_share(void)
     def_op(def, sizeof def, "shared_b");
     write_module(d, "m_b.c", "", def);
     CHECK(list_dir(d, &l, &rc) == 2 && rc == OPJIT_OK);
-    opjit_runtime *rt = new_rt(d);
+    opjit_runtime *rt = t_index_rt(d);
     opjit_op *op = NULL;
     int before = count_marks();
     CHECK(opjit_load_op(rt, "shared_b", &op) == OPJIT_OK && op);
-    CHECKF(nlogs_indexed == 0, "%d sources indexed again", nlogs_indexed);
+    CHECKF(t_nlogs_indexed == 0, "%d sources indexed again", t_nlogs_indexed);
     CHECK(count_marks() == before + 1); /* the host's own load */
     opjit_destroy(rt);
 
@@ -215,10 +193,10 @@ static void test_index_and_listing_share(void)
     write_module(e, "m_c.c", "", def);
     def_op(def, sizeof def, "other_b");
     write_module(e, "m_d.c", "", def);
-    rt = new_rt(e);
+    rt = t_index_rt(e);
     before = count_marks();
     CHECK(opjit_load_op(rt, "other_a", &op) == OPJIT_OK && op);
-    CHECK(nlogs_indexed == 2 && count_marks() == before + 3); /* 2 children, the load */
+    CHECK(t_nlogs_indexed == 2 && count_marks() == before + 3); /* 2 children, the load */
     opjit_destroy(rt);
     CHECK(list_dir(e, &l, &rc) == 0 && rc == OPJIT_OK);
     CHECK_STR_CONTAINS(l.text, "m_d.c status=0 tier=tcc error=[]\n  other_b(Tensor x, int k=1)");

@@ -11,6 +11,7 @@
 #include "opjit_admin.h"
 #include "t.h"
 #include "t_files.h"
+#include "t_index.h"
 #include "t_ops.h"
 
 static const char *dir; /* the search path of these tests */
@@ -49,28 +50,6 @@ static void write_bad(const char *path, const char *what, const char *op)
     t_write(path, text, strlen(text));
 }
 
-static int nlogs_indexed;
-
-static void count_log(void *ud, int level, const char *msg)
-{
-    (void)ud, (void)level;
-    if (!strncmp(msg, "indexed ", 8))
-        nlogs_indexed++;
-}
-
-static opjit_runtime *new_rt(const char *ops_path)
-{
-    opjit_config cfg;
-    opjit_config_init(&cfg, sizeof cfg);
-    cfg.ops_path = ops_path;
-    cfg.tiering = 0; /* no background compile adds cache entries */
-    cfg.log = count_log;
-    cfg.verbosity = OPJIT_LOG_DEBUG;
-    opjit_runtime *rt = NULL;
-    CHECK(opjit_create(&cfg, &rt) == OPJIT_OK);
-    return rt;
-}
-
 static uint64_t cache_entries(opjit_runtime *rt)
 {
     opjit_cache_info info = {.size = sizeof info};
@@ -80,7 +59,7 @@ static uint64_t cache_entries(opjit_runtime *rt)
 
 static void test_multi_op_module(void)
 {
-    opjit_runtime *rt = new_rt(dir);
+    opjit_runtime *rt = t_index_rt(dir);
     opjit_op *op = NULL;
     const char *names[] = {"rmsnorm", "softmax", "matvec"};
     for (int i = 0; i < 3; i++) {
@@ -101,7 +80,7 @@ static void test_multi_op_module(void)
 
 static void test_qualified(void)
 {
-    opjit_runtime *rt = new_rt(dir);
+    opjit_runtime *rt = t_index_rt(dir);
     opjit_op *op = NULL;
     int rc = opjit_load_op(rt, "llama_ops::softmax", &op);
     CHECKF(rc == OPJIT_OK && op, "%s", opjit_errmsg(rt));
@@ -118,7 +97,7 @@ static void test_qualified(void)
 /* Crashing, exiting and hanging inits are reported; the rest indexed. */
 static void test_bad_inits(void)
 {
-    opjit_runtime *rt = new_rt(dir);
+    opjit_runtime *rt = t_index_rt(dir);
     opjit_op *op = NULL;
     CHECK(opjit_load_op(rt, "matvec", &op) == OPJIT_OK);
     int rc = opjit_load_op(rt, "crashy", &op);
@@ -140,7 +119,7 @@ static void test_ambiguous(void)
     const char *d = t_tmpdir("index-dup");
     write_module(t_path(d, "a_ops.c"), "gelu relu", 1);
     write_module(t_path(d, "b_ops.c"), "gelu silu", 2);
-    opjit_runtime *rt = new_rt(d);
+    opjit_runtime *rt = t_index_rt(d);
     opjit_op *op = NULL;
     CHECK(opjit_load_op(rt, "gelu", &op) == OPJIT_EINVAL && !op);
     const char *msg = opjit_errmsg(rt);
@@ -156,7 +135,7 @@ static void test_ambiguous(void)
     write_module(t_path(first, "c_ops.c"), "gelu", 3);
     char path[2048];
     snprintf(path, sizeof path, "%s:%s", first, d);
-    rt = new_rt(path);
+    rt = t_index_rt(path);
     CHECK(opjit_load_op(rt, "gelu", &op) == OPJIT_OK && op && t_call_f32(rt, op) == 3.0f);
     opjit_destroy(rt);
 }
@@ -167,7 +146,7 @@ static void test_name_is_the_op(void)
 {
     const char *d = t_tmpdir("index-name");
     write_module(t_path(d, "gelu.c"), "relu", 4);
-    opjit_runtime *rt = new_rt(d);
+    opjit_runtime *rt = t_index_rt(d);
     opjit_op *op = NULL;
     CHECK(opjit_load_op(rt, "gelu", &op) == OPJIT_ENOTFOUND && !op);
     const char *msg = opjit_errmsg(rt);
@@ -187,7 +166,7 @@ static void test_earlier_directory_wins(void)
     write_module(t_path(b, "dupop.c"), "dupop", 2);
     char path[2048];
     snprintf(path, sizeof path, "%s:%s", a, b);
-    opjit_runtime *rt = new_rt(path);
+    opjit_runtime *rt = t_index_rt(path);
     opjit_op *op = NULL, *q = NULL;
     int rc = opjit_load_op(rt, "dupop", &op);
     CHECKF(rc == OPJIT_OK && op && t_call_f32(rt, op) == 1.0f, "%s", opjit_errmsg(rt));
@@ -195,12 +174,12 @@ static void test_earlier_directory_wins(void)
     CHECKF(rc == OPJIT_OK && q == op, "%s", opjit_errmsg(rt));
     opjit_destroy(rt);
     snprintf(path, sizeof path, "%s:%s", b, a);
-    rt = new_rt(path);
+    rt = t_index_rt(path);
     CHECK(opjit_load_op(rt, "dupop", &op) == OPJIT_OK && op && t_call_f32(rt, op) == 2.0f);
     opjit_destroy(rt);
     /* In one directory the file named after the op comes first. */
     write_module(t_path(a, "dupop.c"), "dupop", 3);
-    rt = new_rt(a);
+    rt = t_index_rt(a);
     CHECK(opjit_load_op(rt, "dupop", &op) == OPJIT_OK && op && t_call_f32(rt, op) == 3.0f);
     opjit_destroy(rt);
 }
@@ -215,7 +194,7 @@ static void test_reindex_after_edit(void)
                       "static int k(opjit_ctx *c, opjit_args *a) { (void)c; (void)a; return 0; }\n"
                       "OPJIT_MODULE(h, m) { opjit_def(m, NAME \"() -> Tensor\", OPJIT_CPU, k, \"\"); }\n";
     t_write(t_path(d, "hdr_ops.c"), src, strlen(src));
-    opjit_runtime *rt = new_rt(d);
+    opjit_runtime *rt = t_index_rt(d);
     opjit_op *op = NULL;
     CHECK(opjit_load_op(rt, "first_op", &op) == OPJIT_OK);
     CHECK(opjit_load_op(rt, "from_header", &op) == OPJIT_OK);
@@ -224,7 +203,7 @@ static void test_reindex_after_edit(void)
     h = "#define NAME \"edited_header\"\n";
     t_write(t_path(d, "hdr.h"), h, strlen(h));
     write_module(t_path(d, "new_ops.c"), "third_op", 3);
-    rt = new_rt(d);
+    rt = t_index_rt(d);
     CHECK(opjit_load_op(rt, "second_op", &op) == OPJIT_OK && op && t_call_f32(rt, op) == 2.0f);
     CHECK(opjit_load_op(rt, "first_op", &op) == OPJIT_ENOTFOUND);
     CHECK(opjit_load_op(rt, "edited_header", &op) == OPJIT_OK);
@@ -246,18 +225,18 @@ static void test_warm_lookup(void)
     }
     sleep(3); /* older than the index's racy window: the directory note is kept */
     for (int round = 0; round < 3; round++) {
-        opjit_runtime *rt = new_rt(d);
+        opjit_runtime *rt = t_index_rt(d);
         uint64_t before = cache_entries(rt);
-        nlogs_indexed = 0;
+        t_nlogs_indexed = 0;
         opjit_op *op = NULL;
         int rc = opjit_load_op(rt, "op_42_b", &op);
         CHECKF(rc == OPJIT_OK && op, "%s", opjit_errmsg(rt));
         if (op)
             CHECK(t_call_f32(rt, op) == 42.0f);
         if (round == 0) {
-            CHECK(nlogs_indexed == 50);
+            CHECK(t_nlogs_indexed == 50);
         } else {
-            CHECKF(nlogs_indexed == 0, "%d sources indexed again", nlogs_indexed);
+            CHECKF(t_nlogs_indexed == 0, "%d sources indexed again", t_nlogs_indexed);
             CHECKF(cache_entries(rt) == before, "%llu entries, %llu before",
                    (unsigned long long)cache_entries(rt), (unsigned long long)before);
         }

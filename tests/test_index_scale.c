@@ -14,34 +14,10 @@
 #include "opjit.h"
 #include "t.h"
 #include "t_files.h"
+#include "t_index.h"
 #include "t_ops.h"
 
 #define NSRC 400 /* past the directories checked file by file */
-
-static int nlogs_indexed, nlogs_note_hits;
-
-static void count_log(void *ud, int level, const char *msg)
-{
-    (void)ud, (void)level;
-    if (!strncmp(msg, "indexed ", 8))
-        nlogs_indexed++;
-    if (!strncmp(msg, "cache: ", 7) && strstr(msg, " index ") && strstr(msg, "hit"))
-        nlogs_note_hits++;
-}
-
-static opjit_runtime *new_rt(const char *ops_path)
-{
-    opjit_config cfg;
-    opjit_config_init(&cfg, sizeof cfg);
-    cfg.ops_path = ops_path;
-    cfg.tiering = 0;
-    cfg.log = count_log;
-    cfg.verbosity = OPJIT_LOG_DEBUG;
-    opjit_runtime *rt = NULL;
-    CHECK(opjit_create(&cfg, &rt) == OPJIT_OK);
-    nlogs_indexed = nlogs_note_hits = 0;
-    return rt;
-}
 
 /* A module registering op_names (space separated), each kernel giving value. */
 static void write_module(const char *path, const char *op_names, int value)
@@ -98,9 +74,9 @@ static const char *big; /* the directory of NSRC sources */
 
 static void test_cold_then_warm(void)
 {
-    opjit_runtime *rt = new_rt(big);
+    opjit_runtime *rt = t_index_rt(big);
     CHECK(load_value(rt, op_name(123, 1)) == 123.0f);
-    CHECKF(nlogs_indexed == NSRC, "%d indexed", nlogs_indexed);
+    CHECKF(t_nlogs_indexed == NSRC, "%d indexed", t_nlogs_indexed);
     opjit_destroy(rt);
     const char *cache = getenv("OPJIT_CACHE_DIR");
     biggest_note = 0;
@@ -109,11 +85,11 @@ static void test_cold_then_warm(void)
     CHECKF(biggest_note > 64 * 1024, "the biggest note is %lld bytes",
            (long long)biggest_note);
     for (int round = 0; round < 2; round++) {
-        rt = new_rt(big);
+        rt = t_index_rt(big);
         CHECK(load_value(rt, op_name(321, 2)) == 321.0f);
-        CHECKF(nlogs_indexed == 0, "%d sources indexed again", nlogs_indexed);
+        CHECKF(t_nlogs_indexed == 0, "%d sources indexed again", t_nlogs_indexed);
         /* The pointer and the note, not a note per source. */
-        CHECKF(nlogs_note_hits <= 3, "%d notes read", nlogs_note_hits);
+        CHECKF(t_nlogs_note_hits <= 3, "%d notes read", t_nlogs_note_hits);
         opjit_destroy(rt);
     }
 }
@@ -122,25 +98,25 @@ static void test_edits(void)
 {
     /* In place: same inode, the directory unchanged. */
     write_module(t_path(big, "mod_200.c"), "renamed_op_200", 200);
-    opjit_runtime *rt = new_rt(big);
+    opjit_runtime *rt = t_index_rt(big);
     opjit_op *op = NULL;
     CHECK(opjit_load_op(rt, op_name(200, 0), &op) == OPJIT_ENOTFOUND && !op);
     CHECK(load_value(rt, "renamed_op_200") == 200.0f);
-    CHECKF(nlogs_indexed == 1, "%d indexed", nlogs_indexed);
+    CHECKF(t_nlogs_indexed == 1, "%d indexed", t_nlogs_indexed);
     opjit_destroy(rt);
     /* A new file: the directory changed. */
     write_module(t_path(big, "mod_new.c"), "brand_new_op", 7);
-    rt = new_rt(big);
+    rt = t_index_rt(big);
     CHECK(load_value(rt, "brand_new_op") == 7.0f);
     /* The others' entries kept from the directory's first note, not
      * read back one note per source. */
-    CHECKF(nlogs_note_hits <= 4, "%d notes read", nlogs_note_hits);
+    CHECKF(t_nlogs_note_hits <= 4, "%d notes read", t_nlogs_note_hits);
     CHECK(load_value(rt, op_name(5, 0)) == 5.0f);
-    CHECKF(nlogs_indexed == 1, "%d indexed", nlogs_indexed);
+    CHECKF(t_nlogs_indexed == 1, "%d indexed", t_nlogs_indexed);
     opjit_destroy(rt);
     /* The same op in two modules of the directory is still an error. */
     write_module(t_path(big, "mod_dup.c"), op_name(17, 0), 1);
-    rt = new_rt(big);
+    rt = t_index_rt(big);
     CHECK(opjit_load_op(rt, op_name(17, 0), &op) == OPJIT_EINVAL);
     CHECK_STR_CONTAINS(opjit_errmsg(rt), "mod_017::");
     opjit_destroy(rt);
@@ -187,7 +163,7 @@ static void test_parallel_discovery(void)
         snprintf(name, sizeof name, "par_mod_%d.c", i);
         write_rendezvous(t_path(d, name), marks, i, want);
     }
-    opjit_runtime *rt = new_rt(d);
+    opjit_runtime *rt = t_index_rt(d);
     opjit_op *op = NULL;
     CHECKF(opjit_load_op(rt, "par_4", &op) == OPJIT_OK, "%s", opjit_errmsg(rt));
     opjit_destroy(rt);
