@@ -266,6 +266,9 @@ SG_TGT static void sg_gemm_ord(int64_t M, int64_t N, int64_t K, const float *A, 
     float *at = scratch, *bp = at + SG_MR * K, *ct = bp + SG_PANEL(K);
     float *ab = ct + SG_MR * 3 * SG_W; /* SG_PACK: the block of rows of A */
     const int64_t mfull = M - M % SG_MR;
+    /* SG_PACK: A's rows already one block, in a row (a convolution's
+     * weights, K <= SG_KC): read in place, not copied for every call */
+    const int a_in_place = SG_PACK && aks == 1 && lda == K && K <= SG_KC;
     int64_t k0, i0, j, w, r, k;
     if (M % SG_MR)
         sg_tail_rows(M, K, A, lda, aks, at);
@@ -275,7 +278,7 @@ SG_TGT static void sg_gemm_ord(int64_t M, int64_t N, int64_t K, const float *A, 
         int64_t kc = K - k0 < kb ? K - k0 : kb;
         for (i0 = 0; i0 < M; i0 += mb) {
             int64_t i1 = M - i0 < mb ? M : i0 + mb;
-            if (SG_PACK) /* its whole rows, read by every panel after */
+            if (SG_PACK && !a_in_place) /* its whole rows, read by every panel after */
                 for (r = i0; r < (i1 < mfull ? i1 : mfull); r++) {
                     const float *src = A + r * lda + k0 * aks;
                     float *dst = ab + (r - i0) * SG_LDA;
@@ -299,9 +302,10 @@ SG_TGT static void sg_gemm_ord(int64_t M, int64_t N, int64_t K, const float *A, 
                 if (SG_PACK && w < 3 * W) /* a full panel: packed by its first kernel */
                     sg_pack(B + k0 * ldb + j, ldb, kc, w, bp, wp);
                 if (SG_PACK) /* rows of the block from 0: A its copy (k from 0) */
-                    sg_rows(0, i1 - i0, j, w, M - i0, K, 0, kc, ab, SG_LDA, 1, at + k0, bp, wp,
-                            wp, w == 3 * W ? B + k0 * ldb + j : NULL, ldb, bp, pf, ldb,
-                            C + i0 * ldc, ldc, ct, acc || k0 > 0);
+                    sg_rows(0, i1 - i0, j, w, M - i0, K, 0, kc,
+                            a_in_place ? A + i0 * lda : ab, a_in_place ? lda : SG_LDA, 1,
+                            at + k0, bp, wp, wp, w == 3 * W ? B + k0 * ldb + j : NULL, ldb, bp,
+                            pf, ldb, C + i0 * ldc, ldc, ct, acc || k0 > 0);
                 else
                     sg_rows(i0, i1, j, w, M, K, k0, kc, A, lda, aks, at,
                             pack ? bp : B + k0 * ldb + j, wp, pack ? wp : ldb, NULL, 0, NULL,
