@@ -33,8 +33,10 @@
  *    of columns (at least 3 panels a thread, of about equal widths); on
  *    AVX-512 each panel of mat2 is first copied into a contiguous
  *    [k, panel] block that stays in L2, on AVX2 the GEMM packs its own
- *    smaller panels (sgemm_core.h, SG_PACK). mm_backward runs both of its
- *    products in one parallel region.
+ *    smaller panels (sgemm_core.h, SG_PACK), so a row-major mat2 is not
+ *    split unless self has few rows: each call takes every column, the
+ *    threads take blocks of rows.
+ *    mm_backward runs both of its products in one parallel region.
  *    Every element is one chain of fused multiply-adds over k, whatever
  *    the blocks, so the blocks may follow the thread count.
  *  - otherwise OpenBLAS (cblas_sgemm / cblas_dgemm, one thread per call)
