@@ -295,13 +295,17 @@ SG_TGT static void sg_gemm_ord(int64_t M, int64_t N, int64_t K, const float *A, 
                 w = w == 4 * W ? 2 * W : w >= 3 * W ? 3 * W : w >= 2 * W ? 2 * W : w >= W ? W : w;
                 wp = (w + W - 1) / W * W;
                 pack = SG_PACK || w < W;
-                if (SG_PACK) /* the next panel: this block's, else the next block's first */
-                    pf = j + w < N ? B + k0 * ldb + j + w : i1 < M ? B + k0 * ldb : NULL;
-                else /* the next panel, read in place, by the first block of rows
-                      * only: the others find it in L2, and prefetching it
-                      * into L1 for each block of MR rows (by_rows) evicted
-                      * the panel being read (1x1 256->64, batch 8: 4%) */
-                    pf = !pack && j + 3 * W < N && i0 == 0 ? B + k0 * ldb + j + 3 * W : NULL;
+                /* The next panel: this block's, else the next block's first,
+                 * else the columns after N (the next call's, when a 1x1
+                 * convolution walks a plane in blocks; 1-3% at batch 8;
+                 * a prefetch past the end of B is harmless). */
+                if (SG_PACK)
+                    pf = B + k0 * ldb + (j + w < N ? j + w : i1 < M ? 0 : N);
+                else /* read in place: by the first block of rows only (the
+                      * others find it in L2; prefetching it into L1 for each
+                      * block of MR rows, by_rows, evicted the panel being
+                      * read: 1x1 256->64, batch 8, 4%) */
+                    pf = !pack && i0 == 0 ? B + k0 * ldb + j + 3 * W : NULL;
                 if (SG_PACK && w < 3 * W) /* a full panel: packed by its first kernel */
                     sg_pack(B + k0 * ldb + j, ldb, kc, w, bp, wp);
                 if (SG_PACK) /* rows of the block from 0: A its copy (k from 0) */
