@@ -33,8 +33,10 @@
  *    of columns (at least 3 panels a thread, of about equal widths); on
  *    AVX-512 each panel of mat2 is first copied into a contiguous
  *    [k, panel] block that stays in L2, on AVX2 the GEMM packs its own
- *    smaller panels (sgemm_core.h, SG_PACK). mm_backward runs both of its
- *    products in one parallel region.
+ *    smaller panels (sgemm_core.h, SG_PACK), so a row-major mat2 is not
+ *    split unless self has few rows: each call takes every column, the
+ *    threads take blocks of rows.
+ *    mm_backward runs both of its products in one parallel region.
  *    Every element is one chain of fused multiply-adds over k, whatever
  *    the blocks, so the blocks may follow the thread count.
  *  - otherwise OpenBLAS (cblas_sgemm / cblas_dgemm, one thread per call)
@@ -169,6 +171,13 @@ static void mm_fast_chunk(const mm_job *j, int64_t t, float *p, float *scr, int6
     sg_gemm_ex(nr, nb, j->k, x, lda, aks, p, nb, out, j->m, scr, 0);
 }
 
+/* Floats of a thread's copy of a panel of mat2: none where the GEMM packs
+ * its own (SG_PACK, a row-major mat2). */
+static int64_t mm_panel_floats(const mm_job *j)
+{
+    return SG_PACK && !j->yt ? 0 : j->k * j->nb;
+}
+
 /* Chunk t of j on this thread's area: a 64-byte header (the panel packed
  * there, which a later chunk of the same panel on this thread reuses),
  * the panel, the GEMM's scratch. */
@@ -176,7 +185,7 @@ static void mm_fast_on(const mm_job *j, int64_t t)
 {
     char *area = j->ws + (size_t)opjit_thread_num(j->ctx) * j->per;
     float *p = (float *)(void *)(area + 64);
-    mm_fast_chunk(j, t, p, p + j->k * j->nb + 16, (int64_t *)(void *)area);
+    mm_fast_chunk(j, t, p, p + mm_panel_floats(j) + 16, (int64_t *)(void *)area);
 }
 
 static int mm_fast_run(void *user, int64_t lo, int64_t hi)
@@ -227,18 +236,24 @@ static int mm_fast_rows(opjit_ctx *ctx, mm_job *j)
  * packed by the thread that runs it: panels alone never pack a column
  * twice. Blocks of rows (panel fastest, so that a thread's next chunk
  * tends to reuse its packed panel) only where there are fewer than 2T
- * panels. Returns the chunks. */
+ * panels. Where the GEMM packs its own panels (SG_PACK, a row-major mat2)
+ * a call takes every column (it copies each block of rows of self once a
+ * call: panels of 240 columns cost 2048 x 2048 8%) and threads split the
+ * rows, 3T blocks of them, unless self has too few rows for that. Returns
+ * the chunks. */
 static int64_t mm_fast_plan(mm_job *j, int64_t T)
 {
     int64_t nb, np, nr = 1;
     nb = ((int64_t)384 << 10) / 4 / j->k / MM_SUB * MM_SUB;
-    if (SG_PACK) /* the GEMM packs its own panels: one call's rows of self
+    if (SG_PACK) /* a column-major mat2, copied: one call's rows of self
                   * should meet many columns, 2 MB of mat2 (in L3) */
         nb = ((int64_t)2 << 20) / 4 / j->k / MM_SUB * MM_SUB;
     if (nb < MM_SUB)
         nb = MM_SUB;
     np = (j->m + nb - 1) / nb;
-    if (T > 1) {
+    if (SG_PACK && !j->yt)
+        np = T > 1 && j->n < 3 * T * 32 ? 3 * T : 1;
+    if (T > 1 && !(SG_PACK && !j->yt && np == 1)) {
         int64_t most = j->m / 32 > 1 ? j->m / 32 : 1;
         np = np < 3 * T ? 3 * T : np;
         np = (np + T - 1) / T * T;
@@ -246,15 +261,17 @@ static int64_t mm_fast_plan(mm_job *j, int64_t T)
     }
     j->npanels = np;
     j->nb = ((j->m + np - 1) / np + 15) / 16 * 16 + 16; /* the widest */
-    if (T > 1 && np < 2 * T && j->n >= 128) {
+    if (SG_PACK && !j->yt && np == 1 && T > 1) {
+        nr = 3 * T;
+    } else if (T > 1 && np < 2 * T && j->n >= 128) {
         nr = (3 * T + np - 1) / np;
         while ((nr * np) % T)
             nr++;
     }
     j->rows = (j->n + nr - 1) / nr;
     j->rows = (j->rows + SG_MR - 1) / SG_MR * SG_MR;
-    j->per = (64 + (size_t)(j->k * j->nb + 16) * sizeof(float) + sg_sgemm_scratch(j->k) + 63) /
-             64 * 64;
+    j->per = (64 + (size_t)(mm_panel_floats(j) + 16) * sizeof(float) + sg_sgemm_scratch(j->k) +
+              63) / 64 * 64;
     return np * ((j->n + j->rows - 1) / j->rows);
 }
 
