@@ -106,6 +106,38 @@ HG_KERNEL(hg_k8x48, 3)
 HG_KERNEL(hg_k8x32, 2)
 HG_KERNEL(hg_k8x16, 1)
 #undef HG_KERNEL
+
+/* The same summed over the taps of a stride-1 convolution (hg_conv_vtaps):
+ * tap t's A at A + t sa (rows lda apart, Kp channels in pairs, Kp even)
+ * and its B at B + off[t] (rows of pairs ldp elements apart); one chain
+ * of sums per element over (tap, pair of channels) in order. */
+typedef struct hg_tapk {
+    int64_t ntap, sa, lda, Kp, ldp;
+    int64_t off[64];
+} hg_tapk;
+#define HG_TKERNEL(NAME, NV)                                                          \
+    HG_TARGET static void NAME(const hg_tapk *tk, const uint16_t *A0, const uint16_t *B, \
+                               float *C, int64_t ldc)                                 \
+    {                                                                                 \
+        __m512 c[8][NV];                                                              \
+        __m512i b[NV], a;                                                             \
+        int64_t t, kp, r, v, lda = tk->lda;                                           \
+        _Pragma("GCC unroll 8") for (r = 0; r < 8; r++)                               \
+            _Pragma("GCC unroll 3") for (v = 0; v < NV; v++) c[r][v] = _mm512_setzero_ps(); \
+        for (t = 0; t < tk->ntap; t++) {                                              \
+            const uint16_t *A = A0 + t * tk->sa, *P = B + tk->off[t];                 \
+            for (kp = 0; kp < tk->Kp; kp += 2, P += tk->ldp) {                        \
+                HG_STEP(NV, hg_pair(A + r * lda + kp))                                \
+            }                                                                         \
+        }                                                                             \
+        _Pragma("GCC unroll 8") for (r = 0; r < 8; r++)                               \
+            _Pragma("GCC unroll 3") for (v = 0; v < NV; v++)                          \
+                _mm512_storeu_ps(C + r * ldc + 16 * v, c[r][v]);                      \
+    }
+HG_TKERNEL(hg_t8x48, 3)
+HG_TKERNEL(hg_t8x32, 2)
+HG_TKERNEL(hg_t8x16, 1)
+#undef HG_TKERNEL
 #undef HG_STEP
 
 /* C[8][np] = A[8][K] . P (np a multiple of 16, ldc >= np): panels of 48
@@ -279,12 +311,17 @@ static int64_t hg_kp(int64_t K) { return (K + 31) / 32 * 32; }
  * (np rounded up to 32) for the AMX ones. */
 static size_t hg_ct(int64_t np) { return (size_t)(32 * ((np + 31) / 32 * 32)); }
 
+/* Bytes of slack after a packed panel for hg_unfold_pairs' whole-vector
+ * stores (16 pairs). */
+#define HG_SPILL 64
+
 /* Bytes of a thread's area: a packed panel (hg_kp(K) x np), a strip of
  * results (hg_ct floats), the last rows of A (8 x K) and the panel again
  * on tiles (the AMX path). */
 static size_t hg_area(int64_t K, int64_t np)
 {
-    size_t b = (size_t)(hg_kp(K) * np) * 4 + hg_ct(np) * 4 + (size_t)(8 * K) * 2 + 4 * 64;
+    size_t b = (size_t)(hg_kp(K) * np) * 4 + HG_SPILL + hg_ct(np) * 4 + (size_t)(8 * K) * 2 +
+               4 * 64;
     return (b + 63) / 64 * 64;
 }
 
@@ -296,7 +333,7 @@ typedef struct hg_area_ptrs {
 static hg_area_ptrs hg_carve(char *area, int64_t K, int64_t np)
 {
     hg_area_ptrs a;
-    size_t pb = ((size_t)(hg_kp(K) * np) * 2 + 63) / 64 * 64;
+    size_t pb = ((size_t)(hg_kp(K) * np) * 2 + HG_SPILL + 63) / 64 * 64;
     a.p = (uint16_t *)(void *)area;
     a.ct = (float *)(void *)(area + pb);
     a.at = (uint16_t *)(void *)(area + pb + (hg_ct(np) * 4 + 63) / 64 * 64);
@@ -946,7 +983,8 @@ HG_TARGET static inline __m512i hg_tap(const hg_conv *s, hg_tap_at t, int64_t oh
 /* The unfolded input of one image and group (im: its first channel,
  * bfloat16) for positions p0 .. p0 + nb - 1, straight into pairs of k
  * (P, as hg_pack_rows makes it; np >= nb a multiple of 16), for a
- * column stride of 1: one pass, no float32 copy. */
+ * column stride of 1: one pass, no float32 copy. Writes up to 16 pairs
+ * past the end of P (HG_SPILL). */
 HG_TARGET static void hg_unfold_pairs(const hg_conv *s, const uint16_t *im, int64_t p0,
                                       int64_t nb, uint16_t *P, int64_t np)
 {
@@ -966,12 +1004,15 @@ HG_TARGET static void hg_unfold_pairs(const hg_conv *s, const uint16_t *im, int6
                 __m512i x0 = hg_tap(s, t0, oh, ow + q, cnt);
                 __m512i x1 = k + 1 < s->kdim ? hg_tap(s, t1, oh, ow + q, cnt)
                                              : _mm512_setzero_si512();
-                __mmask16 m0 = (__mmask16)(cnt >= 16 ? 0xffff : (1u << cnt) - 1);
-                __mmask16 m1 = (__mmask16)(cnt >= 32 ? 0xffff : cnt > 16 ? (1u << (cnt - 16)) - 1
-                                                                          : 0);
                 j = p - p0 + q;
-                _mm512_mask_storeu_epi32(d + j, m0, _mm512_permutex2var_epi16(x0, lo, x1));
-                _mm512_mask_storeu_epi32(d + j + 16, m1, _mm512_permutex2var_epi16(x0, hi, x1));
+                /* whole vectors (masked stores are slow on some CPUs, Zen 4
+                 * among them): what lands past this run is overwritten by
+                 * the next run, the zeros past nb, the next pair's row or,
+                 * past the last, falls in HG_SPILL's slack */
+                _mm512_storeu_si512((void *)(d + j), _mm512_permutex2var_epi16(x0, lo, x1));
+                if (cnt > 16)
+                    _mm512_storeu_si512((void *)(d + j + 16),
+                                        _mm512_permutex2var_epi16(x0, hi, x1));
             }
             p += run;
         }
@@ -1430,6 +1471,172 @@ static int hg_conv_taps(opjit_ctx *ctx, const hg_conv *s, const void *x, const v
 }
 #endif
 
+/* ---- stride 1 on vdpbf16ps: a GEMM per tap over a shifted input --------------
+ * As on tiles (above), for the vector kernels: each image's input is
+ * packed into pairs of channels, once per column shift kx dw (xs[kx]:
+ * [C/2][Q][2], rows of Wo columns: column oh Wo + ow of padded row oh
+ * holds the input at (oh - ph, ow + kx dw - pw), zero outside), so that
+ * tap (ky, kx) of output position p = oh Wo + ow reads column p + ky dh Wo
+ * of xs[kx]: out = sum over taps of W_tap [O, C] . X shifted, with no
+ * im2col (which reads the input kh kw times: a quarter of a 3x3
+ * convolution's time) and no column computed to be dropped. Each output
+ * element is one chain over (tap, pair of channels) in order, by one
+ * thread: the thread count changes no bit. */
+typedef struct hg_vtaps {
+    const hg_conv *s;
+    opjit_ctx *ctx;
+    const uint16_t *x, *w;
+    const float *bias;
+    uint16_t *out, *xs, *wt; /* xs: per image and kx [Cp/2][Q][2]; wt: [tap][rows_p][Cp] */
+    int64_t C, Cp, rows, Q, rows_p, cb, ncb; /* rows: padded rows an image */
+    int64_t wunits;                          /* the first pass: og units of weights first */
+    int64_t img0, n;                         /* this pass: images img0 .. + n */
+    hg_tapk tk;
+    char *ws;
+} hg_vtaps;
+
+/* Units [lo, hi): wunits of output channels, their weights into wt
+ * (wt[tap][o][c] = w[o][c][tap], zero past O and C), then (image of the
+ * pass, kx, pair of channels), its rows of xs[kx]. */
+HG_TARGET static int hg_vtaps_pack(void *user, int64_t lo, int64_t hi)
+{
+    const hg_vtaps *q = (const hg_vtaps *)user;
+    const hg_conv *s = q->s;
+    const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                        24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                        16, 0);
+    const int64_t npair = q->Cp / 2, taps = s->kh * s->kw;
+    int64_t u, r, c0, c, t;
+    for (; lo < hi && lo < q->wunits; lo++) { /* the weights of output channel lo */
+        const uint16_t *w = q->w + lo * q->C * taps;
+        uint16_t *d = q->wt + lo * q->Cp;
+        for (c = 0; c < q->C; c++, w += taps)
+            for (t = 0; t < taps; t++)
+                d[t * q->rows_p * q->Cp + c] = w[t];
+        for (t = 0; t < taps; t++) {
+            if (q->Cp > q->C)
+                d[t * q->rows_p * q->Cp + q->C] = 0;
+            for (r = s->og; lo == s->og - 1 && r < q->rows_p; r++) /* rows past O */
+                memset(q->wt + (t * q->rows_p + r) * q->Cp, 0, (size_t)q->Cp * 2);
+        }
+    }
+    for (u = lo - q->wunits; u < hi - q->wunits; u++) {
+        int64_t img = u / (s->kw * npair), kx = u / npair % s->kw, kp = u % npair;
+        const uint16_t *p0 = q->x + (q->img0 + img) * s->in_image + 2 * kp * s->h * s->w;
+        const uint16_t *p1 = p0 + s->h * s->w;
+        int have1 = 2 * kp + 1 < q->C;
+        uint16_t *d = q->xs + ((img * s->kw + kx) * npair + kp) * q->Q * 2;
+        /* whole vectors of 16 columns left to right: what lands past a row
+         * is overwritten by the next; past the last, zeros follow */
+        for (r = 0; r < q->rows; r++)
+            for (c0 = 0; c0 < s->wo; c0 += 16) {
+                int64_t ir = r - s->ph, ic = c0 + kx * s->dw - s->pw, a = ic < 0 ? -ic : 0;
+                int64_t b = s->w - ic < 16 ? s->w - ic : 16;
+                __m256i x0 = _mm256_setzero_si256(), x1 = _mm256_setzero_si256();
+                if (ir >= 0 && ir < s->h && a < b) {
+                    __mmask16 m = (__mmask16)((((uint32_t)1 << b) - 1) & ~(((uint32_t)1 << a) - 1));
+                    x0 = _mm256_maskz_loadu_epi16(m, p0 + ir * s->w + ic);
+                    if (have1)
+                        x1 = _mm256_maskz_loadu_epi16(m, p1 + ir * s->w + ic);
+                }
+                _mm512_storeu_si512((void *)(d + 2 * (r * s->wo + c0)),
+                                    _mm512_permutexvar_epi16(
+                                        il, _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1)));
+            }
+        memset(d + 2 * q->rows * s->wo, 0, (size_t)(q->Q - q->rows * s->wo) * 4);
+    }
+    return 0;
+}
+
+/* Units [lo, hi) of (image of the pass, block of cb positions): every 8
+ * output channels over the block (48 positions a kernel), rounded into
+ * the output. */
+static int hg_vtaps_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_vtaps *q = (const hg_vtaps *)user;
+    const hg_conv *s = q->s;
+    float *ct = (float *)(void *)(q->ws + (size_t)opjit_thread_num(q->ctx) * 32 * q->cb);
+    int64_t u, i, c, w;
+    for (u = lo; u < hi; u++) {
+        int64_t img = u / q->ncb, cs = u % q->ncb * q->cb;
+        int64_t ce = cs + q->cb < s->plane ? cs + q->cb : s->plane, nc = (ce - cs + 15) / 16 * 16;
+        const uint16_t *xs = q->xs + img * s->kw * (q->Cp / 2) * q->Q * 2;
+        for (i = 0; i < s->og; i += 8) {
+            for (c = 0; c < nc; c += w) {
+                const uint16_t *a = q->wt + i * q->Cp, *b = xs + 2 * (cs + c);
+                w = nc - c;
+                w = w == 64 ? 32 : w >= 48 ? 48 : w >= 32 ? 32 : 16;
+                if (w == 48)
+                    hg_t8x48(&q->tk, a, b, ct + c, q->cb);
+                else if (w == 32)
+                    hg_t8x32(&q->tk, a, b, ct + c, q->cb);
+                else
+                    hg_t8x16(&q->tk, a, b, ct + c, q->cb);
+            }
+            hg_store(ct, q->cb, s->og - i < 8 ? s->og - i : 8, ce - cs,
+                     q->bias ? q->bias + i : NULL,
+                     q->out + ((q->img0 + img) * s->og + i) * s->plane + cs, s->plane);
+        }
+    }
+    return 0;
+}
+
+/* The stride-1 convolution per tap where it fits (one group, a tap
+ * spanning more than one position, at most 64 taps): 1 (*rc its status),
+ * else 0. */
+static int hg_conv_vtaps(opjit_ctx *ctx, const hg_conv *s, const void *x, const void *w,
+                         const float *bias, void *out, int *rc)
+{
+    hg_vtaps q;
+    int64_t T = opjit_num_threads(ctx), t, taps = s->kh * s->kw, per;
+    if (s->groups != 1 || s->sh != 1 || s->sw != 1 || taps < 2 || taps > 64)
+        return 0;
+    memset(&q, 0, sizeof q);
+    q.s = s;
+    q.ctx = ctx;
+    q.x = (const uint16_t *)x;
+    q.w = (const uint16_t *)w;
+    q.bias = bias;
+    q.out = (uint16_t *)out;
+    q.C = s->kdim / taps;
+    q.Cp = (q.C + 1) / 2 * 2;
+    q.rows = s->plane / s->wo + s->dh * (s->kh - 1);
+    /* columns read: the last block's whole vectors (up to 15 past the
+     * plane) at the lowest tap; then slack for the packing's stores */
+    q.Q = s->plane + s->dh * (s->kh - 1) * s->wo + 16 + 16;
+    q.rows_p = (s->og + 7) / 8 * 8;
+    /* images a pass (q.n): their packed inputs within about 1 MB, in cache
+     * when the products read them. A unit: up to 192 positions (4 kernels
+     * of 48), fewer until each thread has about three a pass */
+    per = s->kw * (q.Cp / 2) * q.Q * 4;
+    q.n = ((int64_t)1 << 20) / per;
+    q.n = q.n < 1 ? 1 : q.n > s->n ? s->n : q.n;
+    q.cb = 192;
+    while (q.cb > 48 && q.n * ((s->plane + q.cb - 1) / q.cb) < 3 * T)
+        q.cb -= 48;
+    q.ncb = (s->plane + q.cb - 1) / q.cb;
+    q.tk.ntap = taps;
+    q.tk.sa = q.rows_p * q.Cp;
+    q.tk.lda = q.Cp;
+    q.tk.Kp = q.Cp;
+    q.tk.ldp = 2 * q.Q;
+    for (t = 0; t < taps; t++) /* xs[kx], ky dh rows down */
+        q.tk.off[t] = 2 * (t % s->kw * (q.Cp / 2) * q.Q + t / s->kw * s->dh * s->wo);
+    *rc = -1;
+    if (!(q.wt = (uint16_t *)hg_ws(ctx, (size_t)(taps * q.rows_p * q.Cp) * 2)) ||
+        !(q.ws = (char *)hg_ws(ctx, (size_t)T * 32 * q.cb)))
+        return 1;
+    if (!(q.xs = (uint16_t *)hg_ws(ctx, (size_t)(q.n * per))))
+        return 1;
+    for (*rc = 0, q.wunits = s->og; q.img0 < s->n && *rc == 0; q.img0 += q.n, q.wunits = 0) {
+        q.n = s->n - q.img0 < q.n ? s->n - q.img0 : q.n;
+        if ((*rc = opjit_parallel_for(ctx, 0, q.wunits + q.n * s->kw * (q.Cp / 2), 1,
+                                      hg_vtaps_pack, &q)) == 0)
+            *rc = opjit_parallel_for(ctx, 0, q.n * q.ncb, 1, hg_vtaps_run, &q);
+    }
+    return 1;
+}
+
 /* out [n, groups og, plane] = conv, bfloat16 in and out, float32 sums. x
  * the input (bfloat16, dense), xw the same widened to float32 (needed
  * when s->sw > 1), w [groups og, kdim], bias widened or NULL; on tiles
@@ -1450,6 +1657,8 @@ static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const f
 #else
     (void)amx;
 #endif
+    if (!amx && hg_conv_vtaps(ctx, s, x, w, bias, out, &rc))
+        return rc;
     if (hg_conv_small(ctx, s, x, w, bias, out, wa, lwa, &rc))
         return rc;
     memset(&j, 0, sizeof j);

@@ -539,6 +539,13 @@ static void bf16_within_float32_bound(void)
         conv_bound_case(rt, 1, 32, 7, 40, 1, 1, 0, 1, adv);
         conv_bound_case(rt, 2, 33, 5, 17, 1, 1, 0, 1, adv);
         conv_bound_case(rt, 1, 5, 11, 9, 5, 1, 2, 1, adv);
+        /* stride 1 per tap on vdpbf16ps (gemm_half.h's hg_conv_vtaps):
+         * dilation, an odd channel count, a 2x2 kernel without padding,
+         * a plane of several blocks */
+        conv_dil_case(rt, 2, 16, 26, 24, 3, 1, 2, 2, 1, adv);
+        conv_dil_case(rt, 1, 33, 20, 20, 3, 1, 1, 1, 1, adv);
+        conv_dil_case(rt, 2, 6, 9, 10, 2, 1, 0, 1, 1, adv);
+        conv_dil_case(rt, 1, 8, 40, 12, 3, 1, 1, 1, 1, adv);
     }
     opjit_destroy(rt);
 }
