@@ -10,7 +10,8 @@
  * kernel's grant of the tile state) and half_wide.h's hw_path which one
  * $OPJIT_HALF_KERNEL picks. libtcc never sees it; elsewhere the 16-bit
  * operands are widened to float32 and go through the float32 kernels
- * (half_wide.h). The AMX kernels are in their own section below.
+ * (half_wide.h). The AMX kernels are in their own section below. float16
+ * is not here: mm.c runs it on the float32 GEMM, converting as it packs.
  *
  * Why: widening costs a pass over each operand and then runs at float32
  * speed, while vdpbf16ps multiplies 32 bfloat16 pairs into 16 float32

@@ -4,9 +4,10 @@
  *   mm(Tensor self, Tensor mat2) -> Tensor
  *
  * self [n, k] times mat2 [k, m] gives a contiguous [n, m] of the same dtype:
- * float32, float64, float16 or bfloat16 (the 16-bit ones widened to
- * float32, multiplied by the float32 path and rounded once at the end,
- * half_wide.h).
+ * float32, float64, float16 or bfloat16 (summed in float32 and rounded
+ * once at the end: bfloat16 on gemm_half.h's GEMMs where the CPU has
+ * them, float16 on this file's float32 GEMM converting while it packs
+ * (below), else both widened to float32 first, half_wide.h).
  * Zero-size dimensions work: an empty product when n or m is 0, zeros when
  * k is 0.
  *
