@@ -1473,14 +1473,16 @@ static int hg_conv_taps(opjit_ctx *ctx, const hg_conv *s, const void *x, const v
 #endif
 
 /* ---- stride 1 on vdpbf16ps: a GEMM per tap over a shifted input --------------
- * As on tiles (above), for the vector kernels: each image's input is
- * packed into pairs of channels, once per column shift kx dw (xs[kx]:
- * [C/2][Q][2], rows of Wo columns: column oh Wo + ow of padded row oh
- * holds the input at (oh - ph, ow + kx dw - pw), zero outside), so that
- * tap (ky, kx) of output position p = oh Wo + ow reads column p + ky dh Wo
- * of xs[kx]: out = sum over taps of W_tap [O, C] . X shifted, with no
- * im2col (which reads the input kh kw times: a quarter of a 3x3
- * convolution's time) and no column computed to be dropped. Each output
+ * As on tiles (above), for the vector kernels. A unit (image, block of
+ * output positions p = oh Wo + ow, rows oh0 .. oh1) packs the input rows
+ * it reads into pairs of channels, once per column shift kx dw (xl[kx]:
+ * [C/2][Q][2], rows of Wo columns: column (r - oh0) Wo + ow holds the
+ * input at (r - ph, ow + kx dw - pw), zero outside), so that tap (ky, kx)
+ * of position p reads column p - oh0 Wo + ky dh Wo of xl[kx]: out = sum
+ * over taps of W_tap [O, C] . X shifted, with no im2col (which reads the
+ * input kh kw times: a quarter of a 3x3 convolution's time), no column
+ * computed to be dropped, and no barrier between packing and products
+ * (the rows of the kh - 1 below a block are packed twice). Each output
  * element is one chain over (tap, pair of channels) in order, by one
  * thread: the thread count changes no bit. */
 typedef struct hg_vtaps {
@@ -1488,95 +1490,123 @@ typedef struct hg_vtaps {
     opjit_ctx *ctx;
     const uint16_t *x, *w;
     const float *bias;
-    uint16_t *out, *xs, *wt; /* xs: per image and kx [Cp/2][Q][2]; wt: [tap][rows_p][Cp] */
-    int64_t C, Cp, rows, Q, rows_p, cb, ncb; /* rows: padded rows an image */
-    int64_t wunits;                          /* the first pass: og units of weights first */
-    int64_t img0, n;                         /* this pass: images img0 .. + n */
-    hg_tapk tk;
+    uint16_t *out, *wt; /* wt: [tap][rows_p][Cp] */
+    int64_t C, Cp, rows_p, cb, ncb, Q; /* Q: columns of a unit's xl[kx] row, at most */
+    int even; /* units of an image: ncb of about equal widths (else cb each, the last less) */
     char *ws;
+    size_t per;
 } hg_vtaps;
 
-/* Units [lo, hi): wunits of output channels, their weights into wt
- * (wt[tap][o][c] = w[o][c][tap], zero past O and C), then (image of the
- * pass, kx, pair of channels), its rows of xs[kx]. */
-HG_TARGET static int hg_vtaps_pack(void *user, int64_t lo, int64_t hi)
+/* Output channels [lo, hi): their weights into wt (wt[tap][o][c] =
+ * w[o][c][tap], zero past O and C). */
+static int hg_vtaps_weights(void *user, int64_t lo, int64_t hi)
 {
     const hg_vtaps *q = (const hg_vtaps *)user;
     const hg_conv *s = q->s;
-    const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
-                                        24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
-                                        16, 0);
-    const int64_t npair = q->Cp / 2, taps = s->kh * s->kw;
-    int64_t u, r, c0, c, t;
-    for (; lo < hi && lo < q->wunits; lo++) { /* the weights of output channel lo */
-        const uint16_t *w = q->w + lo * q->C * taps;
-        uint16_t *d = q->wt + lo * q->Cp;
+    const int64_t taps = s->kh * s->kw;
+    int64_t o, c, t, r;
+    for (o = lo; o < hi; o++) {
+        const uint16_t *w = q->w + o * q->C * taps;
+        uint16_t *d = q->wt + o * q->Cp;
         for (c = 0; c < q->C; c++, w += taps)
             for (t = 0; t < taps; t++)
                 d[t * q->rows_p * q->Cp + c] = w[t];
         for (t = 0; t < taps; t++) {
             if (q->Cp > q->C)
                 d[t * q->rows_p * q->Cp + q->C] = 0;
-            for (r = s->og; lo == s->og - 1 && r < q->rows_p; r++) /* rows past O */
+            for (r = s->og; o == s->og - 1 && r < q->rows_p; r++) /* rows past O */
                 memset(q->wt + (t * q->rows_p + r) * q->Cp, 0, (size_t)q->Cp * 2);
         }
-    }
-    for (u = lo - q->wunits; u < hi - q->wunits; u++) {
-        int64_t img = u / (s->kw * npair), kx = u / npair % s->kw, kp = u % npair;
-        const uint16_t *p0 = q->x + (q->img0 + img) * s->in_image + 2 * kp * s->h * s->w;
-        const uint16_t *p1 = p0 + s->h * s->w;
-        int have1 = 2 * kp + 1 < q->C;
-        uint16_t *d = q->xs + ((img * s->kw + kx) * npair + kp) * q->Q * 2;
-        /* whole vectors of 16 columns left to right: what lands past a row
-         * is overwritten by the next; past the last, zeros follow */
-        for (r = 0; r < q->rows; r++)
-            for (c0 = 0; c0 < s->wo; c0 += 16) {
-                int64_t ir = r - s->ph, ic = c0 + kx * s->dw - s->pw, a = ic < 0 ? -ic : 0;
-                int64_t b = s->w - ic < 16 ? s->w - ic : 16;
-                __m256i x0 = _mm256_setzero_si256(), x1 = _mm256_setzero_si256();
-                if (ir >= 0 && ir < s->h && a < b) {
-                    __mmask16 m = (__mmask16)((((uint32_t)1 << b) - 1) & ~(((uint32_t)1 << a) - 1));
-                    x0 = _mm256_maskz_loadu_epi16(m, p0 + ir * s->w + ic);
-                    if (have1)
-                        x1 = _mm256_maskz_loadu_epi16(m, p1 + ir * s->w + ic);
-                }
-                _mm512_storeu_si512((void *)(d + 2 * (r * s->wo + c0)),
-                                    _mm512_permutexvar_epi16(
-                                        il, _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1)));
-            }
-        memset(d + 2 * q->rows * s->wo, 0, (size_t)(q->Q - q->rows * s->wo) * 4);
     }
     return 0;
 }
 
-/* Units [lo, hi) of (image of the pass, block of cb positions): every 8
- * output channels over the block (48 positions a kernel), rounded into
- * the output. */
+/* Padded rows [r0, r0 + nr) of image im (bfloat16, its first channel)
+ * into xl (see above; Q columns a row of pairs). */
+HG_TARGET static void hg_vtaps_pack(const hg_vtaps *q, const uint16_t *im, int64_t r0,
+                                    int64_t nr, uint16_t *xl)
+{
+    const hg_conv *s = q->s;
+    const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                        24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                        16, 0);
+    int64_t kx, kp, r, c0;
+    for (kx = 0; kx < s->kw; kx++)
+        for (kp = 0; kp < q->Cp / 2; kp++) {
+            const uint16_t *p0 = im + 2 * kp * s->h * s->w, *p1 = p0 + s->h * s->w;
+            int have1 = 2 * kp + 1 < q->C;
+            uint16_t *d = xl + (kx * (q->Cp / 2) + kp) * q->Q * 2;
+            /* whole vectors of 16 columns left to right: what lands past a
+             * row is overwritten by the next; past the last, zeros follow */
+            for (r = 0; r < nr; r++)
+                for (c0 = 0; c0 < s->wo; c0 += 16) {
+                    int64_t ir = r0 + r - s->ph, ic = c0 + kx * s->dw - s->pw;
+                    int64_t a = ic < 0 ? -ic : 0, b = s->w - ic < 16 ? s->w - ic : 16;
+                    __m256i x0 = _mm256_setzero_si256(), x1 = _mm256_setzero_si256();
+                    if (ir >= 0 && ir < s->h && a < b) {
+                        __mmask16 m =
+                            (__mmask16)((((uint32_t)1 << b) - 1) & ~(((uint32_t)1 << a) - 1));
+                        x0 = _mm256_maskz_loadu_epi16(m, p0 + ir * s->w + ic);
+                        if (have1)
+                            x1 = _mm256_maskz_loadu_epi16(m, p1 + ir * s->w + ic);
+                    }
+                    _mm512_storeu_si512((void *)(d + 2 * (r * s->wo + c0)),
+                                        _mm512_permutexvar_epi16(
+                                            il, _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1,
+                                                                   1)));
+                }
+            memset(d + 2 * nr * s->wo, 0, (size_t)(q->Q - nr * s->wo) * 4);
+        }
+}
+
+/* The first position of block b of an image (b = ncb: the plane). */
+static int64_t hg_vtaps_col(const hg_vtaps *q, int64_t b)
+{
+    int64_t c = q->even ? b * ((q->s->plane + 15) / 16) / q->ncb * 16 : b * q->cb;
+    return c < q->s->plane ? c : q->s->plane;
+}
+
+/* Units [lo, hi) of (image, block of positions): its rows packed, then
+ * every 8 output channels over the block (48 positions a kernel), rounded
+ * into the output. */
 static int hg_vtaps_run(void *user, int64_t lo, int64_t hi)
 {
     const hg_vtaps *q = (const hg_vtaps *)user;
     const hg_conv *s = q->s;
-    float *ct = (float *)(void *)(q->ws + (size_t)opjit_thread_num(q->ctx) * 32 * q->cb);
-    int64_t u, i, c, w;
+    char *area = q->ws + (size_t)opjit_thread_num(q->ctx) * q->per;
+    float *ct = (float *)(void *)area;
+    uint16_t *xl = (uint16_t *)(void *)(area + (size_t)32 * q->cb);
+    int64_t u, i, c, w, t;
+    hg_tapk tk;
+    tk.ntap = s->kh * s->kw;
+    tk.sa = q->rows_p * q->Cp;
+    tk.lda = q->Cp;
+    tk.Kp = q->Cp;
+    tk.ldp = 2 * q->Q;
+    for (t = 0; t < tk.ntap; t++) /* xl[kx], ky dh rows down */
+        tk.off[t] = 2 * (t % s->kw * (q->Cp / 2) * q->Q + t / s->kw * s->dh * s->wo);
     for (u = lo; u < hi; u++) {
-        int64_t img = u / q->ncb, cs = u % q->ncb * q->cb;
-        int64_t ce = cs + q->cb < s->plane ? cs + q->cb : s->plane, nc = (ce - cs + 15) / 16 * 16;
-        const uint16_t *xs = q->xs + img * s->kw * (q->Cp / 2) * q->Q * 2;
+        int64_t img = u / q->ncb, cs = hg_vtaps_col(q, u % q->ncb);
+        int64_t ce = hg_vtaps_col(q, u % q->ncb + 1), nc = (ce - cs + 15) / 16 * 16;
+        int64_t oh0 = cs / s->wo, oh1 = (ce - 1) / s->wo;
+        const uint16_t *b0 = xl + 2 * (cs - oh0 * s->wo);
+        hg_vtaps_pack(q, q->x + img * s->in_image, oh0, oh1 - oh0 + 1 + s->dh * (s->kh - 1),
+                      xl);
         for (i = 0; i < s->og; i += 8) {
             for (c = 0; c < nc; c += w) {
-                const uint16_t *a = q->wt + i * q->Cp, *b = xs + 2 * (cs + c);
+                const uint16_t *a = q->wt + i * q->Cp;
                 w = nc - c;
                 w = w == 64 ? 32 : w >= 48 ? 48 : w >= 32 ? 32 : 16;
                 if (w == 48)
-                    hg_t8x48(&q->tk, a, b, ct + c, q->cb);
+                    hg_t8x48(&tk, a, b0 + 2 * c, ct + c, q->cb);
                 else if (w == 32)
-                    hg_t8x32(&q->tk, a, b, ct + c, q->cb);
+                    hg_t8x32(&tk, a, b0 + 2 * c, ct + c, q->cb);
                 else
-                    hg_t8x16(&q->tk, a, b, ct + c, q->cb);
+                    hg_t8x16(&tk, a, b0 + 2 * c, ct + c, q->cb);
             }
             hg_store(ct, q->cb, s->og - i < 8 ? s->og - i : 8, ce - cs,
-                     q->bias ? q->bias + i : NULL,
-                     q->out + ((q->img0 + img) * s->og + i) * s->plane + cs, s->plane);
+                     q->bias ? q->bias + i : NULL, q->out + (img * s->og + i) * s->plane + cs,
+                     s->plane);
         }
     }
     return 0;
@@ -1589,7 +1619,7 @@ static int hg_conv_vtaps(opjit_ctx *ctx, const hg_conv *s, const void *x, const 
                          const float *bias, void *out, int *rc)
 {
     hg_vtaps q;
-    int64_t T = opjit_num_threads(ctx), t, taps = s->kh * s->kw, per;
+    int64_t T = opjit_num_threads(ctx), taps = s->kh * s->kw;
     if (s->groups != 1 || s->sh != 1 || s->sw != 1 || taps < 2 || taps > 64)
         return 0;
     memset(&q, 0, sizeof q);
@@ -1601,40 +1631,33 @@ static int hg_conv_vtaps(opjit_ctx *ctx, const hg_conv *s, const void *x, const 
     q.out = (uint16_t *)out;
     q.C = s->kdim / taps;
     q.Cp = (q.C + 1) / 2 * 2;
-    q.rows = s->plane / s->wo + s->dh * (s->kh - 1);
-    /* columns read: the last block's whole vectors (up to 15 past the
-     * plane) at the lowest tap; then slack for the packing's stores */
-    q.Q = s->plane + s->dh * (s->kh - 1) * s->wo + 16 + 16;
     q.rows_p = (s->og + 7) / 8 * 8;
-    /* images a pass (q.n): their packed inputs within about 1 MB, in cache
-     * when the products read them. A unit: up to 192 positions (4 kernels
-     * of 48), fewer until each thread has about three a pass */
-    per = s->kw * (q.Cp / 2) * q.Q * 4;
-    q.n = ((int64_t)1 << 20) / per;
-    q.n = q.n < 1 ? 1 : q.n > s->n ? s->n : q.n;
-    q.cb = 192;
-    while (q.cb > 48 && q.n * ((s->plane + q.cb - 1) / q.cb) < 3 * T)
-        q.cb -= 48;
+    /* a unit: 192 positions (4 kernels of 48), 384 over rows wider than 32
+     * (the rows below it, packed again by the next unit, cost less); with
+     * threads, units of about equal widths, at least three a thread, a
+     * multiple of the threads */
+    q.cb = s->wo > 32 ? 384 : 192;
     q.ncb = (s->plane + q.cb - 1) / q.cb;
-    q.tk.ntap = taps;
-    q.tk.sa = q.rows_p * q.Cp;
-    q.tk.lda = q.Cp;
-    q.tk.Kp = q.Cp;
-    q.tk.ldp = 2 * q.Q;
-    for (t = 0; t < taps; t++) /* xs[kx], ky dh rows down */
-        q.tk.off[t] = 2 * (t % s->kw * (q.Cp / 2) * q.Q + t / s->kw * s->dh * s->wo);
+    if (T > 1) {
+        int64_t g = (s->plane + 15) / 16;
+        q.ncb = q.ncb * s->n < 3 * T ? (3 * T + s->n - 1) / s->n : q.ncb;
+        q.ncb = (q.ncb + T - 1) / T * T;
+        q.ncb = q.ncb < g ? q.ncb : g;
+        q.cb = (g + q.ncb - 1) / q.ncb * 16;
+        q.even = 1;
+    }
+    /* a unit's rows: those its positions span (a partial row at each end)
+     * and kh - 1 dilated ones below; the columns its last kernel's whole
+     * vectors read past them (15) and the packing's stores' slack */
+    q.Q = ((q.cb + s->wo - 1) / s->wo + 1 + s->dh * (s->kh - 1)) * s->wo + 16 + 16;
+    q.per = (size_t)32 * q.cb + (size_t)(s->kw * (q.Cp / 2) * q.Q) * 4;
+    q.per = (q.per + 63) / 64 * 64;
     *rc = -1;
     if (!(q.wt = (uint16_t *)hg_ws(ctx, (size_t)(taps * q.rows_p * q.Cp) * 2)) ||
-        !(q.ws = (char *)hg_ws(ctx, (size_t)T * 32 * q.cb)))
+        !(q.ws = (char *)hg_ws(ctx, (size_t)T * q.per)))
         return 1;
-    if (!(q.xs = (uint16_t *)hg_ws(ctx, (size_t)(q.n * per))))
-        return 1;
-    for (*rc = 0, q.wunits = s->og; q.img0 < s->n && *rc == 0; q.img0 += q.n, q.wunits = 0) {
-        q.n = s->n - q.img0 < q.n ? s->n - q.img0 : q.n;
-        if ((*rc = opjit_parallel_for(ctx, 0, q.wunits + q.n * s->kw * (q.Cp / 2), 1,
-                                      hg_vtaps_pack, &q)) == 0)
-            *rc = opjit_parallel_for(ctx, 0, q.n * q.ncb, 1, hg_vtaps_run, &q);
-    }
+    if ((*rc = opjit_parallel_for(ctx, 0, s->og, 16, hg_vtaps_weights, &q)) == 0)
+        *rc = opjit_parallel_for(ctx, 0, s->n * q.ncb, 1, hg_vtaps_run, &q);
     return 1;
 }
 
