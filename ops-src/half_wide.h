@@ -101,7 +101,8 @@ static int hw_narrow_run(void *user, int64_t lo, int64_t hi)
     return 0;
 }
 
-/* $OPJIT_HALF_KERNEL (read at every call, in both tiers): unset, "" or
+/* $OPJIT_HALF_KERNEL (opjit_half_kernel: read at every call, in both
+ * tiers, by the library's settings): unset, "" or
  * "auto" lets a bfloat16 op use the fastest kernel it has (the optimizing
  * tier's GEMMs, gemm_half.h: on AMX tiles where the CPU and the OS allow
  * them, else vdpbf16ps) unless an operand holds a bfloat16 subnormal
@@ -125,13 +126,10 @@ enum {
  * HW_GEMM and HW_AMX bits), or -1 with the error recorded. */
 static int hw_path(opjit_ctx *ctx, int kind, int have)
 {
-    const char *e = getenv("OPJIT_HALF_KERNEL");
-    int dot = e && !strcmp(e, "dot"), amx = e && !strcmp(e, "amx");
-    if (e && *e && !dot && !amx && strcmp(e, "auto") && strcmp(e, "wide"))
-        return opjit_fail(ctx,
-                          "OPJIT_HALF_KERNEL is '%s': expected auto, amx, dot, wide or nothing",
-                          e), -1;
-    if (e && !strcmp(e, "wide"))
+    int k = opjit_half_kernel(ctx), dot = k == OPJIT_HALF_DOT, amx = k == OPJIT_HALF_AMX;
+    if (k < 0) /* a bad value: the error is recorded */
+        return -1;
+    if (k == OPJIT_HALF_WIDE)
         return HW_WIDEN;
     if (kind != HW_BF16) /* float16: the converting GEMM where there is one */
         return kind == HW_F16 ? have & HW_GEMM : HW_WIDEN;
