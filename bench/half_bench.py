@@ -16,8 +16,9 @@ for it (build/python-extra, on PYTHONPATH). Standalone:
 
 opjit runs its optimizing tier: bfloat16 on the AMX GEMM
 (ops-src/gemm_half.h) where the CPU has AMX-BF16, else its vdpbf16ps GEMM
-where the CPU has AVX512_BF16, else widened to float32; float16 widened
-to float32 (ops-src/half_wide.h). torch 2.x's
+where the CPU has AVX512_BF16, else widened to float32; float16 mm on
+the float32 GEMM converting while it packs (ops-src/mm.c), float16 conv2d
+widened to float32 (ops-src/half_wide.h). torch 2.x's
 bfloat16 conv2d and mm go through oneDNN (AVX512_BF16 where the CPU has
 it); its float16 ones have no fast CPU kernel on most x86 CPUs and take
 seconds on the larger shapes: a torch side whose first call takes more than
@@ -227,7 +228,8 @@ def md_section(H, fms, md_table):
              "One process of torch %s's interpreter (CPU capability %s; this CPU %s AVX512_BF16, "
              "%s AMX-BF16, %s F16C), interleaved, the same threads on both sides; opjit's %s tier "
              "($OPJIT_HALF_KERNEL %s: bfloat16 on the AMX GEMM of ops-src/gemm_half.h where the "
-             "CPU has it, else its vdpbf16ps GEMM where the CPU has that, float16 widened to "
+             "CPU has it, else its vdpbf16ps GEMM where the CPU has that; float16 mm on the "
+             "float32 GEMM converting while it packs, float16 conv2d widened to "
              "float32). \"vs float32\": opjit's own "
              "float32 op on the same values, time over the 16-bit one (information). Errors: "
              "the largest against a float64 reference on the same 16-bit inputs, over the "

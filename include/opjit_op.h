@@ -135,10 +135,15 @@ typedef struct opjit_api {
     int (*output_shape)(opjit_ctx *ctx, int index, DLDataType dtype, int ndim,
                         const int64_t *shape);
     int (*output_dynamic)(opjit_ctx *ctx, int index, int dim);
+    /* half precision (appended) */
+    int (*half_kernel)(opjit_ctx *ctx);
 } opjit_api;
 
 /* Directions for opjit_memcpy. */
 enum { OPJIT_COPY_HTOD = 1, OPJIT_COPY_DTOH = 2, OPJIT_COPY_DTOD = 3 };
+
+/* What opjit_half_kernel returns ($OPJIT_HALF_KERNEL). */
+enum { OPJIT_HALF_AUTO = 0, OPJIT_HALF_WIDE = 1, OPJIT_HALF_DOT = 2, OPJIT_HALF_AMX = 3 };
 
 /* The entry point every module exports (what OPJIT_MODULE defines). */
 #define OPJIT_MODULE_ENTRY "opjit_module_init"
@@ -349,6 +354,12 @@ static inline int opjit_env_flag(const char *name, int dflt)
 {
     return OPJIT__API->env_flag(name, dflt);
 }
+/* Which 16-bit GEMM $OPJIT_HALF_KERNEL asks for (read at each call, as
+ * the library reads its settings): OPJIT_HALF_AUTO (unset, empty or
+ * "auto"), OPJIT_HALF_WIDE, OPJIT_HALF_DOT or OPJIT_HALF_AMX; -1 with the
+ * error recorded (return it) for any other value. The shipped mm and
+ * conv2d read it (ops-src/half_wide.h); an op of yours may too. */
+static inline int opjit_half_kernel(opjit_ctx *ctx) { return OPJIT__API->half_kernel(ctx); }
 /* Inside a chunk, the running thread's slot in [0, opjit_num_threads):
  * no two chunks running at once share one. 0 outside parallel_for. */
 static inline int opjit_thread_num(opjit_ctx *ctx) { return OPJIT__API->thread_num(ctx); }

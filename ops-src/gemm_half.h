@@ -10,7 +10,8 @@
  * kernel's grant of the tile state) and half_wide.h's hw_path which one
  * $OPJIT_HALF_KERNEL picks. libtcc never sees it; elsewhere the 16-bit
  * operands are widened to float32 and go through the float32 kernels
- * (half_wide.h). The AMX kernels are in their own section below.
+ * (half_wide.h). The AMX kernels are in their own section below. float16
+ * is not here: mm.c runs it on the float32 GEMM, converting as it packs.
  *
  * Why: widening costs a pass over each operand and then runs at float32
  * speed, while vdpbf16ps multiplies 32 bfloat16 pairs into 16 float32
@@ -106,6 +107,38 @@ HG_KERNEL(hg_k8x48, 3)
 HG_KERNEL(hg_k8x32, 2)
 HG_KERNEL(hg_k8x16, 1)
 #undef HG_KERNEL
+
+/* The same summed over the taps of a stride-1 convolution (hg_conv_vtaps):
+ * tap t's A at A + t sa (rows lda apart, Kp channels in pairs, Kp even)
+ * and its B at B + off[t] (rows of pairs ldp elements apart); one chain
+ * of sums per element over (tap, pair of channels) in order. */
+typedef struct hg_tapk {
+    int64_t ntap, sa, lda, Kp, ldp;
+    int64_t off[64];
+} hg_tapk;
+#define HG_TKERNEL(NAME, NV)                                                          \
+    HG_TARGET static void NAME(const hg_tapk *tk, const uint16_t *A0, const uint16_t *B, \
+                               float *C, int64_t ldc)                                 \
+    {                                                                                 \
+        __m512 c[8][NV];                                                              \
+        __m512i b[NV], a;                                                             \
+        int64_t t, kp, r, v, lda = tk->lda;                                           \
+        _Pragma("GCC unroll 8") for (r = 0; r < 8; r++)                               \
+            _Pragma("GCC unroll 3") for (v = 0; v < NV; v++) c[r][v] = _mm512_setzero_ps(); \
+        for (t = 0; t < tk->ntap; t++) {                                              \
+            const uint16_t *A = A0 + t * tk->sa, *P = B + tk->off[t];                 \
+            for (kp = 0; kp < tk->Kp; kp += 2, P += tk->ldp) {                        \
+                HG_STEP(NV, hg_pair(A + r * lda + kp))                                \
+            }                                                                         \
+        }                                                                             \
+        _Pragma("GCC unroll 8") for (r = 0; r < 8; r++)                               \
+            _Pragma("GCC unroll 3") for (v = 0; v < NV; v++)                          \
+                _mm512_storeu_ps(C + r * ldc + 16 * v, c[r][v]);                      \
+    }
+HG_TKERNEL(hg_t8x48, 3)
+HG_TKERNEL(hg_t8x32, 2)
+HG_TKERNEL(hg_t8x16, 1)
+#undef HG_TKERNEL
 #undef HG_STEP
 
 /* C[8][np] = A[8][K] . P (np a multiple of 16, ldc >= np): panels of 48
@@ -279,12 +312,17 @@ static int64_t hg_kp(int64_t K) { return (K + 31) / 32 * 32; }
  * (np rounded up to 32) for the AMX ones. */
 static size_t hg_ct(int64_t np) { return (size_t)(32 * ((np + 31) / 32 * 32)); }
 
+/* Bytes of slack after a packed panel for hg_unfold_pairs' whole-vector
+ * stores (16 pairs). */
+#define HG_SPILL 64
+
 /* Bytes of a thread's area: a packed panel (hg_kp(K) x np), a strip of
  * results (hg_ct floats), the last rows of A (8 x K) and the panel again
  * on tiles (the AMX path). */
 static size_t hg_area(int64_t K, int64_t np)
 {
-    size_t b = (size_t)(hg_kp(K) * np) * 4 + hg_ct(np) * 4 + (size_t)(8 * K) * 2 + 4 * 64;
+    size_t b = (size_t)(hg_kp(K) * np) * 4 + HG_SPILL + hg_ct(np) * 4 + (size_t)(8 * K) * 2 +
+               4 * 64;
     return (b + 63) / 64 * 64;
 }
 
@@ -296,7 +334,7 @@ typedef struct hg_area_ptrs {
 static hg_area_ptrs hg_carve(char *area, int64_t K, int64_t np)
 {
     hg_area_ptrs a;
-    size_t pb = ((size_t)(hg_kp(K) * np) * 2 + 63) / 64 * 64;
+    size_t pb = ((size_t)(hg_kp(K) * np) * 2 + HG_SPILL + 63) / 64 * 64;
     a.p = (uint16_t *)(void *)area;
     a.ct = (float *)(void *)(area + pb);
     a.at = (uint16_t *)(void *)(area + pb + (hg_ct(np) * 4 + 63) / 64 * 64);
@@ -946,7 +984,8 @@ HG_TARGET static inline __m512i hg_tap(const hg_conv *s, hg_tap_at t, int64_t oh
 /* The unfolded input of one image and group (im: its first channel,
  * bfloat16) for positions p0 .. p0 + nb - 1, straight into pairs of k
  * (P, as hg_pack_rows makes it; np >= nb a multiple of 16), for a
- * column stride of 1: one pass, no float32 copy. */
+ * column stride of 1: one pass, no float32 copy. Writes up to 16 pairs
+ * past the end of P (HG_SPILL). */
 HG_TARGET static void hg_unfold_pairs(const hg_conv *s, const uint16_t *im, int64_t p0,
                                       int64_t nb, uint16_t *P, int64_t np)
 {
@@ -966,12 +1005,15 @@ HG_TARGET static void hg_unfold_pairs(const hg_conv *s, const uint16_t *im, int6
                 __m512i x0 = hg_tap(s, t0, oh, ow + q, cnt);
                 __m512i x1 = k + 1 < s->kdim ? hg_tap(s, t1, oh, ow + q, cnt)
                                              : _mm512_setzero_si512();
-                __mmask16 m0 = (__mmask16)(cnt >= 16 ? 0xffff : (1u << cnt) - 1);
-                __mmask16 m1 = (__mmask16)(cnt >= 32 ? 0xffff : cnt > 16 ? (1u << (cnt - 16)) - 1
-                                                                          : 0);
                 j = p - p0 + q;
-                _mm512_mask_storeu_epi32(d + j, m0, _mm512_permutex2var_epi16(x0, lo, x1));
-                _mm512_mask_storeu_epi32(d + j + 16, m1, _mm512_permutex2var_epi16(x0, hi, x1));
+                /* whole vectors (masked stores are slow on some CPUs, Zen 4
+                 * among them): what lands past this run is overwritten by
+                 * the next run, the zeros past nb, the next pair's row or,
+                 * past the last, falls in HG_SPILL's slack */
+                _mm512_storeu_si512((void *)(d + j), _mm512_permutex2var_epi16(x0, lo, x1));
+                if (cnt > 16)
+                    _mm512_storeu_si512((void *)(d + j + 16),
+                                        _mm512_permutex2var_epi16(x0, hi, x1));
             }
             p += run;
         }
@@ -1430,6 +1472,197 @@ static int hg_conv_taps(opjit_ctx *ctx, const hg_conv *s, const void *x, const v
 }
 #endif
 
+/* ---- stride 1 on vdpbf16ps: a GEMM per tap over a shifted input --------------
+ * As on tiles (above), for the vector kernels. A unit (image, block of
+ * output positions p = oh Wo + ow, rows oh0 .. oh1) packs the input rows
+ * it reads into pairs of channels, once per column shift kx dw (xl[kx]:
+ * [C/2][Q][2], rows of Wo columns: column (r - oh0) Wo + ow holds the
+ * input at (r - ph, ow + kx dw - pw), zero outside), so that tap (ky, kx)
+ * of position p reads column p - oh0 Wo + ky dh Wo of xl[kx]: out = sum
+ * over taps of W_tap [O, C] . X shifted, with no im2col (which reads the
+ * input kh kw times: a quarter of a 3x3 convolution's time), no column
+ * computed to be dropped, and no barrier between packing and products
+ * (the rows of the kh - 1 below a block are packed twice). Each output
+ * element is one chain over (tap, pair of channels) in order, by one
+ * thread: the thread count changes no bit. */
+typedef struct hg_vtaps {
+    const hg_conv *s;
+    opjit_ctx *ctx;
+    const uint16_t *x, *w;
+    const float *bias;
+    uint16_t *out, *wt; /* wt: [tap][rows_p][Cp] */
+    int64_t C, Cp, rows_p, cb, ncb, Q; /* Q: columns of a unit's xl[kx] row, at most */
+    int even; /* units of an image: ncb of about equal widths (else cb each, the last less) */
+    char *ws;
+    size_t per;
+} hg_vtaps;
+
+/* Output channels [lo, hi): their weights into wt (wt[tap][o][c] =
+ * w[o][c][tap], zero past O and C). */
+static int hg_vtaps_weights(void *user, int64_t lo, int64_t hi)
+{
+    const hg_vtaps *q = (const hg_vtaps *)user;
+    const hg_conv *s = q->s;
+    const int64_t taps = s->kh * s->kw;
+    int64_t o, c, t, r;
+    for (o = lo; o < hi; o++) {
+        const uint16_t *w = q->w + o * q->C * taps;
+        uint16_t *d = q->wt + o * q->Cp;
+        for (c = 0; c < q->C; c++, w += taps)
+            for (t = 0; t < taps; t++)
+                d[t * q->rows_p * q->Cp + c] = w[t];
+        for (t = 0; t < taps; t++) {
+            if (q->Cp > q->C)
+                d[t * q->rows_p * q->Cp + q->C] = 0;
+            for (r = s->og; o == s->og - 1 && r < q->rows_p; r++) /* rows past O */
+                memset(q->wt + (t * q->rows_p + r) * q->Cp, 0, (size_t)q->Cp * 2);
+        }
+    }
+    return 0;
+}
+
+/* Padded rows [r0, r0 + nr) of image im (bfloat16, its first channel)
+ * into xl (see above; Q columns a row of pairs). */
+HG_TARGET static void hg_vtaps_pack(const hg_vtaps *q, const uint16_t *im, int64_t r0,
+                                    int64_t nr, uint16_t *xl)
+{
+    const hg_conv *s = q->s;
+    const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                        24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                        16, 0);
+    int64_t kx, kp, r, c0;
+    for (kx = 0; kx < s->kw; kx++)
+        for (kp = 0; kp < q->Cp / 2; kp++) {
+            const uint16_t *p0 = im + 2 * kp * s->h * s->w, *p1 = p0 + s->h * s->w;
+            int have1 = 2 * kp + 1 < q->C;
+            uint16_t *d = xl + (kx * (q->Cp / 2) + kp) * q->Q * 2;
+            /* whole vectors of 16 columns left to right: what lands past a
+             * row is overwritten by the next; past the last, zeros follow */
+            for (r = 0; r < nr; r++)
+                for (c0 = 0; c0 < s->wo; c0 += 16) {
+                    int64_t ir = r0 + r - s->ph, ic = c0 + kx * s->dw - s->pw;
+                    int64_t a = ic < 0 ? -ic : 0, b = s->w - ic < 16 ? s->w - ic : 16;
+                    __m256i x0 = _mm256_setzero_si256(), x1 = _mm256_setzero_si256();
+                    if (ir >= 0 && ir < s->h && a < b) {
+                        __mmask16 m =
+                            (__mmask16)((((uint32_t)1 << b) - 1) & ~(((uint32_t)1 << a) - 1));
+                        x0 = _mm256_maskz_loadu_epi16(m, p0 + ir * s->w + ic);
+                        if (have1)
+                            x1 = _mm256_maskz_loadu_epi16(m, p1 + ir * s->w + ic);
+                    }
+                    _mm512_storeu_si512((void *)(d + 2 * (r * s->wo + c0)),
+                                        _mm512_permutexvar_epi16(
+                                            il, _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1,
+                                                                   1)));
+                }
+            memset(d + 2 * nr * s->wo, 0, (size_t)(q->Q - nr * s->wo) * 4);
+        }
+}
+
+/* The first position of block b of an image (b = ncb: the plane). */
+static int64_t hg_vtaps_col(const hg_vtaps *q, int64_t b)
+{
+    int64_t c = q->even ? b * ((q->s->plane + 15) / 16) / q->ncb * 16 : b * q->cb;
+    return c < q->s->plane ? c : q->s->plane;
+}
+
+/* Units [lo, hi) of (image, block of positions): its rows packed, then
+ * every 8 output channels over the block (48 positions a kernel), rounded
+ * into the output. */
+static int hg_vtaps_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_vtaps *q = (const hg_vtaps *)user;
+    const hg_conv *s = q->s;
+    char *area = q->ws + (size_t)opjit_thread_num(q->ctx) * q->per;
+    float *ct = (float *)(void *)area;
+    uint16_t *xl = (uint16_t *)(void *)(area + (size_t)32 * q->cb);
+    int64_t u, i, c, w, t;
+    hg_tapk tk;
+    tk.ntap = s->kh * s->kw;
+    tk.sa = q->rows_p * q->Cp;
+    tk.lda = q->Cp;
+    tk.Kp = q->Cp;
+    tk.ldp = 2 * q->Q;
+    for (t = 0; t < tk.ntap; t++) /* xl[kx], ky dh rows down */
+        tk.off[t] = 2 * (t % s->kw * (q->Cp / 2) * q->Q + t / s->kw * s->dh * s->wo);
+    for (u = lo; u < hi; u++) {
+        int64_t img = u / q->ncb, cs = hg_vtaps_col(q, u % q->ncb);
+        int64_t ce = hg_vtaps_col(q, u % q->ncb + 1), nc = (ce - cs + 15) / 16 * 16;
+        int64_t oh0 = cs / s->wo, oh1 = (ce - 1) / s->wo;
+        const uint16_t *b0 = xl + 2 * (cs - oh0 * s->wo);
+        hg_vtaps_pack(q, q->x + img * s->in_image, oh0, oh1 - oh0 + 1 + s->dh * (s->kh - 1),
+                      xl);
+        for (i = 0; i < s->og; i += 8) {
+            for (c = 0; c < nc; c += w) {
+                const uint16_t *a = q->wt + i * q->Cp;
+                w = nc - c;
+                w = w == 64 ? 32 : w >= 48 ? 48 : w >= 32 ? 32 : 16;
+                if (w == 48)
+                    hg_t8x48(&tk, a, b0 + 2 * c, ct + c, q->cb);
+                else if (w == 32)
+                    hg_t8x32(&tk, a, b0 + 2 * c, ct + c, q->cb);
+                else
+                    hg_t8x16(&tk, a, b0 + 2 * c, ct + c, q->cb);
+            }
+            hg_store(ct, q->cb, s->og - i < 8 ? s->og - i : 8, ce - cs,
+                     q->bias ? q->bias + i : NULL, q->out + (img * s->og + i) * s->plane + cs,
+                     s->plane);
+        }
+    }
+    return 0;
+}
+
+/* The stride-1 convolution per tap where it fits (one group, a tap
+ * spanning more than one position, at most 64 taps): 1 (*rc its status),
+ * else 0. */
+static int hg_conv_vtaps(opjit_ctx *ctx, const hg_conv *s, const void *x, const void *w,
+                         const float *bias, void *out, int *rc)
+{
+    hg_vtaps q;
+    int64_t T = opjit_num_threads(ctx), taps = s->kh * s->kw;
+    if (s->groups != 1 || s->sh != 1 || s->sw != 1 || taps < 2 || taps > 64)
+        return 0;
+    memset(&q, 0, sizeof q);
+    q.s = s;
+    q.ctx = ctx;
+    q.x = (const uint16_t *)x;
+    q.w = (const uint16_t *)w;
+    q.bias = bias;
+    q.out = (uint16_t *)out;
+    q.C = s->kdim / taps;
+    q.Cp = (q.C + 1) / 2 * 2;
+    q.rows_p = (s->og + 7) / 8 * 8;
+    /* a unit: 192 positions (4 kernels of 48), 384 over rows wider than 32
+     * (the rows below it, packed again by the next unit, cost less); with
+     * threads, units of about equal widths (about 96 over narrow rows: more
+     * of them balance the threads better), at least three a thread, a
+     * multiple of the threads */
+    q.cb = s->wo > 32 ? 384 : 192;
+    q.ncb = (s->plane + q.cb - 1) / q.cb;
+    if (T > 1) {
+        int64_t g = (s->plane + 15) / 16;
+        q.ncb = s->wo > 32 ? q.ncb : (s->plane + 95) / 96; /* 96: threads balance better */
+        q.ncb = q.ncb * s->n < 3 * T ? (3 * T + s->n - 1) / s->n : q.ncb;
+        q.ncb = (q.ncb + T - 1) / T * T;
+        q.ncb = q.ncb < g ? q.ncb : g;
+        q.cb = (g + q.ncb - 1) / q.ncb * 16;
+        q.even = 1;
+    }
+    /* a unit's rows: those its positions span (a partial row at each end)
+     * and kh - 1 dilated ones below; the columns its last kernel's whole
+     * vectors read past them (15) and the packing's stores' slack */
+    q.Q = ((q.cb + s->wo - 1) / s->wo + 1 + s->dh * (s->kh - 1)) * s->wo + 16 + 16;
+    q.per = (size_t)32 * q.cb + (size_t)(s->kw * (q.Cp / 2) * q.Q) * 4;
+    q.per = (q.per + 63) / 64 * 64;
+    *rc = -1;
+    if (!(q.wt = (uint16_t *)hg_ws(ctx, (size_t)(taps * q.rows_p * q.Cp) * 2)) ||
+        !(q.ws = (char *)hg_ws(ctx, (size_t)T * q.per)))
+        return 1;
+    if ((*rc = opjit_parallel_for(ctx, 0, s->og, 16, hg_vtaps_weights, &q)) == 0)
+        *rc = opjit_parallel_for(ctx, 0, s->n * q.ncb, 1, hg_vtaps_run, &q);
+    return 1;
+}
+
 /* out [n, groups og, plane] = conv, bfloat16 in and out, float32 sums. x
  * the input (bfloat16, dense), xw the same widened to float32 (needed
  * when s->sw > 1), w [groups og, kdim], bias widened or NULL; on tiles
@@ -1450,6 +1683,8 @@ static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const f
 #else
     (void)amx;
 #endif
+    if (!amx && hg_conv_vtaps(ctx, s, x, w, bias, out, &rc))
+        return rc;
     if (hg_conv_small(ctx, s, x, w, bias, out, wa, lwa, &rc))
         return rc;
     memset(&j, 0, sizeof j);

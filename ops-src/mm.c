@@ -4,9 +4,10 @@
  *   mm(Tensor self, Tensor mat2) -> Tensor
  *
  * self [n, k] times mat2 [k, m] gives a contiguous [n, m] of the same dtype:
- * float32, float64, float16 or bfloat16 (the 16-bit ones widened to
- * float32, multiplied by the float32 path and rounded once at the end,
- * half_wide.h).
+ * float32, float64, float16 or bfloat16 (summed in float32 and rounded
+ * once at the end: bfloat16 on gemm_half.h's GEMMs where the CPU has
+ * them, float16 on this file's float32 GEMM converting while it packs
+ * (below), else both widened to float32 first, half_wide.h).
  * Zero-size dimensions work: an empty product when n or m is 0, zeros when
  * k is 0.
  *
@@ -66,8 +67,9 @@
 typedef struct mm_job {
     opjit_ctx *ctx;
     int64_t n, k, m, lda, ldb;
-    int xt, yt, is64;
+    int xt, yt, is64, f16; /* f16: x, y, out float16 (mm_f16_chunk) */
     const void *x, *y;
+    const float *xw; /* f16: self widened whole (row-major, k a row), or NULL */
     void *out;
     int64_t rows;        /* rows a block */
     int64_t nb, npanels; /* fast path: columns a panel, panels */
@@ -151,9 +153,15 @@ static void mm_pack_panel(const mm_job *j, int64_t c0, int64_t nb, float *p)
  * packs the panel into p unless *packed says it is there. A column-major
  * self (xt) is read in place (lda 1): SG_MR consecutive floats a step of
  * k. */
+static void mm_f16_chunk(const mm_job *j, int64_t t, float *p, float *scr, int64_t *packed);
+
 static void mm_fast_chunk(const mm_job *j, int64_t t, float *p, float *scr, int64_t *packed)
 {
     int64_t panel = t % j->npanels, r0 = (t / j->npanels) * j->rows;
+    if (j->f16) {
+        mm_f16_chunk(j, t, p, scr, packed);
+        return;
+    }
     int64_t c0 = mm_panel_col(j, panel), nb = mm_panel_col(j, panel + 1) - c0;
     int64_t nr = j->n - r0 < j->rows ? j->n - r0 : j->rows;
     const float *x = (const float *)j->x + (j->xt ? r0 : r0 * j->lda);
@@ -171,11 +179,120 @@ static void mm_fast_chunk(const mm_job *j, int64_t t, float *p, float *scr, int6
     sg_gemm_ex(nr, nb, j->k, x, lda, aks, p, nb, out, j->m, scr, 0);
 }
 
+/* ---- float16 on the float32 GEMM, converting while packing ----
+ * Each panel of mat2 is widened as it is packed into the float32 [k,
+ * panel] block the micro-kernels read (hw_f16_widen: vcvtph2ps, 8 values
+ * an instruction), and each strip of results, summed in float32 in ct,
+ * is rounded once into the float16 output (vcvtps2ph, nearest even): no
+ * float32 copy of mat2 or of the result. Self is read by every panel: a
+ * row-major one is widened once, whole (mm_f16_self), a column-major one
+ * strip by strip (mm_f16_rows). Every element is the same chain of fused
+ * multiply-adds over k as the float32 path's on the widened operands: the
+ * widening path's bits, for any thread count. */
+
+/* Columns [c0, c0 + nb) of float16 mat2 into p (k x nbp floats, the
+ * columns past nb zero); a column-major mat2 SG_W columns at a time,
+ * each widened into tmp (SG_W x k) and transposed from there. */
+static void mm_f16_panel(const mm_job *j, int64_t c0, int64_t nb, int64_t nbp, float *p,
+                         float *tmp)
+{
+    const uint16_t *y = (const uint16_t *)j->y;
+    int64_t r, c, w;
+    if (!j->yt) {
+        for (r = 0; r < j->k; r++) {
+            hw_f16_widen(y + r * j->ldb + c0, p + r * nbp, nb);
+            memset(p + r * nbp + nb, 0, (size_t)(nbp - nb) * sizeof(float));
+        }
+        return;
+    }
+    for (c = 0; c < nbp; c += SG_W) { /* element (r, c) at y[c * ldb + r] */
+        w = nb - c < SG_W ? nb - c : SG_W; /* >= 1: nbp - nb < SG_W */
+        for (r = 0; r < w; r++)
+            hw_f16_widen(y + (c0 + c + r) * j->ldb, tmp + r * j->k, j->k);
+        memset(tmp + w * j->k, 0, (size_t)((SG_W - w) * j->k) * sizeof(float));
+        sg_transpose(tmp, j->k, SG_W, j->k, p + c, nbp);
+    }
+}
+
+/* Rows [i, i + rows) of self (rows <= SG_MR) as the micro-kernels read
+ * them, *lda and *aks set: row-major self, widened whole (j->xw), in
+ * place (lda k, aks 1; the last rows copied into a, zero-padded);
+ * column-major float16 self widened into the strip a, SG_MR values a
+ * step of k (lda 1, aks SG_MR). */
+static const float *mm_f16_rows(const mm_job *j, int64_t i, int64_t rows, float *a,
+                                int64_t *lda, int64_t *aks)
+{
+    const uint16_t *x = (const uint16_t *)j->x;
+    int64_t r, q;
+    if (j->xw) {
+        *lda = j->k;
+        *aks = 1;
+        if (rows == SG_MR)
+            return j->xw + i * j->k;
+        memcpy(a, j->xw + i * j->k, (size_t)(rows * j->k) * sizeof(float));
+        memset(a + rows * j->k, 0, (size_t)((SG_MR - rows) * j->k) * sizeof(float));
+        return a;
+    }
+    /* element (i, q) at x[q * lda + i] */
+    if (rows == SG_MR)
+        for (q = 0; q < j->k; q++)
+            hw_f16_widen(x + q * j->lda + i, a + q * SG_MR, SG_MR);
+    else
+        for (q = 0; q < j->k; q++)
+            for (r = 0; r < SG_MR; r++)
+                a[q * SG_MR + r] = r < rows ? opjit_f16_to_f32(x[q * j->lda + i + r]) : 0.0f;
+    *lda = 1;
+    *aks = SG_MR;
+    return a;
+}
+
+/* The float16 chunk t of j: mm_fast_chunk's blocks; scr holds a strip of
+ * self (SG_MR x k), one of results (SG_MR x nbp) and, for a column-major
+ * mat2, SG_W x k for its packing. */
+static void mm_f16_chunk(const mm_job *j, int64_t t, float *p, float *scr, int64_t *packed)
+{
+    int64_t panel = t % j->npanels, r0 = (t / j->npanels) * j->rows;
+    int64_t c0 = mm_panel_col(j, panel), nb = mm_panel_col(j, panel + 1) - c0;
+    int64_t nbp = (nb + SG_W - 1) / SG_W * SG_W, r1 = j->n - r0 < j->rows ? j->n : r0 + j->rows;
+    float *a = scr, *ct = a + SG_MR * j->k, *tmp = ct + SG_MR * nbp;
+    uint16_t *out = (uint16_t *)j->out;
+    int64_t i, c, w, r, lda, aks;
+    if (*packed != panel) {
+        mm_f16_panel(j, c0, nb, nbp, p, tmp);
+        *packed = panel;
+    }
+    for (i = r0; i < r1; i += SG_MR) {
+        int64_t rows = r1 - i < SG_MR ? r1 - i : SG_MR;
+        const float *as = mm_f16_rows(j, i, rows, a, &lda, &aks);
+        for (c = 0; c < nbp; c += w) { /* 3 vectors of columns a call (4 left: two of 2) */
+            w = nbp - c;
+            w = w == 4 * SG_W ? 2 * SG_W : w >= 3 * SG_W ? 3 * SG_W : w >= 2 * SG_W ? 2 * SG_W
+                                                                               : SG_W;
+            if (w == 3 * SG_W)
+                sg_k3(j->k, as, lda, aks, p + c, nbp, ct + c, nbp, c + 3 * SG_W < nbp, 0);
+            else if (w == 2 * SG_W)
+                sg_k2(j->k, as, lda, aks, p + c, nbp, ct + c, nbp, 0);
+            else
+                sg_k1(j->k, as, lda, aks, p + c, nbp, ct + c, nbp, 0);
+        }
+        for (r = 0; r < rows; r++)
+            hw_f16_narrow(ct + r * nbp, out + (i + r) * j->m + c0, nb);
+    }
+}
+
+/* Whether the GEMM packs its own panels of mat2 (SG_PACK, a row-major
+ * float32 mat2): then a call takes every column and no thread copies a
+ * panel. float16 panels are always converted into a thread's copy. */
+static int mm_gemm_packs(const mm_job *j)
+{
+    return SG_PACK && !j->yt && !j->f16;
+}
+
 /* Floats of a thread's copy of a panel of mat2: none where the GEMM packs
- * its own (SG_PACK, a row-major mat2). */
+ * its own. */
 static int64_t mm_panel_floats(const mm_job *j)
 {
-    return SG_PACK && !j->yt ? 0 : j->k * j->nb;
+    return mm_gemm_packs(j) ? 0 : j->k * j->nb;
 }
 
 /* Chunk t of j on this thread's area: a 64-byte header (the panel packed
@@ -215,8 +332,8 @@ static int mm_fast_rows(opjit_ctx *ctx, mm_job *j)
 {
     float *copy;
     int rc;
-    if (!j->xt || j->lda * (int64_t)sizeof(float) <= MM_XT_INPLACE)
-        return 0;
+    if (!j->xt || j->f16 || j->lda * (int64_t)sizeof(float) <= MM_XT_INPLACE)
+        return 0; /* float16: its strips are widened from either layout */
     if (!(copy = (float *)opjit_workspace(ctx, (size_t)(j->n * j->k) * sizeof(float))))
         return -1;
     j->ws = (char *)copy;
@@ -245,15 +362,15 @@ static int64_t mm_fast_plan(mm_job *j, int64_t T)
 {
     int64_t nb, np, nr = 1;
     nb = ((int64_t)384 << 10) / 4 / j->k / MM_SUB * MM_SUB;
-    if (SG_PACK) /* a column-major mat2, copied: one call's rows of self
-                  * should meet many columns, 2 MB of mat2 (in L3) */
+    if (SG_PACK && !j->f16) /* a float32 column-major mat2, copied: one call's rows
+                             * of self should meet many columns, 2 MB of mat2 (in L3) */
         nb = ((int64_t)2 << 20) / 4 / j->k / MM_SUB * MM_SUB;
     if (nb < MM_SUB)
         nb = MM_SUB;
     np = (j->m + nb - 1) / nb;
-    if (SG_PACK && !j->yt)
+    if (mm_gemm_packs(j))
         np = T > 1 && j->n < 3 * T * 32 ? 3 * T : 1;
-    if (T > 1 && !(SG_PACK && !j->yt && np == 1)) {
+    if (T > 1 && !(mm_gemm_packs(j) && np == 1)) {
         int64_t most = j->m / 32 > 1 ? j->m / 32 : 1;
         np = np < 3 * T ? 3 * T : np;
         np = (np + T - 1) / T * T;
@@ -261,7 +378,7 @@ static int64_t mm_fast_plan(mm_job *j, int64_t T)
     }
     j->npanels = np;
     j->nb = ((j->m + np - 1) / np + 15) / 16 * 16 + 16; /* the widest */
-    if (SG_PACK && !j->yt && np == 1 && T > 1) {
+    if (mm_gemm_packs(j) && np == 1 && T > 1) {
         nr = 3 * T;
     } else if (T > 1 && np < 2 * T && j->n >= 128) {
         nr = (3 * T + np - 1) / np;
@@ -272,6 +389,8 @@ static int64_t mm_fast_plan(mm_job *j, int64_t T)
     j->rows = (j->rows + SG_MR - 1) / SG_MR * SG_MR;
     j->per = (64 + (size_t)(mm_panel_floats(j) + 16) * sizeof(float) + sg_sgemm_scratch(j->k) +
               63) / 64 * 64;
+    if (j->f16) /* mm_f16_chunk's scratch: a strip of self, of results, a column block */
+        j->per += (size_t)((SG_MR + SG_W) * j->k + SG_MR * (j->nb + SG_W)) * sizeof(float);
     return np * ((j->n + j->rows - 1) / j->rows);
 }
 
@@ -460,7 +579,84 @@ static int mm_widened(opjit_ctx *ctx, int kind, const DLTensor *t, mm_operand *o
 
 /* The path of a 16-bit call (half_wide.h's hw_path: HW_WIDEN, or HW_GEMM
  * with HW_SCAN and HW_AMX bits), or -1 with the error recorded. */
-static int mm_path(opjit_ctx *ctx, int kind) { return hw_path(ctx, kind, HG_HAVE()); }
+#ifdef SG_FAST
+#define MM_F16_HAVE() (sg_fast_ok() ? HW_GEMM : 0)
+#else
+#define MM_F16_HAVE() 0
+#endif
+static int mm_path(opjit_ctx *ctx, int kind)
+{
+    return hw_path(ctx, kind, kind == HW_F16 ? MM_F16_HAVE() : HG_HAVE());
+}
+
+#ifdef SG_FAST
+/* A row-major float16 self widened whole into j->xw (one pass, k floats
+ * a row): the micro-kernels read self in place, each strip once a panel;
+ * converting strips (a column-major self) costs that again per panel,
+ * about 10% of mm 2048's time. 0, or -1 with the error recorded. */
+static int mm_f16_self(opjit_ctx *ctx, mm_job *j)
+{
+    float *w;
+    int64_t r;
+    if (j->xt)
+        return 0;
+    if (j->lda == j->k)
+        return (j->xw = hw_widen(ctx, HW_F16, j->x, j->n * j->k)) ? 0 : -1;
+    if (!(w = hw_scratch(ctx, j->n * j->k)))
+        return -1;
+    for (r = 0; r < j->n; r++) /* rows lda apart (a slice of columns) */
+        hw_f16_widen((const uint16_t *)j->x + r * j->lda, w + r * j->k, j->k);
+    j->xw = w;
+    return 0;
+}
+#endif
+
+/* out [n, m] = x [n, k] y [k, m] in float16 on the float32 GEMM,
+ * converting while packing (mm_f16_chunk). 0, or the status of the
+ * failure recorded. */
+static int mm_f16(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, mm_operand x, mm_operand y,
+                  void *out)
+{
+#ifdef SG_FAST
+    mm_job j;
+    if (n == 0 || m == 0)
+        return 0;
+    if (k == 0) {
+        memset(out, 0, (size_t)(n * m) * sizeof(uint16_t));
+        return 0;
+    }
+    mm_job_init(&j, ctx, 0, n, k, m, x, y, out);
+    j.f16 = 1;
+    if (mm_f16_self(ctx, &j))
+        return -1;
+    return mm_fast(ctx, &j);
+#else
+    (void)n, (void)k, (void)m, (void)x, (void)y, (void)out;
+    return opjit_fail(ctx, "no float16 GEMM in this tier");
+#endif
+}
+
+/* mm_backward's products in float16 (mm_grads' on mm_f16): gx [n, k] =
+ * g y^T and gy [k, m] = x^T g, each where not NULL. */
+static int mm_f16_grads(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, mm_operand g,
+                        mm_operand x, mm_operand y, void *gx, void *gy)
+{
+    int rc;
+#ifdef SG_FAST
+    if (gx && gy && n && k && m) {
+        mm_job a, b;
+        mm_job_init(&a, ctx, 0, n, m, k, g, mm_transposed(y), gx);
+        mm_job_init(&b, ctx, 0, k, n, m, mm_transposed(x), g, gy);
+        a.f16 = b.f16 = 1;
+        if (mm_f16_self(ctx, &a) || mm_f16_self(ctx, &b))
+            return -1;
+        return mm_fast_pair(ctx, &a, &b);
+    }
+#endif
+    if (gx && (rc = mm_f16(ctx, n, m, k, g, mm_transposed(y), gx)) != 0)
+        return rc;
+    return gy ? mm_f16(ctx, k, n, m, mm_transposed(x), g, gy) : 0;
+}
 
 /* Whether the bfloat16 GEMM takes the n operands o (o[i]: rows[i] x
  * cols[i]) on path: 1; 0 where one holds a subnormal (HW_SCAN), -1 with
@@ -507,8 +703,11 @@ static int mm_half(opjit_ctx *ctx, int kind, const DLTensor *x, const DLTensor *
     if (path != HW_WIDEN) {
         mm_operand o[2];
         int64_t rows[2] = {n, k}, cols[2] = {k, m};
-        if (mm_operand_of(ctx, x, "self", &o[0]) || mm_operand_of(ctx, y, "mat2", &o[1]) ||
-            (dot = mm_use_dot(ctx, path, 2, o, rows, cols)) < 0)
+        if (mm_operand_of(ctx, x, "self", &o[0]) || mm_operand_of(ctx, y, "mat2", &o[1]))
+            return -1;
+        if (kind == HW_F16)
+            return mm_f16(ctx, n, k, m, o[0], o[1], out);
+        if ((dot = mm_use_dot(ctx, path, 2, o, rows, cols)) < 0)
             return -1;
         if (dot)
             return mm_dot(ctx, path, n, k, m, o[0], o[1], out);
@@ -581,6 +780,9 @@ static int mm_backward_half(opjit_ctx *ctx, int kind, const DLTensor *g, const D
             (want[0] && mm_operand_of(ctx, y, "mat2", &o[no++])) ||
             (want[1] && mm_operand_of(ctx, x, "self", &o[no++])))
             return -1;
+        if (kind == HW_F16)
+            return mm_f16_grads(ctx, n, k, m, o[0], o[no - 1], o[1], want[0] ? gx : NULL,
+                                want[1] ? gy : NULL);
         if (!want[0]) { /* o[1] is self */
             rows[1] = n;
             cols[1] = k;

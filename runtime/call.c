@@ -305,6 +305,16 @@ static int api_device_id(opjit_ctx *ctx) { return ctx ? ctx->device_id : -1; }
 
 static int api_env_flag(const char *name, int dflt) { return settings_op_flag(name, dflt); }
 
+static int api_half_kernel(opjit_ctx *ctx)
+{
+    const char *bad;
+    int k = settings_half_kernel(&bad);
+    if (k < 0)
+        return api_fail(ctx, "OPJIT_HALF_KERNEL is '%s': expected auto, amx, dot, wide or nothing",
+                        bad), -1;
+    return k;
+}
+
 const opjit_api runtime_api = {
     .abi_version = OPJIT_ABI_VERSION,
     .size = sizeof(opjit_api),
@@ -320,6 +330,7 @@ const opjit_api runtime_api = {
     .stream = cuda_api_stream,
     .synchronize = cuda_api_synchronize,
     .env_flag = api_env_flag,
+    .half_kernel = api_half_kernel,
     .parallel_for = api_parallel_for,
     .num_threads = api_num_threads,
     .thread_num = api_thread_num,

@@ -305,3 +305,18 @@ int settings_op_flag(const char *name, int dflt)
     int v = name ? env_bool_parse(getenv(name), dflt) : dflt;
     return v < 0 ? dflt : v;
 }
+
+int settings_half_kernel(const char **bad)
+{
+    static const char *const names[] = {"auto", "wide", "dot", "amx"};
+    const char *e = getenv("OPJIT_HALF_KERNEL");
+    int i;
+    *bad = NULL;
+    if (!e || !*e)
+        return 0;
+    for (i = 0; i < 4; i++)
+        if (!strcmp(e, names[i]))
+            return i; /* opjit_op.h's OPJIT_HALF_AUTO .. OPJIT_HALF_AMX, in this order */
+    *bad = e;
+    return -1;
+}

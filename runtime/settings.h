@@ -93,4 +93,9 @@ const settings_libs *settings_libs_get(void);
  * own switches, not the library's settings), read at each call. */
 int settings_op_flag(const char *name, int dflt);
 
+/* $OPJIT_HALF_KERNEL, read at each call (the op API's half_kernel):
+ * 0 auto (unset or empty too), 1 wide, 2 dot, 3 amx (opjit_op.h's
+ * OPJIT_HALF_*); -1 for another value, which *bad then points to. */
+int settings_half_kernel(const char **bad);
+
 #endif

@@ -13,7 +13,11 @@
  * threads. Where the CPU has AMX (AMX-TILE, AMX-BF16), the same checks
  * run again with the tile kernels forced ($OPJIT_HALF_KERNEL=amx), on
  * shapes that reach each of their paths; elsewhere they are skipped, said
- * on stderr, and "amx" must be an error that says why. Mixed dtypes are
+ * on stderr, and "amx" must be an error that says why. float16 mm in the
+ * optimizing tier (the float32 GEMM converting while it packs, mm.c) must
+ * give the widening path's bits at each CPU level the tier builds, on
+ * adversarial operands and views, within the float64 bound, for any
+ * thread count. Mixed dtypes are
  * refused as torch refuses them, and the shape rules say the output has
  * the input's dtype. */
 #include <math.h>
@@ -535,6 +539,13 @@ static void bf16_within_float32_bound(void)
         conv_bound_case(rt, 1, 32, 7, 40, 1, 1, 0, 1, adv);
         conv_bound_case(rt, 2, 33, 5, 17, 1, 1, 0, 1, adv);
         conv_bound_case(rt, 1, 5, 11, 9, 5, 1, 2, 1, adv);
+        /* stride 1 per tap on vdpbf16ps (gemm_half.h's hg_conv_vtaps):
+         * dilation, an odd channel count, a 2x2 kernel without padding,
+         * a plane of several blocks */
+        conv_dil_case(rt, 2, 16, 26, 24, 3, 1, 2, 2, 1, adv);
+        conv_dil_case(rt, 1, 33, 20, 20, 3, 1, 1, 1, 1, adv);
+        conv_dil_case(rt, 2, 6, 9, 10, 2, 1, 0, 1, 1, adv);
+        conv_dil_case(rt, 1, 8, 40, 12, 3, 1, 1, 1, 1, adv);
     }
     opjit_destroy(rt);
 }
@@ -679,6 +690,175 @@ static void bf16_path_picked_by_cpu(void)
     }
 }
 
+/* ---- float16 mm on the float32 GEMM, converting while packing (the
+ * optimizing tier on x86-64-v3 and up, by default; the portable level
+ * and the baseline tier widen) ------------------------------------------ */
+
+/* Random float16 values, some adversarial: subnormals, magnitudes near
+ * the largest (65504), and where asked one infinity and one NaN. */
+static void f16_adversarial(pair *p, int special)
+{
+    for (int64_t i = 0; i < p->n; i++) {
+        uint32_t r = (uint32_t)(rnd() * 1000.0f + 1000.0f);
+        if (r % 13 == 0)
+            p->h[i] = (uint16_t)((r & 1 ? 0x8000u : 0) | (0x0001u + r % 0x3ffu)); /* subnormal */
+        else if (r % 29 == 0)
+            p->h[i] = opjit_f32_to_f16(rnd() * 65504.0f);
+        p->f[i] = opjit_f16_to_f32(p->h[i]);
+    }
+    if (special && p->n > 2) {
+        p->h[p->n / 2] = 0xfc00u; /* -infinity */
+        p->h[p->n / 3] = 0x7e01u; /* a NaN with a payload */
+        p->f[p->n / 2] = opjit_f16_to_f32(p->h[p->n / 2]);
+        p->f[p->n / 3] = opjit_f16_to_f32(p->h[p->n / 3]);
+    }
+}
+
+/* got (float16) against ref (float64), mag = the sum of |products|, k
+ * terms: a float32 sum over k rounded once to float16 is within 2^-11
+ * (|ref| + e) + e + 2^-25 (half float16's smallest subnormal) of ref, e
+ * = k 2^-24 mag; past float16's range (65520) an infinity of ref's sign.
+ * NaN and the infinities must match. */
+static int within_f16(uint16_t got16, double ref, double mag, int64_t k)
+{
+    double got = opjit_f16_to_f32(got16);
+    double e = (double)k * ldexp(1.0, -24) * mag * 1.01;
+    if (isnan(ref))
+        return isnan(got);
+    if (isinf(ref) || (isinf(got) && fabs(ref) + e >= 65520.0))
+        return isinf(got) && (got > 0) == (ref > 0);
+    return fabs(got - ref) <= ldexp(1.0, -11) * (fabs(ref) + e) + e + ldexp(1.0, -25);
+}
+
+/* x [n, k] (element (i, q) at x[i * sx + q * sq]) times y [k, m] (element
+ * (q, c) at y[q * sy + c * sc]) in float64 against got [n, m] (float16):
+ * how many are outside within_f16's bound. */
+static int64_t mm_bad_f16(const float *x, int64_t sx, int64_t sq, const float *y, int64_t sy,
+                          int64_t sc, const uint16_t *got, int64_t n, int64_t k, int64_t m)
+{
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t c = 0; c < m; c++) {
+            double ref = 0, mag = 0;
+            for (int64_t q = 0; q < k; q++) {
+                double t = (double)x[i * sx + q * sq] * (double)y[q * sy + c * sc];
+                ref += t;
+                mag += fabs(t);
+            }
+            bad += !within_f16(got[i * m + c], ref, mag, k);
+        }
+    return bad;
+}
+
+/* mm and mm_backward in float16 on adversarial operands: the float64
+ * bound (mm's and both gradients'), and the bits of round(float32 op) on
+ * the widened operands. special: an infinity and a NaN in self (bits only:
+ * the bound holds nothing past a NaN). */
+static void f16_mm_case(opjit_runtime *rt, int64_t n, int64_t k, int64_t m, int special)
+{
+    pair x, y, g;
+    DLManagedTensor *o[2] = {0};
+    pair_init(&x, F16, 2, (int64_t[]){n, k});
+    pair_init(&y, F16, 2, (int64_t[]){k, m});
+    pair_init(&g, F16, 2, (int64_t[]){n, m});
+    f16_adversarial(&x, special);
+    f16_adversarial(&y, 0);
+    f16_adversarial(&g, 0);
+    opjit_value hv[3] = {opjit_tensor(&x.th), opjit_tensor(&y.th)};
+    opjit_value fv[3] = {opjit_tensor(&x.tf), opjit_tensor(&y.tf)};
+    same_bits(rt, "mm", F16, "mm adversarial", hv, fv, 2, 1);
+    opjit_value hb[3] = {opjit_tensor(&g.th), opjit_tensor(&x.th), opjit_tensor(&y.th)};
+    opjit_value fb[3] = {opjit_tensor(&g.tf), opjit_tensor(&x.tf), opjit_tensor(&y.tf)};
+    same_bits(rt, "mm_backward", F16, "mm_backward adversarial", hb, fb, 3, 2);
+    if (!special && call(rt, "mm", hv, 2, o, 1)) {
+        int64_t bad = mm_bad_f16(x.f, k, 1, y.f, m, 1, o[0]->dl_tensor.data, n, k, m);
+        CHECKF(bad == 0, "f16 mm %lldx%lldx%lld: %lld outside the bound", (long long)n,
+               (long long)k, (long long)m, (long long)bad);
+        o[0]->deleter(o[0]);
+    }
+    if (!special && call(rt, "mm_backward", hb, 3, o, 2)) {
+        int64_t bad = mm_bad_f16(g.f, m, 1, y.f, 1, m, o[0]->dl_tensor.data, n, m, k) +
+                      mm_bad_f16(x.f, 1, k, g.f, m, 1, o[1]->dl_tensor.data, k, n, m);
+        CHECKF(bad == 0, "f16 mm_backward %lldx%lldx%lld: %lld outside the bound", (long long)n,
+               (long long)k, (long long)m, (long long)bad);
+        o[0]->deleter(o[0]);
+        o[1]->deleter(o[1]);
+    }
+    pair_free(&x);
+    pair_free(&y);
+    pair_free(&g);
+}
+
+/* A column-major mat2 (the data of [m, k] read as [k, m]) and a self
+ * whose rows are a slice of wider ones (leading dimension past k): the
+ * bits of round(float32 op), which reads the same views. */
+static void f16_views(opjit_runtime *rt)
+{
+    pair x, y;
+    pair_init(&x, F16, 2, (int64_t[]){45, 90});
+    pair_init(&y, F16, 2, (int64_t[]){70, 61});
+    int64_t xs[2] = {45, 61}, xst[2] = {90, 1}, ys[2] = {61, 70}, yst[2] = {1, 61};
+    x.th.shape = x.tf.shape = xs;
+    x.th.strides = x.tf.strides = xst;
+    y.th.shape = y.tf.shape = ys;
+    y.th.strides = y.tf.strides = yst;
+    opjit_value hv[2] = {opjit_tensor(&x.th), opjit_tensor(&y.th)};
+    opjit_value fv[2] = {opjit_tensor(&x.tf), opjit_tensor(&y.tf)};
+    same_bits(rt, "mm", F16, "mm sliced self, transposed mat2", hv, fv, 2, 1);
+    pair_free(&x);
+    pair_free(&y);
+}
+
+/* The float16 GEMM at each CPU level the tier builds here: the default
+ * (the CPU's best), avx2, portable (no F16C there: the widening path with
+ * element-by-element conversions); the same bits as round(float32 op) on
+ * random, adversarial and special operands and views, within the float64
+ * bound, and the same bits for 1, 2 and 3 threads. */
+static void f16_packed(void)
+{
+    static const char *const levels[] = {"", "avx2", "portable"};
+    static const int64_t sizes[][3] = {{37, 53, 29}, {300, 200, 500}, {8, 1, 16},
+                                       {17, 3, 65},  {1, 257, 47},    {64, 64, 64},
+                                       {130, 700, 90}};
+    if (!opt_tier()) {
+        fprintf(stderr, "-- not the optimizing tier: the float16 GEMM checks are skipped\n");
+        return;
+    }
+    unsetenv("OPJIT_HALF_KERNEL");
+    for (size_t l = 0; l < sizeof levels / sizeof *levels; l++) {
+        if (*levels[l])
+            setenv("OPJIT_CPU_LEVEL", levels[l], 1);
+        opjit_runtime *rt = new_runtime(1, 2);
+        if (rt) {
+            mm_cases(rt, F16);
+            f16_views(rt);
+            for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+                f16_mm_case(rt, sizes[i][0], sizes[i][1], sizes[i][2], 0);
+            f16_mm_case(rt, 37, 53, 29, 1);
+            f16_mm_case(rt, 300, 200, 500, 1);
+            opjit_destroy(rt);
+        }
+        pair x, y;
+        pair_init(&x, F16, 2, (int64_t[]){300, 200});
+        pair_init(&y, F16, 2, (int64_t[]){200, 500});
+        f16_adversarial(&x, 0);
+        opjit_value mv[2] = {opjit_tensor(&x.th), opjit_tensor(&y.th)};
+        int64_t n1 = 0, n2 = 0, n3 = 0;
+        uint16_t *a = output_with(1, "mm", mv, 2, &n1), *b = output_with(2, "mm", mv, 2, &n2);
+        uint16_t *c = output_with(3, "mm", mv, 2, &n3);
+        CHECKF(a && b && c && n1 == n2 && n1 == n3 && memcmp(a, b, (size_t)n1 * 2) == 0 &&
+                   memcmp(a, c, (size_t)n1 * 2) == 0,
+               "float16 mm, OPJIT_CPU_LEVEL=%s: not the same bits for 1, 2 and 3 threads",
+               levels[l]);
+        free(a);
+        free(b);
+        free(c);
+        pair_free(&x);
+        pair_free(&y);
+        unsetenv("OPJIT_CPU_LEVEL");
+    }
+}
+
 /* A bad $OPJIT_HALF_KERNEL is an error, not a silent default. */
 static void half_kernel_knob_checked(void)
 {
@@ -710,6 +890,7 @@ int main(void)
     T_RUN(bf16_same_bits_any_threads);
     T_RUN(bf16_amx_forced);
     T_RUN(bf16_path_picked_by_cpu);
+    T_RUN(f16_packed);
     T_RUN(half_kernel_knob_checked);
     return t_done();
 }

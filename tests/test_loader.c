@@ -1439,6 +1439,35 @@ static void ops_read_boolean_settings_like_opjit(void)
     opjit_destroy(rt);
 }
 
+/* $OPJIT_HALF_KERNEL through the op API (opjit_half_kernel), read at each
+ * call; another value fails the call with a message that says what is
+ * expected (the op need not return the -1 it gets). */
+static void ops_read_the_half_kernel_setting(void)
+{
+    const char *d = tmpdir_new();
+    write_const_op_ex(d, "qal_half.c", "qal_half", "opjit_half_kernel(ctx)", NULL);
+    opjit_runtime *rt = rt_new();
+    opjit_op *op = NULL;
+    CHECK(opjit_load_file(rt, pjoin(d, "qal_half.c"), &op, NULL) == OPJIT_OK);
+    static const struct {
+        const char *value;
+        long want;
+    } cases[] = {{NULL, OPJIT_HALF_AUTO}, {"", OPJIT_HALF_AUTO}, {"auto", OPJIT_HALF_AUTO},
+                 {"wide", OPJIT_HALF_WIDE}, {"dot", OPJIT_HALF_DOT}, {"amx", OPJIT_HALF_AMX},
+                 {"fast", CALL_FAILED}, {"Wide", CALL_FAILED}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].value)
+            setenv("OPJIT_HALF_KERNEL", cases[i].value, 1);
+        else
+            unsetenv("OPJIT_HALF_KERNEL");
+        CHECK_VALUE(call_value(rt, op), cases[i].want);
+        if (cases[i].want == CALL_FAILED)
+            CHECK_STR_CONTAINS(opjit_errmsg(rt), "expected auto, amx, dot, wide or nothing");
+    }
+    unsetenv("OPJIT_HALF_KERNEL");
+    opjit_destroy(rt);
+}
+
 static void status_strings(void)
 {
     for (int s = 0; s < OPJIT_STATUS_COUNT; s++) {
@@ -1668,6 +1697,7 @@ int main(void)
     T_RUN(loading_shipped_ops_keeps_the_stack_noexec);
     T_RUN(an_entry_without_gnu_stack_is_rebuilt);
     T_RUN(ops_read_boolean_settings_like_opjit);
+    T_RUN(ops_read_the_half_kernel_setting);
     T_RUN(status_strings);
     tmpdirs_remove();
     return t_done();
