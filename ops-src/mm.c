@@ -269,7 +269,8 @@ static void mm_f16_chunk(const mm_job *j, int64_t t, float *p, float *scr, int64
             w = w == 4 * SG_W ? 2 * SG_W : w >= 3 * SG_W ? 3 * SG_W : w >= 2 * SG_W ? 2 * SG_W
                                                                                : SG_W;
             if (w == 3 * SG_W)
-                sg_k3(j->k, as, lda, aks, p + c, nbp, ct + c, nbp, c + 3 * SG_W < nbp, 0);
+                sg_k3(j->k, as, lda, aks, p + c, nbp, ct + c, nbp,
+                      c + 3 * SG_W < nbp ? p + c + 3 * SG_W : NULL, nbp, NULL, 0);
             else if (w == 2 * SG_W)
                 sg_k2(j->k, as, lda, aks, p + c, nbp, ct + c, nbp, 0);
             else
