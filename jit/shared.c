@@ -22,13 +22,19 @@ const char *jit_host_target(void)
  * per component a cache hit would pay). */
 int jit_file_id(const char *prefix, const char *path, char *out, size_t n)
 {
-    char buf[PATH_MAX + 128];
     struct stat st;
     if (!path || !path[0] || stat(path, &st) != 0)
         return 0;
+    return jit_file_id_of(prefix, path, &st, out, n);
+}
+
+int jit_file_id_of(const char *prefix, const char *path, const struct stat *st, char *out,
+                   size_t n)
+{
+    char buf[PATH_MAX + 128];
     int len = snprintf(buf, sizeof buf, "%s\n%llu %llu %lld %lld.%09ld", path,
-                       (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
-                       (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+                       (unsigned long long)st->st_dev, (unsigned long long)st->st_ino,
+                       (long long)st->st_size, (long long)st->st_mtim.tv_sec, st->st_mtim.tv_nsec);
     XXH128_hash_t h = XXH3_128bits(buf, (size_t)len < sizeof buf ? (size_t)len : sizeof buf);
     snprintf(out, n, "%s:%016llx%016llx", prefix, (unsigned long long)h.high64,
              (unsigned long long)h.low64);

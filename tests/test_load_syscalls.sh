@@ -16,7 +16,7 @@
 #   may name looked up once (however many files include it), the entry's
 #   directory not stat()ed before its lock;
 #   a .cu cache hit (where NVRTC is here to fill the cache): no NVRTC
-#   loaded, an index entry's small key read, not mapped, the entry not
+#   loaded (its file stat()ed once, for its id), an index entry's small key read, not mapped, the entry not
 #   stat()ed twice for a probe, and no 64 KiB buffer for the toolkit
 #   headers' hash.
 # Skipped (77) without strace.
@@ -104,6 +104,8 @@ if run env OPJIT_CUDA_ARCHS=sm_90 "$CLI" load "$S/ops-src/nms.cu" && [[ $rc == 0
     OPJIT_CUDA_ARCHS=sm_90 traced cuhit load "$S/ops-src/nms.cu"
     expect "a .cu cache hit" 0 "cache hit"
     none "cu hit: NVRTC not loaded" cuhit 'open(at)?\(.*libnvrtc[^"]*", O_RDONLY'
+    # Its file id comes from the stat that found it: one, not two.
+    none "cu hit: NVRTC's file stat()ed once" cuhit 'stat[a-z0-9]*\((AT_FDCWD, )?"[^"]*libnvrtc[^"]*", \{' 1
     # Each index entry's directory: one lstat for the probe, not two.
     dup=$(grep -oE "stat[a-z0-9]*\((AT_FDCWD, )?\"$C/v1/entries/[^\"]*\"" "$T/cuhit.trace" |
           sort | uniq -d | head -1)
