@@ -355,11 +355,11 @@ static int cu_version_in(const char *text, int at_end, char *version, size_t n)
     return 0;
 }
 
-/* CUDA_VERSION from cuda.h's first 256 KiB, read 16 KiB at a time until
- * it is found (it is in the first page or so): "unknown" when not. */
+/* CUDA_VERSION from cuda.h's first 256 KiB, read 4 KiB at a time until
+ * it is found (some 14 KiB in, in CUDA 13): "unknown" when not. */
 static void cu_version_of(const char *path, char *version, size_t n)
 {
-    enum { CHUNK = 16384, KEEP = 128, LIMIT = 256 << 10 };
+    enum { CHUNK = 4096, KEEP = 128, LIMIT = 256 << 10 }; /* a page of stack, not four */
     char buf[KEEP + CHUNK + 1];
     size_t have = 0, total = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
