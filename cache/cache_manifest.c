@@ -550,15 +550,16 @@ static int cache_check_listing(int dfd, const cache_manifest *m, char *why, size
             return cache_damaged(why, whylen, "manifest lists artifact %s twice", esc);
         }
     /* getdents64 into a small buffer: a DIR would malloc 32 KiB (pages a
-     * fresh process faults in) to list an entry of a few files. Opened
-     * anew: its own offset, whatever dfd's. */
-    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = OPJIT_OK;
+     * fresh process faults in) to list an entry of a few files. dfd
+     * itself, not opened anew: cache_check opened it and lists it once,
+     * from its start. */
+    int rc = OPJIT_OK;
     union {
         char b[2048];
         struct dirent64 align;
     } buf;
     for (ssize_t got = 1; rc == OPJIT_OK && got > 0;) {
-        got = fd < 0 ? -1 : getdents64(fd, buf.b, sizeof buf.b);
+        got = getdents64(dfd, buf.b, sizeof buf.b);
         if (got < 0)
             rc = cache_failed(why, whylen, errno, "cannot list the entry");
         for (ssize_t off = 0; rc == OPJIT_OK && off < got;) {
@@ -572,8 +573,6 @@ static int cache_check_listing(int dfd, const cache_manifest *m, char *why, size
             rc = cache_damaged(why, whylen, "holds %s, a file its manifest does not list", esc);
         }
     }
-    if (fd >= 0)
-        close(fd);
     free(names);
     return rc;
 }

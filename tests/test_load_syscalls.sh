@@ -14,7 +14,8 @@
 #   checked through a mapping (not read into the heap, its headers again),
 #   no uname (the host triple is the build's), each path a local include
 #   may name looked up once (however many files include it), the entry's
-#   directory not stat()ed before its lock;
+#   directory not stat()ed before its lock, nor opened a second time to
+#   list it;
 #   a .cu cache hit (where NVRTC is here to fill the cache): no NVRTC
 #   loaded (its file stat()ed once, for its id), an index entry's small key read, not mapped, the entry not
 #   stat()ed twice for a probe, and no 64 KiB buffer for the toolkit
@@ -97,6 +98,7 @@ none "hit: no uname" hit 'uname\('
 for h in opjit_op.h string.h nms_common.h; do
     none "hit: $h looked up once" hit "stat[a-z0-9]*\\((AT_FDCWD, )?\"[^\"]*/ops-src/$h\"" 1
 done
+none "hit: the entry listed through the descriptor it was checked by" hit 'openat\([0-9]+, "\.", '
 none "hit: no stat of the entry's directory" hit "stat[a-z0-9]*\\((AT_FDCWD, )?\"$C/v1/entries/"
 
 # A .cu hit: its device code through the index entry, its host half.
