@@ -302,20 +302,28 @@ static int build(void *ud, const char *dir, char *err, size_t errlen)
     return rc;
 }
 
-/* Through the index entry keyed by the compiler's file (or by none). */
+/* Through the index entry keyed by the compiler's file (or by none): the
+ * key it names, then that entry, probed (never built). One request, 12 KiB
+ * on the heap as in get_by_key, made twice: first the index entry's, then
+ * the artifact's with the key the index gave (fewer fresh pages than two). */
 static int get_by_index(pipeline *p, const key_parts *k, const char *by, pipeline_artifact *out)
 {
-    /* Requests are 12 KiB each: on the heap, as in get_by_key. */
-    pipeline_request *index = malloc(sizeof *index), *full = malloc(sizeof *full);
-    int rc = !index || !full || make_request(k, by, 1, index) || make_request(k, NULL, 0, full)
-                 ? OPJIT_ENOMEM
-             : cache_index_fetch(p->cache, &index->req, &full->req, &out->entry) != OPJIT_OK
-                 ? OPJIT_ENOTFOUND
-                 : OPJIT_OK;
+    pipeline_request *r = malloc(sizeof *r);
+    cache_key target;
+    char err[256];
+    int hit, rc = !r || make_request(k, by, 1, r) ? OPJIT_ENOMEM
+                  : cache_index_get(p->cache, &r->req, &target) != OPJIT_OK ? OPJIT_ENOTFOUND
+                  : make_request(k, NULL, 0, r)                              ? OPJIT_ENOMEM
+                                                                             : OPJIT_OK;
+    if (!rc) {
+        r->req.key = target;
+        if (cache_fetch(p->cache, &r->req, NULL, NULL, &out->entry, &hit, err, sizeof err) !=
+            OPJIT_OK)
+            rc = OPJIT_ENOTFOUND;
+    }
     if (!rc)
         out->hit = cache_entry_origin(out->entry);
-    free(index);
-    free(full);
+    free(r);
     return rc;
 }
 
