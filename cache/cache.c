@@ -267,17 +267,18 @@ static void cache_settings(cache *c, const cache_config *cfg)
 static void cache_open_writable(cache *c, const cache_config *cfg)
 {
     const char *dir = cfg->dir;
-    char none[PATH_MAX + 128] = "out of memory";
+    /* One buffer for both messages: a fresh process touches fewer stack
+     * pages below it (cache_setup_dir walks up the path). */
+    char why[PATH_MAX + 128] = "out of memory";
     c->root = cache_absolute(dir && *dir ? strdup(dir)
-                                         : cache_default_dir(cfg, none, sizeof none));
+                                         : cache_default_dir(cfg, why, sizeof why));
     if (!c->root) {
         c->root = strdup("");
-        cache_warn_fallback(c, none);
+        cache_warn_fallback(c, why);
         return;
     }
     while (strlen(c->root) > 1 && c->root[strlen(c->root) - 1] == '/')
         c->root[strlen(c->root) - 1] = '\0';
-    char why[1024];
     int untrusted;
     const char *bad = cache_setup_dir(c, why, sizeof why, &untrusted);
     if (!bad) {
@@ -1045,10 +1046,14 @@ int cache_fetch(cache *c, const cache_request *req, cache_build_fn build, void *
     struct stat st;
     int rc = OPJIT_OK, n = 0, step;
     cache_artifact *a = NULL;
-    /* A probe miss creates no lock file (unless it asks the remote). */
-    if (!build && lstat(f->dir, &st) != 0)
+    /* A probe miss creates no lock file (unless it asks the remote, and
+     * then looks again for what that installed). */
+    int absent = !build && lstat(f->dir, &st) != 0;
+    if (absent) {
         fetch_probe_remote(f);
-    if (!build && !f->origin && lstat(f->dir, &st) != 0)
+        absent = !f->origin && lstat(f->dir, &st) != 0;
+    }
+    if (absent)
         step = (rc = cache_probe_miss(req, err, errlen), FETCH_ERROR);
     else
         step = fetch_steps(f, &a, &n, &rc, err, errlen);

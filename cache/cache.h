@@ -182,14 +182,12 @@ int cache_note_put(cache *c, const cache_request *req, const char *name, const c
 int cache_note_get(cache *c, const cache_request *req, const char *name, char **text);
 /* Index entries: the entry of index names target's key, so an entry can be
  * found by a key that leaves out what a machine cannot know cheaply (a
- * compiler's identity where there is no compiler). fetch probes the entry
- * the index names, described by target (whose key is replaced). */
+ * compiler's identity where there is no compiler); the caller then
+ * fetches the entry of that key. */
 int cache_index_put(cache *c, const cache_request *index, const cache_key *target);
 /* The key the entry of index names, into *target: OPJIT_OK or
  * OPJIT_ENOTFOUND. */
 int cache_index_get(cache *c, const cache_request *index, cache_key *target);
-int cache_index_fetch(cache *c, const cache_request *index, const cache_request *target,
-                      cache_entry **out);
 
 /* ---- administration (the `opjit cache` command) ----------------------- */
 

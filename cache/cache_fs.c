@@ -388,9 +388,12 @@ static const char *cache_untrusted_above(const struct stat *st, uid_t euid)
  * NULL) tells whether one of them is a symbolic link. */
 static int cache_walk_up(const char *path, uid_t euid, int *links, char *why, size_t whylen)
 {
-    char p[PATH_MAX];
-    if ((size_t)snprintf(p, sizeof p, "%s", path) >= sizeof p) {
-        snprintf(why, whylen, "%s: path too long", path);
+    /* On the heap, not PATH_MAX of stack: the pages below it are ones a
+     * fresh process would fault in for this walk alone. */
+    char *p = strdup(path);
+    int rc = 0;
+    if (!p) {
+        snprintf(why, whylen, "out of memory");
         return -1;
     }
     for (;;) {
@@ -399,19 +402,23 @@ static int cache_walk_up(const char *path, uid_t euid, int *links, char *why, si
         const char *at = *p ? p : "/";
         if (lstat(at, &st) != 0) {
             snprintf(why, whylen, "cannot stat %s: %s", at, strerror(errno));
-            return -1;
+            rc = -1;
+            break;
         }
         if ((bad = cache_untrusted_above(&st, euid))) {
             snprintf(why, whylen, "%s is %s", at, bad);
-            return -1;
+            rc = -1;
+            break;
         }
         if (links && S_ISLNK(st.st_mode))
             *links = 1;
         char *slash = strrchr(p, '/');
         if (!*p || !slash)
-            return 0;
+            break;
         *slash = '\0';
     }
+    free(p);
+    return rc;
 }
 
 /* Whether path names itself canonically but for links: absolute, no "."
@@ -437,7 +444,6 @@ int cache_trusted_path(const char *path, uid_t euid, char *why, size_t whylen)
 /* cache_trusted_path, returning 0 or -1. */
 static int trusted_path(const char *path, uid_t euid, char *why, size_t whylen)
 {
-    char real[PATH_MAX];
     if (path[0] != '/') {
         snprintf(why, whylen, "%s is not an absolute path", path);
         return -1;
@@ -450,11 +456,14 @@ static int trusted_path(const char *path, uid_t euid, char *why, size_t whylen)
         return -1;
     if (!links && cache_plain_path(path))
         return 0;
-    if (!realpath(path, real)) {
+    char *real = realpath(path, NULL);
+    if (!real) {
         snprintf(why, whylen, "cannot resolve %s: %s", path, strerror(errno));
         return -1;
     }
-    return strcmp(real, path) ? cache_walk_up(real, euid, NULL, why, whylen) : 0;
+    int rc = strcmp(real, path) ? cache_walk_up(real, euid, NULL, why, whylen) : 0;
+    free(real);
+    return rc;
 }
 
 static int cache_setlk(int fd, int which, int exclusive, int wait)

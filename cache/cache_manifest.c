@@ -166,6 +166,22 @@ void cache_manifest_free(cache_manifest *m)
     memset(m, 0, sizeof *m);
 }
 
+/* n bytes from the start of fd into buf: 0, or -1 (a read error, or a
+ * file shorter than n: read on through the descriptor instead). */
+static int cache_pread_exact(int fd, void *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
 static int cache_hash_fd(int fd, uint64_t *sum, uint64_t *len)
 {
     /* Small: every page of a fresh process's heap costs a fault. */
@@ -374,6 +390,10 @@ static int cache_check_artifact(const cache *c, int dfd, const cache_artifact *a
     uint64_t sum = 0, n = 0;
     int e = 0, rc = OPJIT_OK, unsafe = 0;
     void *map = MAP_FAILED;
+    /* A few bytes (an index entry's key, a record) are read: no mapping
+     * to make and take down again. */
+    unsigned char small[4096];
+    const void *mem = MAP_FAILED;
     if (fstat(afd, &st) != 0) {
         e = errno;
         snprintf(what, sizeof what, "cannot stat artifact %s", a->name);
@@ -386,22 +406,25 @@ static int cache_check_artifact(const cache *c, int dfd, const cache_artifact *a
         rc = cache_damaged(why, whylen, "artifact %s has %lld bytes, the manifest says %" PRIu64,
                            a->name, (long long)st.st_size, a->size);
     else if ((flags & CACHE_CHK_SUMS) &&
-             (map = a->size && a->size <= SIZE_MAX
-                        ? mmap(NULL, (size_t)a->size, PROT_READ, MAP_PRIVATE, afd, 0)
+             (mem = a->size <= sizeof small
+                        ? (cache_pread_exact(afd, small, (size_t)a->size) ? MAP_FAILED : small)
+                    : a->size <= SIZE_MAX
+                        ? (map = mmap(NULL, (size_t)a->size, PROT_READ, MAP_PRIVATE, afd, 0))
                         : MAP_FAILED) != MAP_FAILED) {
         /* Mapped, the bytes are hashed and ELF-checked where the page cache
          * holds them: no copies into fresh heap pages, no read per 16 KiB
          * and no pread per header. Entries are never rewritten in place
          * (published by rename, removed whole), and the dlopen that
          * follows maps the same file anyway. */
-        if (XXH3_64bits(map, (size_t)a->size) != a->sum)
+        if (XXH3_64bits(mem, (size_t)a->size) != a->sum)
             rc = cache_damaged(why, whylen, "artifact %s: checksum mismatch", a->name);
-        else if ((e = cache_elf_check_mem(map, a->size, &unsafe, elf, sizeof elf)))
+        else if ((e = cache_elf_check_mem(mem, a->size, &unsafe, elf, sizeof elf)))
             rc = e == OPJIT_ECACHE ? cache_damaged(why, whylen, "artifact %s is %s: %s", a->name,
                                                    unsafe ? "unsafe" : "incomplete", elf)
                                    : (snprintf(what, sizeof what, "cannot read artifact %s", a->name),
                                       cache_failed(why, whylen, EIO, what));
-        munmap(map, (size_t)a->size);
+        if (map != MAP_FAILED)
+            munmap(map, (size_t)a->size);
     } else if ((flags & CACHE_CHK_SUMS) && (e = cache_hash_fd(afd, &sum, &n)) != 0) {
         snprintf(what, sizeof what, "cannot read artifact %s", a->name);
         rc = cache_failed(why, whylen, e, what);
@@ -527,15 +550,16 @@ static int cache_check_listing(int dfd, const cache_manifest *m, char *why, size
             return cache_damaged(why, whylen, "manifest lists artifact %s twice", esc);
         }
     /* getdents64 into a small buffer: a DIR would malloc 32 KiB (pages a
-     * fresh process faults in) to list an entry of a few files. Opened
-     * anew: its own offset, whatever dfd's. */
-    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = OPJIT_OK;
+     * fresh process faults in) to list an entry of a few files. dfd
+     * itself, not opened anew: cache_check opened it and lists it once,
+     * from its start. */
+    int rc = OPJIT_OK;
     union {
         char b[2048];
         struct dirent64 align;
     } buf;
     for (ssize_t got = 1; rc == OPJIT_OK && got > 0;) {
-        got = fd < 0 ? -1 : getdents64(fd, buf.b, sizeof buf.b);
+        got = getdents64(dfd, buf.b, sizeof buf.b);
         if (got < 0)
             rc = cache_failed(why, whylen, errno, "cannot list the entry");
         for (ssize_t off = 0; rc == OPJIT_OK && off < got;) {
@@ -549,8 +573,6 @@ static int cache_check_listing(int dfd, const cache_manifest *m, char *why, size
             rc = cache_damaged(why, whylen, "holds %s, a file its manifest does not list", esc);
         }
     }
-    if (fd >= 0)
-        close(fd);
     free(names);
     return rc;
 }

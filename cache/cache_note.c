@@ -122,21 +122,3 @@ int cache_index_get(cache *c, const cache_request *index, cache_key *target)
     free(hex);
     return rc;
 }
-
-int cache_index_fetch(cache *c, const cache_request *index, const cache_request *target,
-                      cache_entry **out)
-{
-    *out = NULL;
-    char *hex = NULL;
-    int rc = cache_note_get(c, index, "key", &hex);
-    if (rc)
-        return rc;
-    cache_request full = *target;
-    int ok = cache_key_from_hex(hex, &full.key);
-    free(hex);
-    if (!ok)
-        return OPJIT_ENOTFOUND;
-    char err[512];
-    int hit;
-    return cache_fetch(c, &full, NULL, NULL, out, &hit, err, sizeof err);
-}

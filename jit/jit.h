@@ -5,6 +5,7 @@
 
 #include <limits.h>
 #include <stddef.h>
+#include <sys/stat.h>
 /* ---- the compilers, as one table ------------------------------------------
  *
  * Every compiler is one jit_compiler: what goes into the keys of its
@@ -112,6 +113,9 @@ const char *jit_host_target(void);
  * device, inode, size and modification time of the file it leads to, as
  * "prefix:<hex>" into out; 0 when it cannot be read. */
 int jit_file_id(const char *prefix, const char *path, char *out, size_t n);
+/* The same from a stat of path the caller made already. */
+int jit_file_id_of(const char *prefix, const char *path, const struct stat *st, char *out,
+                   size_t n);
 
 /* What the host (C) compilers share: the include directories of a job
  * (its own, then DLPack's and CBLAS's; NULL-terminated in out, which has
@@ -215,9 +219,9 @@ int jit_nvrtc_load(char *err, size_t errlen);
  * keys. NULL until loaded. */
 const char *jit_nvrtc_identity(void);
 /* The file jit_nvrtc_load would load first, found without loading it
- * (what a cache of its identity can be keyed by); 0 when only the default
- * library search would find one. */
-int jit_nvrtc_locate(char *path, size_t n);
+ * (what a cache of its identity can be keyed by), and its stat in *st; 0
+ * when only the default library search would find one. */
+int jit_nvrtc_locate(char *path, size_t n, struct stat *st);
 /* Where the library was found; NULL until loaded. */
 const char *jit_nvrtc_path(void);
 /* The options every compile gets besides -arch and include paths. */

@@ -171,11 +171,17 @@ void *jit_cuda_dlopen(const char *const *names, const char *override, int flags,
     return NULL;
 }
 
-int jit_nvrtc_locate(char *path, size_t n)
+/* p is a regular file: 1 and its stat in *st. */
+static int is_file_st(const char *p, struct stat *st)
+{
+    return stat(p, st) == 0 && S_ISREG(st->st_mode);
+}
+
+int jit_nvrtc_locate(char *path, size_t n, struct stat *st)
 {
     const char *override = settings_libs_get()->nvrtc;
     if (override) {
-        if (!strchr(override, '/') || !is_file(override))
+        if (!strchr(override, '/') || !is_file_st(override, st))
             return 0;
         snprintf(path, n, "%s", override);
         return 1;
@@ -188,7 +194,7 @@ int jit_nvrtc_locate(char *path, size_t n)
             for (int i = 0; sonames[i]; i++) {
                 char p[PATH_MAX + 64];
                 snprintf(p, sizeof p, "%s/%s/%s", roots[r], libdirs[d], sonames[i]);
-                if (is_file(p)) {
+                if (is_file_st(p, st)) {
                     snprintf(path, n, "%s", p);
                     return 1;
                 }
@@ -584,7 +590,9 @@ static int nvrtc_file_id(const jit_settings *set, char *out, size_t n)
 {
     (void)set;
     char path[PATH_MAX];
-    return jit_nvrtc_locate(path, sizeof path) && jit_file_id("nvrtc-file", path, out, n);
+    struct stat st; /* the one stat that found it: the file id's */
+    return jit_nvrtc_locate(path, sizeof path, &st) &&
+           jit_file_id_of("nvrtc-file", path, &st, out, n);
 }
 
 static int nvrtc_identity(const jit_settings *set, char *out, size_t n, char *err,

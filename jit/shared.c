@@ -1,31 +1,20 @@
 /* jit/shared.c - what the compilers of the table share: the machine's
- * triple, a cheap identity of a compiler's file, the host code's include
+ * triple (the build's), a cheap identity of a compiler's file, the host code's include
  * and library paths, the artifact's name. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/utsname.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "jit/jit.h"
 #include "opjit_build_config.h"
 
-static char host_triple[128];
-static pthread_once_t host_triple_once = PTHREAD_ONCE_INIT;
-
-static void host_triple_init(void)
-{
-    struct utsname u;
-    snprintf(host_triple, sizeof host_triple, "%s-linux", uname(&u) == 0 ? u.machine : "unknown");
-}
-
-/* Once per process: runtimes on other threads read it at the same time. */
+/* A constant: no uname and no once-flag (a static the first load would
+ * write: one more page a fresh process faults in). */
 const char *jit_host_target(void)
 {
-    pthread_once(&host_triple_once, host_triple_init);
-    return host_triple;
+    return OPJIT_HOST_MACHINE "-linux";
 }
 
 /* The file stat(2) finds at the end of path's links names it: a link
@@ -33,13 +22,19 @@ const char *jit_host_target(void)
  * per component a cache hit would pay). */
 int jit_file_id(const char *prefix, const char *path, char *out, size_t n)
 {
-    char buf[PATH_MAX + 128];
     struct stat st;
     if (!path || !path[0] || stat(path, &st) != 0)
         return 0;
+    return jit_file_id_of(prefix, path, &st, out, n);
+}
+
+int jit_file_id_of(const char *prefix, const char *path, const struct stat *st, char *out,
+                   size_t n)
+{
+    char buf[PATH_MAX + 128];
     int len = snprintf(buf, sizeof buf, "%s\n%llu %llu %lld %lld.%09ld", path,
-                       (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
-                       (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+                       (unsigned long long)st->st_dev, (unsigned long long)st->st_ino,
+                       (long long)st->st_size, (long long)st->st_mtim.tv_sec, st->st_mtim.tv_nsec);
     XXH128_hash_t h = XXH3_128bits(buf, (size_t)len < sizeof buf ? (size_t)len : sizeof buf);
     snprintf(out, n, "%s:%016llx%016llx", prefix, (unsigned long long)h.high64,
              (unsigned long long)h.low64);

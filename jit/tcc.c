@@ -355,11 +355,11 @@ static int cu_version_in(const char *text, int at_end, char *version, size_t n)
     return 0;
 }
 
-/* CUDA_VERSION from cuda.h's first 256 KiB, read 16 KiB at a time until
- * it is found (it is in the first page or so): "unknown" when not. */
+/* CUDA_VERSION from cuda.h's first 256 KiB, read 4 KiB at a time until
+ * it is found (some 14 KiB in, in CUDA 13): "unknown" when not. */
 static void cu_version_of(const char *path, char *version, size_t n)
 {
-    enum { CHUNK = 16384, KEEP = 128, LIMIT = 256 << 10 };
+    enum { CHUNK = 4096, KEEP = 128, LIMIT = 256 << 10 }; /* a page of stack, not four */
     char buf[KEEP + CHUNK + 1];
     size_t have = 0, total = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -384,21 +384,31 @@ static void cu_version_of(const char *path, char *version, size_t n)
         close(fd);
 }
 
-/* The first n - 1 bytes of path, NUL-terminated, into buf; bytes read or -1. */
-static ssize_t read_head(const char *path, char *buf, size_t n)
+/* XXH3-64 of the first `limit` bytes of path, read a page at a time (no
+ * 64 KiB buffer: the heap would grow and shrink around it); 0 when it
+ * cannot be read. */
+static unsigned long long hash_head(const char *path, size_t limit)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    ssize_t got = 0;
-    while (fd >= 0 && (size_t)got < n - 1) {
-        ssize_t r = read(fd, buf + got, n - 1 - (size_t)got);
-        if (r <= 0)
-            break;
-        got += r;
-    }
-    if (fd >= 0)
+    char buf[4096];
+    XXH3_state_t *st = XXH3_createState();
+    int fd = st ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    unsigned long long h = 0;
+    size_t got = 0;
+    if (fd >= 0) {
+        XXH3_64bits_reset(st);
+        while (got < limit) {
+            size_t want = limit - got < sizeof buf ? limit - got : sizeof buf;
+            ssize_t r = read(fd, buf, want);
+            if (r <= 0)
+                break;
+            XXH3_64bits_update(st, buf, (size_t)r);
+            got += (size_t)r;
+        }
+        h = XXH3_64bits_digest(st);
         close(fd);
-    buf[got] = '\0';
-    return fd < 0 ? -1 : got;
+    }
+    XXH3_freeState(st);
+    return h;
 }
 
 /* The toolkit headers a host half may include, by version: CUDA_VERSION
@@ -415,16 +425,11 @@ static void cu_versions_find(void)
         snprintf(cu_versions, sizeof cu_versions, "cuda-toolkit=none");
         return;
     }
-    enum { DNN = 65536 };
-    char p[PATH_MAX + 32], version[64], *buf = malloc(DNN + 1);
+    char p[PATH_MAX + 32], version[64];
     snprintf(p, sizeof p, "%s/cuda.h", inc);
     cu_version_of(p, version, sizeof version);
     snprintf(p, sizeof p, "%s/cudnn_version.h", dnn ? dnn : inc);
-    unsigned long long dnn_hash = 0;
-    ssize_t got = buf ? read_head(p, buf, DNN + 1) : -1;
-    if (got >= 0)
-        dnn_hash = (unsigned long long)XXH3_64bits(buf, (size_t)got);
-    free(buf);
+    unsigned long long dnn_hash = hash_head(p, 65536);
     snprintf(cu_versions, sizeof cu_versions, "cuda-version=%s cudnn_version.h=%016llx", version,
              dnn_hash);
 }

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <link.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,9 +40,10 @@ static void loader_destroy_parts(loader *l, int parts);
 
 int loader_create(opjit_runtime *rt, struct loader **out)
 {
-    loader *l = calloc(1, sizeof *l);
+    loader *l = malloc(sizeof *l);
     if (!l)
         return OPJIT_ENOMEM;
+    memset(l, 0, offsetof(loader, pipe)); /* the pipeline: pipeline_init */
     l->rt = rt;
     l->discover_cancel_fd = -1;
     pthread_mutex_init(&l->lock, NULL);

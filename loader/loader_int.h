@@ -50,7 +50,6 @@ typedef struct loader {
     char *ops_head;       /* config and $OPJIT_OPS_PATH (the settings') */
     pthread_mutex_t ops_lock; /* ops_path */
     cache *cache;
-    pipeline pipe;
     loaded *loaded;
     tier_state *tier;
     char archs[1024];     /* the architectures in use (cu_device_code) */
@@ -58,6 +57,9 @@ typedef struct loader {
     struct watcher *watch;  /* cfg.watch: the search path watched (loader/watch.c) */
     int discover_cancel_fd; /* readable: discovery's children are killed at once
                              * (opjit_destroy stopping the watcher); -1: none */
+    /* Last: loader_create zeroes what comes before it, pipeline_init sets
+     * its fields (9 KiB of path buffers a fresh process need not touch). */
+    pipeline pipe;
 } loader;
 
 /* What went into a key, readable: "name value" lines (a file's value is

@@ -59,6 +59,7 @@ int load_module(loader *l, const source *s, const char *so, const char *tier, mo
     module *m = module_new(rt, s->path, s->real, tier, s->device);
     if (!m)
         return rt_error(rt, OPJIT_ENOMEM, "out of memory");
+    m->links_blas = source_uses_blas(s); /* as every compiler links it */
     m->dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
     if (!m->dl) {
         const char *why = dlerror();

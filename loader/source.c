@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +85,11 @@ char *loader_read_file(const char *path, size_t *len)
 typedef struct header_set {
     char **real; /* realpaths already hashed */
     int n, cap;
+    /* Every path looked up and what it named (NULL: nothing): a name
+     * included from several files (opjit_op.h, <string.h>, a shared
+     * header) costs one lstat, not one per include. */
+    char **looked, **looked_real;
+    int nlooked, caplooked;
     int oom;
     char *bad;   /* the first local header that is not a regular file */
     readable *inputs; /* "header NAME HASH" lines, or NULL: not wanted */
@@ -111,6 +115,54 @@ static char *header_real(const char *path, const char *name, int *oom)
     if (!r && errno == ENOMEM)
         *oom = 1;
     return r;
+}
+
+/* header_real through the lookups already made (hs->looked): a copy of
+ * what path named, or NULL. */
+static char *header_lookup(header_set *hs, const char *path, const char *name)
+{
+    for (int i = 0; i < hs->nlooked; i++)
+        if (!strcmp(hs->looked[i], path)) {
+            char *r = hs->looked_real[i] ? strdup(hs->looked_real[i]) : NULL;
+            if (hs->looked_real[i] && !r)
+                hs->oom = 1;
+            return r;
+        }
+    char *r = header_real(path, name, &hs->oom);
+    if (hs->nlooked == hs->caplooked) {
+        int cap = hs->caplooked ? hs->caplooked * 2 : 16;
+        char **p = realloc(hs->looked, (size_t)cap * sizeof *p);
+        char **q = p ? realloc(hs->looked_real, (size_t)cap * sizeof *q) : NULL;
+        if (p)
+            hs->looked = p;
+        if (q)
+            hs->looked_real = q;
+        if (!p || !q)
+            return r; /* not remembered: looked up again next time */
+        hs->caplooked = cap;
+    }
+    char *pc = strdup(path), *rc = r ? strdup(r) : NULL;
+    if (!pc || (r && !rc)) {
+        free(pc);
+        free(rc);
+        return r;
+    }
+    hs->looked[hs->nlooked] = pc;
+    hs->looked_real[hs->nlooked++] = rc;
+    return r;
+}
+
+static void header_set_free(header_set *hs)
+{
+    for (int i = 0; i < hs->n; i++)
+        free(hs->real[i]);
+    free(hs->real);
+    for (int i = 0; i < hs->nlooked; i++) {
+        free(hs->looked[i]);
+        free(hs->looked_real[i]);
+    }
+    free(hs->looked);
+    free(hs->looked_real);
 }
 
 /* a + b + c, malloc'd; NULL (and *oom) when out of memory. The strings
@@ -200,18 +252,19 @@ static int include_at(const char *text, const char *p, int *quoted, char name[51
 /* Where the compiler finds name first: "x.h" next to the including file
  * (dir), then (like <x.h>) in the source's directory. *real and *rel
  * (malloc'd) when found there, else both NULL. */
-static void header_find(const char *src_dir, const char *dir, const char *name, int quoted,
-                        const char *rel_prefix, char **real, char **rel, int *oom)
+static void header_find(header_set *hs, const char *src_dir, const char *dir, const char *name,
+                        int quoted, const char *rel_prefix, char **real, char **rel)
 {
+    int *oom = &hs->oom;
     char *path = quoted ? join3(dir, "/", name, oom) : NULL;
     *rel = NULL;
-    *real = path ? header_real(path, name, oom) : NULL;
+    *real = path ? header_lookup(hs, path, name) : NULL;
     if (*real) {
         *rel = join3(rel_prefix, "", name, oom);
     } else {
         free(path);
         path = join3(src_dir, "/", name, oom);
-        *real = path ? header_real(path, name, oom) : NULL;
+        *real = path ? header_lookup(hs, path, name) : NULL;
         if (*real)
             *rel = join3("", "", name, oom);
     }
@@ -263,7 +316,7 @@ static void add_local_headers(cache_keygen *g, const char *src_dir, const char *
         if (!include_at(text, p, &quoted, name))
             continue;
         char *real, *rel;
-        header_find(src_dir, dir, name, quoted, rel_prefix, &real, &rel, &hs->oom);
+        header_find(hs, src_dir, dir, name, quoted, rel_prefix, &real, &rel);
         if (hs->confine && hs->confine->dir &&
             source_confine_check(hs->confine, hs->refused, text, p, depth, quoted, real != NULL,
                                  name, real)) {
@@ -439,23 +492,10 @@ void readable_free(readable *r)
 
 /* opjit_op.h's SHA-256 as raw bytes: the header is this library's, hashed
  * when it was built (a hit never reads the header's text). */
-static unsigned char op_header_digest[32];
-static pthread_once_t op_header_once = PTHREAD_ONCE_INIT;
-
-static void op_header_parse(void)
-{
-    static const char hex[] = OPJIT_OP_H_SHA256;
-    for (int i = 0; i < 32; i++) {
-        const char *d = hex + 2 * i;
-        unsigned hi = (unsigned)(d[0] <= '9' ? d[0] - '0' : d[0] - 'a' + 10);
-        unsigned lo = (unsigned)(d[1] <= '9' ? d[1] - '0' : d[1] - 'a' + 10);
-        op_header_digest[i] = (unsigned char)(hi << 4 | lo);
-    }
-}
+static const unsigned char op_header_digest[32] = {OPJIT_OP_H_SHA256_BYTES};
 
 static const unsigned char *op_header_sum(void)
 {
-    pthread_once(&op_header_once, op_header_parse);
     return op_header_digest;
 }
 
@@ -484,9 +524,7 @@ static void source_digest(const source *s, cache_key *out, char **bad_header, re
     header_set hs = {.inputs = inputs, .confine = s->confine.dir ? &s->confine : NULL,
                      .refused = refused ? refused : &ignored};
     add_local_headers(g, s->dir, s->dir, s->text, "", &hs, 0);
-    for (int i = 0; i < hs.n; i++)
-        free(hs.real[i]);
-    free(hs.real);
+    header_set_free(&hs);
     if (bad_header)
         *bad_header = hs.bad;
     else
@@ -512,11 +550,9 @@ void source_each_header(const source *s, void (*fn)(void *ud, const char *real),
     ignored.kind = 0;
     header_set hs = {.confine = s->confine.dir ? &s->confine : NULL, .refused = &ignored};
     add_local_headers(NULL, s->dir, s->dir, s->text, "", &hs, 0); /* NULL: no hashing */
-    for (int i = 0; i < hs.n; i++) {
+    for (int i = 0; i < hs.n; i++)
         fn(ud, hs.real[i]);
-        free(hs.real[i]);
-    }
-    free(hs.real);
+    header_set_free(&hs);
     free(hs.bad);
 }
 

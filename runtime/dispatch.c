@@ -480,7 +480,8 @@ int module_publish_replacing(opjit_runtime *rt, module *m, const char *replaces)
     }
     pthread_mutex_unlock(&rt->lock);
     if (rc == OPJIT_OK) {
-        pool_blas_module(m->dl);
+        if (m->links_blas) /* else a dlsym bound to fail */
+            pool_blas_module(m->dl);
         module_reclaim(rt);
     }
     return rc;

@@ -128,6 +128,8 @@ struct module {
     const char *tier;   /* "tcc", ... (rt_intern) */
     int device;     /* the device its kernels may register for (.c: CPU) */
     void *dl;       /* dlopen handle */
+    int links_blas; /* linked with OpenBLAS (its source mentions cblas): its
+                     * threads are pinned to 1 when published */
     kernel *kernels;
     kernel *last;   /* for opjit_require */
     int status;     /* first registration error */

@@ -4,14 +4,22 @@
 #   a cold load: no fsync (every load checks an entry, see docs/cache.md),
 #   no byte-at-a-time read() (libtcc's own reading of the libc.so
 #   and libm.so linker scripts), nothing made in $TMPDIR (opjit_op.h goes
-#   into the build's own directory);
+#   into the build's own directory, not a directory of its own: no rmdir);
 #   a cache hit, tiering off: no mkdir (the cache exists), no sweep of
 #   tmp/ (it is empty), no readlink of a local header (one per path
 #   component before), no search of $PATH for the optimizing compiler, no
 #   /proc/self/exe (the shipped ops are looked for only by a lookup by
 #   name), no membarrier registration (left to the first reclaim scan),
 #   no fsync, no read() that only finds the end of a file, the artifact
-#   checked through a mapping (not read into the heap, its headers again).
+#   checked through a mapping (not read into the heap, its headers again),
+#   no uname (the host triple is the build's), each path a local include
+#   may name looked up once (however many files include it), the entry's
+#   directory not stat()ed before its lock, nor opened a second time to
+#   list it;
+#   a .cu cache hit (where NVRTC is here to fill the cache): no NVRTC
+#   loaded (its file stat()ed once, for its id), an index entry's small key read, not mapped, the entry not
+#   stat()ed twice for a probe, and no 64 KiB buffer for the toolkit
+#   headers' hash.
 # Skipped (77) without strace.
 #
 # Env (set by ctest): OPJIT_CLI, OPJIT_SOURCE_DIR, OPJIT_BINARY_DIR.
@@ -57,6 +65,9 @@ none "cold: no fsync" cold '(fsync|fdatasync|syncfs|sync_file_range)\('
 # (A sanitizer's runtime reads /proc/self/maps a byte at a time at its
 # very end, a few times; libtcc read its scripts that way, 400 times.)
 none "cold: no read of one byte at a time" cold 'read\([0-9]+, .*, 1\) += 1$' 8
+# opjit_op.h is written into the build's own directory: no directory made
+# and removed for it (an rmdir costs a tenth of a millisecond and more).
+none "cold: no directory removed" cold 'rmdir\('
 none "cold: nothing made in \$TMPDIR" cold "mkdir(at)?\\((AT_FDCWD, )?\"$T/tmp/"
 check "cold: \$TMPDIR is left empty" test -z "$(ls -A "$T/tmp")"
 
@@ -84,6 +95,33 @@ none "hit: no read() that only finds the end of a file" hit 'read\([0-9]+, "", [
     "$eof_reads_allowed"
 none "hit: the artifact is mapped, not read" hit 'read\([0-9]+, "\\177ELF.*, 16384\) += '
 none "hit: no pread of the artifact's ELF headers" hit 'pread64\([0-9]+, "\\177ELF[^"]*", 16, 0\)'
+
+none "hit: no uname" hit 'uname\('
+# nms.c and its headers include opjit_op.h and <string.h> each: one lookup.
+for h in opjit_op.h string.h nms_common.h; do
+    none "hit: $h looked up once" hit "stat[a-z0-9]*\\((AT_FDCWD, )?\"[^\"]*/ops-src/$h\"" 1
+done
+none "hit: the entry listed through the descriptor it was checked by" hit 'openat\([0-9]+, "\.", '
+none "hit: no stat of the entry's directory" hit "stat[a-z0-9]*\\((AT_FDCWD, )?\"$C/v1/entries/"
+
+# A .cu hit: its device code through the index entry, its host half.
+if run env OPJIT_CUDA_ARCHS=sm_90 "$CLI" load "$S/ops-src/nms.cu" && [[ $rc == 0 ]]; then
+    OPJIT_CUDA_ARCHS=sm_90 traced cuhit load "$S/ops-src/nms.cu"
+    expect "a .cu cache hit" 0 "cache hit"
+    none "cu hit: NVRTC not loaded" cuhit 'open(at)?\(.*libnvrtc[^"]*", O_RDONLY'
+    # Its file id comes from the stat that found it: one, not two.
+    none "cu hit: NVRTC's file stat()ed once" cuhit 'stat[a-z0-9]*\((AT_FDCWD, )?"[^"]*libnvrtc[^"]*", \{' 1
+    # Each index entry's directory: one lstat for the probe, not two.
+    dup=$(grep -oE "stat[a-z0-9]*\((AT_FDCWD, )?\"$C/v1/entries/[^\"]*\"" "$T/cuhit.trace" |
+          sort | uniq -d | head -1)
+    check "cu hit: no entry stat()ed twice${dup:+ ($dup)}" test -z "$dup"
+    none "cu hit: the index entry's key is read, not mapped" cuhit 'mmap\(NULL, 32, PROT_READ'
+    # cudnn_version.h hashed a page at a time, not read into 64 KiB of heap
+    # (which a host's malloc may get by growing the heap, then give back).
+    none "cu hit: no 64 KiB read of a toolkit header" cuhit 'read\([0-9]+, .*, 65536\) = '
+else
+    echo "note: no NVRTC here (nms.cu did not load): the .cu hit checks are skipped" >&2
+fi
 
 echo "test_load_syscalls: $passed passed, $failed failed"
 [[ $failed == 0 ]]
