@@ -394,11 +394,14 @@ static int call(opjit_runtime *rt, const char *name, opjit_value *v, int nargs,
     return rc == OPJIT_OK;
 }
 
+/* A result's bound: within (bfloat16) or within_f16 (float16). */
+typedef int (*bound_fn)(uint16_t got16, double ref, double mag, int64_t k);
+
 /* A [n, k] (element (i, q) at a[i * sa + q * sq]) times B [k, m] (element
- * (q, j) at b[q * sb + j * sj]) in float64 against got [n, m] (bfloat16):
- * how many are outside the bound. */
-static int64_t mm_bad(const float *a, int64_t sa, int64_t sq, const float *b, int64_t sb,
-                      int64_t sj, const uint16_t *got, int64_t n, int64_t k, int64_t m)
+ * (q, j) at b[q * sb + j * sj]) in float64 against got [n, m] (16-bit):
+ * how many are outside the bound ok. */
+static int64_t mm_bad(bound_fn ok, const float *a, int64_t sa, int64_t sq, const float *b,
+                      int64_t sb, int64_t sj, const uint16_t *got, int64_t n, int64_t k, int64_t m)
 {
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++)
@@ -409,7 +412,7 @@ static int64_t mm_bad(const float *a, int64_t sa, int64_t sq, const float *b, in
                 ref += t;
                 mag += fabs(t);
             }
-            bad += !within(got[i * m + j], ref, mag, k);
+            bad += !ok(got[i * m + j], ref, mag, k);
         }
     return bad;
 }
@@ -430,7 +433,7 @@ static void mm_bound_case(opjit_runtime *rt, int64_t n, int64_t k, int64_t m, in
     }
     opjit_value v[3] = {opjit_tensor(&x.th), opjit_tensor(&y.th)};
     if (call(rt, "mm", v, 2, o, 1)) {
-        int64_t bad = mm_bad(x.f, k, 1, y.f, m, 1, o[0]->dl_tensor.data, n, k, m);
+        int64_t bad = mm_bad(within, x.f, k, 1, y.f, m, 1, o[0]->dl_tensor.data, n, k, m);
         CHECKF(bad == 0, "mm %lldx%lldx%lld (adversarial %d): %lld outside the bound",
                (long long)n, (long long)k, (long long)m, adv, (long long)bad);
         o[0]->deleter(o[0]);
@@ -438,8 +441,8 @@ static void mm_bound_case(opjit_runtime *rt, int64_t n, int64_t k, int64_t m, in
     /* mm_backward: grad mat2^T [n, k] and self^T grad [k, m] */
     opjit_value b[3] = {opjit_tensor(&g.th), opjit_tensor(&x.th), opjit_tensor(&y.th)};
     if (call(rt, "mm_backward", b, 3, o, 2)) {
-        int64_t bad = mm_bad(g.f, m, 1, y.f, 1, m, o[0]->dl_tensor.data, n, m, k) +
-                      mm_bad(x.f, 1, k, g.f, m, 1, o[1]->dl_tensor.data, k, n, m);
+        int64_t bad = mm_bad(within, g.f, m, 1, y.f, 1, m, o[0]->dl_tensor.data, n, m, k) +
+                      mm_bad(within, x.f, 1, k, g.f, m, 1, o[1]->dl_tensor.data, k, n, m);
         CHECKF(bad == 0, "mm_backward %lldx%lldx%lld (adversarial %d): %lld outside the bound",
                (long long)n, (long long)k, (long long)m, adv, (long long)bad);
         o[0]->deleter(o[0]);
@@ -730,26 +733,6 @@ static int within_f16(uint16_t got16, double ref, double mag, int64_t k)
     return fabs(got - ref) <= ldexp(1.0, -11) * (fabs(ref) + e) + e + ldexp(1.0, -25);
 }
 
-/* x [n, k] (element (i, q) at x[i * sx + q * sq]) times y [k, m] (element
- * (q, c) at y[q * sy + c * sc]) in float64 against got [n, m] (float16):
- * how many are outside within_f16's bound. */
-static int64_t mm_bad_f16(const float *x, int64_t sx, int64_t sq, const float *y, int64_t sy,
-                          int64_t sc, const uint16_t *got, int64_t n, int64_t k, int64_t m)
-{
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t c = 0; c < m; c++) {
-            double ref = 0, mag = 0;
-            for (int64_t q = 0; q < k; q++) {
-                double t = (double)x[i * sx + q * sq] * (double)y[q * sy + c * sc];
-                ref += t;
-                mag += fabs(t);
-            }
-            bad += !within_f16(got[i * m + c], ref, mag, k);
-        }
-    return bad;
-}
-
 /* mm and mm_backward in float16 on adversarial operands: the float64
  * bound (mm's and both gradients'), and the bits of round(float32 op) on
  * the widened operands. special: an infinity and a NaN in self (bits only:
@@ -771,14 +754,14 @@ static void f16_mm_case(opjit_runtime *rt, int64_t n, int64_t k, int64_t m, int 
     opjit_value fb[3] = {opjit_tensor(&g.tf), opjit_tensor(&x.tf), opjit_tensor(&y.tf)};
     same_bits(rt, "mm_backward", F16, "mm_backward adversarial", hb, fb, 3, 2);
     if (!special && call(rt, "mm", hv, 2, o, 1)) {
-        int64_t bad = mm_bad_f16(x.f, k, 1, y.f, m, 1, o[0]->dl_tensor.data, n, k, m);
+        int64_t bad = mm_bad(within_f16, x.f, k, 1, y.f, m, 1, o[0]->dl_tensor.data, n, k, m);
         CHECKF(bad == 0, "f16 mm %lldx%lldx%lld: %lld outside the bound", (long long)n,
                (long long)k, (long long)m, (long long)bad);
         o[0]->deleter(o[0]);
     }
     if (!special && call(rt, "mm_backward", hb, 3, o, 2)) {
-        int64_t bad = mm_bad_f16(g.f, m, 1, y.f, 1, m, o[0]->dl_tensor.data, n, m, k) +
-                      mm_bad_f16(x.f, 1, k, g.f, m, 1, o[1]->dl_tensor.data, k, n, m);
+        int64_t bad = mm_bad(within_f16, g.f, m, 1, y.f, 1, m, o[0]->dl_tensor.data, n, m, k) +
+                      mm_bad(within_f16, x.f, 1, k, g.f, m, 1, o[1]->dl_tensor.data, k, n, m);
         CHECKF(bad == 0, "f16 mm_backward %lldx%lldx%lld: %lld outside the bound", (long long)n,
                (long long)k, (long long)m, (long long)bad);
         o[0]->deleter(o[0]);

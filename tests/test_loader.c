@@ -1415,6 +1415,29 @@ static void a_forged_entry_in_a_readonly_layer_never_runs(void)
 
 /* ---- op settings read like opjit's own ----------------------------------------- */
 
+/* An environment variable's value and what the op reads from it. */
+typedef struct {
+    const char *value; /* NULL: unset */
+    long want;
+} env_case;
+
+/* Call op once per case with var set to its value; a failed call must
+ * say failed_msg. */
+static void check_env_cases(opjit_runtime *rt, opjit_op *op, const char *var,
+                            const env_case *cases, size_t n, const char *failed_msg)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (cases[i].value)
+            setenv(var, cases[i].value, 1);
+        else
+            unsetenv(var);
+        CHECK_VALUE(call_value(rt, op), cases[i].want);
+        if (cases[i].want == CALL_FAILED)
+            CHECK_STR_CONTAINS(opjit_errmsg(rt), failed_msg);
+    }
+    unsetenv(var);
+}
+
 static void ops_read_boolean_settings_like_opjit(void)
 {
     const char *d = tmpdir_new();
@@ -1423,19 +1446,10 @@ static void ops_read_boolean_settings_like_opjit(void)
     opjit_runtime *rt = rt_new();
     opjit_op *op = NULL;
     CHECK(opjit_load_file(rt, pjoin(d, "qal_flag.c"), &op, NULL) == OPJIT_OK);
-    static const struct {
-        const char *value;
-        long want;
-    } cases[] = {{NULL, 7}, {"", 7}, {"1", 1}, {"on", 1}, {"Yes", 1}, {"TRUE", 1},
-                 {"0", 0}, {"off", 0}, {"No", 0}, {" false ", 0}, {"maybe", 7}};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (cases[i].value)
-            setenv("QAL_FLAG", cases[i].value, 1);
-        else
-            unsetenv("QAL_FLAG");
-        CHECK_VALUE(call_value(rt, op), cases[i].want);
-    }
-    unsetenv("QAL_FLAG");
+    static const env_case cases[] = {{NULL, 7},  {"", 7},     {"1", 1},    {"on", 1},
+                                     {"Yes", 1}, {"TRUE", 1}, {"0", 0},    {"off", 0},
+                                     {"No", 0},  {" false ", 0}, {"maybe", 7}};
+    check_env_cases(rt, op, "QAL_FLAG", cases, sizeof cases / sizeof cases[0], NULL);
     opjit_destroy(rt);
 }
 
@@ -1449,22 +1463,12 @@ static void ops_read_the_half_kernel_setting(void)
     opjit_runtime *rt = rt_new();
     opjit_op *op = NULL;
     CHECK(opjit_load_file(rt, pjoin(d, "qal_half.c"), &op, NULL) == OPJIT_OK);
-    static const struct {
-        const char *value;
-        long want;
-    } cases[] = {{NULL, OPJIT_HALF_AUTO}, {"", OPJIT_HALF_AUTO}, {"auto", OPJIT_HALF_AUTO},
-                 {"wide", OPJIT_HALF_WIDE}, {"dot", OPJIT_HALF_DOT}, {"amx", OPJIT_HALF_AMX},
-                 {"fast", CALL_FAILED}, {"Wide", CALL_FAILED}};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (cases[i].value)
-            setenv("OPJIT_HALF_KERNEL", cases[i].value, 1);
-        else
-            unsetenv("OPJIT_HALF_KERNEL");
-        CHECK_VALUE(call_value(rt, op), cases[i].want);
-        if (cases[i].want == CALL_FAILED)
-            CHECK_STR_CONTAINS(opjit_errmsg(rt), "expected auto, amx, dot, wide or nothing");
-    }
-    unsetenv("OPJIT_HALF_KERNEL");
+    static const env_case cases[] = {
+        {NULL, OPJIT_HALF_AUTO},   {"", OPJIT_HALF_AUTO},  {"auto", OPJIT_HALF_AUTO},
+        {"wide", OPJIT_HALF_WIDE}, {"dot", OPJIT_HALF_DOT}, {"amx", OPJIT_HALF_AMX},
+        {"fast", CALL_FAILED},     {"Wide", CALL_FAILED}};
+    check_env_cases(rt, op, "OPJIT_HALF_KERNEL", cases, sizeof cases / sizeof cases[0],
+                    "expected auto, amx, dot, wide or nothing");
     opjit_destroy(rt);
 }
 
