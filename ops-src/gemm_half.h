@@ -684,12 +684,22 @@ static int hg_subnormal(opjit_ctx *ctx, const void *p, int64_t rows, int64_t col
 typedef struct hg_mm_job {
     opjit_ctx *ctx;
     int64_t n, k, m, lda, ldb, rows, nb, npanels;
-    int yt;
+    int yt, even;
     const uint16_t *x, *y;
     uint16_t *out, *xr;
     char *ws;
     size_t per;
 } hg_mm_job;
+
+/* Panel p's first column: panels of nb columns (the last may be
+ * narrower), or with even, npanels of as equal widths as whole blocks of
+ * 16 allow (with threads: a short last panel leaves a thread idle). */
+static int64_t hg_mm_col(const hg_mm_job *j, int64_t p)
+{
+    if (p >= j->npanels)
+        return j->m;
+    return j->even ? (p * j->m / j->npanels + 8) / 16 * 16 : p * j->nb;
+}
 
 /* Chunks [lo, hi) of (block of rows, panel of columns), panel fastest. */
 static int hg_mm_run(void *user, int64_t lo, int64_t hi)
@@ -699,7 +709,7 @@ static int hg_mm_run(void *user, int64_t lo, int64_t hi)
     hg_area_ptrs a = hg_carve(j->ws + (size_t)opjit_thread_num(j->ctx) * j->per, j->k, np0);
     for (t = lo; t < hi; t++) {
         int64_t panel = t % j->npanels, r0 = (t / j->npanels) * j->rows;
-        int64_t c0 = panel * j->nb, nb = j->m - c0 < j->nb ? j->m - c0 : j->nb;
+        int64_t c0 = hg_mm_col(j, panel), nb = hg_mm_col(j, panel + 1) - c0;
         int64_t np = (nb + 15) / 16 * 16, nr = j->n - r0 < j->rows ? j->n - r0 : j->rows;
         if (packed != panel) {
             if (j->yt)
@@ -728,12 +738,34 @@ static int hg_transpose_run(void *user, int64_t lo, int64_t hi)
 
 /* Panels of mat2 of up to 384 KB (in L2), at least 48 columns, more of
  * them, then blocks of rows, until each thread has about three chunks
- * (mm.c's float32 plan). */
+ * (mm.c's float32 plan). With threads, where that leaves a narrow last
+ * panel (a thread idle at the end: 0.9x torch at 512 and 1024 on two
+ * threads), instead a multiple of T panels of even widths, at least two a
+ * thread (m / 16 a multiple of their number where one is near), when they
+ * are at least 96 wide (narrower run the slower 32-column kernels). */
 static void hg_mm_plan(hg_mm_job *j, int64_t T)
 {
-    int64_t nb = ((int64_t)384 << 10) / 2 / j->k / 48 * 48, chunks, rb = j->n;
+    int64_t nb = ((int64_t)384 << 10) / 2 / j->k / 48 * 48, chunks, rb = j->n, p, c;
     if (nb < 48)
         nb = 48;
+    j->npanels = (j->m + nb - 1) / nb;
+    if (T > 1 && j->m % nb) {
+        c = j->npanels < 2 * T ? 2 * T : (j->npanels + T - 1) / T * T;
+        for (p = c; p < c + 2 * T; p += T)
+            if (j->m % (16 * p) == 0) {
+                c = p;
+                break;
+            }
+        if (j->m / c >= 96) {
+            j->npanels = c;
+            j->even = 1;
+            for (j->nb = 0, p = 0; p < c; p++)
+                if (hg_mm_col(j, p + 1) - hg_mm_col(j, p) > j->nb)
+                    j->nb = hg_mm_col(j, p + 1) - hg_mm_col(j, p);
+            j->rows = rb;
+            return;
+        }
+    }
     if (T > 1 && (j->m + nb - 1) / nb < 3 * T) {
         int64_t want = ((j->m + 3 * T - 1) / (3 * T) + 47) / 48 * 48;
         nb = want < nb ? want : nb;
