@@ -1562,33 +1562,39 @@ HG_TARGET static void hg_vtaps_pack(const hg_vtaps *q, const uint16_t *im, int64
     const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
                                         24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
                                         16, 0);
+    const int64_t np = q->Cp / 2, hw = s->h * s->w;
     int64_t kx, kp, r, c0;
+    /* the mask and source of each whole vector once, then every pair of
+     * channels; what lands past a row is overwritten by the next vector
+     * (left to right, rows in order), past the last by zeros (below) */
     for (kx = 0; kx < s->kw; kx++)
-        for (kp = 0; kp < q->Cp / 2; kp++) {
-            const uint16_t *p0 = im + 2 * kp * s->h * s->w, *p1 = p0 + s->h * s->w;
-            int have1 = 2 * kp + 1 < q->C;
-            uint16_t *d = xl + (kx * (q->Cp / 2) + kp) * q->Q * 2;
-            /* whole vectors of 16 columns left to right: what lands past a
-             * row is overwritten by the next; past the last, zeros follow */
-            for (r = 0; r < nr; r++)
-                for (c0 = 0; c0 < s->wo; c0 += 16) {
-                    int64_t ir = r0 + r - s->ph, ic = c0 + kx * s->dw - s->pw;
-                    int64_t a = ic < 0 ? -ic : 0, b = s->w - ic < 16 ? s->w - ic : 16;
-                    __m256i x0 = _mm256_setzero_si256(), x1 = _mm256_setzero_si256();
-                    if (ir >= 0 && ir < s->h && a < b) {
-                        __mmask16 m =
-                            (__mmask16)((((uint32_t)1 << b) - 1) & ~(((uint32_t)1 << a) - 1));
-                        x0 = _mm256_maskz_loadu_epi16(m, p0 + ir * s->w + ic);
-                        if (have1)
-                            x1 = _mm256_maskz_loadu_epi16(m, p1 + ir * s->w + ic);
-                    }
-                    _mm512_storeu_si512((void *)(d + 2 * (r * s->wo + c0)),
+        for (r = 0; r < nr; r++)
+            for (c0 = 0; c0 < s->wo; c0 += 16) {
+                int64_t ir = r0 + r - s->ph, ic = c0 + kx * s->dw - s->pw;
+                int64_t a = ic < 0 ? -ic : 0, b = s->w - ic < 16 ? s->w - ic : 16;
+                uint16_t *d = xl + kx * np * q->Q * 2 + 2 * (r * s->wo + c0);
+                if (ir < 0 || ir >= s->h || a >= b) {
+                    for (kp = 0; kp < np; kp++)
+                        _mm512_storeu_si512((void *)(d + kp * q->Q * 2), _mm512_setzero_si512());
+                    continue;
+                }
+                __mmask16 m = (__mmask16)((((uint32_t)1 << b) - 1) & ~(((uint32_t)1 << a) - 1));
+                const uint16_t *p0 = im + ir * s->w + ic;
+                for (kp = 0; kp < np; kp++, p0 += 2 * hw) {
+                    __m256i x0 = _mm256_maskz_loadu_epi16(m, p0);
+                    __m256i x1 = 2 * kp + 1 < q->C
+                                     ? _mm256_maskz_loadu_epi16(m, p0 + hw)
+                                     : _mm256_setzero_si256();
+                    _mm512_storeu_si512((void *)(d + kp * q->Q * 2),
                                         _mm512_permutexvar_epi16(
                                             il, _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1,
                                                                    1)));
                 }
-            memset(d + 2 * nr * s->wo, 0, (size_t)(q->Q - nr * s->wo) * 4);
-        }
+            }
+    for (kx = 0; kx < s->kw; kx++)
+        for (kp = 0; kp < np; kp++)
+            memset(xl + (kx * np + kp) * q->Q * 2 + 2 * nr * s->wo, 0,
+                   (size_t)(q->Q - nr * s->wo) * 4);
 }
 
 /* The first position of block b of an image (b = ncb: the plane). */
