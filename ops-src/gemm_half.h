@@ -1672,12 +1672,14 @@ static int hg_conv_vtaps(opjit_ctx *ctx, const hg_conv *s, const void *x, const 
     q.rows_p = (s->og + 7) / 8 * 8;
     /* a unit: 192 positions (4 kernels of 48), 384 over rows wider than 32
      * (the rows below it, packed again by the next unit, cost less); with
-     * threads, units of about equal widths (about 96 over narrow rows: more
-     * of them balance the threads better), at least three a thread, a
-     * multiple of the threads */
+     * threads and fewer than eight such units a thread, units of about
+     * equal widths (about 96 over narrow rows: more of them balance the
+     * threads better), at least three a thread, a multiple of the threads
+     * (with eight or more, the narrower units' 32-column kernels and
+     * packing cost more than the imbalance: 3x3 128@28 batch 8, 2 threads) */
     q.cb = s->wo > 32 ? 384 : 192;
     q.ncb = (s->plane + q.cb - 1) / q.cb;
-    if (T > 1) {
+    if (T > 1 && s->n * q.ncb < 8 * T) {
         int64_t g = (s->plane + 15) / 16;
         q.ncb = s->wo > 32 ? q.ncb : (s->plane + 95) / 96; /* 96: threads balance better */
         q.ncb = q.ncb * s->n < 3 * T ? (3 * T + s->n - 1) / s->n : q.ncb;
