@@ -684,12 +684,22 @@ static int hg_subnormal(opjit_ctx *ctx, const void *p, int64_t rows, int64_t col
 typedef struct hg_mm_job {
     opjit_ctx *ctx;
     int64_t n, k, m, lda, ldb, rows, nb, npanels;
-    int yt;
+    int yt, even;
     const uint16_t *x, *y;
     uint16_t *out, *xr;
     char *ws;
     size_t per;
 } hg_mm_job;
+
+/* Panel p's first column: panels of nb columns (the last may be
+ * narrower), or with even, npanels of as equal widths as whole blocks of
+ * 16 allow (with threads: a short last panel leaves a thread idle). */
+static int64_t hg_mm_col(const hg_mm_job *j, int64_t p)
+{
+    if (p >= j->npanels)
+        return j->m;
+    return j->even ? (p * j->m / j->npanels + 8) / 16 * 16 : p * j->nb;
+}
 
 /* Chunks [lo, hi) of (block of rows, panel of columns), panel fastest. */
 static int hg_mm_run(void *user, int64_t lo, int64_t hi)
@@ -699,7 +709,7 @@ static int hg_mm_run(void *user, int64_t lo, int64_t hi)
     hg_area_ptrs a = hg_carve(j->ws + (size_t)opjit_thread_num(j->ctx) * j->per, j->k, np0);
     for (t = lo; t < hi; t++) {
         int64_t panel = t % j->npanels, r0 = (t / j->npanels) * j->rows;
-        int64_t c0 = panel * j->nb, nb = j->m - c0 < j->nb ? j->m - c0 : j->nb;
+        int64_t c0 = hg_mm_col(j, panel), nb = hg_mm_col(j, panel + 1) - c0;
         int64_t np = (nb + 15) / 16 * 16, nr = j->n - r0 < j->rows ? j->n - r0 : j->rows;
         if (packed != panel) {
             if (j->yt)
@@ -728,12 +738,34 @@ static int hg_transpose_run(void *user, int64_t lo, int64_t hi)
 
 /* Panels of mat2 of up to 384 KB (in L2), at least 48 columns, more of
  * them, then blocks of rows, until each thread has about three chunks
- * (mm.c's float32 plan). */
+ * (mm.c's float32 plan). With threads, where that leaves a narrow last
+ * panel (a thread idle at the end: 0.9x torch at 512 and 1024 on two
+ * threads), instead a multiple of T panels of even widths, at least two a
+ * thread (m / 16 a multiple of their number where one is near), when they
+ * are at least 96 wide (narrower run the slower 32-column kernels). */
 static void hg_mm_plan(hg_mm_job *j, int64_t T)
 {
-    int64_t nb = ((int64_t)384 << 10) / 2 / j->k / 48 * 48, chunks, rb = j->n;
+    int64_t nb = ((int64_t)384 << 10) / 2 / j->k / 48 * 48, chunks, rb = j->n, p, c;
     if (nb < 48)
         nb = 48;
+    j->npanels = (j->m + nb - 1) / nb;
+    if (T > 1 && j->m % nb) {
+        c = j->npanels < 2 * T ? 2 * T : (j->npanels + T - 1) / T * T;
+        for (p = c; p < c + 2 * T; p += T)
+            if (j->m % (16 * p) == 0) {
+                c = p;
+                break;
+            }
+        if (j->m / c >= 96) {
+            j->npanels = c;
+            j->even = 1;
+            for (j->nb = 0, p = 0; p < c; p++)
+                if (hg_mm_col(j, p + 1) - hg_mm_col(j, p) > j->nb)
+                    j->nb = hg_mm_col(j, p + 1) - hg_mm_col(j, p);
+            j->rows = rb;
+            return;
+        }
+    }
     if (T > 1 && (j->m + nb - 1) / nb < 3 * T) {
         int64_t want = ((j->m + 3 * T - 1) / (3 * T) + 47) / 48 * 48;
         nb = want < nb ? want : nb;
@@ -1530,33 +1562,39 @@ HG_TARGET static void hg_vtaps_pack(const hg_vtaps *q, const uint16_t *im, int64
     const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
                                         24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
                                         16, 0);
+    const int64_t np = q->Cp / 2, hw = s->h * s->w;
     int64_t kx, kp, r, c0;
+    /* the mask and source of each whole vector once, then every pair of
+     * channels; what lands past a row is overwritten by the next vector
+     * (left to right, rows in order), past the last by zeros (below) */
     for (kx = 0; kx < s->kw; kx++)
-        for (kp = 0; kp < q->Cp / 2; kp++) {
-            const uint16_t *p0 = im + 2 * kp * s->h * s->w, *p1 = p0 + s->h * s->w;
-            int have1 = 2 * kp + 1 < q->C;
-            uint16_t *d = xl + (kx * (q->Cp / 2) + kp) * q->Q * 2;
-            /* whole vectors of 16 columns left to right: what lands past a
-             * row is overwritten by the next; past the last, zeros follow */
-            for (r = 0; r < nr; r++)
-                for (c0 = 0; c0 < s->wo; c0 += 16) {
-                    int64_t ir = r0 + r - s->ph, ic = c0 + kx * s->dw - s->pw;
-                    int64_t a = ic < 0 ? -ic : 0, b = s->w - ic < 16 ? s->w - ic : 16;
-                    __m256i x0 = _mm256_setzero_si256(), x1 = _mm256_setzero_si256();
-                    if (ir >= 0 && ir < s->h && a < b) {
-                        __mmask16 m =
-                            (__mmask16)((((uint32_t)1 << b) - 1) & ~(((uint32_t)1 << a) - 1));
-                        x0 = _mm256_maskz_loadu_epi16(m, p0 + ir * s->w + ic);
-                        if (have1)
-                            x1 = _mm256_maskz_loadu_epi16(m, p1 + ir * s->w + ic);
-                    }
-                    _mm512_storeu_si512((void *)(d + 2 * (r * s->wo + c0)),
+        for (r = 0; r < nr; r++)
+            for (c0 = 0; c0 < s->wo; c0 += 16) {
+                int64_t ir = r0 + r - s->ph, ic = c0 + kx * s->dw - s->pw;
+                int64_t a = ic < 0 ? -ic : 0, b = s->w - ic < 16 ? s->w - ic : 16;
+                uint16_t *d = xl + kx * np * q->Q * 2 + 2 * (r * s->wo + c0);
+                if (ir < 0 || ir >= s->h || a >= b) {
+                    for (kp = 0; kp < np; kp++)
+                        _mm512_storeu_si512((void *)(d + kp * q->Q * 2), _mm512_setzero_si512());
+                    continue;
+                }
+                __mmask16 m = (__mmask16)((((uint32_t)1 << b) - 1) & ~(((uint32_t)1 << a) - 1));
+                const uint16_t *p0 = im + ir * s->w + ic;
+                for (kp = 0; kp < np; kp++, p0 += 2 * hw) {
+                    __m256i x0 = _mm256_maskz_loadu_epi16(m, p0);
+                    __m256i x1 = 2 * kp + 1 < q->C
+                                     ? _mm256_maskz_loadu_epi16(m, p0 + hw)
+                                     : _mm256_setzero_si256();
+                    _mm512_storeu_si512((void *)(d + kp * q->Q * 2),
                                         _mm512_permutexvar_epi16(
                                             il, _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1,
                                                                    1)));
                 }
-            memset(d + 2 * nr * s->wo, 0, (size_t)(q->Q - nr * s->wo) * 4);
-        }
+            }
+    for (kx = 0; kx < s->kw; kx++)
+        for (kp = 0; kp < np; kp++)
+            memset(xl + (kx * np + kp) * q->Q * 2 + 2 * nr * s->wo, 0,
+                   (size_t)(q->Q - nr * s->wo) * 4);
 }
 
 /* The first position of block b of an image (b = ncb: the plane). */
@@ -1634,12 +1672,14 @@ static int hg_conv_vtaps(opjit_ctx *ctx, const hg_conv *s, const void *x, const 
     q.rows_p = (s->og + 7) / 8 * 8;
     /* a unit: 192 positions (4 kernels of 48), 384 over rows wider than 32
      * (the rows below it, packed again by the next unit, cost less); with
-     * threads, units of about equal widths (about 96 over narrow rows: more
-     * of them balance the threads better), at least three a thread, a
-     * multiple of the threads */
+     * threads and fewer than eight such units a thread, units of about
+     * equal widths (about 96 over narrow rows: more of them balance the
+     * threads better), at least three a thread, a multiple of the threads
+     * (with eight or more, the narrower units' 32-column kernels and
+     * packing cost more than the imbalance: 3x3 128@28 batch 8, 2 threads) */
     q.cb = s->wo > 32 ? 384 : 192;
     q.ncb = (s->plane + q.cb - 1) / q.cb;
-    if (T > 1) {
+    if (T > 1 && s->n * q.ncb < 8 * T) {
         int64_t g = (s->plane + 15) / 16;
         q.ncb = s->wo > 32 ? q.ncb : (s->plane + 95) / 96; /* 96: threads balance better */
         q.ncb = q.ncb * s->n < 3 * T ? (3 * T + s->n - 1) / s->n : q.ncb;
