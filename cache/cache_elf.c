@@ -37,15 +37,8 @@ typedef struct cache_elf_src {
     uint64_t size;
 } cache_elf_src;
 
-static int cache_pread_all(const cache_elf_src *src, void *buf, size_t n, uint64_t off)
+int cache_pread_full(int fd, void *buf, size_t n, uint64_t off)
 {
-    if (src->mem) {
-        if (off > src->size || n > src->size - off)
-            return EIO; /* as a short read */
-        memcpy(buf, src->mem + off, n);
-        return 0;
-    }
-    int fd = src->fd;
     size_t got = 0;
     while (got < n) {
         ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
@@ -56,6 +49,17 @@ static int cache_pread_all(const cache_elf_src *src, void *buf, size_t n, uint64
         got += (size_t)r;
     }
     return 0;
+}
+
+static int cache_pread_all(const cache_elf_src *src, void *buf, size_t n, uint64_t off)
+{
+    if (src->mem) {
+        if (off > src->size || n > src->size - off)
+            return EIO; /* as a short read */
+        memcpy(buf, src->mem + off, n);
+        return 0;
+    }
+    return cache_pread_full(src->fd, buf, n, off);
 }
 
 /* A shared object must carry PT_GNU_STACK without PF_X: glibc takes one

@@ -174,6 +174,8 @@ int cache_manifest_write(int dirfd, const cache_request *req, const cache_artifa
                          int n, int64_t created, char *err, size_t errlen);
 
 /* cache_elf.c */
+/* n bytes at off of fd into buf: 0, errno, or EIO for a short file. */
+int cache_pread_full(int fd, void *buf, size_t n, uint64_t off);
 /* An artifact that starts like ELF must hold every byte its headers point
  * at (a truncated write is caught here), and a shared object must carry a
  * non-executable PT_GNU_STACK. OPJIT_OK: fine, or not ELF; OPJIT_ECACHE,

@@ -166,22 +166,6 @@ void cache_manifest_free(cache_manifest *m)
     memset(m, 0, sizeof *m);
 }
 
-/* n bytes from the start of fd into buf: 0, or -1 (a read error, or a
- * file shorter than n: read on through the descriptor instead). */
-static int cache_pread_exact(int fd, void *buf, size_t n)
-{
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        got += (size_t)r;
-    }
-    return 0;
-}
-
 static int cache_hash_fd(int fd, uint64_t *sum, uint64_t *len)
 {
     /* Small: every page of a fresh process's heap costs a fault. */
@@ -407,7 +391,7 @@ static int cache_check_artifact(const cache *c, int dfd, const cache_artifact *a
                            a->name, (long long)st.st_size, a->size);
     else if ((flags & CACHE_CHK_SUMS) &&
              (mem = a->size <= sizeof small
-                        ? (cache_pread_exact(afd, small, (size_t)a->size) ? MAP_FAILED : small)
+                        ? (cache_pread_full(afd, small, (size_t)a->size, 0) ? MAP_FAILED : small)
                     : a->size <= SIZE_MAX
                         ? (map = mmap(NULL, (size_t)a->size, PROT_READ, MAP_PRIVATE, afd, 0))
                         : MAP_FAILED) != MAP_FAILED) {
