@@ -88,7 +88,9 @@ typedef struct header_set {
     /* Every path looked up and what it named (NULL: nothing): a name
      * included from several files (opjit_op.h, <string.h>, a shared
      * header) costs one lstat, not one per include. */
-    char **looked, **looked_real;
+    struct header_looked {
+        char *path, *real;
+    } *looked;
     int nlooked, caplooked;
     int oom;
     char *bad;   /* the first local header that is not a regular file */
@@ -122,23 +124,20 @@ static char *header_real(const char *path, const char *name, int *oom)
 static char *header_lookup(header_set *hs, const char *path, const char *name)
 {
     for (int i = 0; i < hs->nlooked; i++)
-        if (!strcmp(hs->looked[i], path)) {
-            char *r = hs->looked_real[i] ? strdup(hs->looked_real[i]) : NULL;
-            if (hs->looked_real[i] && !r)
+        if (!strcmp(hs->looked[i].path, path)) {
+            const char *real = hs->looked[i].real;
+            char *r = real ? strdup(real) : NULL;
+            if (real && !r)
                 hs->oom = 1;
             return r;
         }
     char *r = header_real(path, name, &hs->oom);
     if (hs->nlooked == hs->caplooked) {
         int cap = hs->caplooked ? hs->caplooked * 2 : 16;
-        char **p = realloc(hs->looked, (size_t)cap * sizeof *p);
-        char **q = p ? realloc(hs->looked_real, (size_t)cap * sizeof *q) : NULL;
-        if (p)
-            hs->looked = p;
-        if (q)
-            hs->looked_real = q;
-        if (!p || !q)
+        struct header_looked *p = realloc(hs->looked, (size_t)cap * sizeof *p);
+        if (!p)
             return r; /* not remembered: looked up again next time */
+        hs->looked = p;
         hs->caplooked = cap;
     }
     char *pc = strdup(path), *rc = r ? strdup(r) : NULL;
@@ -147,8 +146,7 @@ static char *header_lookup(header_set *hs, const char *path, const char *name)
         free(rc);
         return r;
     }
-    hs->looked[hs->nlooked] = pc;
-    hs->looked_real[hs->nlooked++] = rc;
+    hs->looked[hs->nlooked++] = (struct header_looked){pc, rc};
     return r;
 }
 
@@ -158,11 +156,10 @@ static void header_set_free(header_set *hs)
         free(hs->real[i]);
     free(hs->real);
     for (int i = 0; i < hs->nlooked; i++) {
-        free(hs->looked[i]);
-        free(hs->looked_real[i]);
+        free(hs->looked[i].path);
+        free(hs->looked[i].real);
     }
     free(hs->looked);
-    free(hs->looked_real);
 }
 
 /* a + b + c, malloc'd; NULL (and *oom) when out of memory. The strings
