@@ -1,6 +1,7 @@
 """bench/half_bench.py - the half rows of bench/run: opjit's conv2d (the
 ResNet-50 shapes of the float32 rows) and mm (256 to 2048) in bfloat16 and
-float16 on the CPU against torch 2.x in the same dtype, and against opjit's
+float16 on the CPU against torch 2.x in the same dtype, their gradients
+(conv2d_backward, mm_backward) against torch's backward, and against opjit's
 own float32 on the same values (information), side by side in one process,
 interleaved repetition by repetition, at the same thread count (opjit's
 runtime threads, torch.set_num_threads).
@@ -12,7 +13,7 @@ for it (build/python-extra, on PYTHONPATH). Standalone:
 
     PYTHONPATH=build/python-extra OPJIT_OPS_PATH=$PWD/ops-src \\
         ~/.cache/opjit-dev/torch2/bin/python bench/half_bench.py --threads 1,2 \\
-        [--reps 5] [--only conv|mm] [--out r.json]
+        [--reps 5] [--only conv,mm,grad] [--out r.json]
 
 opjit runs its optimizing tier: bfloat16 on the AMX GEMM
 (ops-src/gemm_half.h) where the CPU has AMX-BF16, else its vdpbf16ps GEMM
@@ -49,6 +50,7 @@ CONV_SHAPES = [
 ]
 CONV_BATCHES = [1, 8]
 MM_SIZES = [256, 512, 1024, 2048]
+GRAD_BATCHES = [8]  # the gradients: training batches only
 DTYPES = ["bfloat16", "float16"]
 SLOW = 0.5  # seconds: a slower torch side is timed on one call
 SETTLE = 0.05
@@ -56,6 +58,7 @@ SMOKE = os.environ.get("OPJIT_BENCH_SMOKE") == "1"
 if SMOKE:
     CONV_SHAPES = [("3x3 8->8 @8", 8, 8, 3, 8, 1, 1), ("1x1 16->8 @8", 16, 8, 1, 8, 1, 0)]
     CONV_BATCHES = [1]
+    GRAD_BATCHES = [1]
     MM_SIZES = [32]
 
 
@@ -65,6 +68,10 @@ def log(msg):
 
 
 def rel_err(got, ref):
+    """The largest error over the reference's largest magnitude; the worst
+    output's for a tuple of outputs (a backward's gradients)."""
+    if isinstance(ref, (tuple, list)):
+        return max(rel_err(g, r) for g, r in zip(got, ref) if r is not None)
     return float((got.double() - ref).abs().max() / (ref.abs().max() + 1e-30))
 
 
@@ -142,13 +149,67 @@ def bench_mm(torch, ops, threads, reps, target):
     return rows
 
 
+def bench_grad(torch, ops, threads, reps, target):
+    """conv2d_backward (grad_input and grad_weight) and mm_backward (both
+    products) against torch's backward of the same op in the same dtype."""
+    rows = []
+    settle = SETTLE if threads > 1 else 0
+    conv_bw, mm_bw = ops["conv2d_backward"], ops["mm_backward"]
+    aten_bw = torch.ops.aten.convolution_backward
+    mask = [True, True, False]
+    for label, c, o, k, hw, stride, pad in CONV_SHAPES:
+        ho = (hw + 2 * pad - k) // stride + 1
+        for n in GRAD_BATCHES:
+            g = torch.Generator().manual_seed(hash(("grad", label, n)) & 0xFFFF)
+            x32 = torch.randn(n, c, hw, hw, generator=g)
+            w32 = torch.randn(o, c, k, k, generator=g) * (1.0 / (c * k * k)) ** 0.5
+            dy32 = torch.randn(n, o, ho, ho, generator=g)
+            for dt in DTYPES:
+                x, w, dy = (t.to(getattr(torch, dt)) for t in (x32, w32, dy32))
+                xf, wf, dyf = x.float(), w.float(), dy.float()
+
+                def theirs(dy, x, w):
+                    return aten_bw(dy, x, w, None, [stride] * 2, [pad] * 2, [1, 1], False,
+                                   [0, 0], 1, mask)[:2]
+
+                def mine(dy, x, w):
+                    return conv_bw(dy, x, w, None, stride, pad, 1, 1, mask)[:2]
+                ref = theirs(dy.double(), x.double(), w.double())
+                r = measure(lambda: mine(dy, x, w), lambda: mine(dyf, xf, wf),
+                            lambda: theirs(dy, x, w), ref, reps, target, settle)
+                flops = 2 * 2 * n * o * c * k * k * ho * ho
+                r.update({"op": "conv2d_backward", "label": "%s, batch %d" % (label, n),
+                          "threads": threads, "dtype": dt,
+                          "gflops": flops / r["opjit_ms"] / 1e6})
+                rows.append(r)
+                log("conv2d_backward %s batch %d %s, %d thread(s): opjit %.3f ms, torch %.3f ms"
+                    "%s, %.2fx" % (label, n, dt, threads, r["opjit_ms"], r["torch_ms"],
+                                   " (one call)" if r["torch_one_call"] else "", r["ratio"]))
+    for s in MM_SIZES:
+        g = torch.Generator().manual_seed(s + 1)
+        a32, b32, g32 = (torch.randn(s, s, generator=g) for _ in range(3))
+        for dt in DTYPES:
+            a, b, gr = (t.to(getattr(torch, dt)) for t in (a32, b32, g32))
+            af, bf, grf = a.float(), b.float(), gr.float()
+            ref = (gr.double() @ b.double().t(), a.double().t() @ gr.double())
+            r = measure(lambda: mm_bw(gr, a, b), lambda: mm_bw(grf, af, bf),
+                        lambda: (gr @ b.t(), a.t() @ gr), ref, reps, target, settle)
+            r.update({"op": "mm_backward", "label": "%dx%d" % (s, s), "threads": threads,
+                      "dtype": dt, "gflops": 2 * 2 * s ** 3 / r["opjit_ms"] / 1e6})
+            rows.append(r)
+            log("mm_backward %d %s, %d thread(s): opjit %.3f ms, torch %.3f ms%s, %.2fx"
+                % (s, dt, threads, r["opjit_ms"], r["torch_ms"],
+                   " (one call)" if r["torch_one_call"] else "", r["ratio"]))
+    return rows
+
+
 def main():
     import torch
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", default="1")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--target", type=float, default=0.1, help="seconds a repetition")
-    ap.add_argument("--only", default="conv,mm")
+    ap.add_argument("--only", default="conv,mm,grad")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     try:
@@ -164,7 +225,7 @@ def main():
            "avx512_bf16": " avx512_bf16" in cpu, "f16c": " f16c" in cpu,
            "amx_bf16": " amx_bf16" in cpu,
            "half_kernel": os.environ.get("OPJIT_HALF_KERNEL", "auto") or "auto",
-           "conv": [], "mm": []}
+           "conv": [], "mm": [], "grad": []}
     only = set(a.only.split(","))
     with tempfile.TemporaryDirectory(prefix="opjit-half-bench-") as cache:
         for threads in sorted({int(x) for x in a.threads.split(",")}):
@@ -172,13 +233,16 @@ def main():
             os.environ["OPJIT_NUM_THREADS"] = str(threads)
             rt = opjit.Runtime(ops_path=os.path.join(ROOT, "ops-src"), cache_dir=cache,
                                tiering=True)
-            ops = {name: rt.load_op(name) for name in ("conv2d", "mm")}
+            ops = {name: rt.load_op(name)
+                   for name in ("conv2d", "mm", "conv2d_backward", "mm_backward")}
             rt.wait()
             res["tier"] = ops["mm"].tier
             if "conv" in only:
                 res["conv"] += bench_conv(torch, ops, threads, a.reps, a.target)
             if "mm" in only:
                 res["mm"] += bench_mm(torch, ops, threads, a.reps, a.target)
+            if "grad" in only:
+                res["grad"] += bench_grad(torch, ops, threads, a.reps, a.target)
             del ops, rt
     if a.out:
         with open(a.out, "w") as f:
@@ -193,7 +257,7 @@ def run(python, threads, reps, tmp):
     """This file under python (the torch 2.x interpreter) at these thread
     counts: its results, or {"missing": why}."""
     return run_script(__file__, python, threads, reps, tmp,
-                      "conv2d and mm in bfloat16 and float16", log)
+                      "conv2d, mm and their gradients in bfloat16 and float16", log)
 
 
 def rows(H, fms, yesno, thr):
@@ -216,6 +280,8 @@ def rows(H, fms, yesno, thr):
         one("conv2d CPU %s %s, batch %d" % (r["dtype"], r["label"], r["batch"]), r)
     for r in H["mm"]:
         one("mm CPU %s %dx%d" % (r["dtype"], r["size"], r["size"]), r)
+    for r in H.get("grad", []):
+        one("%s CPU %s %s" % (r["op"], r["dtype"], r["label"]), r)
     return out
 
 
@@ -254,6 +320,15 @@ def md_section(H, fms, md_table):
     lines.append(md_table(["mm n", "dtype"] + head,
                           [(r["size"], r["dtype"]) + cells(r) for r in H["mm"]]))
     lines.append("")
+    if H.get("grad"):
+        lines += ["The gradients: opjit's conv2d_backward (grad_input and grad_weight) and "
+                  "mm_backward (both products) against torch's backward of the same op "
+                  "(aten.convolution_backward; `g @ b.t()`, `a.t() @ g`) in the same dtype; "
+                  "errors are the worse of the two gradients'.", ""]
+        lines.append(md_table(["gradient", "dtype"] + head,
+                              [("%s %s" % (r["op"], r["label"]), r["dtype"]) + cells(r)
+                               for r in H["grad"]]))
+        lines.append("")
     return lines
 
 
