@@ -785,11 +785,7 @@ static int conv_fast_run(void *user, int64_t lo, int64_t hi)
         const float *wg = (const float *)j->w + gi * g->og * kdim;
         float *og = (float *)j->y + (n * g->o + gi * g->og) * plane + p0;
         if (j->direct) {
-            /* A short K (a 1x1 convolution of few channels) is cheap against
-             * writing C: blocks of rows write it as 8 streams, where panels
-             * over all rows would write lines hundreds of pages apart. */
-            sg_gemm_ord(g->og, np, kdim, wg, kdim, 1, im + p0, plane, og, plane, scr, 0,
-                        kdim <= 256);
+            sg_sgemm(g->og, np, kdim, wg, kdim, im + p0, plane, og, plane, scr);
         } else {
             conv_im2col_blk(g, im, (const float *)j->xend, p0, np, ws, ldc);
             sg_sgemm(g->og, np, kdim, wg, kdim, ws, ldc, og, plane, scr);

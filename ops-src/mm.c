@@ -270,7 +270,7 @@ static void mm_f16_chunk(const mm_job *j, int64_t t, float *p, float *scr, int64
                                                                                : SG_W;
             if (w == 3 * SG_W)
                 sg_k3(j->k, as, lda, aks, p + c, nbp, ct + c, nbp,
-                      c + 3 * SG_W < nbp ? p + c + 3 * SG_W : NULL, nbp, NULL, 0);
+                      c + 3 * SG_W < nbp ? p + c + 3 * SG_W : NULL, nbp, 1, NULL, 0);
             else if (w == 2 * SG_W)
                 sg_k2(j->k, as, lda, aks, p + c, nbp, ct + c, nbp, 0);
             else
