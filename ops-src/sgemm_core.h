@@ -213,10 +213,10 @@ SG_TGT static void sg_pack(const float *B, int64_t ldb, int64_t kc, int64_t w, f
  * into bw, which is bp. pf (unless NULL): the next panel of B, rows ldpf
  * apart, a slice of its rows prefetched by each micro-kernel, so that its
  * misses to memory spread over the panel's products instead of queueing
- * in one (256->64 1x1 convolution, batch 8: 5% faster, with SG_PACK and
- * without): without SG_PACK into L1 by the micro-kernel as it goes (sg_k3's
- * pf, a row every pfe steps of k; the same prefetches in a burst before it
- * were slower); with it into L2 before each micro-kernel. */
+ * in one (256->64 1x1 convolution, batch 8: 5% faster), by the
+ * micro-kernel as it goes (sg_k3's pf, a row every pfe steps of k: 1.5%
+ * faster than the same prefetches in a burst before it, with SG_PACK or
+ * without). */
 SG_TGT static void sg_rows(int64_t i0, int64_t i1, int64_t j, int64_t w, int64_t M, int64_t K,
                            int64_t k0, int64_t kc, const float *A, int64_t lda, int64_t aks,
                            const float *at, const float *bp, int64_t wp, int64_t ldbp,
@@ -226,7 +226,9 @@ SG_TGT static void sg_rows(int64_t i0, int64_t i1, int64_t j, int64_t w, int64_t
 {
     const int64_t ldt = 3 * SG_W, mfull = M - M % SG_MR;
     const int64_t nk = (i1 - i0 + SG_MR - 1) / SG_MR, slice = (kc + nk - 1) / nk;
-    int64_t i, r;
+    int64_t i, r, t, kk;
+    const float *pft;
+    int in_k3;
     for (i = i0; i < i1; i += SG_MR) {
         const float *a = i < mfull ? A + i * lda + k0 * aks : at + k0;
         int64_t la = i < mfull ? lda : K, ka = i < mfull ? aks : 1;
@@ -236,20 +238,22 @@ SG_TGT static void sg_rows(int64_t i0, int64_t i1, int64_t j, int64_t w, int64_t
         if (dst == ct && acc) /* the partial block's values, to go on from */
             for (r = 0; r < rows; r++)
                 memcpy(ct + r * ldt, C + (i + r) * ldc + j, (size_t)w * sizeof(float));
-        if (SG_PACK && pf) {
-            int64_t t = (i - i0) / SG_MR, kk;
+        /* this micro-kernel's slice of the next panel: by sg_k3 as it goes,
+         * else (the first with SG_PACK, which packs; narrower panels) into
+         * L2 before it */
+        t = (i - i0) / SG_MR;
+        pft = pf && t * slice < kc ? pf + t * slice * ldpf : NULL;
+        in_k3 = pft && wp == 3 * SG_W && !(bin && i == i0);
+        if (SG_PACK && pft && !in_k3)
             for (kk = t * slice; kk < (t + 1) * slice && kk < kc; kk++) {
                 __builtin_prefetch(pf + kk * ldpf, 0, 2);
                 __builtin_prefetch(pf + kk * ldpf + 16, 0, 2);
                 __builtin_prefetch(pf + kk * ldpf + 3 * SG_W - 1, 0, 2);
             }
-        }
         if (bin && i == i0)
             sg_k3(kc, a, la, ka, bin, ldin, dst, ld, NULL, 0, 1, bw, acc);
         else if (wp == 3 * SG_W)
-            sg_k3(kc, a, la, ka, bp, ldbp, dst, ld,
-                  !SG_PACK && pf && (i - i0) / SG_MR * slice < kc
-                      ? pf + (i - i0) / SG_MR * slice * ldpf : NULL, ldpf,
+            sg_k3(kc, a, la, ka, bp, ldbp, dst, ld, in_k3 ? pft : NULL, ldpf,
                   (kc + slice - 1) / slice, NULL, acc);
         else if (wp == 2 * SG_W)
             sg_k2(kc, a, la, ka, bp, ldbp, dst, ld, acc);
