@@ -86,10 +86,16 @@ SG_TGT SG_NOINLINE static void sg_k3(int64_t K, const float *A, int64_t lda, int
     __builtin_prefetch(pf + 16);                                              \
     __builtin_prefetch(pf + 3 * SG_W - 1);                                    \
     pf += ldpf;
+/* with SG_PACK into L2: the panel in L1 is the packed one, and the rows
+ * read in place may be 4 KB apart (a matrix of 1024 columns), all in one
+ * set of L1 */
 #define SG_PFE                                                                \
     if (--due == 0) {                                                         \
         due = pfe;                                                            \
-        SG_PF                                                                 \
+        __builtin_prefetch(pf, 0, SG_PACK ? 2 : 3);                           \
+        __builtin_prefetch(pf + 16, 0, SG_PACK ? 2 : 3);                      \
+        __builtin_prefetch(pf + 3 * SG_W - 1, 0, SG_PACK ? 2 : 3);           \
+        pf += ldpf;                                                           \
     }
 #define SG_BW                                                                 \
     SG_ST(bw, b0);                                                            \
