@@ -66,11 +66,11 @@
 /* pf (unless NULL): also prefetch 3 vectors of floats from pf every pfe
  * steps of k (pfe >= 1), rows ldpf apart: a slice of the next panel of B
  * read in place, whose rows are far apart (a 1x1 convolution's input), so
- * that the next call does not wait on memory row by row. bw (unless
- * NULL): also store each row of B read (K x 3W): the panel packed on the
- * way (SG_PACK), its loads' misses
- * hidden behind the products, where a loop of its own waited on them
- * (256->64 1x1 convolution, one image in L3: 4% faster). */
+ * that the next call does not wait on memory row by row. bw (unless NULL;
+ * then pf is): also store each row of B read (K x 3W): the panel packed
+ * on the way (SG_PACK), its loads' misses hidden behind the products,
+ * where a loop of its own waited on them (256->64 1x1 convolution, one
+ * image in L3: 4% faster). */
 SG_TGT SG_NOINLINE static void sg_k3(int64_t K, const float *A, int64_t lda, int64_t aks,
                                      const float *B, int64_t ldb, float *C, int64_t ldc,
                                      const float *pf, int64_t ldpf, int64_t pfe, float *bw,
@@ -102,9 +102,7 @@ SG_TGT SG_NOINLINE static void sg_k3(int64_t K, const float *A, int64_t lda, int
     SG_ST(bw + SG_W, b1);                                                     \
     SG_ST(bw + 2 * SG_W, b2);                                                 \
     bw += 3 * SG_W;
-    if (pf && bw)
-        SG_LOOP(3, SG_B3, SG_PF SG_BW)
-    else if (pf && pfe > 1)
+    if (pf && pfe > 1)
         SG_LOOP(3, SG_B3, SG_PFE)
     else if (pf)
         SG_LOOP(3, SG_B3, SG_PF)
