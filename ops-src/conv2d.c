@@ -767,6 +767,18 @@ SG_TGT static void conv_im2col_blk(const conv_geom *g, const float *im, const fl
     }
 }
 
+/* The first output position of block b of j->nblk <= the plane's
+ * 48-column panels of the GEMM (b = nblk: the plane): blocks of whole
+ * panels, as many in each as can be (ceil or floor of panels / nblk), the
+ * plane's last, partial panel in the last. Blocks of equal sizes in
+ * multiples of 16 (256->64 @56, 2 threads: 8 x 400) leave a partial panel
+ * in each, at half the speed of whole ones. */
+static int64_t conv_fast_cols(const conv_job *j, int64_t b)
+{
+    int64_t pan = (j->plane + 47) / 48, c = (b * pan + j->nblk - 1) / j->nblk * 48;
+    return c < j->plane ? c : j->plane;
+}
+
 /* Units [lo, hi) with this file's GEMM: the block unfolded into this
  * thread's area (conv_col_floats) unless direct, the product, the bias. */
 static int conv_fast_run(void *user, int64_t lo, int64_t hi)
@@ -780,16 +792,12 @@ static int conv_fast_run(void *user, int64_t lo, int64_t hi)
     int64_t u, o, e;
     for (u = lo; u < hi; u++) {
         int64_t blk = u % j->nblk, ng = u / j->nblk, n = ng / g->groups, gi = ng % g->groups;
-        int64_t p0 = blk * j->pb, np = plane - p0 < j->pb ? plane - p0 : j->pb;
+        int64_t p0 = conv_fast_cols(j, blk), np = conv_fast_cols(j, blk + 1) - p0;
         const float *im = (const float *)j->x + (n * g->c + gi * g->cg) * g->h * g->w;
         const float *wg = (const float *)j->w + gi * g->og * kdim;
         float *og = (float *)j->y + (n * g->o + gi * g->og) * plane + p0;
         if (j->direct) {
-            /* A short K (a 1x1 convolution of few channels) is cheap against
-             * writing C: blocks of rows write it as 8 streams, where panels
-             * over all rows would write lines hundreds of pages apart. */
-            sg_gemm_ord(g->og, np, kdim, wg, kdim, 1, im + p0, plane, og, plane, scr, 0,
-                        kdim <= 256);
+            sg_sgemm(g->og, np, kdim, wg, kdim, im + p0, plane, og, plane, scr);
         } else {
             conv_im2col_blk(g, im, (const float *)j->xend, p0, np, ws, ldc);
             sg_sgemm(g->og, np, kdim, wg, kdim, ws, ldc, og, plane, scr);
@@ -849,33 +857,27 @@ static int conv_gemm_paths(opjit_ctx *ctx, const conv_geom *g, const void *x, co
     j.per = j.direct ? 0 : (size_t)(j.kdim * j.pb) * esz;
 #ifdef SG_FAST
     if (fast) {
-        /* Blocks of about equal size in whole 48-column panels, at least
-         * three per thread where the plane allows: this GEMM's bits do not
-         * depend on the blocks. */
-        int64_t nblk = (j.plane + conv_col_block(j.kdim, j.plane) - 1) /
-                       conv_col_block(j.kdim, j.plane), ni = g->n * g->groups, pb16;
+        /* Blocks of whole 48-column panels (conv_fast_cols), at most
+         * conv_col_block columns, at least three per thread where the plane
+         * allows: this GEMM's bits do not depend on the blocks. */
+        int64_t most = conv_col_block(j.kdim, j.plane) / 48, ni = g->n * g->groups;
+        int64_t pan = (j.plane + 47) / 48, nblk;
+        most = most > 1 ? most : 1; /* conv_col_block < 48: it holds the plane */
+        nblk = (pan + most - 1) / most;
         if (ni * nblk < 3 * T)
             nblk = (3 * T + ni - 1) / ni;
         while (T > 1 && ni * nblk < 8 * T && (ni * nblk) % T) /* as many units a thread */
             nblk++;
-        j.pb = ((j.plane + nblk - 1) / nblk + 47) / 48 * 48; /* whole GEMM panels */
-        pb16 = ((j.plane + nblk - 1) / nblk + 15) / 16 * 16;
-        /* unless rounding to 48 leaves the last block much smaller than
-         * the others (256->64 @56: 7 x 432 + 112 on 2 threads; 7 x 400 +
-         * 336 in blocks of 16) */
-        if (T > 1 && nblk * j.pb - j.plane > j.pb / 4)
-            j.pb = pb16;
-        if (j.pb < 48)
-            j.pb = 48;
-        if (j.pb > conv_col_block(j.kdim, j.plane))
-            j.pb = conv_col_block(j.kdim, j.plane);
+        j.nblk = nblk < pan ? nblk : pan;
+        j.pb = (pan + j.nblk - 1) / j.nblk * 48; /* the largest */
         j.per = j.direct ? sg_sgemm_scratch(j.kdim)
                          : conv_col_floats(j.kdim, j.plane) * sizeof(float);
     }
 #else
     (void)fast;
 #endif
-    j.nblk = (j.plane + j.pb - 1) / j.pb;
+    if (!fast)
+        j.nblk = (j.plane + j.pb - 1) / j.pb;
     j.per = (j.per + 63) / 64 * 64;
     j.ws = NULL;
     if (j.per && !(j.ws = (char *)opjit_workspace(ctx, (size_t)T * j.per)))

@@ -149,10 +149,19 @@ static void mm_pack_panel(const mm_job *j, int64_t c0, int64_t nb, float *p)
     sg_transpose(y + c0 * j->ldb, j->ldb, nb, j->k, p, nb);
 }
 
+/* Whether the GEMM reads a float32 row-major mat2 in place: where it
+ * packs its panels itself (SG_PACK), or its rows are at most MM_XT_INPLACE
+ * bytes apart (256 x 256: 2% faster than a thread's copy of each panel;
+ * rows 4 KB apart fall in a few sets of L1: 1024 x 1024, 27% slower). */
+static int mm_y_in_place(const mm_job *j)
+{
+    return !j->yt && !j->f16 && (SG_PACK || j->ldb * (int64_t)sizeof(float) <= MM_XT_INPLACE);
+}
+
 /* Chunk t of job j: (block of rows, panel of columns), panel fastest;
- * packs the panel into p unless *packed says it is there. A column-major
- * self (xt) is read in place (lda 1): SG_MR consecutive floats a step of
- * k. */
+ * packs the panel into p unless *packed says it is there or mat2 is read
+ * in place (mm_y_in_place). A column-major self (xt) is read in place
+ * (lda 1): SG_MR consecutive floats a step of k. */
 static void mm_f16_chunk(const mm_job *j, int64_t t, float *p, float *scr, int64_t *packed);
 
 static void mm_fast_chunk(const mm_job *j, int64_t t, float *p, float *scr, int64_t *packed)
@@ -167,7 +176,7 @@ static void mm_fast_chunk(const mm_job *j, int64_t t, float *p, float *scr, int6
     const float *x = (const float *)j->x + (j->xt ? r0 : r0 * j->lda);
     int64_t lda = j->xt ? 1 : j->lda, aks = j->xt ? j->lda : 1;
     float *out = (float *)j->out + r0 * j->m + c0;
-    if (SG_PACK && !j->yt) { /* the GEMM packs its panels of mat2 itself */
+    if (mm_y_in_place(j)) {
         sg_gemm_ex(nr, nb, j->k, x, lda, aks, (const float *)j->y + c0, j->ldb, out, j->m, scr,
                    0);
         return;
@@ -270,7 +279,7 @@ static void mm_f16_chunk(const mm_job *j, int64_t t, float *p, float *scr, int64
                                                                                : SG_W;
             if (w == 3 * SG_W)
                 sg_k3(j->k, as, lda, aks, p + c, nbp, ct + c, nbp,
-                      c + 3 * SG_W < nbp ? p + c + 3 * SG_W : NULL, nbp, NULL, 0);
+                      c + 3 * SG_W < nbp ? p + c + 3 * SG_W : NULL, nbp, 1, NULL, 0);
             else if (w == 2 * SG_W)
                 sg_k2(j->k, as, lda, aks, p + c, nbp, ct + c, nbp, 0);
             else
@@ -289,11 +298,11 @@ static int mm_gemm_packs(const mm_job *j)
     return SG_PACK && !j->yt && !j->f16;
 }
 
-/* Floats of a thread's copy of a panel of mat2: none where the GEMM packs
- * its own. */
+/* Floats of a thread's copy of a panel of mat2: none where mat2 is read
+ * in place. */
 static int64_t mm_panel_floats(const mm_job *j)
 {
-    return mm_gemm_packs(j) ? 0 : j->k * j->nb;
+    return mm_y_in_place(j) ? 0 : j->k * j->nb;
 }
 
 /* Chunk t of j on this thread's area: a 64-byte header (the panel packed

@@ -63,34 +63,47 @@
         SG_ROWS(SG_R##NV)                                                   \
     }
 
-/* pf (unless NULL): also prefetch 3 vectors of floats a step of k from
- * pf, rows ldpf apart: the next panel of B read in place, whose rows are
- * far apart (a 1x1 convolution's input), so that the next call does not
- * wait on memory row by row. bw (unless NULL): also store each row of B
- * read (K x 3W): the panel packed on the way (SG_PACK), its loads' misses
- * hidden behind the products, where a loop of its own waited on them
- * (256->64 1x1 convolution, one image in L3: 4% faster). */
+/* pf (unless NULL): also prefetch 3 vectors of floats from pf every pfe
+ * steps of k (pfe >= 1), rows ldpf apart: a slice of the next panel of B
+ * read in place, whose rows are far apart (a 1x1 convolution's input), so
+ * that the next call does not wait on memory row by row. bw (unless NULL;
+ * then pf is): also store each row of B read (K x 3W): the panel packed
+ * on the way (SG_PACK), its loads' misses hidden behind the products,
+ * where a loop of its own waited on them (256->64 1x1 convolution, one
+ * image in L3: 4% faster). */
 SG_TGT SG_NOINLINE static void sg_k3(int64_t K, const float *A, int64_t lda, int64_t aks,
                                      const float *B, int64_t ldb, float *C, int64_t ldc,
-                                     const float *pf, int64_t ldpf, float *bw, int acc)
+                                     const float *pf, int64_t ldpf, int64_t pfe, float *bw,
+                                     int acc)
 {
     const sg_v z = {0};
     SG_EACH(SG_D3)
     const float *p = A, *q = A + 4 * lda;
-    int64_t k;
+    int64_t k, due = 1;
 #define SG_B3 sg_v b0 = SG_LD(B), b1 = SG_LD(B + SG_W), b2 = SG_LD(B + 2 * SG_W);
 #define SG_PF                                                                 \
     __builtin_prefetch(pf);                                                   \
     __builtin_prefetch(pf + 16);                                              \
     __builtin_prefetch(pf + 3 * SG_W - 1);                                    \
     pf += ldpf;
+/* with SG_PACK into L2: the panel in L1 is the packed one, and the rows
+ * read in place may be 4 KB apart (a matrix of 1024 columns), all in one
+ * set of L1 */
+#define SG_PFE                                                                \
+    if (--due == 0) {                                                         \
+        due = pfe;                                                            \
+        __builtin_prefetch(pf, 0, SG_PACK ? 2 : 3);                           \
+        __builtin_prefetch(pf + 16, 0, SG_PACK ? 2 : 3);                      \
+        __builtin_prefetch(pf + 3 * SG_W - 1, 0, SG_PACK ? 2 : 3);           \
+        pf += ldpf;                                                           \
+    }
 #define SG_BW                                                                 \
     SG_ST(bw, b0);                                                            \
     SG_ST(bw + SG_W, b1);                                                     \
     SG_ST(bw + 2 * SG_W, b2);                                                 \
     bw += 3 * SG_W;
-    if (pf && bw)
-        SG_LOOP(3, SG_B3, SG_PF SG_BW)
+    if (pf && pfe > 1)
+        SG_LOOP(3, SG_B3, SG_PFE)
     else if (pf)
         SG_LOOP(3, SG_B3, SG_PF)
     else if (bw)
@@ -99,6 +112,7 @@ SG_TGT SG_NOINLINE static void sg_k3(int64_t K, const float *A, int64_t lda, int
         SG_LOOP(3, SG_B3, )
 #undef SG_B3
 #undef SG_PF
+#undef SG_PFE
 #undef SG_BW
     (void)q;
     SG_EACH(SG_S3)
@@ -201,10 +215,12 @@ SG_TGT static void sg_pack(const float *B, int64_t ldb, int64_t kc, int64_t w, f
  * apart). bin (unless NULL, a full panel of 3W columns): the panel
  * unpacked (rows ldin apart), which the first micro-kernel reads and packs
  * into bw, which is bp. pf (unless NULL): the next panel of B, rows ldpf
- * apart, to prefetch: without SG_PACK by the first micro-kernel (sg_k3's
- * pf); with it into L2, a slice of its rows before each micro-kernel, so
- * that its misses to memory spread over the panel's products instead of
- * queueing in one (256->64 1x1 convolution, batch 8: 5% faster). */
+ * apart, a slice of its rows prefetched by each micro-kernel, so that its
+ * misses to memory spread over the panel's products instead of queueing
+ * in one (256->64 1x1 convolution, batch 8: 5% faster), by the
+ * micro-kernel as it goes (sg_k3's pf, a row every pfe steps of k: 1.5%
+ * faster than the same prefetches in a burst before it, with SG_PACK or
+ * without). */
 SG_TGT static void sg_rows(int64_t i0, int64_t i1, int64_t j, int64_t w, int64_t M, int64_t K,
                            int64_t k0, int64_t kc, const float *A, int64_t lda, int64_t aks,
                            const float *at, const float *bp, int64_t wp, int64_t ldbp,
@@ -214,7 +230,9 @@ SG_TGT static void sg_rows(int64_t i0, int64_t i1, int64_t j, int64_t w, int64_t
 {
     const int64_t ldt = 3 * SG_W, mfull = M - M % SG_MR;
     const int64_t nk = (i1 - i0 + SG_MR - 1) / SG_MR, slice = (kc + nk - 1) / nk;
-    int64_t i, r;
+    int64_t i, r, t, kk;
+    const float *pft;
+    int in_k3;
     for (i = i0; i < i1; i += SG_MR) {
         const float *a = i < mfull ? A + i * lda + k0 * aks : at + k0;
         int64_t la = i < mfull ? lda : K, ka = i < mfull ? aks : 1;
@@ -224,19 +242,23 @@ SG_TGT static void sg_rows(int64_t i0, int64_t i1, int64_t j, int64_t w, int64_t
         if (dst == ct && acc) /* the partial block's values, to go on from */
             for (r = 0; r < rows; r++)
                 memcpy(ct + r * ldt, C + (i + r) * ldc + j, (size_t)w * sizeof(float));
-        if (SG_PACK && pf) {
-            int64_t t = (i - i0) / SG_MR, kk;
+        /* this micro-kernel's slice of the next panel: by sg_k3 as it goes,
+         * else (the first with SG_PACK, which packs; narrower panels) into
+         * L2 before it */
+        t = (i - i0) / SG_MR;
+        pft = pf && t * slice < kc ? pf + t * slice * ldpf : NULL;
+        in_k3 = pft && wp == 3 * SG_W && !(bin && i == i0);
+        if (SG_PACK && pft && !in_k3)
             for (kk = t * slice; kk < (t + 1) * slice && kk < kc; kk++) {
                 __builtin_prefetch(pf + kk * ldpf, 0, 2);
                 __builtin_prefetch(pf + kk * ldpf + 16, 0, 2);
                 __builtin_prefetch(pf + kk * ldpf + 3 * SG_W - 1, 0, 2);
             }
-        }
         if (bin && i == i0)
-            sg_k3(kc, a, la, ka, bin, ldin, dst, ld, NULL, 0, bw, acc);
+            sg_k3(kc, a, la, ka, bin, ldin, dst, ld, NULL, 0, 1, bw, acc);
         else if (wp == 3 * SG_W)
-            sg_k3(kc, a, la, ka, bp, ldbp, dst, ld, !SG_PACK && i == i0 ? pf : NULL, ldpf,
-                  NULL, acc);
+            sg_k3(kc, a, la, ka, bp, ldbp, dst, ld, in_k3 ? pft : NULL, ldpf,
+                  (kc + slice - 1) / slice, NULL, acc);
         else if (wp == 2 * SG_W)
             sg_k2(kc, a, la, ka, bp, ldbp, dst, ld, acc);
         else
@@ -252,17 +274,19 @@ SG_TGT static void sg_rows(int64_t i0, int64_t i1, int64_t j, int64_t w, int64_t
  * calls with acc gives the bits of one call, which is how the steps of k
  * go); A's element (i, k) at A[i * lda + k * aks], B and C row-major,
  * K >= 1. Panels of 3 vectors of columns (4 left: two of 2), blocks of MR
- * rows (see SG_PACK above; by_rows: each block of MR rows over every panel
- * whatever the shape, so C is written row by row, a few streams, where a
- * small K makes the product cheap against storing C); the last M % MR
- * rows and N % W columns go through zero-padded copies. */
-SG_TGT static void sg_gemm_ord(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                               int64_t aks, const float *B, int64_t ldb, float *C, int64_t ldc,
-                               float *scratch, int acc, int by_rows)
+ * rows (see SG_PACK above: without it, blocks of MR rows over every panel
+ * when M > N, else each panel over every row: a 1x1 convolution's, whose
+ * next panel is fetched from memory a slice by each block of rows, 1-5%
+ * faster than blocks of rows over panels, which wrote C as a few streams
+ * but fetched the whole input in a first pass of one block of rows); the
+ * last M % MR rows and N % W columns go through zero-padded copies. */
+SG_TGT static void sg_gemm_ex(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                              int64_t aks, const float *B, int64_t ldb, float *C, int64_t ldc,
+                              float *scratch, int acc)
 {
     const int64_t W = SG_W, nfull = N - N % SG_W;
     const int64_t kb = SG_PACK ? SG_KC : K;
-    const int64_t mb = SG_PACK ? SG_MC : M > N || by_rows ? SG_MR : M;
+    const int64_t mb = SG_PACK ? SG_MC : M > N ? SG_MR : M;
     float *at = scratch, *bp = at + SG_MR * K, *ct = bp + SG_PANEL(K);
     float *ab = ct + SG_MR * 3 * SG_W; /* SG_PACK: the block of rows of A */
     const int64_t mfull = M - M % SG_MR;
@@ -301,9 +325,9 @@ SG_TGT static void sg_gemm_ord(int64_t M, int64_t N, int64_t K, const float *A, 
                  * a prefetch past the end of B is harmless). */
                 if (SG_PACK)
                     pf = B + k0 * ldb + (j + w < N ? j + w : i1 < M ? 0 : N);
-                else /* read in place: by the first block of rows only (the
-                      * others find it in L2; prefetching it into L1 for each
-                      * block of MR rows, by_rows, evicted the panel being
+                else /* read in place: by the first block of rows only (M >
+                      * N: the others find it in L2; prefetching it into L1
+                      * for each block of MR rows evicted the panel being
                       * read: 1x1 256->64, batch 8, 4%) */
                     pf = !pack && i0 == 0 ? B + k0 * ldb + j + 3 * W : NULL;
                 if (SG_PACK && w < 3 * W) /* a full panel: packed by its first kernel */
@@ -320,15 +344,6 @@ SG_TGT static void sg_gemm_ord(int64_t M, int64_t N, int64_t K, const float *A, 
             }
         }
     }
-}
-
-/* sg_gemm_ord with blocks of MR rows over every panel when M > N, else
- * each panel over every row. */
-SG_TGT static void sg_gemm_ex(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                              int64_t aks, const float *B, int64_t ldb, float *C, int64_t ldc,
-                              float *scratch, int acc)
-{
-    sg_gemm_ord(M, N, K, A, lda, aks, B, ldb, C, ldc, scratch, acc, 0);
 }
 
 /* sg_gemm_ex of a row-major A (aks 1). */

@@ -448,8 +448,9 @@ static void make_cases(void)
     conv_case("conv 3x3 stride 2 groups 2 @33 batch 2 (im2col)", 32, 2, 32, 33, 64, 3, 2, 1,
               2, 1);
     conv_case("conv 3x3 float64 @24 batch 2", 64, 2, 16, 24, 24, 3, 1, 1, 1, 1);
-    /* 1x1 direct: blocks of 16 columns where 48 would leave a small last
-     * one (K 300), blocks of rows over every panel (K 24), row tails */
+    /* 1x1 direct: blocks of whole 48-column panels, the plane's partial
+     * one in the last (57 x 57: 67 panels and 33 columns), the next panel
+     * fetched in slices, blocks of rows over every panel (K 24), row tails */
     conv_case("conv 1x1 300->20 @57 batch 1 (direct)", 32, 1, 300, 57, 20, 1, 1, 0, 1, 1);
     conv_case("conv 1x1 24->70 @13 batch 2 (direct, K 24)", 32, 2, 24, 13, 70, 1, 1, 0, 1, 0);
     /* the gradients: grad_input, grad_weight (in slices), grad_bias */
