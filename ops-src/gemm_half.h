@@ -1768,6 +1768,319 @@ static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const f
     return opjit_parallel_for(ctx, 0, units * j.nblk, 1, hg_conv_run, &j);
 }
 
+/* ---- conv2d backward: grad_weight on vdpbf16ps ----------------------------------
+ * grad_weight [O, C kh kw] = sum over images and output positions of
+ * dy [O, p] times the input each tap reads at p. Made as its transpose,
+ * dW^T [J = C kh kw, O] = X [J, positions] . dy^T [positions, O]: the
+ * reduction runs over positions, and with a padded row length Wq every
+ * row of X is a shifted run of one input plane, read in place by the
+ * kernels. The input is laid out once an image in phase planes: for
+ * strides (sh, sw), phase (a, b) holds the zero-padded input's rows a, a
+ * + sh, ... and columns b, b + sw, ..., Hq rows of Wq columns; tap (ky,
+ * kx) reads phase (ky dh % sh, kx dw % sw) shifted by (ky dh / sh, kx dw
+ * / sw), so output position (oh, ow), column q = oh Wq + ow, reads the
+ * plane at q + shift. The columns ow >= Wo of each row are positions
+ * that do not exist: dy is zero there (packed so, dy^T in pairs of
+ * positions, hg_pack_rows' layout), so they add 0 x (an input value): a
+ * zero while the input is finite (the caller widens an input holding an
+ * Inf or NaN). A 1x1 with stride 1 and no padding reads the input itself.
+ * Each element of grad_weight is one chain of float32 sums over (image,
+ * pair of positions) in order, by one thread, rounded once at the end:
+ * the blocking and the thread count change no bit. */
+
+/* C[R][16 NV] += sum over k < K of A[r][k] B[k][.]: row r of A at A[r] +
+ * k0 (bfloat16, K consecutive), B packed in pairs of k (rows ldp apart),
+ * C float32 rows ldc apart. An odd K's last pair is (A[K-1], 0). */
+#define HG_GSTEP(R, NV, PAIR)                                                         \
+    _Pragma("GCC unroll 4") for (v = 0; v < NV; v++)                                  \
+        b[v] = _mm512_loadu_si512((const void *)(P + 32 * v));                        \
+    _Pragma("GCC unroll 8") for (r = 0; r < R; r++) {                                 \
+        a = _mm512_set1_epi32((int)(PAIR));                                           \
+        _Pragma("GCC unroll 4") for (v = 0; v < NV; v++)                              \
+            c[r][v] = _mm512_dpbf16_ps(c[r][v], (__m512bh)a, (__m512bh)b[v]);         \
+    }
+#define HG_GKERNEL(NAME, R, NV)                                                       \
+    HG_TARGET static void NAME(int64_t K, const uint16_t *const *A0, int64_t k0,      \
+                               const uint16_t *P, int64_t ldp, float *C, int64_t ldc) \
+    {                                                                                 \
+        __m512 c[R][NV];                                                              \
+        __m512i b[NV], a;                                                             \
+        const uint16_t *A[R];                                                         \
+        int64_t kp, r, v;                                                             \
+        _Pragma("GCC unroll 8") for (r = 0; r < R; r++) {                             \
+            A[r] = A0[r] + k0;                                                        \
+            _Pragma("GCC unroll 4") for (v = 0; v < NV; v++)                          \
+                c[r][v] = _mm512_loadu_ps(C + r * ldc + 16 * v);                      \
+        }                                                                             \
+        for (kp = 0; kp + 1 < K; kp += 2, P += ldp) {                                 \
+            HG_GSTEP(R, NV, hg_pair(A[r] + kp))                                       \
+        }                                                                             \
+        if (K & 1) {                                                                  \
+            HG_GSTEP(R, NV, A[r][kp])                                                 \
+        }                                                                             \
+        _Pragma("GCC unroll 8") for (r = 0; r < R; r++)                               \
+            _Pragma("GCC unroll 4") for (v = 0; v < NV; v++)                          \
+                _mm512_storeu_ps(C + r * ldc + 16 * v, c[r][v]);                      \
+    }
+HG_GKERNEL(hg_g6x64, 6, 4)
+HG_GKERNEL(hg_g8x48, 8, 3)
+HG_GKERNEL(hg_g8x32, 8, 2)
+HG_GKERNEL(hg_g8x16, 8, 1)
+#undef HG_GKERNEL
+#undef HG_GSTEP
+
+/* What n dense bfloat16 values hold: HG_SUB (a subnormal), HG_NONFINITE
+ * (an Inf or NaN), or -1 with the error recorded. */
+enum { HG_SUB = 1, HG_NONFINITE = 2 };
+typedef struct hg_bits_job {
+    const uint16_t *p;
+    int64_t n;
+    int *found; /* one slot a thread */
+    opjit_ctx *ctx;
+} hg_bits_job;
+
+HG_TARGET static int hg_bits_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_bits_job *s = (const hg_bits_job *)user;
+    const __m512i ex = _mm512_set1_epi16(0x7f80), ma = _mm512_set1_epi16(0x007f);
+    int64_t i, end = hi << 16 < s->n ? hi << 16 : s->n;
+    __mmask32 sub = 0, inf = 0;
+    for (i = lo << 16; i < end; i += 32) {
+        __mmask32 m = end - i >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << (end - i)) - 1);
+        __m512i v = _mm512_maskz_loadu_epi16(m, s->p + i), e = _mm512_and_si512(v, ex);
+        sub |= _mm512_testn_epi16_mask(v, ex) & _mm512_test_epi16_mask(v, ma);
+        inf |= _mm512_mask_cmpeq_epi16_mask(m, e, ex);
+    }
+    s->found[opjit_thread_num(s->ctx)] |= (sub ? HG_SUB : 0) | (inf ? HG_NONFINITE : 0);
+    return 0;
+}
+
+static int hg_bits(opjit_ctx *ctx, const void *p, int64_t n)
+{
+    hg_bits_job s;
+    int64_t T = opjit_num_threads(ctx), t;
+    int bits = 0;
+    if (n <= 0)
+        return 0;
+    s.p = (const uint16_t *)p;
+    s.n = n;
+    s.ctx = ctx;
+    if (!(s.found = (int *)hg_ws(ctx, (size_t)T * sizeof(int))))
+        return -1;
+    memset(s.found, 0, (size_t)T * sizeof(int));
+    if (opjit_parallel_for(ctx, 0, (n + 65535) >> 16, 1, hg_bits_run, &s))
+        return -1;
+    for (t = 0; t < T; t++)
+        bits |= s.found[t];
+    return bits;
+}
+
+/* The shape grad_weight needs (one group). */
+typedef struct hg_gw {
+    int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo;
+} hg_gw;
+
+#define HG_GW_ROWS 48 /* rows of J a unit: whole strips of 6 and of 8 */
+#define HG_GW_KB 256  /* positions a block: its dy^T (64 columns: 32 KB) stays in L1 */
+
+typedef struct hg_gw_job {
+    opjit_ctx *ctx;
+    const hg_gw *s;
+    const uint16_t *x, *dy;
+    uint16_t *dw, *xq, *bp; /* xq: the chunk's phase planes (NULL: x in place); bp: dy^T */
+    float *acc;             /* dW^T [J rounded up to HG_GW_ROWS][np] */
+    int64_t J, np, Hq, Wq, Q, nph, i0, ni, ximg, bimg; /* ximg, bimg: elements an image */
+    int64_t toff[64];       /* tap t's offset in an image's planes (channel 0) */
+    int pid[16];            /* phase (a, b) at a sw + b: its index, or -1 */
+    int last;               /* the last chunk: round into dw */
+} hg_gw_job;
+
+/* Units [lo, hi) of packing, (image of the chunk, channel) then (image,
+ * block of 64 pairs of positions): the phase planes, then dy^T. */
+HG_TARGET static int hg_gw_pack(void *user, int64_t lo, int64_t hi)
+{
+    const hg_gw_job *j = (const hg_gw_job *)user;
+    const hg_gw *s = j->s;
+    const int64_t nx = j->xq ? j->ni * s->c : 0, npb = ((j->Q + 1) / 2 + 63) / 64;
+    const int64_t plane = s->ho * s->wo;
+    const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7,
+                                                             6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)plane));
+    int64_t u, a, b, r, q, o;
+    for (u = lo; u < hi; u++) {
+        if (u < nx) {
+            int64_t img = u / s->c, c = u % s->c;
+            const uint16_t *xc = j->x + ((j->i0 + img) * s->c + c) * s->h * s->w;
+            for (a = 0; a < s->sh; a++)
+                for (b = 0; b < s->sw; b++) {
+                    int p = j->pid[a * s->sw + b];
+                    uint16_t *d;
+                    if (p < 0)
+                        continue;
+                    d = j->xq + img * j->ximg + (p * s->c + c) * j->Hq * j->Wq;
+                    for (r = 0; r < j->Hq; r++, d += j->Wq) {
+                        int64_t ir = r * s->sh + a - s->ph;
+                        if (ir < 0 || ir >= s->h) {
+                            memset(d, 0, (size_t)j->Wq * 2);
+                            continue;
+                        }
+                        for (q = 0; q < j->Wq; q++) {
+                            int64_t ic = q * s->sw + b - s->pw;
+                            d[q] = ic >= 0 && ic < s->w ? xc[ir * s->w + ic] : 0;
+                        }
+                    }
+                }
+            continue;
+        }
+        {
+            int64_t img = (u - nx) / npb, k0 = (u - nx) % npb * 64, k1 = k0 + 64, kp;
+            const uint16_t *dyi = j->dy + (j->i0 + img) * s->o * plane;
+            uint32_t *d = (uint32_t *)(void *)(j->bp + img * j->bimg) + k0 * j->np;
+            k1 = k1 < (j->Q + 1) / 2 ? k1 : (j->Q + 1) / 2;
+            for (kp = k0; kp < k1; kp++, d += j->np) {
+                int64_t q0 = 2 * kp, q1 = q0 + 1, s0 = -1, s1 = -1;
+                if (q0 % j->Wq < s->wo)
+                    s0 = q0 / j->Wq * s->wo + q0 % j->Wq;
+                if (q1 < j->Q && q1 % j->Wq < s->wo)
+                    s1 = q1 / j->Wq * s->wo + q1 % j->Wq;
+                o = 0;
+                if (s0 >= 0 && s1 == s0 + 1) /* both in a row: a word a channel */
+                    for (; o + 16 <= s->o; o += 16)
+                        _mm512_storeu_si512(
+                            (void *)(d + o),
+                            _mm512_i32gather_epi32(
+                                _mm512_add_epi32(step, _mm512_set1_epi32((int)(o * plane + s0))),
+                                (const void *)dyi, 2));
+                for (; o < s->o; o++)
+                    d[o] = (s0 >= 0 ? dyi[o * plane + s0] : 0u) |
+                           (uint32_t)(s1 >= 0 ? dyi[o * plane + s1] : 0u) << 16;
+                for (; o < j->np; o++)
+                    d[o] = 0;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Units [lo, hi) of HG_GW_ROWS rows of J: over the chunk's images, each
+ * panel of dy^T's columns, blocks of HG_GW_KB positions, strips of rows
+ * (6 over 64 columns, else 8); rows past J read row 0 into rows of acc
+ * nobody reads. On the last chunk, the unit's rows rounded into dw. */
+static int hg_gw_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_gw_job *j = (const hg_gw_job *)user;
+    const hg_gw *s = j->s;
+    const int64_t khw = s->kh * s->kw, plane_q = j->Hq * j->Wq;
+    const uint16_t *rows[HG_GW_ROWS];
+    int64_t u, img, c0, w, k0, i, r;
+    for (u = lo; u < hi; u++) {
+        int64_t j0 = u * HG_GW_ROWS, j1 = j0 + HG_GW_ROWS < j->J ? j0 + HG_GW_ROWS : j->J;
+        for (img = 0; img < j->ni; img++) {
+            const uint16_t *xi = j->xq ? j->xq + img * j->ximg
+                                       : j->x + (j->i0 + img) * j->ximg;
+            const uint16_t *bi = j->bp + img * j->bimg;
+            for (r = 0; r < HG_GW_ROWS; r++) {
+                int64_t jj = j0 + r < j1 ? j0 + r : 0;
+                rows[r] = xi + jj / khw * plane_q + j->toff[jj % khw];
+            }
+            for (c0 = 0; c0 < j->np; c0 += w) {
+                w = j->np - c0 >= 64 ? 64 : j->np - c0;
+                for (k0 = 0; k0 < j->Q; k0 += HG_GW_KB) {
+                    int64_t K = j->Q - k0 < HG_GW_KB ? j->Q - k0 : HG_GW_KB;
+                    const uint16_t *P = bi + k0 * j->np + 2 * c0;
+                    float *C = j->acc + j0 * j->np + c0;
+                    for (i = 0; i < j1 - j0; i += w == 64 ? 6 : 8) {
+                        if (w == 64)
+                            hg_g6x64(K, rows + i, k0, P, 2 * j->np, C + i * j->np, j->np);
+                        else if (w == 48)
+                            hg_g8x48(K, rows + i, k0, P, 2 * j->np, C + i * j->np, j->np);
+                        else if (w == 32)
+                            hg_g8x32(K, rows + i, k0, P, 2 * j->np, C + i * j->np, j->np);
+                        else
+                            hg_g8x16(K, rows + i, k0, P, 2 * j->np, C + i * j->np, j->np);
+                    }
+                }
+            }
+        }
+        if (j->last)
+            for (r = j0; r < j1; r++)
+                for (i = 0; i < s->o; i++)
+                    j->dw[i * j->J + r] = opjit_f32_to_bf16(j->acc[r * j->np + i]);
+    }
+    return 0;
+}
+
+/* grad_weight [O, C, kh, kw] (bfloat16) of a one-group convolution of
+ * shape s, from x and dy (bfloat16, dense), float32 sums: 1 when it ran
+ * (*rc its status), 0 when the shape is not for it (more than 64 taps, a
+ * stride above 4). */
+static int hg_conv_gw_bf16(opjit_ctx *ctx, const hg_gw *s, const void *x, const void *dy,
+                           void *dw, int *rc)
+{
+    hg_gw_job j;
+    int64_t khw = s->kh * s->kw, t, maxy = 0, maxx = 0, per, chunk, i0, nunits;
+    int inplace = khw == 1 && s->sh == 1 && s->sw == 1 && s->ph == 0 && s->pw == 0 &&
+                  s->ho == s->h && s->wo == s->w;
+    if (khw > 64 || s->sh > 4 || s->sw > 4 || s->o * s->ho * s->wo > INT32_MAX - 64)
+        return 0; /* (the packing gathers dy with 32-bit offsets) */
+    memset(&j, 0, sizeof j);
+    j.ctx = ctx;
+    j.s = s;
+    j.x = (const uint16_t *)x;
+    j.dy = (const uint16_t *)dy;
+    j.dw = (uint16_t *)dw;
+    j.J = s->c * khw;
+    j.np = (s->o + 15) / 16 * 16;
+    for (t = 0; t < 16; t++)
+        j.pid[t] = -1;
+    for (t = 0; t < khw; t++) {
+        int64_t vy = t / s->kw * s->dh, vx = t % s->kw * s->dw;
+        int64_t id = vy % s->sh * s->sw + vx % s->sw;
+        if (j.pid[id] < 0)
+            j.pid[id] = (int)j.nph++;
+        maxy = vy / s->sh > maxy ? vy / s->sh : maxy;
+        maxx = vx / s->sw > maxx ? vx / s->sw : maxx;
+    }
+    if (inplace) { /* the input is its own plane */
+        j.Hq = s->h;
+        j.Wq = s->w;
+        j.ximg = s->c * s->h * s->w;
+    } else {
+        j.Hq = s->ho + maxy + 1; /* a row of slack: the last positions' pairs */
+        j.Wq = s->wo + maxx;
+        j.ximg = j.nph * s->c * j.Hq * j.Wq;
+    }
+    for (t = 0; t < khw; t++) {
+        int64_t vy = t / s->kw * s->dh, vx = t % s->kw * s->dw;
+        j.toff[t] = j.pid[vy % s->sh * s->sw + vx % s->sw] * s->c * j.Hq * j.Wq +
+                    vy / s->sh * j.Wq + vx / s->sw;
+    }
+    j.Q = s->ho * j.Wq;
+    j.bimg = (j.Q + 1) / 2 * 2 * j.np;
+    /* images a chunk: their planes and dy^T within about 16 MB */
+    per = (inplace ? 0 : j.ximg) + j.bimg;
+    chunk = ((int64_t)16 << 20) / 2 / (per > 0 ? per : 1);
+    chunk = chunk < 1 ? 1 : chunk > s->n ? s->n : chunk;
+    nunits = (j.J + HG_GW_ROWS - 1) / HG_GW_ROWS;
+    *rc = -1;
+    if (!(j.acc = (float *)hg_ws(ctx, (size_t)(nunits * HG_GW_ROWS * j.np) * 4)) ||
+        !(j.bp = (uint16_t *)hg_ws(ctx, (size_t)(chunk * j.bimg + 64) * 2)) ||
+        (!inplace && !(j.xq = (uint16_t *)hg_ws(ctx, (size_t)(chunk * j.ximg + 64) * 2))))
+        return 1;
+    memset(j.acc, 0, (size_t)(nunits * HG_GW_ROWS * j.np) * 4);
+    for (i0 = 0, *rc = 0; i0 < s->n && *rc == 0; i0 += chunk) {
+        j.i0 = i0;
+        j.ni = s->n - i0 < chunk ? s->n - i0 : chunk;
+        j.last = i0 + j.ni == s->n;
+        if ((*rc = opjit_parallel_for(ctx, 0,
+                                      (j.xq ? j.ni * s->c : 0) +
+                                          j.ni * (((j.Q + 1) / 2 + 63) / 64),
+                                      1, hg_gw_pack, &j)) == 0)
+            *rc = opjit_parallel_for(ctx, 0, nunits, 1, hg_gw_run, &j);
+    }
+    return 1;
+}
+
 #endif /* SG_FAST */
 
 /* The bfloat16 GEMMs this tier and CPU have (hw_path's have): HW_GEMM
