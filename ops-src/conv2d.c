@@ -2151,7 +2151,10 @@ static int conv_gi_bf16(opjit_ctx *ctx, const conv_geom *g, const void *dy, cons
         *rc = -1;
         return 1;
     }
-    conv_flip_u16(g, (const uint16_t *)w, wt);
+    if (g->kh * g->kw == 1 && (*rc = hg_transpose16(ctx, w, g->groups, g->og, g->cg, wt)) != 0)
+        return 1;
+    if (g->kh * g->kw > 1)
+        conv_flip_u16(g, (const uint16_t *)w, wt);
     return conv_forward_bf16(ctx, &t, dy, wt, NULL, dx, rc);
 }
 
@@ -2164,16 +2167,8 @@ static int conv_gw_bf16(opjit_ctx *ctx, const conv_geom *g, int path, const void
                         const void *dy, void *dw, int *rc)
 {
     hg_gw s;
-    int bx, bd = 0;
     if (!(path & HW_GEMM) || g->groups != 1 || g->n == 0 || g->c == 0 || g->o == 0 ||
         g->ho * g->wo == 0)
-        return 0;
-    if ((bx = hg_bits(ctx, x, g->n * g->c * g->h * g->w)) < 0 ||
-        ((path & HW_SCAN) && (bd = hg_bits(ctx, dy, g->n * g->o * g->ho * g->wo)) < 0)) {
-        *rc = -1;
-        return 1;
-    }
-    if ((bx & HG_NONFINITE) || ((path & HW_SCAN) && ((bx | bd) & HG_SUB)))
         return 0;
     s.n = g->n;
     s.c = g->c;
@@ -2190,7 +2185,7 @@ static int conv_gw_bf16(opjit_ctx *ctx, const conv_geom *g, int path, const void
     s.dw = g->dw;
     s.ho = g->ho;
     s.wo = g->wo;
-    return hg_conv_gw_bf16(ctx, &s, x, dy, dw, rc);
+    return hg_conv_gw_bf16(ctx, &s, x, dy, dw, !!(path & HW_SCAN), rc);
 }
 #endif
 
