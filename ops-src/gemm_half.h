@@ -1788,8 +1788,9 @@ static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const f
  * pair of positions) in order, by one thread, rounded once at the end:
  * the blocking and the thread count change no bit. */
 
-/* C[R][16 NV] += sum over k < K of A[r][k] B[k][.]: row r of A at A[r] +
- * k0 (bfloat16, K consecutive), B packed in pairs of k (rows ldp apart),
+/* C[R][16 NV] += sum over nrow rows of K positions of A[r][k] B[k][.]:
+ * row i of the A's at A[r] + k0 + i astep (bfloat16, K consecutive), B
+ * packed in pairs of positions (rows ldp apart, K / 2 rounded up a row),
  * C float32 rows ldc apart. An odd K's last pair is (A[K-1], 0). */
 #define HG_GSTEP(R, NV, PAIR)                                                         \
     _Pragma("GCC unroll 4") for (v = 0; v < NV; v++)                                  \
@@ -1800,23 +1801,26 @@ static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const f
             c[r][v] = _mm512_dpbf16_ps(c[r][v], (__m512bh)a, (__m512bh)b[v]);         \
     }
 #define HG_GKERNEL(NAME, R, NV)                                                       \
-    HG_TARGET static void NAME(int64_t K, const uint16_t *const *A0, int64_t k0,      \
-                               const uint16_t *P, int64_t ldp, float *C, int64_t ldc) \
+    HG_TARGET static void NAME(int64_t nrow, int64_t K, int64_t astep,                \
+                               const uint16_t *const *A0, int64_t k0, const uint16_t *P, \
+                               int64_t ldp, float *C, int64_t ldc)                    \
     {                                                                                 \
         __m512 c[R][NV];                                                              \
         __m512i b[NV], a;                                                             \
         const uint16_t *A[R];                                                         \
-        int64_t kp, r, v;                                                             \
-        _Pragma("GCC unroll 8") for (r = 0; r < R; r++) {                             \
-            A[r] = A0[r] + k0;                                                        \
+        int64_t kp, r, v, i;                                                          \
+        _Pragma("GCC unroll 8") for (r = 0; r < R; r++)                               \
             _Pragma("GCC unroll 4") for (v = 0; v < NV; v++)                          \
                 c[r][v] = _mm512_loadu_ps(C + r * ldc + 16 * v);                      \
-        }                                                                             \
-        for (kp = 0; kp + 1 < K; kp += 2, P += ldp) {                                 \
-            HG_GSTEP(R, NV, hg_pair(A[r] + kp))                                       \
-        }                                                                             \
-        if (K & 1) {                                                                  \
-            HG_GSTEP(R, NV, A[r][kp])                                                 \
+        for (i = 0; i < nrow; i++) {                                                  \
+            _Pragma("GCC unroll 8") for (r = 0; r < R; r++) A[r] = A0[r] + k0 + i * astep; \
+            for (kp = 0; kp + 1 < K; kp += 2, P += ldp) {                             \
+                HG_GSTEP(R, NV, hg_pair(A[r] + kp))                                   \
+            }                                                                         \
+            if (K & 1) {                                                              \
+                HG_GSTEP(R, NV, A[r][kp])                                             \
+                P += ldp;                                                             \
+            }                                                                         \
         }                                                                             \
         _Pragma("GCC unroll 8") for (r = 0; r < R; r++)                               \
             _Pragma("GCC unroll 4") for (v = 0; v < NV; v++)                          \
@@ -1974,6 +1978,8 @@ typedef struct hg_gw_job {
     int64_t toff[64];       /* tap t's offset in an image's planes (channel 0) */
     int pid[16];            /* phase (a, b) at a sw + b: its index, or -1 */
     int swap, fold, last;
+    int rows; /* padded with an even Wo: B holds the real positions only, A
+               * read a row (Wo positions) at a time, Wq apart */
     int *found; /* a slot a thread: HG_SUB, HG_NONFINITE seen while packing */
 } hg_gw_job;
 
@@ -1986,6 +1992,8 @@ static int64_t hg_gw_src(const hg_gw_job *j, int64_t img, int64_t q)
         return -1;
     if (j->fold)
         return q / j->P * j->nb * j->P + q % j->P;
+    if (j->rows)
+        return (j->i0 + img) * j->nb * j->P + q;
     ow = q % j->Wq;
     return ow < j->s->wo ? (j->i0 + img) * j->nb * j->P + q / j->Wq * j->s->wo + ow : -1;
 }
@@ -2132,6 +2140,8 @@ static int hg_gw_run(void *user, int64_t lo, int64_t hi)
     const hg_gw_job *j = (const hg_gw_job *)user;
     const hg_gw *s = j->s;
     const int64_t khw = s->kh * s->kw, plane_q = j->Hq * j->Wq;
+    /* positions a block: whole output rows (at least one) in the rows layout */
+    const int64_t kb = j->rows ? (HG_GW_KB / s->wo > 0 ? HG_GW_KB / s->wo : 1) * s->wo : HG_GW_KB;
     const uint16_t *rows[HG_GW_ROWS];
     int64_t u, img, c0, w, k0, i, r;
     for (u = lo; u < hi; u++) {
@@ -2146,19 +2156,28 @@ static int hg_gw_run(void *user, int64_t lo, int64_t hi)
             }
             for (c0 = 0; c0 < j->np; c0 += w) {
                 w = j->np - c0 >= 64 ? 64 : j->np - c0;
-                for (k0 = 0; k0 < j->Q; k0 += HG_GW_KB) {
-                    int64_t K = j->Q - k0 < HG_GW_KB ? j->Q - k0 : HG_GW_KB;
+                for (k0 = 0; k0 < j->Q; k0 += kb) {
+                    /* rows: nr output rows of Wo positions, at k0 Wq / Wo in A */
+                    int64_t nr = j->rows ? (s->ho - k0 / s->wo < kb / s->wo ? s->ho - k0 / s->wo
+                                                                            : kb / s->wo)
+                                         : 1;
+                    int64_t K = j->rows ? s->wo : j->Q - k0 < kb ? j->Q - k0 : kb;
+                    int64_t ka = j->rows ? k0 / s->wo * j->Wq : k0;
                     const uint16_t *P = bi + k0 * j->np + 2 * c0;
                     float *C = j->acc + j0 * j->np + c0;
                     for (i = 0; i < j1 - j0; i += w == 64 ? 6 : 8) {
                         if (w == 64)
-                            hg_g6x64(K, rows + i, k0, P, 2 * j->np, C + i * j->np, j->np);
+                            hg_g6x64(nr, K, j->Wq, rows + i, ka, P, 2 * j->np, C + i * j->np,
+                                     j->np);
                         else if (w == 48)
-                            hg_g8x48(K, rows + i, k0, P, 2 * j->np, C + i * j->np, j->np);
+                            hg_g8x48(nr, K, j->Wq, rows + i, ka, P, 2 * j->np, C + i * j->np,
+                                     j->np);
                         else if (w == 32)
-                            hg_g8x32(K, rows + i, k0, P, 2 * j->np, C + i * j->np, j->np);
+                            hg_g8x32(nr, K, j->Wq, rows + i, ka, P, 2 * j->np, C + i * j->np,
+                                     j->np);
                         else
-                            hg_g8x16(K, rows + i, k0, P, 2 * j->np, C + i * j->np, j->np);
+                            hg_g8x16(nr, K, j->Wq, rows + i, ka, P, 2 * j->np, C + i * j->np,
+                                     j->np);
                     }
                 }
             }
@@ -2221,7 +2240,8 @@ static int hg_conv_gw_bf16(opjit_ctx *ctx, const hg_gw *s, const void *x, const 
     } else {
         j.Hq = s->ho + maxy + 1;          /* a row of slack: the last positions' pairs */
         j.Wq = (s->wo + maxx + 1) / 2 * 2; /* even: no pair spans two rows */
-        j.Q = s->ho * j.Wq;
+        j.rows = s->wo % 2 == 0;
+        j.Q = j.rows ? P : s->ho * j.Wq;
         j.ximg = j.nph * s->c * j.Hq * j.Wq;
     }
     for (t = 0; t < khw; t++) {
@@ -2264,7 +2284,7 @@ static int hg_conv_gw_bf16(opjit_ctx *ctx, const hg_gw *s, const void *x, const 
             return 1;
         for (t = 0; t < T; t++)
             bits |= j.found[t];
-        if ((scan && (bits & HG_SUB)) || (!inplace && (bits & HG_NONFINITE)))
+        if ((scan && (bits & HG_SUB)) || (!inplace && !j.rows && (bits & HG_NONFINITE)))
             return 0;
         if ((*rc = opjit_parallel_for(ctx, 0, nunits, 1, hg_gw_run, &j)) != 0)
             return 1;
