@@ -1195,7 +1195,14 @@ static int conv2d_padding_cpu(opjit_ctx *ctx, opjit_args *a) { return conv2d_run
  *    multiply-adds from the last block (with few output channels, the
  *    unfolded block times grad^T, transposed once a call, makes
  *    grad_weight^T: no block transposed); elsewhere OpenBLAS's gemm with
- *    beta = 1 on calls of shapes the slicing alone fixes. */
+ *    beta = 1 on calls of shapes the slicing alone fixes.
+ *
+ * bfloat16 (conv_backward_half), where gemm_half.h's GEMMs run: grad_input
+ * of a stride-1 convolution as the transposed convolution above, on the
+ * forward's 16-bit GEMM (conv_forward_bf16) straight from the 16-bit
+ * gradient; grad_weight of one group on gemm_half.h's grad_weight
+ * kernels; grad_bias from the 16-bit gradient. What they do not take is
+ * widened to float32, computed as above and rounded once. */
 
 /* ---- grad_bias ------------------------------------------------------------------ */
 

@@ -10,8 +10,9 @@
  * kernel's grant of the tile state) and half_wide.h's hw_path which one
  * $OPJIT_HALF_KERNEL picks. libtcc never sees it; elsewhere the 16-bit
  * operands are widened to float32 and go through the float32 kernels
- * (half_wide.h). The AMX kernels are in their own section below. float16
- * is not here: mm.c runs it on the float32 GEMM, converting as it packs.
+ * (half_wide.h). The AMX kernels are in their own section below, and
+ * conv2d's grad_weight (vdpbf16ps only) in the last. float16 is not
+ * here: mm.c runs it on the float32 GEMM, converting as it packs.
  *
  * Why: widening costs a pass over each operand and then runs at float32
  * speed, while vdpbf16ps multiplies 32 bfloat16 pairs into 16 float32
@@ -1779,11 +1780,14 @@ static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const f
  * + sh, ... and columns b, b + sw, ..., Hq rows of Wq columns; tap (ky,
  * kx) reads phase (ky dh % sh, kx dw % sw) shifted by (ky dh / sh, kx dw
  * / sw), so output position (oh, ow), column q = oh Wq + ow, reads the
- * plane at q + shift. The columns ow >= Wo of each row are positions
- * that do not exist: dy is zero there (packed so, dy^T in pairs of
- * positions, hg_pack_rows' layout), so they add 0 x (an input value): a
- * zero while the input is finite (the caller widens an input holding an
- * Inf or NaN). A 1x1 with stride 1 and no padding reads the input itself.
+ * plane at q + shift. dy^T is packed in pairs of positions
+ * (hg_pack_rows' layout). With an even Wo it holds the real positions
+ * only and the kernels read A a row of Wo at a time (Wq apart); with an
+ * odd Wo (pairs would span rows) the columns ow >= Wo of each row are
+ * computed as positions where dy is zero: they add 0 x (an input value),
+ * a zero while the input is finite (an input holding an Inf or NaN is
+ * given up, to the widening path). A 1x1 with stride 1 and no padding
+ * reads the input itself.
  * Each element of grad_weight is one chain of float32 sums over (image,
  * pair of positions) in order, by one thread, rounded once at the end:
  * the blocking and the thread count change no bit. */
