@@ -1961,7 +1961,8 @@ typedef struct hg_gw {
     int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo;
 } hg_gw;
 
-#define HG_GW_ROWS 48 /* rows of A a unit: whole strips of 6 and of 8 */
+#define HG_GW_ROWS 48 /* rows of A a unit (24 where that leaves a thread fewer than
+                       * three): whole strips of 6 and of 8 */
 #define HG_GW_KB 256  /* positions a block: its B (64 columns: 32 KB) stays in L1 */
 
 /* Three layouts: padded (above: A the input's taps over phase planes, B
@@ -1976,7 +1977,8 @@ typedef struct hg_gw_job {
     const uint16_t *a, *b; /* A's source (x; dy when swapped), B's (dy; x) */
     uint16_t *dw, *xq, *bp; /* xq: A laid out (NULL: a in place); bp: B packed */
     uint16_t *t16;          /* not swapped: dW^T rounded, [J][nb] */
-    float *acc;             /* [J rounded up to HG_GW_ROWS][np] */
+    float *acc;             /* [J rounded up to ru][np] */
+    int64_t ru;             /* rows of A a unit */
     int64_t J, nb, np;      /* rows of A; columns of B (its channels), rounded up to 16 */
     int64_t P, Hq, Wq, Q, nph, i0, ni, ximg, bimg; /* P: positions of an image of dy */
     int64_t toff[64];       /* tap t's offset in an image's planes (channel 0) */
@@ -2135,7 +2137,7 @@ static int hg_gw_pack(void *user, int64_t lo, int64_t hi)
     return 0;
 }
 
-/* Units [lo, hi) of HG_GW_ROWS rows of A: over the chunk's images, each
+/* Units [lo, hi) of ru rows of A: over the chunk's images, each
  * panel of B's columns, blocks of HG_GW_KB positions, strips of rows (6
  * over 64 columns, else 8); rows past J read row 0 into rows of acc
  * nobody reads. On the last chunk, the unit's rows rounded into dw. */
@@ -2149,12 +2151,12 @@ static int hg_gw_run(void *user, int64_t lo, int64_t hi)
     const uint16_t *rows[HG_GW_ROWS];
     int64_t u, img, c0, w, k0, i, r;
     for (u = lo; u < hi; u++) {
-        int64_t j0 = u * HG_GW_ROWS, j1 = j0 + HG_GW_ROWS < j->J ? j0 + HG_GW_ROWS : j->J;
+        int64_t j0 = u * j->ru, j1 = j0 + j->ru < j->J ? j0 + j->ru : j->J;
         for (img = 0; img < j->ni; img++) {
             const uint16_t *xi = j->xq ? j->xq + img * j->ximg
                                        : j->a + (j->i0 + img) * j->ximg;
             const uint16_t *bi = j->bp + img * j->bimg;
-            for (r = 0; r < HG_GW_ROWS; r++) {
+            for (r = 0; r < j->ru; r++) {
                 int64_t jj = j0 + r < j1 ? j0 + r : 0;
                 rows[r] = xi + jj / khw * plane_q + j->toff[jj % khw];
             }
@@ -2258,9 +2260,10 @@ static int hg_conv_gw_bf16(opjit_ctx *ctx, const hg_gw *s, const void *x, const 
     per = (inplace ? 0 : j.ximg) + j.bimg;
     chunk = j.fold ? 1 : ((int64_t)16 << 20) / 2 / per;
     chunk = chunk < 1 ? 1 : chunk > s->n ? s->n : chunk;
-    nunits = (j.J + HG_GW_ROWS - 1) / HG_GW_ROWS;
+    j.ru = (j.J + HG_GW_ROWS - 1) / HG_GW_ROWS < 3 * T ? HG_GW_ROWS / 2 : HG_GW_ROWS;
+    nunits = (j.J + j.ru - 1) / j.ru;
     *rc = -1;
-    if (!(j.acc = (float *)hg_ws(ctx, (size_t)(nunits * HG_GW_ROWS * j.np) * 4)) ||
+    if (!(j.acc = (float *)hg_ws(ctx, (size_t)(nunits * j.ru * j.np) * 4)) ||
         !(j.bp = (uint16_t *)hg_ws(ctx, (size_t)(chunk * j.bimg + 64) * 2)) ||
         !(j.found = (int *)hg_ws(ctx, (size_t)T * sizeof(int))) ||
         (!j.swap && !(j.t16 = (uint16_t *)hg_ws(ctx, (size_t)(j.J * j.nb) * 2))) ||
@@ -2275,7 +2278,7 @@ static int hg_conv_gw_bf16(opjit_ctx *ctx, const hg_gw *s, const void *x, const 
         if (bits & HG_SUB)
             return 0;
     }
-    memset(j.acc, 0, (size_t)(nunits * HG_GW_ROWS * j.np) * 4);
+    memset(j.acc, 0, (size_t)(nunits * j.ru * j.np) * 4);
     memset(j.found, 0, (size_t)T * sizeof(int));
     for (i0 = 0; i0 < s->n; i0 += j.fold ? s->n : chunk) {
         int bits = 0;
