@@ -2167,9 +2167,9 @@ static int conv_gi_bf16(opjit_ctx *ctx, const conv_geom *g, const void *dy, cons
 
 /* bfloat16 grad_weight of a one-group convolution on gemm_half.h's
  * vdpbf16ps kernels (hg_conv_gw_bf16) where path has them, unless an
- * operand holds a subnormal (path's HW_SCAN) or the input an Inf or NaN
- * (the padded positions would make 0 x Inf): 1 when it ran (*rc its
- * status), 0 to widen instead. */
+ * operand holds a subnormal (path's HW_SCAN) or, with an odd output
+ * width, the input an Inf or NaN (the padded positions would make 0 x
+ * Inf): 1 when it ran (*rc its status), 0 to widen instead. */
 static int conv_gw_bf16(opjit_ctx *ctx, const conv_geom *g, int path, const void *x,
                         const void *dy, void *dw, int *rc)
 {
