@@ -2067,9 +2067,39 @@ static void hg_gw_phases(const hg_gw_job *j, int64_t img, int64_t c, int *bits)
         }
 }
 
+/* d[j * ld] (j < 16) = column j of the 16 x 16 words r[0..15] (row i
+ * in r[i]): unpacks of words and of pairs of words, then of 128-bit
+ * lanes. */
+HG_TARGET static void hg_t32x16(__m512i *r, uint32_t *d, int64_t ld)
+{
+    __m512i t[16], u[16];
+    int i, m;
+    for (i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (i = 0; i < 16; i += 4) { /* u[i + m] lane L: column 4 L + m, rows i .. i + 3 */
+        u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (m = 0; m < 4; m++) {
+        __m512i x01 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x44);
+        __m512i x23 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xee);
+        __m512i y01 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x44);
+        __m512i y23 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xee);
+        _mm512_storeu_si512((void *)(d + m * ld), _mm512_shuffle_i32x4(x01, y01, 0x88));
+        _mm512_storeu_si512((void *)(d + (4 + m) * ld), _mm512_shuffle_i32x4(x01, y01, 0xdd));
+        _mm512_storeu_si512((void *)(d + (8 + m) * ld), _mm512_shuffle_i32x4(x23, y23, 0x88));
+        _mm512_storeu_si512((void *)(d + (12 + m) * ld), _mm512_shuffle_i32x4(x23, y23, 0xdd));
+    }
+}
+
 /* Pairs [k0, k1) of the chunk's image img into B (hg_pack_rows' layout),
- * 16 of B's channels at a time: a gather of one word a channel where a
- * pair is two neighbours of a row. */
+ * 16 of B's channels at a time: 16 pairs whose 32 positions are one run
+ * of the source transposed in registers, else a gather of one word a
+ * channel where a pair is two neighbours of a row, else value by value. */
 HG_TARGET static void hg_gw_packb(const hg_gw_job *j, int64_t img, int64_t k0, int64_t k1,
                                   int *bits)
 {
@@ -2077,35 +2107,47 @@ HG_TARGET static void hg_gw_packb(const hg_gw_job *j, int64_t img, int64_t k0, i
     const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7,
                                                              6, 5, 4, 3, 2, 1, 0),
                                             _mm512_set1_epi32((int)j->P));
-    int64_t src[2 * 64], kp, ob, o;
+    int64_t src[2 * 64], kp, kq, ob, o, i;
     __mmask32 sub = 0;
     uint32_t *d0 = (uint32_t *)(void *)(j->bp + img * j->bimg) + k0 * j->np;
     for (kp = k0; kp < k1; kp++) {
         src[2 * (kp - k0)] = hg_gw_src(j, img, 2 * kp);
         src[2 * (kp - k0) + 1] = hg_gw_src(j, img, 2 * kp + 1);
     }
-    for (ob = 0; ob < j->np; ob += 16) {
-        uint32_t *d = d0 + ob;
-        for (kp = k0; kp < k1; kp++, d += j->np) {
-            int64_t s0 = src[2 * (kp - k0)], s1 = src[2 * (kp - k0) + 1];
-            if (ob + 16 <= j->nb && s0 >= 0 && s1 == s0 + 1) {
-                __m512i v = _mm512_i32gather_epi32(_mm512_add_epi32(step, _mm512_set1_epi32(
-                                                                              (int)(ob * j->P))),
-                                                   (const void *)(j->b + s0), 2);
-                sub |= _mm512_testn_epi16_mask(v, ex) & _mm512_test_epi16_mask(v, ma);
-                _mm512_storeu_si512((void *)d, v);
-            } else if (s0 < 0 && s1 < 0) {
-                _mm512_storeu_si512((void *)d, _mm512_setzero_si512());
-            } else {
-                for (o = ob; o < ob + 16; o++) {
-                    uint16_t v0 = o < j->nb && s0 >= 0 ? j->b[s0 + o * j->P] : 0;
-                    uint16_t v1 = o < j->nb && s1 >= 0 ? j->b[s1 + o * j->P] : 0;
-                    *bits |= hg_bits_of(v0) | hg_bits_of(v1);
-                    d[o - ob] = v0 | (uint32_t)v1 << 16;
+    for (ob = 0; ob < j->np; ob += 16)
+        for (kq = k0; kq < k1; kq += 16) {
+            int64_t s0 = src[2 * (kq - k0)], e = kq + 16 < k1 ? kq + 16 : k1;
+            uint32_t *d = d0 + (kq - k0) * j->np + ob;
+            if (ob + 16 <= j->nb && e - kq == 16 && s0 >= 0 &&
+                src[2 * (e - 1 - k0) + 1] == s0 + 31) { /* one run: transposed */
+                __m512i r[16];
+                for (i = 0; i < 16; i++) {
+                    r[i] = _mm512_loadu_si512((const void *)(j->b + s0 + (ob + i) * j->P));
+                    sub |= _mm512_testn_epi16_mask(r[i], ex) & _mm512_test_epi16_mask(r[i], ma);
+                }
+                hg_t32x16(r, d, j->np);
+                continue;
+            }
+            for (kp = kq; kp < e; kp++, d += j->np) {
+                int64_t a0 = src[2 * (kp - k0)], a1 = src[2 * (kp - k0) + 1];
+                if (ob + 16 <= j->nb && a0 >= 0 && a1 == a0 + 1) {
+                    __m512i v = _mm512_i32gather_epi32(
+                        _mm512_add_epi32(step, _mm512_set1_epi32((int)(ob * j->P))),
+                        (const void *)(j->b + a0), 2);
+                    sub |= _mm512_testn_epi16_mask(v, ex) & _mm512_test_epi16_mask(v, ma);
+                    _mm512_storeu_si512((void *)d, v);
+                } else if (a0 < 0 && a1 < 0) {
+                    _mm512_storeu_si512((void *)d, _mm512_setzero_si512());
+                } else {
+                    for (o = ob; o < ob + 16; o++) {
+                        uint16_t v0 = o < j->nb && a0 >= 0 ? j->b[a0 + o * j->P] : 0;
+                        uint16_t v1 = o < j->nb && a1 >= 0 ? j->b[a1 + o * j->P] : 0;
+                        *bits |= hg_bits_of(v0) | hg_bits_of(v1);
+                        d[o - ob] = v0 | (uint32_t)v1 << 16;
+                    }
                 }
             }
         }
-    }
     *bits |= sub ? HG_SUB : 0;
 }
 
