@@ -1781,13 +1781,13 @@ static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const f
  * kx) reads phase (ky dh % sh, kx dw % sw) shifted by (ky dh / sh, kx dw
  * / sw), so output position (oh, ow), column q = oh Wq + ow, reads the
  * plane at q + shift. dy^T is packed in pairs of positions
- * (hg_pack_rows' layout). With an even Wo it holds the real positions
- * only and the kernels read A a row of Wo at a time (Wq apart); with an
- * odd Wo (pairs would span rows) the columns ow >= Wo of each row are
- * computed as positions where dy is zero: they add 0 x (an input value),
- * a zero while the input is finite (an input holding an Inf or NaN is
- * given up, to the widening path). A 1x1 with stride 1 and no padding
- * reads the input itself.
+ * (hg_pack_rows' layout), a row of Wo at a time, and the kernels read A
+ * a row at a time (Wq apart). An odd Wo's rows are padded to even by a
+ * position ow = Wo that does not exist (a pair never spans two rows):
+ * dy is zero there, so it adds 0 x (an input value), a zero while the
+ * input is finite (an input holding an Inf or NaN is given up, to the
+ * widening path). A 1x1 with stride 1 and no padding reads the input
+ * itself.
  * Each element of grad_weight is one chain of float32 sums over (image,
  * pair of positions) in order, by one thread, rounded once at the end:
  * the blocking and the thread count change no bit. */
@@ -1984,8 +1984,9 @@ typedef struct hg_gw_job {
     int64_t toff[64];       /* tap t's offset in an image's planes (channel 0) */
     int pid[16];            /* phase (a, b) at a sw + b: its index, or -1 */
     int swap, fold, last;
-    int rows; /* padded with an even Wo: B holds the real positions only, A
-               * read a row (Wo positions) at a time, Wq apart */
+    int rows;   /* padded: B and the kernels a row of kr positions at a time (A's Wq apart) */
+    int64_t kr; /* Wo rounded up to even: an odd Wo's last pair is (ow = Wo - 1, a
+                 * position that does not exist) */
     int *found; /* a slot a thread: HG_SUB, HG_NONFINITE seen while packing */
 } hg_gw_job;
 
@@ -1998,10 +1999,10 @@ static int64_t hg_gw_src(const hg_gw_job *j, int64_t img, int64_t q)
         return -1;
     if (j->fold)
         return q / j->P * j->nb * j->P + q % j->P;
-    if (j->rows)
+    if (!j->rows)
         return (j->i0 + img) * j->nb * j->P + q;
-    ow = q % j->Wq;
-    return ow < j->s->wo ? (j->i0 + img) * j->nb * j->P + q / j->Wq * j->s->wo + ow : -1;
+    ow = q % j->kr;
+    return ow < j->s->wo ? (j->i0 + img) * j->nb * j->P + q / j->kr * j->s->wo + ow : -1;
 }
 
 /* n values from s to d (whole vectors but the last), what they hold
@@ -2189,7 +2190,7 @@ static int hg_gw_run(void *user, int64_t lo, int64_t hi)
     const hg_gw *s = j->s;
     const int64_t khw = s->kh * s->kw, plane_q = j->Hq * j->Wq;
     /* positions a block: whole output rows (at least one) in the rows layout */
-    const int64_t kb = j->rows ? (HG_GW_KB / s->wo > 0 ? HG_GW_KB / s->wo : 1) * s->wo : HG_GW_KB;
+    const int64_t kb = j->rows ? (HG_GW_KB / j->kr > 0 ? HG_GW_KB / j->kr : 1) * j->kr : HG_GW_KB;
     const uint16_t *rows[HG_GW_ROWS];
     int64_t u, img, c0, w, k0, i, r;
     for (u = lo; u < hi; u++) {
@@ -2205,12 +2206,12 @@ static int hg_gw_run(void *user, int64_t lo, int64_t hi)
             for (c0 = 0; c0 < j->np; c0 += w) {
                 w = j->np - c0 >= 64 ? 64 : j->np - c0;
                 for (k0 = 0; k0 < j->Q; k0 += kb) {
-                    /* rows: nr output rows of Wo positions, at k0 Wq / Wo in A */
-                    int64_t nr = j->rows ? (s->ho - k0 / s->wo < kb / s->wo ? s->ho - k0 / s->wo
-                                                                            : kb / s->wo)
+                    /* rows: nr output rows of kr positions, at k0 Wq / kr in A */
+                    int64_t nr = j->rows ? (s->ho - k0 / j->kr < kb / j->kr ? s->ho - k0 / j->kr
+                                                                            : kb / j->kr)
                                          : 1;
-                    int64_t K = j->rows ? s->wo : j->Q - k0 < kb ? j->Q - k0 : kb;
-                    int64_t ka = j->rows ? k0 / s->wo * j->Wq : k0;
+                    int64_t K = j->rows ? j->kr : j->Q - k0 < kb ? j->Q - k0 : kb;
+                    int64_t ka = j->rows ? k0 / j->kr * j->Wq : k0;
                     const uint16_t *P = bi + k0 * j->np + 2 * c0;
                     float *C = j->acc + j0 * j->np + c0;
                     for (i = 0; i < j1 - j0; i += w == 64 ? 6 : 8) {
@@ -2286,10 +2287,11 @@ static int hg_conv_gw_bf16(opjit_ctx *ctx, const hg_gw *s, const void *x, const 
         j.Q = P;
         j.ximg = j.J * P;
     } else {
-        j.Hq = s->ho + maxy + 1;          /* a row of slack: the last positions' pairs */
-        j.Wq = (s->wo + maxx + 1) / 2 * 2; /* even: no pair spans two rows */
-        j.rows = s->wo % 2 == 0;
-        j.Q = j.rows ? P : s->ho * j.Wq;
+        j.Hq = s->ho + maxy;
+        j.Wq = s->wo + maxx + (s->wo & 1); /* an odd Wo's extra position in its row */
+        j.rows = 1;
+        j.kr = (s->wo + 1) / 2 * 2;
+        j.Q = s->ho * j.kr;
         j.ximg = j.nph * s->c * j.Hq * j.Wq;
     }
     for (t = 0; t < khw; t++) {
@@ -2333,7 +2335,7 @@ static int hg_conv_gw_bf16(opjit_ctx *ctx, const hg_gw *s, const void *x, const 
             return 1;
         for (t = 0; t < T; t++)
             bits |= j.found[t];
-        if ((scan && (bits & HG_SUB)) || (!inplace && !j.rows && (bits & HG_NONFINITE)))
+        if ((scan && (bits & HG_SUB)) || (j.rows && j.kr > s->wo && (bits & HG_NONFINITE)))
             return 0;
         if ((*rc = opjit_parallel_for(ctx, 0, nunits, 1, hg_gw_run, &j)) != 0)
             return 1;

@@ -539,6 +539,11 @@ static void conv_bw_case(opjit_runtime *rt, int64_t n, int64_t c, int64_t hw, in
         adversarial(&w, adv < 3, 0);
         adversarial(&g, adv < 3, 0);
     }
+    if (adv > 1 && hw > 1) { /* and one at the end of a row, where the position past an
+                              * odd width reads */
+        x.h[hw + hw - 1] = 0x7f80u;
+        x.f[hw + hw - 1] = opjit_bf16_to_f32(0x7f80u);
+    }
     double *rx = calloc((size_t)nx, sizeof(double)), *mx = calloc((size_t)nx, sizeof(double));
     double *rw = calloc((size_t)nw, sizeof(double)), *mw = calloc((size_t)nw, sizeof(double));
     double *rb = calloc((size_t)o, sizeof(double)), *mb = calloc((size_t)o, sizeof(double));
