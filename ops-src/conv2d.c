@@ -1324,9 +1324,6 @@ static int conv_transposed_geom(const conv_geom *g, conv_geom *t)
     }
 CONV_FLIP(float, f32)
 CONV_FLIP(double, f64)
-#ifdef HG_BF16
-CONV_FLIP(uint16_t, u16)
-#endif
 
 static void conv_flip_weights(const conv_geom *g, const void *w, void *wt)
 {
@@ -2142,6 +2139,32 @@ static int conv_grad_output(opjit_ctx *ctx, int index, const DLTensor *t, int wa
 }
 
 #ifdef HG_BF16
+typedef struct flip16_job {
+    const conv_geom *g;
+    const uint16_t *w;
+    uint16_t *wt;
+} flip16_job;
+
+/* Rows [lo, hi) (gi cg + c) of the flipped 16-bit weights (CONV_FLIP's
+ * wt), in parallel: at batch 1 a serial flip was a tenth of grad_input. */
+static int conv_flip16_run(void *user, int64_t lo, int64_t hi)
+{
+    const flip16_job *j = (const flip16_job *)user;
+    const conv_geom *g = j->g;
+    const int64_t khw = g->kh * g->kw;
+    int64_t r, o, k;
+    for (r = lo; r < hi; r++) {
+        int64_t gi = r / g->cg, c = r % g->cg;
+        uint16_t *t = j->wt + r * g->og * khw + khw - 1;
+        for (o = 0; o < g->og; o++, t += khw) {
+            const uint16_t *f = j->w + ((gi * g->og + o) * g->cg + c) * khw;
+            for (k = 0; k < khw; k++)
+                t[-k] = f[k];
+        }
+    }
+    return 0;
+}
+
 /* bfloat16 grad_input on the forward's GEMM (conv_forward_bf16): the
  * transposed convolution of a stride-1 convolution (conv_transposed_geom)
  * with the flipped weights, straight on the 16-bit grad. 1 when it ran
@@ -2160,8 +2183,14 @@ static int conv_gi_bf16(opjit_ctx *ctx, const conv_geom *g, const void *dy, cons
     }
     if (g->kh * g->kw == 1 && (*rc = hg_transpose16(ctx, w, g->groups, g->og, g->cg, wt)) != 0)
         return 1;
-    if (g->kh * g->kw > 1)
-        conv_flip_u16(g, (const uint16_t *)w, wt);
+    if (g->kh * g->kw > 1) {
+        flip16_job f;
+        f.g = g;
+        f.w = (const uint16_t *)w;
+        f.wt = wt;
+        if ((*rc = opjit_parallel_for(ctx, 0, g->groups * g->cg, 8, conv_flip16_run, &f)) != 0)
+            return 1;
+    }
     return conv_forward_bf16(ctx, &t, dy, wt, NULL, dx, rc);
 }
 
