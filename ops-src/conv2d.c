@@ -1197,7 +1197,14 @@ static int conv2d_padding_cpu(opjit_ctx *ctx, opjit_args *a) { return conv2d_run
  *    multiply-adds from the last block (with few output channels, the
  *    unfolded block times grad^T, transposed once a call, makes
  *    grad_weight^T: no block transposed); elsewhere OpenBLAS's gemm with
- *    beta = 1 on calls of shapes the slicing alone fixes. */
+ *    beta = 1 on calls of shapes the slicing alone fixes.
+ *
+ * bfloat16 (conv_backward_half), where gemm_half.h's GEMMs run: grad_input
+ * of a stride-1 convolution as the transposed convolution above, on the
+ * forward's 16-bit GEMM (conv_forward_bf16) straight from the 16-bit
+ * gradient; grad_weight of one group on gemm_half.h's grad_weight
+ * kernels; grad_bias from the 16-bit gradient. What they do not take is
+ * widened to float32, computed as above and rounded once. */
 
 /* ---- grad_bias ------------------------------------------------------------------ */
 
@@ -1205,9 +1212,25 @@ typedef struct gb_job {
     const conv_geom *g;
     const void *dy;
     void *db;
+    int half; /* dy float16 or bfloat16 (HW_F16, HW_BF16), db float32; 0: g's dtype */
 } gb_job;
 
-/* Output channels [lo, hi). */
+/* The sum of n values at r into s[0..7] (s[p & 7] += r[p]). */
+#define CONV_GB_SUM(T, GET)                                                            \
+    {                                                                                  \
+        const T *r = (const T *)j->dy + base;                                          \
+        for (p = 0; p + 8 <= plane; p += 8) {                                          \
+            s[0] += GET(r[p]); s[1] += GET(r[p + 1]); s[2] += GET(r[p + 2]);           \
+            s[3] += GET(r[p + 3]); s[4] += GET(r[p + 4]); s[5] += GET(r[p + 5]);       \
+            s[6] += GET(r[p + 6]); s[7] += GET(r[p + 7]);                              \
+        }                                                                              \
+        for (; p < plane; p++)                                                         \
+            s[p & 7] += GET(r[p]);                                                     \
+    }
+#define CONV_GB_AS_IS(v) (v)
+
+/* Output channels [lo, hi). A 16-bit grad is read as its float32 values:
+ * the bits of the float32 sum of the widened grad. */
 static int conv_gb_run(void *user, int64_t lo, int64_t hi)
 {
     const gb_job *j = (const gb_job *)user;
@@ -1218,26 +1241,17 @@ static int conv_gb_run(void *user, int64_t lo, int64_t hi)
         double s[8] = {0, 0, 0, 0, 0, 0, 0, 0}, t;
         for (n = 0; n < g->n; n++) {
             int64_t base = (n * g->o + o) * plane;
-            if (g->is64) {
-                const double *r = (const double *)j->dy + base;
-                for (p = 0; p + 8 <= plane; p += 8) {
-                    s[0] += r[p]; s[1] += r[p + 1]; s[2] += r[p + 2]; s[3] += r[p + 3];
-                    s[4] += r[p + 4]; s[5] += r[p + 5]; s[6] += r[p + 6]; s[7] += r[p + 7];
-                }
-                for (; p < plane; p++)
-                    s[p & 7] += r[p];
-            } else {
-                const float *r = (const float *)j->dy + base;
-                for (p = 0; p + 8 <= plane; p += 8) {
-                    s[0] += r[p]; s[1] += r[p + 1]; s[2] += r[p + 2]; s[3] += r[p + 3];
-                    s[4] += r[p + 4]; s[5] += r[p + 5]; s[6] += r[p + 6]; s[7] += r[p + 7];
-                }
-                for (; p < plane; p++)
-                    s[p & 7] += r[p];
-            }
+            if (j->half == HW_BF16)
+                CONV_GB_SUM(uint16_t, opjit_bf16_to_f32)
+            else if (j->half == HW_F16)
+                CONV_GB_SUM(uint16_t, opjit_f16_to_f32)
+            else if (g->is64)
+                CONV_GB_SUM(double, CONV_GB_AS_IS)
+            else
+                CONV_GB_SUM(float, CONV_GB_AS_IS)
         }
         t = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-        if (g->is64)
+        if (g->is64 && !j->half)
             ((double *)j->db)[o] = t;
         else
             ((float *)j->db)[o] = (float)t;
@@ -1245,14 +1259,22 @@ static int conv_gb_run(void *user, int64_t lo, int64_t hi)
     return 0;
 }
 
-static int conv_grad_bias(opjit_ctx *ctx, const conv_geom *g, const void *dy, void *db)
+/* grad_bias into db (g's dtype; float32 for a 16-bit grad of kind half). */
+static int conv_grad_bias_of(opjit_ctx *ctx, const conv_geom *g, int half, const void *dy,
+                             void *db)
 {
     gb_job j;
     int64_t grain = ((int64_t)1 << 16) / (g->n * g->ho * g->wo + 1);
     j.g = g;
     j.dy = dy;
     j.db = db;
+    j.half = half;
     return opjit_parallel_for(ctx, 0, g->o, grain < 1 ? 1 : grain, conv_gb_run, &j);
+}
+
+static int conv_grad_bias(opjit_ctx *ctx, const conv_geom *g, const void *dy, void *db)
+{
+    return conv_grad_bias_of(ctx, g, 0, dy, db);
 }
 
 /* ---- grad_input -------------------------------------------------------------------- */
@@ -2118,32 +2140,141 @@ static int conv_grad_output(opjit_ctx *ctx, int index, const DLTensor *t, int wa
     return o ? 0 : -1;
 }
 
+#ifdef HG_BF16
+typedef struct flip16_job {
+    const conv_geom *g;
+    const uint16_t *w;
+    uint16_t *wt;
+} flip16_job;
+
+/* Rows [lo, hi) (gi cg + c) of the flipped 16-bit weights (CONV_FLIP's
+ * wt), in parallel: at batch 1 a serial flip was a tenth of grad_input. */
+static int conv_flip16_run(void *user, int64_t lo, int64_t hi)
+{
+    const flip16_job *j = (const flip16_job *)user;
+    const conv_geom *g = j->g;
+    const int64_t khw = g->kh * g->kw;
+    int64_t r, o, k;
+    for (r = lo; r < hi; r++) {
+        int64_t gi = r / g->cg, c = r % g->cg;
+        uint16_t *t = j->wt + r * g->og * khw + khw - 1;
+        for (o = 0; o < g->og; o++, t += khw) {
+            const uint16_t *f = j->w + ((gi * g->og + o) * g->cg + c) * khw;
+            for (k = 0; k < khw; k++)
+                t[-k] = f[k];
+        }
+    }
+    return 0;
+}
+
+/* bfloat16 grad_input on the forward's GEMM (conv_forward_bf16): the
+ * transposed convolution of a stride-1 convolution (conv_transposed_geom)
+ * with the flipped weights, straight on the 16-bit grad. 1 when it ran
+ * (*rc its status), 0 to widen instead. */
+static int conv_gi_bf16(opjit_ctx *ctx, const conv_geom *g, const void *dy, const void *w,
+                        void *dx, int *rc)
+{
+    conv_geom t;
+    uint16_t *wt;
+    if (!conv_transposed_geom(g, &t) || conv_sizes_ok(ctx, &t) != 0)
+        return 0;
+    if (!(wt = (uint16_t *)opjit_workspace(
+              ctx, (size_t)(g->o * g->cg * g->kh * g->kw) * sizeof(uint16_t)))) {
+        *rc = -1;
+        return 1;
+    }
+    if (g->kh * g->kw == 1 && (*rc = hg_transpose16(ctx, w, g->groups, g->og, g->cg, wt)) != 0)
+        return 1;
+    if (g->kh * g->kw > 1) {
+        flip16_job f;
+        f.g = g;
+        f.w = (const uint16_t *)w;
+        f.wt = wt;
+        if ((*rc = opjit_parallel_for(ctx, 0, g->groups * g->cg, 8, conv_flip16_run, &f)) != 0)
+            return 1;
+    }
+    return conv_forward_bf16(ctx, &t, dy, wt, NULL, dx, rc);
+}
+
+/* bfloat16 grad_weight of a one-group convolution on gemm_half.h's
+ * vdpbf16ps kernels (hg_conv_gw_bf16) where path has them, unless an
+ * operand holds a subnormal (path's HW_SCAN) or, with an odd output
+ * width, the input an Inf or NaN (the padded positions would make 0 x
+ * Inf): 1 when it ran (*rc its status), 0 to widen instead. */
+static int conv_gw_bf16(opjit_ctx *ctx, const conv_geom *g, int path, const void *x,
+                        const void *dy, void *dw, int *rc)
+{
+    hg_gw s;
+    if (!(path & HW_GEMM) || g->groups != 1 || g->n == 0 || g->c == 0 || g->o == 0 ||
+        g->ho * g->wo == 0)
+        return 0;
+    s.n = g->n;
+    s.c = g->c;
+    s.h = g->h;
+    s.w = g->w;
+    s.o = g->o;
+    s.kh = g->kh;
+    s.kw = g->kw;
+    s.sh = g->sh;
+    s.sw = g->sw;
+    s.ph = g->ph;
+    s.pw = g->pw;
+    s.dh = g->dh;
+    s.dw = g->dw;
+    s.ho = g->ho;
+    s.wo = g->wo;
+    return hg_conv_gw_bf16(ctx, &s, x, dy, dw, !!(path & HW_SCAN), rc);
+}
+#endif
+
 /* The gradients in float16 or bfloat16 (kind): in = {dy, x, w} dense
- * 16-bit (x, w NULL when not needed), widened to float32; out = {dx, dw,
- * db} those wanted, each the float32 gradient rounded once. 0, or the
- * status of the failure. */
+ * 16-bit (x, w NULL when not needed), out = {dx, dw, db} those wanted.
+ * bfloat16 grad_input and grad_weight on the GEMMs of gemm_half.h where
+ * they apply (conv_gi_bf16, conv_gw_bf16); the others from the operands
+ * widened to float32, the float32 gradient rounded once (grad_bias: the
+ * float32 sum of the 16-bit grad, read as it is). 0, or the status of the
+ * failure. */
 static int conv_backward_half(opjit_ctx *ctx, const conv_geom *g, int kind, const int want[3],
                               const void *in[3], void *out[3])
 {
     int64_t nx = g->n * g->c * g->h * g->w, nw = g->o * g->cg * g->kh * g->kw;
     int64_t ny = g->n * g->o * g->ho * g->wo, nout[3] = {nx, nw, g->o};
-    float *dy, *x = NULL, *w = NULL, *o[3] = {NULL, NULL, NULL};
+    float *dy = NULL, *x = NULL, *w = NULL, *o[3] = {NULL, NULL, NULL};
     conv_geom g2 = *g; /* grad_input as a convolution: direct sums (conv_forward_half) */
-    int i, rc = 0;
+    int i, rc = 0, left[3];
+    for (i = 0; i < 3; i++)
+        left[i] = want[i];
+#ifdef HG_BF16
+    if (kind == HW_BF16) {
+        int path = hw_path(ctx, kind, HG_HAVE());
+        if (path < 0)
+            return -1;
+        if (left[0] && path > 0 && conv_gi_bf16(ctx, g, in[0], in[2], out[0], &rc)) {
+            if (rc)
+                return rc;
+            left[0] = 0;
+        }
+        if (left[1] && conv_gw_bf16(ctx, g, path, in[1], in[0], out[1], &rc)) {
+            if (rc)
+                return rc;
+            left[1] = 0;
+        }
+    }
+#endif
     g2.no_winograd = 1;
-    if (!(dy = hw_widen(ctx, kind, in[0], ny)) ||
-        (want[1] && !(x = hw_widen(ctx, kind, in[1], nx))) ||
-        (want[0] && !(w = hw_widen(ctx, kind, in[2], nw))))
+    if (((left[0] || left[1]) && !(dy = hw_widen(ctx, kind, in[0], ny))) ||
+        (left[1] && !(x = hw_widen(ctx, kind, in[1], nx))) ||
+        (left[0] && !(w = hw_widen(ctx, kind, in[2], nw))))
         return -1;
     for (i = 0; i < 3; i++)
-        if (want[i] && !(o[i] = hw_scratch(ctx, nout[i])))
+        if (left[i] && !(o[i] = hw_scratch(ctx, nout[i])))
             return -1;
-    if ((want[2] && (rc = conv_grad_bias(ctx, g, dy, o[2])) != 0) ||
-        (want[0] && (rc = conv_grad_input(ctx, &g2, dy, w, o[0])) != 0) ||
-        (want[1] && (rc = conv_grad_weight(ctx, g, x, dy, o[1])) != 0))
+    if ((left[2] && (rc = conv_grad_bias_of(ctx, g, kind, in[0], o[2])) != 0) ||
+        (left[0] && (rc = conv_grad_input(ctx, &g2, dy, w, o[0])) != 0) ||
+        (left[1] && (rc = conv_grad_weight(ctx, g, x, dy, o[1])) != 0))
         return rc;
     for (i = 0; i < 3; i++)
-        if (want[i] && (rc = hw_narrow(ctx, kind, o[i], out[i], nout[i])) != 0)
+        if (left[i] && (rc = hw_narrow(ctx, kind, o[i], out[i], nout[i])) != 0)
             return rc;
     return 0;
 }

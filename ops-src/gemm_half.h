@@ -10,8 +10,9 @@
  * kernel's grant of the tile state) and half_wide.h's hw_path which one
  * $OPJIT_HALF_KERNEL picks. libtcc never sees it; elsewhere the 16-bit
  * operands are widened to float32 and go through the float32 kernels
- * (half_wide.h). The AMX kernels are in their own section below. float16
- * is not here: mm.c runs it on the float32 GEMM, converting as it packs.
+ * (half_wide.h). The AMX kernels are in their own section below, and
+ * conv2d's grad_weight (vdpbf16ps only) in the last. float16 is not
+ * here: mm.c runs it on the float32 GEMM, converting as it packs.
  *
  * Why: widening costs a pass over each operand and then runs at float32
  * speed, while vdpbf16ps multiplies 32 bfloat16 pairs into 16 float32
@@ -1766,6 +1767,582 @@ static int hg_conv_bf16(opjit_ctx *ctx, const hg_conv *s, const void *x, const f
     if (!(j.ws = (char *)hg_ws(ctx, (size_t)T * j.per)))
         return -1;
     return opjit_parallel_for(ctx, 0, units * j.nblk, 1, hg_conv_run, &j);
+}
+
+/* ---- conv2d backward: grad_weight on vdpbf16ps ----------------------------------
+ * grad_weight [O, C kh kw] = sum over images and output positions of
+ * dy [O, p] times the input each tap reads at p. Made as its transpose,
+ * dW^T [J = C kh kw, O] = X [J, positions] . dy^T [positions, O]: the
+ * reduction runs over positions, and with a padded row length Wq every
+ * row of X is a shifted run of one input plane, read in place by the
+ * kernels. The input is laid out once an image in phase planes: for
+ * strides (sh, sw), phase (a, b) holds the zero-padded input's rows a, a
+ * + sh, ... and columns b, b + sw, ..., Hq rows of Wq columns; tap (ky,
+ * kx) reads phase (ky dh % sh, kx dw % sw) shifted by (ky dh / sh, kx dw
+ * / sw), so output position (oh, ow), column q = oh Wq + ow, reads the
+ * plane at q + shift. dy^T is packed in pairs of positions
+ * (hg_pack_rows' layout), a row of Wo at a time, and the kernels read A
+ * a row at a time (Wq apart). An odd Wo's rows are padded to even by a
+ * position ow = Wo that does not exist (a pair never spans two rows):
+ * dy is zero there, so it adds 0 x (an input value), a zero while the
+ * input is finite (an input holding an Inf or NaN is given up, to the
+ * widening path). A 1x1 with stride 1 and no padding reads the input
+ * itself.
+ * Each element of grad_weight is one chain of float32 sums over (image,
+ * pair of positions) in order, by one thread, rounded once at the end:
+ * the blocking and the thread count change no bit. */
+
+/* C[R][16 NV] += sum over nrow rows of K positions of A[r][k] B[k][.]:
+ * row i of the A's at A[r] + k0 + i astep (bfloat16, K consecutive), B
+ * packed in pairs of positions (rows ldp apart, K / 2 rounded up a row),
+ * C float32 rows ldc apart. An odd K's last pair is (A[K-1], 0). */
+#define HG_GSTEP(R, NV, PAIR)                                                         \
+    _Pragma("GCC unroll 4") for (v = 0; v < NV; v++)                                  \
+        b[v] = _mm512_loadu_si512((const void *)(P + 32 * v));                        \
+    _Pragma("GCC unroll 8") for (r = 0; r < R; r++) {                                 \
+        a = _mm512_set1_epi32((int)(PAIR));                                           \
+        _Pragma("GCC unroll 4") for (v = 0; v < NV; v++)                              \
+            c[r][v] = _mm512_dpbf16_ps(c[r][v], (__m512bh)a, (__m512bh)b[v]);         \
+    }
+#define HG_GKERNEL(NAME, R, NV)                                                       \
+    HG_TARGET static void NAME(int64_t nrow, int64_t K, int64_t astep,                \
+                               const uint16_t *const *A0, int64_t k0, const uint16_t *P, \
+                               int64_t ldp, float *C, int64_t ldc)                    \
+    {                                                                                 \
+        __m512 c[R][NV];                                                              \
+        __m512i b[NV], a;                                                             \
+        const uint16_t *A[R];                                                         \
+        int64_t kp, r, v, i;                                                          \
+        _Pragma("GCC unroll 8") for (r = 0; r < R; r++)                               \
+            _Pragma("GCC unroll 4") for (v = 0; v < NV; v++)                          \
+                c[r][v] = _mm512_loadu_ps(C + r * ldc + 16 * v);                      \
+        for (i = 0; i < nrow; i++) {                                                  \
+            _Pragma("GCC unroll 8") for (r = 0; r < R; r++) A[r] = A0[r] + k0 + i * astep; \
+            for (kp = 0; kp + 1 < K; kp += 2, P += ldp) {                             \
+                HG_GSTEP(R, NV, hg_pair(A[r] + kp))                                   \
+            }                                                                         \
+            if (K & 1) {                                                              \
+                HG_GSTEP(R, NV, A[r][kp])                                             \
+                P += ldp;                                                             \
+            }                                                                         \
+        }                                                                             \
+        _Pragma("GCC unroll 8") for (r = 0; r < R; r++)                               \
+            _Pragma("GCC unroll 4") for (v = 0; v < NV; v++)                          \
+                _mm512_storeu_ps(C + r * ldc + 16 * v, c[r][v]);                      \
+    }
+HG_GKERNEL(hg_g6x64, 6, 4)
+HG_GKERNEL(hg_g8x48, 8, 3)
+HG_GKERNEL(hg_g8x32, 8, 2)
+HG_GKERNEL(hg_g8x16, 8, 1)
+#undef HG_GKERNEL
+#undef HG_GSTEP
+
+/* What n dense bfloat16 values hold: HG_SUB (a subnormal), HG_NONFINITE
+ * (an Inf or NaN), or -1 with the error recorded. */
+enum { HG_SUB = 1, HG_NONFINITE = 2 };
+typedef struct hg_bits_job {
+    const uint16_t *p;
+    int64_t n;
+    int *found; /* one slot a thread */
+    opjit_ctx *ctx;
+} hg_bits_job;
+
+HG_TARGET static int hg_bits_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_bits_job *s = (const hg_bits_job *)user;
+    const __m512i ex = _mm512_set1_epi16(0x7f80), ma = _mm512_set1_epi16(0x007f);
+    int64_t i, end = hi << 16 < s->n ? hi << 16 : s->n;
+    __mmask32 sub = 0, inf = 0;
+    for (i = lo << 16; i < end; i += 32) {
+        __mmask32 m = end - i >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << (end - i)) - 1);
+        __m512i v = _mm512_maskz_loadu_epi16(m, s->p + i), e = _mm512_and_si512(v, ex);
+        sub |= _mm512_testn_epi16_mask(v, ex) & _mm512_test_epi16_mask(v, ma);
+        inf |= _mm512_mask_cmpeq_epi16_mask(m, e, ex);
+    }
+    s->found[opjit_thread_num(s->ctx)] |= (sub ? HG_SUB : 0) | (inf ? HG_NONFINITE : 0);
+    return 0;
+}
+
+static int hg_bits(opjit_ctx *ctx, const void *p, int64_t n)
+{
+    hg_bits_job s;
+    int64_t T = opjit_num_threads(ctx), t;
+    int bits = 0;
+    if (n <= 0)
+        return 0;
+    s.p = (const uint16_t *)p;
+    s.n = n;
+    s.ctx = ctx;
+    if (!(s.found = (int *)hg_ws(ctx, (size_t)T * sizeof(int))))
+        return -1;
+    memset(s.found, 0, (size_t)T * sizeof(int));
+    if (opjit_parallel_for(ctx, 0, (n + 65535) >> 16, 1, hg_bits_run, &s))
+        return -1;
+    for (t = 0; t < T; t++)
+        bits |= s.found[t];
+    return bits;
+}
+
+/* dst[c][r] = src[r][c] for rows r in [r0, r1) and c < cols (16-bit
+ * elements; lds < 2^25): 32 rows at a time, two gathers of a word (two
+ * neighbours of a row) a row pair giving two rows of dst. */
+HG_TARGET static void hg_t16(const uint16_t *src, int64_t lds, int64_t r0, int64_t r1,
+                             int64_t cols, uint16_t *dst, int64_t ldd)
+{
+    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14,
+                                                            12, 10, 8, 6, 4, 2, 0),
+                                           _mm512_set1_epi32((int)lds));
+    const __m512i lo = _mm512_set1_epi32(0xffff);
+    int64_t r, c, i;
+    for (r = r0; r + 32 <= r1; r += 32) {
+        const uint16_t *s = src + r * lds;
+        for (c = 0; c + 2 <= cols; c += 2) {
+            __m512i ge = _mm512_i32gather_epi32(idx, (const void *)(s + c), 2);
+            __m512i go = _mm512_i32gather_epi32(idx, (const void *)(s + lds + c), 2);
+            _mm512_storeu_si512((void *)(dst + c * ldd + r),
+                                _mm512_or_si512(_mm512_and_si512(ge, lo), _mm512_slli_epi32(go, 16)));
+            _mm512_storeu_si512((void *)(dst + (c + 1) * ldd + r),
+                                _mm512_or_si512(_mm512_srli_epi32(ge, 16),
+                                                _mm512_andnot_si512(lo, go)));
+        }
+        for (; c < cols; c++)
+            for (i = 0; i < 32; i++)
+                dst[c * ldd + r + i] = s[i * lds + c];
+    }
+    for (; r < r1; r++)
+        for (c = 0; c < cols; c++)
+            dst[c * ldd + r] = src[r * lds + c];
+}
+
+typedef struct hg_t16_job {
+    const uint16_t *src;
+    uint16_t *dst;
+    int64_t rows, cols, groups; /* groups matrices, each rows x cols, one after another */
+} hg_t16_job;
+
+/* Units [lo, hi) of (matrix, 32 rows). */
+static int hg_t16_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_t16_job *j = (const hg_t16_job *)user;
+    int64_t nblk = (j->rows + 31) / 32, u;
+    for (u = lo; u < hi; u++) {
+        int64_t g = u / nblk, r0 = u % nblk * 32, r1 = r0 + 32 < j->rows ? r0 + 32 : j->rows;
+        hg_t16(j->src + g * j->rows * j->cols, j->cols, r0, r1, j->cols,
+               j->dst + g * j->rows * j->cols, j->rows);
+    }
+    return 0;
+}
+
+/* groups matrices [rows][cols] of 16-bit values at src, each transposed
+ * into [cols][rows] at dst. 0, or the status of the failure recorded. */
+static int hg_transpose16(opjit_ctx *ctx, const void *src, int64_t groups, int64_t rows,
+                          int64_t cols, void *dst)
+{
+    hg_t16_job j;
+    int64_t r, c, g;
+    if (cols >= ((int64_t)1 << 25)) { /* the gathers' offsets: element by element */
+        for (g = 0; g < groups; g++)
+            for (r = 0; r < rows; r++)
+                for (c = 0; c < cols; c++)
+                    ((uint16_t *)dst)[(g * cols + c) * rows + r] =
+                        ((const uint16_t *)src)[(g * rows + r) * cols + c];
+        return 0;
+    }
+    j.src = (const uint16_t *)src;
+    j.dst = (uint16_t *)dst;
+    j.rows = rows;
+    j.cols = cols;
+    j.groups = groups;
+    return opjit_parallel_for(ctx, 0, groups * ((rows + 31) / 32), 1, hg_t16_run, &j);
+}
+
+/* The shape grad_weight needs (one group). */
+typedef struct hg_gw {
+    int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo;
+} hg_gw;
+
+#define HG_GW_ROWS 48 /* rows of A a unit (24 where that leaves a thread fewer than
+                       * three): whole strips of 6 and of 8 */
+#define HG_GW_KB 256  /* positions a block: its B (64 columns: 32 KB) stays in L1 */
+
+/* Three layouts: padded (above: A the input's taps over phase planes, B
+ * dy^T); in place (a 1x1 with stride 1 and no padding: A and B the
+ * planes of x and dy as they are, A the one with more channels, swap
+ * when that is dy: the result is then grad_weight itself); folded (the
+ * same over a batch of small planes: A copied with the images' positions
+ * side by side, one long reduction instead of an image's few). */
+typedef struct hg_gw_job {
+    opjit_ctx *ctx;
+    const hg_gw *s;
+    const uint16_t *a, *b; /* A's source (x; dy when swapped), B's (dy; x) */
+    uint16_t *dw, *xq, *bp; /* xq: A laid out (NULL: a in place); bp: B packed */
+    uint16_t *t16;          /* not swapped: dW^T rounded, [J][nb] */
+    float *acc;             /* [J rounded up to ru][np] */
+    int64_t ru;             /* rows of A a unit */
+    int64_t J, nb, np;      /* rows of A; columns of B (its channels), rounded up to 16 */
+    int64_t P, Hq, Wq, Q, nph, i0, ni, ximg, bimg; /* P: positions of an image of dy */
+    int64_t toff[64];       /* tap t's offset in an image's planes (channel 0) */
+    int pid[16];            /* phase (a, b) at a sw + b: its index, or -1 */
+    int swap, fold, last;
+    int rows;   /* padded: B and the kernels a row of kr positions at a time (A's Wq apart) */
+    int64_t kr; /* Wo rounded up to even: an odd Wo's last pair is (ow = Wo - 1, a
+                 * position that does not exist) */
+    int *found; /* a slot a thread: HG_SUB, HG_NONFINITE seen while packing */
+} hg_gw_job;
+
+/* B's source offset of position q of the chunk's image img (channel 0),
+ * or -1 for a position that does not exist (zero in B). */
+static int64_t hg_gw_src(const hg_gw_job *j, int64_t img, int64_t q)
+{
+    int64_t ow;
+    if (q >= j->Q)
+        return -1;
+    if (j->fold)
+        return q / j->P * j->nb * j->P + q % j->P;
+    if (!j->rows)
+        return (j->i0 + img) * j->nb * j->P + q;
+    ow = q % j->kr;
+    return ow < j->s->wo ? (j->i0 + img) * j->nb * j->P + q / j->kr * j->s->wo + ow : -1;
+}
+
+/* n values from s to d (whole vectors but the last), what they hold
+ * OR-ed into *bits. */
+HG_TARGET static void hg_gw_copy(uint16_t *d, const uint16_t *s, int64_t n, int *bits)
+{
+    const __m512i ex = _mm512_set1_epi16(0x7f80), ma = _mm512_set1_epi16(0x007f);
+    __mmask32 sub = 0, inf = 0;
+    int64_t i;
+    for (i = 0; i < n; i += 32) {
+        __mmask32 m = n - i >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << (n - i)) - 1);
+        __m512i v = _mm512_maskz_loadu_epi16(m, s + i);
+        if (n - i >= 32)
+            _mm512_storeu_si512((void *)(d + i), v);
+        else
+            _mm512_mask_storeu_epi16(d + i, m, v);
+        sub |= _mm512_testn_epi16_mask(v, ex) & _mm512_test_epi16_mask(v, ma);
+        inf |= _mm512_mask_cmpeq_epi16_mask(m, _mm512_and_si512(v, ex), ex);
+    }
+    *bits |= (sub ? HG_SUB : 0) | (inf ? HG_NONFINITE : 0);
+}
+
+static int hg_bits_of(uint16_t v)
+{
+    return (v & 0x7f80) == 0x7f80 ? HG_NONFINITE : !(v & 0x7f80) && (v & 0x7f) ? HG_SUB : 0;
+}
+
+/* Channel c of the chunk's image img into its phase planes. */
+static void hg_gw_phases(const hg_gw_job *j, int64_t img, int64_t c, int *bits)
+{
+    const hg_gw *s = j->s;
+    const uint16_t *xc = j->a + ((j->i0 + img) * s->c + c) * s->h * s->w;
+    int64_t a, b, r, q;
+    for (a = 0; a < s->sh; a++)
+        for (b = 0; b < s->sw; b++) {
+            int p = j->pid[a * s->sw + b];
+            uint16_t *d;
+            if (p < 0)
+                continue;
+            d = j->xq + img * j->ximg + (p * s->c + c) * j->Hq * j->Wq;
+            for (r = 0; r < j->Hq; r++, d += j->Wq) {
+                int64_t ir = r * s->sh + a - s->ph, c0, c1;
+                if (ir < 0 || ir >= s->h) {
+                    memset(d, 0, (size_t)j->Wq * 2);
+                    continue;
+                }
+                if (s->sw > 1) {
+                    for (q = 0; q < j->Wq; q++) {
+                        int64_t ic = q * s->sw + b - s->pw;
+                        d[q] = ic >= 0 && ic < s->w ? xc[ir * s->w + ic] : 0;
+                        *bits |= hg_bits_of(d[q]);
+                    }
+                    continue;
+                }
+                /* columns [c0, c1) hold input columns c0 + b - pw .. */
+                c0 = s->pw - b > 0 ? s->pw - b : 0;
+                c1 = s->w + s->pw - b < j->Wq ? s->w + s->pw - b : j->Wq;
+                c1 = c1 > c0 ? c1 : c0;
+                memset(d, 0, (size_t)c0 * 2);
+                hg_gw_copy(d + c0, xc + ir * s->w + c0 + b - s->pw, c1 - c0, bits);
+                memset(d + c1, 0, (size_t)(j->Wq - c1) * 2);
+            }
+        }
+}
+
+/* d[j * ld] (j < 16) = column j of the 16 x 16 words r[0..15] (row i
+ * in r[i]): unpacks of words and of pairs of words, then of 128-bit
+ * lanes. */
+HG_TARGET static void hg_t32x16(__m512i *r, uint32_t *d, int64_t ld)
+{
+    __m512i t[16], u[16];
+    int i, m;
+    for (i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (i = 0; i < 16; i += 4) { /* u[i + m] lane L: column 4 L + m, rows i .. i + 3 */
+        u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (m = 0; m < 4; m++) {
+        __m512i x01 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x44);
+        __m512i x23 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xee);
+        __m512i y01 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x44);
+        __m512i y23 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xee);
+        _mm512_storeu_si512((void *)(d + m * ld), _mm512_shuffle_i32x4(x01, y01, 0x88));
+        _mm512_storeu_si512((void *)(d + (4 + m) * ld), _mm512_shuffle_i32x4(x01, y01, 0xdd));
+        _mm512_storeu_si512((void *)(d + (8 + m) * ld), _mm512_shuffle_i32x4(x23, y23, 0x88));
+        _mm512_storeu_si512((void *)(d + (12 + m) * ld), _mm512_shuffle_i32x4(x23, y23, 0xdd));
+    }
+}
+
+/* Pairs [k0, k1) of the chunk's image img into B (hg_pack_rows' layout),
+ * 16 of B's channels at a time: 16 pairs whose 32 positions are one run
+ * of the source transposed in registers, else a gather of one word a
+ * channel where a pair is two neighbours of a row, else value by value. */
+HG_TARGET static void hg_gw_packb(const hg_gw_job *j, int64_t img, int64_t k0, int64_t k1,
+                                  int *bits)
+{
+    const __m512i ex = _mm512_set1_epi16(0x7f80), ma = _mm512_set1_epi16(0x007f);
+    const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7,
+                                                             6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)j->P));
+    int64_t src[2 * 64], kp, kq, ob, o, i;
+    __mmask32 sub = 0;
+    uint32_t *d0 = (uint32_t *)(void *)(j->bp + img * j->bimg) + k0 * j->np;
+    for (kp = k0; kp < k1; kp++) {
+        src[2 * (kp - k0)] = hg_gw_src(j, img, 2 * kp);
+        src[2 * (kp - k0) + 1] = hg_gw_src(j, img, 2 * kp + 1);
+    }
+    for (ob = 0; ob < j->np; ob += 16)
+        for (kq = k0; kq < k1; kq += 16) {
+            int64_t s0 = src[2 * (kq - k0)], e = kq + 16 < k1 ? kq + 16 : k1;
+            uint32_t *d = d0 + (kq - k0) * j->np + ob;
+            if (ob + 16 <= j->nb && e - kq == 16 && s0 >= 0 &&
+                src[2 * (e - 1 - k0) + 1] == s0 + 31) { /* one run: transposed */
+                __m512i r[16];
+                for (i = 0; i < 16; i++) {
+                    r[i] = _mm512_loadu_si512((const void *)(j->b + s0 + (ob + i) * j->P));
+                    sub |= _mm512_testn_epi16_mask(r[i], ex) & _mm512_test_epi16_mask(r[i], ma);
+                }
+                hg_t32x16(r, d, j->np);
+                continue;
+            }
+            for (kp = kq; kp < e; kp++, d += j->np) {
+                int64_t a0 = src[2 * (kp - k0)], a1 = src[2 * (kp - k0) + 1];
+                if (ob + 16 <= j->nb && a0 >= 0 && a1 == a0 + 1) {
+                    __m512i v = _mm512_i32gather_epi32(
+                        _mm512_add_epi32(step, _mm512_set1_epi32((int)(ob * j->P))),
+                        (const void *)(j->b + a0), 2);
+                    sub |= _mm512_testn_epi16_mask(v, ex) & _mm512_test_epi16_mask(v, ma);
+                    _mm512_storeu_si512((void *)d, v);
+                } else if (a0 < 0 && a1 < 0) {
+                    _mm512_storeu_si512((void *)d, _mm512_setzero_si512());
+                } else {
+                    for (o = ob; o < ob + 16; o++) {
+                        uint16_t v0 = o < j->nb && a0 >= 0 ? j->b[a0 + o * j->P] : 0;
+                        uint16_t v1 = o < j->nb && a1 >= 0 ? j->b[a1 + o * j->P] : 0;
+                        *bits |= hg_bits_of(v0) | hg_bits_of(v1);
+                        d[o - ob] = v0 | (uint32_t)v1 << 16;
+                    }
+                }
+            }
+        }
+    *bits |= sub ? HG_SUB : 0;
+}
+
+/* Units [lo, hi) of packing: A's (the chunk's images x channels: phase
+ * planes; or A's channels: the batch folded), then B's (images x blocks
+ * of 64 pairs of positions). */
+static int hg_gw_pack(void *user, int64_t lo, int64_t hi)
+{
+    const hg_gw_job *j = (const hg_gw_job *)user;
+    const hg_gw *s = j->s;
+    const int64_t na = !j->xq ? 0 : j->fold ? j->J : j->ni * s->c;
+    const int64_t npb = ((j->Q + 1) / 2 + 63) / 64;
+    int64_t u, i;
+    int bits = 0;
+    for (u = lo; u < hi; u++) {
+        if (u < na && j->fold) {
+            for (i = 0; i < s->n; i++)
+                hg_gw_copy(j->xq + u * j->Q + i * j->P, j->a + (i * j->J + u) * j->P, j->P,
+                           &bits);
+        } else if (u < na) {
+            hg_gw_phases(j, u / s->c, u % s->c, &bits);
+        } else {
+            int64_t k0 = (u - na) % npb * 64, k1 = k0 + 64 < (j->Q + 1) / 2 ? k0 + 64
+                                                                          : (j->Q + 1) / 2;
+            hg_gw_packb(j, (u - na) / npb, k0, k1, &bits);
+        }
+    }
+    j->found[opjit_thread_num(j->ctx)] |= bits;
+    return 0;
+}
+
+/* Units [lo, hi) of ru rows of A: over the chunk's images, each
+ * panel of B's columns, blocks of HG_GW_KB positions, strips of rows (6
+ * over 64 columns, else 8); rows past J read row 0 into rows of acc
+ * nobody reads. On the last chunk, the unit's rows rounded into dw. */
+static int hg_gw_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_gw_job *j = (const hg_gw_job *)user;
+    const hg_gw *s = j->s;
+    const int64_t khw = s->kh * s->kw, plane_q = j->Hq * j->Wq;
+    /* positions a block: whole output rows (at least one) in the rows layout */
+    const int64_t kb = j->rows ? (HG_GW_KB / j->kr > 0 ? HG_GW_KB / j->kr : 1) * j->kr : HG_GW_KB;
+    const uint16_t *rows[HG_GW_ROWS];
+    int64_t u, img, c0, w, k0, i, r;
+    for (u = lo; u < hi; u++) {
+        int64_t j0 = u * j->ru, j1 = j0 + j->ru < j->J ? j0 + j->ru : j->J;
+        for (img = 0; img < j->ni; img++) {
+            const uint16_t *xi = j->xq ? j->xq + img * j->ximg
+                                       : j->a + (j->i0 + img) * j->ximg;
+            const uint16_t *bi = j->bp + img * j->bimg;
+            for (r = 0; r < j->ru; r++) {
+                int64_t jj = j0 + r < j1 ? j0 + r : 0;
+                rows[r] = xi + jj / khw * plane_q + j->toff[jj % khw];
+            }
+            for (c0 = 0; c0 < j->np; c0 += w) {
+                w = j->np - c0 >= 64 ? 64 : j->np - c0;
+                for (k0 = 0; k0 < j->Q; k0 += kb) {
+                    /* rows: nr output rows of kr positions, at k0 Wq / kr in A */
+                    int64_t nr = j->rows ? (s->ho - k0 / j->kr < kb / j->kr ? s->ho - k0 / j->kr
+                                                                            : kb / j->kr)
+                                         : 1;
+                    int64_t K = j->rows ? j->kr : j->Q - k0 < kb ? j->Q - k0 : kb;
+                    int64_t ka = j->rows ? k0 / j->kr * j->Wq : k0;
+                    const uint16_t *P = bi + k0 * j->np + 2 * c0;
+                    float *C = j->acc + j0 * j->np + c0;
+                    for (i = 0; i < j1 - j0; i += w == 64 ? 6 : 8) {
+                        if (w == 64)
+                            hg_g6x64(nr, K, j->Wq, rows + i, ka, P, 2 * j->np, C + i * j->np,
+                                     j->np);
+                        else if (w == 48)
+                            hg_g8x48(nr, K, j->Wq, rows + i, ka, P, 2 * j->np, C + i * j->np,
+                                     j->np);
+                        else if (w == 32)
+                            hg_g8x32(nr, K, j->Wq, rows + i, ka, P, 2 * j->np, C + i * j->np,
+                                     j->np);
+                        else
+                            hg_g8x16(nr, K, j->Wq, rows + i, ka, P, 2 * j->np, C + i * j->np,
+                                     j->np);
+                    }
+                }
+            }
+        }
+        if (j->last) /* swapped: grad_weight itself; else its transpose, into t16 */
+            hg_store(j->acc + j0 * j->np, j->np, j1 - j0, j->nb, NULL,
+                     j->swap ? j->dw + j0 * j->nb : j->t16 + j0 * j->nb, j->nb);
+    }
+    return 0;
+}
+
+/* grad_weight [O, C, kh, kw] (bfloat16) of a one-group convolution of
+ * shape s, from x and dy (bfloat16, dense), float32 sums. With scan, an
+ * operand holding a subnormal (counted as zero here) gives it up, and so
+ * does, in the padded layout, an input holding an Inf or NaN (0 x Inf at
+ * a position that does not exist), found while packing. 1 when it ran
+ * (*rc its status), 0 to widen instead (a shape not for it: more than 64
+ * taps, a stride above 4). */
+static int hg_conv_gw_bf16(opjit_ctx *ctx, const hg_gw *s, const void *x, const void *dy,
+                           void *dw, int scan, int *rc)
+{
+    hg_gw_job j;
+    int64_t khw = s->kh * s->kw, t, maxy = 0, maxx = 0, per, chunk, i0, nunits, na;
+    int64_t T = opjit_num_threads(ctx), P = s->ho * s->wo;
+    int inplace = khw == 1 && s->sh == 1 && s->sw == 1 && s->ph == 0 && s->pw == 0 &&
+                  s->ho == s->h && s->wo == s->w;
+    if (khw > 64 || s->sh > 4 || s->sw > 4 || (s->o > s->c ? s->o : s->c) * P > INT32_MAX - 64)
+        return 0; /* (the packing gathers with 32-bit offsets) */
+    memset(&j, 0, sizeof j);
+    j.ctx = ctx;
+    j.s = s;
+    j.dw = (uint16_t *)dw;
+    j.P = P;
+    j.swap = inplace && s->o > s->c;
+    j.a = (const uint16_t *)(j.swap ? dy : x);
+    j.b = (const uint16_t *)(j.swap ? x : dy);
+    j.J = j.swap ? s->o : s->c * khw;
+    j.nb = j.swap ? s->c : s->o;
+    j.np = (j.nb + 15) / 16 * 16;
+    for (t = 0; t < 16; t++)
+        j.pid[t] = -1;
+    for (t = 0; t < khw; t++) {
+        int64_t vy = t / s->kw * s->dh, vx = t % s->kw * s->dw;
+        int64_t id = vy % s->sh * s->sw + vx % s->sw;
+        if (j.pid[id] < 0)
+            j.pid[id] = (int)j.nph++;
+        maxy = vy / s->sh > maxy ? vy / s->sh : maxy;
+        maxx = vx / s->sw > maxx ? vx / s->sw : maxx;
+    }
+    j.fold = inplace && s->n > 1 && P < 256 &&
+             s->n * P * (j.J + j.np) * 2 <= ((int64_t)16 << 20);
+    if (j.fold) { /* one image of the batch's positions */
+        j.Hq = 1;
+        j.Wq = j.Q = s->n * P;
+    } else if (inplace) {
+        j.Hq = s->ho;
+        j.Wq = s->wo;
+        j.Q = P;
+        j.ximg = j.J * P;
+    } else {
+        j.Hq = s->ho + maxy;
+        j.Wq = s->wo + maxx + (s->wo & 1); /* an odd Wo's extra position in its row */
+        j.rows = 1;
+        j.kr = (s->wo + 1) / 2 * 2;
+        j.Q = s->ho * j.kr;
+        j.ximg = j.nph * s->c * j.Hq * j.Wq;
+    }
+    for (t = 0; t < khw; t++) {
+        int64_t vy = t / s->kw * s->dh, vx = t % s->kw * s->dw;
+        j.toff[t] = j.pid[vy % s->sh * s->sw + vx % s->sw] * s->c * j.Hq * j.Wq +
+                    vy / s->sh * j.Wq + vx / s->sw;
+    }
+    j.bimg = (j.Q + 1) / 2 * 2 * j.np;
+    /* images a chunk: their planes and B within about 16 MB */
+    per = (inplace ? 0 : j.ximg) + j.bimg;
+    chunk = j.fold ? 1 : ((int64_t)16 << 20) / 2 / per;
+    chunk = chunk < 1 ? 1 : chunk > s->n ? s->n : chunk;
+    j.ru = (j.J + HG_GW_ROWS - 1) / HG_GW_ROWS < 3 * T ? HG_GW_ROWS / 2 : HG_GW_ROWS;
+    nunits = (j.J + j.ru - 1) / j.ru;
+    *rc = -1;
+    if (!(j.acc = (float *)hg_ws(ctx, (size_t)(nunits * j.ru * j.np) * 4)) ||
+        !(j.bp = (uint16_t *)hg_ws(ctx, (size_t)(chunk * j.bimg + 64) * 2)) ||
+        !(j.found = (int *)hg_ws(ctx, (size_t)T * sizeof(int))) ||
+        (!j.swap && !(j.t16 = (uint16_t *)hg_ws(ctx, (size_t)(j.J * j.nb) * 2))) ||
+        ((!inplace || j.fold) &&
+         !(j.xq = (uint16_t *)hg_ws(ctx, (size_t)((j.fold ? j.J * j.Q : chunk * j.ximg) + 64) *
+                                             2))))
+        return 1;
+    if (inplace && !j.fold && scan) { /* A read in place: scanned first */
+        int bits = hg_bits(ctx, j.a, s->n * j.J * P);
+        if (bits < 0)
+            return 1;
+        if (bits & HG_SUB)
+            return 0;
+    }
+    memset(j.acc, 0, (size_t)(nunits * j.ru * j.np) * 4);
+    memset(j.found, 0, (size_t)T * sizeof(int));
+    for (i0 = 0; i0 < s->n; i0 += j.fold ? s->n : chunk) {
+        int bits = 0;
+        j.i0 = i0;
+        j.ni = j.fold ? 1 : s->n - i0 < chunk ? s->n - i0 : chunk;
+        j.last = i0 + (j.fold ? s->n : j.ni) == s->n;
+        na = !j.xq ? 0 : j.fold ? j.J : j.ni * s->c;
+        if ((*rc = opjit_parallel_for(ctx, 0, na + j.ni * (((j.Q + 1) / 2 + 63) / 64), 1,
+                                      hg_gw_pack, &j)) != 0)
+            return 1;
+        for (t = 0; t < T; t++)
+            bits |= j.found[t];
+        if ((scan && (bits & HG_SUB)) || (j.rows && j.kr > s->wo && (bits & HG_NONFINITE)))
+            return 0;
+        if ((*rc = opjit_parallel_for(ctx, 0, nunits, 1, hg_gw_run, &j)) != 0)
+            return 1;
+    }
+    if (!j.swap)
+        *rc = hg_transpose16(ctx, j.t16, 1, j.J, j.nb, j.dw);
+    return 1;
 }
 
 #endif /* SG_FAST */

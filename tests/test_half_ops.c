@@ -517,6 +517,116 @@ static void conv_bound_case(opjit_runtime *rt, int64_t n, int64_t c, int64_t hw,
     conv_dil_case(rt, n, c, hw, o, k, s, p, 1, groups, adv);
 }
 
+/* conv2d_backward over x [n, c, hw, hw], w [o, c/groups, k, k], a bias,
+ * grad [n, o, ho, ho], stride s, padding p, dilation d: grad_input,
+ * grad_weight and grad_bias (bfloat16) each within the bound of a float32
+ * sum rounded once against float64, k the terms of each sum. adv as
+ * mm_bound_case's, grad adversarial too, the infinity in the input
+ * (grad_weight's operand). */
+static void conv_bw_case(opjit_runtime *rt, int64_t n, int64_t c, int64_t hw, int64_t o,
+                         int64_t k, int64_t s, int64_t p, int64_t d, int64_t groups, int adv)
+{
+    pair x, w, b, g;
+    DLManagedTensor *out[3] = {0};
+    int64_t ho = (hw + 2 * p - d * (k - 1) - 1) / s + 1, cg = c / groups, og = o / groups;
+    int64_t nx = n * c * hw * hw, nw = o * cg * k * k, bad[3] = {0, 0, 0};
+    pair_init(&x, BF16, 4, (int64_t[]){n, c, hw, hw});
+    pair_init(&w, BF16, 4, (int64_t[]){o, cg, k, k});
+    pair_init(&b, BF16, 1, (int64_t[]){o});
+    pair_init(&g, BF16, 4, (int64_t[]){n, o, ho, ho});
+    if (adv) {
+        adversarial(&x, adv < 3, adv > 1);
+        adversarial(&w, adv < 3, 0);
+        adversarial(&g, adv < 3, 0);
+    }
+    if (adv > 1 && hw > 1) { /* and one at the end of a row, where the position past an
+                              * odd width reads */
+        x.h[hw + hw - 1] = 0x7f80u;
+        x.f[hw + hw - 1] = opjit_bf16_to_f32(0x7f80u);
+    }
+    double *rx = calloc((size_t)nx, sizeof(double)), *mx = calloc((size_t)nx, sizeof(double));
+    double *rw = calloc((size_t)nw, sizeof(double)), *mw = calloc((size_t)nw, sizeof(double));
+    double *rb = calloc((size_t)o, sizeof(double)), *mb = calloc((size_t)o, sizeof(double));
+    for (int64_t img = 0; img < n; img++)
+        for (int64_t oc = 0; oc < o; oc++)
+            for (int64_t oh = 0; oh < ho; oh++)
+                for (int64_t ow = 0; ow < ho; ow++) {
+                    double gv = g.f[((img * o + oc) * ho + oh) * ho + ow];
+                    rb[oc] += gv;
+                    mb[oc] += fabs(gv);
+                    for (int64_t ci = 0; ci < cg; ci++)
+                        for (int64_t ki = 0; ki < k; ki++)
+                            for (int64_t kj = 0; kj < k; kj++) {
+                                int64_t ih = oh * s - p + ki * d, iw = ow * s - p + kj * d;
+                                if (ih < 0 || ih >= hw || iw < 0 || iw >= hw)
+                                    continue;
+                                int64_t xi = ((img * c + oc / og * cg + ci) * hw + ih) * hw + iw;
+                                int64_t wi = ((oc * cg + ci) * k + ki) * k + kj;
+                                double t = gv * (double)x.f[xi], u = gv * (double)w.f[wi];
+                                rw[wi] += t;
+                                mw[wi] += fabs(t);
+                                rx[xi] += u;
+                                mx[xi] += fabs(u);
+                            }
+                }
+    int64_t st[2] = {s, s}, pd[2] = {p, p}, dl[2] = {d, d};
+    opjit_value v[8] = {opjit_tensor(&g.th),  opjit_tensor(&x.th), opjit_tensor(&w.th),
+                        opjit_tensor(&b.th),  opjit_ints(st, 2),   opjit_ints(pd, 2),
+                        opjit_ints(dl, 2),    opjit_int(groups)};
+    if (call(rt, "conv2d_backward", v, 8, out, 3)) {
+        const uint16_t *dx = out[0]->dl_tensor.data, *dw = out[1]->dl_tensor.data,
+                       *db = out[2]->dl_tensor.data;
+        for (int64_t i = 0; i < nx; i++)
+            bad[0] += !within(dx[i], rx[i], mx[i], og * k * k);
+        for (int64_t i = 0; i < nw; i++)
+            bad[1] += !within(dw[i], rw[i], mw[i], n * ho * ho);
+        for (int64_t i = 0; i < o; i++)
+            bad[2] += !within(db[i], rb[i], mb[i], n * ho * ho);
+        CHECKF(bad[0] == 0 && bad[1] == 0 && bad[2] == 0,
+               "conv2d_backward n %lld %lldx%lld c %lld o %lld @%lld stride %lld pad %lld "
+               "dilation %lld groups %lld (adversarial %d): outside the bound: grad_input "
+               "%lld, grad_weight %lld, grad_bias %lld",
+               (long long)n, (long long)k, (long long)k, (long long)c, (long long)o,
+               (long long)hw, (long long)s, (long long)p, (long long)d, (long long)groups, adv,
+               (long long)bad[0], (long long)bad[1], (long long)bad[2]);
+        for (int i = 0; i < 3; i++)
+            out[i]->deleter(out[i]);
+    }
+    free(rx);
+    free(mx);
+    free(rw);
+    free(mw);
+    free(rb);
+    free(mb);
+    pair_free(&x);
+    pair_free(&w);
+    pair_free(&b);
+    pair_free(&g);
+}
+
+/* The shapes of each path of the bfloat16 backward (conv2d.c's
+ * conv_gi_bf16, gemm_half.h's hg_conv_gw_bf16) and of its fallbacks. */
+static void conv_bw_cases(opjit_runtime *rt, int adv)
+{
+    conv_bw_case(rt, 2, 16, 20, 24, 3, 1, 1, 1, 1, adv);  /* 3x3: rows of an even width */
+    conv_bw_case(rt, 1, 33, 12, 17, 3, 1, 1, 1, 1, adv);  /* odd channels */
+    conv_bw_case(rt, 2, 8, 9, 6, 3, 1, 1, 1, 1, adv);     /* odd width: padded positions */
+    conv_bw_case(rt, 2, 16, 26, 24, 3, 1, 2, 2, 1, adv);  /* dilation 2 */
+    conv_bw_case(rt, 2, 6, 9, 10, 2, 1, 0, 1, 1, adv);    /* 2x2, no padding */
+    conv_bw_case(rt, 1, 5, 11, 9, 5, 1, 2, 1, 1, adv);    /* 5x5 */
+    conv_bw_case(rt, 2, 8, 13, 6, 3, 2, 1, 1, 1, adv);    /* stride 2: phase planes; dx widened */
+    conv_bw_case(rt, 2, 16, 10, 12, 1, 2, 0, 1, 1, adv);  /* 1x1 stride 2 */
+    conv_bw_case(rt, 2, 8, 9, 6, 3, 1, 1, 1, 2, adv);     /* groups: dw widened */
+    conv_bw_case(rt, 1, 32, 7, 40, 1, 1, 0, 1, 1, adv);   /* 1x1 in place, swapped, odd plane */
+    conv_bw_case(rt, 1, 20, 20, 70, 1, 1, 0, 1, 1, adv);  /* 1x1 in place, panels 64 + 16 */
+    conv_bw_case(rt, 1, 70, 20, 20, 1, 1, 0, 1, 1, adv);  /* 1x1 in place */
+    conv_bw_case(rt, 1, 40, 7, 20, 1, 1, 0, 1, 1, adv);   /* the same, odd plane: the
+                                                           * infinity starts a channel */
+    conv_bw_case(rt, 3, 40, 5, 17, 1, 1, 0, 1, 1, adv);   /* 1x1 batch folded */
+    conv_bw_case(rt, 3, 17, 5, 40, 1, 1, 0, 1, 1, adv);   /* 1x1 batch folded, swapped */
+    conv_bw_case(rt, 3, 4, 400, 4, 3, 1, 1, 1, 1, adv);   /* images in two chunks */
+}
+
 /* The same on the widening path, forced (the 16-bit forward used to take
  * Winograd there, thousands of elements outside the bound). */
 static void bf16_widened_within_float32_bound(void)
@@ -549,6 +659,7 @@ static void bf16_within_float32_bound(void)
         conv_dil_case(rt, 1, 33, 20, 20, 3, 1, 1, 1, 1, adv);
         conv_dil_case(rt, 2, 6, 9, 10, 2, 1, 0, 1, 1, adv);
         conv_dil_case(rt, 1, 8, 40, 12, 3, 1, 1, 1, 1, adv);
+        conv_bw_cases(rt, adv);
     }
     opjit_destroy(rt);
 }
@@ -572,8 +683,64 @@ static uint16_t *output_with(int threads, const char *name, opjit_value *v, int 
     return copy;
 }
 
+/* Output which of name's nouts over v with threads threads, copied (*n
+ * elements of 16 bits); NULL with a failed check. */
+static uint16_t *output_k_with(int threads, const char *name, opjit_value *v, int nargs,
+                               int nouts, int which, int64_t *n)
+{
+    opjit_runtime *rt = new_runtime(opt_tier(), threads);
+    DLManagedTensor *o[3] = {0};
+    uint16_t *copy = NULL;
+    if (rt && call(rt, name, v, nargs, o, nouts)) {
+        *n = numel(&o[which]->dl_tensor);
+        copy = malloc((size_t)*n * 2 + 2);
+        memcpy(copy, o[which]->dl_tensor.data, (size_t)*n * 2);
+        for (int i = 0; i < nouts; i++)
+            o[i]->deleter(o[i]);
+    }
+    if (rt)
+        opjit_destroy(rt);
+    return copy;
+}
+
+/* conv2d_backward's grad_input and grad_weight (bfloat16), the same bits
+ * for 1, 2 and 3 threads: x [n, c, hw, hw], w [o, c, k, k], padding p. */
+static void bf16_backward_same_bits(int64_t n, int64_t c, int64_t hw, int64_t o, int64_t k,
+                                    int64_t p)
+{
+    pair x, w, g;
+    int64_t ho = hw + 2 * p - k + 1;
+    pair_init(&x, BF16, 4, (int64_t[]){n, c, hw, hw});
+    pair_init(&w, BF16, 4, (int64_t[]){o, c, k, k});
+    pair_init(&g, BF16, 4, (int64_t[]){n, o, ho, ho});
+    int64_t st[2] = {1, 1}, pd[2] = {p, p}, dl[2] = {1, 1};
+    opjit_value v[8] = {opjit_tensor(&g.th), opjit_tensor(&x.th), opjit_tensor(&w.th),
+                        opjit_none(),        opjit_ints(st, 2),   opjit_ints(pd, 2),
+                        opjit_ints(dl, 2),   opjit_int(1)};
+    for (int which = 0; which < 2; which++) {
+        int64_t n1 = 0, n2 = 0, n3 = 0;
+        uint16_t *a = output_k_with(1, "conv2d_backward", v, 8, 3, which, &n1);
+        uint16_t *b = output_k_with(2, "conv2d_backward", v, 8, 3, which, &n2);
+        uint16_t *c3 = output_k_with(3, "conv2d_backward", v, 8, 3, which, &n3);
+        CHECKF(a && b && c3 && n1 == n2 && n1 == n3 && memcmp(a, b, (size_t)n1 * 2) == 0 &&
+                   memcmp(a, c3, (size_t)n1 * 2) == 0,
+               "conv2d_backward %lldx%lld c %lld o %lld: %s not the same bits for 1, 2 and 3 "
+               "threads", (long long)k, (long long)k, (long long)c, (long long)o,
+               which ? "grad_weight" : "grad_input");
+        free(a);
+        free(b);
+        free(c3);
+    }
+    pair_free(&x);
+    pair_free(&w);
+    pair_free(&g);
+}
+
 static void bf16_same_bits_any_threads(void)
 {
+    bf16_backward_same_bits(2, 40, 20, 70, 3, 1);
+    bf16_backward_same_bits(3, 100, 6, 30, 1, 0);
+
     pair x, y, w;
     pair_init(&x, BF16, 2, (int64_t[]){300, 200});
     pair_init(&y, BF16, 2, (int64_t[]){200, 500});
@@ -691,6 +858,47 @@ static void bf16_path_picked_by_cpu(void)
             opjit_destroy(rt);
         unsetenv("OPJIT_HALF_KERNEL");
     }
+}
+
+/* The bfloat16 backward where the GEMMs are not (OPJIT_CPU_LEVEL avx2
+ * and portable: the widening path) and with OPJIT_HALF_KERNEL=dot (no
+ * scan for subnormals: the inputs hold none; an infinity in the input of
+ * an odd width must still not meet the zeros of positions that do not
+ * exist): within the float64 bound. */
+static void bf16_backward_other_paths(void)
+{
+    static const char *const levels[] = {"avx2", "portable"};
+    int dot = 0;
+    if (!opt_tier()) {
+        fprintf(stderr, "-- not the optimizing tier: the CPU-level checks are skipped\n");
+        return;
+    }
+    for (size_t l = 0; l < sizeof levels / sizeof *levels; l++) {
+        setenv("OPJIT_CPU_LEVEL", levels[l], 1);
+        opjit_runtime *rt = new_runtime(1, 2);
+        if (rt) {
+            conv_bw_case(rt, 2, 16, 20, 24, 3, 1, 1, 1, 1, 3);
+            conv_bw_case(rt, 3, 40, 5, 17, 1, 1, 0, 1, 1, 1);
+            opjit_destroy(rt);
+        }
+        unsetenv("OPJIT_CPU_LEVEL");
+    }
+#if defined(__GNUC__) && defined(__x86_64__)
+    __builtin_cpu_init();
+    dot = __builtin_cpu_supports("avx512bf16");
+#endif
+    if (!dot)
+        return;
+    setenv("OPJIT_HALF_KERNEL", "dot", 1);
+    opjit_runtime *rt = new_runtime(1, 2);
+    for (int adv = 0; rt && adv <= 3; adv += 3) {
+        conv_bw_case(rt, 2, 8, 9, 6, 3, 1, 1, 1, 1, adv);
+        conv_bw_case(rt, 2, 16, 20, 24, 3, 1, 1, 1, 1, adv);
+        conv_bw_case(rt, 3, 17, 5, 40, 1, 1, 0, 1, 1, adv);
+    }
+    if (rt)
+        opjit_destroy(rt);
+    unsetenv("OPJIT_HALF_KERNEL");
 }
 
 /* ---- float16 mm on the float32 GEMM, converting while packing (the
@@ -873,6 +1081,7 @@ int main(void)
     T_RUN(bf16_same_bits_any_threads);
     T_RUN(bf16_amx_forced);
     T_RUN(bf16_path_picked_by_cpu);
+    T_RUN(bf16_backward_other_paths);
     T_RUN(f16_packed);
     T_RUN(half_kernel_knob_checked);
     return t_done();

@@ -170,6 +170,21 @@ class HalfOpsTests:
             mgi, = torch.autograd.grad(F.conv2d(xa, w.double().abs(), None, 1, 1), xa, gyabs)
             cases.append(("conv2d_backward grad_input 3x3", self.op("conv2d_backward")(
                 gy, x, w, None, 1, 1, 1, 1, [1, 0, 0])[0], tgi, rgi, mgi))
+            # grad_weight: an even width, an odd one (the infinity, in x, must
+            # not meet the zeros of padded positions), a 1x1
+            for hw, k, p in ((14, 3, 1), (13, 3, 1), (7, 1, 0)):
+                x, w, gy = inputs((2, 16, hw, hw), (24, 16, k, k), (2, 24, hw, hw), kind=kind)
+                wt = w.clone().requires_grad_()
+                tgw, = torch.autograd.grad(F.conv2d(x, wt, None, 1, p), wt, gy)
+                wd = w.double().requires_grad_()
+                rgw, = torch.autograd.grad(F.conv2d(x.double(), wd, None, 1, p), wd,
+                                           gy.double())
+                wa = w.double().abs().requires_grad_()
+                mgw, = torch.autograd.grad(F.conv2d(x.double().abs(), wa, None, 1, p), wa,
+                                           gy.double().abs())
+                cases.append(("conv2d_backward grad_weight %dx%d @%d" % (k, k, hw),
+                              self.op("conv2d_backward")(gy, x, w, None, 1, p, 1, 1,
+                                                         [0, 1, 0])[1], tgw, rgw, mgw))
             for what, got, want, ref, mag in cases:
                 what = "%s adversarial %d" % (what, kind)
                 eo, nonfin = err(got, ref, mag)
