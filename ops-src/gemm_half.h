@@ -188,19 +188,64 @@ HG_TARGET static void hg_pack_rows(const uint16_t *B, int64_t ldb, int64_t K, in
     }
 }
 
-/* From bfloat16 columns (a transposed view): element (k, j) at
- * B[j * ldb + k], so each pair is one 32-bit word. */
-static void hg_pack_cols(const uint16_t *B, int64_t ldb, int64_t K, int64_t nb, uint16_t *P,
-                         int64_t np)
+/* v, 16 rows of 16 32-bit words, transposed in place: words moved whole
+ * (a pair of bfloat16 stays a pair). Pairs of rows interleaved by words,
+ * then by pairs of words (each 128-bit lane then holds 4 rows of one
+ * column), then the 4 x 4 lanes exchanged. */
+HG_TARGET static inline void hg_tr16(__m512i *v)
 {
-    int64_t k, j;
-    uint32_t *d = (uint32_t *)(void *)P;
-    for (k = 0; k < K; k += 2, d += np) {
-        for (j = 0; j < nb; j++)
-            d[j] = k + 1 < K ? hg_pair(B + j * ldb + k) : B[j * ldb + k];
-        for (; j < np; j++)
-            d[j] = 0;
+    __m512i t[16], w0, w1, w2, w3;
+    int i, c;
+    for (i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
     }
+    /* v[4g + c], lane L: column 4L + c of rows 4g .. 4g+3 */
+    for (i = 0; i < 16; i += 4) {
+        v[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        v[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        v[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        v[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (c = 0; c < 4; c++) {
+        w0 = _mm512_shuffle_i32x4(v[c], v[4 + c], 0x44);
+        w1 = _mm512_shuffle_i32x4(v[c], v[4 + c], 0xee);
+        w2 = _mm512_shuffle_i32x4(v[8 + c], v[12 + c], 0x44);
+        w3 = _mm512_shuffle_i32x4(v[8 + c], v[12 + c], 0xee);
+        t[c] = _mm512_shuffle_i32x4(w0, w2, 0x88);
+        t[4 + c] = _mm512_shuffle_i32x4(w0, w2, 0xdd);
+        t[8 + c] = _mm512_shuffle_i32x4(w1, w3, 0x88);
+        t[12 + c] = _mm512_shuffle_i32x4(w1, w3, 0xdd);
+    }
+    for (i = 0; i < 16; i++)
+        v[i] = t[i];
+}
+
+/* The first n (<= 32) of 32 bfloat16 lanes. */
+static inline __mmask32 hg_first(int64_t n)
+{
+    return n >= 32 ? ~(__mmask32)0 : n > 0 ? (((__mmask32)1 << n) - 1) : 0;
+}
+
+/* From bfloat16 columns (a transposed view): element (k, j) at
+ * B[j * ldb + k], so each pair is one 32-bit word and P is B's words
+ * transposed: blocks of 16 columns x 16 pairs through registers (hg_tr16),
+ * the pair past an odd K and the columns past nb loaded as zeros. */
+HG_TARGET static void hg_pack_cols(const uint16_t *B, int64_t ldb, int64_t K, int64_t nb,
+                                   uint16_t *P, int64_t np)
+{
+    int64_t kh = (K + 1) / 2, j0, q0, i;
+    __m512i v[16];
+    for (j0 = 0; j0 < np; j0 += 16)
+        for (q0 = 0; q0 < kh; q0 += 16) {
+            __mmask32 m = hg_first(K - 2 * q0);
+            for (i = 0; i < 16; i++)
+                v[i] = j0 + i < nb ? _mm512_maskz_loadu_epi16(m, B + (j0 + i) * ldb + 2 * q0)
+                                   : _mm512_setzero_si512();
+            hg_tr16(v);
+            for (i = 0; i < 16 && q0 + i < kh; i++)
+                _mm512_storeu_si512((void *)(P + (q0 + i) * 2 * np + 2 * j0), v[i]);
+        }
 }
 
 /* From float32 rows holding bfloat16 values (a widened, unfolded input):
@@ -724,15 +769,36 @@ static int hg_mm_run(void *user, int64_t lo, int64_t hi)
     return 0;
 }
 
-/* Rows [64 lo, 64 hi) of a column-major self into a row-major copy. */
-static int hg_transpose_run(void *user, int64_t lo, int64_t hi)
+/* Rows [64 lo, 64 hi) of a column-major self (element (i, q) at x[q *
+ * lda + i]) into a row-major copy (xr, k a row), blocks of 16 rows x 16
+ * pairs of k: rows q and q+1 interleaved into 16 pairs (as hg_pack_rows),
+ * those 16 words transposed (hg_tr16), each row's 16 pairs stored whole
+ * (the part past k masked off). */
+HG_TARGET static int hg_transpose_run(void *user, int64_t lo, int64_t hi)
 {
     const hg_mm_job *j = (const hg_mm_job *)user;
-    int64_t r0 = lo * 64, r1 = hi * 64 < j->n ? hi * 64 : j->n, k0, r, k;
-    for (k0 = 0; k0 < j->k; k0 += 64)
-        for (r = r0; r < r1; r++)
-            for (k = k0; k < j->k && k < k0 + 64; k++)
-                j->xr[r * j->k + k] = j->x[k * j->lda + r];
+    const __m512i il = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+                                        40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
+                                        32, 0);
+    int64_t r0 = lo * 64, r1 = hi * 64 < j->n ? hi * 64 : j->n, kh = (j->k + 1) / 2, i0, q0, p;
+    __m512i v[16];
+    for (i0 = r0; i0 < r1; i0 += 16) {
+        __mmask32 m = hg_first(r1 - i0 < 16 ? r1 - i0 : 16);
+        for (q0 = 0; q0 < kh; q0 += 16) {
+            for (p = 0; p < 16; p++) {
+                int64_t q = 2 * (q0 + p);
+                const uint16_t *s = j->x + q * j->lda + i0;
+                __m512i a = q < j->k ? _mm512_maskz_loadu_epi16(m, s) : _mm512_setzero_si512();
+                __m512i b = q + 1 < j->k ? _mm512_maskz_loadu_epi16(m, s + j->lda)
+                                         : _mm512_setzero_si512();
+                v[p] = _mm512_permutex2var_epi16(a, il, b);
+            }
+            hg_tr16(v);
+            for (p = 0; p < 16 && i0 + p < r1; p++)
+                _mm512_mask_storeu_epi16(j->xr + (i0 + p) * j->k + 2 * q0,
+                                         hg_first(j->k - 2 * q0), v[p]);
+        }
+    }
     return 0;
 }
 
