@@ -770,21 +770,25 @@ static int hg_mm_run(void *user, int64_t lo, int64_t hi)
 }
 
 /* Rows [64 lo, 64 hi) of a column-major self (element (i, q) at x[q *
- * lda + i]) into a row-major copy (xr, k a row), blocks of 16 rows x 16
- * pairs of k: rows q and q+1 interleaved into 16 pairs (as hg_pack_rows),
- * those 16 words transposed (hg_tr16), each row's 16 pairs stored whole
- * (the part past k masked off). */
+ * lda + i]) into a row-major copy (xr, k a row), blocks of 32 rows x 16
+ * pairs of k: rows q and q+1 of x, 32 values each (a cache line; a half
+ * line a block would fetch each line twice where lda is a large power of
+ * two), interleaved into pairs (as hg_pack_rows), each 16 x 16 words
+ * transposed (hg_tr16) and each row's 16 pairs stored whole (the part
+ * past k masked off). */
 HG_TARGET static int hg_transpose_run(void *user, int64_t lo, int64_t hi)
 {
     const hg_mm_job *j = (const hg_mm_job *)user;
     const __m512i il = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
                                         40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
                                         32, 0);
+    const __m512i ih = _mm512_add_epi16(il, _mm512_set1_epi16(16));
     int64_t r0 = lo * 64, r1 = hi * 64 < j->n ? hi * 64 : j->n, kh = (j->k + 1) / 2, i0, q0, p;
-    __m512i v[16];
-    for (i0 = r0; i0 < r1; i0 += 16) {
-        __mmask32 m = hg_first(r1 - i0 < 16 ? r1 - i0 : 16);
+    __m512i v[16], w[16];
+    for (i0 = r0; i0 < r1; i0 += 32) {
+        __mmask32 m = hg_first(r1 - i0);
         for (q0 = 0; q0 < kh; q0 += 16) {
+            __mmask32 mk = hg_first(j->k - 2 * q0);
             for (p = 0; p < 16; p++) {
                 int64_t q = 2 * (q0 + p);
                 const uint16_t *s = j->x + q * j->lda + i0;
@@ -792,11 +796,14 @@ HG_TARGET static int hg_transpose_run(void *user, int64_t lo, int64_t hi)
                 __m512i b = q + 1 < j->k ? _mm512_maskz_loadu_epi16(m, s + j->lda)
                                          : _mm512_setzero_si512();
                 v[p] = _mm512_permutex2var_epi16(a, il, b);
+                w[p] = _mm512_permutex2var_epi16(a, ih, b);
             }
             hg_tr16(v);
+            hg_tr16(w);
             for (p = 0; p < 16 && i0 + p < r1; p++)
-                _mm512_mask_storeu_epi16(j->xr + (i0 + p) * j->k + 2 * q0,
-                                         hg_first(j->k - 2 * q0), v[p]);
+                _mm512_mask_storeu_epi16(j->xr + (i0 + p) * j->k + 2 * q0, mk, v[p]);
+            for (p = 0; p < 16 && i0 + 16 + p < r1; p++)
+                _mm512_mask_storeu_epi16(j->xr + (i0 + 16 + p) * j->k + 2 * q0, mk, w[p]);
         }
     }
     return 0;
@@ -981,6 +988,48 @@ static int hg_amx_mm(opjit_ctx *ctx, const hg_mm_job *j, int xt)
 }
 #endif
 
+/* j for out [n, m] = x [n, k] y [k, m] (hg_mm_bf16's arguments but xt). */
+static void hg_mm_init(hg_mm_job *j, opjit_ctx *ctx, int64_t n, int64_t k, int64_t m,
+                       const void *x, int64_t lda, const void *y, int yt, int64_t ldb, void *out)
+{
+    memset(j, 0, sizeof *j);
+    j->ctx = ctx;
+    j->n = n;
+    j->k = k;
+    j->m = m;
+    j->x = (const uint16_t *)x;
+    j->lda = lda;
+    j->y = (const uint16_t *)y;
+    j->ldb = ldb;
+    j->yt = yt;
+    j->out = (uint16_t *)out;
+}
+
+/* j's self as the kernels read it (rows): a column-major one (xt) copied
+ * row-major first, a parallel region of its own; then j's blocks for T
+ * threads. 0, or the status of the failure recorded. */
+static int hg_mm_prep(opjit_ctx *ctx, hg_mm_job *j, int xt, int64_t T)
+{
+    int rc;
+    if (xt) {
+        if (!(j->xr = (uint16_t *)hg_ws(ctx, (size_t)(j->n * j->k) * sizeof(uint16_t))))
+            return -1;
+        if ((rc = opjit_parallel_for(ctx, 0, (j->n + 63) / 64, 1, hg_transpose_run, j)) != 0)
+            return rc;
+        j->x = j->xr;
+        j->lda = j->k;
+    }
+    hg_mm_plan(j, T);
+    j->per = hg_area(j->k, (j->nb + 15) / 16 * 16);
+    return 0;
+}
+
+/* The chunks of j. */
+static int64_t hg_mm_chunks(const hg_mm_job *j)
+{
+    return j->npanels * ((j->n + j->rows - 1) / j->rows);
+}
+
 /* out [n, m] = x [n, k] y [k, m], all bfloat16, float32 sums: x row-major
  * (lda) or transposed (xt: element (i, k) at x[k * lda + i]), y likewise
  * (yt); on tiles (amx, where hg_amx_cpu) or vdpbf16ps. 0, or the status
@@ -997,36 +1046,67 @@ static int hg_mm_bf16(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, const voi
         memset(out, 0, (size_t)(n * m) * sizeof(uint16_t));
         return 0;
     }
-    memset(&j, 0, sizeof j);
-    j.ctx = ctx;
-    j.n = n;
-    j.k = k;
-    j.m = m;
-    j.x = (const uint16_t *)x;
-    j.lda = lda;
-    j.y = (const uint16_t *)y;
-    j.ldb = ldb;
-    j.yt = yt;
-    j.out = (uint16_t *)out;
+    hg_mm_init(&j, ctx, n, k, m, x, lda, y, yt, ldb, out);
 #ifdef HG_AMX
     if (amx)
         return hg_amx_mm(ctx, &j, xt);
 #else
     (void)amx;
 #endif
-    if (xt) { /* the kernels read rows of self */
-        if (!(j.xr = (uint16_t *)hg_ws(ctx, (size_t)(n * k) * sizeof(uint16_t))))
-            return -1;
-        if ((rc = opjit_parallel_for(ctx, 0, (n + 63) / 64, 1, hg_transpose_run, &j)) != 0)
-            return rc;
-        j.x = j.xr;
-        j.lda = k;
-    }
-    hg_mm_plan(&j, T);
-    j.per = hg_area(k, (j.nb + 15) / 16 * 16);
+    if ((rc = hg_mm_prep(ctx, &j, xt, T)) != 0)
+        return rc;
     if (!(j.ws = (char *)hg_ws(ctx, (size_t)T * j.per)))
         return -1;
-    return opjit_parallel_for(ctx, 0, j.npanels * ((n + j.rows - 1) / j.rows), 1, hg_mm_run, &j);
+    return opjit_parallel_for(ctx, 0, hg_mm_chunks(&j), 1, hg_mm_run, &j);
+}
+
+/* Two products in one parallel region (mm_backward's): the chunks of a,
+ * then those of b, on one area a thread (the larger of the two). */
+typedef struct hg_mm_pair {
+    hg_mm_job *a, *b;
+    int64_t ca; /* chunks of a */
+} hg_mm_pair;
+
+static int hg_mm_pair_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_mm_pair *pr = (const hg_mm_pair *)user;
+    int64_t t;
+    for (t = lo; t < hi; t++) {
+        if (t < pr->ca)
+            hg_mm_run(pr->a, t, t + 1);
+        else
+            hg_mm_run(pr->b, t - pr->ca, t - pr->ca + 1);
+    }
+    return 0;
+}
+
+/* mm_backward's products on vdpbf16ps, gx [n, k] = g [n, m] y^T and gy
+ * [k, m] = x^T g, for g, x [n, k] and y [k, m] each row-major or
+ * transposed (gt, xt, yt as hg_mm_bf16's xt) with its leading dimension:
+ * each as hg_mm_bf16 computes it (the same bits), both in one parallel
+ * region, after the transposing copies of self (g for gx where it is
+ * column-major, x for gy where it is row-major) where one is needed.
+ * n, k, m > 0. 0, or the status of the failure recorded. */
+static int hg_mm_bf16_grads(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, const void *g,
+                            int gt, int64_t ldg, const void *x, int xt, int64_t ldx,
+                            const void *y, int yt, int64_t ldy, void *gx, void *gy)
+{
+    hg_mm_job a, b;
+    hg_mm_pair pr;
+    int64_t T = opjit_num_threads(ctx);
+    int rc;
+    /* y^T is column-major where y is row-major, x^T likewise */
+    hg_mm_init(&a, ctx, n, m, k, g, ldg, y, !yt, ldy, gx);
+    hg_mm_init(&b, ctx, k, n, m, x, ldx, g, gt, ldg, gy);
+    if ((rc = hg_mm_prep(ctx, &a, gt, T)) != 0 || (rc = hg_mm_prep(ctx, &b, !xt, T)) != 0)
+        return rc;
+    a.per = b.per = a.per > b.per ? a.per : b.per;
+    if (!(a.ws = b.ws = (char *)hg_ws(ctx, (size_t)T * a.per)))
+        return -1;
+    pr.a = &a;
+    pr.b = &b;
+    pr.ca = hg_mm_chunks(&a);
+    return opjit_parallel_for(ctx, 0, pr.ca + hg_mm_chunks(&b), 1, hg_mm_pair_run, &pr);
 }
 
 /* ---- conv2d ----------------------------------------------------------------------- */

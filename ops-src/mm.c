@@ -691,6 +691,24 @@ static int mm_dot(opjit_ctx *ctx, int path, int64_t n, int64_t k, int64_t m, mm_
 #endif
 }
 
+/* mm_backward's products in bfloat16 on that GEMM, gx [n, k] = g y^T and
+ * gy [k, m] = x^T g, each where not NULL: both in one parallel region on
+ * vdpbf16ps (hg_mm_bf16_grads), else (one of them, tiles) one after the
+ * other. */
+static int mm_dot_grads(opjit_ctx *ctx, int path, int64_t n, int64_t k, int64_t m,
+                        mm_operand g, mm_operand x, mm_operand y, void *gx, void *gy)
+{
+    int rc;
+#ifdef HG_BF16
+    if (gx && gy && !(path & HW_AMX) && n && k && m)
+        return hg_mm_bf16_grads(ctx, n, k, m, g.p, g.t, g.ld, x.p, x.t, x.ld, y.p, y.t, y.ld,
+                                gx, gy);
+#endif
+    if (gx && (rc = mm_dot(ctx, path, n, m, k, g, mm_transposed(y), gx)) != 0)
+        return rc;
+    return gy ? mm_dot(ctx, path, k, n, m, mm_transposed(x), g, gy) : 0;
+}
+
 /* mm in float16 or bfloat16: the float32 product of the widened operands
  * (or mm_dot's), rounded once into out [n, m]. */
 static int mm_half(opjit_ctx *ctx, int kind, const DLTensor *x, const DLTensor *y, int64_t n,
@@ -790,14 +808,9 @@ static int mm_backward_half(opjit_ctx *ctx, int kind, const DLTensor *g, const D
         }
         if ((dot = mm_use_dot(ctx, path, no, o, rows, cols)) < 0)
             return -1;
-        if (dot) {
-            go = o[0];
-            yo = o[1];
-            xo = o[no - 1];
-            if (want[0] && (rc = mm_dot(ctx, path, n, m, k, go, mm_transposed(yo), gx)) != 0)
-                return rc;
-            return want[1] ? mm_dot(ctx, path, k, n, m, mm_transposed(xo), go, gy) : 0;
-        }
+        if (dot)
+            return mm_dot_grads(ctx, path, n, k, m, o[0], o[no - 1], o[1], want[0] ? gx : NULL,
+                                want[1] ? gy : NULL);
     }
     if (mm_widened(ctx, kind, g, &go) || (want[0] && mm_widened(ctx, kind, y, &yo)) ||
         (want[1] && mm_widened(ctx, kind, x, &xo)))
