@@ -692,21 +692,39 @@ static int mm_dot(opjit_ctx *ctx, int path, int64_t n, int64_t k, int64_t m, mm_
 }
 
 /* mm_backward's products in bfloat16 on that GEMM, gx [n, k] = g y^T and
- * gy [k, m] = x^T g, each where not NULL: both in one parallel region on
- * vdpbf16ps (hg_mm_bf16_grads), else (one of them, tiles) one after the
- * other. */
+ * gy [k, m] = x^T g, each where not NULL: both on vdpbf16ps in one
+ * parallel region after one of the operand passes (hg_mm_bf16_grads),
+ * else (one of them, tiles) one after the other. *sub: whether path asks
+ * for the scan and an operand holds a subnormal (then nothing is
+ * computed: widen). 0, or the status of the failure recorded. */
 static int mm_dot_grads(opjit_ctx *ctx, int path, int64_t n, int64_t k, int64_t m,
-                        mm_operand g, mm_operand x, mm_operand y, void *gx, void *gy)
+                        mm_operand g, mm_operand x, mm_operand y, void *gx, void *gy, int *sub)
 {
-    int rc;
+    mm_operand o[3];
+    int64_t rows[3] = {n, k, n}, cols[3] = {m, m, k};
+    int rc, no = 1, dot;
 #ifdef HG_BF16
     if (gx && gy && !(path & HW_AMX) && n && k && m)
         return hg_mm_bf16_grads(ctx, n, k, m, g.p, g.t, g.ld, x.p, x.t, x.ld, y.p, y.t, y.ld,
-                                gx, gy);
+                                gx, gy, !!(path & HW_SCAN), sub);
 #endif
-    if (gx && (rc = mm_dot(ctx, path, n, m, k, g, mm_transposed(y), gx)) != 0)
-        return rc;
-    return gy ? mm_dot(ctx, path, k, n, m, mm_transposed(x), g, gy) : 0;
+    o[0] = g;
+    if (gx)
+        o[no++] = y;
+    if (gy) {
+        rows[no] = n;
+        cols[no] = k;
+        o[no++] = x;
+    }
+    if ((dot = mm_use_dot(ctx, path, no, o, rows, cols)) < 0)
+        return -1;
+    if (!(*sub = !dot)) {
+        if (gx && (rc = mm_dot(ctx, path, n, m, k, g, mm_transposed(y), gx)) != 0)
+            return rc;
+        if (gy && (rc = mm_dot(ctx, path, k, n, m, mm_transposed(x), g, gy)) != 0)
+            return rc;
+    }
+    return 0;
 }
 
 /* mm in float16 or bfloat16: the float32 product of the widened operands
@@ -788,12 +806,11 @@ static int mm_backward_half(opjit_ctx *ctx, int kind, const DLTensor *g, const D
 {
     mm_operand go, xo, yo;
     float *o;
-    int rc, dot, path = mm_path(ctx, kind);
+    int rc, sub, path = mm_path(ctx, kind);
     if (path < 0)
         return -1;
     if (path != HW_WIDEN) { /* the same products on mm_dot */
         mm_operand o[3];
-        int64_t rows[3] = {n, k, n}, cols[3] = {m, m, k};
         int no = 1;
         if (mm_operand_of(ctx, g, "grad", &o[0]) ||
             (want[0] && mm_operand_of(ctx, y, "mat2", &o[no++])) ||
@@ -802,15 +819,10 @@ static int mm_backward_half(opjit_ctx *ctx, int kind, const DLTensor *g, const D
         if (kind == HW_F16)
             return mm_f16_grads(ctx, n, k, m, o[0], o[no - 1], o[1], want[0] ? gx : NULL,
                                 want[1] ? gy : NULL);
-        if (!want[0]) { /* o[1] is self */
-            rows[1] = n;
-            cols[1] = k;
-        }
-        if ((dot = mm_use_dot(ctx, path, no, o, rows, cols)) < 0)
-            return -1;
-        if (dot)
-            return mm_dot_grads(ctx, path, n, k, m, o[0], o[no - 1], o[1], want[0] ? gx : NULL,
-                                want[1] ? gy : NULL);
+        if ((rc = mm_dot_grads(ctx, path, n, k, m, o[0], o[no - 1], o[1], want[0] ? gx : NULL,
+                               want[1] ? gy : NULL, &sub)) != 0 ||
+            !sub)
+            return rc;
     }
     if (mm_widened(ctx, kind, g, &go) || (want[0] && mm_widened(ctx, kind, y, &yo)) ||
         (want[1] && mm_widened(ctx, kind, x, &xo)))
