@@ -799,7 +799,11 @@ static int mm_grad_output(opjit_ctx *ctx, int index, DLDataType dt, int want, in
 }
 
 /* mm_backward in float16 or bfloat16: the float32 products of the widened
- * operands, each rounded once into its output (gx [n, k], gy [k, m]). */
+ * operands, each rounded once into its output (gx [n, k], gy [k, m]);
+ * bfloat16 on mm_dot's GEMM where the CPU has it (mm_dot_grads: on
+ * vdpbf16ps the subnormal scans and the transposing copies in one
+ * parallel region, both products in another), float16 on the float32
+ * GEMM converting as it packs (mm_f16_grads). */
 static int mm_backward_half(opjit_ctx *ctx, int kind, const DLTensor *g, const DLTensor *x,
                             const DLTensor *y, const int want[2], int64_t n, int64_t k,
                             int64_t m, void *gx, void *gy)

@@ -10,7 +10,12 @@
  * order: each element within the bound of a float32 sum over k rounded
  * once, against a float64 reference, on random and adversarial inputs
  * (large magnitudes, subnormals, infinities), the same bits for 1 and 2
- * threads. Where the CPU has AMX (AMX-TILE, AMX-BF16), the same checks
+ * threads; bfloat16 mm_backward also on operands whose float32 sums are
+ * exact (multiples of 1/4), where every path at every CPU level and
+ * thread count must give round(float64 sum) bit for bit, each operand
+ * row-major, transposed or a slice of wider rows, and with a subnormal in
+ * one operand, which the scans must see. Where the CPU has AMX (AMX-TILE,
+ * AMX-BF16), the same checks
  * run again with the tile kernels forced ($OPJIT_HALF_KERNEL=amx), on
  * shapes that reach each of their paths; elsewhere they are skipped, said
  * on stderr, and "amx" must be an error that says why. float16 mm in the
