@@ -595,8 +595,8 @@ static int mm_path(opjit_ctx *ctx, int kind)
  * and transposed into w, row-major [n, k]: each chunk 64 of its stored
  * rows (values of q), in tiles of 64 x 64 (64 rows of x widened into a
  * thread's t, then transposed into w): a tile touches 64 pages of x and
- * 64 of w (their rows are pages apart at 2048); strips of 8 rows
- * widened per panel from x in place read a row of x per step of k,
+ * 64 of w (their rows are pages apart at 2048). Strips of SG_MR rows
+ * widened per panel from x in place read a row of x per step of k:
  * 2048 x 2048 took 2.2x the row-major self's time. */
 typedef struct mm_f16_tr {
     const mm_job *j;
