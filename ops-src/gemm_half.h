@@ -189,19 +189,65 @@ HG_TARGET static void hg_pack_rows(const uint16_t *B, int64_t ldb, int64_t K, in
     }
 }
 
-/* From bfloat16 columns (a transposed view): element (k, j) at
- * B[j * ldb + k], so each pair is one 32-bit word. */
-static void hg_pack_cols(const uint16_t *B, int64_t ldb, int64_t K, int64_t nb, uint16_t *P,
-                         int64_t np)
+/* v, 16 rows of 16 32-bit words, transposed in place: words moved whole
+ * (a pair of bfloat16 stays a pair). Pairs of rows interleaved by words,
+ * then by pairs of words (each 128-bit lane then holds 4 rows of one
+ * column), then the 4 x 4 lanes exchanged. */
+HG_TARGET __attribute__((always_inline)) static inline void hg_tr16(__m512i *v)
 {
-    int64_t k, j;
-    uint32_t *d = (uint32_t *)(void *)P;
-    for (k = 0; k < K; k += 2, d += np) {
-        for (j = 0; j < nb; j++)
-            d[j] = k + 1 < K ? hg_pair(B + j * ldb + k) : B[j * ldb + k];
-        for (; j < np; j++)
-            d[j] = 0;
+    __m512i t[16], w0, w1, w2, w3;
+    int i, c;
+    _Pragma("GCC unroll 16") for (i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
     }
+    /* v[4g + c], lane L: column 4L + c of rows 4g .. 4g+3 */
+    _Pragma("GCC unroll 16") for (i = 0; i < 16; i += 4) {
+        v[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        v[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        v[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        v[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    _Pragma("GCC unroll 4") for (c = 0; c < 4; c++) {
+        w0 = _mm512_shuffle_i32x4(v[c], v[4 + c], 0x44);
+        w1 = _mm512_shuffle_i32x4(v[c], v[4 + c], 0xee);
+        w2 = _mm512_shuffle_i32x4(v[8 + c], v[12 + c], 0x44);
+        w3 = _mm512_shuffle_i32x4(v[8 + c], v[12 + c], 0xee);
+        t[c] = _mm512_shuffle_i32x4(w0, w2, 0x88);
+        t[4 + c] = _mm512_shuffle_i32x4(w0, w2, 0xdd);
+        t[8 + c] = _mm512_shuffle_i32x4(w1, w3, 0x88);
+        t[12 + c] = _mm512_shuffle_i32x4(w1, w3, 0xdd);
+    }
+    _Pragma("GCC unroll 16") for (i = 0; i < 16; i++)
+        v[i] = t[i];
+}
+
+/* The first n (<= 32) of 32 bfloat16 lanes. */
+static inline __mmask32 hg_first(int64_t n)
+{
+    return n >= 32 ? ~(__mmask32)0 : n > 0 ? (((__mmask32)1 << n) - 1) : 0;
+}
+
+/* From bfloat16 columns (a transposed view): element (k, j) at
+ * B[j * ldb + k], so each pair is one 32-bit word and P is B's words
+ * transposed: blocks of 16 columns x 16 pairs through registers (hg_tr16),
+ * the pair past an odd K and the columns past nb loaded as zeros. */
+HG_TARGET static void hg_pack_cols(const uint16_t *B, int64_t ldb, int64_t K, int64_t nb,
+                                   uint16_t *P, int64_t np)
+{
+    int64_t kh = (K + 1) / 2, j0, q0, i;
+    __m512i v[16];
+    for (j0 = 0; j0 < np; j0 += 16)
+        for (q0 = 0; q0 < kh; q0 += 16) {
+            __mmask32 m = hg_first(K - 2 * q0);
+            _Pragma("GCC unroll 16") for (i = 0; i < 16; i++)
+                v[i] = j0 + i < nb ? _mm512_maskz_loadu_epi16(m, B + (j0 + i) * ldb + 2 * q0)
+                                   : _mm512_setzero_si512();
+            hg_tr16(v);
+            _Pragma("GCC unroll 16") for (i = 0; i < 16; i++)
+                if (q0 + i < kh)
+                    _mm512_storeu_si512((void *)(P + (q0 + i) * 2 * np + 2 * j0), v[i]);
+        }
 }
 
 /* From float32 rows holding bfloat16 values (a widened, unfolded input):
@@ -635,23 +681,30 @@ typedef struct hg_scan {
     opjit_ctx *ctx;
 } hg_scan;
 
-/* Rows [64 lo, 64 hi): any bfloat16 subnormal (exponent 0, mantissa not)? */
+/* Rows [64 lo, 64 hi): any bfloat16 subnormal (exponent 0, mantissa not)?
+ * |v| - 1 (16 bits, unsigned) is below 0x7f exactly for the subnormals
+ * (zero wraps to 0xffff): its minimum over the rows is kept in a vector,
+ * three plain operations a vector of 32, no mask registers. */
 HG_TARGET static int hg_scan_run(void *user, int64_t lo, int64_t hi)
 {
     const hg_scan *s = (const hg_scan *)user;
-    const __m512i ex = _mm512_set1_epi16(0x7f80), ma = _mm512_set1_epi16(0x007f);
+    const __m512i abs = _mm512_set1_epi16(0x7fff), one = _mm512_set1_epi16(1);
+    __m512i least = _mm512_set1_epi16(-1);
     int64_t r, j, r1 = hi * 64 < s->rows ? hi * 64 : s->rows;
-    __mmask32 any = 0;
+    __mmask32 tail = hg_first(s->cols % 32);
     for (r = lo * 64; r < r1; r++) {
         const uint16_t *row = s->p + r * s->ld;
-        for (j = 0; j < s->cols; j += 32) {
-            int64_t left = s->cols - j;
-            __mmask32 m = left >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << left) - 1);
-            __m512i v = _mm512_maskz_loadu_epi16(m, row + j);
-            any |= _mm512_testn_epi16_mask(v, ex) & _mm512_test_epi16_mask(v, ma);
-        }
+        for (j = 0; j + 32 <= s->cols; j += 32)
+            least = _mm512_min_epu16(least, _mm512_sub_epi16(_mm512_and_si512(
+                                                 _mm512_loadu_si512((const void *)(row + j)), abs),
+                                             one));
+        if (tail) /* the lanes past cols load as zero: 0xffff */
+            least = _mm512_min_epu16(
+                least, _mm512_sub_epi16(_mm512_and_si512(_mm512_maskz_loadu_epi16(tail, row + j),
+                                                         abs),
+                                        one));
     }
-    if (any)
+    if (_mm512_cmplt_epu16_mask(least, _mm512_set1_epi16(0x7f)))
         s->found[opjit_thread_num(s->ctx)] = 1;
     return 0;
 }
@@ -725,15 +778,48 @@ static int hg_mm_run(void *user, int64_t lo, int64_t hi)
     return 0;
 }
 
-/* Rows [64 lo, 64 hi) of a column-major self into a row-major copy. */
-static int hg_transpose_run(void *user, int64_t lo, int64_t hi)
+/* Rows [64 lo, 64 hi) of a column-major self (element (i, q) at x[q *
+ * lda + i]) into a row-major copy (xr, k a row), blocks of 32 rows x 16
+ * pairs of k: rows q and q+1 of x, 32 values each (a cache line; a half
+ * line a block would fetch each line twice where lda is a large power of
+ * two), interleaved into pairs (as hg_pack_rows), each 16 x 16 words
+ * transposed (hg_tr16) and each row's 16 pairs stored whole (the part
+ * past k masked off). Pairs outermost: a step touches 32 rows of x and
+ * the unit's 64 rows of the copy (pages: rows 4 KB apart, each on its
+ * own, and rows outermost had the copy of 2048 x 2048 cost 3% of
+ * mm_backward's time). */
+HG_TARGET static int hg_transpose_run(void *user, int64_t lo, int64_t hi)
 {
     const hg_mm_job *j = (const hg_mm_job *)user;
-    int64_t r0 = lo * 64, r1 = hi * 64 < j->n ? hi * 64 : j->n, k0, r, k;
-    for (k0 = 0; k0 < j->k; k0 += 64)
-        for (r = r0; r < r1; r++)
-            for (k = k0; k < j->k && k < k0 + 64; k++)
-                j->xr[r * j->k + k] = j->x[k * j->lda + r];
+    const __m512i il = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+                                        40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
+                                        32, 0);
+    const __m512i ih = _mm512_add_epi16(il, _mm512_set1_epi16(16));
+    int64_t r0 = lo * 64, r1 = hi * 64 < j->n ? hi * 64 : j->n, kh = (j->k + 1) / 2, i0, q0, p;
+    __m512i v[16], w[16];
+    for (q0 = 0; q0 < kh; q0 += 16) {
+        __mmask32 mk = hg_first(j->k - 2 * q0);
+        for (i0 = r0; i0 < r1; i0 += 32) {
+            __mmask32 m = hg_first(r1 - i0);
+            _Pragma("GCC unroll 16") for (p = 0; p < 16; p++) {
+                int64_t q = 2 * (q0 + p);
+                const uint16_t *s = j->x + q * j->lda + i0;
+                __m512i a = q < j->k ? _mm512_maskz_loadu_epi16(m, s) : _mm512_setzero_si512();
+                __m512i b = q + 1 < j->k ? _mm512_maskz_loadu_epi16(m, s + j->lda)
+                                         : _mm512_setzero_si512();
+                v[p] = _mm512_permutex2var_epi16(a, il, b);
+                w[p] = _mm512_permutex2var_epi16(a, ih, b);
+            }
+            hg_tr16(v);
+            hg_tr16(w);
+            _Pragma("GCC unroll 16") for (p = 0; p < 16; p++)
+                if (i0 + p < r1)
+                    _mm512_mask_storeu_epi16(j->xr + (i0 + p) * j->k + 2 * q0, mk, v[p]);
+            _Pragma("GCC unroll 16") for (p = 0; p < 16; p++)
+                if (i0 + 16 + p < r1)
+                    _mm512_mask_storeu_epi16(j->xr + (i0 + 16 + p) * j->k + 2 * q0, mk, w[p]);
+        }
+    }
     return 0;
 }
 
@@ -916,6 +1002,93 @@ static int hg_amx_mm(opjit_ctx *ctx, const hg_mm_job *j, int xt)
 }
 #endif
 
+/* j for out [n, m] = x [n, k] y [k, m] (hg_mm_bf16's arguments but xt). */
+static void hg_mm_init(hg_mm_job *j, opjit_ctx *ctx, int64_t n, int64_t k, int64_t m,
+                       const void *x, int64_t lda, const void *y, int yt, int64_t ldb, void *out)
+{
+    memset(j, 0, sizeof *j);
+    j->ctx = ctx;
+    j->n = n;
+    j->k = k;
+    j->m = m;
+    j->x = (const uint16_t *)x;
+    j->lda = lda;
+    j->y = (const uint16_t *)y;
+    j->ldb = ldb;
+    j->yt = yt;
+    j->out = (uint16_t *)out;
+}
+
+/* Passes over units of 64 rows in one parallel region, one after the
+ * other: subnormal scans (hg_scan_run), transposing copies
+ * (hg_transpose_run). */
+typedef struct hg_passes {
+    opjit_chunk_fn fn[5];
+    void *user[5];
+    int64_t units[5];
+    int n;
+} hg_passes;
+
+static void hg_pass_add(hg_passes *q, opjit_chunk_fn fn, void *user, int64_t rows)
+{
+    q->fn[q->n] = fn;
+    q->user[q->n] = user;
+    q->units[q->n++] = (rows + 63) / 64;
+}
+
+static int hg_passes_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_passes *q = (const hg_passes *)user;
+    int64_t t, u;
+    int i;
+    for (t = lo; t < hi; t++) {
+        for (u = t, i = 0; u >= q->units[i]; i++)
+            u -= q->units[i];
+        q->fn[i](q->user[i], u, u + 1);
+    }
+    return 0;
+}
+
+static int hg_passes_go(opjit_ctx *ctx, hg_passes *q)
+{
+    int64_t all = 0;
+    int i;
+    for (i = 0; i < q->n; i++)
+        all += q->units[i];
+    return opjit_parallel_for(ctx, 0, all, 1, hg_passes_run, q);
+}
+
+/* Where xt (a column-major self), room for j's self copied row-major
+ * (j->xr) and that copy's pass added to q; hg_mm_ready then points j at
+ * it. 0, or -1 with the error recorded. */
+static int hg_mm_copy(opjit_ctx *ctx, hg_mm_job *j, int xt, hg_passes *q)
+{
+    if (!xt)
+        return 0;
+    if (!(j->xr = (uint16_t *)hg_ws(ctx, (size_t)(j->n * j->k) * sizeof(uint16_t))))
+        return -1;
+    hg_pass_add(q, hg_transpose_run, j, j->n);
+    return 0;
+}
+
+/* j, its passes run, as the kernels read it, and its blocks for T
+ * threads. */
+static void hg_mm_ready(hg_mm_job *j, int64_t T)
+{
+    if (j->xr) {
+        j->x = j->xr;
+        j->lda = j->k;
+    }
+    hg_mm_plan(j, T);
+    j->per = hg_area(j->k, (j->nb + 15) / 16 * 16);
+}
+
+/* The chunks of j. */
+static int64_t hg_mm_chunks(const hg_mm_job *j)
+{
+    return j->npanels * ((j->n + j->rows - 1) / j->rows);
+}
+
 /* out [n, m] = x [n, k] y [k, m], all bfloat16, float32 sums: x row-major
  * (lda) or transposed (xt: element (i, k) at x[k * lda + i]), y likewise
  * (yt); on tiles (amx, where hg_amx_cpu) or vdpbf16ps. 0, or the status
@@ -924,6 +1097,7 @@ static int hg_mm_bf16(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, const voi
                       int64_t lda, const void *y, int yt, int64_t ldb, void *out, int amx)
 {
     hg_mm_job j;
+    hg_passes q;
     int64_t T = opjit_num_threads(ctx);
     int rc;
     if (n == 0 || m == 0)
@@ -932,36 +1106,102 @@ static int hg_mm_bf16(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, const voi
         memset(out, 0, (size_t)(n * m) * sizeof(uint16_t));
         return 0;
     }
-    memset(&j, 0, sizeof j);
-    j.ctx = ctx;
-    j.n = n;
-    j.k = k;
-    j.m = m;
-    j.x = (const uint16_t *)x;
-    j.lda = lda;
-    j.y = (const uint16_t *)y;
-    j.ldb = ldb;
-    j.yt = yt;
-    j.out = (uint16_t *)out;
+    hg_mm_init(&j, ctx, n, k, m, x, lda, y, yt, ldb, out);
 #ifdef HG_AMX
     if (amx)
         return hg_amx_mm(ctx, &j, xt);
 #else
     (void)amx;
 #endif
-    if (xt) { /* the kernels read rows of self */
-        if (!(j.xr = (uint16_t *)hg_ws(ctx, (size_t)(n * k) * sizeof(uint16_t))))
-            return -1;
-        if ((rc = opjit_parallel_for(ctx, 0, (n + 63) / 64, 1, hg_transpose_run, &j)) != 0)
-            return rc;
-        j.x = j.xr;
-        j.lda = k;
-    }
-    hg_mm_plan(&j, T);
-    j.per = hg_area(k, (j.nb + 15) / 16 * 16);
+    memset(&q, 0, sizeof q);
+    if (hg_mm_copy(ctx, &j, xt, &q))
+        return -1;
+    if (q.n && (rc = hg_passes_go(ctx, &q)) != 0)
+        return rc;
+    hg_mm_ready(&j, T);
     if (!(j.ws = (char *)hg_ws(ctx, (size_t)T * j.per)))
         return -1;
-    return opjit_parallel_for(ctx, 0, j.npanels * ((n + j.rows - 1) / j.rows), 1, hg_mm_run, &j);
+    return opjit_parallel_for(ctx, 0, hg_mm_chunks(&j), 1, hg_mm_run, &j);
+}
+
+/* Two products in one parallel region (mm_backward's): the chunks of a,
+ * then those of b, on one area a thread (the larger of the two). */
+typedef struct hg_mm_pair {
+    hg_mm_job *a, *b;
+    int64_t ca; /* chunks of a */
+} hg_mm_pair;
+
+static int hg_mm_pair_run(void *user, int64_t lo, int64_t hi)
+{
+    const hg_mm_pair *pr = (const hg_mm_pair *)user;
+    int64_t t;
+    for (t = lo; t < hi; t++) {
+        if (t < pr->ca)
+            hg_mm_run(pr->a, t, t + 1);
+        else
+            hg_mm_run(pr->b, t - pr->ca, t - pr->ca + 1);
+    }
+    return 0;
+}
+
+/* mm_backward's products on vdpbf16ps, gx [n, k] = g [n, m] y^T and gy
+ * [k, m] = x^T g, for g, x [n, k] and y [k, m] each row-major or
+ * transposed (gt, xt, yt as hg_mm_bf16's xt) with its leading dimension:
+ * each as hg_mm_bf16 computes it (the same bits), in two parallel
+ * regions: the passes over the operands (with scan, hg_subnormal's scans
+ * of all three; the transposing copies of self, g for gx where it is
+ * column-major and x for gy where it is row-major), then both products.
+ * n, k, m > 0. *sub: whether the scans found a bfloat16 subnormal (then
+ * nothing is computed). 0, or the status of the failure recorded. */
+static int hg_mm_bf16_grads(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, const void *g,
+                            int gt, int64_t ldg, const void *x, int xt, int64_t ldx,
+                            const void *y, int yt, int64_t ldy, void *gx, void *gy, int scan,
+                            int *sub)
+{
+    hg_mm_job a, b;
+    hg_mm_pair pr;
+    hg_passes q;
+    hg_scan sc[3];
+    const void *op[3] = {g, x, y};
+    int64_t T = opjit_num_threads(ctx), t;
+    int64_t rows[3] = {gt ? m : n, xt ? k : n, yt ? m : k}; /* as stored */
+    int64_t cols[3] = {gt ? n : m, xt ? n : k, yt ? k : m}, ld[3] = {ldg, ldx, ldy};
+    int rc, i, *found = NULL;
+    memset(&q, 0, sizeof q);
+    if (scan) {
+        if (!(found = (int *)hg_ws(ctx, (size_t)T * sizeof(int))))
+            return -1;
+        memset(found, 0, (size_t)T * sizeof(int));
+        for (i = 0; i < 3; i++) {
+            sc[i].p = (const uint16_t *)op[i];
+            sc[i].rows = rows[i];
+            sc[i].cols = cols[i];
+            sc[i].ld = ld[i];
+            sc[i].found = found;
+            sc[i].ctx = ctx;
+            hg_pass_add(&q, hg_scan_run, &sc[i], rows[i]);
+        }
+    }
+    /* y^T is column-major where y is row-major, x^T likewise */
+    hg_mm_init(&a, ctx, n, m, k, g, ldg, y, !yt, ldy, gx);
+    hg_mm_init(&b, ctx, k, n, m, x, ldx, g, gt, ldg, gy);
+    if (hg_mm_copy(ctx, &a, gt, &q) || hg_mm_copy(ctx, &b, !xt, &q))
+        return -1;
+    if (q.n && (rc = hg_passes_go(ctx, &q)) != 0)
+        return rc;
+    for (*sub = 0, t = 0; found && t < T; t++)
+        *sub |= found[t];
+    if (*sub)
+        return 0;
+    hg_mm_ready(&a, T);
+    hg_mm_ready(&b, T);
+    a.per = b.per = a.per > b.per ? a.per : b.per;
+    if (!(a.ws = b.ws = (char *)hg_ws(ctx, (size_t)T * a.per)))
+        return -1;
+    pr.a = &a;
+    pr.b = &b;
+    pr.ca = hg_mm_chunks(&a);
+    return opjit_parallel_for(ctx, 0, pr.ca + hg_mm_chunks(&b), 1, hg_mm_pair_run, &pr);
 }
 
 /* ---- conv2d ----------------------------------------------------------------------- */

@@ -600,22 +600,60 @@ static int mm_path(opjit_ctx *ctx, int kind)
 }
 
 #ifdef SG_FAST
-/* A row-major float16 self widened whole into j->xw (one pass, k floats
- * a row): the micro-kernels read self in place, each strip once a panel;
- * converting strips (a column-major self) costs that again per panel,
- * about 10% of mm 2048's time. 0, or -1 with the error recorded. */
+/* A column-major float16 self (element (i, q) at x[q lda + i]) widened
+ * and transposed into w, row-major [n, k]: each chunk 64 of its stored
+ * rows (values of q), in tiles of 64 x 64 (64 rows of x widened into a
+ * thread's t, then transposed into w): a tile touches 64 pages of x and
+ * 64 of w (their rows are pages apart at 2048). Strips of SG_MR rows
+ * widened per panel from x in place read a row of x per step of k:
+ * 2048 x 2048 took 2.2x the row-major self's time. */
+typedef struct mm_f16_tr {
+    const mm_job *j;
+    float *w, *t; /* t: 64 x 64 floats a thread */
+} mm_f16_tr;
+
+static int mm_f16_tr_run(void *user, int64_t lo, int64_t hi)
+{
+    const mm_f16_tr *q = (const mm_f16_tr *)user;
+    const mm_job *j = q->j;
+    float *t = q->t + (size_t)opjit_thread_num(j->ctx) * 64 * 64;
+    int64_t q0, q1 = hi * 64 < j->k ? hi * 64 : j->k, i0, r;
+    for (q0 = lo * 64; q0 < q1; q0 += 64) {
+        int64_t nq = q1 - q0 < 64 ? q1 - q0 : 64;
+        for (i0 = 0; i0 < j->n; i0 += 64) {
+            int64_t ni = j->n - i0 < 64 ? j->n - i0 : 64;
+            for (r = 0; r < nq; r++)
+                hw_f16_widen((const uint16_t *)j->x + (q0 + r) * j->lda + i0, t + r * 64, ni);
+            sg_transpose(t, 64, nq, ni, q->w + i0 * j->k + q0, j->k);
+        }
+    }
+    return 0;
+}
+
+/* Self widened whole into j->xw (one pass, k floats a row, the GEMM
+ * reads it in place): a row-major one row by row, a column-major one
+ * transposed too (mm_f16_tr_run). Strips converted per panel would cost
+ * that again per panel, about 10% of mm 2048's time. 0, or -1 with the
+ * error recorded. */
 static int mm_f16_self(opjit_ctx *ctx, mm_job *j)
 {
     float *w;
     int64_t r;
-    if (j->xt)
-        return 0;
-    if (j->lda == j->k)
+    mm_f16_tr q;
+    if (!j->xt && j->lda == j->k)
         return (j->xw = hw_widen(ctx, HW_F16, j->x, j->n * j->k)) ? 0 : -1;
     if (!(w = hw_scratch(ctx, j->n * j->k)))
         return -1;
-    for (r = 0; r < j->n; r++) /* rows lda apart (a slice of columns) */
-        hw_f16_widen((const uint16_t *)j->x + r * j->lda, w + r * j->k, j->k);
+    if (j->xt) {
+        q.j = j;
+        q.w = w;
+        if (!(q.t = hw_scratch(ctx, (int64_t)opjit_num_threads(ctx) * 64 * 64)) ||
+            opjit_parallel_for(ctx, 0, (j->k + 63) / 64, 1, mm_f16_tr_run, &q))
+            return -1;
+    } else {
+        for (r = 0; r < j->n; r++) /* rows lda apart (a slice of columns) */
+            hw_f16_widen((const uint16_t *)j->x + r * j->lda, w + r * j->k, j->k);
+    }
     j->xw = w;
     return 0;
 }
@@ -700,6 +738,42 @@ static int mm_dot(opjit_ctx *ctx, int path, int64_t n, int64_t k, int64_t m, mm_
 #endif
 }
 
+/* mm_backward's products in bfloat16 on that GEMM, gx [n, k] = g y^T and
+ * gy [k, m] = x^T g, each where not NULL: both on vdpbf16ps in one
+ * parallel region after one of the operand passes (hg_mm_bf16_grads),
+ * else (one of them, tiles) one after the other. *sub: whether path asks
+ * for the scan and an operand holds a subnormal (then nothing is
+ * computed: widen). 0, or the status of the failure recorded. */
+static int mm_dot_grads(opjit_ctx *ctx, int path, int64_t n, int64_t k, int64_t m,
+                        mm_operand g, mm_operand x, mm_operand y, void *gx, void *gy, int *sub)
+{
+    mm_operand o[3];
+    int64_t rows[3] = {n, k, n}, cols[3] = {m, m, k};
+    int rc, no = 1, dot;
+#ifdef HG_BF16
+    if (gx && gy && !(path & HW_AMX) && n && k && m)
+        return hg_mm_bf16_grads(ctx, n, k, m, g.p, g.t, g.ld, x.p, x.t, x.ld, y.p, y.t, y.ld,
+                                gx, gy, !!(path & HW_SCAN), sub);
+#endif
+    o[0] = g;
+    if (gx)
+        o[no++] = y;
+    if (gy) {
+        rows[no] = n;
+        cols[no] = k;
+        o[no++] = x;
+    }
+    if ((dot = mm_use_dot(ctx, path, no, o, rows, cols)) < 0)
+        return -1;
+    if (!(*sub = !dot)) {
+        if (gx && (rc = mm_dot(ctx, path, n, m, k, g, mm_transposed(y), gx)) != 0)
+            return rc;
+        if (gy && (rc = mm_dot(ctx, path, k, n, m, mm_transposed(x), g, gy)) != 0)
+            return rc;
+    }
+    return 0;
+}
+
 /* mm in float16 or bfloat16: the float32 product of the widened operands
  * (or mm_dot's), rounded once into out [n, m]. */
 static int mm_half(opjit_ctx *ctx, int kind, const DLTensor *x, const DLTensor *y, int64_t n,
@@ -772,19 +846,22 @@ static int mm_grad_output(opjit_ctx *ctx, int index, DLDataType dt, int want, in
 }
 
 /* mm_backward in float16 or bfloat16: the float32 products of the widened
- * operands, each rounded once into its output (gx [n, k], gy [k, m]). */
+ * operands, each rounded once into its output (gx [n, k], gy [k, m]);
+ * bfloat16 on mm_dot's GEMM where the CPU has it (mm_dot_grads: on
+ * vdpbf16ps the subnormal scans and the transposing copies in one
+ * parallel region, both products in another), float16 on the float32
+ * GEMM converting as it packs (mm_f16_grads). */
 static int mm_backward_half(opjit_ctx *ctx, int kind, const DLTensor *g, const DLTensor *x,
                             const DLTensor *y, const int want[2], int64_t n, int64_t k,
                             int64_t m, void *gx, void *gy)
 {
     mm_operand go, xo, yo;
     float *o;
-    int rc, dot, path = mm_path(ctx, kind);
+    int rc, sub, path = mm_path(ctx, kind);
     if (path < 0)
         return -1;
     if (path != HW_WIDEN) { /* the same products on mm_dot */
         mm_operand o[3];
-        int64_t rows[3] = {n, k, n}, cols[3] = {m, m, k};
         int no = 1;
         if (mm_operand_of(ctx, g, "grad", &o[0]) ||
             (want[0] && mm_operand_of(ctx, y, "mat2", &o[no++])) ||
@@ -793,20 +870,10 @@ static int mm_backward_half(opjit_ctx *ctx, int kind, const DLTensor *g, const D
         if (kind == HW_F16)
             return mm_f16_grads(ctx, n, k, m, o[0], o[no - 1], o[1], want[0] ? gx : NULL,
                                 want[1] ? gy : NULL);
-        if (!want[0]) { /* o[1] is self */
-            rows[1] = n;
-            cols[1] = k;
-        }
-        if ((dot = mm_use_dot(ctx, path, no, o, rows, cols)) < 0)
-            return -1;
-        if (dot) {
-            go = o[0];
-            yo = o[1];
-            xo = o[no - 1];
-            if (want[0] && (rc = mm_dot(ctx, path, n, m, k, go, mm_transposed(yo), gx)) != 0)
-                return rc;
-            return want[1] ? mm_dot(ctx, path, k, n, m, mm_transposed(xo), go, gy) : 0;
-        }
+        if ((rc = mm_dot_grads(ctx, path, n, k, m, o[0], o[no - 1], o[1], want[0] ? gx : NULL,
+                               want[1] ? gy : NULL, &sub)) != 0 ||
+            !sub)
+            return rc;
     }
     if (mm_widened(ctx, kind, g, &go) || (want[0] && mm_widened(ctx, kind, y, &yo)) ||
         (want[1] && mm_widened(ctx, kind, x, &xo)))

@@ -10,7 +10,12 @@
  * order: each element within the bound of a float32 sum over k rounded
  * once, against a float64 reference, on random and adversarial inputs
  * (large magnitudes, subnormals, infinities), the same bits for 1 and 2
- * threads. Where the CPU has AMX (AMX-TILE, AMX-BF16), the same checks
+ * threads; bfloat16 mm_backward also on operands whose float32 sums are
+ * exact (multiples of 1/4), where every path at every CPU level and
+ * thread count must give round(float64 sum) bit for bit, each operand
+ * row-major, transposed or a slice of wider rows, and with a subnormal in
+ * one operand, which the scans must see. Where the CPU has AMX (AMX-TILE,
+ * AMX-BF16), the same checks
  * run again with the tile kernels forced ($OPJIT_HALF_KERNEL=amx), on
  * shapes that reach each of their paths; elsewhere they are skipped, said
  * on stderr, and "amx" must be an error that says why. float16 mm in the
@@ -779,6 +784,7 @@ static void bf16_same_bits_any_threads(void)
  * allow (a subnormal times 1e16 dropped; times an infinity NaN where
  * float64 says infinity); bf16_path_picked_by_cpu checks that rule. */
 static void bf16_same_bits_any_threads(void);
+static void bf16_mm_backward_threads(void);
 static void bf16_amx_forced(void)
 {
     static const int64_t mm_sizes[][3] = {{37, 53, 29}, {300, 200, 500}, {8, 1, 16},
@@ -792,6 +798,7 @@ static void bf16_amx_forced(void)
     }
     setenv("OPJIT_HALF_KERNEL", "amx", 1);
     bf16_same_bits_any_threads();
+    bf16_mm_backward_threads();
     opjit_runtime *rt = new_runtime(1, 2);
     for (int adv = 0; rt && adv <= 3; adv += 3) {
         for (size_t i = 0; i < sizeof mm_sizes / sizeof *mm_sizes; i++)
@@ -1050,6 +1057,268 @@ static void f16_packed(void)
     }
 }
 
+/* ---- bfloat16 mm_backward on exact sums --------------------------------------
+ * Operands whose values are multiples of 1/4 in (-8, 8): every product
+ * and every float32 partial sum is exact (below 2^21 sixteenths), so on
+ * every path (vdpbf16ps in the optimizing tier, the tiles, the widening
+ * path at each CPU level, the baseline tier) each gradient is
+ * round(float64 sum) bit for bit, in any summation order: a misplaced
+ * pair, column or row in the transposing packers shows. Each operand row-
+ * major, transposed (column-major) or the rows of a wider buffer (an odd
+ * leading dimension); odd sizes and odd k for both products (m for grad
+ * self, n for grad mat2), shapes past a block of 16 or 32 and past one
+ * panel; 1, 2 and 3 threads. */
+
+/* A bfloat16 [r, c] view of v (row-major values) laid out as layout says:
+ * 0 row-major, 1 transposed (column-major), 2 rows of a wider buffer
+ * (leading dimension c + 3). */
+typedef struct bview {
+    int64_t shape[2], strides[2];
+    uint16_t *h;
+    DLTensor t;
+} bview;
+
+static void bview_init(bview *b, const float *v, int64_t r, int64_t c, int layout)
+{
+    int64_t ld = layout == 2 ? c + 3 : layout == 1 ? r : c;
+    b->shape[0] = r;
+    b->shape[1] = c;
+    b->strides[0] = layout == 1 ? 1 : ld;
+    b->strides[1] = layout == 1 ? r : 1;
+    b->h = malloc((size_t)(layout == 1 ? c * r : r * ld) * 2 + 2);
+    for (int64_t i = 0; i < (layout == 1 ? c * r : r * ld); i++)
+        b->h[i] = 0x7fc1u; /* the gaps of layout 2: a NaN that would show */
+    for (int64_t i = 0; i < r; i++)
+        for (int64_t j = 0; j < c; j++)
+            b->h[i * b->strides[0] + j * b->strides[1]] = opjit_f32_to_bf16(v[i * c + j]);
+    b->t = (DLTensor){b->h, {kDLCPU, 0}, 2, dt16(BF16), b->shape, b->strides, 0};
+}
+
+/* r x c multiples of 1/4 in (-8, 8). */
+static float *quarters(int64_t r, int64_t c)
+{
+    float *v = malloc((size_t)(r * c) * sizeof(float) + 4);
+    for (int64_t i = 0; i < r * c; i++)
+        v[i] = (float)(int)(rnd() * 32.0f) / 4.0f;
+    return v;
+}
+
+/* round(A B) in bfloat16, A [n, k] (element (i, q) at a[i * sa + q * sq]),
+ * B [k, m] likewise, the sums exact. */
+static uint16_t *exact_product(const float *a, int64_t sa, int64_t sq, const float *b,
+                               int64_t sb, int64_t sj, int64_t n, int64_t k, int64_t m)
+{
+    uint16_t *out = malloc((size_t)(n * m) * 2 + 2);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < m; j++) {
+            double s = 0;
+            for (int64_t q = 0; q < k; q++)
+                s += (double)a[i * sa + q * sq] * (double)b[q * sb + j * sj];
+            out[i * m + j] = opjit_f32_to_bf16((float)s);
+        }
+    return out;
+}
+
+/* mm_backward(g, x, y) with each layout combination in lay (3 digits base
+ * 3: grad, self, mat2) against the exact gradients ex, ey. */
+static void bf16_exact_case(opjit_runtime *rt, const char *mode, int threads, int64_t n,
+                            int64_t k, int64_t m, const float *g, const float *x, const float *y,
+                            const uint16_t *ex, const uint16_t *ey, const int *lay, int nlay)
+{
+    for (int l = 0; l < nlay; l++) {
+        bview bg, bx, by;
+        DLManagedTensor *o[2] = {0};
+        bview_init(&bg, g, n, m, lay[l] / 9);
+        bview_init(&bx, x, n, k, lay[l] / 3 % 3);
+        bview_init(&by, y, k, m, lay[l] % 3);
+        opjit_value v[3] = {opjit_tensor(&bg.t), opjit_tensor(&bx.t), opjit_tensor(&by.t)};
+        if (call(rt, "mm_backward", v, 3, o, 2)) {
+            int64_t bad = 0;
+            for (int64_t i = 0; i < n * k; i++)
+                bad += ((uint16_t *)o[0]->dl_tensor.data)[i] != ex[i];
+            for (int64_t i = 0; i < k * m; i++)
+                bad += ((uint16_t *)o[1]->dl_tensor.data)[i] != ey[i];
+            CHECKF(bad == 0,
+                   "bf16 mm_backward %lldx%lldx%lld, layouts %d%d%d, %s, %d thread(s): %lld of "
+                   "%lld not round(exact sum)", (long long)n, (long long)k, (long long)m,
+                   lay[l] / 9, lay[l] / 3 % 3, lay[l] % 3, mode, threads, (long long)bad,
+                   (long long)(n * k + k * m));
+            o[0]->deleter(o[0]);
+            o[1]->deleter(o[1]);
+        }
+        free(bg.h);
+        free(bx.h);
+        free(by.h);
+    }
+}
+
+static void bf16_mm_backward_exact(void)
+{
+    /* name=value settings: the default path (vdpbf16ps where the CPU has
+     * it), widened, each lower CPU level, the tiles where there are */
+    static const char *const modes[][2] = {{"", ""},
+                                           {"OPJIT_HALF_KERNEL", "wide"},
+                                           {"OPJIT_CPU_LEVEL", "avx2"},
+                                           {"OPJIT_CPU_LEVEL", "portable"},
+                                           {"OPJIT_HALF_KERNEL", "amx"}};
+    /* n, k, m: odd k for both products, blocks of 16 and 32 and their
+     * edges, several panels of grad self's mat2 (k 300 columns of 1100) */
+    static const int64_t shapes[][3] = {{37, 53, 29}, {33, 17, 47}, {1, 5, 3},   {16, 32, 48},
+                                        {65, 31, 97}, {130, 70, 97}, {70, 300, 1100}};
+    int all[27], some[4] = {0, 13, 26, 5}; /* all row-major, transposed, wide rows, mixed */
+    for (int i = 0; i < 27; i++)
+        all[i] = i;
+    for (size_t md = 0; md < sizeof modes / sizeof *modes; md++) {
+        if (md == 4 && !amx_here())
+            continue;
+        if ((md == 2 || md == 3) && !opt_tier())
+            continue; /* the CPU levels are the optimizing tier's */
+        if (*modes[md][0])
+            setenv(modes[md][0], modes[md][1], 1);
+        for (int threads = 1; threads <= 3; threads++) {
+            opjit_runtime *rt = new_runtime(opt_tier(), threads);
+            for (size_t s = 0; rt && s < sizeof shapes / sizeof *shapes; s++) {
+                int64_t n = shapes[s][0], k = shapes[s][1], m = shapes[s][2];
+                float *g = quarters(n, m), *x = quarters(n, k), *y = quarters(k, m);
+                uint16_t *ex = exact_product(g, m, 1, y, 1, m, n, m, k);
+                uint16_t *ey = exact_product(x, 1, k, g, m, 1, k, n, m);
+                int small = n * k * m < 100000;
+                bf16_exact_case(rt, *modes[md][1] ? modes[md][1] : "default", threads, n, k, m,
+                                g, x, y, ex, ey, small ? all : some, small ? 27 : 4);
+                free(g);
+                free(x);
+                free(y);
+                free(ex);
+                free(ey);
+            }
+            if (rt)
+                opjit_destroy(rt);
+        }
+        if (*modes[md][0])
+            unsetenv(modes[md][0]);
+    }
+}
+
+/* Both outputs of mm_backward over v with threads threads, one after the
+ * other in one copy (*n values); NULL with a failed check. */
+static uint16_t *grads_with(int threads, opjit_value *v, int64_t *n)
+{
+    opjit_runtime *rt = new_runtime(opt_tier(), threads);
+    DLManagedTensor *o[2] = {0};
+    uint16_t *copy = NULL;
+    if (rt && call(rt, "mm_backward", v, 3, o, 2)) {
+        int64_t n0 = numel(&o[0]->dl_tensor), n1 = numel(&o[1]->dl_tensor);
+        *n = n0 + n1;
+        copy = malloc((size_t)*n * 2 + 2);
+        memcpy(copy, o[0]->dl_tensor.data, (size_t)n0 * 2);
+        memcpy(copy + n0, o[1]->dl_tensor.data, (size_t)n1 * 2);
+        o[0]->deleter(o[0]);
+        o[1]->deleter(o[1]);
+    }
+    if (rt)
+        opjit_destroy(rt);
+    return copy;
+}
+
+/* bfloat16 mm_backward on random values (sums not exact: the order shows
+ * in the last bits): the same bits for 1, 2 and 3 threads, each operand
+ * row-major, then each transposed. */
+static void bf16_mm_backward_threads(void)
+{
+    const int64_t n = 300, k = 200, m = 500;
+    float *g = malloc((size_t)(n * m) * 4), *x = malloc((size_t)(n * k) * 4),
+          *y = malloc((size_t)(k * m) * 4);
+    for (int64_t i = 0; i < n * m; i++)
+        g[i] = rnd() * 3.0f;
+    for (int64_t i = 0; i < n * k; i++)
+        x[i] = rnd() * 3.0f;
+    for (int64_t i = 0; i < k * m; i++)
+        y[i] = rnd() * 3.0f;
+    for (int layout = 0; layout < 2; layout++) {
+        bview bg, bx, by;
+        bview_init(&bg, g, n, m, layout);
+        bview_init(&bx, x, n, k, layout);
+        bview_init(&by, y, k, m, layout);
+        opjit_value v[3] = {opjit_tensor(&bg.t), opjit_tensor(&bx.t), opjit_tensor(&by.t)};
+        int64_t n1 = 0, n2 = 0, n3 = 0;
+        uint16_t *a = grads_with(1, v, &n1), *b = grads_with(2, v, &n2), *c = grads_with(3, v, &n3);
+        CHECKF(a && b && c && n1 == n2 && n1 == n3 && memcmp(a, b, (size_t)n1 * 2) == 0 &&
+                   memcmp(a, c, (size_t)n1 * 2) == 0,
+               "bf16 mm_backward (layout %d): not the same bits for 1, 2 and 3 threads", layout);
+        free(a);
+        free(b);
+        free(c);
+        free(bg.h);
+        free(bx.h);
+        free(by.h);
+    }
+    free(g);
+    free(x);
+    free(y);
+}
+
+/* A bfloat16 subnormal s in one operand of mm_backward (grad, self or
+ * mat2, in turn; row-major or transposed; its last element, the last
+ * rows past a unit of 64), placed where one gradient element is s times
+ * 1 plus zeros: by default the scans see it and both gradients widen, so
+ * that element is s; with $OPJIT_HALF_KERNEL=dot (no scan) where the CPU
+ * has vdpbf16ps, the GEMM counts s as zero, as oneDNN's kernels do: 0. */
+static void bf16_mm_backward_subnormal(void)
+{
+    const int64_t n = 70, k = 37, m = 45;
+    const uint16_t s = 0x0041u;
+    int dot = opt_tier() && __builtin_cpu_supports("avx512bf16");
+    opjit_runtime *rt = new_runtime(opt_tier(), 2);
+    for (int which = 0; rt && which < 3; which++)
+        for (int layout = 0; layout < 2; layout++)
+            for (int mode = 0; mode <= dot; mode++) {
+                float *g = quarters(n, m), *x = quarters(n, k), *y = quarters(k, m);
+                float sf = opjit_bf16_to_f32(s);
+                bview bg, bx, by;
+                DLManagedTensor *o[2] = {0};
+                /* the element: grad self (n-1, k-1), or grad mat2 (k-1, m-1) */
+                g[n * m - 1] = 1.0f;
+                if (which == 0) { /* grad's last row: s at its end, zeros */
+                    for (int64_t j = 0; j < m; j++)
+                        g[(n - 1) * m + j] = 0.0f;
+                    g[n * m - 1] = sf;
+                    y[k * m - 1] = 1.0f;
+                } else if (which == 1) { /* self's last column: s at its end, zeros */
+                    for (int64_t i = 0; i < n; i++)
+                        x[i * k + k - 1] = 0.0f;
+                    x[n * k - 1] = sf;
+                } else { /* mat2's last row: s at its end, zeros */
+                    for (int64_t j = 0; j < m; j++)
+                        y[(k - 1) * m + j] = 0.0f;
+                    y[k * m - 1] = sf;
+                }
+                bview_init(&bg, g, n, m, layout);
+                bview_init(&bx, x, n, k, layout);
+                bview_init(&by, y, k, m, layout);
+                opjit_value v[3] = {opjit_tensor(&bg.t), opjit_tensor(&bx.t), opjit_tensor(&by.t)};
+                if (mode)
+                    setenv("OPJIT_HALF_KERNEL", "dot", 1);
+                if (call(rt, "mm_backward", v, 3, o, 2)) {
+                    uint16_t got = which == 1 ? ((uint16_t *)o[1]->dl_tensor.data)[k * m - 1]
+                                              : ((uint16_t *)o[0]->dl_tensor.data)[n * k - 1];
+                    CHECKF(got == (mode ? 0 : s),
+                           "bf16 mm_backward, a subnormal in operand %d (layout %d), %s: got "
+                           "0x%04x", which, layout, mode ? "dot" : "default", got);
+                    o[0]->deleter(o[0]);
+                    o[1]->deleter(o[1]);
+                }
+                unsetenv("OPJIT_HALF_KERNEL");
+                free(bg.h);
+                free(bx.h);
+                free(by.h);
+                free(g);
+                free(x);
+                free(y);
+            }
+    if (rt)
+        opjit_destroy(rt);
+}
+
 /* A bad $OPJIT_HALF_KERNEL is an error, not a silent default. */
 static void half_kernel_knob_checked(void)
 {
@@ -1083,6 +1352,9 @@ int main(void)
     T_RUN(bf16_path_picked_by_cpu);
     T_RUN(bf16_backward_other_paths);
     T_RUN(f16_packed);
+    T_RUN(bf16_mm_backward_exact);
+    T_RUN(bf16_mm_backward_subnormal);
+    T_RUN(bf16_mm_backward_threads);
     T_RUN(half_kernel_knob_checked);
     return t_done();
 }
