@@ -60,6 +60,7 @@ int load_module(loader *l, const source *s, const char *so, const char *tier, mo
     if (!m)
         return rt_error(rt, OPJIT_ENOMEM, "out of memory");
     m->links_blas = source_uses_blas(s); /* as every compiler links it */
+    int blas_before = m->links_blas && pool_blas_present();
     m->dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
     if (!m->dl) {
         const char *why = dlerror();
@@ -67,6 +68,8 @@ int load_module(loader *l, const source *s, const char *so, const char *tier, mo
                       why ? why : "unknown dlopen error");
         goto fail;
     }
+    if (m->links_blas) /* before its init, which may call BLAS */
+        pool_blas_module(m->dl, !blas_before);
     opjit_module_init_fn init = (opjit_module_init_fn)dlsym(m->dl, OPJIT_MODULE_ENTRY);
     if (!init) {
         rc = rt_error(rt, OPJIT_EMODULE, "%s: no OPJIT_MODULE(...) block: the source must "

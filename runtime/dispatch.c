@@ -479,11 +479,8 @@ int module_publish_replacing(opjit_runtime *rt, module *m, const char *replaces)
         retire_unreachable_locked(rt, &c);
     }
     pthread_mutex_unlock(&rt->lock);
-    if (rc == OPJIT_OK) {
-        if (m->links_blas) /* else a dlsym bound to fail */
-            pool_blas_module(m->dl);
+    if (rc == OPJIT_OK)
         module_reclaim(rt);
-    }
     return rc;
 }
 

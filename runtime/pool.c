@@ -416,7 +416,26 @@ int pool_chunk_vfail(opjit_ctx *ctx, const char *fmt, va_list ap)
  * of the thread count (OpenBLAS's own threads change the rounding) and
  * keeps the busy cores at num_threads. Looked up in the module's
  * dependencies, so the library itself never links OpenBLAS. */
-void pool_blas_module(void *dl)
+
+/* Whether the process has OpenBLAS before a module that links it is
+ * loaded: the soname every compiler's -lopenblas records. */
+int pool_blas_present(void)
+{
+    void *h = dlopen("libopenblas.so.0", RTLD_LAZY | RTLD_NOLOAD);
+    if (h)
+        dlclose(h);
+    return h != NULL;
+}
+
+/* brought_in: the module's dlopen loaded OpenBLAS. Its constructor started
+ * a server thread per core that nobody has given work, and each spins on
+ * sched_yield for 2^28 cycles (about 0.1 s) before it sleeps: that took a
+ * core from the op's own threads, and 2-thread calls in the first 0.1-0.2 s
+ * after a load ran at 1-thread speed. With one thread per call OpenBLAS
+ * never uses them, so they are stopped (it starts them again if a host
+ * asks it for more threads). An OpenBLAS the host loaded is left running:
+ * its threads may be working for the host. */
+void pool_blas_module(void *dl, int brought_in)
 {
     if (!dl)
         return;
@@ -430,6 +449,14 @@ void pool_blas_module(void *dl)
      * would stop its threads, loading it start them again). */
     static _Atomic int pinned;
     Dl_info di;
-    if (!atomic_exchange(&pinned, 1) && dladdr(sym, &di) && di.dli_fname)
+    if (atomic_exchange(&pinned, 1))
+        return;
+    if (dladdr(sym, &di) && di.dli_fname)
         (void)dlopen(di.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+    void *stop = brought_in ? dlsym(dl, "blas_thread_shutdown_") : NULL;
+    if (stop) {
+        int (*stop_threads)(void);
+        memcpy(&stop_threads, &stop, sizeof stop);
+        (void)stop_threads();
+    }
 }

@@ -129,7 +129,7 @@ struct module {
     int device;     /* the device its kernels may register for (.c: CPU) */
     void *dl;       /* dlopen handle */
     int links_blas; /* linked with OpenBLAS (its source mentions cblas): its
-                     * threads are pinned to 1 when published */
+                     * threads are pinned to 1 when loaded */
     kernel *kernels;
     kernel *last;   /* for opjit_require */
     int status;     /* first registration error */
@@ -260,7 +260,8 @@ int pool_in_chunk(void);
 int pool_chunk_vfail(opjit_ctx *ctx, const char *fmt, va_list ap);
 /* After a module is loaded: OpenBLAS, when among its libraries, runs one
  * thread per call (ops split BLAS work over the pool). */
-void pool_blas_module(void *dl);
+int pool_blas_present(void);
+void pool_blas_module(void *dl, int brought_in);
 
 /* ---- modules (runtime/dispatch.c) --------------------------------------- */
 

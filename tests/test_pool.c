@@ -8,6 +8,7 @@
  * No timing assertions: a chunk that waits a little gives the workers time
  * to wake, but nothing checks how long anything took. */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "opjit.h"
@@ -111,6 +113,19 @@ static int tasks_now(void)
     return n;
 }
 
+/* Every thread of this process. */
+static int all_tasks_now(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    if (!d)
+        return -1;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
 static opjit_runtime *new_rt(int threads, int tiering, opjit_pool_fn pool, void *pool_ud)
 {
     opjit_config cfg;
@@ -162,6 +177,45 @@ static int probe(opjit_runtime *rt, opjit_op *op, int64_t grain, int64_t fail_at
     o[0]->deleter(o[0]);
     o[1]->deleter(o[1]);
     return bad ? -1000 - bad : distinct;
+}
+
+/* OpenBLAS starts a server thread per extra core when it is loaded, and
+ * each spins for about 0.1 s: an OpenBLAS that an op's module brings in
+ * has them stopped (OpenBLAS runs one thread per call under opjit), one
+ * the host loaded first keeps them. Run first, before anything in this
+ * process has loaded OpenBLAS; the host's case in a child. */
+static int blas_threads_case(int host_loads_first)
+{
+    int before = all_tasks_now(), host = 0;
+    if (host_loads_first) {
+        void *h = dlopen("libopenblas.so.0", RTLD_NOW);
+        CHECKF(h != NULL, "dlopen libopenblas.so.0: %s", dlerror());
+        host = all_tasks_now() - before;
+    }
+    opjit_runtime *rt = new_rt(2, 0, NULL, NULL);
+    opjit_op *op = load(rt, "mm");
+    int after = all_tasks_now();
+    opjit_destroy(rt);
+    if (host_loads_first)
+        CHECKF(after == before + host, "the host's OpenBLAS had %d thread(s), %d after the load",
+               host, after - before);
+    else
+        CHECKF(after == before, "%d thread(s) after loading mm (OpenBLAS's left running), %d "
+               "before", after, before);
+    return op != NULL && after >= before;
+}
+
+static void test_blas_threads(void)
+{
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+        printf("  one CPU: OpenBLAS starts no threads, nothing to stop\n");
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(blas_threads_case(1) && t_failed_checks == 0 ? 0 : 1);
+    int st = 0;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the host-loads-OpenBLAS child failed (%#x)", st);
+    CHECK(blas_threads_case(0));
 }
 
 static void test_lazy_start(void)
@@ -705,6 +759,7 @@ int main(void)
     dir = t_tmpdir("pool");
     probe_path = strdup(t_path(dir, "par_probe.c"));
     t_write(probe_path, probe_source, strlen(probe_source));
+    T_RUN(test_blas_threads); /* first: nothing has loaded OpenBLAS yet */
     T_RUN(test_lazy_start);
     T_RUN(test_thread_count);
     T_RUN(test_both_tiers);
