@@ -892,16 +892,28 @@ static int conv_gemm_paths(opjit_ctx *ctx, const conv_geom *g, const void *x, co
                               g->is64 ? conv_blas_run_f64 : conv_blas_run_f32, &j);
 }
 
-/* Sizes every path can index with int (BLAS) and an im2col buffer that
- * fits: 0, or the status of opjit_fail. */
-static int conv_sizes_ok(opjit_ctx *ctx, const conv_geom *g)
+/* Sizes every path can index with int (BLAS): 1, else 0. */
+static int conv_sizes_int(const conv_geom *g)
 {
     int64_t kdim = g->cg * g->kh * g->kw, plane = g->ho * g->wo;
-    if (plane > INT_MAX || kdim > INT_MAX || g->og > INT_MAX || g->cg > INT_MAX ||
-        g->h * g->w > INT_MAX)
+    return plane <= INT_MAX && kdim <= INT_MAX && g->og <= INT_MAX && g->cg <= INT_MAX &&
+           g->h * g->w <= INT_MAX;
+}
+
+/* An im2col buffer that fits: 1, else 0. */
+static int conv_sizes_im2col(const conv_geom *g)
+{
+    int64_t kdim = g->cg * g->kh * g->kw, plane = g->ho * g->wo;
+    return (uint64_t)kdim * (uint64_t)plane <= ((uint64_t)1 << 60) / 8;
+}
+
+/* Both of the above: 0, or the status of opjit_fail. */
+static int conv_sizes_ok(opjit_ctx *ctx, const conv_geom *g)
+{
+    if (!conv_sizes_int(g))
         return opjit_fail(ctx, "sizes too large for BLAS (output plane %lld, patch size %lld)",
-                          (long long)plane, (long long)kdim);
-    if ((uint64_t)kdim * (uint64_t)plane > ((uint64_t)1 << 60) / 8)
+                          (long long)(g->ho * g->wo), (long long)(g->cg * g->kh * g->kw));
+    if (!conv_sizes_im2col(g))
         return opjit_fail(ctx, "im2col buffer too large");
     return 0;
 }
@@ -1756,7 +1768,8 @@ static int conv_grad_input(opjit_ctx *ctx, const conv_geom *g, const void *dy, c
         return conv_grad_folded(ctx, g, dy, NULL, w, dx, NULL);
     if (conv_is_pointwise(g))
         return conv_gi_direct(ctx, g, dy, w, dx, fast);
-    if (conv_transposed_geom(g, &t) && conv_sizes_ok(ctx, &t) == 0) {
+    /* a probe: sizes that do not fit leave no message, the fallback below says */
+    if (conv_transposed_geom(g, &t) && conv_sizes_int(&t) && conv_sizes_im2col(&t)) {
         size_t bytes = (size_t)(g->o * g->cg * g->kh * g->kw) * (g->is64 ? 8 : 4);
         void *wt = opjit_workspace(ctx, bytes);
         if (!wt)
@@ -2176,8 +2189,8 @@ static int conv_gi_bf16(opjit_ctx *ctx, const conv_geom *g, const void *dy, cons
 {
     conv_geom t;
     uint16_t *wt;
-    if (!conv_transposed_geom(g, &t) || conv_sizes_ok(ctx, &t) != 0)
-        return 0;
+    if (!conv_transposed_geom(g, &t) || !conv_sizes_int(&t) || !conv_sizes_im2col(&t))
+        return 0; /* widened instead, with no message left behind */
     if (!(wt = (uint16_t *)opjit_workspace(
               ctx, (size_t)(g->o * g->cg * g->kh * g->kw) * sizeof(uint16_t)))) {
         *rc = -1;
