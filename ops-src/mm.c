@@ -356,14 +356,15 @@ static int mm_fast_rows(opjit_ctx *ctx, mm_job *j)
 }
 
 /* The blocks of j for T threads and its per-thread area (j->per): panels
- * of up to 384 KB of mat2 (in L2); with threads, at least 3T of them where
+ * of up to 384 KB of mat2 (in L2); with threads, at least T of them where
  * each keeps 32 columns, a multiple of T, of about equal widths
- * (mm_panel_col): chunks enough that a thread that starts late (a worker
- * waking up) finds work and none waits on a large last one. A panel is
- * packed by the thread that runs it: panels alone never pack a column
- * twice. Blocks of rows (panel fastest, so that a thread's next chunk
- * tends to reuse its packed panel) only where there are fewer than 2T
- * panels. Where the GEMM packs its own panels (SG_PACK, a row-major mat2)
+ * (mm_panel_col). Not more: a narrow panel runs more of its columns in
+ * the narrower micro-kernels (3T panels made 256 x 256 at 2 threads 9%
+ * slower). A panel is packed by the thread that runs it: panels alone
+ * never pack a column twice. Blocks of rows (panel fastest, so that a
+ * thread's next chunk tends to reuse its packed panel) where there are
+ * fewer than 2T panels: chunks enough that a thread that starts late (a
+ * worker waking up) finds work and none waits on a large last one. Where the GEMM packs its own panels (SG_PACK, a row-major mat2)
  * a call takes every column (it copies each block of rows of self once a
  * call: panels of 240 columns cost 2048 x 2048 8%) and threads split the
  * rows, 3T blocks of them, unless self has too few rows for that. Returns
@@ -382,7 +383,7 @@ static int64_t mm_fast_plan(mm_job *j, int64_t T)
         np = T > 1 && j->n < 3 * T * 32 ? 3 * T : 1;
     if (T > 1 && !(mm_gemm_packs(j) && np == 1)) {
         int64_t most = j->m / 32 > 1 ? j->m / 32 : 1;
-        np = np < 3 * T ? 3 * T : np;
+        np = np < T ? T : np;
         np = (np + T - 1) / T * T;
         np = np < most ? np : most;
     }
