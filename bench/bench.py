@@ -1074,6 +1074,13 @@ def write_md(R, path):
                         ", ".join(s + ("" if isa == "native" else " (%s)" % isa)
                                   for s in m["sections"])))
         lines.append("")
+    # What a person wrote about these runs (the machines, a row's cause):
+    # kept in notes.md beside latest.md, so that a rerun carries it over.
+    notes = os.path.join(os.path.dirname(path), "notes.md")
+    if not SMOKE and os.path.exists(notes):
+        with open(notes) as f:
+            lines.append(f.read().strip())
+        lines.append("")
     lines.append(md_table(["metric", "opjit", "anchor", "ratio", "goal", "met?"], rows))
     lines.append("")
     lines.append("![nms time against box count](nms.png)")
