@@ -184,8 +184,16 @@ static int probe(opjit_runtime *rt, opjit_op *op, int64_t grain, int64_t fail_at
  * has them stopped (OpenBLAS runs one thread per call under opjit), one
  * the host loaded first keeps them. Run first, before anything in this
  * process has loaded OpenBLAS; the host's case in a child. */
+static void *no_op(void *arg) { return arg; }
+
 static int blas_threads_case(int host_loads_first)
 {
+    /* A thread made and joined first: TSan starts its own background
+     * thread at a process's first pthread_create, which must not land
+     * between the two counts. */
+    pthread_t t;
+    if (pthread_create(&t, NULL, no_op, NULL) == 0)
+        pthread_join(t, NULL);
     int before = all_tasks_now(), host = 0;
     if (host_loads_first) {
         void *h = dlopen("libopenblas.so.0", RTLD_NOW);
