@@ -364,10 +364,11 @@ static int mm_fast_rows(opjit_ctx *ctx, mm_job *j)
  * never pack a column twice. Blocks of rows (panel fastest, so that a
  * thread's next chunk tends to reuse its packed panel) where there are
  * fewer than 2T panels: chunks enough that a thread that starts late (a
- * worker waking up) finds work and none waits on a large last one. Where the GEMM packs its own panels (SG_PACK, a row-major mat2)
- * a call takes every column (it copies each block of rows of self once a
- * call: panels of 240 columns cost 2048 x 2048 8%) and threads split the
- * rows, 3T blocks of them, unless self has too few rows for that. Returns
+ * worker waking up) finds work and none waits on a large last one. Where
+ * the GEMM packs its own panels (SG_PACK, a row-major mat2) a call takes
+ * every column (it copies each block of rows of self once a call: panels
+ * of 240 columns cost 2048 x 2048 8%) and threads split the rows, 3T
+ * blocks of them, unless self has too few rows for that. Returns
  * the chunks. */
 static int64_t mm_fast_plan(mm_job *j, int64_t T)
 {

@@ -416,11 +416,14 @@ int pool_chunk_vfail(opjit_ctx *ctx, const char *fmt, va_list ap)
  * of the thread count (OpenBLAS's own threads change the rounding) and
  * keeps the busy cores at num_threads. Looked up in the module's
  * dependencies, so the library itself never links OpenBLAS. */
+static _Atomic int blas_pinned; /* a module's OpenBLAS seen, and kept loaded */
 
 /* Whether the process has OpenBLAS before a module that links it is
  * loaded: the soname every compiler's -lopenblas records. */
 int pool_blas_present(void)
 {
+    if (atomic_load(&blas_pinned))
+        return 1;
     void *h = dlopen("libopenblas.so.0", RTLD_LAZY | RTLD_NOLOAD);
     if (h)
         dlclose(h);
@@ -447,9 +450,8 @@ void pool_blas_module(void *dl, int brought_in)
     set_threads(1);
     /* Modules are unloaded when replaced: OpenBLAS stays (unloading it
      * would stop its threads, loading it start them again). */
-    static _Atomic int pinned;
     Dl_info di;
-    if (atomic_exchange(&pinned, 1))
+    if (atomic_exchange(&blas_pinned, 1))
         return;
     if (dladdr(sym, &di) && di.dli_fname)
         (void)dlopen(di.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
