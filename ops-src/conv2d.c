@@ -907,6 +907,10 @@ static int conv_sizes_im2col(const conv_geom *g)
     return (uint64_t)kdim * (uint64_t)plane <= ((uint64_t)1 << 60) / 8;
 }
 
+/* Both of the above, without a message: 1, else 0 (a probe that has a
+ * fallback). */
+static int conv_sizes_fit(const conv_geom *g) { return conv_sizes_int(g) && conv_sizes_im2col(g); }
+
 /* Both of the above: 0, or the status of opjit_fail. */
 static int conv_sizes_ok(opjit_ctx *ctx, const conv_geom *g)
 {
@@ -1769,7 +1773,7 @@ static int conv_grad_input(opjit_ctx *ctx, const conv_geom *g, const void *dy, c
     if (conv_is_pointwise(g))
         return conv_gi_direct(ctx, g, dy, w, dx, fast);
     /* a probe: sizes that do not fit leave no message, the fallback below says */
-    if (conv_transposed_geom(g, &t) && conv_sizes_int(&t) && conv_sizes_im2col(&t)) {
+    if (conv_transposed_geom(g, &t) && conv_sizes_fit(&t)) {
         size_t bytes = (size_t)(g->o * g->cg * g->kh * g->kw) * (g->is64 ? 8 : 4);
         void *wt = opjit_workspace(ctx, bytes);
         if (!wt)
@@ -2189,7 +2193,7 @@ static int conv_gi_bf16(opjit_ctx *ctx, const conv_geom *g, const void *dy, cons
 {
     conv_geom t;
     uint16_t *wt;
-    if (!conv_transposed_geom(g, &t) || !conv_sizes_int(&t) || !conv_sizes_im2col(&t))
+    if (!conv_transposed_geom(g, &t) || !conv_sizes_fit(&t))
         return 0; /* widened instead, with no message left behind */
     if (!(wt = (uint16_t *)opjit_workspace(
               ctx, (size_t)(g->o * g->cg * g->kh * g->kw) * sizeof(uint16_t)))) {
