@@ -352,7 +352,7 @@ def run_loads(exe, src, reps, with_cc, extra_env=None):
     errs = sorted({str(v) for r in rows for k, v in r.items() if k.endswith("_err")})
     res = {"reps": len(rows), "raw": rows}
     for key in ("cold_ms", "cold_wall_ms", "hit_ms", "hit_wall_ms", "cc_ms", "cc_compile_ms",
-                "dlopen_ms", "dlopen_wall_ms", "opthit_ms", "opthit_wall_ms", "hitdl_ms",
+                "dlopen_ms", "dlopen_wall_ms", "tccbare_ms", "tccbare_wall_ms", "opthit_ms", "opthit_wall_ms", "hitdl_ms",
                 "hitdl_wall_ms",
                 "cold_create_ms", "cold_key_ms", "cold_compile_ms", "cold_dlopen_init_ms",
                 "hit_create_ms", "hit_key_ms", "hit_dlopen_init_ms"):
@@ -790,6 +790,14 @@ def build_rows(R):
     else:
         rows.append(("cold load of nms.c", "n/a", "n/a", "n/a", ">= 80x faster",
                      "n/a (%s)" % "; ".join(nms.get("errors", ["nms.c missing" if R["ran_loads"] else "not run"]))[:200]))
+    if "tccbare_ms" in nms and "cc_ms" in nms:
+        # What any load through libtcc costs: opjit's own share is the rest.
+        rows.append(("  the floor: libtcc alone compiles nms.c as opjit has it compiled and "
+                     "dlopens it (no cache, key or checks), fresh process; opjit adds %s"
+                     % fms(nms["cold_ms"] - nms["tccbare_ms"]) if "cold_ms" in nms else
+                     "  the floor: libtcc alone, fresh process",
+                     fms(nms["tccbare_ms"]), "cc -O2 -shared + dlopen + dlsym: " + fms(nms["cc_ms"]),
+                     "%.1fx faster" % (nms["cc_ms"] / nms["tccbare_ms"]), "report", "-"))
     for name in ("nms.c", "nms.cu"):
         rows += hit_rows(R, name)
     if "opthit_ms" in nms:
@@ -1450,14 +1458,22 @@ def bench_cli_cold(reps, tmp):
     tiering on (the optimizing compile goes to a detached helper), against
     `cc -O2 -shared` of the same file; alternated. Then, untimed, the
     helper's code must reach the cache, and the next `opjit load` must be
-    served by it."""
+    served by it. Once it is, for the report: the same load with tiering
+    off, and `tcc -shared` of the file (the floor of any load through tcc)."""
     cli = os.path.join(ROOT, "build", "opjit")
     if not os.path.exists(cli):
         return {"error": "build/opjit missing"}
     src = "ops-src/nms.c"
     cc = ["cc", "-O2", "-shared", "-fPIC", "-I", "include", "-I", "/usr/include/x86_64-linux-gnu",
           "-o", os.path.join(tmp, "cli-cc.so"), src, "-lopenblas", "-lm"]
-    res = {"cold_ms_all": [], "cc_ms_all": [], "next_tier": [], "opt_after_ms_all": []}
+    # The floors, for the report: the same load with tiering off (no
+    # helper to start), and the tcc program compiling the file alone.
+    tcc = ["tcc", "-shared", "-I", "include", "-I", os.path.dirname(src), "-I",
+           "/usr/include/x86_64-linux-gnu", "-DFORCE_OPENBLAS_COMPLEX_STRUCT", "-DOPJIT_TIER_TCC",
+           "-o", os.path.join(tmp, "cli-tcc.so"), src, "-lm"]
+    has_tcc = shutil.which("tcc") is not None
+    res = {"cold_ms_all": [], "cc_ms_all": [], "next_tier": [], "opt_after_ms_all": [],
+           "notier_ms_all": [], "tcc_ms_all": []}
     for r in range(reps + 1):
         cache = os.path.join(tmp, "cli-cache-%d" % r)
         env = dict(os.environ, OPJIT_CACHE_DIR=cache)
@@ -1482,6 +1498,19 @@ def bench_cli_cold(reps, tmp):
         opt_after = (time.perf_counter() - t1) * 1e3
         n = subprocess.run([cli, "-q", "load", src], cwd=ROOT, env=env, capture_output=True,
                            text=True, timeout=600)
+        # with the helper done: nothing else runs
+        off = dict(env, OPJIT_CACHE_DIR=cache + "-notier", OPJIT_TIERING="0")
+        t0 = time.perf_counter()
+        p = subprocess.run([cli, "-q", "load", src], cwd=ROOT, env=off, capture_output=True,
+                           text=True, timeout=600)
+        notier = (time.perf_counter() - t0) * 1e3
+        if p.returncode != 0:
+            return {"error": ("opjit load (tiering off): %s %s" % (p.stdout, p.stderr)).strip()[:200]}
+        tcc_ms = None
+        if has_tcc:
+            t0 = time.perf_counter()
+            p = subprocess.run(tcc, cwd=ROOT, capture_output=True, text=True, timeout=600)
+            tcc_ms = (time.perf_counter() - t0) * 1e3 if p.returncode == 0 else None
         t2 = time.perf_counter()
         c = subprocess.run(cc, cwd=ROOT, capture_output=True, text=True, timeout=600)
         cc_ms = (time.perf_counter() - t2) * 1e3
@@ -1491,12 +1520,18 @@ def bench_cli_cold(reps, tmp):
             continue  # the first round warms the page cache
         res["cold_ms_all"].append(cold)
         res["cc_ms_all"].append(cc_ms)
+        res["notier_ms_all"].append(notier)
+        if tcc_ms is not None:
+            res["tcc_ms_all"].append(tcc_ms)
         res["opt_after_ms_all"].append(opt_after)
         res["next_tier"].append("opt" if "[opt]" in n.stdout else "tcc")
     res["cold_ms"] = median(res["cold_ms_all"])
     res["cc_ms"] = median(res["cc_ms_all"])
     res["opt_after_ms"] = median(res["opt_after_ms_all"])
     res["speedup"] = median([c / o for c, o in zip(res["cc_ms_all"], res["cold_ms_all"])])
+    res["notier_ms"] = median(res["notier_ms_all"])
+    if res["tcc_ms_all"]:
+        res["tcc_ms"] = median(res["tcc_ms_all"])
     return res
 
 
@@ -1559,6 +1594,15 @@ def cli_rows(R):
     return instr_rows(R) + [(metric, fms(cl["cold_ms"]), "`cc -O2 -shared` of nms.c, whole process: " +
              fms(cl["cc_ms"]), "%.1fx faster" % cl["speedup"], ">= 40x faster",
              yesno(cl["speedup"] >= 40)),
+            ("  the same load with tiering off (no helper started), whole process (information)",
+             fms(cl.get("notier_ms")), "`cc -O2 -shared`: " + fms(cl["cc_ms"]),
+             "%.1fx faster" % (cl["cc_ms"] / cl["notier_ms"]) if cl.get("notier_ms") else "n/a",
+             "report", "-"),
+            ("  the floor: `tcc -shared` of nms.c alone (no cache, key or checks), whole process",
+             fms(cl.get("tcc_ms")) if "tcc_ms" in cl else "n/a (no tcc program)",
+             "`cc -O2 -shared`: " + fms(cl["cc_ms"]),
+             "%.1fx faster" % (cl["cc_ms"] / cl["tcc_ms"]) if cl.get("tcc_ms") else "n/a",
+             "report", "-"),
             ("  the next process: served by the optimized code the helper left (tier %s); "
              "the helper's code reached the cache %s after the first process exited"
              % (",".join(tiers), fms(cl["opt_after_ms"])), "-", "-", "-", "next tier opt",

@@ -20,12 +20,19 @@
  *   opjit_bench dlopen-once SO
  *       dlopen + dlsym(opjit_module_init) of a prebuilt shared object.
  *
+ *   opjit_bench tcc-once SRC OUTDIR
+ *       The floor of a cold load through libtcc: libtcc alone compiles SRC
+ *       as opjit has it compile (include/, SRC's directory, the dlpack and
+ *       cblas headers; the tcc tier's defines; -lm) into OUTDIR/tcc.so,
+ *       then dlopen + dlsym opjit_module_init; timed together, in process.
+ *       No cache, no key, no checks: what opjit adds is the difference.
+ *
  *   opjit_bench loads SRC REPS [nocc]
  *       REPS repetitions, each in fresh processes (posix_spawn of this
  *       program) with a fresh empty cache directory: cold load and then
  *       cache-hit load (OPJIT_TIERING=0), a dlopen + dlsym of the artifact
  *       that hit loaded (its anchor), the cc + dlopen anchor and a
- *       dlopen of its result, then a tiering run that leaves the optimized
+ *       dlopen of its result, libtcc alone (tcc-once), then a tiering run that leaves the optimized
  *       artifact in the cache (untimed) and a cache-hit load with tiering
  *       on that serves it. Prints one "rep ..." line per repetition, process wall times
  *       included (posix_spawn to waitpid).
@@ -68,6 +75,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <libgen.h>
+#include <libtcc.h>
 #include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -215,6 +224,41 @@ static int cmd_cc_once(const char *src, const char *outdir)
         return 1;
     }
     printf("ok cc_ms=%.4f dlopen_ms=%.4f total_ms=%.4f\n", t1 - t0, t2 - t1, t2 - t0);
+    return 0;
+}
+
+static int cmd_tcc_once(const char *src, const char *outdir)
+{
+    char so[4096], dir[4096];
+    snprintf(so, sizeof so, "%s/tcc.so", outdir);
+    snprintf(dir, sizeof dir, "%s", src);
+    double t0 = now_ms();
+    TCCState *s = tcc_new();
+    if (!s) {
+        printf("err tcc_new failed\n");
+        return 1;
+    }
+    tcc_set_output_type(s, TCC_OUTPUT_DLL);
+    tcc_add_include_path(s, dirname(dir));
+    tcc_add_include_path(s, "include");
+    tcc_add_include_path(s, "/usr/include/x86_64-linux-gnu");
+    tcc_define_symbol(s, "FORCE_OPENBLAS_COMPLEX_STRUCT", NULL);
+    tcc_define_symbol(s, "OPJIT_TIER_TCC", NULL);
+    int bad = tcc_add_file(s, src) < 0 || tcc_add_library(s, "m") < 0 ||
+              tcc_output_file(s, so) < 0;
+    tcc_delete(s);
+    if (bad) {
+        printf("err libtcc could not build %s\n", src);
+        return 1;
+    }
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    void *sym = h ? dlsym(h, "opjit_module_init") : NULL;
+    double t1 = now_ms();
+    if (!sym) {
+        reply_err("dlopen/dlsym: %s", dlerror());
+        return 1;
+    }
+    printf("ok total_ms=%.4f\n", t1 - t0);
     return 0;
 }
 
@@ -396,6 +440,7 @@ static int cmd_loads(const char *src, int reps, int with_cc)
         char *a_wait[] = {self_path, "load-once", (char *)src, "wait", NULL};
         char *a_cc[] = {self_path, "cc-once", (char *)src, dir, NULL};
         char *a_dl[] = {self_path, "dlopen-once", so, NULL};
+        char *a_tcc[] = {self_path, "tcc-once", (char *)src, dir, NULL};
         char line[4096];
         double wall;
 
@@ -417,6 +462,8 @@ static int cmd_loads(const char *src, int reps, int with_cc)
                 emit("cc", line, wall);
             if (run_child(a_dl, off, line, sizeof line, &wall) == 0)
                 emit("dlopen", line, wall);
+            if (run_child(a_tcc, off, line, sizeof line, &wall) == 0)
+                emit("tccbare", line, wall);
             if (run_child(a_wait, on, line, sizeof line, &wall) == 0)
                 emit("optbuild", line, wall);
             /* Tiering on: with it off, only libtcc artifacts are served. */
@@ -1000,6 +1047,8 @@ int main(int argc, char **argv)
         return cmd_load_once(argv[2], argc > 3 && !strcmp(argv[3], "wait"));
     if (argc == 4 && !strcmp(argv[1], "cc-once"))
         return cmd_cc_once(argv[2], argv[3]);
+    if (argc == 4 && !strcmp(argv[1], "tcc-once"))
+        return cmd_tcc_once(argv[2], argv[3]);
     if (argc == 3 && !strcmp(argv[1], "dlopen-once"))
         return cmd_dlopen_once(argv[2]);
     if (argc >= 4 && !strcmp(argv[1], "loads"))
