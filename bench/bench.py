@@ -1233,7 +1233,10 @@ def write_md(R, path):
   `cc -O2 -shared -fPIC -I include -I /usr/include/x86_64-linux-gnu ... -lopenblas -lm` to its
   exit, `dlopen` of the result and `dlsym(opjit_module_init)`. The first of %d+1 repetitions is
   dropped (cold page cache); medians of the rest; the speed-up is the median of the per-repetition
-  ratios.
+  ratios. The floor beside it, in a fourth fresh process (`opjit_bench tcc-once`): libtcc alone
+  compiles the file as opjit has it compiled (the same include directories, defines and -lm),
+  writes the .so, `dlopen` + `dlsym`; no cache, key, copy of the text or checks. No loader built
+  on libtcc can be faster than that; the difference is what opjit adds.
 - **Cache-hit load**: right after the cold load, a second fresh process with the same cache
   (tiering off) times `opjit_create` + `opjit_load_file`, in-process: hashing the source and
   its headers, the key, the cache's checks of the entry (lock, owner and link checks, manifest,
@@ -1248,6 +1251,12 @@ def write_md(R, path):
 - **Instructions**: `valgrind --tool=callgrind` of whole `build/opjit` processes (the count is
   the same on every run, whatever the load of the machine): `opjit --version`, and
   `opjit -q load ops-src/nms.c` with `OPJIT_TIERING=0` on a cache one such load filled.
+- **Whole-process cold load**: `build/opjit -q load ops-src/nms.c` timed from spawn to exit
+  on an empty cache, tiering on (the optimizing compile handed to a detached helper), against
+  `cc -O2 -shared` of the file; once the helper's code is in the cache (the next process must
+  be served by it), two floors are timed the same way: the same load with `OPJIT_TIERING=0`
+  (what starting the helper costs the host is the difference) and the `tcc` program alone
+  (`tcc -shared`, the same include directories and defines, -lm).
 - **Call overhead**: `opjit_call` of `bench/ops/add1.c` (`add1(Tensor self) -> Tensor`,
   float32 contiguous required; the kernel allocates its output with `opjit_output` and writes
   x + 1) on a 1-element tensor, followed by the output's deleter, against a direct C function
