@@ -127,6 +127,14 @@ void jit_blas_dir(char *out, size_t n);
 void jit_host_artifact(const char *target, char *out, size_t n);
 size_t jit_join(char *out, size_t n, size_t k, const char *prefix, const char *const *v);
 
+/* A compiler's diagnostics as they are gathered: text appended to buf is
+ * cut at cap - 1 bytes and stays NUL-terminated (cap 0: none is kept). */
+typedef struct jit_diag {
+    char *buf;
+    size_t len, cap;
+} jit_diag;
+void jit_diag_put(jit_diag *d, const char *s, size_t n);
+
 /* Make the shared object at path ask for a non-executable stack: add a
  * PT_GNU_STACK header (read, write) where it has none. An error, why in
  * diag, when it is not a whole 64-bit ELF shared object or asks for an

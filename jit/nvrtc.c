@@ -386,23 +386,6 @@ int jit_cuda_arch_parse(const char *s, int *number, int *ptx)
 
 /* ---- diagnostics ------------------------------------------------------------ */
 
-typedef struct sink {
-    char *buf;
-    size_t len, cap;
-} sink;
-
-static void put(sink *d, const char *s, size_t n)
-{
-    if (!d->cap)
-        return;
-    size_t room = d->cap - 1 - d->len;
-    if (n > room)
-        n = room;
-    memcpy(d->buf + d->len, s, n);
-    d->len += n;
-    d->buf[d->len] = '\0';
-}
-
 /* NVRTC's closing "1 error detected in the compilation of "name"." (or
  * "N errors"): the name a third time, the count nothing new. */
 static int summary_line(const char *p, size_t len, const char *name)
@@ -414,7 +397,7 @@ static int summary_line(const char *p, size_t len, const char *name)
 
 /* NVRTC says "name(12): error: ..." then quotes the line with a caret; we
  * say "name:12: error: ..." as libtcc does and keep NVRTC's quote. */
-static void rewrite_log(sink *d, const char *log, const char *name)
+static void rewrite_log(jit_diag *d, const char *log, const char *name)
 {
     size_t nl = strlen(name);
     for (const char *p = log; *p;) {
@@ -427,16 +410,16 @@ static void rewrite_log(sink *d, const char *log, const char *name)
         } else if (len > nl + 3 && !strncmp(p, name, nl) && p[nl] == '(' &&
             (line = strtol(p + nl + 1, &end, 10)) > 0 && *end == ')' && end[1] == ':') {
             char head[64];
-            put(d, name, nl);
+            jit_diag_put(d, name, nl);
             int n = snprintf(head, sizeof head, ":%ld:", line);
-            put(d, head, (size_t)n);
-            put(d, end + 2, len - (size_t)(end + 2 - p));
+            jit_diag_put(d, head, (size_t)n);
+            jit_diag_put(d, end + 2, len - (size_t)(end + 2 - p));
         } else {
-            put(d, p, len);
+            jit_diag_put(d, p, len);
         }
         if (!e)
             break;
-        put(d, "\n", 1);
+        jit_diag_put(d, "\n", 1);
         p = e + 1;
     }
     while (d->len && (d->buf[d->len - 1] == '\n' || d->buf[d->len - 1] == ' '))
@@ -504,7 +487,7 @@ static int nv_check_arch(const jit_nvrtc_job *job, int *ptx, char *diag, size_t 
 }
 
 /* Compile prog; on failure its log, rewritten, into d. */
-static int nv_compile(nvrtcProgram prog, const jit_nvrtc_job *job, sink *d, char *diag,
+static int nv_compile(nvrtcProgram prog, const jit_nvrtc_job *job, jit_diag *d, char *diag,
                       size_t diaglen)
 {
     nv_options o;
@@ -560,7 +543,7 @@ static int nv_write(const char *path, const char *bin, size_t size, char *diag, 
 
 int jit_nvrtc_compile(const jit_nvrtc_job *job, char *diag, size_t diaglen)
 {
-    sink d = {diag, 0, diaglen};
+    jit_diag d = {diag, 0, diaglen};
     if (diaglen)
         diag[0] = '\0';
     int ptx = 0, rc = nv_check_arch(job, &ptx, diag, diaglen);

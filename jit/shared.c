@@ -1,6 +1,6 @@
 /* jit/shared.c - what the compilers of the table share: the machine's
  * triple (the build's), a cheap identity of a compiler's file, the host code's include
- * and library paths, the artifact's name. */
+ * and library paths, the artifact's name, the buffer diagnostics gather in. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -9,6 +9,18 @@
 
 #include "jit/jit.h"
 #include "opjit_build_config.h"
+
+void jit_diag_put(jit_diag *d, const char *s, size_t n)
+{
+    if (!d->cap)
+        return;
+    size_t room = d->cap - 1 - d->len;
+    if (n > room)
+        n = room;
+    memcpy(d->buf + d->len, s, n);
+    d->len += n;
+    d->buf[d->len] = '\0';
+}
 
 /* A constant: no uname and no once-flag (a static the first load would
  * write: one more page a fresh process faults in). */

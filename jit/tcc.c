@@ -23,8 +23,7 @@
 static pthread_mutex_t tcc_lock = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct diag_sink {
-    char *buf;
-    size_t len, cap;
+    jit_diag out;
     int errors;
     int write_failed; /* "could not write": an I/O error, not the source's */
     const char *text; /* to quote the offending line */
@@ -33,17 +32,7 @@ typedef struct diag_sink {
     size_t build_dir_len;
 } diag_sink;
 
-static void sink_append(diag_sink *d, const char *s, size_t n)
-{
-    if (!d->cap)
-        return;
-    size_t room = d->cap - 1 - d->len;
-    if (n > room)
-        n = room;
-    memcpy(d->buf + d->len, s, n);
-    d->len += n;
-    d->buf[d->len] = '\0';
-}
+static void sink_append(diag_sink *d, const char *s, size_t n) { jit_diag_put(&d->out, s, n); }
 
 /* Line `line` (1-based) of text, or NULL. */
 static const char *nth_line(const char *text, long line, size_t *len)
@@ -92,11 +81,11 @@ static void on_diag(void *opaque, const char *msg)
         d->write_failed = 1;
     else if (strstr(msg, "error"))
         d->errors++;
-    if (d->len)
+    if (d->out.len)
         sink_append(d, "\n", 1);
-    size_t start = d->len;
+    size_t start = d->out.len;
     sink_append_names(d, msg);
-    msg = d->cap ? d->buf + start : "";
+    msg = d->out.cap ? d->out.buf + start : "";
     size_t nl = strlen(d->name);
     if (!strncmp(msg, d->name, nl) && msg[nl] == ':') {
         long line = strtol(msg + nl + 1, NULL, 10);
@@ -217,7 +206,7 @@ static int tcc_build(TCCState *s, const jit_tcc_job *job, const char *text, diag
     }
     if (tcc_output_file(s, job->out_path) < 0) {
         /* tcc says why (an undefined symbol, or the file) through on_diag. */
-        if (!d->len)
+        if (!d->out.len)
             snprintf(diag, diaglen, "libtcc: cannot write %s", job->out_path);
         return d->errors || !d->write_failed ? OPJIT_ECOMPILE : OPJIT_EIO;
     }
@@ -233,7 +222,7 @@ static int tcc_build(TCCState *s, const jit_tcc_job *job, const char *text, diag
 
 int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen)
 {
-    diag_sink d = {diag, 0, diaglen, 0, 0, job->text, job->source_name, "", 0};
+    diag_sink d = {{diag, 0, diaglen}, 0, 0, job->text, job->source_name, "", 0};
     const char *slash = strrchr(job->out_path, '/');
     if (slash && (size_t)(slash - job->out_path) < sizeof d.build_dir) {
         d.build_dir_len = (size_t)(slash - job->out_path);
@@ -261,7 +250,7 @@ int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen)
     }
     pthread_mutex_unlock(&tcc_lock);
     free(text);
-    if (rc == OPJIT_ECOMPILE && !d.len)
+    if (rc == OPJIT_ECOMPILE && !d.out.len)
         snprintf(diag, diaglen, "%s: compile failed", job->source_name);
     free(name);
     return rc;

@@ -2354,26 +2354,16 @@ OPJIT_MODULE(m)
     opjit_def(m, CONV2D_SCHEMA, OPJIT_CPU, conv2d_cpu,
               "2-D convolution, NCHW (torch.nn.functional.conv2d): im2col + GEMM, "
               "Winograd F(2x2, 3x3) for 3x3 stride 1 (optimizing tier, AVX-512 or AVX2)");
-    opjit_require(m, "input", "floating");
-    opjit_require(m, "weight", "floating rank=4");
-    opjit_require(m, "bias", "floating rank=1");
+    conv2d_require(m, 0);
     opjit_def(m, CONV2D_PADDING_SCHEMA, OPJIT_CPU, conv2d_padding_cpu,
               "conv2d with padding=\"valid\" or \"same\" (F.conv2d's string padding)");
-    opjit_require(m, "input", "floating");
-    opjit_require(m, "weight", "floating rank=4");
-    opjit_require(m, "bias", "floating rank=1");
+    conv2d_require(m, 0);
     opjit_def(m, CONV2D_BACKWARD_SCHEMA, OPJIT_CPU, conv2d_backward_cpu,
               "Gradients of conv2d: grad_input (a transposed convolution), grad_weight, "
               "grad_bias");
-    opjit_require(m, "grad", "floating");
-    opjit_require(m, "input", "floating");
-    opjit_require(m, "weight", "floating rank=4");
-    opjit_require(m, "bias", "floating rank=1");
+    conv2d_require(m, 1);
     opjit_def(m, CONV2D_BACKWARD_PADDING_SCHEMA, OPJIT_CPU, conv2d_backward_padding_cpu,
               "Gradients of conv2d.padding (padding=\"valid\" or \"same\")");
-    opjit_require(m, "grad", "floating");
-    opjit_require(m, "input", "floating");
-    opjit_require(m, "weight", "floating rank=4");
-    opjit_require(m, "bias", "floating rank=1");
+    conv2d_require(m, 1);
     conv2d_declare(m, 1);
 }

@@ -975,27 +975,17 @@ OPJIT_MODULE(m)
 {
     opjit_def(m, CONV2D_SCHEMA, OPJIT_CUDA, conv2d_cuda,
               "2-D convolution, NCHW (torch.nn.functional.conv2d) on CUDA through cuDNN");
-    opjit_require(m, "input", "floating");
-    opjit_require(m, "weight", "floating rank=4");
-    opjit_require(m, "bias", "floating rank=1");
+    conv2d_require(m, 0);
     opjit_def(m, CONV2D_PADDING_SCHEMA, OPJIT_CUDA, conv2d_padding_cuda,
               "conv2d with padding=\"valid\" or \"same\" on CUDA through cuDNN");
-    opjit_require(m, "input", "floating");
-    opjit_require(m, "weight", "floating rank=4");
-    opjit_require(m, "bias", "floating rank=1");
+    conv2d_require(m, 0);
     opjit_def(m, CONV2D_BACKWARD_SCHEMA, OPJIT_CUDA, conv2d_backward_cuda,
               "Gradients of conv2d on CUDA: cuDNN's backward data and filter, grad_bias "
               "summed by a kernel of conv2d.cu");
-    opjit_require(m, "grad", "floating");
-    opjit_require(m, "input", "floating");
-    opjit_require(m, "weight", "floating rank=4");
-    opjit_require(m, "bias", "floating rank=1");
+    conv2d_require(m, 1);
     opjit_def(m, CONV2D_BACKWARD_PADDING_SCHEMA, OPJIT_CUDA, conv2d_backward_padding_cuda,
               "Gradients of conv2d.padding on CUDA (cuDNN)");
-    opjit_require(m, "grad", "floating");
-    opjit_require(m, "input", "floating");
-    opjit_require(m, "weight", "floating rank=4");
-    opjit_require(m, "bias", "floating rank=1");
+    conv2d_require(m, 1);
     conv2d_declare(m, 1);
 }
 

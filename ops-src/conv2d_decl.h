@@ -1,8 +1,9 @@
 /*
  * ops-src/conv2d_decl.h - what conv2d.c and conv2d.cu declare beside their
- * kernels: the shape rules of conv2d, conv2d_backward and their padding
- * overloads, and conv2d's derivative (conv2d_backward for input, weight
- * and bias). A local header: both sources' cache keys include it.
+ * kernels: what each schema requires of its tensors, the shape rules of
+ * conv2d, conv2d_backward and their padding overloads, and conv2d's
+ * derivative (conv2d_backward for input, weight and bias). A local header:
+ * both sources' cache keys include it.
  */
 #ifndef CONV2D_DECL_H
 #define CONV2D_DECL_H
@@ -69,6 +70,17 @@ static int conv2d_backward_shape(opjit_ctx *ctx, opjit_args *a)
 static int conv2d_backward_padding_shape(opjit_ctx *ctx, opjit_args *a)
 {
     return conv2d_backward_shape_of(ctx, a, 1);
+}
+
+/* Right after the opjit_def of a conv2d schema (backward: of a
+ * conv2d_backward one, which takes grad too): what it asks of its tensors. */
+static void conv2d_require(opjit_module *m, int backward)
+{
+    if (backward)
+        opjit_require(m, "grad", "floating");
+    opjit_require(m, "input", "floating");
+    opjit_require(m, "weight", "floating rank=4");
+    opjit_require(m, "bias", "floating rank=1");
 }
 
 /* After the module's opjit_defs (conv2d, conv2d_backward; padding: their

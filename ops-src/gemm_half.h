@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "half_wide.h"
+#include "parallel_pair.h"
 #include "sgemm_avx512.h"
 
 #if defined(SG_FAST) && SG_W == 16 /* an AVX-512 build: under a lower OPJIT_CPU_LEVEL, none */
@@ -1124,26 +1125,6 @@ static int hg_mm_bf16(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, const voi
     return opjit_parallel_for(ctx, 0, hg_mm_chunks(&j), 1, hg_mm_run, &j);
 }
 
-/* Two products in one parallel region (mm_backward's): the chunks of a,
- * then those of b, on one area a thread (the larger of the two). */
-typedef struct hg_mm_pair {
-    hg_mm_job *a, *b;
-    int64_t ca; /* chunks of a */
-} hg_mm_pair;
-
-static int hg_mm_pair_run(void *user, int64_t lo, int64_t hi)
-{
-    const hg_mm_pair *pr = (const hg_mm_pair *)user;
-    int64_t t;
-    for (t = lo; t < hi; t++) {
-        if (t < pr->ca)
-            hg_mm_run(pr->a, t, t + 1);
-        else
-            hg_mm_run(pr->b, t - pr->ca, t - pr->ca + 1);
-    }
-    return 0;
-}
-
 /* mm_backward's products on vdpbf16ps, gx [n, k] = g [n, m] y^T and gy
  * [k, m] = x^T g, for g, x [n, k] and y [k, m] each row-major or
  * transposed (gt, xt, yt as hg_mm_bf16's xt) with its leading dimension:
@@ -1159,7 +1140,6 @@ static int hg_mm_bf16_grads(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, con
                             int *sub)
 {
     hg_mm_job a, b;
-    hg_mm_pair pr;
     hg_passes q;
     hg_scan sc[3];
     const void *op[3] = {g, x, y};
@@ -1198,10 +1178,9 @@ static int hg_mm_bf16_grads(opjit_ctx *ctx, int64_t n, int64_t k, int64_t m, con
     a.per = b.per = a.per > b.per ? a.per : b.per;
     if (!(a.ws = b.ws = (char *)hg_ws(ctx, (size_t)T * a.per)))
         return -1;
-    pr.a = &a;
-    pr.b = &b;
-    pr.ca = hg_mm_chunks(&a);
-    return opjit_parallel_for(ctx, 0, pr.ca + hg_mm_chunks(&b), 1, hg_mm_pair_run, &pr);
+    /* both on one area a thread, the larger of the two */
+    return parallel_for_pair(ctx, hg_mm_run, &a, hg_mm_chunks(&a), hg_mm_run, &b,
+                             hg_mm_chunks(&b));
 }
 
 /* ---- conv2d ----------------------------------------------------------------------- */

@@ -60,6 +60,7 @@
 #include "half_wide.h"
 #include "mm_common.h"
 #include "mm_decl.h"
+#include "parallel_pair.h"
 #include "sgemm_avx2.h"
 #include "sgemm_avx512.h"
 #include "strided.h"
@@ -430,40 +431,17 @@ static int mm_fast(opjit_ctx *ctx, mm_job *j)
     return opjit_parallel_for(ctx, 0, chunks, 1, mm_fast_run, j);
 }
 
-/* Two products in one parallel region (mm_backward's): the chunks of
- * a, then those of b. */
-typedef struct mm_pair {
-    const mm_job *a, *b;
-    int64_t ca; /* chunks of a */
-} mm_pair;
-
-static int mm_pair_run(void *user, int64_t lo, int64_t hi)
-{
-    const mm_pair *pr = (const mm_pair *)user;
-    int64_t t;
-    for (t = lo; t < hi; t++) {
-        if (t < pr->ca)
-            mm_fast_on(pr->a, t);
-        else
-            mm_fast_on(pr->b, t - pr->ca);
-    }
-    return 0;
-}
-
 static int mm_fast_pair(opjit_ctx *ctx, mm_job *a, mm_job *b)
 {
-    int64_t T = opjit_num_threads(ctx), cb;
-    mm_pair pr;
+    int64_t T = opjit_num_threads(ctx), ca, cb;
     int rc;
     if ((rc = mm_fast_rows(ctx, a)) != 0 || (rc = mm_fast_rows(ctx, b)) != 0)
         return rc;
-    pr.a = a;
-    pr.b = b;
-    pr.ca = mm_fast_plan(a, T);
+    ca = mm_fast_plan(a, T);
     cb = mm_fast_plan(b, T);
     if (mm_fast_areas(ctx, a, T) || mm_fast_areas(ctx, b, T))
         return -1;
-    return opjit_parallel_for(ctx, 0, pr.ca + cb, 1, mm_pair_run, &pr);
+    return parallel_for_pair(ctx, mm_fast_run, a, ca, mm_fast_run, b, cb);
 }
 #endif
 

@@ -597,18 +597,27 @@ cuda_rt *cuda_rt_new(void)
     return c;
 }
 
+/* The overflow blocks of ws and its arena, freed (the arena to be sized
+ * anew). */
+static void ws_drop(cuda_ws *ws)
+{
+    while (ws->ovf) {
+        cuda_ovf *o = ws->ovf;
+        ws->ovf = o->next;
+        drv.MemFree(o->p);
+        free(o);
+    }
+    if (ws->base)
+        drv.MemFree(ws->base);
+    ws->base = 0;
+    ws->cap = 0;
+}
+
 static void ws_free_list(cuda_ws *ws)
 {
     while (ws) {
         cuda_ws *next = ws->next;
-        while (ws->ovf) {
-            cuda_ovf *o = ws->ovf;
-            ws->ovf = o->next;
-            drv.MemFree(o->p);
-            free(o);
-        }
-        if (ws->base)
-            drv.MemFree(ws->base);
+        ws_drop(ws);
         free(ws);
         ws = next;
     }
@@ -742,16 +751,7 @@ static void ws_release(cuda_rt *c, cuda_dev *d, cuda_ws *ws)
         /* It did not fit: size the arena to the whole demand for next time,
          * once the work queued by this call no longer uses it. */
         drv.StreamSynchronize(d->stream);
-        while (ws->ovf) {
-            cuda_ovf *o = ws->ovf;
-            ws->ovf = o->next;
-            drv.MemFree(o->p);
-            free(o);
-        }
-        if (ws->base)
-            drv.MemFree(ws->base);
-        ws->base = 0;
-        ws->cap = 0;
+        ws_drop(ws);
         if (drv.MemAlloc(&ws->base, ws->want) == CUDA_SUCCESS)
             ws->cap = ws->want;
         else

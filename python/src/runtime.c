@@ -279,18 +279,28 @@ static PyObject *runtime_get_closed(PyObject *self, void *unused)
 
 /* ---- loading and listing ------------------------------------------------------------- */
 
+/* The runtime entered for a call naming spec (a str or path-like, into
+ * *b as bytes); NULL with an exception set. */
+static opjit_runtime *enter_with_spec(opy_runtime *r, PyObject *spec, PyObject **b,
+                                      opy_use *use)
+{
+    *b = NULL;
+    if (ready(r) < 0 || !PyUnicode_FSConverter(spec, b))
+        return NULL;
+    opjit_runtime *rt = opy_runtime_enter(r, use); /* after __fspath__, which may close r */
+    if (!rt)
+        Py_CLEAR(*b);
+    return rt;
+}
+
 static PyObject *runtime_load_op(PyObject *self, PyObject *spec)
 {
     opy_runtime *r = (opy_runtime *)self;
-    PyObject *b = NULL;
-    if (ready(r) < 0 || !PyUnicode_FSConverter(spec, &b))
+    PyObject *b;
+    opy_use use;
+    opjit_runtime *rt = enter_with_spec(r, spec, &b, &use);
+    if (!rt)
         return NULL;
-    opy_use use; /* after __fspath__, which may have closed r */
-    opjit_runtime *rt = opy_runtime_enter(r, &use);
-    if (!rt) {
-        Py_DECREF(b);
-        return NULL;
-    }
     const char *text = PyBytes_AS_STRING(b);
     opjit_op *op = NULL;
     int rc;
@@ -378,15 +388,11 @@ static PyObject *runtime_wait(PyObject *self, PyObject *unused)
 static PyObject *runtime_unload(PyObject *self, PyObject *spec)
 {
     opy_runtime *r = (opy_runtime *)self;
-    PyObject *b = NULL;
-    if (ready(r) < 0 || !PyUnicode_FSConverter(spec, &b))
+    PyObject *b;
+    opy_use use;
+    opjit_runtime *rt = enter_with_spec(r, spec, &b, &use);
+    if (!rt)
         return NULL;
-    opy_use use; /* after __fspath__, which may have closed r */
-    opjit_runtime *rt = opy_runtime_enter(r, &use);
-    if (!rt) {
-        Py_DECREF(b);
-        return NULL;
-    }
     const char *text = PyBytes_AS_STRING(b);
     int rc;
     Py_BEGIN_ALLOW_THREADS
