@@ -227,6 +227,20 @@ static int cmd_cc_once(const char *src, const char *outdir)
     return 0;
 }
 
+/* dlopen + dlsym(opjit_module_init) of so; "ok total_ms=" since t0. */
+static int dlopen_since(const char *so, double t0)
+{
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    void *sym = h ? dlsym(h, "opjit_module_init") : NULL;
+    double t1 = now_ms();
+    if (!sym) {
+        reply_err("dlopen/dlsym: %s", dlerror());
+        return 1;
+    }
+    printf("ok total_ms=%.4f\n", t1 - t0);
+    return 0;
+}
+
 static int cmd_tcc_once(const char *src, const char *outdir)
 {
     char so[4096], dir[4096];
@@ -251,30 +265,10 @@ static int cmd_tcc_once(const char *src, const char *outdir)
         printf("err libtcc could not build %s\n", src);
         return 1;
     }
-    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-    void *sym = h ? dlsym(h, "opjit_module_init") : NULL;
-    double t1 = now_ms();
-    if (!sym) {
-        reply_err("dlopen/dlsym: %s", dlerror());
-        return 1;
-    }
-    printf("ok total_ms=%.4f\n", t1 - t0);
-    return 0;
+    return dlopen_since(so, t0);
 }
 
-static int cmd_dlopen_once(const char *so)
-{
-    double t0 = now_ms();
-    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-    void *sym = h ? dlsym(h, "opjit_module_init") : NULL;
-    double t1 = now_ms();
-    if (!sym) {
-        reply_err("dlopen/dlsym: %s", dlerror());
-        return 1;
-    }
-    printf("ok total_ms=%.4f\n", t1 - t0);
-    return 0;
-}
+static int cmd_dlopen_once(const char *so) { return dlopen_since(so, now_ms()); }
 
 /* ---- loads: the parent of the fresh processes ----------------------------- */
 

@@ -30,12 +30,7 @@ static int parallel_pair_run(void *user, int64_t lo, int64_t hi)
 static int parallel_for_pair(opjit_ctx *ctx, opjit_chunk_fn fa, void *a, int64_t na,
                              opjit_chunk_fn fb, void *b, int64_t nb)
 {
-    parallel_pair p;
-    p.fa = fa;
-    p.fb = fb;
-    p.a = a;
-    p.b = b;
-    p.na = na;
+    parallel_pair p = {fa, fb, a, b, na};
     return opjit_parallel_for(ctx, 0, na + nb, 1, parallel_pair_run, &p);
 }
 
