@@ -269,7 +269,10 @@ int cache_get_totals(cache *c, cache_totals *t, char *err, size_t errlen)
     return OPJIT_OK;
 }
 
-int cache_prune(cache *c, uint64_t max_bytes, cache_prune_result *r, char *err, size_t errlen)
+/* Leftover scratch directories removed, then entries evicted down to
+ * max_bytes (all: every one), then unused lock files removed. */
+static int cache_shrink(cache *c, uint64_t max_bytes, int all, cache_prune_result *r, char *err,
+                        size_t errlen)
 {
     cache_prune_result dummy;
     if (!r)
@@ -279,22 +282,17 @@ int cache_prune(cache *c, uint64_t max_bytes, cache_prune_result *r, char *err, 
     if (rc != OPJIT_OK)
         return rc;
     cache_clean_tmp(c, &r->tmp_removed);
-    rc = cache_evict_to(c, max_bytes ? max_bytes : c->max_size, 0, r, err, errlen);
+    rc = cache_evict_to(c, max_bytes, all, r, err, errlen);
     cache_clean_locks(c);
     return rc;
 }
 
+int cache_prune(cache *c, uint64_t max_bytes, cache_prune_result *r, char *err, size_t errlen)
+{
+    return cache_shrink(c, max_bytes ? max_bytes : c->max_size, 0, r, err, errlen);
+}
+
 int cache_clear(cache *c, cache_prune_result *r, char *err, size_t errlen)
 {
-    cache_prune_result dummy;
-    if (!r)
-        r = &dummy;
-    memset(r, 0, sizeof *r);
-    int rc = cache_need_writable(c, err, errlen);
-    if (rc != OPJIT_OK)
-        return rc;
-    cache_clean_tmp(c, &r->tmp_removed);
-    rc = cache_evict_to(c, 0, 1, r, err, errlen);
-    cache_clean_locks(c);
-    return rc;
+    return cache_shrink(c, 0, 1, r, err, errlen);
 }
