@@ -32,8 +32,6 @@ typedef struct diag_sink {
     size_t build_dir_len;
 } diag_sink;
 
-static void sink_append(diag_sink *d, const char *s, size_t n) { jit_diag_put(&d->out, s, n); }
-
 /* Line `line` (1-based) of text, or NULL. */
 static const char *nth_line(const char *text, long line, size_t *len)
 {
@@ -60,16 +58,16 @@ static void sink_append_names(diag_sink *d, const char *msg)
     if (!d->build_dir_len ||
         (pl = (size_t)snprintf(prefixed, sizeof prefixed, "%s/%s", d->build_dir, d->name)) >=
             sizeof prefixed) {
-        sink_append(d, msg, strlen(msg));
+        jit_diag_put(&d->out, msg, strlen(msg));
         return;
     }
     const char *p = msg, *hit;
     while ((hit = strstr(p, prefixed))) {
-        sink_append(d, p, (size_t)(hit - p));
-        sink_append(d, d->name, nl);
+        jit_diag_put(&d->out, p, (size_t)(hit - p));
+        jit_diag_put(&d->out, d->name, nl);
         p = hit + pl;
     }
-    sink_append(d, p, strlen(p));
+    jit_diag_put(&d->out, p, strlen(p));
 }
 
 /* tcc reports "name:line: error: msg". Keep it, and quote the line of our
@@ -82,7 +80,7 @@ static void on_diag(void *opaque, const char *msg)
     else if (strstr(msg, "error"))
         d->errors++;
     if (d->out.len)
-        sink_append(d, "\n", 1);
+        jit_diag_put(&d->out, "\n", 1);
     size_t start = d->out.len;
     sink_append_names(d, msg);
     msg = d->out.cap ? d->out.buf + start : "";
@@ -94,8 +92,8 @@ static void on_diag(void *opaque, const char *msg)
         if (src) {
             char head[32];
             int n = snprintf(head, sizeof head, "\n%5ld | ", line);
-            sink_append(d, head, (size_t)n);
-            sink_append(d, src, len);
+            jit_diag_put(&d->out, head, (size_t)n);
+            jit_diag_put(&d->out, src, len);
         }
     }
 }
@@ -195,8 +193,8 @@ static int tcc_build(TCCState *s, const jit_tcc_job *job, const char *text, diag
         return OPJIT_ECOMPILE;
     for (const char *const *p = job->libraries; p && *p; p++)
         if (jit_tcc_link_library(k, s, *p) < 0) {
-            sink_append(d, "\nlibtcc: cannot find library -l", 31);
-            sink_append(d, *p, strlen(*p));
+            jit_diag_put(&d->out, "\nlibtcc: cannot find library -l", 31);
+            jit_diag_put(&d->out, *p, strlen(*p));
             return OPJIT_ECOMPILE;
         }
     /* What libtcc's own runtime step would add: libc, libtcc1.a, crtn.o. */
