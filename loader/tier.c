@@ -139,28 +139,41 @@ static void helper_run(const loader *l, tier_job *batch, int fd)
         helper_send(fd, i - 1, last_rc, last_rc ? diag : "");
 }
 
-/* In the helper: results on fd 1, its compile slot on fd 3, /dev/null
- * for 0 and 2, nothing else of the host's open (its sockets, its locks);
- * signals at their defaults, unblocked; SIGPIPE ignored. */
-static void helper_detach(int fd, int slot)
+/* In the child of the host, before it forks the helper: results on fd 1,
+ * the compile slot on fd 3, the pid pipe on fd 4, /dev/null for 0 and 2,
+ * nothing else of the host's open (its sockets, its locks, its stdio).
+ * Done before the second fork, not in the helper: whoever reads the
+ * host's stdout to its end (a shell's $(...), a test harness) then waits
+ * for this short-lived child alone, never for the helper to get a CPU. */
+static void helper_fds(int res, int slot, int pidfd)
 {
-    /* Out of the way of 0-3 first: the host may have closed its stdio. */
-    fd = fcntl(fd, F_DUPFD, 10);
+    /* Out of the way of 0-4 first: the host may have closed its stdio. */
+    res = fcntl(res, F_DUPFD, 10);
     slot = fcntl(slot, F_DUPFD, 10);
+    pidfd = fcntl(pidfd, F_DUPFD, 10);
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (null >= 0 && null < 10) { /* else it could be the 3 the slot goes to */
+    if (null >= 0 && null < 10) { /* else it could be a number taken below */
         int high = fcntl(null, F_DUPFD_CLOEXEC, 10);
         close(null);
         null = high;
     }
-    dup2(fd, 1);
+    dup2(res, 1);
     dup2(slot, 3);
+    dup2(pidfd, 4);
     fcntl(3, F_SETFD, FD_CLOEXEC); /* the compilers it runs do not hold the slot */
+    fcntl(4, F_SETFD, FD_CLOEXEC);
     if (null >= 0) {
         dup2(null, 0);
         dup2(null, 2);
     }
-    close_range(4, ~0U, 0);
+    close_range(5, ~0U, 0);
+}
+
+/* In the helper: signals at their defaults, unblocked; SIGPIPE ignored;
+ * the pid pipe closed (only its parent writes to it). */
+static void helper_detach(void)
+{
+    close(4);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
@@ -265,15 +278,16 @@ static void reaper_add(pid_t helper)
 static void helper_fork(loader *l, tier_job *batch, int res, int slot, int pidfd,
                         unsigned life_s)
 {
+    helper_fds(res, slot, pidfd);
     setsid();
     pid_t g = fork();
     if (g == 0) {
-        helper_detach(res, slot);
+        helper_detach();
         alarm(life_s); /* SIGALRM is at its default: it ends the helper */
         helper_run(l, batch, 1);
         _exit(0);
     }
-    if (g > 0 && write(pidfd, &g, sizeof g) != (ssize_t)sizeof g)
+    if (g > 0 && write(4, &g, sizeof g) != (ssize_t)sizeof g)
         g = -1;
     _exit(g < 0 ? 1 : 0);
 }

@@ -1,6 +1,7 @@
 /* tests/test_tier_helpers.c - the optimizing tier's helper processes
  * (loader/tier.c): runtimes made and destroyed in a loop leave no zombie,
- * also when the host is a subreaper (PID 1 in a container), and no more
+ * also when the host is a subreaper (PID 1 in a container), a helper holds
+ * none of the host's descriptors once opjit_destroy returns, and no more
  * helpers than OPJIT_CC_JOBS run at once per cache, from one process or
  * from several.
  *
@@ -150,6 +151,48 @@ static int watch_helpers(int limit_s, int most)
     return most;
 }
 
+/* Whether some process holds one of the cache's compile slots (a helper
+ * compiling): the lock cannot be taken. */
+static int slot_held(void)
+{
+    int held = 0;
+    for (int i = 0; i < 2; i++) {
+        char path[PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/v1/locks/slot.%d", cache, i);
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        if (fd >= 0 && fcntl(fd, F_OFD_SETLK, &fl) != 0)
+            held = 1;
+        if (fd >= 0)
+            close(fd);
+    }
+    return held;
+}
+
+/* A descriptor the host leaves open (its stdout, read by a shell's $(...))
+ * is held by no helper once opjit_destroy has returned, while the helper
+ * still compiles: closing the host's copy is the reader's end of file. */
+static void host_descriptors_released(void)
+{
+    wait_slots_free();
+    write_op(4);
+    int p[2];
+    CHECK(pipe(p) == 0); /* inheritable, as a host's stdio is */
+    int high = fcntl(p[1], F_DUPFD, 40); /* above any a helper sets up for itself */
+    CHECK(high >= 40);
+    close(p[1]);
+    p[1] = high;
+    cycle();
+    close(p[1]);
+    CHECK(fcntl(p[0], F_SETFL, O_NONBLOCK) == 0);
+    char c;
+    ssize_t got = read(p[0], &c, 1);
+    CHECKF(got == 0, "the host's pipe is not at its end (read: %zd, %s): a helper holds it",
+           got, got < 0 ? strerror(errno) : "data");
+    CHECKF(slot_held(), "no helper is compiling (the slow compiler takes 2 s)");
+    close(p[0]);
+}
+
 /* The short-lived parent of each helper is reaped: 20 cycles, no zombie. */
 static void no_zombies_after_cycles(void)
 {
@@ -245,6 +288,7 @@ int main(void)
         return 1;
     }
     setenv("OPJIT_CC_JOBS", "2", 1);
+    T_RUN(host_descriptors_released);
     T_RUN(no_zombies_after_cycles); /* before we become a subreaper */
     T_RUN(subreaper_bound_and_no_zombies);
     T_RUN(bound_holds_across_processes);
