@@ -332,6 +332,7 @@ int cache_open(const cache_config *cfg, cache **out, char *err, size_t errlen)
     c->euid = geteuid();
     c->log = cfg->log;
     c->log_ud = cfg->log_ud;
+    c->log_level = cfg->log_level;
     c->disabled = cfg->disabled == 1;
     atomic_init(&c->warned_fallback, 0);
     cache_settings(c, cfg);

@@ -47,6 +47,7 @@ typedef struct cache_config {
     uint64_t max_size;
     cache_log_fn log;
     void *log_ud;
+    int log_level; /* the most verbose OPJIT_LOG_* log takes: no other is formatted */
     /* The remote layer (cache_remote.c): "redis://HOST[:PORT][/DB]" or
      * "redis+unix:///PATH"; NULL or "": none. */
     const char *remote_url;

@@ -25,7 +25,7 @@
 
 void cache_logf(const cache *c, int level, const char *fmt, ...)
 {
-    if (!c || !c->log)
+    if (!c || !c->log || level > c->log_level)
         return;
     char msg[1536];
     va_list ap;

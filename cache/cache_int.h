@@ -51,6 +51,7 @@ struct cache {
     uid_t euid;
     cache_log_fn log;
     void *log_ud;
+    int log_level;
     atomic_int warned_fallback; /* the one "cache unusable" warning */
     struct cache_remote *remote; /* the remote layer's state, or NULL */
     char *remote_url;            /* as configured (even when off), or NULL */
@@ -173,20 +174,8 @@ void cache_artifacts_free(cache_artifact *a, int n);
 int cache_manifest_write(int dirfd, const cache_request *req, const cache_artifact *a,
                          int n, int64_t created, char *err, size_t errlen);
 
-/* cache_elf.c */
 /* n bytes at off of fd into buf: 0, errno, or EIO for a short file. */
 int cache_pread_full(int fd, void *buf, size_t n, uint64_t off);
-/* An artifact that starts like ELF must hold every byte its headers point
- * at (a truncated write is caught here), and a shared object must carry a
- * non-executable PT_GNU_STACK. OPJIT_OK: fine, or not ELF; OPJIT_ECACHE,
- * why filled and *unsafe 1 for an executable stack (0: incomplete); else
- * a status with errno from reading it. */
-#define CACHE_ELF_INCOMPLETE (-1)
-#define CACHE_ELF_UNSAFE (-2)
-int cache_elf_check(int fd, uint64_t size, int *unsafe, char *why, size_t whylen);
-/* The same for an artifact's size bytes at mem (mapped), errno EIO for
- * headers that point past them. */
-int cache_elf_check_mem(const void *mem, uint64_t size, int *unsafe, char *why, size_t whylen);
 
 /* cache_evict.c */
 /* The keys under an entries/ directory of c (a layer's), sorted, never

@@ -51,8 +51,9 @@ int loader_create(opjit_runtime *rt, struct loader **out)
     int rc = ops_path_init(l), parts = 0;
     cache_config cc;
     pipeline_cache_config(&rt->set, &cc);
-    cc.log = cache_log;
+    cc.log = rt->log ? cache_log : NULL; /* so a hit formats no message */
     cc.log_ud = rt;
+    cc.log_level = rt->verbosity;
     char err[1024];
     jit_settings set = {.cuda_archs = l->archs, .tmpdir = rt->set.tmpdir,
                         .cc_name = rt->set.cc, .path = rt->set.path};
@@ -184,7 +185,7 @@ static int load_best_host(load_job *j, struct cuda_module *cm, const char *devic
     int rc = OPJIT_ENOTFOUND;
     for (int i = 0; jit_compilers[i] && rc; i++) {
         const jit_compiler *jc = jit_compilers[i];
-        if (!(jc->halves & j->half) || (jc->background && !tier_wanted(j->l)))
+        if (!(jc->halves & j->half) || (jc->background && !j->l->rt->set.tiering))
             continue; /* background compilers build .c sources only: cm is NULL */
         j->served = i;
         rc = load_host(j, jc, cm, device_tier ? device_tier : jc->name);
@@ -211,7 +212,7 @@ static int load_source(load_job *j)
     /* Built if anything was; else remote if anything came from there. */
     j->hit = !j->hit || !dev_hit ? CACHE_BUILT : j->hit > dev_hit ? j->hit : dev_hit;
     /* Better compilers than the one serving build in the background. */
-    for (int i = 0; i < j->served; i++)
+    for (int i = 0; l->rt->set.tiering && i < j->served; i++)
         if (jit_compilers[i]->background && (jit_compilers[i]->halves & j->half))
             tier_schedule(l, jit_compilers[i], j->src);
     const char *tier = dev ? dev->name : jit_compilers[j->served]->name;

@@ -309,8 +309,6 @@ int pipeline_describe(pipeline *p, const pipeline_get_args *a, pipeline_request 
 int tier_create(loader *l);
 /* Hand what is queued to a helper process and stop at once. */
 void tier_destroy(loader *l);
-/* Whether code of background compilers may serve (found in a cache). */
-int tier_wanted(const loader *l);
 /* Build s with the background compiler jc in a helper process that
  * outlives this one; when it lands, swap its kernels in. */
 void tier_schedule(loader *l, const jit_compiler *jc, const source *s);

@@ -59,8 +59,7 @@ typedef struct tier_job {
 } tier_job;
 
 struct tier_state {
-    int wanted;  /* background compilers' code may serve (found in a cache) */
-    int enabled; /* ... and may be built here */
+    int enabled; /* tiering is on (settings) and background code may be built here */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     tier_job *jobs, *jobs_tail; /* queued, not yet handed to a helper */
@@ -563,15 +562,13 @@ void tier_schedule(loader *l, const jit_compiler *jc, const source *s)
     pthread_mutex_unlock(&t->lock);
 }
 
-int tier_wanted(const loader *l) { return l->tier->wanted; }
-
 void tier_never_build(loader *l) { l->tier->enabled = 0; }
 
 const char *tier_would_serve(loader *l, const source *s)
 {
     for (int i = 0; jit_compilers[i]; i++) {
         const jit_compiler *jc = jit_compilers[i];
-        if (!(jc->halves & JIT_C) || (jc->background && !l->tier->wanted))
+        if (!(jc->halves & JIT_C) || (jc->background && !l->rt->set.tiering))
             continue;
         if (!jc->background)
             return jc->name; /* what a load compiles with */
@@ -620,7 +617,6 @@ int tier_create(loader *l)
     set->cpu_level = s->cpu_level;
     long ncpu = want && !s->cc_jobs ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
     t->slots = !want ? 1 : s->cc_jobs ? s->cc_jobs : ncpu < 1 ? 1 : ncpu > 4096 ? 4096 : (int)ncpu;
-    t->wanted = want;
     t->enabled = want && found;
     if (want && !found && s->tiering_asked)
         rt_log(l->rt, OPJIT_LOG_WARN, "tiering: no C compiler '%s' found; libtcc code only",

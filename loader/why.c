@@ -177,7 +177,7 @@ static int why_source(void *ud, const char *path)
     for (int i = 0; !rc && !w->stopped && jit_compilers[i]; i++) {
         const jit_compiler *jc = jit_compilers[i];
         unsigned half = jc->halves & (host | (s.device == OPJIT_CUDA ? JIT_CU_DEVICE : 0));
-        if (!half || (jc->background && !tier_wanted(l)))
+        if (!half || (jc->background && !l->rt->set.tiering))
             continue;
         char targets[1024], *save = NULL;
         jc->targets(&l->pipe.set, targets, sizeof targets);

@@ -5,12 +5,10 @@
 #include "runtime/abi.h"
 #include "runtime/runtime.h"
 
-/* OPJIT_OK when size can be a host's sizeof: at least the first version's
- * (min), and not past ABI_MAX_SIZE (a size never set holds whatever the
- * stack held: nothing is read or written by it). */
+/* OPJIT_OK when size fits (abi_size_fits), else OPJIT_EINVAL and why. */
 static int abi_size_ok(size_t size, size_t min, const char *what, char *err, size_t errlen)
 {
-    if (size >= min && size <= ABI_MAX_SIZE)
+    if (abi_size_fits(size, min))
         return OPJIT_OK;
     snprintf(err, errlen, "%s.size is %zu, %s %s (%zu bytes): set it to sizeof the struct", what,
              size, size < min ? "below the smallest" : "far past any", what,
@@ -42,18 +40,10 @@ int abi_out_check(const void *out, size_t min, const char *what, char *err, size
     return abi_size_ok(abi_size(out), min, what, err, errlen);
 }
 
-int abi_out_check_rt(const opjit_runtime *rt, const char *fn, const void *out, size_t min,
-                     const char *what)
+int abi_out_refuse(const opjit_runtime *rt, const char *fn, const void *out, size_t min,
+                   const char *what)
 {
-    char err[256];
+    char err[256] = "";
     int rc = abi_out_check(out, min, what, err, sizeof err);
-    return rc ? rt_error(rt, rc, "%s: %s", fn, err) : OPJIT_OK;
-}
-
-void abi_out(void *out, const void *ours, size_t our_size)
-{
-    size_t size = abi_size(out);
-    size_t n = size < our_size ? size : our_size;
-    memcpy((char *)out + sizeof(size_t), (const char *)ours + sizeof(size_t),
-           n - sizeof(size_t));
+    return rt_error(rt, rc ? rc : OPJIT_EINVAL, "%s: %s", fn, err);
 }

@@ -8,6 +8,7 @@
 #define OPJIT_ABI_H
 
 #include <stddef.h>
+#include <string.h>
 
 #include "opjit_admin.h"
 
@@ -43,19 +44,42 @@ static inline size_t abi_size(const void *host)
 int abi_in(void *ours, size_t our_size, const void *in, size_t min, const char *what,
            char *err, size_t errlen);
 
+/* Whether size can be a host's sizeof: at least the first version's
+ * (min), and not past ABI_MAX_SIZE (a size never set holds whatever the
+ * stack held: nothing is read or written by it). */
+static inline int abi_size_fits(size_t size, size_t min)
+{
+    return size >= min && size <= ABI_MAX_SIZE;
+}
+
 /* Whether the host's output struct can be filled: OPJIT_OK, or
- * OPJIT_EINVAL (why in err) when its size is below min. */
+ * OPJIT_EINVAL (why in err) when its size does not fit. */
 int abi_out_check(const void *out, size_t min, const char *what, char *err, size_t errlen);
 
+/* abi_out_check's refusal with the message on rt, prefixed by the
+ * function fn: OPJIT_EINVAL. */
+int abi_out_refuse(const opjit_runtime *rt, const char *fn, const void *out, size_t min,
+                   const char *what);
+
 /* abi_out_check with the message on rt, prefixed by the function fn. */
-int abi_out_check_rt(const opjit_runtime *rt, const char *fn, const void *out, size_t min,
-                     const char *what);
+static inline int abi_out_check_rt(const opjit_runtime *rt, const char *fn, const void *out,
+                                   size_t min, const char *what)
+{
+    return abi_size_fits(abi_size(out), min) ? OPJIT_OK
+                                             : abi_out_refuse(rt, fn, out, min, what);
+}
 
 /* Hand ours (our_size bytes) to the host's output struct out, checked by
  * abi_out_check: the prefix both know; out's bytes past ours are left as
  * the host set them (never written: a wrong size must not reach past the
  * host's struct) and its size stays the host's. */
-void abi_out(void *out, const void *ours, size_t our_size);
+static inline void abi_out(void *out, const void *ours, size_t our_size)
+{
+    size_t size = abi_size(out);
+    size_t n = size < our_size ? size : our_size;
+    memcpy((char *)out + sizeof(size_t), (const char *)ours + sizeof(size_t),
+           n - sizeof(size_t));
+}
 
 /* The host's config (NULL: the defaults) as this library's struct, the
  * fields the host's header does not have at their defaults

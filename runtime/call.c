@@ -626,7 +626,7 @@ static int run_kernel(opjit_runtime *rt, const opjit_op *op, const kernel *k, in
         return rc;
     rc = k->fn(&ctx, &kargs);
     /* Which code served the call, for verbose hosts; one branch otherwise. */
-    if (rt->log && rt->verbosity >= OPJIT_LOG_DEBUG)
+    if (rt_logs(rt, OPJIT_LOG_DEBUG))
         rt_log(rt, OPJIT_LOG_DEBUG, "%s: %s kernel, %s tier, from %s%s", op->name,
                opjit_device_name(device), k->mod->tier, k->mod->source, rc ? " (failed)" : "");
     kernel_status(&ctx, op, rc);

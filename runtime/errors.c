@@ -89,10 +89,8 @@ const char *opjit_errmsg(const opjit_runtime *rt)
     return tls_err.msg;
 }
 
-void rt_log(const opjit_runtime *rt, int level, const char *fmt, ...)
+void rt_log_emit(const opjit_runtime *rt, int level, const char *fmt, ...)
 {
-    if (!rt || !rt->log || level > rt->verbosity)
-        return;
     char buf[2048];
     va_list ap;
     va_start(ap, fmt);

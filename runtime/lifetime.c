@@ -133,7 +133,7 @@ void runtime_free(opjit_runtime *rt)
     pool_free(rt->pool); /* no call is running: the workers are idle */
     workspace_free_all(rt);
     cuda_rt_free(rt->cuda); /* after the modules: they unload in its contexts */
-    if (rt->out_cache && rt->log && rt->verbosity >= OPJIT_LOG_DEBUG) {
+    if (rt->out_cache && rt_logs(rt, OPJIT_LOG_DEBUG)) {
         size_t held;
         unsigned long hits, misses;
         out_cache_stats(rt->out_cache, &held, &hits, &misses);

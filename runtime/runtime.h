@@ -223,7 +223,16 @@ void workspace_free_all(opjit_runtime *rt);
 int rt_error(const opjit_runtime *rt, int status, const char *fmt, ...);
 int rt_verror(const opjit_runtime *rt, int status, const char *fmt, va_list ap);
 void rt_clear_error(const opjit_runtime *rt);
-void rt_log(const opjit_runtime *rt, int level, const char *fmt, ...);
+/* Whether rt's log takes messages of level (the host's callback, up to
+ * its verbosity): rt_log formats none that nobody reads. */
+static inline int rt_logs(const opjit_runtime *rt, int level)
+{
+    return rt && rt->log && level <= rt->verbosity;
+}
+void rt_log_emit(const opjit_runtime *rt, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define rt_log(rt, level, ...) \
+    (rt_logs((rt), (level)) ? rt_log_emit((rt), (level), __VA_ARGS__) : (void)0)
 /* Record an error of the call ctx (the first one counts), prefixed with
  * the op's name; returns the call's status. For runtime/'s own services
  * of the api table (outputs, CUDA, parallel_for). */

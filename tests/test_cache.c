@@ -168,6 +168,7 @@ static cache *open_at(const char *dir, const char *ro, int offline, uint64_t cap
     cfg.tmpdir = getenv("TMPDIR"); /* what the runtime's settings would hand in */
     cfg.log = lc ? logcb : NULL;
     cfg.log_ud = lc;
+    cfg.log_level = OPJIT_LOG_DEBUG;
     cache *c = NULL;
     char err[512];
     int rc = cache_open(&cfg, &c, err, sizeof err);
@@ -854,6 +855,7 @@ static void test_unwritable_fallback(void)
     cfg.disabled = 1;
     cfg.log = logcb;
     cfg.log_ud = &lc;
+    cfg.log_level = OPJIT_LOG_DEBUG;
     lc.nwarn = 0;
     char err[256];
     CHECK(cache_open(&cfg, &c, err, sizeof err) == OPJIT_OK);
