@@ -274,8 +274,11 @@ int opjit_create(const opjit_config *cfg, opjit_runtime **out);
 
 /* Destroy the runtime, unloading every module. Returns at once: optimizing
  * compiles still queued or running go on in a detached helper process and
- * fill the cache for the next process. Outputs already handed to the host
- * stay valid (they own their memory). NULL is fine. */
+ * fill the cache for the next process (when one was handed jobs here, a
+ * thread of the library runs on for the milliseconds its short-lived
+ * parent takes to exit, and reaps it; the library then stays loaded,
+ * whatever dlclose is called). Outputs already handed to the host stay
+ * valid (they own their memory). NULL is fine. */
 void opjit_destroy(opjit_runtime *rt);
 
 /* The number of threads ops of rt may use (cfg.num_threads resolved).

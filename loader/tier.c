@@ -12,14 +12,15 @@
  * never waits for the optimizer, and the next process finds the optimized
  * code in the cache. A worker thread hands the queued jobs to a helper,
  * reads each job's outcome from a pipe and swaps the new code in;
- * opjit_destroy hands over what is still queued and returns at once. The
+ * opjit_destroy hands over what is still queued and returns once the
+ * helper's parent is forked (the worker, detached, reaps it after). The
  * compiler's time limit (OPJIT_CC_TIMEOUT) bounds every helper, and the
  * cache's slots (cache_slot_take, OPJIT_CC_JOBS of them) how many run at
  * once on the machine: a host's worker waits for a free one, a host being
  * destroyed leaves the jobs to a later load when none is free.
  *
  * No helper is left a zombie: the short-lived process between the host
- * and its helper is reaped at once, and where the helper becomes the
+ * and its helper is reaped as soon as it exits, and where the helper becomes the
  * host's own child when that process exits (a subreaper, PID 1 in a
  * container) a thread of the library reaps it once it is done.
  *
@@ -68,6 +69,7 @@ struct tier_state {
     atomic_int stop;
     int wake[2]; /* a pipe: tier_destroy writes to it to wake the worker's poll */
     int started;
+    int released; /* the worker touches neither this nor the loader again */
     int first_error;
     char first_msg[1024]; /* its message, for opjit_wait */
     pthread_t worker;
@@ -292,9 +294,9 @@ static void helper_fork(loader *l, tier_job *batch, int res, int slot, int pidfd
 }
 
 /* Reap the short-lived child of helper_spawn (it exits within
- * milliseconds: waiting is cheap, and never leaves a zombie). ECHILD: the
- * host reaped it (a SIGCHLD handler). Then its helper is the reaper's
- * when it became ours. */
+ * milliseconds, once it has forked the helper: never a zombie for long).
+ * ECHILD: the host reaped it (a SIGCHLD handler). Then its helper is the
+ * reaper's when it became ours. Closes pidfd. */
 static void helper_reap(pid_t child, int pidfd)
 {
     int st;
@@ -304,11 +306,13 @@ static void helper_reap(pid_t child, int pidfd)
     if (read(pidfd, &helper, sizeof helper) == (ssize_t)sizeof helper && helper > 0 &&
         host_is_subreaper())
         reaper_add(helper);
+    close(pidfd);
 }
 
 /* Fork a helper for batch, detached (a grandchild in a session of its
  * own), holding the compile slot slot (the host's copy is closed here).
- * The read end of its pipe, or -1.
+ * The read end of its pipe, or -1. The child between host and helper is
+ * left to the caller: helper_reap(*child, *pidfd).
  *
  * The child of a threaded process may only use what no other thread held
  * at the fork: the helper opens its own cache and scratch directory and
@@ -317,7 +321,8 @@ static void helper_reap(pid_t child, int pidfd)
  * sanitizer allocators, which are not fork-safe, that keeps our own
  * threads out of them at that instant. An alarm bounds the helper's life
  * whatever happens: the time limit of each compile, and a margin. */
-static int helper_spawn(loader *l, tier_job *batch, int slot, char *err, size_t n)
+static int helper_spawn(loader *l, tier_job *batch, int slot, pid_t *child, int *pidfd,
+                        char *err, size_t n)
 {
     int p[2], q[2], njobs = 0;
     for (tier_job *j = batch; j; j = j->next)
@@ -352,8 +357,8 @@ static int helper_spawn(loader *l, tier_job *batch, int slot, char *err, size_t 
     }
     /* A helper that could not be forked closes the pipe unheard: an error
      * then, when its results are read. */
-    helper_reap(pid, q[0]);
-    close(q[0]);
+    *child = pid;
+    *pidfd = q[0];
     return p[0];
 }
 
@@ -442,8 +447,36 @@ static void swap_in(loader *l, tier_job *job)
     pthread_mutex_unlock(&l->lock);
 }
 
-/* Hand batch to a helper; unless stopping, take in its results. */
-static void run_batch(loader *l, tier_job *batch)
+/* The children between the host and the helpers handed the jobs at a
+ * stop: the worker reaps them after tier_destroy has returned. */
+typedef struct handover {
+    pid_t *child;
+    int *pidfd;
+    int n, cap;
+} handover;
+
+static int handover_add(handover *h, pid_t child, int pidfd)
+{
+    if (h->n == h->cap) {
+        int cap = h->cap ? h->cap * 2 : 4;
+        pid_t *c = realloc(h->child, (size_t)cap * sizeof *c);
+        if (c)
+            h->child = c;
+        int *f = c ? realloc(h->pidfd, (size_t)cap * sizeof *f) : NULL;
+        if (!f)
+            return -1;
+        h->pidfd = f;
+        h->cap = cap;
+    }
+    h->child[h->n] = child;
+    h->pidfd[h->n++] = pidfd;
+    return 0;
+}
+
+/* Hand batch to a helper; unless stopping, take in its results. When
+ * stopping, the child between host and helper goes to h, unreaped: the
+ * host's opjit_destroy does not wait for it to fork the helper. */
+static void run_batch(loader *l, tier_job *batch, handover *h)
 {
     tier_state *t = l->tier;
     char err[512];
@@ -462,11 +495,18 @@ static void run_batch(loader *l, tier_job *batch)
         note_error(l, OPJIT_EIO, err);
         return;
     }
-    int fd = helper_spawn(l, batch, slot, err, sizeof err);
+    pid_t child;
+    int pidfd;
+    int fd = helper_spawn(l, batch, slot, &child, &pidfd, err, sizeof err);
     if (fd < 0) {
         note_error(l, OPJIT_EIO, err);
         return;
     }
+    if (atomic_load(&t->stop) && handover_add(h, child, pidfd) == 0) {
+        close(fd); /* nothing is read at a stop */
+        return;
+    }
+    helper_reap(child, pidfd);
     for (int done = 0; done < n; done++) {
         helper_result r;
         char msg[HELPER_MSG_MAX + 1];
@@ -494,10 +534,14 @@ static void run_batch(loader *l, tier_job *batch)
     close(fd);
 }
 
+/* Until stopped: hand each batch queued to a helper. Then, having said so
+ * (released), touch nothing of the loader's (tier_destroy frees it and
+ * returns), and reap the children of the helpers handed the last jobs. */
 static void *worker_main(void *arg)
 {
     loader *l = arg;
     tier_state *t = l->tier;
+    handover h = {0};
     pthread_mutex_lock(&t->lock);
     for (;;) {
         while (!t->jobs && !atomic_load(&t->stop))
@@ -508,13 +552,21 @@ static void *worker_main(void *arg)
         t->jobs = t->jobs_tail = NULL;
         t->busy = 1;
         pthread_mutex_unlock(&t->lock);
-        run_batch(l, batch); /* on stop: hands it over, reads nothing */
+        run_batch(l, batch, &h); /* on stop: hands it over, reads nothing */
         jobs_free(batch);
         pthread_mutex_lock(&t->lock);
         t->busy = 0;
         pthread_cond_broadcast(&t->cond);
     }
+    if (h.n)
+        reaper_pin_library(); /* this thread runs on after opjit_destroy */
+    t->released = 1;
+    pthread_cond_broadcast(&t->cond);
     pthread_mutex_unlock(&t->lock);
+    for (int i = 0; i < h.n; i++)
+        helper_reap(h.child[i], h.pidfd[i]);
+    free(h.child);
+    free(h.pidfd);
     return NULL;
 }
 
@@ -637,7 +689,11 @@ void tier_destroy(loader *l)
     if (t->started) {
         ssize_t w = write(t->wake[1], "", 1); /* a worker in poll returns now */
         (void)w;
-        pthread_join(t->worker, NULL);
+        pthread_mutex_lock(&t->lock);
+        while (!t->released)
+            pthread_cond_wait(&t->cond, &t->lock);
+        pthread_mutex_unlock(&t->lock);
+        pthread_detach(t->worker); /* it may still reap a helper's parent */
     }
     if (t->wake[0] >= 0) {
         close(t->wake[0]);
