@@ -450,26 +450,20 @@ static void swap_in(loader *l, tier_job *job)
 /* The children between the host and the helpers handed the jobs at a
  * stop: the worker reaps them after tier_destroy has returned. */
 typedef struct handover {
-    pid_t *child;
-    int *pidfd;
-    int n, cap;
+    struct handed {
+        pid_t child;
+        int pidfd;
+    } *v;
+    int n;
 } handover;
 
 static int handover_add(handover *h, pid_t child, int pidfd)
 {
-    if (h->n == h->cap) {
-        int cap = h->cap ? h->cap * 2 : 4;
-        pid_t *c = realloc(h->child, (size_t)cap * sizeof *c);
-        if (c)
-            h->child = c;
-        int *f = c ? realloc(h->pidfd, (size_t)cap * sizeof *f) : NULL;
-        if (!f)
-            return -1;
-        h->pidfd = f;
-        h->cap = cap;
-    }
-    h->child[h->n] = child;
-    h->pidfd[h->n++] = pidfd;
+    struct handed *v = realloc(h->v, (size_t)(h->n + 1) * sizeof *v); /* one or two a stop */
+    if (!v)
+        return -1;
+    h->v = v;
+    h->v[h->n++] = (struct handed){child, pidfd};
     return 0;
 }
 
@@ -564,9 +558,8 @@ static void *worker_main(void *arg)
     pthread_cond_broadcast(&t->cond);
     pthread_mutex_unlock(&t->lock);
     for (int i = 0; i < h.n; i++)
-        helper_reap(h.child[i], h.pidfd[i]);
-    free(h.child);
-    free(h.pidfd);
+        helper_reap(h.v[i].child, h.v[i].pidfd);
+    free(h.v);
     return NULL;
 }
 
