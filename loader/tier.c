@@ -20,9 +20,9 @@
  * destroyed leaves the jobs to a later load when none is free.
  *
  * No helper is left a zombie: the short-lived process between the host
- * and its helper is reaped as soon as it exits, and where the helper becomes the
- * host's own child when that process exits (a subreaper, PID 1 in a
- * container) a thread of the library reaps it once it is done.
+ * and its helper is reaped as soon as it exits, and where the helper
+ * becomes the host's own child when that process exits (a subreaper, PID
+ * 1 in a container) a thread of the library reaps it once it is done.
  *
  * Keys and index entries are the pipeline's (loader/pipeline.c): a load
  * finds optimized code through an index entry keyed by the compiler's

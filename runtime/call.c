@@ -625,10 +625,10 @@ static int run_kernel(opjit_runtime *rt, const opjit_op *op, const kernel *k, in
     if (dev->call_begin && (rc = dev->call_begin(&ctx)))
         return rc;
     rc = k->fn(&ctx, &kargs);
-    /* Which code served the call, for verbose hosts; one branch otherwise. */
-    if (rt_logs(rt, OPJIT_LOG_DEBUG))
-        rt_log(rt, OPJIT_LOG_DEBUG, "%s: %s kernel, %s tier, from %s%s", op->name,
-               opjit_device_name(device), k->mod->tier, k->mod->source, rc ? " (failed)" : "");
+    /* Which code served the call, for verbose hosts; one branch otherwise
+     * (rt_log formats nothing below the host's verbosity). */
+    rt_log(rt, OPJIT_LOG_DEBUG, "%s: %s kernel, %s tier, from %s%s", op->name,
+           opjit_device_name(device), k->mod->tier, k->mod->source, rc ? " (failed)" : "");
     kernel_status(&ctx, op, rc);
     /* The device first: it waits for copies that still read the host
      * workspace (CUDA). */

@@ -103,20 +103,31 @@ static void nap_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+/* The lock file of compile slot i of the cache (OPJIT_CC_JOBS is 2), or
+ * -1 when there is none yet. */
+static int slot_open(int i)
+{
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/v1/locks/slot.%d", cache, i);
+    return open(path, O_RDWR | O_CLOEXEC);
+}
+
+/* Whether the slot whose lock file is fd could be taken now (and is, until
+ * fd is closed). */
+static int slot_take(int fd)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    return fcntl(fd, F_OFD_SETLK, &fl) == 0;
+}
+
 /* Until the helpers of an earlier scenario (not our children) are done:
  * their compile slots can be locked. */
 static void wait_slots_free(void)
 {
     for (int i = 0; i < 2; i++) {
-        char path[PATH_MAX + 32];
-        snprintf(path, sizeof path, "%s/v1/locks/slot.%d", cache, i);
-        int fd = open(path, O_RDWR | O_CLOEXEC);
-        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-        for (int tries = 0; fd >= 0 && tries < 120 * 20; tries++) {
-            if (fcntl(fd, F_OFD_SETLK, &fl) == 0)
-                break;
+        int fd = slot_open(i);
+        for (int tries = 0; fd >= 0 && tries < 120 * 20 && !slot_take(fd); tries++)
             nap_ms(50);
-        }
         if (fd >= 0)
             close(fd);
     }
@@ -158,11 +169,8 @@ static int slot_held(void)
 {
     int held = 0;
     for (int i = 0; i < 2; i++) {
-        char path[PATH_MAX + 32];
-        snprintf(path, sizeof path, "%s/v1/locks/slot.%d", cache, i);
-        int fd = open(path, O_RDWR | O_CLOEXEC);
-        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-        if (fd >= 0 && fcntl(fd, F_OFD_SETLK, &fl) != 0)
+        int fd = slot_open(i);
+        if (fd >= 0 && !slot_take(fd))
             held = 1;
         if (fd >= 0)
             close(fd);
