@@ -216,6 +216,31 @@ static void file_id_follows_links_to_the_file(void)
     unlink(a);
 }
 
+/* The optimizing compiler's targets: the x86-64 levels this CPU runs, as
+ * libgcc's feature test (the one the library used before it asked CPUID
+ * itself) sees them, best first, capped by OPJIT_CPU_LEVEL. */
+static void cc_targets_are_the_levels_this_cpu_runs(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    int v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("bmi2");
+    int v2 = __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("popcnt");
+    int v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vl");
+    for (int cap = 0; cap <= 4; cap++) {
+        jit_settings set = {.cpu_level = cap};
+        char got[128], want[128];
+        int c = cap ? cap : 4;
+        snprintf(want, sizeof want, "%s%s%sx86-64", v4 && c >= 4 ? "x86-64-v4," : "",
+                 v3 && c >= 3 ? "x86-64-v3," : "", v2 && c >= 2 ? "x86-64-v2," : "");
+        jit_cc.targets(&set, got, sizeof got);
+        CHECKF(strcmp(got, want) == 0, "cap %d: %s, libgcc says %s", cap, got, want);
+    }
+#endif
+}
+
 int main(void)
 {
     const char *src = getenv("OPJIT_SOURCE_DIR");
@@ -234,6 +259,7 @@ int main(void)
     T_RUN(diagnostics_name_the_source_not_the_build_directory);
     T_RUN(concurrent_compiles_are_serialised);
     T_RUN(file_id_follows_links_to_the_file);
+    T_RUN(cc_targets_are_the_levels_this_cpu_runs);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)

@@ -44,6 +44,8 @@ check "no libtcc symbol is visible (tcc_new)" '! nm -D "$LIB" | grep -qw tcc_new
 readelf -d "$LIB" >"$T/dynamic" 2>&1
 check "readelf -d: no TEXTREL" '! grep -q TEXTREL "$T/dynamic"'
 check "soname is libopjit.so.0" 'grep -q "SONAME.*\[libopjit\.so\.0\]" "$T/dynamic"'
+check "full RELRO: bound at load, GOT read-only (BIND_NOW, GNU_RELRO)" \
+    'grep -q "BIND_NOW" "$T/dynamic" && readelf -lW "$LIB" | grep -q GNU_RELRO'
 
 # ---- (c) a host linked to libopjit.so compiles nms.c on an empty cache ---------------
 DEMO=$T/nms_demo_shared
