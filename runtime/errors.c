@@ -1,5 +1,7 @@
 /* runtime/errors.c - status names, per-thread error messages, logging. */
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/runtime.h"
@@ -54,22 +56,53 @@ const char *opjit_version_string(void)
 }
 
 /* One message per thread, tagged with the runtime it belongs to: threads
- * calling ops concurrently never see each other's errors. */
+ * calling ops concurrently never see each other's errors. Its 16 KB are
+ * the heap's, taken at the thread's first error and given back when the
+ * thread ends: as thread-local storage they would be zeroed for every
+ * thread the host starts, whether it ever calls opjit or not (4 pages,
+ * faulted in, per thread). Out of memory, the message is cut to what fits
+ * in small. */
 static _Thread_local struct {
     const opjit_runtime *rt;
-    char msg[OPJIT_ERRMSG_SIZE];
+    char *msg; /* OPJIT_ERRMSG_SIZE bytes, or NULL */
+    char small[128];
 } tls_err;
+
+static pthread_key_t err_key; /* frees a thread's msg as it ends */
+static pthread_once_t err_key_once = PTHREAD_ONCE_INIT;
+static int err_key_made;
+
+static void err_key_make(void) { err_key_made = pthread_key_create(&err_key, free) == 0; }
+
+/* This thread's message buffer and its size. */
+static char *err_buf(size_t *size)
+{
+    if (!tls_err.msg) {
+        pthread_once(&err_key_once, err_key_make);
+        char *m = err_key_made ? malloc(OPJIT_ERRMSG_SIZE) : NULL;
+        if (m && pthread_setspecific(err_key, m) == 0)
+            tls_err.msg = m;
+        else
+            free(m);
+    }
+    *size = tls_err.msg ? OPJIT_ERRMSG_SIZE : sizeof tls_err.small;
+    return tls_err.msg ? tls_err.msg : tls_err.small;
+}
 
 void rt_clear_error(const opjit_runtime *rt)
 {
     tls_err.rt = rt;
-    tls_err.msg[0] = '\0';
+    tls_err.small[0] = '\0';
+    if (tls_err.msg)
+        tls_err.msg[0] = '\0';
 }
 
 int rt_verror(const opjit_runtime *rt, int status, const char *fmt, va_list ap)
 {
+    size_t size;
+    char *buf = err_buf(&size);
     tls_err.rt = rt;
-    vsnprintf(tls_err.msg, sizeof tls_err.msg, fmt, ap);
+    vsnprintf(buf, size, fmt, ap);
     return status;
 }
 
@@ -86,7 +119,7 @@ const char *opjit_errmsg(const opjit_runtime *rt)
 {
     if (tls_err.rt != rt)
         return "";
-    return tls_err.msg;
+    return tls_err.msg ? tls_err.msg : tls_err.small;
 }
 
 void rt_log_emit(const opjit_runtime *rt, int level, const char *fmt, ...)
