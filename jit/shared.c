@@ -60,8 +60,12 @@ int jit_host_includes(const jit_job *job, const char **out, int max)
     int n = 0;
     for (int i = 0; job->include_dirs && job->include_dirs[i] && n < max - 3; i++)
         out[n++] = job->include_dirs[i];
-    out[n++] = OPJIT_DLPACK_INCLUDE_DIR;
+    /* Searched before the compiler's own directories for every <header>:
+     * the machine's (x86_64-linux-gnu) first, as they come in the
+     * compilers' own lists, so that glibc's <bits/...> are not looked for
+     * in /usr/include first (a failed open each, about 25 a compile). */
     out[n++] = OPJIT_CBLAS_INCLUDE_DIR;
+    out[n++] = OPJIT_DLPACK_INCLUDE_DIR;
     out[n] = NULL;
     return n;
 }
