@@ -72,7 +72,15 @@ static pthread_key_t err_key; /* frees a thread's msg as it ends */
 static pthread_once_t err_key_once = PTHREAD_ONCE_INIT;
 static int err_key_made;
 
-static void err_key_make(void) { err_key_made = pthread_key_create(&err_key, free) == 0; }
+/* At the thread's end: a call made after it (another key's destructor)
+ * takes a new buffer instead of writing into this one. */
+static void err_buf_free(void *msg)
+{
+    tls_err.msg = NULL;
+    free(msg);
+}
+
+static void err_key_make(void) { err_key_made = pthread_key_create(&err_key, err_buf_free) == 0; }
 
 /* This thread's message buffer and its size. */
 static char *err_buf(size_t *size)
