@@ -2,9 +2,6 @@
  * child process: finding it, asking its version, compiling one source into
  * a shared object with a time limit. Knows nothing of the cache: the
  * optimizing tier (loader/tier.c) keys and stores what it makes. */
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -17,6 +14,21 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+/* What the CPU and its OS run (cc_targets), as glibc's loader found it when
+ * the process started (glibc 2.33 and later): no CPUID here, each a trap
+ * to the hypervisor on a VM (3.7 us here). Not libgcc's
+ * __builtin_cpu_supports where glibc can say: it links a constructor that
+ * asks CPUID a dozen times as the library loads, in every process, whether
+ * it ever builds an optimized op or not (issue 26). */
+#if defined(__x86_64__)
+#if defined(__has_include) && __has_include(<sys/platform/x86.h>)
+#include <sys/platform/x86.h>
+#define CC_HAS(glibc_name, gcc_name) CPU_FEATURE_ACTIVE(glibc_name)
+#else
+#define CC_HAS(glibc_name, gcc_name) __builtin_cpu_supports(gcc_name)
+#endif
+#endif
 
 #include <xxhash.h>
 
@@ -314,40 +326,6 @@ static void cc_options(const jit_job *job, char *out, size_t n)
     snprintf(out + k, n - k, " -lm link-blas=%s", job->link_blas ? "yes" : "no");
 }
 
-#if defined(__x86_64__)
-/* The x86-64 levels this CPU and its OS run, as bits (1 << 2: x86-64-v2,
- * 1 << 3: v3, 1 << 4: v4; bit 0 set once known), asked of CPUID the first
- * time only, three times. Not libgcc's __builtin_cpu_supports: that links
- * a constructor which asks CPUID a dozen times as the library loads (each
- * a trap to the hypervisor on a VM, about 4 us here), in every process,
- * whether it ever builds an optimized op or not (issue 26). The features
- * are those the CPU levels were tested on before (__builtin_cpu_supports'
- * names), AVX and AVX-512 only where the OS saves their registers. */
-static int x86_levels(void)
-{
-    static _Atomic int known;
-    int v = known;
-    if (v)
-        return v;
-    unsigned a, b, c = 0, d, b7 = 0, c7, max = __get_cpuid_max(0, NULL);
-    if (max >= 1)
-        __cpuid(1, a, b, c, d);
-    if (max >= 7)
-        __cpuid_count(7, 0, a, b7, c7, d);
-    (void)c7;
-    unsigned xcr0 = 0;
-    if (c & bit_OSXSAVE)
-        __asm__("xgetbv" : "=a"(xcr0), "=d"(d) : "c"(0));
-    int ymm = (xcr0 & 0x6) == 0x6, zmm = (xcr0 & 0xe6) == 0xe6;
-    int v2 = (c & bit_SSE4_2) && (c & bit_POPCNT);
-    int v3 = ymm && (c & bit_FMA) && (b7 & bit_AVX2) && (b7 & bit_BMI2);
-    int v4 = v3 && zmm && (b7 & bit_AVX512F) && (b7 & bit_AVX512BW) &&
-             (b7 & bit_AVX512CD) && (b7 & bit_AVX512DQ) && (b7 & bit_AVX512VL);
-    known = v = 1 | v2 << 2 | v3 << 3 | v4 << 4;
-    return v;
-}
-#endif
-
 /* The CPU levels this machine runs, best first, none above
  * set->cpu_level (OPJIT_CPU_LEVEL) when it is set: code built for one of
  * them never meets a CPU that lacks its features. The level is the
@@ -356,10 +334,14 @@ static int x86_levels(void)
 static void cc_targets(const jit_settings *set, char *out, size_t n)
 {
 #if defined(__x86_64__)
-    int has = x86_levels(), cap = set->cpu_level > 0 ? set->cpu_level : 4;
-    snprintf(out, n, "%s%s%sx86-64", has >> 4 & 1 && cap >= 4 ? "x86-64-v4," : "",
-             has >> 3 & 1 && cap >= 3 ? "x86-64-v3," : "",
-             has >> 2 & 1 && cap >= 2 ? "x86-64-v2," : "");
+    int v3 = CC_HAS(AVX2, "avx2") && CC_HAS(FMA, "fma") && CC_HAS(BMI2, "bmi2");
+    int v2 = CC_HAS(SSE4_2, "sse4.2") && CC_HAS(POPCNT, "popcnt");
+    int v4 = v3 && CC_HAS(AVX512F, "avx512f") && CC_HAS(AVX512BW, "avx512bw") &&
+             CC_HAS(AVX512CD, "avx512cd") && CC_HAS(AVX512DQ, "avx512dq") &&
+             CC_HAS(AVX512VL, "avx512vl");
+    int cap = set->cpu_level > 0 ? set->cpu_level : 4;
+    snprintf(out, n, "%s%s%sx86-64", v4 && cap >= 4 ? "x86-64-v4," : "",
+             v3 && cap >= 3 ? "x86-64-v3," : "", v2 && cap >= 2 ? "x86-64-v2," : "");
 #else
     (void)set;
     snprintf(out, n, "native-baseline");

@@ -217,8 +217,8 @@ static void file_id_follows_links_to_the_file(void)
 }
 
 /* The optimizing compiler's targets: the x86-64 levels this CPU runs, as
- * libgcc's feature test (the one the library used before it asked CPUID
- * itself) sees them, best first, capped by OPJIT_CPU_LEVEL. */
+ * libgcc's feature test (the one the library used before it read glibc's)
+ * sees them, best first, capped by OPJIT_CPU_LEVEL. */
 static void cc_targets_are_the_levels_this_cpu_runs(void)
 {
 #if defined(__x86_64__)
