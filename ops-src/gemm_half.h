@@ -51,9 +51,8 @@
 /* Whether this CPU (and OS) runs the kernels below. */
 static int hg_bf16_cpu(void)
 {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512bf16");
+    return CPU_HAS(AVX512F, "avx512f") && CPU_HAS(AVX512BW, "avx512bw") &&
+           CPU_HAS(AVX512_BF16, "avx512bf16");
 }
 
 static inline uint32_t hg_pair(const uint16_t *p)

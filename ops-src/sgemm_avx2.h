@@ -22,6 +22,7 @@
     !defined(__TINYC__) && defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && \
     !defined(__AVX512F__)
 #define SG_FAST 1
+#include "cpu_features.h"
 #define SG_W 8
 #define SG_PACK 1 /* sgemm_core.h: pack the panels of B */
 #define SG_MR 4
@@ -42,11 +43,7 @@ typedef int sg_vi __attribute__((vector_size(32)));
 #define SG_IHI {4, 12, 5, 13, 6, 14, 7, 15}
 
 /* Whether the CPU (and the OS) runs this code: what -march promised. */
-static int sg_fast_ok(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
-}
+static int sg_fast_ok(void) { return CPU_HAS(AVX2, "avx2") && CPU_HAS(FMA, "fma") ? 1 : 0; }
 
 /* d (8 x 8, rows ldd apart) = s (8 x 8, lds) transposed: rows a and a + h
  * exchange blocks of h lanes, h = 4, 2, 1. */

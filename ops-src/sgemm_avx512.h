@@ -23,6 +23,7 @@
 #if defined(OPJIT_TIER_OPT) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(__TINYC__) && defined(__x86_64__) && defined(__AVX512F__)
 #define SG_FAST 1
+#include "cpu_features.h"
 #define SG_W 16
 #define SG_PACK 0 /* sgemm_core.h: pack the panels of B */
 #define SG_MR 8
@@ -43,11 +44,7 @@ typedef int sg_vi __attribute__((vector_size(64)));
 #define SG_IHI {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31}
 
 /* Whether the CPU (and the OS) runs this code: what -march promised. */
-static int sg_fast_ok(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") ? 1 : 0;
-}
+static int sg_fast_ok(void) { return CPU_HAS(AVX512F, "avx512f") ? 1 : 0; }
 
 /* v (16 vectors of 16) transposed in place: rows a and a + h exchange
  * blocks of h lanes, h = 8, 4, 2, 1. */
