@@ -137,6 +137,8 @@ typedef struct opjit_api {
     int (*output_dynamic)(opjit_ctx *ctx, int index, int dim);
     /* half precision (appended) */
     int (*half_kernel)(opjit_ctx *ctx);
+    /* the machine's BLAS, loaded on first use (appended) */
+    void *(*blas)(opjit_ctx *ctx, const char *name);
 } opjit_api;
 
 /* Directions for opjit_memcpy. */
@@ -360,6 +362,20 @@ static inline int opjit_env_flag(const char *name, int dflt)
  * error recorded (return it) for any other value. The shipped mm and
  * conv2d read it (ops-src/half_wide.h); an op of yours may too. */
 static inline int opjit_half_kernel(opjit_ctx *ctx) { return OPJIT__API->half_kernel(ctx); }
+/* The address of a function of the machine's BLAS, by its CBLAS name
+ * (opjit_blas(ctx, "cblas_sgemm")): cast it to the function's type from
+ * <cblas.h> and call it. The library (the OpenBLAS opjit was built with)
+ * is loaded the first time any op asks, set to one thread (an op's
+ * threads are opjit's, opjit_parallel_for) and kept. NULL, the error
+ * recorded, when it cannot be loaded or has no such function: return -1
+ * from the kernel (or the chunk). Also inside a chunk. An op that calls
+ * cblas_* directly instead has the library linked to its artifact: every
+ * load of the op loads it, some milliseconds in a process that has not,
+ * whether a BLAS path then runs or not. */
+static inline void *opjit_blas(opjit_ctx *ctx, const char *name)
+{
+    return OPJIT__API->blas(ctx, name);
+}
 /* Inside a chunk, the running thread's slot in [0, opjit_num_threads):
  * no two chunks running at once share one. 0 outside parallel_for. */
 static inline int opjit_thread_num(opjit_ctx *ctx) { return OPJIT__API->thread_num(ctx); }

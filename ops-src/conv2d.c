@@ -51,16 +51,13 @@
  *  - everything else: this file's GEMM instead of OpenBLAS's, and the
  *    im2col done in blocks of output positions that stay in L2.
  */
-#ifndef FORCE_OPENBLAS_COMPLEX_STRUCT
-#define FORCE_OPENBLAS_COMPLEX_STRUCT
-#endif
 #include <opjit_op.h>
-#include <cblas.h>
 #include <limits.h>
 #include <string.h>
 
 #include "conv2d_common.h"
 #include "conv2d_decl.h"
+#include "op_blas.h"
 #include "sgemm_avx2.h"
 #include "sgemm_avx512.h"
 #include "gemm_half.h"
@@ -171,9 +168,10 @@ typedef struct conv_job {
                 b = col;                                                      \
                 ldb = np;                                                     \
             }                                                                 \
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->og, (int)np, \
-                 (int)j->kdim, 1, wg, (int)j->kdim, b, (int)ldb, 0, og,       \
-                 (int)j->plane);                                              \
+            if (GEMM(j->ctx, CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->og, \
+                     (int)np, (int)j->kdim, 1, wg, (int)j->kdim, b, (int)ldb, 0, og, \
+                     (int)j->plane))                                          \
+                return -1;                                                    \
             if (j->bias)                                                      \
                 for (o = 0; o < g->og; o++) {                                 \
                     T bv = ((const T *)j->bias)[gi * g->og + o];              \
@@ -185,8 +183,8 @@ typedef struct conv_job {
         return 0;                                                             \
     }
 
-CONV_DEFINE(float, f32, cblas_sgemm)
-CONV_DEFINE(double, f64, cblas_dgemm)
+CONV_DEFINE(float, f32, op_sgemm)
+CONV_DEFINE(double, f64, op_dgemm)
 
 /* ---- the optimizing tier on x86-64 with AVX-512 or AVX2 ----------------------------
  *
@@ -1385,16 +1383,17 @@ static int conv_gi_cols_run(void *user, int64_t lo, int64_t hi)
             continue;
         }
 #endif
-        if (g->is64)
-            cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)kdim, (int)np, (int)g->og,
-                        1.0, (const double *)j->w + gi * g->og * kdim, (int)kdim,
-                        (const double *)j->dy + dyo, (int)plane, 0.0,
-                        (double *)j->cols + co, (int)plane);
-        else
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)kdim, (int)np, (int)g->og,
-                        1.0f, (const float *)j->w + gi * g->og * kdim, (int)kdim,
-                        (const float *)j->dy + dyo, (int)plane, 0.0f,
-                        (float *)j->cols + co, (int)plane);
+        if (g->is64 ? op_dgemm(j->ctx, CblasRowMajor, CblasTrans, CblasNoTrans, (int)kdim,
+                               (int)np, (int)g->og, 1.0,
+                               (const double *)j->w + gi * g->og * kdim, (int)kdim,
+                               (const double *)j->dy + dyo, (int)plane, 0.0,
+                               (double *)j->cols + co, (int)plane)
+                    : op_sgemm(j->ctx, CblasRowMajor, CblasTrans, CblasNoTrans, (int)kdim,
+                               (int)np, (int)g->og, 1.0f,
+                               (const float *)j->w + gi * g->og * kdim, (int)kdim,
+                               (const float *)j->dy + dyo, (int)plane, 0.0f,
+                               (float *)j->cols + co, (int)plane))
+            return -1;
     }
     return 0;
 }
@@ -1653,14 +1652,15 @@ static int conv_gid_run(void *user, int64_t lo, int64_t hi)
             continue;
         }
 #endif
-        if (g->is64)
-            cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)np, (int)og, 1.0,
-                        (const double *)j->w + wo, (int)cg, (const double *)j->dy + yo,
-                        (int)plane, 0.0, (double *)j->dx + xo, (int)plane);
-        else
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)np, (int)og, 1.0f,
-                        (const float *)j->w + wo, (int)cg, (const float *)j->dy + yo,
-                        (int)plane, 0.0f, (float *)j->dx + xo, (int)plane);
+        if (g->is64 ? op_dgemm(j->ctx, CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc,
+                               (int)np, (int)og, 1.0, (const double *)j->w + wo, (int)cg,
+                               (const double *)j->dy + yo, (int)plane, 0.0,
+                               (double *)j->dx + xo, (int)plane)
+                    : op_sgemm(j->ctx, CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc,
+                               (int)np, (int)og, 1.0f, (const float *)j->w + wo, (int)cg,
+                               (const float *)j->dy + yo, (int)plane, 0.0f,
+                               (float *)j->dx + xo, (int)plane))
+            return -1;
     }
 #ifdef SG_FAST
     if (j->tile)
@@ -1860,11 +1860,11 @@ static const void *conv_gw_unfold(const gw_job *j, void *buf, int64_t n, int64_t
 }
 
 /* One block (acc 0: the unit's first, in the optimizing tier written, not
- * added to): target (nr x ncols, rows kdim apart) += grad rows dyr (nr x
+ * added to; 0, or -1 with the error recorded): target (nr x ncols, rows kdim apart) += grad rows dyr (nr x
  * np, rows plane apart) times the unfolded block (ncols x np, rows ld
  * apart) transposed; or, with dyt (grad^T rows, np x nr, ldt apart), the
  * transposed target (ncols x nr, rows og apart) += the block times dyt. */
-static void conv_gw_block(const gw_job *j, char *area, const void *dyr, const float *dyt,
+static int conv_gw_block(const gw_job *j, char *area, const void *dyr, const float *dyt,
                           int64_t ldt,
                           const void *col, int64_t ld, int64_t nr, int64_t ncols, int64_t np,
                           void *target, int acc)
@@ -1876,7 +1876,7 @@ static void conv_gw_block(const gw_job *j, char *area, const void *dyr, const fl
         float *scr = bt + j->kb * j->ldbt + 16; /* bt may hold dyt */
         sg_gemm(ncols, nr, np, (const float *)col, ld, dyt, ldt, (float *)target, g->og, scr,
                 acc);
-        return;
+        return 0;
     }
     if (j->fast) {
         float *bt = (float *)(void *)(area + (size_t)(j->cbc * j->khw * j->ldcol + 16) * 4);
@@ -1884,7 +1884,7 @@ static void conv_gw_block(const gw_job *j, char *area, const void *dyr, const fl
         sg_transpose((const float *)col, ld, ncols, np, bt, j->ldbt);
         sg_gemm(nr, ncols, np, (const float *)dyr, j->plane, bt, j->ldbt, (float *)target,
                 j->kdim, scr, acc);
-        return;
+        return 0;
     }
 #else
     (void)area;
@@ -1893,12 +1893,11 @@ static void conv_gw_block(const gw_job *j, char *area, const void *dyr, const fl
 #endif
     (void)acc; /* the target was zeroed: beta = 1 throughout, as always */
     if (g->is64)
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)ncols, (int)np, 1.0,
-                    (const double *)dyr, (int)j->plane, (const double *)col, (int)ld, 1.0,
-                    (double *)target, (int)j->kdim);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)ncols, (int)np, 1.0f,
-                    (const float *)dyr, (int)j->plane, (const float *)col, (int)ld, 1.0f,
+        return op_dgemm(j->ctx, CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)ncols,
+                        (int)np, 1.0, (const double *)dyr, (int)j->plane, (const double *)col,
+                        (int)ld, 1.0, (double *)target, (int)j->kdim);
+    return op_sgemm(j->ctx, CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)ncols, (int)np,
+                    1.0f, (const float *)dyr, (int)j->plane, (const float *)col, (int)ld, 1.0f,
                     (float *)target, (int)j->kdim);
 }
 
@@ -1938,8 +1937,9 @@ static int conv_gw_run(void *user, int64_t lo, int64_t hi)
                 ldt = j->ldbt;
             }
 #endif
-            conv_gw_block(j, area, dyr, dyt, ldt, col, ld, nr, nc * j->khw, np, target,
-                          t > t0);
+            if (conv_gw_block(j, area, dyr, dyt, ldt, col, ld, nr, nc * j->khw, np, target,
+                              t > t0))
+                return -1;
         }
     }
     return 0;

@@ -40,19 +40,15 @@
  *    mm_backward runs both of its products in one parallel region.
  *    Every element is one chain of fused multiply-adds over k, whatever
  *    the blocks, so the blocks may follow the thread count.
- *  - otherwise OpenBLAS (cblas_sgemm / cblas_dgemm, one thread per call)
- *    on blocks of rows. The blocks follow the shape only, never the
+ *  - otherwise OpenBLAS's GEMMs (op_blas.h: the library is loaded the
+ *    first time one runs; one thread per call) on blocks of rows. The blocks follow the shape only, never the
  *    thread count: OpenBLAS's kernels round a row differently by where it
  *    falls in a call (its edge rows, and on some CPUs a small-matrix path
  *    picked by the call's size), so the same calls must be made for any
  *    number of threads. OpenBLAS's own threads would not do: their results
  *    differ from one thread's in the last bits.
  */
-#ifndef FORCE_OPENBLAS_COMPLEX_STRUCT
-#define FORCE_OPENBLAS_COMPLEX_STRUCT
-#endif
 #include <opjit_op.h>
-#include <cblas.h>
 #include <limits.h>
 #include <string.h>
 
@@ -60,6 +56,7 @@
 #include "half_wide.h"
 #include "mm_common.h"
 #include "mm_decl.h"
+#include "op_blas.h"
 #include "parallel_pair.h"
 #include "sgemm_avx2.h"
 #include "sgemm_avx512.h"
@@ -88,14 +85,12 @@ static int mm_blas_run(void *user, int64_t lo, int64_t hi)
     enum CBLAS_TRANSPOSE ta = j->xt ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = j->yt ? CblasTrans : CblasNoTrans;
     if (j->is64)
-        cblas_dgemm(CblasRowMajor, ta, tb, (int)(r1 - r0), (int)j->m, (int)j->k, 1.0,
-                    (const double *)j->x + off, (int)j->lda, (const double *)j->y,
-                    (int)j->ldb, 0.0, (double *)j->out + r0 * j->m, (int)j->m);
-    else
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)(r1 - r0), (int)j->m, (int)j->k, 1.0f,
-                    (const float *)j->x + off, (int)j->lda, (const float *)j->y,
-                    (int)j->ldb, 0.0f, (float *)j->out + r0 * j->m, (int)j->m);
-    return 0;
+        return op_dgemm(j->ctx, CblasRowMajor, ta, tb, (int)(r1 - r0), (int)j->m, (int)j->k,
+                        1.0, (const double *)j->x + off, (int)j->lda, (const double *)j->y,
+                        (int)j->ldb, 0.0, (double *)j->out + r0 * j->m, (int)j->m);
+    return op_sgemm(j->ctx, CblasRowMajor, ta, tb, (int)(r1 - r0), (int)j->m, (int)j->k, 1.0f,
+                    (const float *)j->x + off, (int)j->lda, (const float *)j->y, (int)j->ldb,
+                    0.0f, (float *)j->out + r0 * j->m, (int)j->m);
 }
 
 /* Blocks of rows: as many as the shape repays (each at least about

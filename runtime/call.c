@@ -315,6 +315,15 @@ static int api_half_kernel(opjit_ctx *ctx)
     return k;
 }
 
+static void *api_blas(opjit_ctx *ctx, const char *name)
+{
+    const char *why;
+    void *f = pool_blas_symbol(name, &why);
+    if (!f)
+        api_fail(ctx, "BLAS function %s: %s", name ? name : "(null)", why);
+    return f;
+}
+
 const opjit_api runtime_api = {
     .abi_version = OPJIT_ABI_VERSION,
     .size = sizeof(opjit_api),
@@ -331,6 +340,7 @@ const opjit_api runtime_api = {
     .synchronize = cuda_api_synchronize,
     .env_flag = api_env_flag,
     .half_kernel = api_half_kernel,
+    .blas = api_blas,
     .parallel_for = api_parallel_for,
     .num_threads = api_num_threads,
     .thread_num = api_thread_num,

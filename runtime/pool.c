@@ -462,3 +462,37 @@ void pool_blas_module(void *dl, int brought_in)
         (void)stop_threads();
     }
 }
+
+/* opjit_blas: OpenBLAS loaded the first time an op asks for one of its
+ * functions, not with every op that may call it (loading it costs a
+ * process that has not some milliseconds: relocations, and a constructor
+ * that starts a thread per core), then set up as pool_blas_module sets up
+ * a module's. */
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static void *blas_dl;
+static char blas_why[256];
+
+static void blas_open(void)
+{
+    int before = pool_blas_present();
+    void *dl = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (!dl) {
+        const char *why = dlerror();
+        snprintf(blas_why, sizeof blas_why, "%s", why ? why : "libopenblas.so.0: not found");
+        return;
+    }
+    pool_blas_module(dl, !before);
+    blas_dl = dl;
+}
+
+void *pool_blas_symbol(const char *name, const char **why)
+{
+    pthread_once(&blas_once, blas_open);
+    if (!blas_dl) {
+        *why = blas_why;
+        return NULL;
+    }
+    void *f = name ? dlsym(blas_dl, name) : NULL;
+    *why = f ? NULL : "no such function in libopenblas.so.0";
+    return f;
+}

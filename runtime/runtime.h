@@ -271,6 +271,9 @@ int pool_chunk_vfail(opjit_ctx *ctx, const char *fmt, va_list ap);
  * thread per call (ops split BLAS work over the pool). */
 int pool_blas_present(void);
 void pool_blas_module(void *dl, int brought_in);
+/* A function of OpenBLAS by name (opjit_blas), the library loaded and set
+ * up on the first call in the process; NULL and *why when it cannot be. */
+void *pool_blas_symbol(const char *name, const char **why);
 
 /* ---- modules (runtime/dispatch.c) --------------------------------------- */
 

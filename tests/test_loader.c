@@ -1472,6 +1472,25 @@ static void ops_read_the_half_kernel_setting(void)
     opjit_destroy(rt);
 }
 
+/* The machine's BLAS through the op API (opjit_blas): a function's
+ * address; a name it lacks fails the call with a message naming it. */
+static void ops_reach_blas_through_the_api(void)
+{
+    const char *d = tmpdir_new();
+    write_const_op_ex(d, "qal_blas.c", "qal_blas", "opjit_blas(ctx, QAL_FN) != NULL",
+                      "#define QAL_FN \"cblas_ddot\"");
+    write_const_op_ex(d, "qal_noblas.c", "qal_noblas", "opjit_blas(ctx, QAL_FN) != NULL",
+                      "#define QAL_FN \"opjit_no_such_blas\"");
+    opjit_runtime *rt = rt_new();
+    opjit_op *op = NULL, *bad = NULL;
+    CHECK(opjit_load_file(rt, pjoin(d, "qal_blas.c"), &op, NULL) == OPJIT_OK);
+    CHECK_VALUE(call_value(rt, op), 1);
+    CHECK(opjit_load_file(rt, pjoin(d, "qal_noblas.c"), &bad, NULL) == OPJIT_OK);
+    CHECK_VALUE(call_value(rt, bad), CALL_FAILED);
+    CHECK_STR_CONTAINS(opjit_errmsg(rt), "BLAS function opjit_no_such_blas: no such function");
+    opjit_destroy(rt);
+}
+
 static void status_strings(void)
 {
     for (int s = 0; s < OPJIT_STATUS_COUNT; s++) {
@@ -1702,6 +1721,7 @@ int main(void)
     T_RUN(an_entry_without_gnu_stack_is_rebuilt);
     T_RUN(ops_read_boolean_settings_like_opjit);
     T_RUN(ops_read_the_half_kernel_setting);
+    T_RUN(ops_reach_blas_through_the_api);
     T_RUN(status_strings);
     tmpdirs_remove();
     return t_done();

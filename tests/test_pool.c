@@ -176,11 +176,40 @@ static int probe(opjit_runtime *rt, opjit_op *op, int64_t grain, int64_t fail_at
 
 static void *no_op(void *arg) { return arg; }
 
+/* mm of two 2 x 2 float64 matrices, a path through OpenBLAS in either
+ * tier (op_blas.h): 0 when it ran and gave the right product. */
+static int mm_f64(opjit_runtime *rt, opjit_op *op)
+{
+    double a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
+    int64_t shape[2] = {2, 2};
+    DLTensor ta = {a, {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, shape, NULL, 0}, tb = ta;
+    tb.data = b;
+    opjit_value args[2] = {opjit_tensor(&ta), opjit_tensor(&tb)};
+    DLManagedTensor *out = NULL;
+    int rc = opjit_call(rt, op, args, 2, &out, 1);
+    if (rc)
+        return rc;
+    const double *c = out->dl_tensor.data;
+    int bad = c[0] != 19 || c[1] != 22 || c[2] != 43 || c[3] != 50;
+    out->deleter(out);
+    return bad ? -1 : 0;
+}
+
+static int blas_loaded(void)
+{
+    void *h = dlopen("libopenblas.so.0", RTLD_LAZY | RTLD_NOLOAD);
+    if (h)
+        dlclose(h);
+    return h != NULL;
+}
+
 /* OpenBLAS starts a server thread per extra core when it is loaded, and
- * each spins for about 0.1 s: an OpenBLAS that an op's module brings in
- * has them stopped (OpenBLAS runs one thread per call under opjit), one
- * the host loaded first keeps them. Run first, before anything in this
- * process has loaded OpenBLAS; the host's case in a child. */
+ * each spins for about 0.1 s: an OpenBLAS that opjit brings in has them
+ * stopped (OpenBLAS runs one thread per call under opjit), one the host
+ * loaded first keeps them. The shipped mm asks for OpenBLAS through
+ * opjit_blas: loading it loads no OpenBLAS, the first call that needs
+ * it does. Run first, before anything in this process has loaded
+ * OpenBLAS; the host's case in a child. */
 static void blas_threads_case(int host_loads_first)
 {
     /* A thread made and joined first: TSan starts its own background
@@ -196,7 +225,11 @@ static void blas_threads_case(int host_loads_first)
         host = count_tasks(NULL) - before;
     }
     opjit_runtime *rt = new_rt(2, 0, NULL, NULL);
-    load(rt, "mm");
+    opjit_op *op = load(rt, "mm");
+    if (!host_loads_first)
+        CHECKF(!blas_loaded(), "loading mm loaded OpenBLAS");
+    CHECKF(op && mm_f64(rt, op) == 0, "mm in float64: %s", opjit_errmsg(rt));
+    CHECKF(blas_loaded(), "a float64 mm ran without OpenBLAS loaded");
     int after = count_tasks(NULL);
     opjit_destroy(rt);
     if (host_loads_first)
