@@ -1246,7 +1246,8 @@ def write_md(R, path):
   information, against a process doing only that dlopen. "opt artifact": a process with
   tiering on first leaves the cc -O2 artifact in the cache (untimed); a fresh process with
   tiering on then loads it (a hit serving the opt tier), shown against a dlopen of the
-  cc-built .so.
+  cc-built .so. `opjit_bench` does not link OpenBLAS (its cblas_sgemm anchor dlopens it in the
+  serve process): these processes have no library a host would not have loaded.
 - **Instructions**: `valgrind --tool=callgrind` of whole `build/opjit` processes (the count is
   the same on every run, whatever the load of the machine): `opjit --version`, and
   `opjit -q load ops-src/nms.c` with `OPJIT_TIERING=0` on a cache one such load filled.

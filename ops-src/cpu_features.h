@@ -14,7 +14,14 @@
 
 #if defined(__has_include) && __has_include(<sys/platform/x86.h>)
 #include <sys/platform/x86.h>
-#define CPU_HAS(glibc_name, gcc_name) CPU_FEATURE_ACTIVE(glibc_name)
+/* CPU_FEATURE_ACTIVE's test in unsigned arithmetic: glibc's shifts an int
+ * 1 by 31 for a register's last bit (AVX512VL), which is undefined. */
+static inline int cpu_active(unsigned index)
+{
+    const struct cpuid_feature *f = __x86_get_cpuid_feature_leaf(index / 128);
+    return f->active_array[index % 128 / 32] >> index % 32 & 1;
+}
+#define CPU_HAS(glibc_name, gcc_name) cpu_active(x86_cpu_##glibc_name)
 #else
 #define CPU_HAS(glibc_name, gcc_name) (__builtin_cpu_init(), __builtin_cpu_supports(gcc_name))
 #endif
