@@ -20,35 +20,25 @@
 #include <opjit_op.h>
 #include <cblas.h>
 
-typedef void (*op_sgemm_fn)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE,
-                            blasint, blasint, blasint, float, const float *, blasint,
-                            const float *, blasint, float, float *, blasint);
-typedef void (*op_dgemm_fn)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE,
-                            blasint, blasint, blasint, double, const double *, blasint,
-                            const double *, blasint, double, double *, blasint);
+/* NAME(ctx, then the arguments of cblas_?gemm) on type T, defined once
+ * for float and double. */
+#define OP_BLAS_GEMM(NAME, T, FUNCTION)                                           \
+    typedef void (*NAME##_fn)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, \
+                              blasint, blasint, blasint, T, const T *, blasint,       \
+                              const T *, blasint, T, T *, blasint);                   \
+    static int NAME(opjit_ctx *ctx, enum CBLAS_ORDER o, enum CBLAS_TRANSPOSE ta,      \
+                    enum CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, T alpha,   \
+                    const T *a, blasint lda, const T *b, blasint ldb, T beta, T *c,    \
+                    blasint ldc)                                                      \
+    {                                                                                 \
+        NAME##_fn f = (NAME##_fn)opjit_blas(ctx, FUNCTION);                           \
+        if (!f)                                                                       \
+            return -1;                                                                \
+        f(o, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);                   \
+        return 0;                                                                     \
+    }
 
-static int op_sgemm(opjit_ctx *ctx, enum CBLAS_ORDER o, enum CBLAS_TRANSPOSE ta,
-                    enum CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, float alpha,
-                    const float *a, blasint lda, const float *b, blasint ldb, float beta,
-                    float *c, blasint ldc)
-{
-    op_sgemm_fn f = (op_sgemm_fn)opjit_blas(ctx, "cblas_sgemm");
-    if (!f)
-        return -1;
-    f(o, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return 0;
-}
-
-static int op_dgemm(opjit_ctx *ctx, enum CBLAS_ORDER o, enum CBLAS_TRANSPOSE ta,
-                    enum CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, double alpha,
-                    const double *a, blasint lda, const double *b, blasint ldb, double beta,
-                    double *c, blasint ldc)
-{
-    op_dgemm_fn f = (op_dgemm_fn)opjit_blas(ctx, "cblas_dgemm");
-    if (!f)
-        return -1;
-    f(o, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return 0;
-}
+OP_BLAS_GEMM(op_sgemm, float, "cblas_sgemm")
+OP_BLAS_GEMM(op_dgemm, double, "cblas_dgemm")
 
 #endif
