@@ -1860,10 +1860,11 @@ static const void *conv_gw_unfold(const gw_job *j, void *buf, int64_t n, int64_t
 }
 
 /* One block (acc 0: the unit's first, in the optimizing tier written, not
- * added to; 0, or -1 with the error recorded): target (nr x ncols, rows kdim apart) += grad rows dyr (nr x
+ * added to): target (nr x ncols, rows kdim apart) += grad rows dyr (nr x
  * np, rows plane apart) times the unfolded block (ncols x np, rows ld
  * apart) transposed; or, with dyt (grad^T rows, np x nr, ldt apart), the
- * transposed target (ncols x nr, rows og apart) += the block times dyt. */
+ * transposed target (ncols x nr, rows og apart) += the block times dyt.
+ * 0, or -1 with the error recorded (OpenBLAS could not be had). */
 static int conv_gw_block(const gw_job *j, char *area, const void *dyr, const float *dyt,
                           int64_t ldt,
                           const void *col, int64_t ld, int64_t nr, int64_t ncols, int64_t np,

@@ -41,7 +41,8 @@
  *    Every element is one chain of fused multiply-adds over k, whatever
  *    the blocks, so the blocks may follow the thread count.
  *  - otherwise OpenBLAS's GEMMs (op_blas.h: the library is loaded the
- *    first time one runs; one thread per call) on blocks of rows. The blocks follow the shape only, never the
+ *    first time one runs; one thread per call) on blocks of rows. The
+ *    blocks follow the shape only, never the
  *    thread count: OpenBLAS's kernels round a row differently by where it
  *    falls in a call (its edge rows, and on some CPUs a small-matrix path
  *    picked by the call's size), so the same calls must be made for any
