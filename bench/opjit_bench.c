@@ -783,17 +783,20 @@ static void serve_sgemm(char **w, int nw)
     if (!a || !b || a->ndim != 2 || b->ndim != 2 || a->shape[1] != b->shape[0] || nth < 1)
         return reply_err("%s", "sgemm: bad inputs");
     int n = (int)a->shape[0], k = (int)a->shape[1], m = (int)b->shape[1];
-    /* OpenBLAS loaded here, as a host would load it: linked to this
+    /* OpenBLAS loaded here, once, as a host would load it: linked to this
      * program, it would be in every load-once process too, and hide what
      * loading it costs an op's first load (2-3 ms). */
-    void *blas = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
-    __typeof__(&cblas_sgemm) sgemm = blas ? (__typeof__(&cblas_sgemm))dlsym(blas, "cblas_sgemm")
-                                          : NULL;
-    __typeof__(&openblas_set_num_threads) set_threads =
-        blas ? (__typeof__(&openblas_set_num_threads))dlsym(blas, "openblas_set_num_threads")
-             : NULL;
-    if (!sgemm || !set_threads)
-        return reply_err("sgemm: libopenblas.so.0: %s", dlerror());
+    static __typeof__(&cblas_sgemm) sgemm;
+    static __typeof__(&openblas_set_num_threads) set_threads;
+    if (!sgemm || !set_threads) {
+        void *blas = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+        sgemm = blas ? (__typeof__(&cblas_sgemm))dlsym(blas, "cblas_sgemm") : NULL;
+        set_threads = blas ? (__typeof__(&openblas_set_num_threads))dlsym(
+                                 blas, "openblas_set_num_threads")
+                           : NULL;
+        if (!sgemm || !set_threads)
+            return reply_err("sgemm: libopenblas.so.0: %s", dlerror());
+    }
     float *c = aligned_alloc(64, ((size_t)n * m * sizeof(float) + 63) & ~(size_t)63);
     if (!c)
         return reply_err("%s", "out of memory");

@@ -417,14 +417,16 @@ int pool_chunk_vfail(opjit_ctx *ctx, const char *fmt, va_list ap)
  * keeps the busy cores at num_threads. Looked up in the module's
  * dependencies, so the library itself never links OpenBLAS. */
 static _Atomic int blas_pinned; /* a module's OpenBLAS seen, and kept loaded */
+/* The soname every compiler's -lopenblas records. */
+#define BLAS_SONAME "libopenblas.so.0"
 
-/* Whether the process has OpenBLAS before a module that links it is
- * loaded: the soname every compiler's -lopenblas records. */
+/* Whether the process has OpenBLAS before opjit brings it in (a module
+ * that links it, or opjit_blas). */
 int pool_blas_present(void)
 {
     if (atomic_load(&blas_pinned))
         return 1;
-    void *h = dlopen("libopenblas.so.0", RTLD_LAZY | RTLD_NOLOAD);
+    void *h = dlopen(BLAS_SONAME, RTLD_LAZY | RTLD_NOLOAD);
     if (h)
         dlclose(h);
     return h != NULL;
@@ -475,10 +477,10 @@ static char blas_why[256];
 static void blas_open(void)
 {
     int before = pool_blas_present();
-    void *dl = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    void *dl = dlopen(BLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
     if (!dl) {
         const char *why = dlerror();
-        snprintf(blas_why, sizeof blas_why, "%s", why ? why : "libopenblas.so.0: not found");
+        snprintf(blas_why, sizeof blas_why, "%s", why ? why : BLAS_SONAME ": not found");
         return;
     }
     pool_blas_module(dl, !before);
@@ -493,6 +495,6 @@ void *pool_blas_symbol(const char *name, const char **why)
         return NULL;
     }
     void *f = name ? dlsym(blas_dl, name) : NULL;
-    *why = f ? NULL : "no such function in libopenblas.so.0";
+    *why = f ? NULL : "no such function in " BLAS_SONAME;
     return f;
 }
