@@ -27,6 +27,17 @@
  *       then dlopen + dlsym opjit_module_init; timed together, in process.
  *       No cache, no key, no checks: what opjit adds is the difference.
  *
+ *   opjit_bench hit-floor SRC ENTRY
+ *       The floor of a cache hit of a .c source: what any correct hit must
+ *       do, alone, each step done plainly. Reads and hashes SRC, reads
+ *       ENTRY/manifest (checking its end line), reads and hashes each
+ *       header the manifest lists (beside SRC), checks those sums against
+ *       the manifest's, reads and hashes ENTRY/host.so against its
+ *       artifact line, then dlopen + dlsym opjit_module_init; timed
+ *       together. No runtime, settings, trust checks of the cache's
+ *       directories, lock, key or registration: what opjit adds is the
+ *       difference.
+ *
  *   opjit_bench loads SRC REPS [nocc]
  *       REPS repetitions, each in fresh processes (posix_spawn of this
  *       program) with a fresh empty cache directory: cold load and then
@@ -88,6 +99,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <xxhash.h>
 
 #include "opjit.h"
 #include "tools/npy.h"
@@ -270,6 +283,99 @@ static int cmd_tcc_once(const char *src, const char *outdir)
 
 static int cmd_dlopen_once(const char *so) { return dlopen_since(so, now_ms()); }
 
+/* The whole of a file into a fresh buffer (NUL-terminated), as a hit reads
+ * a source: NULL on failure. */
+static char *read_whole(const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    char *buf = NULL;
+    if (fd >= 0 && fstat(fd, &st) == 0 && (buf = malloc((size_t)st.st_size + 1)) &&
+        read(fd, buf, (size_t)st.st_size) == st.st_size)
+        buf[st.st_size] = '\0', *len = (size_t)st.st_size;
+    else
+        free(buf), buf = NULL;
+    if (fd >= 0)
+        close(fd);
+    return buf;
+}
+
+/* dir (dlen bytes) + name (nlen) into out, n bytes: a path of this
+ * program's own making ("" if it would not fit). */
+static const char *join_path(char *out, size_t n, const char *dir, size_t dlen, const char *name,
+                             size_t nlen)
+{
+    if (dlen + nlen + 1 > n)
+        nlen = dlen = 0;
+    memcpy(out, dir, dlen);
+    memcpy(out + dlen, name, nlen);
+    out[dlen + nlen] = '\0';
+    return out;
+}
+
+/* The 16 hex digits a manifest gives after kind_name ("source NAME ",
+ * "header NAME ": the first 8 bytes of its XXH3-128) match data's. */
+static int input_sum_ok(const char *manifest, const char *kind_name, const char *data, size_t len)
+{
+    static const char hexd[] = "0123456789abcdef";
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(data, len));
+    const char *at = strstr(manifest, kind_name);
+    if (!at)
+        return 0;
+    at += strlen(kind_name);
+    for (int i = 0; i < 8; i++)
+        if (at[2 * i] != hexd[c.digest[i] >> 4] || at[2 * i + 1] != hexd[c.digest[i] & 15])
+            return 0;
+    return 1;
+}
+
+/* No formatted output before the clock stops: a first printf faults in
+ * pages of libc's code that a hit need not touch. */
+static int cmd_hit_floor(const char *src, const char *entry)
+{
+    char path[4096], want[600];
+    size_t len, mlen, elen = strlen(entry);
+    double t0 = now_ms();
+    const char *base = strrchr(src, '/') ? strrchr(src, '/') + 1 : src;
+    size_t blen = strlen(base);
+    char *text = read_whole(src, &len);
+    char *man = read_whole(join_path(path, sizeof path, entry, elen, "/manifest", 9), &mlen);
+    const char *end = man ? strstr(man, "\nend ") : NULL;
+    int ok = text && end && blen < 500 &&
+             XXH3_64bits(man, (size_t)(end + 1 - man)) == strtoull(end + 5, NULL, 16);
+    if (ok) {
+        memcpy(want, "source ", 7);
+        memcpy(want + 7, base, blen);
+        memcpy(want + 7 + blen, " ", 2);
+        ok = input_sum_ok(man, want, text, len);
+    }
+    /* each header the inputs line lists ("header NAME SUM", %0a-separated) */
+    for (const char *h = ok ? strstr(man, "%0aheader ") : NULL; ok && h;
+         h = strstr(h + 1, "%0aheader ")) {
+        size_t nl = strcspn(h + 10, " ");
+        char *ht = nl < 500 ? read_whole(join_path(path, sizeof path, src,
+                                                   (size_t)(base - src), h + 10, nl), &len)
+                            : NULL;
+        memcpy(want, h + 3, 7 + nl + 1); /* "header NAME " */
+        want[7 + nl + 1] = '\0';
+        ok = ht && input_sum_ok(man, want, ht, len);
+        free(ht);
+    }
+    const char *art = ok ? strstr(man, "\nartifact ") : NULL;
+    char *rest = NULL, *so = read_whole(join_path(path, sizeof path, entry, elen, "/host.so", 8),
+                                        &len);
+    unsigned long long size = art ? strtoull(art + 10, &rest, 10) : 0;
+    if (!art || !so || len != size || XXH3_64bits(so, len) != strtoull(rest, NULL, 16)) {
+        printf("err %s, its headers or %s not matching its manifest\n", src, path);
+        return 1;
+    }
+    free(so);
+    free(text);
+    free(man);
+    return dlopen_since(path, t0);
+}
+
 /* ---- loads: the parent of the fresh processes ----------------------------- */
 
 static char self_path[4096];
@@ -451,6 +557,14 @@ static int cmd_loads(const char *src, int reps, int with_cc)
         char *a_hitdl[] = {self_path, "dlopen-once", found_so, NULL};
         if (found_so[0] && run_child(a_hitdl, off, line, sizeof line, &wall) == 0)
             emit("hitdl", line, wall);
+        /* The floor of that hit (a .c source: one entry, no device code). */
+        char entry[4096];
+        snprintf(entry, sizeof entry, "%s", found_so);
+        char *a_floor[] = {self_path, "hit-floor", (char *)src, dirname(entry), NULL};
+        size_t sl = strlen(src);
+        if (found_so[0] && sl > 2 && !strcmp(src + sl - 2, ".c") &&
+            run_child(a_floor, off, line, sizeof line, &wall) == 0)
+            emit("hitfloor", line, wall);
         if (with_cc) {
             if (run_child(a_cc, off, line, sizeof line, &wall) == 0)
                 emit("cc", line, wall);
@@ -1059,6 +1173,8 @@ int main(int argc, char **argv)
         return cmd_tcc_once(argv[2], argv[3]);
     if (argc == 3 && !strcmp(argv[1], "dlopen-once"))
         return cmd_dlopen_once(argv[2]);
+    if (argc == 4 && !strcmp(argv[1], "hit-floor"))
+        return cmd_hit_floor(argv[2], argv[3]);
     if (argc >= 4 && !strcmp(argv[1], "loads"))
         return cmd_loads(argv[2], atoi(argv[3]), !(argc > 4 && !strcmp(argv[4], "nocc")));
     if (argc == 6 && !strcmp(argv[1], "lookup"))
@@ -1067,6 +1183,7 @@ int main(int argc, char **argv)
         return cmd_serve();
     fprintf(stderr,
             "usage: opjit_bench load-once SRC [wait] | cc-once SRC DIR | dlopen-once SO |\n"
+            "                   hit-floor SRC ENTRY |\n"
             "                   loads SRC REPS [nocc] | lookup DIR OP FILE REPS | serve\n");
     return 2;
 }
