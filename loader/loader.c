@@ -112,6 +112,7 @@ typedef struct load_job {
     double waited_ms; /* for other processes' builds of its artifacts */
     int hit; /* a CACHE_* origin: built, local or remote hit */
     int served;            /* index in jit_compilers of the host code's compiler */
+    int below_best;        /* that code is for a lower CPU level than this one's best */
     char opname[OPJIT_NAME_MAX + 1];
 } load_job;
 
@@ -163,6 +164,7 @@ static int load_host(load_job *j, const jit_compiler *jc, struct cuda_module *cm
     }
     free(diag);
     j->hit = art.hit;
+    j->below_best = !art.best;
     j->waited_ms += cache_entry_waited_ms(art.entry);
     j->t_fetch = loader_now_ms();
     if (!art.path) {
@@ -211,10 +213,18 @@ static int load_source(load_job *j)
         return rc;
     /* Built if anything was; else remote if anything came from there. */
     j->hit = !j->hit || !dev_hit ? CACHE_BUILT : j->hit > dev_hit ? j->hit : dev_hit;
-    /* Better compilers than the one serving build in the background. */
+    /* Better compilers than the one serving build in the background; so
+     * does the serving one when a cache held its code for a lower CPU
+     * level only (warmed on an older machine, or under OPJIT_CPU_LEVEL):
+     * that code serves until this machine's best is built. */
     for (int i = 0; l->rt->set.tiering && i < j->served; i++)
         if (jit_compilers[i]->background && (jit_compilers[i]->halves & j->half))
             tier_schedule(l, jit_compilers[i], j->src);
+    loaded *e = loader_find_loaded(l, j->src->real);
+    if (e)
+        e->below_best = j->below_best;
+    if (j->below_best && jit_compilers[j->served]->background)
+        tier_schedule(l, jit_compilers[j->served], j->src);
     const char *tier = dev ? dev->name : jit_compilers[j->served]->name;
     load_report(j, tier);
     rt_log(l->rt, OPJIT_LOG_INFO, "loaded %s (%s, %s, %.2f ms)", j->path, tier,

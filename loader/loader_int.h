@@ -16,6 +16,7 @@ typedef struct loaded {
     cache_key digest; /* the source's state (source_read) */
     char *op_name;
     char tier[8];    /* tier serving now */
+    int below_best;  /* its code is for a lower CPU level than this one's best */
     struct loaded *next;
 } loaded;
 
@@ -281,6 +282,10 @@ typedef struct pipeline_artifact {
     char name[64];      /* "host.so", "sm_90.cubin" */
     cache_key key;      /* the entry's key (zero when found through an index) */
     int hit;            /* CACHE_BUILT, CACHE_HIT_LOCAL or CACHE_HIT_REMOTE */
+    /* pipeline_get_host: the target it was built for, and whether that is
+     * the best this machine runs (the first of the compiler's targets) */
+    char target[32];
+    int best;
 } pipeline_artifact;
 
 /* Find the artifact in the caches (through an index when the compiler's
@@ -293,7 +298,7 @@ int pipeline_get(pipeline *p, const pipeline_get_args *a, pipeline_artifact *out
 /* jc's host code of s: the first of jc's targets (this machine's, best
  * first) whose artifact a cache holds; with build, the first target's is
  * built when the first is not cached (a build error ends the search).
- * As pipeline_get otherwise. */
+ * out->target and out->best say which served. As pipeline_get otherwise. */
 int pipeline_get_host(pipeline *p, const source *s, const jit_compiler *jc, unsigned half,
                       int build, pipeline_artifact *out, char *diag, size_t diaglen);
 /* The request of the artifact a.jc would make of a.src for a.target, with

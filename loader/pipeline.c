@@ -379,6 +379,10 @@ int pipeline_get_host(pipeline *p, const source *s, const jit_compiler *jc, unsi
          t = strtok_r(NULL, ",", &save), first = 0) {
         pipeline_get_args a = {s, jc, half, t, build && first};
         rc = pipeline_get(p, &a, out, diag, diaglen);
+        if (rc == OPJIT_OK) {
+            snprintf(out->target, sizeof out->target, "%s", t);
+            out->best = first;
+        }
     }
     return rc;
 }

@@ -406,7 +406,7 @@ static int read_full(tier_state *t, int fd, void *buf, size_t n)
 static void note_error(loader *l, int rc, const char *msg)
 {
     tier_state *t = l->tier;
-    rt_log(l->rt, OPJIT_LOG_WARN, "%s; libtcc code keeps serving it", msg);
+    rt_log(l->rt, OPJIT_LOG_WARN, "%s; the code already loaded keeps serving it", msg);
     pthread_mutex_lock(&t->lock);
     if (!t->first_error) {
         t->first_error = rc;
@@ -415,14 +415,16 @@ static void note_error(loader *l, int rc, const char *msg)
     pthread_mutex_unlock(&t->lock);
 }
 
-/* The job's code, now in the cache, replaces the libtcc code, unless the
- * source changed since the job was queued. */
+/* The job's code, now in the cache, replaces the code serving (libtcc's,
+ * or the same compiler's for a lower CPU level), unless the source changed
+ * since the job was queued. */
 static void swap_in(loader *l, tier_job *job)
 {
     pthread_mutex_lock(&l->lock);
     loaded *cur = loader_find_loaded(l, job->src.real);
+    int other = cur && strcmp(cur->tier, job->jc->name);
     if (cur && !memcmp(cur->digest.bytes, job->src.digest.bytes, sizeof cur->digest.bytes) &&
-        strcmp(cur->tier, job->jc->name)) {
+        (other || cur->below_best)) {
         char diag[1024];
         pipeline_artifact art = {0};
         int rc = pipeline_get_host(&l->pipe, &job->src, job->jc, JIT_C, 0, &art, diag,
@@ -430,6 +432,8 @@ static void swap_in(loader *l, tier_job *job)
         module *m = NULL;
         if (rc)
             rc = rt_error(l->rt, rc, "%s: %s", job->path, diag);
+        else if (!other && !art.best)
+            ; /* no better than what serves: keep it */
         else if (!(rc = load_module(l, &job->src, art.path, job->jc->name, &m)) &&
                  (rc = module_publish(l->rt, m)))
             module_discard(m);
@@ -441,8 +445,12 @@ static void swap_in(loader *l, tier_job *job)
             note_error(l, rc, msg);
             return;
         }
-        snprintf(cur->tier, sizeof cur->tier, "%s", job->jc->name);
-        rt_log(l->rt, OPJIT_LOG_INFO, "%s: %s code now serves calls", job->path, job->jc->what);
+        if (m) {
+            snprintf(cur->tier, sizeof cur->tier, "%s", job->jc->name);
+            cur->below_best = !art.best;
+            rt_log(l->rt, OPJIT_LOG_INFO, "%s: %s code for %s now serves calls", job->path,
+                   job->jc->what, art.target);
+        }
     }
     pthread_mutex_unlock(&l->lock);
 }

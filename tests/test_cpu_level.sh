@@ -3,7 +3,8 @@
 # the instruction set asked (its -march and the target in its key), never
 # above the CPU's, so the AVX2 and portable kernels of conv2d.c and mm.c
 # run on a CPU that has more (test_ops runs them against the references).
-# Checked in what the artifacts hold: AVX-512 registers, AVX2 FMAs.
+# Checked in what the artifacts hold: AVX-512 registers, AVX2 FMAs. A cache
+# holding a lower level's code only serves it, and builds the best level.
 # Env (set by ctest): OPJIT_CLI, OPJIT_OPS_PATH, OPJIT_TEST_TMP, OPJIT_CC.
 set -euo pipefail
 
@@ -59,6 +60,28 @@ for src in "$OPS/mm.c" "$OPS/conv2d.c"; do
     check "portable: built for x86-64 ($target)" test "$target" = x86-64
     check "  no AVX register, no FMA" sh -c "! grep -qE '%[yz]mm|vfmadd' '$asm'"
 done
+
+# A cache that holds optimized code for a lower level only (warmed on an
+# older machine, or under OPJIT_CPU_LEVEL) serves it at once, and the best
+# level this CPU runs is built in the background and swapped in.
+best=
+((avx2)) && best=x86-64-v3
+((avx512)) && best=x86-64-v4
+if [[ -n "$best" ]]; then
+    export OPJIT_CACHE_DIR="$T/cache-upgrade"
+    run env OPJIT_CPU_LEVEL=portable "$CLI" load --wait "$OPS/nms.c"
+    expect "upgrade: the portable level's code cached first" 0
+    run "$CLI" cache why "$OPS/nms.c"
+    expect "upgrade: $best not cached yet" 0 "opt $best: not cached"
+    run "$CLI" -v load --wait "$OPS/nms.c"
+    expect "upgrade: the portable code serves at once, $best is swapped in" 0 "[opt]" \
+        "code for $best now serves calls"
+    run "$CLI" cache why "$OPS/nms.c"
+    expect "upgrade: $best now cached" 0 "opt $best: cached"
+    run "$CLI" -v load --wait "$OPS/nms.c"
+    check "upgrade: the next process is served $best, nothing more built" \
+        sh -c "grep -q 'opt ($best, [0-9a-f]*): local hit' '$T/err' && ! grep -q 'now serves' '$T/err'"
+fi
 
 # A level above the CPU's gives the CPU's; a word that is no level warns.
 export OPJIT_CACHE_DIR="$T/cache-why"

@@ -151,7 +151,7 @@ done
 ok=0
 for p in "${pids[@]}"; do wait "$p" && ok=$((ok + 1)); done
 ms=$(($(now_ms) - t0))
-opt_swapped=$(cat "$T"/kill-[123].err | count "optimizing C compiler code now serves" /dev/stdin)
+opt_swapped=$(cat "$T"/kill-[123].err | count "optimizing C compiler code for " /dev/stdin)
 opt_remote=$("$CLI" cache ls --remote 2>/dev/null | awk '$5 == "opt"' | grep -c killed || true)
 check "holder killed: the others succeed ($ok of 3)" test "$ok" = 3
 check "holder killed: within the lease and a compile ($ms ms)" test "$ms" -lt 15000
