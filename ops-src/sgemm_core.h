@@ -22,6 +22,7 @@
 #define SGEMM_CORE_H
 
 #include <string.h>
+#include <unistd.h>
 
 /* Micro-kernels: C[MR][W*NV] = A[MR][K] . B[K][W*NV] (acc: C +=, the
  * chains of fused multiply-adds starting from C instead of 0), B and C
@@ -145,27 +146,44 @@ SG_TGT SG_NOINLINE static void sg_k1(int64_t K, const float *A, int64_t lda, int
 /* Blocking, by what measured faster (issue 26; the bench machine runs
  * 256-bit and 512-bit FMAs at the same rate):
  *  - SG_PACK (AVX2): steps of SG_KC of k, each panel of B packed (SG_KC x
- *    3W floats, 24 KB) to stay in L1 while blocks of SG_MC rows run over
- *    it (their rows of A copied, SG_LDA apart, into L2: 272 KB, a quarter
- *    of Zen 4's; 256 rows, not 128, halve how often B is packed again:
- *    2-3% on 1024 x 1024) while the next panel is prefetched into L2:
- *    OpenBLAS's and oneDNN's way;
+ *    3W floats, 24 KB) to stay in L1 while blocks of sg_mc() rows run
+ *    over it (their rows of A copied, SG_LDA apart, into L2) while the
+ *    next panel is prefetched into L2: OpenBLAS's and oneDNN's way;
  *  - otherwise (AVX-512, 3 vectors of 64 bytes a row of B): B read in
  *    place, the next panel prefetched, all of k at once; with more rows
  *    than columns each block of MR rows runs over every panel (its rows of
  *    A stay in L1), else each panel over every row. */
 #define SG_KC (2048 / SG_W)
-#define SG_MC 256
+/* SG_PACK: a block of rows of A (sg_mc() x SG_KC), rows SG_LDA apart: not a
+ * multiple of 1 KB, so that a micro-kernel's rows do not share the sets
+ * of L1 as rows of a large matrix (lda 2-8 KB) do. */
+#define SG_LDA (SG_KC + 16)
+
+/* SG_PACK: rows of A a block, whose copy stays in L2 while every panel of
+ * B runs over it: the most, a power of two up to 1024, whose copy fills at
+ * most 55% of this core's L2 (glibc's figure, read at process start): 512
+ * rows (557 KB) for 1 MB (Zen 4 and 5), 256 for 512 KB (Zen 3), 128 for
+ * 256 KB. Taller blocks pack each panel of B fewer times: 512 rows, not
+ * 256, took 2048 x 2048 from 0.94-0.97x oneDNN's AVX2 GEMM to 0.975-0.988x
+ * at 1 thread and 1.00-1.02x at 2 on a 1 MB L2 (256, not 128: 2-3% on
+ * 1024 x 1024). Only which rows run together changes, never an element's
+ * chain over k: the bits are the same whatever the L2. */
+static int64_t sg_mc(void)
+{
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    int64_t mc = 64;
+    if (l2 <= 0)
+        return 256;
+    while (mc < 1024 && (size_t)(2 * mc * SG_LDA) * sizeof(float) * 20 <= (size_t)l2 * 11)
+        mc *= 2;
+    return mc;
+}
 
 /* Scratch sg_gemm_ex needs: a zero-padded copy of the last rows of A
  * (MR x K), one packed panel of B (KC x 3W; without SG_PACK the last
  * N % W columns, K x W) and one block of C (MR x 3W). */
 #define SG_PANEL(K) (SG_PACK ? SG_KC * 3 * SG_W : (K) * SG_W)
-/* SG_PACK: a block of rows of A (SG_MC x SG_KC), rows SG_LDA apart: not a
- * multiple of 1 KB, so that a micro-kernel's rows do not share the sets
- * of L1 as rows of a large matrix (lda 2-8 KB) do. */
-#define SG_LDA (SG_KC + 16)
-#define SG_ABLK (SG_PACK ? SG_MC * SG_LDA : 0)
+#define SG_ABLK (SG_PACK ? sg_mc() * SG_LDA : 0)
 static size_t sg_sgemm_scratch(int64_t K)
 {
     return (size_t)(SG_MR * K + SG_PANEL(K) + SG_MR * 3 * SG_W + SG_ABLK + 16) * sizeof(float);
@@ -286,7 +304,7 @@ SG_TGT static void sg_gemm_ex(int64_t M, int64_t N, int64_t K, const float *A, i
 {
     const int64_t W = SG_W, nfull = N - N % SG_W;
     const int64_t kb = SG_PACK ? SG_KC : K;
-    const int64_t mb = SG_PACK ? SG_MC : M > N ? SG_MR : M;
+    const int64_t mb = SG_PACK ? sg_mc() : M > N ? SG_MR : M;
     float *at = scratch, *bp = at + SG_MR * K, *ct = bp + SG_PANEL(K);
     float *ab = ct + SG_MR * 3 * SG_W; /* SG_PACK: the block of rows of A */
     const int64_t mfull = M - M % SG_MR;

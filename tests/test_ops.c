@@ -803,7 +803,8 @@ static void test_mm(void)
     static const int64_t sizes[][3] = {
         {1, 1, 1}, {3, 4, 5}, {5, 1, 7}, {64, 128, 33}, {129, 65, 257}, {1, 300, 1},
         {0, 3, 4}, {3, 0, 4}, {3, 4, 0}, {0, 0, 0}, {2, 0, 0}, {17, 31, 1},
-        {300, 520, 77},  /* blocks of 256 rows and 256 of k (AVX2), every tail */
+        {300, 520, 77},  /* steps of 256 of k (AVX2), blocks of 256 rows (a 512 KB L2) */
+        {601, 280, 53},  /* blocks of 512 rows (a 1 MB L2), then 89 ending in 1 row */
         {3, 300, 48}};   /* fewer rows than a micro-kernel's packing full panels */
     char what[80];
     rng_seed(11);
