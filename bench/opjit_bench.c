@@ -354,11 +354,13 @@ static int cmd_hit_floor(const char *src, const char *entry)
     for (const char *h = ok ? strstr(man, "%0aheader ") : NULL; ok && h;
          h = strstr(h + 1, "%0aheader ")) {
         size_t nl = strcspn(h + 10, " ");
-        char *ht = nl < 500 ? read_whole(join_path(path, sizeof path, src,
-                                                   (size_t)(base - src), h + 10, nl), &len)
-                            : NULL;
-        memcpy(want, h + 3, 7 + nl + 1); /* "header NAME " */
-        want[7 + nl + 1] = '\0';
+        char *ht = NULL;
+        if (nl < 500) { /* "header NAME " into want */
+            ht = read_whole(join_path(path, sizeof path, src, (size_t)(base - src), h + 10, nl),
+                            &len);
+            memcpy(want, h + 3, 7 + nl + 1);
+            want[7 + nl + 1] = '\0';
+        }
         ok = ht && input_sum_ok(man, want, ht, len);
         free(ht);
     }
