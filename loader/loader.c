@@ -171,8 +171,8 @@ static int load_host(load_job *j, const jit_compiler *jc, struct cuda_module *cm
         cuda_module_free(cm);
         rc = rt_error(l->rt, OPJIT_ECACHE, "%s: the cache entry has no %s", j->path, art.name);
     } else
-        rc = loader_publish_module(l, j->src, art.path, tier, j->opname, sizeof j->opname, cm,
-                                   j->replaces);
+        rc = loader_publish_module(l, j->src, art.path, tier, j->below_best, j->opname,
+                                   sizeof j->opname, cm, j->replaces);
     cache_entry_release(art.entry);
     if (rc && jc->background)
         rt_log(l->rt, OPJIT_LOG_WARN, "%s: the %s artifact did not load (%s); compiling anew",
@@ -220,9 +220,6 @@ static int load_source(load_job *j)
     for (int i = 0; l->rt->set.tiering && i < j->served; i++)
         if (jit_compilers[i]->background && (jit_compilers[i]->halves & j->half))
             tier_schedule(l, jit_compilers[i], j->src);
-    loaded *e = loader_find_loaded(l, j->src->real);
-    if (e)
-        e->below_best = j->below_best;
     if (j->below_best && jit_compilers[j->served]->background)
         tier_schedule(l, jit_compilers[j->served], j->src);
     const char *tier = dev ? dev->name : jit_compilers[j->served]->name;

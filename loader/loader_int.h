@@ -172,14 +172,15 @@ void source_each_header(const source *s, void (*fn)(void *ud, const char *real),
 int source_unchanged(const source *s);
 /* dlopen so, run the module init, validate; the module is not published. */
 int load_module(loader *l, const source *s, const char *so, const char *tier, module **out);
-/* Load the module in so, publish its kernels and remember s's state; opname
- * receives the op to hand back (named after the file, else the first). On
- * failure cm (a .cu's device code, may be NULL) is freed; else the module
- * owns it. replaces (or NULL): the loaded source s takes over (its kernels
- * leave, it is forgotten). */
+/* Load the module in so, publish its kernels and remember s's state: the
+ * tier serving, and below_best (its code is for a lower CPU level than
+ * this machine's best). opname receives the op to hand back (named after
+ * the file, else the first). On failure cm (a .cu's device code, may be
+ * NULL) is freed; else the module owns it. replaces (or NULL): the loaded
+ * source s takes over (its kernels leave, it is forgotten). */
 int loader_publish_module(loader *l, const source *s, const char *so, const char *tier,
-                          char *opname, size_t opname_len, struct cuda_module *cm,
-                          const char *replaces);
+                          int below_best, char *opname, size_t opname_len,
+                          struct cuda_module *cm, const char *replaces);
 loaded *loader_find_loaded(loader *l, const char *real);
 /* Forget the source at real (its kernels unpublished): the next load of it
  * compiles or hits the cache again. Loader lock held. */

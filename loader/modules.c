@@ -17,7 +17,8 @@ loaded *loader_find_loaded(loader *l, const char *real)
     return NULL;
 }
 
-static int remember(loader *l, const source *s, const char *op_name, const char *tier)
+static int remember(loader *l, const source *s, const char *op_name, const char *tier,
+                    int below_best)
 {
     loaded *e = loader_find_loaded(l, s->real);
     if (!e) {
@@ -36,6 +37,7 @@ static int remember(loader *l, const source *s, const char *op_name, const char 
     e->op_name = name;
     e->digest = s->digest;
     snprintf(e->tier, sizeof e->tier, "%s", tier);
+    e->below_best = below_best;
     return OPJIT_OK;
 }
 
@@ -99,8 +101,8 @@ fail:
 
 /* Load, publish and remember the module in a host artifact. */
 int loader_publish_module(loader *l, const source *s, const char *so, const char *tier,
-                          char *opname, size_t opname_len, struct cuda_module *cm,
-                          const char *replaces)
+                          int below_best, char *opname, size_t opname_len,
+                          struct cuda_module *cm, const char *replaces)
 {
     module *m;
     if (s->device == OPJIT_CUDA)
@@ -129,7 +131,7 @@ int loader_publish_module(loader *l, const source *s, const char *so, const char
     }
     if (replaces) /* its kernels left with the publish */
         loader_forget(l, replaces);
-    if (remember(l, s, opname, tier))
+    if (remember(l, s, opname, tier, below_best))
         return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
     return OPJIT_OK;
 }
