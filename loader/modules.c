@@ -46,9 +46,9 @@ static int remember(loader *l, const source *s, const char *op_name, const char 
 static const char *module_op_name(const module *m, const char *stem)
 {
     for (const kernel *k = m->kernels; k; k = k->next_in_module)
-        if (!strcmp(k->sch.name, stem))
-            return k->sch.name;
-    return m->kernels->sch.name;
+        if (!strcmp(k->sch->name, stem))
+            return k->sch->name;
+    return m->kernels->sch->name;
 }
 
 int load_module(loader *l, const source *s, const char *so, const char *tier, module **out)

@@ -53,7 +53,7 @@ static int kernel_error(opjit_ctx *ctx, int status, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (!ctx->status)
-        ctx->status = rt_error(ctx->rt, status, "%s: %s", ctx->k->sch.name, msg);
+        ctx->status = rt_error(ctx->rt, status, "%s: %s", ctx->k->sch->name, msg);
     return status;
 }
 
@@ -134,9 +134,9 @@ static DLTensor *api_output(opjit_ctx *ctx, int index, DLDataType dtype, int ndi
                      "chunk; allocate outputs before the loop");
         return NULL;
     }
-    if (index < 0 || index >= k->sch.nouts) {
+    if (index < 0 || index >= k->sch->nouts) {
         kernel_error(ctx, OPJIT_EKERNEL, "opjit_output: output %d out of range (the schema has %d)",
-                     index, k->sch.nouts);
+                     index, k->sch->nouts);
         return NULL;
     }
     if (ctx->outs[index]) {
@@ -296,7 +296,7 @@ static int api_fail(opjit_ctx *ctx, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt ? fmt : "(no message)", ap);
         va_end(ap);
-        ctx->status = rt_error(ctx->rt, OPJIT_EKERNEL, "%s: %s", ctx->k->sch.name, msg);
+        ctx->status = rt_error(ctx->rt, OPJIT_EKERNEL, "%s: %s", ctx->k->sch->name, msg);
     }
     return ctx->status;
 }
@@ -463,7 +463,7 @@ static int check_dltensor(opjit_runtime *rt, const opjit_op *op, int i, const DL
 static int check_tensor(opjit_runtime *rt, const kernel *k, const arg_check *c,
                         const DLTensor *t)
 {
-    const schema_arg *a = &k->sch.args[c->arg];
+    const schema_arg *a = &k->sch->args[c->arg];
     char b1[64], b2[64];
     if (c->ndtypes) {
         int ok = 0;
@@ -477,17 +477,17 @@ static int check_tensor(opjit_runtime *rt, const kernel *k, const arg_check *c,
                 n += (size_t)snprintf(want + n, sizeof want - n, "%s%s", j ? " or " : "",
                                       dtype_name(c->dtypes[j], b1, sizeof b1));
             return rt_error(rt, OPJIT_ECALL, "%s: argument '%s': expected dtype %s, got %s",
-                            k->sch.name, a->name, want, dtype_name(t->dtype, b2, sizeof b2));
+                            k->sch->name, a->name, want, dtype_name(t->dtype, b2, sizeof b2));
         }
     }
     if (c->rank >= 0 && t->ndim != c->rank)
         return rt_error(rt, OPJIT_ECALL, "%s: argument '%s': expected a %d-d tensor, got %d-d",
-                        k->sch.name, a->name, c->rank, t->ndim);
+                        k->sch->name, a->name, c->rank, t->ndim);
     if (c->contiguous && !is_contiguous(t))
         return rt_error(rt, OPJIT_ECALL,
                         "%s: argument '%s': expected a contiguous tensor, got strides that "
                         "are not row-major",
-                        k->sch.name, a->name);
+                        k->sch->name, a->name);
     return OPJIT_OK;
 }
 
@@ -570,8 +570,8 @@ static int bind_args(opjit_runtime *rt, const opjit_op *op, const kernel *k,
                      const opjit_value *args, int nargs, opjit_value *v,
                      int64_t (*expanded)[OPJIT_MAX_LIST])
 {
-    for (int i = 0; i < k->sch.nargs; i++) {
-        int rc = bind_arg(rt, op, &k->sch.args[i], i < nargs ? &args[i] : NULL, &v[i],
+    for (int i = 0; i < k->sch->nargs; i++) {
+        int rc = bind_arg(rt, op, &k->sch->args[i], i < nargs ? &args[i] : NULL, &v[i],
                           expanded[i]);
         if (rc)
             return rc;
@@ -596,7 +596,7 @@ static int kernel_status(opjit_ctx *ctx, const opjit_op *op, int rc)
         ctx->status = rt_error(rt, OPJIT_EKERNEL, "%s: the kernel failed (returned %d) without "
                                "a message", op->name, rc);
     if (!rc && !ctx->status) {
-        for (int i = 0; i < ctx->k->sch.nouts; i++)
+        for (int i = 0; i < ctx->k->sch->nouts; i++)
             if (!ctx->outs[i]) {
                 ctx->status = rt_error(rt, OPJIT_EKERNEL, "%s: the kernel returned without "
                                        "producing output %d", op->name, i);
@@ -611,7 +611,7 @@ static int kernel_status(opjit_ctx *ctx, const opjit_op *op, int rc)
 static int run_kernel(opjit_runtime *rt, const opjit_op *op, const kernel *k, int device,
                       int device_id, opjit_value *v, DLManagedTensor **outs)
 {
-    const schema *s = &k->sch;
+    const schema *s = k->sch;
     /* Set field by field: zeroing the whole struct (outs[] for the most
      * outputs any op may have) shows in the 50 ns budget. */
     opjit_ctx ctx;
@@ -666,9 +666,9 @@ static int call_entered(opjit_runtime *rt, const opjit_op *op, const opjit_value
     int rc = call_bind(rt, op, args, nargs, 1, &b);
     if (rc)
         return rc;
-    if (nouts < b.k->sch.nouts)
+    if (nouts < b.k->sch->nouts)
         return rt_error(rt, OPJIT_ECALL, "%s returns %d outputs; room was given for %d",
-                        op->name, b.k->sch.nouts, nouts);
+                        op->name, b.k->sch->nouts, nouts);
     return run_kernel(rt, op, b.k, b.device, b.device_id, b.v, outs);
 }
 
@@ -689,9 +689,9 @@ int call_bind(opjit_runtime *rt, const opjit_op *op, const opjit_value *args, in
         return no_kernel(rt, op, b->device);
     /* From here on only the kernel's own schema counts: a reload may have
      * changed the op's since this call began. */
-    if (nargs > b->k->sch.nargs)
+    if (nargs > b->k->sch->nargs)
         return rt_error(rt, OPJIT_ECALL, "%s takes at most %d arguments, got %d", op->name,
-                        b->k->sch.nargs, nargs);
+                        b->k->sch->nargs, nargs);
     return bind_args(rt, op, b->k, args, nargs, b->v, b->expanded);
 }
 

@@ -716,7 +716,7 @@ static int dev_ready(opjit_runtime *rt, cuda_dev *d, int id, char *why, size_t n
 int cuda_call_begin(opjit_ctx *ctx)
 {
     opjit_runtime *rt = ctx->rt;
-    const char *op = ctx->k->sch.name;
+    const char *op = ctx->k->sch->name;
     char why[2560];
     if (driver(why, sizeof why))
         return rt_error(rt, OPJIT_EDEVICE, "%s: cannot run on CUDA: %s", op, why);

@@ -38,7 +38,7 @@ static int decl_error(module *m, const char *fmt, ...)
 static kernel *module_kernel(module *m, const char *name)
 {
     for (kernel *k = m->kernels; k; k = k->next_in_module)
-        if (!strcmp(k->sch.name, name))
+        if (!strcmp(k->sch->name, name))
             return k;
     return NULL;
 }
@@ -133,19 +133,19 @@ static int parse_inputs(module *m, const kernel *k, kernel_decls *d)
     int n = 0;
     snprintf(buf, sizeof buf, "%s", d->inputs_text);
     for (char *w = strtok_r(buf, ", \t", &save); w; w = strtok_r(NULL, ", \t", &save)) {
-        int i = schema_arg_index(&k->sch, w);
-        if (i < 0 || k->sch.args[i].kind != OPJIT_KIND_TENSOR)
+        int i = schema_arg_index(k->sch, w);
+        if (i < 0 || k->sch->args[i].kind != OPJIT_KIND_TENSOR)
             return decl_error(m, "opjit_derivative(%s): '%s' is not a Tensor argument of %s",
-                              k->sch.name, w, k->sch.text);
+                              k->sch->name, w, k->sch->text);
         for (int j = 0; j < n; j++)
             if (d->inputs[j] == i)
-                return decl_error(m, "opjit_derivative(%s): '%s' is listed twice", k->sch.name,
+                return decl_error(m, "opjit_derivative(%s): '%s' is listed twice", k->sch->name,
                                   w);
         d->inputs[n++] = i;
     }
     if (n == 0)
         return decl_error(m, "opjit_derivative(%s): no input listed (an op no input of which "
-                          "is differentiable says opjit_not_differentiable)", k->sch.name);
+                          "is differentiable says opjit_not_differentiable)", k->sch->name);
     d->pub.ninputs = n;
     return OPJIT_OK;
 }
@@ -170,7 +170,7 @@ static int same_type(const schema_arg *fa, const schema_arg *ba)
 static int match_arg(module *m, const kernel *f, const kernel *b, const schema_arg *ba,
                      int ninputs, opjit_grad_arg *ga)
 {
-    const schema *fs = &f->sch;
+    const schema *fs = f->sch;
     int j = -1;
     if (!strcmp(ba->name, "grad") && fs->nouts == 1)
         j = 0;
@@ -179,29 +179,29 @@ static int match_arg(module *m, const kernel *f, const kernel *b, const schema_a
     if (j >= 0) {
         if (ba->kind != OPJIT_KIND_TENSOR)
             return decl_error(m, "%s: argument '%s' takes a gradient: it must be a Tensor",
-                              b->sch.name, ba->name);
+                              b->sch->name, ba->name);
         *ga = (opjit_grad_arg){OPJIT_GRAD_FROM_GRAD, j};
     } else if ((j = schema_arg_index(fs, ba->name)) >= 0) {
         if (!same_type(&fs->args[j], ba))
-            return decl_error(m, "%s: argument '%s' is %s but %s's is %s", b->sch.name,
+            return decl_error(m, "%s: argument '%s' is %s but %s's is %s", b->sch->name,
                               ba->name, ba->type, fs->name, fs->args[j].type);
         *ga = (opjit_grad_arg){OPJIT_GRAD_FROM_INPUT, j};
     } else if (!strcmp(ba->name, "output_mask")) {
         if (ba->kind != OPJIT_KIND_INTS || ba->list_len != ninputs)
             return decl_error(m, "%s: output_mask must be int[%d] (one per differentiable "
-                              "input of %s), not %s", b->sch.name, ninputs, fs->name, ba->type);
+                              "input of %s), not %s", b->sch->name, ninputs, fs->name, ba->type);
         *ga = (opjit_grad_arg){OPJIT_GRAD_FROM_MASK, 0};
     } else if ((j = output_named(fs, ba->name)) >= 0) {
         if (ba->kind != OPJIT_KIND_TENSOR)
             return decl_error(m, "%s: argument '%s' takes an output of %s: it must be a Tensor",
-                              b->sch.name, ba->name, fs->name);
+                              b->sch->name, ba->name, fs->name);
         *ga = (opjit_grad_arg){OPJIT_GRAD_FROM_OUTPUT, j};
     } else if (ba->has_default || ba->optional) {
         *ga = (opjit_grad_arg){OPJIT_GRAD_FROM_DEFAULT, 0};
     } else {
         return decl_error(m, "%s: argument '%s' is not grad%s, an argument or output of %s, "
                           "nor output_mask, and has no default: nothing can fill it",
-                          b->sch.name, ba->name, fs->nouts == 1 ? "" : "_<output>", fs->name);
+                          b->sch->name, ba->name, fs->nouts == 1 ? "" : "_<output>", fs->name);
     }
     return OPJIT_OK;
 }
@@ -216,24 +216,24 @@ static int resolve_one(module *m, const kernel *f, kernel_decls *d)
     if (!b)
         return decl_error(m, "opjit_derivative(%s): its backward op %s is not defined in this "
                           "module (define it with opjit_def beside %s)",
-                          f->sch.name, d->backward, f->sch.name);
-    if (b->sch.nouts != d->pub.ninputs)
+                          f->sch->name, d->backward, f->sch->name);
+    if (b->sch->nouts != d->pub.ninputs)
         return decl_error(m, "opjit_derivative(%s): %s returns %d tensors, but %d inputs are "
-                          "differentiable (%s): one gradient each", f->sch.name, b->sch.name,
-                          b->sch.nouts, d->pub.ninputs, d->inputs_text);
+                          "differentiable (%s): one gradient each", f->sch->name, b->sch->name,
+                          b->sch->nouts, d->pub.ninputs, d->inputs_text);
     int grads = 0;
-    for (int i = 0; i < b->sch.nargs; i++) {
-        if ((rc = match_arg(m, f, b, &b->sch.args[i], d->pub.ninputs, &d->bargs[i])))
+    for (int i = 0; i < b->sch->nargs; i++) {
+        if ((rc = match_arg(m, f, b, &b->sch->args[i], d->pub.ninputs, &d->bargs[i])))
             return rc;
         grads += d->bargs[i].from == OPJIT_GRAD_FROM_GRAD;
     }
     if (!grads)
         return decl_error(m, "opjit_derivative(%s): %s takes no incoming gradient (an "
-                          "argument named grad%s)", f->sch.name, b->sch.name,
-                          f->sch.nouts == 1 ? "" : "_<output name>");
+                          "argument named grad%s)", f->sch->name, b->sch->name,
+                          f->sch->nouts == 1 ? "" : "_<output name>");
     d->pub.backward = d->backward;
     d->pub.inputs = d->inputs;
-    d->pub.nbackward_args = b->sch.nargs;
+    d->pub.nbackward_args = b->sch->nargs;
     d->pub.backward_args = d->bargs;
     return OPJIT_OK;
 }
@@ -259,7 +259,7 @@ static void gradient_text(const kernel *k, char *buf, size_t n)
     }
     size_t used = (size_t)snprintf(buf, n, "derivative %s for", d->backward);
     for (int i = 0; i < d->pub.ninputs && used < n; i++)
-        used += (size_t)snprintf(buf + used, n - used, " %s", k->sch.args[d->inputs[i]].name);
+        used += (size_t)snprintf(buf + used, n - used, " %s", k->sch->args[d->inputs[i]].name);
 }
 
 int decl_agree(const kernel *k, const kernel *other)

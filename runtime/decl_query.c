@@ -26,7 +26,7 @@ static opjit_shape_fn shape_rule_of(const opjit_op *op, const kernel *k)
 static int run_shape(opjit_runtime *rt, const opjit_op *op, call_bound *b, opjit_shape_fn fn,
                      opjit_out_shape *outs)
 {
-    struct shape_run run = {outs, b->k->sch.nouts, 0};
+    struct shape_run run = {outs, b->k->sch->nouts, 0};
     opjit_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
     ctx.rt = rt;
@@ -34,7 +34,7 @@ static int run_shape(opjit_runtime *rt, const opjit_op *op, call_bound *b, opjit
     ctx.device = b->device;
     ctx.device_id = b->device_id;
     ctx.shapes = &run;
-    opjit_args a = {b->k->sch.nargs, b->v};
+    opjit_args a = {b->k->sch->nargs, b->v};
     int rc = fn(&ctx, &a);
     if (rc && !ctx.status)
         ctx.status = rt_error(rt, OPJIT_EKERNEL, "%s: the shape rule failed (returned %d) "
@@ -59,9 +59,9 @@ static int shapes_entered(opjit_runtime *rt, const opjit_op *op, const opjit_val
     if (!fn)
         return rt_error(rt, OPJIT_ENOTFOUND, "%s declares no shape rule (opjit_shape in its "
                         "module)", op->name);
-    if (nouts < b.k->sch.nouts)
+    if (nouts < b.k->sch->nouts)
         return rt_error(rt, OPJIT_ECALL, "%s returns %d outputs; room was given for %d",
-                        op->name, b.k->sch.nouts, nouts);
+                        op->name, b.k->sch->nouts, nouts);
     return run_shape(rt, op, &b, fn, outs);
 }
 

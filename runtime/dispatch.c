@@ -90,7 +90,9 @@ module *module_new(opjit_runtime *rt, const char *source, const char *real, cons
 static void kernel_free(kernel *k)
 {
     decl_free(k->decls);
-    schema_free(&k->sch);
+    if (k->own_sch)
+        schema_free(&k->own_sch->s);
+    free(k->own_sch);
     free(k);
 }
 
@@ -168,18 +170,22 @@ int dispatch_def(opjit_module *om, const char *text, int device, opjit_kernel_fn
         return module_error(m, OPJIT_EMODULE, "%s: opjit_def: NULL kernel for '%s'", m->source,
                             text ? text : "(null)");
     kernel *k = calloc(1, sizeof *k);
-    if (!k)
+    if (!k || !(k->own_sch = calloc(1, sizeof *k->own_sch))) {
+        free(k);
         return module_error(m, OPJIT_ENOMEM, "out of memory");
+    }
     char err[512];
-    int rc = schema_parse(text, &k->sch, err, sizeof err);
+    int rc = schema_parse(text, &k->own_sch->s, err, sizeof err);
     if (rc) {
+        free(k->own_sch);
         free(k);
         return module_error(m, rc, "%s: %s", m->source, err);
     }
+    k->sch = &k->own_sch->s;
     for (kernel *o = m->kernels; o; o = o->next_in_module)
-        if (!strcmp(o->sch.name, k->sch.name) && o->device == device) {
+        if (!strcmp(o->sch->name, k->sch->name) && o->device == device) {
             module_error(m, OPJIT_EEXIST, "%s: %s is registered twice for %s", m->source,
-                         k->sch.name, opjit_device_name(device));
+                         k->sch->name, opjit_device_name(device));
             kernel_free(k);
             return OPJIT_EEXIST;
         }
@@ -209,10 +215,10 @@ int dispatch_require(opjit_module *om, const char *arg, const char *spec)
     if (!k)
         return module_error(m, OPJIT_EMODULE, "%s: opjit_require before any opjit_def",
                             m->source);
-    int i = arg ? schema_arg_index(&k->sch, arg) : -1;
-    if (i < 0 || k->sch.args[i].kind != OPJIT_KIND_TENSOR)
+    int i = arg ? schema_arg_index(k->sch, arg) : -1;
+    if (i < 0 || k->sch->args[i].kind != OPJIT_KIND_TENSOR)
         return module_error(m, OPJIT_EMODULE, "%s: opjit_require: %s has no Tensor argument '%s'",
-                            m->source, k->sch.name, arg ? arg : "(null)");
+                            m->source, k->sch->name, arg ? arg : "(null)");
     arg_check *c = NULL;
     for (int j = 0; j < k->nchecks; j++)
         if (k->checks[j].arg == i)
@@ -280,7 +286,7 @@ static int only_from(const opjit_op *op, const char *real, const char *also)
 static int module_defines(const module *m, const char *name, int device)
 {
     for (const kernel *k = m->kernels; k; k = k->next_in_module)
-        if (k->device == device && !strcmp(k->sch.name, name))
+        if (k->device == device && !strcmp(k->sch->name, name))
             return 1;
     return 0;
 }
@@ -371,13 +377,13 @@ static void retire_unreachable_locked(opjit_runtime *rt, const candidates *c)
 static int publish_check_locked(opjit_runtime *rt, const module *m, const char *replaces)
 {
     for (const kernel *k = m->kernels; k; k = k->next_in_module) {
-        opjit_op *op = find_op_locked(rt, k->sch.name);
+        opjit_op *op = find_op_locked(rt, k->sch->name);
         if (!op)
             continue;
         const schema *cur = atomic_load(&op->sch);
         /* A new schema is fine when this source is the op's only one
          * (an edit and reload); otherwise all sources must agree. */
-        if (strcmp(cur->canonical, k->sch.canonical) && !only_from(op, m->real, replaces)) {
+        if (strcmp(cur->canonical, k->sch->canonical) && !only_from(op, m->real, replaces)) {
             const kernel *other = NULL;
             for (int d = 0; d < OPJIT_DEVICE_COUNT && !other; d++) {
                 other = atomic_load(&op->kernels[d]);
@@ -387,7 +393,7 @@ static int publish_check_locked(opjit_runtime *rt, const module *m, const char *
             return rt_error(rt, OPJIT_ESCHEMA,
                             "%s declares %s as '%s' but %s declares it as '%s'; the "
                             "schemas of one op must agree",
-                            m->source, k->sch.name, k->sch.text,
+                            m->source, k->sch->name, k->sch->text,
                             other ? other->mod->source : "an earlier module", cur->text);
         }
         for (int d = 0; d < OPJIT_DEVICE_COUNT; d++) {
@@ -396,35 +402,36 @@ static int publish_check_locked(opjit_runtime *rt, const module *m, const char *
                 return rt_error(rt, OPJIT_ESCHEMA,
                                 "%s declares the gradient of %s otherwise than %s does; the "
                                 "declarations of one op must agree",
-                                m->source, k->sch.name, o->mod->source);
+                                m->source, k->sch->name, o->mod->source);
         }
         const kernel *held = atomic_load(&op->kernels[k->device]);
         if (held && !from_source(held, m->real, replaces))
             return rt_error(rt, OPJIT_EEXIST,
                             "%s: %s already has a %s kernel from %s; a second module may "
                             "not register the same op and device",
-                            m->source, k->sch.name, opjit_device_name(k->device),
+                            m->source, k->sch->name, opjit_device_name(k->device),
                             held->mod->source);
     }
     return OPJIT_OK;
 }
 
-/* The op's own copy of schema s: the one of the same text, else a new one.
- * NULL when out of memory. rt->lock held. */
-static const schema *op_schema_locked(opjit_op *op, const schema *s)
+/* k's schema becomes the op's copy of its text: the one the op has, else
+ * k's own parse, handed over (the op outlives its kernels). rt->lock held. */
+static void op_schema_locked(opjit_op *op, kernel *k)
 {
-    for (op_schema *o = op->schemas; o; o = o->next)
-        if (!strcmp(o->s.text, s->text))
-            return &o->s;
-    op_schema *o = calloc(1, sizeof *o);
-    char err[64];
-    if (!o || schema_parse(s->text, &o->s, err, sizeof err)) {
-        free(o);
-        return NULL;
+    op_schema *o = op->schemas;
+    while (o && strcmp(o->s.text, k->sch->text))
+        o = o->next;
+    if (o) {
+        schema_free(&k->own_sch->s);
+        free(k->own_sch);
+    } else {
+        o = k->own_sch;
+        o->next = op->schemas;
+        op->schemas = o;
     }
-    o->next = op->schemas;
-    op->schemas = o;
-    return &o->s;
+    k->own_sch = NULL;
+    k->sch = &o->s;
 }
 
 /* What publishing k needs, made before anything is published: its op
@@ -432,24 +439,22 @@ static const schema *op_schema_locked(opjit_op *op, const schema *s)
  * op's copy of its schema. rt->lock held. */
 static int publish_prepare_locked(opjit_runtime *rt, kernel *k)
 {
-    opjit_op *op = find_op_locked(rt, k->sch.name);
+    opjit_op *op = find_op_locked(rt, k->sch->name);
     if (!op) {
-        if (!(op = calloc(1, sizeof *op)) || !(op->name = strdup(k->sch.name)) ||
-            !(k->op_sch = op_schema_locked(op, &k->sch))) {
-            if (op)
-                free(op->name);
+        if (!(op = calloc(1, sizeof *op)) || !(op->name = strdup(k->sch->name))) {
             free(op);
             return rt_error(rt, OPJIT_ENOMEM, "out of memory");
         }
-        atomic_init(&op->sch, k->op_sch);
+        op_schema_locked(op, k);
+        atomic_init(&op->sch, k->sch);
         /* Fully built before it becomes reachable. */
         if (rt->ops_tail)
             atomic_store_explicit(&rt->ops_tail->next, op, memory_order_release);
         else
             atomic_store_explicit(&rt->ops, op, memory_order_release);
         rt->ops_tail = op;
-    } else if (!(k->op_sch = op_schema_locked(op, &k->sch))) {
-        return rt_error(rt, OPJIT_ENOMEM, "out of memory");
+    } else {
+        op_schema_locked(op, k);
     }
     if (k->decls && !(k->op_decls = decl_op_copy_locked(op, k->decls)))
         return rt_error(rt, OPJIT_ENOMEM, "out of memory");
@@ -471,7 +476,7 @@ int module_publish_replacing(opjit_runtime *rt, module *m, const char *replaces)
     if (rc == OPJIT_OK) {
         for (kernel *k = m->kernels; k; k = k->next_in_module) {
             kernel_swap(k->op, k->device, k, &c);
-            atomic_store_explicit(&k->op->sch, k->op_sch, memory_order_release);
+            atomic_store_explicit(&k->op->sch, k->sch, memory_order_release);
         }
         retire_dropped(rt, m, replaces, &c);
         m->next = rt->modules;

@@ -150,6 +150,6 @@ int call_error(opjit_ctx *ctx, int status, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (!ctx->status)
-        ctx->status = rt_error(ctx->rt, status, "%s: %s", ctx->k->sch.name, msg);
+        ctx->status = rt_error(ctx->rt, status, "%s: %s", ctx->k->sch->name, msg);
     return ctx->status;
 }

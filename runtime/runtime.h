@@ -81,9 +81,11 @@ typedef struct kernel {
     int device;
     module *mod;
     const char *doc;        /* the runtime's copy (rt_intern) */
-    schema sch;
+    /* Its schema: own_sch's until published, then the op's copy of that
+     * text (own_sch given to the op, or freed for an equal one it had). */
+    const schema *sch;
+    struct op_schema *own_sch;
     struct opjit_op *op;    /* the op it is published in (set when publishing) */
-    const schema *op_sch;   /* that op's copy of sch */
     const opjit_op_decls *op_decls; /* that op's copy of decls' (NULL: none) */
     int nchecks;
     arg_check checks[OPJIT_MAX_ARGS];
@@ -91,7 +93,8 @@ typedef struct kernel {
     struct kernel *next_in_module;
 } kernel;
 
-/* The op's own copy of one schema text its kernels had. */
+/* The op's own copy of one schema text its kernels had: the first such
+ * kernel's parse, handed over when it was published. */
 typedef struct op_schema {
     schema s;
     struct op_schema *next;
