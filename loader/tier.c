@@ -51,6 +51,12 @@
 #define TIER_DEFAULT_TIMEOUT_MS 120000
 #define TIER_SLOT_POLL_MS 100 /* how often a worker looks for a free slot */
 #define TIER_MAX_JOBS 4096
+/* How long the short-lived child between host and helper may take to say
+ * its helper's pid. It forks and exits within milliseconds, unless a fork
+ * handler of another library hangs in it: the child of a threaded host can
+ * inherit a lock another thread held at the fork (a sanitizer's
+ * allocator, say). Then it is killed: the host never waits on it for good. */
+#define HELPER_FORK_MS 10000
 
 typedef struct tier_job {
     char *path; /* as given: diagnostics and module source name */
@@ -293,13 +299,37 @@ static void helper_fork(loader *l, tier_job *batch, int res, int slot, int pidfd
     _exit(g < 0 ? 1 : 0);
 }
 
-/* Reap the short-lived child of helper_spawn (it exits within
- * milliseconds, once it has forked the helper: never a zombie for long).
- * ECHILD: the host reaped it (a SIGCHLD handler). Then its helper is the
- * reaper's when it became ours. Closes pidfd. */
-static void helper_reap(pid_t child, int pidfd)
+/* Until the short-lived child of helper_spawn has said its helper's pid
+ * (or ended) on pidfd: 1. 0 at once when wake (-1: none) is readable (the
+ * tier is stopping); -1 when HELPER_FORK_MS passed first. */
+static int helper_said(int pidfd, int wake)
 {
-    int st;
+    double deadline = loader_now_ms() + HELPER_FORK_MS;
+    for (;;) {
+        double left = deadline - loader_now_ms();
+        if (left <= 0)
+            return -1;
+        struct pollfd pfd[2] = {{pidfd, POLLIN, 0}, {wake, POLLIN, 0}};
+        int r = poll(pfd, wake >= 0 ? 2 : 1, (int)left + 1);
+        if (r > 0 && pfd[0].revents)
+            return 1;
+        if (r > 0 && pfd[1].revents)
+            return 0;
+        if (r < 0 && errno != EINTR)
+            poll(NULL, 0, 10); /* out of memory in the kernel, say: do not spin */
+    }
+}
+
+/* Reap the short-lived child of helper_spawn (it exits within
+ * milliseconds, once it has forked the helper: never a zombie for long;
+ * killed when it has not said its helper's pid in HELPER_FORK_MS).
+ * ECHILD: the host reaped it (a SIGCHLD handler). Then its helper is the
+ * reaper's when it became ours. Closes pidfd. 0, or -1 when it was killed. */
+static int helper_reap(pid_t child, int pidfd)
+{
+    int st, killed = helper_said(pidfd, -1) < 0;
+    if (killed)
+        kill(child, SIGKILL);
     while (waitpid(child, &st, 0) < 0 && errno == EINTR)
         ;
     pid_t helper = -1;
@@ -307,6 +337,7 @@ static void helper_reap(pid_t child, int pidfd)
         host_is_subreaper())
         reaper_add(helper);
     close(pidfd);
+    return killed ? -1 : 0;
 }
 
 /* Fork a helper for batch, detached (a grandchild in a session of its
@@ -504,11 +535,18 @@ static void run_batch(loader *l, tier_job *batch, handover *h)
         note_error(l, OPJIT_EIO, err);
         return;
     }
-    if (atomic_load(&t->stop) && handover_add(h, child, pidfd) == 0) {
-        close(fd); /* nothing is read at a stop */
+    if (!helper_said(pidfd, t->wake[0]) && handover_add(h, child, pidfd) == 0) {
+        close(fd); /* stopping: nothing is read */
         return;
     }
-    helper_reap(child, pidfd);
+    if (helper_reap(child, pidfd)) {
+        snprintf(err, sizeof err, "cannot start the background compiler: its parent process "
+                 "did not fork it within %d s (a fork handler of another library that hangs "
+                 "in a child?); killed", HELPER_FORK_MS / 1000);
+        note_error(l, OPJIT_EIO, err);
+        close(fd);
+        return;
+    }
     for (int done = 0; done < n; done++) {
         helper_result r;
         char msg[HELPER_MSG_MAX + 1];

@@ -3,7 +3,8 @@
  * also when the host is a subreaper (PID 1 in a container), a helper holds
  * none of the host's descriptors, and no more
  * helpers than OPJIT_CC_JOBS run at once per cache, from one process or
- * from several.
+ * from several; a child between host and helper that hangs (a fork
+ * handler of another library) never hangs the host.
  *
  * A helper is told from the rest by its session: the helper runs in the
  * session its short-lived parent made (setsid), so its session id is
@@ -14,6 +15,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -293,6 +296,95 @@ static void bound_holds_across_processes(void)
         ;
 }
 
+/* A fork handler, as other libraries register them, that hangs when it
+ * runs in a child of ours (the short-lived process between host and
+ * helper forks the helper) while hang_in_children is set. */
+static pid_t host_pid;
+static volatile sig_atomic_t hang_in_children;
+
+static void hang_prepare(void)
+{
+    while (hang_in_children && getpid() != host_pid)
+        pause();
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Our children (any thread's), alive or not. */
+static int children(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *de;
+    char path[300], buf[64];
+    while (d && (de = readdir(d))) { /* every thread's children */
+        snprintf(path, sizeof path, "/proc/self/task/%s/children", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t got;
+        while ((got = fread(buf, 1, sizeof buf, f)) > 0)
+            for (size_t i = 0; i < got; i++)
+                n += buf[i] == ' ';
+        fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* The helper's parent hangs in a fork handler: opjit_destroy returns at
+ * once (the child handed to the worker, which kills it in time), and a
+ * host that waits for the optimizing compile gets an error in time, not a
+ * hang (alarm: a hang fails the test). No child is left either way. */
+static void hanging_fork_handler(void)
+{
+    wait_slots_free();
+    hang_in_children = 1;
+    alarm(120);
+    const char *real = getenv("OPJIT_CC");
+    opjit_config cfg;
+    opjit_config_init(&cfg, sizeof cfg);
+    cfg.cache_dir = cache;
+    cfg.tiering = 1;
+    cfg.cc = real && *real ? real : "cc";
+    opjit_runtime *rt = NULL;
+    opjit_op *op;
+
+    write_op(5);
+    CHECK(opjit_create(&cfg, &rt) == OPJIT_OK);
+    CHECK(opjit_load_file(rt, src, &op, NULL) == OPJIT_OK);
+    nap_ms(500); /* the worker has forked the helper's parent, which hangs */
+    double t0 = now_s();
+    opjit_destroy(rt);
+    double took = now_s() - t0;
+    CHECKF(took < 2.0, "opjit_destroy took %.1f s while the helper's parent hung", took);
+
+    write_op(6);
+    CHECK(opjit_create(&cfg, &rt) == OPJIT_OK);
+    CHECK(opjit_load_file(rt, src, &op, NULL) == OPJIT_OK);
+    t0 = now_s();
+    int rc = opjit_wait(rt);
+    took = now_s() - t0;
+    CHECKF(rc == OPJIT_EIO && strstr(opjit_errmsg(rt), "did not fork it within"),
+           "opjit_wait: %s (%s)", opjit_errstr(rc), opjit_errmsg(rt));
+    CHECKF(took < 30.0, "opjit_wait took %.1f s", took);
+    opjit_destroy(rt);
+    int n = children();
+    for (int i = 0; n && i < 15 * 20; i++) { /* the first stop's, killed by its worker */
+        nap_ms(50);
+        n = children();
+    }
+    CHECKF(n == 0, "%d children left", n);
+    alarm(0);
+    hang_in_children = 0;
+}
+
 int main(void)
 {
     const char *base = getenv("OPJIT_CACHE_DIR"), *real = getenv("OPJIT_CC");
@@ -312,5 +404,8 @@ int main(void)
     T_RUN(no_zombies_after_cycles); /* before we become a subreaper */
     T_RUN(subreaper_bound_and_no_zombies);
     T_RUN(bound_holds_across_processes);
+    host_pid = getpid();
+    pthread_atfork(hang_prepare, NULL, NULL);
+    T_RUN(hanging_fork_handler); /* last: the handler stays registered */
     return t_done();
 }
