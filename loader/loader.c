@@ -24,13 +24,6 @@
 #include "opjit_build_config.h"
 #include "runtime/cuda.h"
 
-double loader_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static void cache_log(void *ud, int level, const char *msg)
 {
     rt_log(ud, level, "%s", msg);
@@ -370,8 +363,8 @@ int opjit_load_file(opjit_runtime *rt, const char *path, opjit_op **op, opjit_lo
     return rc;
 }
 
-/* Call fn for each source of op `name` on the search path (name.c, name.cu
- * in each directory, in order); stops when fn returns non-zero. */
+/* Until the background compiles queued so far have ended: the first that
+ * failed since the last wait, or OPJIT_OK. */
 int opjit_wait(opjit_runtime *rt)
 {
     if (!rt)

@@ -4,6 +4,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <time.h>
 
 #include "cache/cache.h"
 #include "jit/jit.h"
@@ -200,7 +201,14 @@ int loader_is_path_spec(const char *spec);
 /* The op name's length in a source file name ("nms.cu" -> 3); 0 when it is
  * not a source (no .c/.cu suffix, or a hidden file). */
 size_t loader_source_stem(const char *file);
-double loader_now_ms(void);
+/* The monotonic clock in milliseconds (inline: every file of loader/ may
+ * time something without a call into another). */
+static inline double loader_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 /* ---- discovery (loader/discover.c) --------------------------------------- */
 
