@@ -55,7 +55,8 @@
  * its helper's pid. It forks and exits within milliseconds, unless a fork
  * handler of another library hangs in it: the child of a threaded host can
  * inherit a lock another thread held at the fork (a sanitizer's
- * allocator, say). Then it is killed: the host never waits on it for good. */
+ * allocator, say). Then it is killed (by the host's worker, else by its
+ * own alarm): the host never waits on it for good, nor is it left hanging. */
 #define HELPER_FORK_MS 10000
 
 typedef struct tier_job {
@@ -285,6 +286,15 @@ static void reaper_add(pid_t helper)
 static void helper_fork(loader *l, tier_job *batch, int res, int slot, int pidfd,
                         unsigned life_s)
 {
+    /* Bounded whatever another library's fork handler does in the fork
+     * below, also when the host is gone by then: SIGALRM at its default
+     * ends this process (the helper does not inherit the alarm). */
+    sigset_t alrm;
+    sigemptyset(&alrm);
+    sigaddset(&alrm, SIGALRM);
+    signal(SIGALRM, SIG_DFL);
+    sigprocmask(SIG_UNBLOCK, &alrm, NULL);
+    alarm(HELPER_FORK_MS / 1000);
     helper_fds(res, slot, pidfd);
     setsid();
     pid_t g = fork();
@@ -324,14 +334,16 @@ static int helper_said(int pidfd, int wake)
  * milliseconds, once it has forked the helper: never a zombie for long;
  * killed when it has not said its helper's pid in HELPER_FORK_MS).
  * ECHILD: the host reaped it (a SIGCHLD handler). Then its helper is the
- * reaper's when it became ours. Closes pidfd. 0, or -1 when it was killed. */
+ * reaper's when it became ours. Closes pidfd. 0, or -1 when it was killed
+ * (by us or by its alarm) for not forking the helper in time. */
 static int helper_reap(pid_t child, int pidfd)
 {
-    int st, killed = helper_said(pidfd, -1) < 0;
+    int st = 0, killed = helper_said(pidfd, -1) < 0;
     if (killed)
         kill(child, SIGKILL);
     while (waitpid(child, &st, 0) < 0 && errno == EINTR)
         ;
+    killed |= WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM; /* its own alarm, first */
     pid_t helper = -1;
     if (read(pidfd, &helper, sizeof helper) == (ssize_t)sizeof helper && helper > 0 &&
         host_is_subreaper())
