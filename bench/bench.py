@@ -711,10 +711,12 @@ def hit_rows(R, name):
     floor = []
     if "floor_over_dl" in l:
         # What any correct hit costs: opjit's own share is the rest.
-        floor = [("  the floor: reading and hashing %s and its headers, the manifest and the "
-                  "artifact, each checked against the manifest, then dlopen + dlsym (no runtime, "
-                  "trust checks, lock or registration), fresh process; opjit adds %s"
-                  % (name, fms(l["hit_ms"] - l["hitfloor_ms"])), fms(l["hitfloor_ms"]),
+        what = ("the manifests and artifacts of its host code and its device code (the cubin)"
+                if name.endswith(".cu") else "the manifest and the artifact")
+        floor = [("  the floor: reading and hashing %s and its headers, %s, each checked against "
+                  "its manifest, then dlopen + dlsym (no runtime, trust checks, lock, compiler "
+                  "identity or registration), fresh process; opjit adds %s"
+                  % (name, what, fms(l["hit_ms"] - l["hitfloor_ms"])), fms(l["hitfloor_ms"]),
                   "dlopen + dlsym of the same artifact: " + fms(l["hitdl_ms"]),
                   "%.1fx time" % l["floor_over_dl"], "report", "-")]
     return [(metric, fms(l["hit_ms"]),
@@ -1261,12 +1263,13 @@ def write_md(R, path):
   tiering on then loads it (a hit serving the opt tier), shown against a dlopen of the
   cc-built .so. `opjit_bench` does not link OpenBLAS (its cblas_sgemm anchor dlopens it in the
   serve process): these processes have no library a host would not have loaded.
-  The floor beside the nms.c hit, in a fourth fresh process (`opjit_bench hit-floor`): what
+  The floor beside each hit, in a fourth fresh process (`opjit_bench hit-floor`): what
   any correct hit must do, each step done plainly: read and hash the source, read the manifest
   (its end line checked), read and hash each header it lists, check those sums against it,
-  read and hash the artifact against its artifact line, `dlopen` + `dlsym`. No runtime,
-  settings, trust checks of the cache's directories, lock, key or registration: the
-  difference is what opjit adds to it.
+  read and hash the artifact against its artifact line (for a .cu, the same of its device
+  code's entry: its manifest, checked against the same source, and its cubin), `dlopen` +
+  `dlsym`. No runtime, settings, trust checks of the cache's directories, lock, key,
+  compiler identity or registration: the difference is what opjit adds to it.
 - **Instructions**: `valgrind --tool=callgrind` of whole `build/opjit` processes (the count is
   the same on every run, whatever the load of the machine): `opjit --version`, and
   `opjit -q load ops-src/nms.c` with `OPJIT_TIERING=0` on a cache one such load filled.

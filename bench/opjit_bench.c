@@ -27,16 +27,18 @@
  *       then dlopen + dlsym opjit_module_init; timed together, in process.
  *       No cache, no key, no checks: what opjit adds is the difference.
  *
- *   opjit_bench hit-floor SRC ENTRY
- *       The floor of a cache hit of a .c source: what any correct hit must
- *       do, alone, each step done plainly. Reads and hashes SRC, reads
+ *   opjit_bench hit-floor SRC ENTRY [DEVICE_ENTRY]
+ *       The floor of a cache hit: what any correct hit must do, alone,
+ *       each step done plainly. Reads and hashes SRC, reads
  *       ENTRY/manifest (checking its end line), reads and hashes each
  *       header the manifest lists (beside SRC), checks those sums against
  *       the manifest's, reads and hashes ENTRY/host.so against its
- *       artifact line, then dlopen + dlsym opjit_module_init; timed
- *       together. No runtime, settings, trust checks of the cache's
- *       directories, lock, key or registration: what opjit adds is the
- *       difference.
+ *       artifact line; for a .cu source the same of DEVICE_ENTRY's
+ *       manifest and its artifact (the device code, a cubin), checked
+ *       against the same source; then dlopen + dlsym opjit_module_init;
+ *       timed together. No runtime, settings, trust checks of the cache's
+ *       directories, lock, key, compiler identity or registration: what
+ *       opjit adds is the difference.
  *
  *   opjit_bench loads SRC REPS [nocc]
  *       REPS repetitions, each in fresh processes (posix_spawn of this
@@ -330,51 +332,84 @@ static int input_sum_ok(const char *manifest, const char *kind_name, const char 
     return 1;
 }
 
+/* The manifest of entry (its end line checked): a fresh buffer, or NULL. */
+static char *read_manifest(const char *entry, size_t elen, char *path, size_t n)
+{
+    size_t mlen;
+    char *man = read_whole(join_path(path, n, entry, elen, "/manifest", 9), &mlen);
+    const char *end = man ? strstr(man, "\nend ") : NULL;
+    if (end && XXH3_64bits(man, (size_t)(end + 1 - man)) == strtoull(end + 5, NULL, 16))
+        return man;
+    free(man);
+    return NULL;
+}
+
+/* The file man's artifact line names ("artifact SIZE SUM NAME"), read from
+ * entry and checked against its size and sum; its path left in path. */
+static int artifact_ok(const char *man, const char *entry, size_t elen, char *path, size_t n)
+{
+    const char *art = strstr(man, "\nartifact ");
+    char *rest = NULL, *name;
+    size_t len;
+    if (!art)
+        return 0;
+    unsigned long long size = strtoull(art + 10, &rest, 10);
+    unsigned long long sum = strtoull(rest, &name, 16);
+    size_t nl = strcspn(++name, "\n");
+    char file[300];
+    if (nl + 2 > sizeof file)
+        return 0;
+    file[0] = '/';
+    memcpy(file + 1, name, nl);
+    char *data = read_whole(join_path(path, n, entry, elen, file, nl + 1), &len);
+    int ok = data && len == size && XXH3_64bits(data, len) == sum;
+    free(data);
+    return ok;
+}
+
 /* No formatted output before the clock stops: a first printf faults in
- * pages of libc's code that a hit need not touch. */
-static int cmd_hit_floor(const char *src, const char *entry)
+ * pages of libc's code that a hit need not touch. dev: NULL, or the entry
+ * of a .cu source's device code. */
+static int cmd_hit_floor(const char *src, const char *entry, const char *dev)
 {
     char path[4096], want[600];
-    size_t len, mlen, elen = strlen(entry);
+    size_t len;
     double t0 = now_ms();
     const char *base = strrchr(src, '/') ? strrchr(src, '/') + 1 : src;
     size_t blen = strlen(base);
     char *text = read_whole(src, &len);
-    char *man = read_whole(join_path(path, sizeof path, entry, elen, "/manifest", 9), &mlen);
-    const char *end = man ? strstr(man, "\nend ") : NULL;
-    int ok = text && end && blen < 500 &&
-             XXH3_64bits(man, (size_t)(end + 1 - man)) == strtoull(end + 5, NULL, 16);
+    char *man = read_manifest(entry, strlen(entry), path, sizeof path);
+    char *dman = dev ? read_manifest(dev, strlen(dev), path, sizeof path) : NULL;
+    int ok = text && man && (!dev || dman) && blen < 500;
     if (ok) {
         memcpy(want, "source ", 7);
         memcpy(want + 7, base, blen);
         memcpy(want + 7 + blen, " ", 2);
-        ok = input_sum_ok(man, want, text, len);
+        ok = input_sum_ok(man, want, text, len) && (!dman || input_sum_ok(dman, want, text, len));
     }
     /* each header the inputs line lists ("header NAME SUM", %0a-separated) */
     for (const char *h = ok ? strstr(man, "%0aheader ") : NULL; ok && h;
          h = strstr(h + 1, "%0aheader ")) {
-        size_t nl = strcspn(h + 10, " ");
+        size_t nl = strcspn(h + 10, " "), hlen;
         char *ht = NULL;
         if (nl < 500) { /* "header NAME " into want */
             ht = read_whole(join_path(path, sizeof path, src, (size_t)(base - src), h + 10, nl),
-                            &len);
+                            &hlen);
             memcpy(want, h + 3, 7 + nl + 1);
             want[7 + nl + 1] = '\0';
         }
-        ok = ht && input_sum_ok(man, want, ht, len);
+        ok = ht && input_sum_ok(man, want, ht, hlen);
         free(ht);
     }
-    const char *art = ok ? strstr(man, "\nartifact ") : NULL;
-    char *rest = NULL, *so = read_whole(join_path(path, sizeof path, entry, elen, "/host.so", 8),
-                                        &len);
-    unsigned long long size = art ? strtoull(art + 10, &rest, 10) : 0;
-    if (!art || !so || len != size || XXH3_64bits(so, len) != strtoull(rest, NULL, 16)) {
+    ok = ok && (!dman || artifact_ok(dman, dev, strlen(dev), path, sizeof path)) &&
+         artifact_ok(man, entry, strlen(entry), path, sizeof path);
+    free(text);
+    free(man);
+    free(dman);
+    if (!ok) {
         printf("err %s, its headers or %s not matching its manifest\n", src, path);
         return 1;
     }
-    free(so);
-    free(text);
-    free(man);
     return dlopen_since(path, t0);
 }
 
@@ -523,6 +558,20 @@ static int find_so(const char *p, const struct stat *st, int flag, struct FTW *f
     return 0;
 }
 
+/* The entry of a .cu source's device code (its cubin), for the floor. */
+static char found_dev[4096];
+
+static int find_dev(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    size_t n = strlen(p + ftw->base);
+    if (flag == FTW_F && n > 6 && !strcmp(p + ftw->base + n - 6, ".cubin")) {
+        snprintf(found_dev, sizeof found_dev, "%.*s", ftw->base - 1, p);
+        return 1;
+    }
+    return 0;
+}
+
 static int cmd_loads(const char *src, int reps, int with_cc)
 {
     for (int r = 0; r < reps; r++) {
@@ -559,12 +608,17 @@ static int cmd_loads(const char *src, int reps, int with_cc)
         char *a_hitdl[] = {self_path, "dlopen-once", found_so, NULL};
         if (found_so[0] && run_child(a_hitdl, off, line, sizeof line, &wall) == 0)
             emit("hitdl", line, wall);
-        /* The floor of that hit (a .c source: one entry, no device code). */
+        /* The floor of that hit: its entry, and a .cu's device code's. */
         char entry[4096];
         snprintf(entry, sizeof entry, "%s", found_so);
-        char *a_floor[] = {self_path, "hit-floor", (char *)src, dirname(entry), NULL};
         size_t sl = strlen(src);
-        if (found_so[0] && sl > 2 && !strcmp(src + sl - 2, ".c") &&
+        int cu = sl > 3 && !strcmp(src + sl - 3, ".cu");
+        found_dev[0] = '\0';
+        if (cu)
+            nftw(entries, find_dev, 16, FTW_PHYS);
+        char *a_floor[] = {self_path, "hit-floor", (char *)src, dirname(entry),
+                           cu ? found_dev : NULL, NULL};
+        if (found_so[0] && (!cu || found_dev[0]) &&
             run_child(a_floor, off, line, sizeof line, &wall) == 0)
             emit("hitfloor", line, wall);
         if (with_cc) {
@@ -1175,8 +1229,8 @@ int main(int argc, char **argv)
         return cmd_tcc_once(argv[2], argv[3]);
     if (argc == 3 && !strcmp(argv[1], "dlopen-once"))
         return cmd_dlopen_once(argv[2]);
-    if (argc == 4 && !strcmp(argv[1], "hit-floor"))
-        return cmd_hit_floor(argv[2], argv[3]);
+    if ((argc == 4 || argc == 5) && !strcmp(argv[1], "hit-floor"))
+        return cmd_hit_floor(argv[2], argv[3], argc == 5 ? argv[4] : NULL);
     if (argc >= 4 && !strcmp(argv[1], "loads"))
         return cmd_loads(argv[2], atoi(argv[3]), !(argc > 4 && !strcmp(argv[4], "nocc")));
     if (argc == 6 && !strcmp(argv[1], "lookup"))
@@ -1185,7 +1239,7 @@ int main(int argc, char **argv)
         return cmd_serve();
     fprintf(stderr,
             "usage: opjit_bench load-once SRC [wait] | cc-once SRC DIR | dlopen-once SO |\n"
-            "                   hit-floor SRC ENTRY |\n"
+            "                   hit-floor SRC ENTRY [DEVICE_ENTRY] |\n"
             "                   loads SRC REPS [nocc] | lookup DIR OP FILE REPS | serve\n");
     return 2;
 }
