@@ -331,14 +331,15 @@ static int helper_said(int pidfd, int wake)
 }
 
 /* Reap the short-lived child of helper_spawn (it exits within
- * milliseconds, once it has forked the helper: never a zombie for long;
- * killed when it has not said its helper's pid in HELPER_FORK_MS).
- * ECHILD: the host reaped it (a SIGCHLD handler). Then its helper is the
- * reaper's when it became ours. Closes pidfd. 0, or -1 when it was killed
- * (by us or by its alarm) for not forking the helper in time. */
-static int helper_reap(pid_t child, int pidfd)
+ * milliseconds, once it has forked the helper: never a zombie for long),
+ * said being what helper_said gave: killed first when it has not said its
+ * helper's pid in HELPER_FORK_MS (said < 0). ECHILD: the host reaped it (a
+ * SIGCHLD handler). Then its helper is the reaper's when it became ours.
+ * Closes pidfd. 0, or -1 when it was killed (by us or by its alarm) for
+ * not forking the helper in time. */
+static int helper_reap(pid_t child, int pidfd, int said)
 {
-    int st = 0, killed = helper_said(pidfd, -1) < 0;
+    int st = 0, killed = said < 0;
     if (killed)
         kill(child, SIGKILL);
     while (waitpid(child, &st, 0) < 0 && errno == EINTR)
@@ -355,7 +356,7 @@ static int helper_reap(pid_t child, int pidfd)
 /* Fork a helper for batch, detached (a grandchild in a session of its
  * own), holding the compile slot slot (the host's copy is closed here).
  * The read end of its pipe, or -1. The child between host and helper is
- * left to the caller: helper_reap(*child, *pidfd).
+ * left to the caller: helper_said, then helper_reap.
  *
  * The child of a threaded process may only use what no other thread held
  * at the fork: the helper opens its own cache and scratch directory and
@@ -547,11 +548,12 @@ static void run_batch(loader *l, tier_job *batch, handover *h)
         note_error(l, OPJIT_EIO, err);
         return;
     }
-    if (!helper_said(pidfd, t->wake[0]) && handover_add(h, child, pidfd) == 0) {
+    int said = helper_said(pidfd, t->wake[0]);
+    if (!said && handover_add(h, child, pidfd) == 0) {
         close(fd); /* stopping: nothing is read */
         return;
     }
-    if (helper_reap(child, pidfd)) {
+    if (helper_reap(child, pidfd, said ? said : helper_said(pidfd, -1))) {
         snprintf(err, sizeof err, "cannot start the background compiler: its parent process "
                  "did not fork it within %d s (a fork handler of another library that hangs "
                  "in a child?); killed", HELPER_FORK_MS / 1000);
@@ -616,7 +618,7 @@ static void *worker_main(void *arg)
     pthread_cond_broadcast(&t->cond);
     pthread_mutex_unlock(&t->lock);
     for (int i = 0; i < h.n; i++)
-        helper_reap(h.v[i].child, h.v[i].pidfd);
+        helper_reap(h.v[i].child, h.v[i].pidfd, helper_said(h.v[i].pidfd, -1));
     free(h.v);
     return NULL;
 }
