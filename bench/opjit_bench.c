@@ -316,12 +316,12 @@ static const char *join_path(char *out, size_t n, const char *dir, size_t dlen, 
 }
 
 /* The 16 hex digits a manifest gives after kind_name ("source NAME ",
- * "header NAME ": the first 8 bytes of its XXH3-128) match data's. */
-static int input_sum_ok(const char *manifest, const char *kind_name, const char *data, size_t len)
+ * "header NAME ": the first 8 bytes of its XXH3-128) match sum's. */
+static int input_sum_ok(const char *manifest, const char *kind_name, XXH128_hash_t sum)
 {
     static const char hexd[] = "0123456789abcdef";
     XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, XXH3_128bits(data, len));
+    XXH128_canonicalFromHash(&c, sum);
     const char *at = strstr(manifest, kind_name);
     if (!at)
         return 0;
@@ -385,7 +385,8 @@ static int cmd_hit_floor(const char *src, const char *entry, const char *dev)
         memcpy(want, "source ", 7);
         memcpy(want + 7, base, blen);
         memcpy(want + 7 + blen, " ", 2);
-        ok = input_sum_ok(man, want, text, len) && (!dman || input_sum_ok(dman, want, text, len));
+        XXH128_hash_t sum = XXH3_128bits(text, len); /* once, for both manifests */
+        ok = input_sum_ok(man, want, sum) && (!dman || input_sum_ok(dman, want, sum));
     }
     /* each header the inputs line lists ("header NAME SUM", %0a-separated) */
     for (const char *h = ok ? strstr(man, "%0aheader ") : NULL; ok && h;
@@ -398,7 +399,7 @@ static int cmd_hit_floor(const char *src, const char *entry, const char *dev)
             memcpy(want, h + 3, 7 + nl + 1);
             want[7 + nl + 1] = '\0';
         }
-        ok = ht && input_sum_ok(man, want, ht, hlen);
+        ok = ht && input_sum_ok(man, want, XXH3_128bits(ht, hlen));
         free(ht);
     }
     ok = ok && (!dman || artifact_ok(dman, dev, strlen(dev), path, sizeof path)) &&
