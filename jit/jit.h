@@ -159,17 +159,61 @@ typedef struct jit_tcc_job {
  * puts the diagnostics into diag: "file:line: error: ..." followed by the
  * offending source line. libtcc is not reentrant: calls are serialised. */
 int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen);
+/* Names, each once (jit/tcc_stub.c). */
+typedef struct jit_names {
+    char **v;
+    int n, cap;
+} jit_names;
+void jit_names_free(jit_names *n);
+/* 0, or -1 out of memory. */
+int jit_names_add(jit_names *n, const char *name, size_t len);
+/* Add the names an ELF object (or each object of an ar archive) uses and
+ * does not define. 0, or -1 when the file is not one that can be read
+ * whole (an object's every section checked to lie in the file). */
+int jit_object_undefined(const char *path, jit_names *out);
+int jit_archive_undefined(const char *path, jit_names *out);
+/* 1 when path is an ar archive. */
+int jit_is_archive(const char *path);
+/* Stubs of the shared libraries libs (paths, in link order) and of those
+ * they need (found on search, a ':'-separated list, as libtcc finds them),
+ * in dir: each with the library's soname, needs and versions and only the
+ * dynamic symbols named in want. Each name written is added to written
+ * (to remove later); stub[i] is the file to link for libs[i]. 0, or -1
+ * when a library cannot be stubbed (then link the real ones). */
+int jit_tcc_stubs_write(const char *dir, const char *const *libs, int nlibs, const char *search,
+                        const jit_names *want, jit_names *written, char (*stub)[PATH_MAX]);
+
 /* How libtcc gets the C library (jit/tcc_link.c): the files libc.so's and
  * libm.so's linker scripts name, found once per process, where they can be
- * read; else libtcc's own search. One per compile, the phases in order. */
+ * read; else libtcc's own search. With the files, the shared libraries
+ * are linked as stubs when they can be (jit/tcc_stub.c). One per compile,
+ * the phases in order. */
 struct TCCState;
+#define JIT_TCC_LINK_LIBS 8
 typedef struct jit_tcc_link {
-    int on; /* the files are handed over */
+    int on;      /* the files are handed over */
+    int stubbed; /* and the shared libraries as stubs in dir */
+    char dir[PATH_MAX];
+    jit_names written; /* the stubs in dir */
+    /* each shared library of the link, and its stub */
+    const char *real[JIT_TCC_LINK_LIBS];
+    char stub[JIT_TCC_LINK_LIBS][PATH_MAX];
+    char lib[JIT_TCC_LINK_LIBS][PATH_MAX]; /* -l libraries, found */
+    const char *lname[JIT_TCC_LINK_LIBS];  /* their names; NULL for libm's, libc's */
+    int nreal;
 } jit_tcc_link;
 /* "files" or "libtcc": what a compile with this lib dir does. */
 const char *jit_tcc_link_mode(const char *tcc_lib_dir);
+/* Once the op is compiled to an object using the names undefined: stubs
+ * in dir (the build's own directory) for linking it with the libraries
+ * libs (found on libtcc's library paths, then library_dirs), when they can
+ * be made. */
+void jit_tcc_link_stubs(jit_tcc_link *k, const jit_names *undefined, const char *dir,
+                        const char *const *libs, const char *const *library_dirs);
+/* The stubs removed. */
+void jit_tcc_link_done(jit_tcc_link *k);
 /* Before tcc_set_output_type: 1 when the files are handed over
- * (-nostdlib). */
+ * (-nostdlib; the stubs' directory searched first). */
 int jit_tcc_link_start(jit_tcc_link *k, struct TCCState *s, const char *tcc_lib_dir);
 /* After tcc_set_output_type: crti.o. */
 void jit_tcc_link_crt(jit_tcc_link *k, struct TCCState *s);

@@ -121,15 +121,17 @@ static char *with_line_directive(const jit_tcc_job *job, char **name)
 }
 
 /* Include paths, defines ("NAME=VALUE", NAME may be "F(x)": tcc wants
- * them apart) and library paths of job; the C library as tcc_link.c
- * hands it over. */
-static void tcc_configure(TCCState *s, const jit_tcc_job *job, jit_tcc_link *k)
+ * them apart) and library paths of job; for a shared object (type
+ * TCC_OUTPUT_DLL) the C library as tcc_link.c hands it over. */
+static void tcc_configure(TCCState *s, const jit_tcc_job *job, jit_tcc_link *k, int type)
 {
     if (job->tcc_lib_dir)
         tcc_set_lib_path(s, job->tcc_lib_dir);
-    jit_tcc_link_start(k, s, job->tcc_lib_dir);
-    tcc_set_output_type(s, TCC_OUTPUT_DLL);
-    jit_tcc_link_crt(k, s);
+    if (type == TCC_OUTPUT_DLL)
+        jit_tcc_link_start(k, s, job->tcc_lib_dir);
+    tcc_set_output_type(s, type);
+    if (type == TCC_OUTPUT_DLL)
+        jit_tcc_link_crt(k, s);
     for (const char *const *p = job->include_dirs; p && *p; p++)
         tcc_add_include_path(s, *p);
     for (const char *const *p = job->defines; p && *p; p++) {
@@ -147,6 +149,14 @@ static void tcc_configure(TCCState *s, const jit_tcc_job *job, jit_tcc_link *k)
         tcc_add_library_path(s, *p);
 }
 
+/* dir/name into path (n bytes), dir being out_path's directory. */
+static int build_path(const char *out_path, const char *name, char *path, size_t n)
+{
+    const char *slash = strrchr(out_path, '/');
+    int dlen = slash ? (int)(slash - out_path) : 1;
+    return (size_t)snprintf(path, n, "%.*s/%s", dlen, slash ? out_path : ".", name) < n ? 0 : -1;
+}
+
 /* Where libtcc reads the text from: a file beside the output, in the
  * build's private directory. Compiled as a string, the text would have no
  * directory of its own and libtcc would look for its "quoted" headers in
@@ -155,9 +165,7 @@ static void tcc_configure(TCCState *s, const jit_tcc_job *job, jit_tcc_link *k)
 static int write_build_source(const char *out_path, const char *text, char *path, size_t n,
                               char *diag, size_t diaglen)
 {
-    const char *slash = strrchr(out_path, '/');
-    int dlen = slash ? (int)(slash - out_path) : 1;
-    if ((size_t)snprintf(path, n, "%.*s/.opjit-source.c", dlen, slash ? out_path : ".") >= n) {
+    if (build_path(out_path, ".opjit-source.c", path, n) < 0) {
         snprintf(diag, diaglen, "libtcc: %s: path too long", out_path);
         return OPJIT_EIO;
     }
@@ -178,19 +186,23 @@ static int write_build_source(const char *out_path, const char *text, char *path
     return OPJIT_OK;
 }
 
-/* Compile, link and write; called with tcc_lock held. */
-static int tcc_build(TCCState *s, const jit_tcc_job *job, const char *text, diag_sink *d,
-                     jit_tcc_link *k, char *diag, size_t diaglen)
+/* The text compiled into s (configured). */
+static int tcc_compile_text(TCCState *s, const jit_tcc_job *job, const char *text,
+                            diag_sink *d, char *diag, size_t diaglen)
 {
-    tcc_configure(s, job, k);
     char src[PATH_MAX];
     int rc = write_build_source(job->out_path, text, src, sizeof src, diag, diaglen);
     if (rc)
         return rc;
     int bad = tcc_add_file(s, src) < 0;
     unlink(src); /* the directory holds the artifact only */
-    if (bad || d->errors)
-        return OPJIT_ECOMPILE;
+    return bad || d->errors ? OPJIT_ECOMPILE : OPJIT_OK;
+}
+
+/* What s has compiled, linked with the libraries and written. */
+static int tcc_link_out(TCCState *s, const jit_tcc_job *job, diag_sink *d, jit_tcc_link *k,
+                        char *diag, size_t diaglen)
+{
     for (const char *const *p = job->libraries; p && *p; p++)
         if (jit_tcc_link_library(k, s, *p) < 0) {
             jit_diag_put(&d->out, "\nlibtcc: cannot find library -l", 31);
@@ -218,6 +230,83 @@ static int tcc_build(TCCState *s, const jit_tcc_job *job, const char *text, diag
     return OPJIT_OK;
 }
 
+/* A fresh libtcc state reporting to d; NULL (and diag says so) when none. */
+static TCCState *tcc_state(diag_sink *d, char *diag, size_t diaglen)
+{
+    TCCState *s = tcc_new();
+    if (s)
+        tcc_set_error_func(s, d, on_diag);
+    else
+        snprintf(diag, diaglen, "libtcc: tcc_new failed");
+    return s;
+}
+
+/* Compile and link in one state: libtcc's own link. */
+static int tcc_build_one(const jit_tcc_job *job, const char *text, diag_sink *d,
+                         jit_tcc_link *k, char *diag, size_t diaglen)
+{
+    TCCState *s = tcc_state(d, diag, diaglen);
+    if (!s)
+        return OPJIT_ENOMEM;
+    tcc_configure(s, job, k, TCC_OUTPUT_DLL);
+    int rc = tcc_compile_text(s, job, text, d, diag, diaglen);
+    if (!rc)
+        rc = tcc_link_out(s, job, d, k, diag, diaglen);
+    tcc_delete(s);
+    return rc;
+}
+
+/* Compile to an object, then link it with the files tcc_link.c hands over
+ * (the shared libraries as stubs when they can be). */
+static int tcc_build_two(const jit_tcc_job *job, const char *text, diag_sink *d,
+                         jit_tcc_link *k, char *diag, size_t diaglen)
+{
+    char obj[PATH_MAX];
+    if (build_path(job->out_path, ".opjit-op.o", obj, sizeof obj) < 0) {
+        snprintf(diag, diaglen, "libtcc: %s: path too long", job->out_path);
+        return OPJIT_EIO;
+    }
+    TCCState *s = tcc_state(d, diag, diaglen);
+    if (!s)
+        return OPJIT_ENOMEM;
+    tcc_configure(s, job, k, TCC_OUTPUT_OBJ);
+    int rc = tcc_compile_text(s, job, text, d, diag, diaglen);
+    if (!rc && tcc_output_file(s, obj) < 0)
+        rc = d->write_failed || !d->errors ? OPJIT_EIO : OPJIT_ECOMPILE;
+    if (rc == OPJIT_EIO && !d->out.len && diaglen && !diag[0])
+        snprintf(diag, diaglen, "libtcc: cannot write %s", obj);
+    tcc_delete(s);
+    if (rc) {
+        unlink(obj);
+        return rc;
+    }
+    /* libtcc does not check its writes: an object cut short by a full
+     * disk or a file-size limit is not handed back to it. */
+    jit_names undefined = {0};
+    if (jit_object_undefined(obj, &undefined) < 0) {
+        jit_names_free(&undefined);
+        unlink(obj);
+        snprintf(diag, diaglen, "libtcc: %s was not written whole (disk full or a file-size "
+                 "limit?)", obj);
+        return OPJIT_EIO;
+    }
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", obj);
+    *strrchr(dir, '/') = '\0';
+    jit_tcc_link_stubs(k, &undefined, dir, job->libraries, job->library_dirs);
+    jit_names_free(&undefined);
+    s = tcc_state(d, diag, diaglen);
+    rc = OPJIT_ENOMEM;
+    if (s) {
+        tcc_configure(s, job, k, TCC_OUTPUT_DLL);
+        rc = tcc_add_file(s, obj) < 0 ? OPJIT_ECOMPILE : tcc_link_out(s, job, d, k, diag, diaglen);
+        tcc_delete(s);
+    }
+    jit_tcc_link_done(k);
+    unlink(obj);
+    return rc;
+}
+
 int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen)
 {
     diag_sink d = {{diag, 0, diaglen}, 0, 0, job->text, job->source_name, "", 0};
@@ -230,23 +319,21 @@ int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen)
     if (diaglen)
         diag[0] = '\0';
     char *name = NULL, *text = with_line_directive(job, &name);
-    if (!text) {
+    jit_tcc_link *k = calloc(1, sizeof *k);
+    if (!text || !k) {
+        free(text);
+        free(name);
+        free(k);
         snprintf(diag, diaglen, "out of memory");
         return OPJIT_ENOMEM;
     }
     d.name = name;
     pthread_mutex_lock(&tcc_lock);
-    TCCState *s = tcc_new();
-    int rc = OPJIT_ENOMEM;
-    if (s) {
-        jit_tcc_link k;
-        tcc_set_error_func(s, &d, on_diag);
-        rc = tcc_build(s, job, text, &d, &k, diag, diaglen);
-        tcc_delete(s);
-    } else {
-        snprintf(diag, diaglen, "libtcc: tcc_new failed");
-    }
+    k->on = !strcmp(jit_tcc_link_mode(job->tcc_lib_dir), "files");
+    int rc = k->on ? tcc_build_two(job, text, &d, k, diag, diaglen)
+                   : tcc_build_one(job, text, &d, k, diag, diaglen);
     pthread_mutex_unlock(&tcc_lock);
+    free(k);
     free(text);
     if (rc == OPJIT_ECOMPILE && !d.out.len)
         snprintf(diag, diaglen, "%s: compile failed", job->source_name);

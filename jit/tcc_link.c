@@ -12,11 +12,14 @@
  * unexpected (no script, a script saying more than GROUP/INPUT of
  * absolute paths) leaves libtcc to link as usual.
  *
- * libtcc still reads the whole dynamic symbol tables of libc.so.6 and
- * libm.so.6 (a fifth of a small op's cold load): that is what gives the
- * op's calls their symbol versions (memcpy@GLIBC_2.14), so an artifact
- * from a cache warmed on another glibc fails to load where a version is
- * missing instead of binding to another ABI. */
+ * libtcc would also read the whole dynamic symbol tables of libc.so.6,
+ * libm.so.6 and what they need (a fifth of a small op's cold load), for
+ * the versions of the few the op calls (memcpy@GLIBC_2.14: an artifact
+ * from a cache warmed on another glibc then fails to load where a version
+ * is missing instead of binding to another ABI). Once the op is compiled
+ * to an object, each shared library is handed over as a stub holding
+ * only what that object and the other files need (jit/tcc_stub.c): the
+ * same versions, the same bytes out. */
 #include <fcntl.h>
 #include <libtcc.h>
 #include <pthread.h>
@@ -148,11 +151,117 @@ const char *jit_tcc_link_mode(const char *tcc_lib_dir)
     return tcc_std.ok ? "files" : "libtcc";
 }
 
+/* What the link's fixed inputs (crti.o, crtn.o, libtcc1.a and the
+ * scripts' archives) use and do not define, once per process; the
+ * scripts' shared libraries in is_dso. Under libtcc's lock. */
+static jit_names fixed_want;
+static int fixed_state; /* 0 not yet, 1 read, -1 unreadable */
+static int m_dso[TCC_LINK_MAX], c_dso[TCC_LINK_MAX];
+
+static int fixed_read(void)
+{
+    if (fixed_state)
+        return fixed_state;
+    int ok = jit_object_undefined(tcc_std.crti, &fixed_want) == 0 &&
+             jit_object_undefined(tcc_std.crtn, &fixed_want) == 0 &&
+             jit_archive_undefined(tcc_std.libtcc1, &fixed_want) == 0;
+    /* A file a script names is an archive or a shared library. */
+    for (int i = 0; ok && i < tcc_std.nm; i++)
+        if (!(m_dso[i] = !jit_is_archive(tcc_std.m[i])))
+            ok = jit_archive_undefined(tcc_std.m[i], &fixed_want) == 0;
+    for (int i = 0; ok && i < tcc_std.nc; i++)
+        if (!(c_dso[i] = !jit_is_archive(tcc_std.c[i])))
+            ok = jit_archive_undefined(tcc_std.c[i], &fixed_want) == 0;
+    fixed_state = ok ? 1 : -1;
+    return fixed_state;
+}
+
+/* lib<name>.so where libtcc's -l finds it: its library paths, then
+ * library_dirs. */
+static int find_library(const char *name, const char *search, char *out)
+{
+    char so[256];
+    if ((size_t)snprintf(so, sizeof so, "lib%s.so", name) >= sizeof so)
+        return 0;
+    for (const char *p = search; *p;) {
+        size_t len = strcspn(p, ":");
+        if (len && (size_t)snprintf(out, PATH_MAX, "%.*s/%s", (int)len, p, so) < PATH_MAX &&
+            access(out, R_OK) == 0)
+            return 1;
+        p += len + (p[len] == ':');
+    }
+    return 0;
+}
+
+void jit_tcc_link_stubs(jit_tcc_link *k, const jit_names *undefined, const char *dir,
+                        const char *const *libs, const char *const *library_dirs)
+{
+    k->stubbed = 0;
+    if (!k->on || fixed_read() < 0 || strlen(dir) >= sizeof k->dir)
+        return;
+    char search[2 * PATH_MAX];
+    size_t n = (size_t)snprintf(search, sizeof search, "%s", OPJIT_TCC_LIB_PATHS);
+    for (const char *const *d = library_dirs; d && *d && n < sizeof search; d++)
+        n += (size_t)snprintf(search + n, sizeof search - n, ":%s", *d);
+    if (n >= sizeof search)
+        return;
+    jit_names want = {0};
+    int nreal = 0, ok = 1;
+    for (int i = 0; ok && i < undefined->n; i++)
+        ok = jit_names_add(&want, undefined->v[i], strlen(undefined->v[i])) == 0;
+    for (int i = 0; ok && i < fixed_want.n; i++)
+        ok = jit_names_add(&want, fixed_want.v[i], strlen(fixed_want.v[i])) == 0;
+    /* In link order: libm's libraries, the other -l, libc's. */
+    for (const char *const *l = libs; ok && l && *l; l++) {
+        if (!strcmp(*l, "m")) {
+            for (int i = 0; i < tcc_std.nm; i++)
+                if (m_dso[i] && nreal < JIT_TCC_LINK_LIBS)
+                    k->real[nreal++] = tcc_std.m[i];
+        } else if (nreal < JIT_TCC_LINK_LIBS - TCC_LINK_MAX &&
+                   find_library(*l, search, k->lib[nreal])) {
+            k->real[nreal] = k->lib[nreal];
+            k->lname[nreal++] = *l;
+        } else {
+            ok = 0;
+        }
+    }
+    for (int i = 0; ok && i < tcc_std.nc; i++)
+        if (c_dso[i] && nreal < JIT_TCC_LINK_LIBS)
+            k->real[nreal++] = tcc_std.c[i];
+    k->nreal = nreal;
+    snprintf(k->dir, sizeof k->dir, "%s", dir);
+    if (ok && jit_tcc_stubs_write(dir, k->real, nreal, search, &want, &k->written, k->stub) == 0)
+        k->stubbed = 1;
+    else
+        jit_tcc_link_done(k);
+    jit_names_free(&want);
+}
+
+void jit_tcc_link_done(jit_tcc_link *k)
+{
+    char path[PATH_MAX];
+    for (int i = 0; i < k->written.n; i++)
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", k->dir, k->written.v[i]) < sizeof path)
+            unlink(path);
+    jit_names_free(&k->written);
+    k->stubbed = 0;
+}
+
+/* The file to link for path: its stub when there is one. */
+static const char *link_file(const jit_tcc_link *k, const char *path)
+{
+    for (int i = 0; k->stubbed && i < k->nreal; i++)
+        if (k->real[i] == path)
+            return k->stub[i];
+    return path;
+}
+
 /* tcc_add_file for each of files; -1 at the first that fails. */
-static int link_add(struct TCCState *s, const char (*files)[PATH_MAX], int n)
+static int link_add(const jit_tcc_link *k, struct TCCState *s, const char (*files)[PATH_MAX],
+                    int n)
 {
     for (int i = 0; i < n; i++)
-        if (tcc_add_file(s, files[i]) < 0)
+        if (tcc_add_file(s, link_file(k, files[i])) < 0)
             return -1;
     return 0;
 }
@@ -162,6 +271,10 @@ int jit_tcc_link_start(jit_tcc_link *k, struct TCCState *s, const char *tcc_lib_
     k->on = !strcmp(jit_tcc_link_mode(tcc_lib_dir), "files");
     if (k->on)
         tcc_set_options(s, "-nostdlib");
+    /* Searched before libtcc's own paths (added with the output type):
+     * each library a stub needs is found as its stub. */
+    if (k->stubbed)
+        tcc_add_library_path(s, k->dir);
     return k->on;
 }
 
@@ -174,7 +287,10 @@ void jit_tcc_link_crt(jit_tcc_link *k, struct TCCState *s)
 int jit_tcc_link_library(jit_tcc_link *k, struct TCCState *s, const char *name)
 {
     if (k->on && !strcmp(name, "m"))
-        return link_add(s, tcc_std.m, tcc_std.nm);
+        return link_add(k, s, tcc_std.m, tcc_std.nm);
+    for (int i = 0; k->stubbed && i < k->nreal; i++)
+        if (k->lname[i] && !strcmp(k->lname[i], name))
+            return tcc_add_file(s, k->stub[i]) < 0 ? -1 : 0;
     return tcc_add_library(s, name) < 0 ? -1 : 0;
 }
 
@@ -182,7 +298,7 @@ int jit_tcc_link_runtime(jit_tcc_link *k, struct TCCState *s)
 {
     if (!k->on)
         return 0;
-    if (link_add(s, tcc_std.c, tcc_std.nc) < 0 || tcc_add_file(s, tcc_std.libtcc1) < 0 ||
+    if (link_add(k, s, tcc_std.c, tcc_std.nc) < 0 || tcc_add_file(s, tcc_std.libtcc1) < 0 ||
         tcc_add_file(s, tcc_std.crtn) < 0)
         return -1;
     return 0;

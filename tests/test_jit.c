@@ -10,6 +10,7 @@
 
 #include "jit/jit.h"
 #include "opjit.h"
+#include "opjit_build_config.h"
 #include "t.h"
 
 static char tmpdir[PATH_MAX];
@@ -241,6 +242,163 @@ static void cc_targets_are_the_levels_this_cpu_runs(void)
 #endif
 }
 
+
+/* The whole of a file (NULL if unreadable); its length in *len. */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    if (f)
+        fclose(f);
+    if (buf)
+        buf[n] = '\0', *len = (size_t)n;
+    return buf;
+}
+
+/* Compile text in a directory of its own under tmpdir (dir), linked the
+ * way tcc_lib_dir says. */
+static int compile_linked(const char *name, const char *text, const char *dir, const char *libdir,
+                          int blas, char *diag, size_t n)
+{
+    static char ops[PATH_MAX], blasdir[PATH_MAX];
+    const char *src = getenv("OPJIT_SOURCE_DIR");
+    snprintf(ops, sizeof ops, "%s/ops-src", src ? src : ".");
+    jit_blas_dir(blasdir, sizeof blasdir);
+    const char *includes[] = {ops, incdir, OPJIT_CBLAS_INCLUDE_DIR, OPJIT_DLPACK_INCLUDE_DIR, NULL};
+    const char *defines[] = {"FORCE_OPENBLAS_COMPLEX_STRUCT", "OPJIT_TIER_TCC", NULL};
+    const char *libs[] = {"m", blas ? "openblas" : NULL, NULL};
+    const char *libdirs[] = {blasdir, NULL};
+    char out[PATH_MAX + 32];
+    mkdir(dir, 0700);
+    snprintf(out, sizeof out, "%s/host.so", dir);
+    jit_tcc_job job = {.source_name = name, .text = text, .include_dirs = includes,
+                       .defines = defines, .libraries = libs, .library_dirs = libdirs,
+                       .tcc_lib_dir = libdir, .out_path = out};
+    return jit_tcc_compile(&job, diag, n);
+}
+
+/* The files in dir. */
+static int files_in(const char *dir)
+{
+    char cmd[PATH_MAX + 64], line[64] = "";
+    snprintf(cmd, sizeof cmd, "ls -A '%s' | wc -l", dir);
+    FILE *p = popen(cmd, "r");
+    if (p) {
+        if (!fgets(line, sizeof line, p))
+            line[0] = '\0';
+        pclose(p);
+    }
+    return atoi(line);
+}
+
+/* The shared libraries reach the link as stubs holding only the symbols
+ * the op needs (jit/tcc_stub.c): libtcc must write the very bytes it
+ * writes when it reads the whole libraries itself. */
+static const char *calls_libc =
+    "#include <stdarg.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <math.h>\n"
+    "#include <string.h>\n"
+    "static int seen;\n"
+    "static void at_end(void) { seen++; }\n"
+    "static double sum(int n, ...) { va_list ap; va_start(ap, n); double t = 0;\n"
+    "  for (int i = 0; i < n; i++) t += va_arg(ap, double); va_end(ap); return t; }\n"
+    "int probe(char *out, int n) { atexit(at_end); float f = fabsf(-2.5f);\n"
+    "  unsigned long long big = (unsigned long long)(1e19 * (f / 2.5f));\n"
+    "  if (getenv(\"OPJIT_NOT_SET_ANYWHERE\")) fputs(\"?\", stderr);\n"
+    "  return snprintf(out, (size_t)n, \"%g %s %llu\", sum(2, 1.5, (double)f), strchr(\"ab\", 'b'),\n"
+    "                  big / 1000000000000ull); }\n";
+
+static void stubbed_link_writes_libtccs_bytes(void)
+{
+    if (strcmp(jit_tcc_link_mode(OPJIT_TCC_LIB_DIR), "files")) {
+        fprintf(stderr, "  (libtcc links by itself on this machine: no stubs to compare)\n");
+        return;
+    }
+    const char *src = getenv("OPJIT_SOURCE_DIR");
+    struct {
+        const char *name;
+        int blas;
+    } ops[] = {{"nms.c", 0}, {"mm.c", 1}, {"conv2d.c", 1}, {"calls_libc.c", 0}};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        char path[PATH_MAX + 32], a[PATH_MAX + 32], b[PATH_MAX + 32], so[PATH_MAX + 48];
+        char diag[4096];
+        size_t tl = 0, la = 0, lb = 0;
+        snprintf(path, sizeof path, "%s/ops-src/%s", src ? src : ".", ops[i].name);
+        char *text = strcmp(ops[i].name, "calls_libc.c") ? slurp(path, &tl) : strdup(calls_libc);
+        CHECKF(text != NULL, "%s", path);
+        if (!text)
+            continue;
+        snprintf(a, sizeof a, "%s/stub-%zu", tmpdir, i);
+        snprintf(b, sizeof b, "%s/full-%zu", tmpdir, i);
+        CHECKF(compile_linked(ops[i].name, text, a, OPJIT_TCC_LIB_DIR, ops[i].blas, diag,
+                              sizeof diag) == OPJIT_OK, "%s", diag);
+        /* Another spelling of the same directory: libtcc's own link. */
+        CHECK(strcmp(jit_tcc_link_mode(OPJIT_TCC_LIB_DIR "/"), "libtcc") == 0);
+        CHECKF(compile_linked(ops[i].name, text, b, OPJIT_TCC_LIB_DIR "/", ops[i].blas, diag,
+                              sizeof diag) == OPJIT_OK, "%s", diag);
+        free(text);
+        snprintf(so, sizeof so, "%s/host.so", a);
+        char *x = slurp(so, &la);
+        snprintf(so, sizeof so, "%s/host.so", b);
+        char *y = slurp(so, &lb);
+        CHECKF(x && y && la == lb && !memcmp(x, y, la), "%s: %zu bytes stubbed, %zu by libtcc",
+               ops[i].name, la, lb);
+        free(x);
+        free(y);
+        /* The object and the stubs are gone: the directory holds the
+         * artifact only. */
+        CHECKF(files_in(a) == 1, "%s: %d files left in %s", ops[i].name, files_in(a), a);
+    }
+    /* And it runs: libc's, libm's and libtcc1's functions, atexit from
+     * libc_nonshared.a. */
+    char so[PATH_MAX + 48], out[64] = "";
+    snprintf(so, sizeof so, "%s/stub-3/host.so", tmpdir);
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    CHECKF(h != NULL, "%s", dlerror());
+    int (*probe)(char *, int) = h ? (int (*)(char *, int))dlsym(h, "probe") : NULL;
+    CHECK(probe != NULL);
+    if (probe) {
+        probe(out, sizeof out);
+        CHECKF(!strcmp(out, "4 b 10000000"), "probe said \"%s\"", out);
+    }
+}
+
+/* A stub that cannot be written (a file of its name in the way) leaves
+ * the link to libtcc: the same bytes, and the file is not touched. */
+static void unwritable_stub_falls_back_to_libtccs_link(void)
+{
+    if (strcmp(jit_tcc_link_mode(OPJIT_TCC_LIB_DIR), "files"))
+        return;
+    char a[PATH_MAX + 32], b[PATH_MAX + 32], junk[PATH_MAX + 48], diag[4096];
+    snprintf(a, sizeof a, "%s/fallback-stub", tmpdir);
+    snprintf(b, sizeof b, "%s/fallback-full", tmpdir);
+    mkdir(a, 0700);
+    snprintf(junk, sizeof junk, "%s/libc.so.6", a);
+    write_file(junk, "not a library\n");
+    CHECKF(compile_linked("probe.c", calls_libc, a, OPJIT_TCC_LIB_DIR, 0, diag, sizeof diag) ==
+               OPJIT_OK, "%s", diag);
+    CHECKF(compile_linked("probe.c", calls_libc, b, OPJIT_TCC_LIB_DIR "/", 0, diag,
+                          sizeof diag) == OPJIT_OK, "%s", diag);
+    char so[PATH_MAX + 48];
+    size_t la = 0, lb = 0, lj = 0;
+    snprintf(so, sizeof so, "%s/host.so", a);
+    char *x = slurp(so, &la);
+    snprintf(so, sizeof so, "%s/host.so", b);
+    char *y = slurp(so, &lb);
+    CHECKF(x && y && la == lb && !memcmp(x, y, la), "%zu bytes against %zu", la, lb);
+    char *j = slurp(junk, &lj);
+    CHECK(j && !strcmp(j, "not a library\n"));
+    CHECKF(files_in(a) == 2, "%d files in %s", files_in(a), a);
+    free(x);
+    free(y);
+    free(j);
+}
+
 int main(void)
 {
     const char *src = getenv("OPJIT_SOURCE_DIR");
@@ -260,6 +418,8 @@ int main(void)
     T_RUN(concurrent_compiles_are_serialised);
     T_RUN(file_id_follows_links_to_the_file);
     T_RUN(cc_targets_are_the_levels_this_cpu_runs);
+    T_RUN(stubbed_link_writes_libtccs_bytes);
+    T_RUN(unwritable_stub_falls_back_to_libtccs_link);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
