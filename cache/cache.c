@@ -668,14 +668,22 @@ static int cache_fetch_readonly(cache *c, const cache_request *req, int probe, c
     return 0;
 }
 
-/* After publishing a build: say so, and keep the cache under its cap. */
-static void cache_after_build(cache *c, const cache_request *req)
+/* After installing an entry (built, or fetched from behind): count it,
+ * and keep the cache under its cap. */
+static void cache_after_install(cache *c, const cache_request *req, const char *dir, int built)
 {
-    cache_logf(c, OPJIT_LOG_DEBUG, "cache: built and published %s (op %s)", req->key.hex,
-               cache_str(req->op_name));
-    /* A note is small: the next build's eviction counts it (an index of
-     * 10,000 sources writes 10,000 notes, each walk reading every entry). */
-    if (c->max_size != UINT64_MAX && !req->note) {
+    if (built)
+        cache_logf(c, OPJIT_LOG_DEBUG, "cache: built and published %s (op %s)", req->key.hex,
+                   cache_str(req->op_name));
+    if (c->max_size == UINT64_MAX)
+        return;
+    uint64_t size;
+    int64_t mtime;
+    int hasm;
+    cache_dir_usage(c, dir, &size, &mtime, &hasm);
+    /* A note is small: it is counted, and the next build's walk evicts
+     * (an index of 10,000 sources writes 10,000 notes). */
+    if (cache_usage_add(c, size) && !req->note) {
         char eerr[256];
         if (cache_evict_to(c, c->max_size, 0, NULL, eerr, sizeof eerr) != OPJIT_OK)
             cache_logf(c, OPJIT_LOG_WARN, "%s", eerr);
@@ -977,8 +985,8 @@ static int fetch_end(fetch *f, int step, int rc, cache_artifact *a, int n, cache
             if (hit)
                 *hit = (*out)->origin;
             cache_log_origin(f->c, f->req, (*out)->origin);
-            if (step == FETCH_BUILT)
-                cache_after_build(f->c, f->req);
+            if (step == FETCH_BUILT || (*out)->origin == CACHE_HIT_REMOTE)
+                cache_after_install(f->c, f->req, f->dir, step == FETCH_BUILT);
             return OPJIT_OK;
         }
         rc = cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");

@@ -209,5 +209,9 @@ int cache_discard_entry(cache *c, const char *dir, const char *hex, int have_use
 int cache_discard_shard(cache *c, const char *shard);
 int cache_evict_to(cache *c, uint64_t cap, int all, cache_prune_result *r,
                    char *err, size_t errlen);
+/* An entry of bytes installed: counted in the usage ledger (v1/usage).
+ * 1 when the cache should be walked (cache_evict_to, which starts the
+ * ledger again from what it counts). */
+int cache_usage_add(cache *c, uint64_t bytes);
 
 #endif

@@ -997,6 +997,97 @@ static void test_lru_eviction(void)
     cache_close(c);
 }
 
+/* The usage ledger (v1/usage): a build counts itself there instead of
+ * walking every entry, and walks (evicting) only when the ledger is
+ * missing or damaged, says the cap is passed, or every 256 installs. */
+static void write_usage(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static unsigned long long usage_bytes(const char *path, unsigned long long *installs)
+{
+    unsigned long long b = 0, i = 0;
+    FILE *f = fopen(path, "r");
+    int ok = f && fscanf(f, "opjit-cache-usage 1 %llu %llu", &b, &i) == 2;
+    if (f)
+        fclose(f);
+    CHECKF(ok, "%s unreadable", path);
+    if (installs)
+        *installs = i;
+    return b;
+}
+
+static void test_usage_ledger(void)
+{
+    const uint64_t cap = 40000; /* three entries of 12,500 bytes fit */
+    const char *dir = tdir("ledger");
+    char usage[1400], err[256];
+    snprintf(usage, sizeof usage, "%s/v1/usage", dir);
+    cache *c = open_at(dir, NULL, 0, cap, NULL);
+    /* The same directory with no cap: its builds count nowhere. */
+    cache *uncapped = open_at(dir, NULL, 0, UINT64_MAX, NULL);
+    if (!c || !uncapped)
+        return;
+    bctx b = {.size = 10000};
+    cache_entry *e;
+    int hit;
+    const char *tags[] = {"A", "B", "C", "D", "E", "F", "G", "H", "I"};
+    cache_request r[9];
+    for (int i = 0; i < 9; i++)
+        r[i] = mkreq("ledger", tags[i]);
+    for (int i = 0; i < 2; i++) {
+        CHECK(fetch(c, &r[i], &b, &e, &hit) == OPJIT_OK && hit == 0);
+        cache_entry_release(e);
+    }
+    cache_totals t;
+    CHECK(cache_get_totals(c, &t, err, sizeof err) == OPJIT_OK && t.entries == 2);
+    CHECK(usage_bytes(usage, NULL) == t.bytes);
+
+    /* Two entries the ledger does not know of: the real total passes the
+     * cap, the ledger's does not, and the next build walks nothing. */
+    for (int i = 2; i < 4; i++) {
+        CHECK(fetch(uncapped, &r[i], &b, &e, &hit) == OPJIT_OK && hit == 0);
+        cache_entry_release(e);
+    }
+    CHECK(fetch(c, &r[4], &b, &e, &hit) == OPJIT_OK && hit == 0);
+    cache_entry_release(e);
+    CHECK(cache_get_totals(c, &t, err, sizeof err) == OPJIT_OK && t.entries == 5);
+
+    /* A damaged ledger: the next build walks, evicts to the cap and
+     * starts the ledger again from what it counted. */
+    write_usage(usage, "opjit-cache-usage 1 12\n"); /* cut short */
+    CHECK(fetch(c, &r[5], &b, &e, &hit) == OPJIT_OK && hit == 0);
+    cache_entry_release(e);
+    CHECK(cache_get_totals(c, &t, err, sizeof err) == OPJIT_OK && t.entries == 3);
+    CHECK(t.bytes <= cap && usage_bytes(usage, NULL) == t.bytes);
+
+    /* The 256th install walks even under the cap. */
+    CHECK(fetch(uncapped, &r[6], &b, &e, &hit) == OPJIT_OK && hit == 0);
+    cache_entry_release(e);
+    write_usage(usage, "opjit-cache-usage 1 100 254\n");
+    CHECK(fetch(c, &r[7], &b, &e, &hit) == OPJIT_OK && hit == 0); /* the 255th */
+    cache_entry_release(e);
+    CHECK(cache_get_totals(c, &t, err, sizeof err) == OPJIT_OK && t.entries == 5);
+    CHECK(fetch(c, &r[8], &b, &e, &hit) == OPJIT_OK && hit == 0); /* the 256th */
+    cache_entry_release(e);
+    unsigned long long installs;
+    CHECK(cache_get_totals(c, &t, err, sizeof err) == OPJIT_OK && t.entries == 3);
+    CHECK(usage_bytes(usage, &installs) == t.bytes && installs == 256);
+
+    /* Clearing the cache leaves a ledger of nothing. */
+    cache_prune_result pr;
+    CHECK(cache_clear(c, &pr, err, sizeof err) == OPJIT_OK && pr.removed == 3);
+    CHECK(usage_bytes(usage, NULL) == 0);
+    cache_close(uncapped);
+    cache_close(c);
+}
+
 static void test_parse_size(void)
 {
     uint64_t v;
@@ -1622,6 +1713,7 @@ int main(void)
     T_RUN(test_unwritable_fallback);
     T_RUN(test_untrusted);
     T_RUN(test_lru_eviction);
+    T_RUN(test_usage_ledger);
     T_RUN(test_parse_size);
     T_RUN(test_tmp_cleanup);
     T_RUN(test_processes_race);
