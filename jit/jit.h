@@ -118,8 +118,9 @@ int jit_file_id_of(const char *prefix, const char *path, const struct stat *st, 
                    size_t n);
 
 /* What the host (C) compilers share: the include directories of a job
- * (its own, then DLPack's and CBLAS's; NULL-terminated in out, which has
- * room for max; the count), the directory of the OpenBLAS host code links,
+ * (the source's, CBLAS's and DLPack's, then the build's own, which holds
+ * opjit_op.h alone; NULL-terminated in out, which has room for max; the
+ * count), the directory of the OpenBLAS host code links,
  * the artifact's name ("host.so"), and a list of flags appended to out
  * (k bytes used) as " PREFIXv[0] PREFIXv[1]..." (the new length). */
 int jit_host_includes(const jit_job *job, const char **out, int max);

@@ -399,6 +399,24 @@ static void unwritable_stub_falls_back_to_libtccs_link(void)
     free(j);
 }
 
+/* The build's directory (opjit_op.h alone) is searched after the system
+ * headers' directories, so that no system header is looked for in it;
+ * before them only where one of them has an opjit_op.h of its own. */
+static void op_header_directory_comes_after_the_system_ones(void)
+{
+    const char *mine[] = {"/the/source", "/the/build", NULL};
+    jit_job job = {.include_dirs = mine};
+    const char *out[8];
+    int n = jit_host_includes(&job, out, 6);
+    struct stat st;
+    int installed = stat(OPJIT_CBLAS_INCLUDE_DIR "/opjit_op.h", &st) == 0 ||
+                    stat(OPJIT_DLPACK_INCLUDE_DIR "/opjit_op.h", &st) == 0;
+    CHECK(n == 4 && out[4] == NULL);
+    CHECK(!strcmp(out[0], "/the/source"));
+    CHECK(!strcmp(out[installed ? 1 : 3], "/the/build"));
+    CHECK(!strcmp(out[installed ? 2 : 1], OPJIT_CBLAS_INCLUDE_DIR));
+}
+
 int main(void)
 {
     const char *src = getenv("OPJIT_SOURCE_DIR");
@@ -418,6 +436,7 @@ int main(void)
     T_RUN(concurrent_compiles_are_serialised);
     T_RUN(file_id_follows_links_to_the_file);
     T_RUN(cc_targets_are_the_levels_this_cpu_runs);
+    T_RUN(op_header_directory_comes_after_the_system_ones);
     T_RUN(stubbed_link_writes_libtccs_bytes);
     T_RUN(unwritable_stub_falls_back_to_libtccs_link);
     char cmd[PATH_MAX + 16];
