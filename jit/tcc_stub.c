@@ -8,14 +8,16 @@
  * the op refers to (memcpy@GLIBC_2.14). So the op is first compiled to an
  * object (jit/tcc.c); then each library the link would reach gets a stub:
  * an ELF file with the library's soname, DT_NEEDED list, version
- * definitions and needs, and strings as they are, and of its dynamic
- * symbols only those named by something the link adds (the op's object,
- * crti.o, crtn.o, the archives) that is undefined there. libtcc then walks
- * the stubs exactly as it would the libraries (each DT_NEEDED is found in
- * the stubs' directory first) and sees, for each such name, every entry
- * the library has, in the same order: it writes the same bytes. Anything
- * unexpected (no GNU hash table, a library that is not a 64-bit ELF shared
- * object) returns -1, and the caller links against the real libraries.
+ * definitions and needs as they are, and of its dynamic symbols only those
+ * named by something the link adds (the op's object, crti.o, crtn.o, the
+ * archives) that is undefined there. libtcc then walks the stubs exactly
+ * as it would the libraries (each DT_NEEDED is found in the stubs'
+ * directory first) and sees, for each such name, every entry the library
+ * has, in the same order: it writes the same bytes. A library of few
+ * symbols (ld.so's 40) costs libtcc less than its stub would and is left
+ * as it is. Anything unexpected (no GNU hash table, a library that is not
+ * a 64-bit ELF shared object) returns -1, and the caller links against the
+ * real libraries.
  *
  * The libraries are mapped once per process and kept (they are read a few
  * pages at a time: the hash table, a chain, a name); callers hold libtcc's
