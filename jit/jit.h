@@ -175,6 +175,9 @@ int jit_object_undefined(const char *path, jit_names *out);
 int jit_archive_undefined(const char *path, jit_names *out);
 /* 1 when path is an ar archive. */
 int jit_is_archive(const char *path);
+/* The first dir/name, of the ':'-separated list dirs, that is a regular
+ * file (as libtcc searches its paths), into out (n bytes); 0 when none. */
+int jit_find_in(const char *dirs, const char *name, char *out, size_t n);
 /* Stubs of the shared libraries libs (paths, in link order) and of those
  * they need (found on search, a ':'-separated list, as libtcc finds them),
  * in dir: each with the library's soname, needs and versions and only the

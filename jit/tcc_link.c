@@ -44,20 +44,6 @@ typedef struct tcc_stdlib {
 static tcc_stdlib tcc_std;
 static pthread_once_t tcc_std_once = PTHREAD_ONCE_INIT;
 
-/* The first dir/name of the ':'-separated list dirs that exists. */
-static int tcc_find_in(const char *dirs, const char *name, char *out, size_t n)
-{
-    for (const char *p = dirs; *p;) {
-        size_t len = strcspn(p, ":");
-        struct stat st;
-        if (len && (size_t)snprintf(out, n, "%.*s/%s", (int)len, p, name) < n &&
-            stat(out, &st) == 0 && S_ISREG(st.st_mode))
-            return 1;
-        p += len + (p[len] == ':');
-    }
-    return 0;
-}
-
 /* The next token of a linker script at *p: a word, "(" or ")"; comments
  * skipped. 0 at the end. */
 static size_t tcc_ld_token(const char **p)
@@ -114,7 +100,7 @@ static int tcc_lib_files(const char *name, char files[TCC_LINK_MAX][PATH_MAX])
 {
     char so[64], path[PATH_MAX], text[4096];
     snprintf(so, sizeof so, "lib%s.so", name);
-    if (!tcc_find_in(OPJIT_TCC_LIB_PATHS, so, path, sizeof path))
+    if (!jit_find_in(OPJIT_TCC_LIB_PATHS, so, path, sizeof path))
         return -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     ssize_t got = fd < 0 ? -1 : read(fd, text, sizeof text - 1);
@@ -134,9 +120,9 @@ static void tcc_std_find(void)
 {
     tcc_stdlib *t = &tcc_std;
     if (!OPJIT_TCC_CRT_DIR[0] || strchr(OPJIT_TCC_LIB_PATHS, '{') ||
-        !tcc_find_in(OPJIT_TCC_CRT_DIR, "crti.o", t->crti, sizeof t->crti) ||
-        !tcc_find_in(OPJIT_TCC_CRT_DIR, "crtn.o", t->crtn, sizeof t->crtn) ||
-        !tcc_find_in(OPJIT_TCC_LIB_DIR, "libtcc1.a", t->libtcc1, sizeof t->libtcc1))
+        !jit_find_in(OPJIT_TCC_CRT_DIR, "crti.o", t->crti, sizeof t->crti) ||
+        !jit_find_in(OPJIT_TCC_CRT_DIR, "crtn.o", t->crtn, sizeof t->crtn) ||
+        !jit_find_in(OPJIT_TCC_LIB_DIR, "libtcc1.a", t->libtcc1, sizeof t->libtcc1))
         return;
     t->nm = tcc_lib_files("m", t->m);
     t->nc = tcc_lib_files("c", t->c);
@@ -181,16 +167,8 @@ static int fixed_read(void)
 static int find_library(const char *name, const char *search, char *out)
 {
     char so[256];
-    if ((size_t)snprintf(so, sizeof so, "lib%s.so", name) >= sizeof so)
-        return 0;
-    for (const char *p = search; *p;) {
-        size_t len = strcspn(p, ":");
-        if (len && (size_t)snprintf(out, PATH_MAX, "%.*s/%s", (int)len, p, so) < PATH_MAX &&
-            access(out, R_OK) == 0)
-            return 1;
-        p += len + (p[len] == ':');
-    }
-    return 0;
+    return (size_t)snprintf(so, sizeof so, "lib%s.so", name) < sizeof so &&
+           jit_find_in(search, so, out, PATH_MAX);
 }
 
 void jit_tcc_link_stubs(jit_tcc_link *k, const jit_names *undefined, const char *dir,

@@ -558,13 +558,13 @@ static int write_stub(const dso *d, const jit_names *want, const char *path)
     return rc;
 }
 
-/* The first dir/name of the ':'-separated list dirs that opens, into out. */
-static int find_in(const char *dirs, const char *name, char *out, size_t n)
+int jit_find_in(const char *dirs, const char *name, char *out, size_t n)
 {
     for (const char *p = dirs; *p;) {
         size_t len = strcspn(p, ":");
+        struct stat st;
         if (len && (size_t)snprintf(out, n, "%.*s/%s", (int)len, p, name) < n &&
-            access(out, R_OK) == 0)
+            stat(out, &st) == 0 && S_ISREG(st.st_mode))
             return 1;
         p += len + (p[len] == ':');
     }
@@ -602,7 +602,7 @@ static int stub_tree(const dso *d, const char *name, const jit_names *want, cons
             return -1;
         if (names_has(done, need) || names_has(skipped, need))
             continue;
-        if (!find_in(search, need, real, sizeof real) || !(nd = dso_open(real)) ||
+        if (!jit_find_in(search, need, real, sizeof real) || !(nd = dso_open(real)) ||
             stub_tree(nd, need, want, dir, search, written, skipped) < 0)
             return -1;
     }

@@ -1002,12 +1002,7 @@ static void test_lru_eviction(void)
  * missing or damaged, says the cap is passed, or every 256 installs. */
 static void write_usage(const char *path, const char *text)
 {
-    FILE *f = fopen(path, "w");
-    CHECK(f != NULL);
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
+    CHECK(write_file(path, text, strlen(text)) == 0);
 }
 
 static unsigned long long usage_bytes(const char *path, unsigned long long *installs)
