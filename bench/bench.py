@@ -387,11 +387,20 @@ def run_loads(exe, src, reps, with_cc, extra_env=None):
 FULL_CACHE_ENTRIES = 3000
 
 
+def bench_full_cache_section(exe, reps):
+    n = 100 if SMOKE else FULL_CACHE_ENTRIES
+    log("loads: nms.c into a cache of %d entries (%d reps, fresh processes)" % (n, reps))
+    try:
+        return bench_full_cache(exe, reps, n)
+    except (BenchError, OSError, subprocess.SubprocessError) as e:
+        return {"error": str(e)[:200]}
+
+
 def bench_full_cache(exe, reps, n):
     """Cold loads of nms.c into a cache already holding n entries (copies of
     nms.c's own under other keys, their files hard links: the same sizes to
     count without writing them): a build must not cost more for the entries
-    around it. Run last: removing them still costs the disk a moment. Each repetition removes nms.c's entry first. The
+    around it. Each repetition removes nms.c's entry first. The
     first load, untimed apart, finds no usage ledger and walks the cache
     (what a build does every 256 installs)."""
     d = tempfile.mkdtemp(prefix="opjit-full-cache-")
@@ -461,12 +470,6 @@ def bench_loads(exe, reps):
                                                  {"OPJIT_CUDA_ARCHS": "sm_90"})
         except BenchError as e:
             out[os.path.basename(s)] = {"errors": [str(e)]}
-    n = 100 if SMOKE else FULL_CACHE_ENTRIES
-    log("loads: nms.c into a cache of %d entries (%d reps, fresh processes)" % (n, reps))
-    try:
-        out["full_cache"] = bench_full_cache(exe, reps, n)
-    except (BenchError, OSError, subprocess.SubprocessError) as e:
-        out["full_cache"] = {"error": str(e)[:200]}
     return out
 
 
@@ -866,7 +869,7 @@ def build_rows(R):
     else:
         rows.append(("cold load of nms.c", "n/a", "n/a", "n/a", ">= 80x faster",
                      "n/a (%s)" % "; ".join(nms.get("errors", ["nms.c missing" if R["ran_loads"] else "not run"]))[:200]))
-    fc = L.get("full_cache", {})
+    fc = R.get("full_cache", {})
     if "cold_ms" in fc and "cold_ms" in nms:
         r = fc["cold_ms"] / nms["cold_ms"]
         rows.append(("  the same into a cache of %d entries (%.0f MB): the build counts its entry in "
@@ -1714,7 +1717,7 @@ def cli_rows(R):
 
 
 # What each --only section writes into the results.
-SECTION_KEYS = {"loads": ["loads", "ran_loads"], "call": ["call_overhead"], "nms": ["nms"],
+SECTION_KEYS = {"loads": ["loads", "ran_loads", "full_cache"], "call": ["call_overhead"], "nms": ["nms"],
                 "conv2d": ["conv2d"], "mm": ["mm"], "python": ["python"],
                 "lookup": ["lookup", "lookup_10000"], "cli": ["cli", "instr"], "remote": ["remote"],
                 "backward": ["backward"], "half": ["half"], "torch2": ["torch2"],
@@ -1828,6 +1831,8 @@ def main():
     try:
         if "loads" in only:
             R["loads"] = bench_loads(exe, reps)
+            # Last: removing its entries still costs the disk a moment.
+            R["full_cache"] = bench_full_cache_section(exe, reps)
         if "lookup" in only:
             for nsrc in LOOKUP_SIZES:
                 log("lookup: an op by name among %d sources" % nsrc)
