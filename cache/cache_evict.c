@@ -355,11 +355,9 @@ static int cache_victim_cmp(const void *pa, const void *pb)
     return strcmp(a->hex, b->hex);
 }
 
-/* Evict least recently used entries until the writable cache holds at most
- * cap bytes (all: every entry), skipping entries in use. */
 /* ---- the usage ledger ---------------------------------------------------- */
 
-/* v1/usage holds "opjit-cache-usage 1 BYTES PUBLISHES\n": the bytes of the
+/* v1/usage holds "opjit-cache-usage 1 BYTES INSTALLS\n": the bytes of the
  * entries as the last walk of the cache counted them plus those installed
  * since, and how many were installed, read and written under an exclusive
  * lock on the file. It saves every build a walk of every entry (3,000
@@ -376,13 +374,12 @@ static int cache_victim_cmp(const void *pa, const void *pb)
 static int usage_open(const cache *c)
 {
     char path[PATH_MAX];
-    const char *slash = strrchr(c->entries, '/');
-    if (!slash || (size_t)snprintf(path, sizeof path, "%.*s/usage", (int)(slash - c->entries),
-                                   c->entries) >= sizeof path)
+    if ((size_t)snprintf(path, sizeof path, "%s/v1/usage", c->root) >= sizeof path)
         return -1;
     int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     struct stat st;
-    if (fd >= 0 && (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != c->euid ||
+    if (fd >= 0 && (fstat(fd, &st) || !S_ISREG(st.st_mode) ||
+                    cache_untrusted(&st, CACHE_OWNER_SELF, c->euid) ||
                     cache_relock(fd, CACHE_LOCK_FILE, 1, 1) != OPJIT_OK)) {
         close(fd);
         fd = -1;
@@ -437,6 +434,8 @@ static void usage_set(cache *c, uint64_t bytes)
     close(fd);
 }
 
+/* Evict least recently used entries until the writable cache holds at most
+ * cap bytes (all: every entry), skipping entries in use. */
 int cache_evict_to(cache *c, uint64_t cap, int all, cache_prune_result *r, char *err, size_t errlen)
 {
     cache_prune_result dummy;
