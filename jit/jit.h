@@ -208,17 +208,19 @@ typedef struct jit_tcc_link {
 } jit_tcc_link;
 /* "files" or "libtcc": what a compile with this lib dir does. */
 const char *jit_tcc_link_mode(const char *tcc_lib_dir);
-/* Once the op is compiled to an object using the names undefined: stubs
- * in dir (the build's own directory) for linking it with the libraries
- * libs (found on libtcc's library paths, then library_dirs), when they can
- * be made. */
-void jit_tcc_link_stubs(jit_tcc_link *k, const jit_names *undefined, const char *dir,
+/* First: whether the files are handed over (k->on), for this lib dir. */
+void jit_tcc_link_init(jit_tcc_link *k, const char *tcc_lib_dir);
+/* Once the op is compiled to an object using the names in want (to which
+ * the link's other files' are added): stubs in dir (the build's own
+ * directory) for linking it with the libraries libs (found on libtcc's
+ * library paths, then library_dirs), when they can be made. */
+void jit_tcc_link_stubs(jit_tcc_link *k, jit_names *want, const char *dir,
                         const char *const *libs, const char *const *library_dirs);
 /* The stubs removed. */
 void jit_tcc_link_done(jit_tcc_link *k);
-/* Before tcc_set_output_type: 1 when the files are handed over
- * (-nostdlib; the stubs' directory searched first). */
-int jit_tcc_link_start(jit_tcc_link *k, struct TCCState *s, const char *tcc_lib_dir);
+/* Before tcc_set_output_type: -nostdlib when the files are handed over,
+ * the stubs' directory searched first. */
+void jit_tcc_link_start(jit_tcc_link *k, struct TCCState *s);
 /* After tcc_set_output_type: crti.o. */
 void jit_tcc_link_crt(jit_tcc_link *k, struct TCCState *s);
 /* -l name (libm's files for "m"). 0 or -1. */

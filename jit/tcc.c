@@ -128,7 +128,7 @@ static void tcc_configure(TCCState *s, const jit_tcc_job *job, jit_tcc_link *k, 
     if (job->tcc_lib_dir)
         tcc_set_lib_path(s, job->tcc_lib_dir);
     if (type == TCC_OUTPUT_DLL)
-        jit_tcc_link_start(k, s, job->tcc_lib_dir);
+        jit_tcc_link_start(k, s);
     tcc_set_output_type(s, type);
     if (type == TCC_OUTPUT_DLL)
         jit_tcc_link_crt(k, s);
@@ -329,7 +329,7 @@ int jit_tcc_compile(const jit_tcc_job *job, char *diag, size_t diaglen)
     }
     d.name = name;
     pthread_mutex_lock(&tcc_lock);
-    k->on = !strcmp(jit_tcc_link_mode(job->tcc_lib_dir), "files");
+    jit_tcc_link_init(k, job->tcc_lib_dir);
     int rc = k->on ? tcc_build_two(job, text, &d, k, diag, diaglen)
                    : tcc_build_one(job, text, &d, k, diag, diaglen);
     pthread_mutex_unlock(&tcc_lock);

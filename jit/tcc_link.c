@@ -138,8 +138,9 @@ const char *jit_tcc_link_mode(const char *tcc_lib_dir)
 }
 
 /* What the link's fixed inputs (crti.o, crtn.o, libtcc1.a and the
- * scripts' archives) use and do not define, once per process; the
- * scripts' shared libraries in is_dso. Under libtcc's lock. */
+ * scripts' archives) use and do not define, once per process; which of
+ * the scripts' files are shared libraries in m_dso, c_dso. Under libtcc's
+ * lock. */
 static jit_names fixed_want;
 static int fixed_state; /* 0 not yet, 1 read, -1 unreadable */
 static int m_dso[TCC_LINK_MAX], c_dso[TCC_LINK_MAX];
@@ -171,7 +172,7 @@ static int find_library(const char *name, const char *search, char *out)
            jit_find_in(search, so, out, PATH_MAX);
 }
 
-void jit_tcc_link_stubs(jit_tcc_link *k, const jit_names *undefined, const char *dir,
+void jit_tcc_link_stubs(jit_tcc_link *k, jit_names *want, const char *dir,
                         const char *const *libs, const char *const *library_dirs)
 {
     k->stubbed = 0;
@@ -183,12 +184,9 @@ void jit_tcc_link_stubs(jit_tcc_link *k, const jit_names *undefined, const char 
         n += (size_t)snprintf(search + n, sizeof search - n, ":%s", *d);
     if (n >= sizeof search)
         return;
-    jit_names want = {0};
     int nreal = 0, ok = 1;
-    for (int i = 0; ok && i < undefined->n; i++)
-        ok = jit_names_add(&want, undefined->v[i], strlen(undefined->v[i])) == 0;
     for (int i = 0; ok && i < fixed_want.n; i++)
-        ok = jit_names_add(&want, fixed_want.v[i], strlen(fixed_want.v[i])) == 0;
+        ok = jit_names_add(want, fixed_want.v[i], strlen(fixed_want.v[i])) == 0;
     /* In link order: libm's libraries, the other -l, libc's. */
     for (const char *const *l = libs; ok && l && *l; l++) {
         if (!strcmp(*l, "m")) {
@@ -208,11 +206,10 @@ void jit_tcc_link_stubs(jit_tcc_link *k, const jit_names *undefined, const char 
             k->real[nreal++] = tcc_std.c[i];
     k->nreal = nreal;
     snprintf(k->dir, sizeof k->dir, "%s", dir);
-    if (ok && jit_tcc_stubs_write(dir, k->real, nreal, search, &want, &k->written, k->stub) == 0)
+    if (ok && jit_tcc_stubs_write(dir, k->real, nreal, search, want, &k->written, k->stub) == 0)
         k->stubbed = 1;
     else
         jit_tcc_link_done(k);
-    jit_names_free(&want);
 }
 
 void jit_tcc_link_done(jit_tcc_link *k)
@@ -244,16 +241,19 @@ static int link_add(const jit_tcc_link *k, struct TCCState *s, const char (*file
     return 0;
 }
 
-int jit_tcc_link_start(jit_tcc_link *k, struct TCCState *s, const char *tcc_lib_dir)
+void jit_tcc_link_init(jit_tcc_link *k, const char *tcc_lib_dir)
 {
     k->on = !strcmp(jit_tcc_link_mode(tcc_lib_dir), "files");
+}
+
+void jit_tcc_link_start(jit_tcc_link *k, struct TCCState *s)
+{
     if (k->on)
         tcc_set_options(s, "-nostdlib");
     /* Searched before libtcc's own paths (added with the output type):
      * each library a stub needs is found as its stub. */
     if (k->stubbed)
         tcc_add_library_path(s, k->dir);
-    return k->on;
 }
 
 void jit_tcc_link_crt(jit_tcc_link *k, struct TCCState *s)

@@ -23,7 +23,6 @@
  * pages at a time: the hash table, a chain, a name); callers hold libtcc's
  * lock, which serialises everything here. */
 #include <elf.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -571,26 +570,26 @@ int jit_find_in(const char *dirs, const char *name, char *out, size_t n)
     return 0;
 }
 
-/* d's stub, named name, in dir, and those of the libraries it needs (found
- * on search, as libtcc finds them), each once: written names in done. */
+/* A library of few symbols (ld.so has 40) costs libtcc less than its stub
+ * would: it is left for libtcc to find where it is. */
 #define STUB_MIN_SYMBOLS 256
 
+static int worth_a_stub(const dso *d) { return d->nsym > STUB_MIN_SYMBOLS; }
+
+/* d's stub, named name, in dir (when worth one), then those of the
+ * libraries it needs (found on search, as libtcc finds them), each once:
+ * the names stubbed in written, those left in skipped. */
 static int stub_tree(const dso *d, const char *name, const jit_names *want, const char *dir,
                      const char *search, jit_names *written, jit_names *skipped)
 {
-    if (names_has(skipped, name))
-        return 0;
-    jit_names *done = written;
     char path[PATH_MAX];
-    if (names_has(done, name))
+    if (names_has(written, name) || names_has(skipped, name))
         return 0;
     if (strchr(name, '/') || (size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
         return -1;
-    /* A small library (ld.so has 40 symbols) costs libtcc less than its
-     * stub would: it is left for libtcc to find where it is. */
-    if (d->nsym > STUB_MIN_SYMBOLS && write_stub(d, want, path) < 0)
+    if (worth_a_stub(d) && write_stub(d, want, path) < 0)
         return -1;
-    if (jit_names_add(d->nsym > STUB_MIN_SYMBOLS ? written : skipped, name, strlen(name)) < 0)
+    if (jit_names_add(worth_a_stub(d) ? written : skipped, name, strlen(name)) < 0)
         return -1;
     for (size_t i = 0; i < d->ndyn && d->dyn[i].d_tag != DT_NULL; i++) {
         if (d->dyn[i].d_tag != DT_NEEDED)
@@ -600,8 +599,8 @@ static int stub_tree(const dso *d, const char *name, const jit_names *want, cons
         const dso *nd;
         if (!need)
             return -1;
-        if (names_has(done, need) || names_has(skipped, need))
-            continue;
+        if (names_has(written, need) || names_has(skipped, need))
+            continue; /* not looked for again */
         if (!jit_find_in(search, need, real, sizeof real) || !(nd = dso_open(real)) ||
             stub_tree(nd, need, want, dir, search, written, skipped) < 0)
             return -1;
@@ -618,7 +617,7 @@ int jit_tcc_stubs_write(const char *dir, const char *const *libs, int nlibs, con
         const dso *d = dso_open(libs[i]);
         if (!d || stub_tree(d, d->soname, want, dir, search, written, &skipped) < 0)
             rc = -1;
-        else if (d->nsym <= STUB_MIN_SYMBOLS)
+        else if (!worth_a_stub(d))
             snprintf(stub[i], PATH_MAX, "%s", libs[i]);
         else if ((size_t)snprintf(stub[i], PATH_MAX, "%s/%s", dir, d->soname) >= PATH_MAX)
             rc = -1;
