@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "jit/jit.h"
@@ -399,6 +401,56 @@ static void unwritable_stub_falls_back_to_libtccs_link(void)
     free(j);
 }
 
+/* libtcc reads the text and writes the object in memory (memfd_create),
+ * or, where that fails (an old kernel, a seccomp filter, no /proc), in
+ * files in the build directory. The library's calls come here. */
+static int memfd_fails;
+int memfd_create(const char *name, unsigned int flags)
+{
+    if (memfd_fails) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return (int)syscall(SYS_memfd_create, name, flags);
+}
+
+/* Without memfd: the same bytes, nothing left beside the artifact, and
+ * diagnostics name the source, not the file it was copied to. */
+static void without_memfd_the_build_uses_files(void)
+{
+    const char *src = getenv("OPJIT_SOURCE_DIR");
+    char path[PATH_MAX + 32], a[PATH_MAX + 32], b[PATH_MAX + 32], so[PATH_MAX + 48];
+    char diag[4096];
+    size_t tl = 0, la = 0, lb = 0;
+    snprintf(path, sizeof path, "%s/ops-src/nms.c", src ? src : ".");
+    char *text = slurp(path, &tl);
+    CHECKF(text != NULL, "%s", path);
+    if (!text)
+        return;
+    snprintf(a, sizeof a, "%s/memfd", tmpdir);
+    snprintf(b, sizeof b, "%s/no-memfd", tmpdir);
+    CHECKF(compile_linked("nms.c", text, a, OPJIT_TCC_LIB_DIR, 0, diag, sizeof diag) ==
+               OPJIT_OK, "%s", diag);
+    memfd_fails = 1;
+    CHECKF(compile_linked("nms.c", text, b, OPJIT_TCC_LIB_DIR, 0, diag, sizeof diag) ==
+               OPJIT_OK, "%s", diag);
+    CHECK(compile_linked("ops/bad.c", "int x;\nint y = not_declared_here;\n", b,
+                         OPJIT_TCC_LIB_DIR, 0, diag, sizeof diag) == OPJIT_ECOMPILE);
+    memfd_fails = 0;
+    CHECK_STR_CONTAINS(diag, "ops/bad.c:2: error");
+    CHECKF(strstr(diag, b) == NULL, "%s", diag);
+    free(text);
+    snprintf(so, sizeof so, "%s/host.so", a);
+    char *x = slurp(so, &la);
+    snprintf(so, sizeof so, "%s/host.so", b);
+    char *y = slurp(so, &lb);
+    CHECKF(x && y && la == lb && !memcmp(x, y, la), "%zu bytes in memory, %zu through files",
+           la, lb);
+    CHECKF(files_in(b) == 1, "%d files left in %s", files_in(b), b);
+    free(x);
+    free(y);
+}
+
 /* The build's directory (opjit_op.h alone) is searched after the system
  * headers' directories, so that no system header is looked for in it;
  * before them only where one of them has an opjit_op.h of its own. */
@@ -439,6 +491,7 @@ int main(void)
     T_RUN(op_header_directory_comes_after_the_system_ones);
     T_RUN(stubbed_link_writes_libtccs_bytes);
     T_RUN(unwritable_stub_falls_back_to_libtccs_link);
+    T_RUN(without_memfd_the_build_uses_files);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
