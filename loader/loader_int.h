@@ -4,6 +4,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cache/cache.h"
@@ -131,6 +132,16 @@ void loader_warn_missing_dirs(loader *l);
 const char *loader_ops_path(loader *l);
 /* Its head, from the settings (loader_create). OPJIT_OK or OPJIT_ENOMEM. */
 int ops_path_init(loader *l);
+/* The directory (n bytes) of the file this copy of the library is in:
+ * libopjit.so (*shared 1), or the executable libopjit.a is linked into
+ * (*shared 0). 0, or -1 when it cannot be told. */
+int loader_library_dir(char *dir, size_t n, int *shared);
+/* 1 when dir/opjit_op.h is this library's, byte for byte, and only its
+ * owner (us or root) can change it or dir; *st: the file as read
+ * (loader/pipeline.c, where builds use such a copy). */
+int loader_op_header_copy(const char *dir, struct stat *st);
+/* 1 when dir/opjit_op.h is still the file st describes, unchanged. */
+int loader_op_header_unchanged(const char *dir, const struct stat *st);
 /* A runtime with a loader and nothing else (no watcher): what discovery's
  * children and warming load by path with. */
 int loader_runtime_new(const settings *set, opjit_runtime **out);

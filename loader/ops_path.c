@@ -14,33 +14,43 @@
 #include "loader/loader_int.h"
 #include "opjit_build_config.h"
 
+int loader_library_dir(char *dir, size_t n, int *shared)
+{
+    Dl_info info;
+    struct link_map *map = NULL;
+    char self[PATH_MAX];
+    if (!dladdr1((void *)&loader_ops_path, &info, (void **)&map, RTLD_DL_LINKMAP) || !map)
+        return -1;
+    *shared = map->l_name && map->l_name[0];
+    if (*shared) { /* a shared object: libopjit.so */
+        if (!realpath(map->l_name, self))
+            return -1;
+    } else { /* the executable */
+        ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (len <= 0 || (size_t)len >= sizeof self - 1)
+            return -1;
+        self[len] = '\0';
+    }
+    char *slash = strrchr(self, '/');
+    if (!slash || (size_t)(slash - self) >= n)
+        return -1;
+    *slash = '\0';
+    memcpy(dir, self, (size_t)(slash - self) + 1);
+    return 0;
+}
+
 /* The ops shipped with this copy of the library, found from where it is
  * loaded: <directory of libopjit.so>/<libdir to datadir>/opjit/ops, or from
  * the executable's bindir when libopjit.a is linked into it. NULL when that
  * directory does not exist or is the configure-time one. */
 static char *relocated_ops_dir(void)
 {
-    Dl_info info;
-    struct link_map *map = NULL;
     char self[PATH_MAX], dir[PATH_MAX], real[PATH_MAX], conf[PATH_MAX];
-    const char *rel = OPJIT_DATADIR_FROM_LIBDIR;
-    if (!dladdr1((void *)&loader_ops_path, &info, (void **)&map, RTLD_DL_LINKMAP) || !map)
+    int shared;
+    if (loader_library_dir(self, sizeof self, &shared) != 0)
         return NULL;
-    if (map->l_name && map->l_name[0]) { /* a shared object: libopjit.so */
-        if (!realpath(map->l_name, self))
-            return NULL;
-    } else { /* the executable */
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (n <= 0 || (size_t)n >= sizeof self - 1)
-            return NULL;
-        self[n] = '\0';
-        rel = OPJIT_DATADIR_FROM_BINDIR;
-    }
-    char *slash = strrchr(self, '/');
+    const char *rel = shared ? OPJIT_DATADIR_FROM_LIBDIR : OPJIT_DATADIR_FROM_BINDIR;
     struct stat st;
-    if (!slash)
-        return NULL;
-    *slash = '\0';
     /* Mostly absent (a build tree, a host of its own): one stat says so. */
     if ((size_t)snprintf(dir, sizeof dir, "%s/%s/opjit/ops", self, rel) >= sizeof dir ||
         stat(dir, &st) != 0 || !realpath(dir, real) || strchr(real, ':'))

@@ -15,6 +15,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,13 +31,13 @@
  * it to the next one that makes one (see cache_private_mkdir). */
 static const char *const scratch_files[] = {"opjit_op.h", "cc-version.txt", NULL};
 
-/* Where a compile finds opjit_op.h: the build's own directory (after the
- * source's on the include path), removed before the build ends (so never
- * an artifact), and by the cache's sweep with the directory when the
- * process is killed meanwhile. Not a directory of its own: a mkdir and an
- * rmdir (a tenth of a millisecond or more each, on ext4) per build saved.
- * A source's "opjit_op.h" finds this one first (the file libtcc and cc
- * compile is in that directory): the one its key holds in any case. */
+/* Where a compile finds opjit_op.h: a copy on disk that is this library's
+ * byte for byte (op_header_copy), else the build's own directory (after
+ * the source's on the include path), removed before the build ends (so
+ * never an artifact), and by the cache's sweep with the directory when
+ * the process is killed meanwhile. Not a directory of its own: a mkdir
+ * and an rmdir (a tenth of a millisecond or more each, on ext4) per build
+ * saved. */
 
 int pipeline_init(pipeline *p, cache *c, const jit_settings *set)
 {
@@ -119,6 +120,109 @@ static void remove_op_header(const char *dir)
     char path[PATH_MAX + 32];
     if ((size_t)snprintf(path, sizeof path, "%s/opjit_op.h", dir) < sizeof path)
         unlink(path);
+}
+
+/* ---- a copy of opjit_op.h already on disk ----------------------------------
+ *
+ * Where the headers are installed beside this copy of the library (as a
+ * wheel and `make install` put them), or where they were at configure
+ * time, or in the source tree a build tree's library comes from, there is
+ * usually an opjit_op.h that is this library's byte for byte. Builds then
+ * search its directory instead of writing the header into their own (a
+ * file made and removed per build: 60 to 140 us of a cold load on ext4).
+ * Only a copy that nobody but its owner (us or root) can change, file and
+ * directory, is used. It is read whole once per process; each build then
+ * checks that it is still that file, unchanged (inode, size, mtime,
+ * ctime), or fails as for a local header changed during the compile. */
+
+static struct {
+    pthread_mutex_t lock;
+    int state; /* 0: not looked for; 1: dir holds it (st: as read); -1: none */
+    char dir[PATH_MAX];
+    struct stat st;
+} op_header_copy = {PTHREAD_MUTEX_INITIALIZER, 0, "", {0}};
+
+static int owner_only(const struct stat *st)
+{
+    return (st->st_uid == geteuid() || st->st_uid == 0) && !(st->st_mode & (S_IWGRP | S_IWOTH));
+}
+
+static int same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+           a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+int loader_op_header_copy(const char *dir, struct stat *st)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), fd = -1, same = 0;
+    struct stat dst;
+    if (dfd < 0)
+        return 0;
+    if (fstat(dfd, &dst) == 0 && owner_only(&dst))
+        fd = openat(dfd, "opjit_op.h", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    close(dfd);
+    if (fd < 0)
+        return 0;
+    char *text = NULL;
+    if (fstat(fd, st) == 0 && S_ISREG(st->st_mode) && owner_only(st) &&
+        st->st_size == (off_t)sizeof opjit_op_h_text && (text = malloc(sizeof opjit_op_h_text)))
+        same = read(fd, text, sizeof opjit_op_h_text) == (ssize_t)sizeof opjit_op_h_text &&
+               !memcmp(text, opjit_op_h_text, sizeof opjit_op_h_text);
+    free(text);
+    close(fd);
+    return same;
+}
+
+/* The copy's directory (into dir), looked for once; 0, or -1: none. */
+static int op_header_dir(char *dir, size_t n)
+{
+    pthread_mutex_lock(&op_header_copy.lock);
+    if (!op_header_copy.state) {
+        char rel[PATH_MAX + 64], near[PATH_MAX], lib[PATH_MAX];
+        int shared;
+        near[0] = '\0';
+        if (loader_library_dir(lib, sizeof lib, &shared) == 0 &&
+            (size_t)snprintf(rel, sizeof rel, "%s/%s", lib, shared ? OPJIT_INCLUDEDIR_FROM_LIBDIR
+                                                                 : OPJIT_INCLUDEDIR_FROM_BINDIR) <
+                sizeof rel &&
+            !realpath(rel, near)) /* its name in diagnostics without "/.." */
+            near[0] = '\0';
+        const char *const where[] = {near, OPJIT_INSTALLED_INCLUDE_DIR, OPJIT_SOURCE_INCLUDE_DIR};
+        op_header_copy.state = -1;
+        for (size_t i = 0; i < sizeof where / sizeof *where && op_header_copy.state < 0; i++)
+            if (where[i][0] && strlen(where[i]) < sizeof op_header_copy.dir &&
+                loader_op_header_copy(where[i], &op_header_copy.st)) {
+                strcpy(op_header_copy.dir, where[i]);
+                op_header_copy.state = 1;
+            }
+    }
+    int found = op_header_copy.state > 0 && strlen(op_header_copy.dir) < n;
+    if (found)
+        strcpy(dir, op_header_copy.dir);
+    pthread_mutex_unlock(&op_header_copy.lock);
+    return found ? 0 : -1;
+}
+
+int loader_op_header_unchanged(const char *dir, const struct stat *st)
+{
+    char path[PATH_MAX + 32];
+    struct stat now;
+    return (size_t)snprintf(path, sizeof path, "%s/opjit_op.h", dir) < sizeof path &&
+           lstat(path, &now) == 0 && same_file(&now, st);
+}
+
+/* After a compile that read the copy in dir: 1 when it is still the file
+ * read, else 0, and no later build of this process uses it. */
+static int op_header_unchanged(const char *dir)
+{
+    pthread_mutex_lock(&op_header_copy.lock);
+    int same = loader_op_header_unchanged(dir, &op_header_copy.st);
+    if (!same)
+        op_header_copy.state = -1;
+    pthread_mutex_unlock(&op_header_copy.lock);
+    return same;
 }
 
 /* The private directory for the optimizing compiler's version log: made
@@ -274,23 +378,30 @@ typedef struct build_ctx {
 static int build(void *ud, const char *dir, char *err, size_t errlen)
 {
     build_ctx *b = ud;
-    int rc = write_op_header(dir, err, errlen);
-    if (rc) {
+    char hdr[PATH_MAX];
+    int copy = op_header_dir(hdr, sizeof hdr) == 0, rc = OPJIT_OK;
+    if (!copy && (rc = write_op_header(dir, err, errlen)) != OPJIT_OK) {
         remove_op_header(dir);
         return rc;
     }
     /* An inline source given no directory has none to search. */
-    const char *includes[] = {b->src->dir[0] ? b->src->dir : dir, dir, NULL};
+    const char *includes[] = {b->src->dir[0] ? b->src->dir : copy ? hdr : dir, copy ? hdr : dir,
+                              NULL};
     b->job.include_dirs = includes;
     b->job.dir = dir;
     rc = b->jc->compile(&b->job, b->diag, b->diaglen);
     b->job.include_dirs = NULL;
-    remove_op_header(dir);
+    if (!copy)
+        remove_op_header(dir);
+    /* A header changed while we compiled: the artifact may not be what
+     * the key says. Never publish it. */
     if (!rc && !source_unchanged(b->src)) {
-        /* A header changed while we compiled: the artifact may not be
-         * what the key says. Never publish it. */
         snprintf(b->diag, b->diaglen, "%s: a local header changed during the compile; load "
                  "it again", b->src->path);
+        rc = OPJIT_ECOMPILE;
+    } else if (!rc && copy && !op_header_unchanged(hdr)) {
+        snprintf(b->diag, b->diaglen, "%s: %s/opjit_op.h changed during the compile; load it "
+                 "again", b->src->path, hdr);
         rc = OPJIT_ECOMPILE;
     }
     if (rc)

@@ -69,6 +69,13 @@ none "cold: no read of one byte at a time" cold 'read\([0-9]+, .*, 1\) += 1$' 8
 # and removed for it (an rmdir costs a tenth of a millisecond and more).
 none "cold: no directory removed" cold 'rmdir\('
 none "cold: nothing made in \$TMPDIR" cold "mkdir(at)?\\((AT_FDCWD, )?\"$T/tmp/"
+# libtcc reads the text and writes the object in memory (jit/tcc.c), and
+# opjit_op.h is read where the source tree keeps it (loader/pipeline.c:
+# where only its owner can change it): no file made and removed for them.
+none "cold: the text and the object are not files" cold 'unlink(at)?\(.*\.opjit-(source\.c|op\.o)"'
+if [[ $(stat -c %a "$S/include") != *[2367]? && $(stat -c %a "$S/include") != *[2367] ]]; then
+    none "cold: opjit_op.h is not copied into the build" cold 'open(at)?\(.*/tmp/[^"]*/opjit_op\.h", O_WRONLY'
+fi
 check "cold: \$TMPDIR is left empty" test -z "$(ls -A "$T/tmp")"
 
 traced hit load "$SRC"
