@@ -77,10 +77,12 @@ static char *cache_absolute(char *dir)
 }
 
 /* Stat dirs[i] (the root as spelled may be a link: stat; nothing under it
- * may: lstat), creating it first when it is missing. 0, or -1 and why. A
- * cache that exists costs one stat per directory, no mkdir. */
-static int cache_stat_or_make(const char *dir, int i, struct stat *st, char *why, size_t whylen)
+ * may: lstat), creating it first when it is missing (*made set). 0, or -1
+ * and why. A cache that exists costs one stat per directory, no mkdir. */
+static int cache_stat_or_make(const char *dir, int i, struct stat *st, int *made, char *why,
+                              size_t whylen)
 {
+    *made = 0;
     if ((i ? lstat : stat)(dir, st) == 0)
         return 0;
     if (errno != ENOENT) {
@@ -89,6 +91,7 @@ static int cache_stat_or_make(const char *dir, int i, struct stat *st, char *why
     }
     if (cache_mkdir_p(dir, why, whylen) != 0)
         return -1;
+    *made = 1;
     if ((i ? lstat : stat)(dir, st) != 0) {
         snprintf(why, whylen, "cannot stat %s: %s", dir, strerror(errno));
         return -1;
@@ -116,10 +119,13 @@ static const char *cache_setup_dir(cache *c, char *why, size_t whylen, int *untr
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         struct stat st;
         const char *bad;
-        if (cache_stat_or_make(dirs[i], (int)i, &st, why, whylen) != 0) {
+        int made;
+        if (cache_stat_or_make(dirs[i], (int)i, &st, &made, why, whylen) != 0) {
             res = why;
             goto out;
         }
+        if (dirs[i] == c->entries)
+            c->entries_new = made;
         if (!S_ISDIR(st.st_mode)) {
             snprintf(why, whylen, "%s is %s", dirs[i], S_ISLNK(st.st_mode) ?
                      "a symbolic link (the cache never follows one below its root)" :

@@ -365,7 +365,9 @@ static int cache_victim_cmp(const void *pa, const void *pb)
  * (entries removed or added by hand, a process killed between its rename
  * and its update, damaged entries discarded) a walk corrects: one runs
  * when the ledger is missing or unreadable, says the cap is passed, or has
- * counted CACHE_WALK_EVERY more installs. */
+ * counted CACHE_WALK_EVERY more installs. A cache whose entries/ this
+ * process made starts its ledger without a walk: what another process
+ * installed meanwhile, it counts itself once it gets the lock. */
 #define CACHE_WALK_EVERY 256
 #define CACHE_USAGE_MAGIC "opjit-cache-usage 1"
 
@@ -387,18 +389,19 @@ static int usage_open(const cache *c)
     return fd;
 }
 
-/* The ledger's counts; 0 when it holds none (new, or damaged). */
+/* The ledger's counts: 1; 0 when it is empty (new), -1 when damaged. */
 static int usage_read(int fd, uint64_t *bytes, uint64_t *installs)
 {
     char buf[128];
     ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
     if (n <= 0)
-        return 0;
+        return n == 0 ? 0 : -1;
     buf[n] = '\0';
     unsigned long long b, i;
     char end;
-    return sscanf(buf, CACHE_USAGE_MAGIC " %llu %llu%c", &b, &i, &end) == 3 && end == '\n' &&
-           (*bytes = b, *installs = i, 1);
+    return sscanf(buf, CACHE_USAGE_MAGIC " %llu %llu%c", &b, &i, &end) == 3 && end == '\n'
+               ? (*bytes = b, *installs = i, 1)
+               : -1;
 }
 
 static void usage_write(int fd, uint64_t bytes, uint64_t installs)
@@ -414,7 +417,8 @@ int cache_usage_add(cache *c, uint64_t bytes)
 {
     int fd = usage_open(c);
     uint64_t total = 0, installs = 0;
-    int known = fd >= 0 && usage_read(fd, &total, &installs);
+    int got = fd >= 0 ? usage_read(fd, &total, &installs) : -1;
+    int known = got == 1 || (got == 0 && c->entries_new);
     if (known)
         usage_write(fd, total + bytes, installs + 1);
     if (fd >= 0)

@@ -41,6 +41,7 @@ struct cache {
     char *locks;
     int writable;    /* root is usable (created, trusted) */
     int tmp_dirty;   /* tmp/ held directories when opened: swept then */
+    int entries_new; /* entries/ was made by this process's cache_open */
     char **ro;       /* read-only layer roots */
     char **ro_why;   /* per layer: NULL, or why it is not used (untrusted) */
     char *ro_absent; /* per layer: it has no entries directory (also not used) */

@@ -1018,6 +1018,53 @@ static unsigned long long usage_bytes(const char *path, unsigned long long *inst
     return b;
 }
 
+/* A cache this process made starts its ledger at its first install
+ * without a walk (it holds nothing this process did not count, but what
+ * others add meanwhile, which they count); one that was there walks when
+ * its ledger is missing. Seen through entries nobody counted: a walk would
+ * evict them to the cap. */
+static void test_new_cache_ledger_starts_without_a_walk(void)
+{
+    const uint64_t cap = 40000; /* three entries of 12,500 bytes fit */
+    const char *dir = tdir("ledger-new");
+    char usage[1400], err[256];
+    snprintf(usage, sizeof usage, "%s/v1/usage", dir);
+    cache *made = open_at(dir, NULL, 0, cap, NULL);
+    cache *uncapped = open_at(dir, NULL, 0, UINT64_MAX, NULL);
+    if (!made || !uncapped)
+        return;
+    bctx b = {.size = 10000};
+    cache_entry *e;
+    int hit;
+    const char *tags[] = {"A", "B", "C", "D", "E", "F"};
+    cache_request r[6];
+    for (int i = 0; i < 6; i++)
+        r[i] = mkreq("ledger-new", tags[i]);
+    for (int i = 0; i < 4; i++) {
+        CHECK(fetch(uncapped, &r[i], &b, &e, &hit) == OPJIT_OK && hit == 0);
+        cache_entry_release(e);
+    }
+    CHECK(access(usage, F_OK) != 0);
+    CHECK(fetch(made, &r[4], &b, &e, &hit) == OPJIT_OK && hit == 0);
+    cache_entry_release(e);
+    cache_totals t;
+    CHECK(cache_get_totals(made, &t, err, sizeof err) == OPJIT_OK && t.entries == 5);
+    CHECK(usage_bytes(usage, NULL) == t.bytes / 5);
+
+    /* Opened again (it exists), without a ledger: the build walks. */
+    cache *again = open_at(dir, NULL, 0, cap, NULL);
+    CHECK(unlink(usage) == 0);
+    if (again) {
+        CHECK(fetch(again, &r[5], &b, &e, &hit) == OPJIT_OK && hit == 0);
+        cache_entry_release(e);
+        CHECK(cache_get_totals(again, &t, err, sizeof err) == OPJIT_OK && t.entries == 3);
+        CHECK(t.bytes <= cap && usage_bytes(usage, NULL) == t.bytes);
+        cache_close(again);
+    }
+    cache_close(uncapped);
+    cache_close(made);
+}
+
 static void test_usage_ledger(void)
 {
     const uint64_t cap = 40000; /* three entries of 12,500 bytes fit */
@@ -1709,6 +1756,7 @@ int main(void)
     T_RUN(test_untrusted);
     T_RUN(test_lru_eviction);
     T_RUN(test_usage_ledger);
+    T_RUN(test_new_cache_ledger_starts_without_a_walk);
     T_RUN(test_parse_size);
     T_RUN(test_tmp_cleanup);
     T_RUN(test_processes_race);
