@@ -674,19 +674,21 @@ static int cache_fetch_readonly(cache *c, const cache_request *req, int probe, c
     return 0;
 }
 
-/* After installing an entry (built, or fetched from behind): count it,
- * and keep the cache under its cap. */
-static void cache_after_install(cache *c, const cache_request *req, const char *dir, int built)
+/* After installing an entry (built, of size bytes; or fetched from
+ * behind, size 0: measured here): count it, and keep the cache under its
+ * cap. */
+static void cache_after_install(cache *c, const cache_request *req, const char *dir,
+                                uint64_t size)
 {
-    if (built)
+    if (size)
         cache_logf(c, OPJIT_LOG_DEBUG, "cache: built and published %s (op %s)", req->key.hex,
                    cache_str(req->op_name));
     if (c->max_size == UINT64_MAX)
         return;
-    uint64_t size;
     int64_t mtime;
     int hasm;
-    cache_dir_usage(c, dir, &size, &mtime, &hasm);
+    if (!size)
+        cache_dir_usage(c, dir, &size, &mtime, &hasm);
     /* A note is small: it is counted, and the next build's walk evicts
      * (an index of 10,000 sources writes 10,000 notes). */
     if (cache_usage_add(c, size) && !req->note) {
@@ -697,9 +699,9 @@ static void cache_after_install(cache *c, const cache_request *req, const char *
 }
 
 /* Make the built directory tmp the entry dir: hash and check the
- * artifacts (*a, *n), write the manifest, rename. *fault is set when the
- * build wrote something that cannot be an artifact (its bug, not the
- * cache's).
+ * artifacts (*a, *n), write the manifest, rename; *size: the entry's
+ * bytes. *fault is set when the build wrote something that cannot be an
+ * artifact (its bug, not the cache's).
  *
  * Nothing is fsynced. The rename makes the entry appear whole to every
  * process at once, whenever this one is killed; what only a crash of the
@@ -707,7 +709,8 @@ static void cache_after_install(cache *c, const cache_request *req, const char *
  * the checks every load makes (manifest checksum, artifact sizes and
  * checksums, ELF completeness) and is rebuilt, never loaded. */
 static int cache_publish(cache *c, const cache_request *req, const char *tmp, const char *dir,
-                         cache_artifact **a, int *n, int *fault, char *err, size_t errlen)
+                         cache_artifact **a, int *n, uint64_t *size, int *fault, char *err,
+                         size_t errlen)
 {
     *fault = 0;
     int dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -717,7 +720,9 @@ static int cache_publish(cache *c, const cache_request *req, const char *tmp, co
     if (rc == OPJIT_ECACHE)
         *fault = 1;
     if (rc == OPJIT_OK)
-        rc = cache_manifest_write(dfd, req, *a, *n, (int64_t)time(NULL), err, errlen);
+        rc = cache_manifest_write(dfd, req, *a, *n, (int64_t)time(NULL), size, err, errlen);
+    for (int i = 0; rc == OPJIT_OK && i < *n; i++)
+        *size += (*a)[i].size;
     close(dfd);
     if (rc != OPJIT_OK)
         return rc;
@@ -747,6 +752,7 @@ typedef struct fetch {
     int damaged; /* warned about already */
     int origin;  /* of a hit: CACHE_HIT_LOCAL or CACHE_HIT_REMOTE */
     double waited_ms; /* on another process's build lock */
+    uint64_t built_size; /* of the entry this fetch built */
     /* The build locks of the layers behind the writable cache (the
      * remote's fleet lock), when held. */
     cache_layer_lock behind[CACHE_MAX_BEHIND];
@@ -850,7 +856,8 @@ static int fetch_build(fetch *f, cache_artifact **a, int *n, int *rc, char *err,
         return FETCH_FALLBACK;
     }
     int fault = 0;
-    if ((*rc = cache_publish(c, f->req, tmp, f->dir, a, n, &fault, err, errlen)) == OPJIT_OK)
+    if ((*rc = cache_publish(c, f->req, tmp, f->dir, a, n, &f->built_size, &fault, err,
+                             errlen)) == OPJIT_OK)
         return FETCH_BUILT;
     cache_rm_rf(tmp);
     cache_artifacts_free(*a, *n);
@@ -992,7 +999,8 @@ static int fetch_end(fetch *f, int step, int rc, cache_artifact *a, int n, cache
                 *hit = (*out)->origin;
             cache_log_origin(f->c, f->req, (*out)->origin);
             if (step == FETCH_BUILT || (*out)->origin == CACHE_HIT_REMOTE)
-                cache_after_install(f->c, f->req, f->dir, step == FETCH_BUILT);
+                cache_after_install(f->c, f->req, f->dir,
+                                    step == FETCH_BUILT ? f->built_size : 0);
             return OPJIT_OK;
         }
         rc = cache_errf(err, errlen, OPJIT_ENOMEM, "cache: out of memory");

@@ -172,8 +172,9 @@ void cache_manifest_free(cache_manifest *m);
 /* Hash, check and tighten the mode of every file in dirfd. */
 int cache_scan_artifacts(int dirfd, cache_artifact **out, int *n, char *err, size_t errlen);
 void cache_artifacts_free(cache_artifact *a, int n);
+/* The manifest of a..n written into dirfd; *size: its bytes. */
 int cache_manifest_write(int dirfd, const cache_request *req, const cache_artifact *a,
-                         int n, int64_t created, char *err, size_t errlen);
+                         int n, int64_t created, uint64_t *size, char *err, size_t errlen);
 
 /* n bytes at off of fd into buf: 0, errno, or EIO for a short file. */
 int cache_pread_full(int fd, void *buf, size_t n, uint64_t off);

@@ -901,7 +901,7 @@ int cache_scan_artifacts(int dirfd, cache_artifact **out, int *nout, char *err, 
 }
 
 int cache_manifest_write(int dirfd, const cache_request *req, const cache_artifact *a,
-                         int n, int64_t created, char *err, size_t errlen)
+                         int n, int64_t created, uint64_t *size, char *err, size_t errlen)
 {
     cache_buf b = {0};
     cache_buf_printf(&b, "%s %d\n", CACHE_MAGIC, CACHE_FORMAT);
@@ -949,6 +949,7 @@ int cache_manifest_write(int dirfd, const cache_request *req, const cache_artifa
         rc = cache_errf(err, errlen, OPJIT_EIO, "cache: cannot write the manifest: %s",
                         strerror(errno));
     fd = -1;
+    *size = b.len;
 out:
     if (fd >= 0)
         close(fd);

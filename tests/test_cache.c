@@ -1715,7 +1715,8 @@ static void test_incomplete_elf_is_never_an_entry(void)
             free(buf);
             close(fd);
         }
-    CHECK(cache_manifest_write(dfd, &r, a, n, 1, err, sizeof err) == OPJIT_OK);
+    uint64_t size;
+    CHECK(cache_manifest_write(dfd, &r, a, n, 1, &size, err, sizeof err) == OPJIT_OK);
     cache_artifacts_free(a, n);
     close(dfd);
     CHECK(verify_count(c) == 1);

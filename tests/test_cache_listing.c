@@ -99,9 +99,10 @@ static int reseal_twice(const char *dir, const cache_request *req)
     cache_artifact a[2] = {{"host.so", (uint64_t)n, XXH3_64bits(buf, (size_t)n)},
                            {"host.so", (uint64_t)n, XXH3_64bits(buf, (size_t)n)}};
     char err[256];
+    uint64_t size;
     int dfd = open(dir, O_RDONLY | O_DIRECTORY);
     int rc = dfd < 0 || unlink(man) != 0 ? -1
-             : cache_manifest_write(dfd, req, a, 2, 1700000000, err, sizeof err);
+             : cache_manifest_write(dfd, req, a, 2, 1700000000, &size, err, sizeof err);
     if (dfd >= 0)
         close(dfd);
     return rc;

@@ -1307,7 +1307,8 @@ static void forge_entry(const char *entry, const char *evil_so)
     snprintf(req.key.hex, sizeof req.key.hex, "%s", strrchr(entry, '/') + 1);
     req.op_name = req.source_name = req.compiler = req.options = req.target = req.tier = "x";
     CHECK(dfd >= 0 && cache_scan_artifacts(dfd, &a, &n, err, sizeof err) == OPJIT_OK);
-    CHECK(cache_manifest_write(dfd, &req, a, n, 1, err, sizeof err) == OPJIT_OK);
+    uint64_t size;
+    CHECK(cache_manifest_write(dfd, &req, a, n, 1, &size, err, sizeof err) == OPJIT_OK);
     cache_artifacts_free(a, n);
     close(dfd);
 }
@@ -1656,7 +1657,8 @@ static void an_entry_without_gnu_stack_is_rebuilt(void)
     memset(&req, 0, sizeof req);
     snprintf(req.key.hex, sizeof req.key.hex, "%s", strrchr(entry, '/') + 1);
     req.op_name = req.source_name = req.compiler = req.options = req.target = req.tier = "x";
-    CHECK(cache_manifest_write(dfd, &req, arts, n, 1, err, sizeof err) == OPJIT_OK);
+    uint64_t size;
+    CHECK(cache_manifest_write(dfd, &req, arts, n, 1, &size, err, sizeof err) == OPJIT_OK);
     cache_artifacts_free(arts, n);
     close(dfd);
     logbuf lb = {0};
