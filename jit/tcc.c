@@ -121,10 +121,12 @@ static char *with_line_directive(const jit_tcc_job *job, char **name)
     return text;
 }
 
-/* Include paths, defines ("NAME=VALUE", NAME may be "F(x)": tcc wants
- * them apart) and library paths of job; for a shared object (type
- * TCC_OUTPUT_DLL) the C library as tcc_link.c hands it over. */
-static void tcc_configure(TCCState *s, const jit_tcc_job *job, jit_tcc_link *k, int type)
+/* Include paths and defines ("NAME=VALUE", NAME may be "F(x)": tcc wants
+ * them apart) of job for a state that compiles, and its library paths;
+ * for a shared object (type TCC_OUTPUT_DLL) the C library as tcc_link.c
+ * hands it over. */
+static void tcc_configure(TCCState *s, const jit_tcc_job *job, jit_tcc_link *k, int type,
+                          int compiles)
 {
     if (job->tcc_lib_dir)
         tcc_set_lib_path(s, job->tcc_lib_dir);
@@ -133,9 +135,9 @@ static void tcc_configure(TCCState *s, const jit_tcc_job *job, jit_tcc_link *k, 
     tcc_set_output_type(s, type);
     if (type == TCC_OUTPUT_DLL)
         jit_tcc_link_crt(k, s);
-    for (const char *const *p = job->include_dirs; p && *p; p++)
+    for (const char *const *p = job->include_dirs; compiles && p && *p; p++)
         tcc_add_include_path(s, *p);
-    for (const char *const *p = job->defines; p && *p; p++) {
+    for (const char *const *p = job->defines; compiles && p && *p; p++) {
         const char *eq = strchr(*p, '=');
         char name[256];
         if (eq && (size_t)(eq - *p) < sizeof name) {
@@ -280,7 +282,7 @@ static int tcc_build_one(const jit_tcc_job *job, const char *text, diag_sink *d,
     TCCState *s = tcc_state(d, diag, diaglen);
     if (!s)
         return OPJIT_ENOMEM;
-    tcc_configure(s, job, k, TCC_OUTPUT_DLL);
+    tcc_configure(s, job, k, TCC_OUTPUT_DLL, 1);
     int rc = tcc_compile_text(s, job, text, d, diag, diaglen);
     if (!rc)
         rc = tcc_link_out(s, job, d, k, diag, diaglen);
@@ -314,7 +316,7 @@ static int tcc_build_two(const jit_tcc_job *job, const char *text, diag_sink *d,
             close(mfd);
         return OPJIT_ENOMEM;
     }
-    tcc_configure(s, job, k, TCC_OUTPUT_OBJ);
+    tcc_configure(s, job, k, TCC_OUTPUT_OBJ, 1);
     int rc = tcc_compile_text(s, job, text, d, diag, diaglen);
     if (!rc && tcc_output_file(s, obj) < 0)
         rc = d->write_failed || !d->errors ? OPJIT_EIO : OPJIT_ECOMPILE;
@@ -343,7 +345,7 @@ static int tcc_build_two(const jit_tcc_job *job, const char *text, diag_sink *d,
     s = tcc_state(d, diag, diaglen);
     rc = OPJIT_ENOMEM;
     if (s) {
-        tcc_configure(s, job, k, TCC_OUTPUT_DLL);
+        tcc_configure(s, job, k, TCC_OUTPUT_DLL, 0); /* links only */
         tcc_set_options(s, "-xb"); /* an object: /proc/self/fd/N has no ".o" to say so */
         int bad = tcc_add_file(s, obj) < 0;
         tcc_set_options(s, "-xn"); /* the rest by their names again */
