@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 typedef struct cache cache;
 typedef struct cache_entry cache_entry;
@@ -281,5 +282,11 @@ const char *cache_remote_key_file(const cache *c);
 /* Parse a size: digits with an optional K, M, G or T suffix (powers of
  * 1024, optional "B"/"iB"). OPJIT_OK and *out, or OPJIT_EINVAL. */
 int cache_parse_size(const char *s, uint64_t *out);
+/* OPJIT_OK when path (absolute) and every directory above it, as spelled
+ * and as resolved, are ours or root's and writable by nobody else (a
+ * sticky directory may be); else OPJIT_ECACHE and why. The cache's rule
+ * for its own directories, which the loader applies to the headers it
+ * compiles from. */
+int cache_trusted_path(const char *path, uid_t euid, char *why, size_t whylen);
 
 #endif

@@ -153,10 +153,6 @@ enum { CACHE_OWNER_SELF = 1, CACHE_OWNER_TRUSTED = 2 };
 /* NULL when st is trustworthy (owner rule, not writable by group or
  * others), else why not. */
 const char *cache_untrusted(const struct stat *st, int owner, uid_t euid);
-/* OPJIT_OK when path (absolute) and every directory above it, as spelled
- * and as resolved, are ours or root's and writable by nobody else (a
- * sticky directory may be); else OPJIT_ECACHE and why. */
-int cache_trusted_path(const char *path, uid_t euid, char *why, size_t whylen);
 /* OPJIT_OK with *fd holding the lock, or a status with errno (EAGAIN:
  * busy). */
 int cache_lock(const cache *c, const char *hex, int which, int exclusive, int wait, int *fd);

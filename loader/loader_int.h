@@ -137,7 +137,8 @@ int ops_path_init(loader *l);
  * (*shared 0). 0, or -1 when it cannot be told. */
 int loader_library_dir(char *dir, size_t n, int *shared);
 /* 1 when dir/opjit_op.h is this library's, byte for byte, and only its
- * owner (us or root) can change it or dir; *st: the file as read
+ * owner (us or root) can change it, dir or a directory above; *st: the
+ * file as read
  * (loader/pipeline.c, where builds use such a copy). */
 int loader_op_header_copy(const char *dir, struct stat *st);
 /* 1 when dir/opjit_op.h is still the file st describes, unchanged. */

@@ -130,8 +130,8 @@ static void remove_op_header(const char *dir)
  * usually an opjit_op.h that is this library's byte for byte. Builds then
  * search its directory instead of writing the header into their own (a
  * file made and removed per build: 60 to 140 us of a cold load on ext4).
- * Only a copy that nobody but its owner (us or root) can change, file and
- * directory, is used. It is read whole once per process; each build then
+ * Only a copy that nobody but its owner (us or root) can change, file,
+ * directory and every directory above (cache_trusted_path), is used. It is read whole once per process; each build then
  * checks that it is still that file, unchanged (inode, size, mtime,
  * ctime), or fails as for a local header changed during the compile. */
 
@@ -156,7 +156,14 @@ static int same_file(const struct stat *a, const struct stat *b)
 
 int loader_op_header_copy(const char *dir, struct stat *st)
 {
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), fd = -1, same = 0;
+    /* The directories above it too: whoever could rename one could put
+     * another header in its place between this check and the compile,
+     * and back again before op_header_unchanged looks. */
+    char why[PATH_MAX + 64];
+    int dfd = dir[0] == '/' && cache_trusted_path(dir, geteuid(), why, sizeof why) == OPJIT_OK
+                  ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+                  : -1,
+        fd = -1, same = 0;
     struct stat dst;
     if (dfd < 0)
         return 0;

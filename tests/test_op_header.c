@@ -79,6 +79,27 @@ static void a_copy_others_can_write_is_not(void)
     CHECK(loader_op_header_copy(dir, &st) == 0);
 }
 
+/* Below a directory others can write (not sticky), someone could rename
+ * the copy's directory and put another in its place: not used. A sticky
+ * one (as /tmp) lets nobody move what is ours. */
+static void a_copy_under_a_directory_others_can_write_is_not(void)
+{
+    struct stat st;
+    char open_dir[PATH_MAX + 64], sticky[PATH_MAX + 64], under[PATH_MAX + 96];
+    snprintf(open_dir, sizeof open_dir, "%s/open", base);
+    snprintf(sticky, sizeof sticky, "%s/sticky", base);
+    CHECK(mkdir(open_dir, 0700) == 0 && mkdir(sticky, 0700) == 0);
+    snprintf(under, sizeof under, "open/inner");
+    const char *d = copy_in(under, opjit_op_h_text, sizeof opjit_op_h_text, 0755, 0644);
+    CHECK(loader_op_header_copy(d, &st) == 1);
+    CHECK(chmod(open_dir, 0777) == 0);
+    CHECK(loader_op_header_copy(d, &st) == 0);
+    snprintf(under, sizeof under, "sticky/inner");
+    d = copy_in(under, opjit_op_h_text, sizeof opjit_op_h_text, 0755, 0644);
+    CHECK(chmod(sticky, 01777) == 0);
+    CHECK(loader_op_header_copy(d, &st) == 1);
+}
+
 /* Rewritten with the same bytes and its times put back, or replaced by
  * another file: no longer the file that was read (its ctime, its inode). */
 static void a_copy_changed_after_the_check_is_seen(void)
@@ -118,6 +139,7 @@ int main(void)
     T_RUN(the_librarys_own_bytes_are_used);
     T_RUN(other_bytes_are_not);
     T_RUN(a_copy_others_can_write_is_not);
+    T_RUN(a_copy_under_a_directory_others_can_write_is_not);
     T_RUN(a_copy_changed_after_the_check_is_seen);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
