@@ -30,6 +30,7 @@
 
 #include "runtime/cuda.h"
 #include "runtime/settings.h"
+#include "opjit_build_config.h"
 
 /* ---- the driver ---------------------------------------------------------- */
 
@@ -148,12 +149,53 @@ static const char *cu_err(CUresult r, char *buf, size_t n)
     return buf;
 }
 
+int cuda_driver_findable(const char *ld_library_path, const char *ld_cache,
+                         const char *const *dirs)
+{
+    static const char name[] = "libcuda.so.1";
+    if (ld_library_path && *ld_library_path)
+        return 1;
+    int fd = open(ld_cache, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size <= 0) {
+        if (fd >= 0)
+            close(fd);
+        return 1; /* no cache to tell: dlopen looks */
+    }
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return 1;
+    /* Its names and paths end with a NUL: "libcuda.so.1" and its NUL are
+     * in the cache exactly when the library is. */
+    int found = memmem(m, (size_t)st.st_size, name, sizeof name) != NULL;
+    munmap(m, (size_t)st.st_size);
+    for (int i = 0; !found && dirs[i]; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dirs[i], name);
+        found = access(path, F_OK) == 0;
+    }
+    return found;
+}
+
+/* The directories ld.so searches after its cache (its trusted ones). */
+static const char *const driver_system_dirs[] = {
+    "/lib/" OPJIT_HOST_MACHINE "-linux-gnu", "/usr/lib/" OPJIT_HOST_MACHINE "-linux-gnu",
+    "/lib64", "/usr/lib64", "/lib", "/usr/lib", NULL};
+
 static void driver_load(void)
 {
     const char *path = settings_libs_get()->cuda_driver; /* another driver library: tests */
+    drv.status = OPJIT_EDEVICE;
+    if (!path && !cuda_driver_findable(settings_libs_get()->ld_library_path, "/etc/ld.so.cache",
+                                       driver_system_dirs)) {
+        snprintf(drv.why, sizeof drv.why, "no libcuda.so.1 in /etc/ld.so.cache, "
+                 "$LD_LIBRARY_PATH or the system's library directories (the NVIDIA driver is "
+                 "not installed, or not visible here; $OPJIT_CUDA_DRIVER names one elsewhere)");
+        return;
+    }
     if (!path)
         path = "libcuda.so.1";
-    drv.status = OPJIT_EDEVICE;
     drv.dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!drv.dl) {
         const char *why = dlerror();

@@ -58,6 +58,16 @@ void cuda_module_free(cuda_module *cm);
  * least one device exists; else OPJIT_EDEVICE with why: "no libcuda.so.1:
  * ...", "no CUDA device ...". */
 int cuda_available(char *why, size_t n);
+/* 0 when dlopen("libcuda.so.1") cannot find the driver: no
+ * ld_library_path, no "libcuda.so.1" in the ld.so cache at ld_cache, and
+ * none in dirs (NULL-terminated); else 1. Without the driver, glibc looks
+ * for it in some 90 places (each system directory's hwcaps and tls
+ * subdirectories): 120 us of every process that loads a .cu op or names
+ * an op that has one, on every machine without a GPU. Where the driver is
+ * installed, its installer and the container toolkits register it in the
+ * cache. (cuda.c; the driver's directories are its callers'.) */
+int cuda_driver_findable(const char *ld_library_path, const char *ld_cache,
+                         const char *const *dirs);
 /* Compute capabilities (major * 10 + minor) of the devices, up to max;
  * returns how many (0 without CUDA). */
 int cuda_device_archs(int *cc, int max);

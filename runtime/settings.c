@@ -292,6 +292,7 @@ static void libs_read(void)
     libs.cublas = keep_env("OPJIT_CUBLAS_LIBRARY");
     libs.cuda_home = keep_env("CUDA_HOME");
     libs.cuda_path = keep_env("CUDA_PATH");
+    libs.ld_library_path = keep_env("LD_LIBRARY_PATH");
 }
 
 const settings_libs *settings_libs_get(void)

@@ -86,6 +86,7 @@ typedef struct settings_libs {
     const char *cublas;        /* $OPJIT_CUBLAS_LIBRARY */
     const char *cuda_home;     /* $CUDA_HOME */
     const char *cuda_path;     /* $CUDA_PATH */
+    const char *ld_library_path; /* $LD_LIBRARY_PATH: where dlopen looks first */
 } settings_libs;
 const settings_libs *settings_libs_get(void);
 

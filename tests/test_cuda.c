@@ -1898,6 +1898,65 @@ static void fake_driver_runs_the_cuda_path(void)
     }
 }
 
+/* Where dlopen would look for libcuda.so.1 and nothing is there, the
+ * driver is not dlopened (glibc's search of some 90 places, 120 us); a
+ * cache or a directory that has it, or $LD_LIBRARY_PATH, lets dlopen look. */
+static void driver_looked_for_only_where_it_can_be(void)
+{
+    const char *d = tmpdir_new();
+    char cache[1100], other[1100], with[1100], lib[1200];
+    snprintf(cache, sizeof cache, "%s/ld.so.cache", d);
+    snprintf(other, sizeof other, "%s/other.cache", d);
+    snprintf(with, sizeof with, "%s/libdir", d);
+    static const char no[] = "glibc-ld.so.cache1.1\0libm.so.6\0/lib/libm.so.6\0libcuda.so.10\0";
+    static const char yes[] = "glibc-ld.so.cache1.1\0libcuda.so.1\0/usr/lib/libcuda.so.1\0";
+    FILE *f = fopen(cache, "wb");
+    CHECK(f && fwrite(no, 1, sizeof no, f) == sizeof no);
+    if (f)
+        fclose(f);
+    f = fopen(other, "wb");
+    CHECK(f && fwrite(yes, 1, sizeof yes, f) == sizeof yes);
+    if (f)
+        fclose(f);
+    const char *none[] = {d, NULL}, *dirs[] = {d, with, NULL};
+    CHECK(cuda_driver_findable(NULL, cache, none) == 0);
+    CHECK(cuda_driver_findable("", cache, none) == 0);
+    CHECK(cuda_driver_findable("/somewhere", cache, none) == 1);
+    CHECK(cuda_driver_findable(NULL, other, none) == 1);
+    CHECK(cuda_driver_findable(NULL, pjoin(d, "no-such-cache"), none) == 1); /* cannot tell */
+    CHECK(mkdir(with, 0700) == 0);
+    snprintf(lib, sizeof lib, "%s/libcuda.so.1", with);
+    f = fopen(lib, "wb");
+    if (f)
+        fclose(f);
+    CHECK(cuda_driver_findable(NULL, cache, dirs) == 1);
+}
+
+/* The driver found by name through $LD_LIBRARY_PATH (no $OPJIT_CUDA_DRIVER):
+ * the fake one, as libcuda.so.1. */
+static int child_driver_by_name(void)
+{
+    char why[1024] = "";
+    int rc = cuda_available(why, sizeof why);
+    if (rc)
+        fprintf(stderr, "cuda_available: %s\n", why);
+    return rc == OPJIT_OK ? 0 : 1;
+}
+
+static void driver_found_through_ld_library_path(void)
+{
+    const char *d = tmpdir_new();
+    char so[1024], dir[1100], link[1200], path[1200];
+    if (!fake_driver_build(d, so, sizeof so))
+        return;
+    snprintf(dir, sizeof dir, "%s/lib", d);
+    snprintf(link, sizeof link, "%s/libcuda.so.1", dir);
+    CHECK(mkdir(dir, 0700) == 0 && symlink(so, link) == 0);
+    snprintf(path, sizeof path, "LD_LIBRARY_PATH=%s", dir);
+    const char *env[] = {path, "OPJIT_CUDA_DRIVER", "FAKE_CUDA_CC=90", NULL};
+    CHECK(run_child("--child-driver-by-name", env) == 0);
+}
+
 /* Counts what cfg.alloc hands out, to see copies come from it. */
 static long counting_live;
 static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
@@ -2041,6 +2100,8 @@ int main(int argc, char **argv)
         return child_warm_hit();
     if (argc > 1 && !strcmp(argv[1], "--child-cublas-direct"))
         return child_cublas_direct();
+    if (argc > 1 && !strcmp(argv[1], "--child-driver-by-name"))
+        return child_driver_by_name();
     T_RUN(nvrtc_compiles_every_shipped_op);
     T_RUN(device_errors_carry_file_and_line);
     T_RUN(cache_keeps_each_arch);
@@ -2055,6 +2116,8 @@ int main(int argc, char **argv)
     T_RUN(fake_driver_runs_the_cuda_path);
     T_RUN(tensor_to_device_on_the_host);
     T_RUN(tensor_to_device_with_fake_driver);
+    T_RUN(driver_looked_for_only_where_it_can_be);
+    T_RUN(driver_found_through_ld_library_path);
     tmpdirs_remove();
     if (self_exe != argv[0])
         free((void *)self_exe);

@@ -139,6 +139,14 @@ if run env OPJIT_CUDA_ARCHS=sm_90 "$CLI" load "$S/ops-src/nms.cu" && [[ $rc == 0
     # cudnn_version.h hashed a page at a time, not read into 64 KiB of heap
     # (which a host's malloc may get by growing the heap, then give back).
     none "cu hit: no 64 KiB read of a toolkit header" cuhit 'read\([0-9]+, .*, 65536\) = '
+    # Its architectures from the machine's GPUs: the driver asked for, and
+    # where it is not installed, not looked for in glibc's some 90 places
+    # (a hit: NVRTC, which compiles, looks for it itself).
+    run "$CLI" load "$S/ops-src/nms.cu"
+    traced cudefault load "$S/ops-src/nms.cu"
+    expect "a .cu hit with the machine's architectures" 0 "cache hit"
+    none "cu: libcuda.so.1 not searched for where it is not" cudefault \
+        'open(at)?\(.*glibc-hwcaps/[^"]*/libcuda\.so\.1"'
 else
     echo "note: no NVRTC here (nms.cu did not load): the .cu hit checks are skipped" >&2
 fi
