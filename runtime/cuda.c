@@ -189,7 +189,7 @@ static void driver_load(void)
     drv.status = OPJIT_EDEVICE;
     if (!path && !cuda_driver_findable(settings_libs_get()->ld_library_path, "/etc/ld.so.cache",
                                        driver_system_dirs)) {
-        snprintf(drv.why, sizeof drv.why, "no libcuda.so.1 in /etc/ld.so.cache, "
+        snprintf(drv.why, sizeof drv.why, "no libcuda.so.1: not in /etc/ld.so.cache, "
                  "$LD_LIBRARY_PATH or the system's library directories (the NVIDIA driver is "
                  "not installed, or not visible here; $OPJIT_CUDA_DRIVER names one elsewhere)");
         return;
