@@ -337,10 +337,11 @@ static int tcc_build_two(const jit_tcc_job *job, const char *text, diag_sink *d,
                  "a file-size limit?)");
         return OPJIT_EIO;
     }
-    char dir[PATH_MAX];
-    build_path(job->out_path, "", dir, sizeof dir);
-    dir[strlen(dir) - 1] = '\0';
-    jit_tcc_link_stubs(k, &undefined, dir, job->libraries, job->library_dirs);
+    char dir[PATH_MAX]; /* the build's: the stubs go there */
+    if (build_path(job->out_path, "", dir, sizeof dir) == 0) {
+        dir[strlen(dir) - 1] = '\0';
+        jit_tcc_link_stubs(k, &undefined, dir, job->libraries, job->library_dirs);
+    }
     jit_names_free(&undefined);
     s = tcc_state(d, diag, diaglen);
     rc = OPJIT_ENOMEM;
