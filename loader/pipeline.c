@@ -131,9 +131,10 @@ static void remove_op_header(const char *dir)
  * search its directory instead of writing the header into their own (a
  * file made and removed per build: 60 to 140 us of a cold load on ext4).
  * Only a copy that nobody but its owner (us or root) can change, file,
- * directory and every directory above (cache_trusted_path), is used. It is read whole once per process; each build then
- * checks that it is still that file, unchanged (inode, size, mtime,
- * ctime), or fails as for a local header changed during the compile. */
+ * directory and every directory above (cache_trusted_path), is used. It
+ * is read whole once per process; each build then checks that it is
+ * still that file, unchanged (inode, size, mtime, ctime), or fails as for
+ * a local header changed during the compile. */
 
 static struct {
     pthread_mutex_t lock;

@@ -1018,6 +1018,21 @@ static unsigned long long usage_bytes(const char *path, unsigned long long *inst
     return b;
 }
 
+/* The ledger tests' cap: three entries of 12,500 bytes fit. */
+#define LEDGER_CAP 40000
+
+/* A cache at dir capped at LEDGER_CAP and a second handle on it with no
+ * cap, whose builds count nowhere; usage: the path of its ledger. 0 when
+ * either cannot be opened. */
+static int ledger_caches(const char *dir, cache **capped, cache **uncapped, char *usage,
+                         size_t n)
+{
+    snprintf(usage, n, "%s/v1/usage", dir);
+    *capped = open_at(dir, NULL, 0, LEDGER_CAP, NULL);
+    *uncapped = open_at(dir, NULL, 0, UINT64_MAX, NULL);
+    return *capped && *uncapped;
+}
+
 /* A cache this process made starts its ledger at its first install
  * without a walk (it holds nothing this process did not count, but what
  * others add meanwhile, which they count); one that was there walks when
@@ -1025,13 +1040,11 @@ static unsigned long long usage_bytes(const char *path, unsigned long long *inst
  * evict them to the cap. */
 static void test_new_cache_ledger_starts_without_a_walk(void)
 {
-    const uint64_t cap = 40000; /* three entries of 12,500 bytes fit */
-    const char *dir = tdir("ledger-new");
+    const uint64_t cap = LEDGER_CAP;
     char usage[1400], err[256];
-    snprintf(usage, sizeof usage, "%s/v1/usage", dir);
-    cache *made = open_at(dir, NULL, 0, cap, NULL);
-    cache *uncapped = open_at(dir, NULL, 0, UINT64_MAX, NULL);
-    if (!made || !uncapped)
+    const char *dir = tdir("ledger-new");
+    cache *made, *uncapped;
+    if (!ledger_caches(dir, &made, &uncapped, usage, sizeof usage))
         return;
     bctx b = {.size = 10000};
     cache_entry *e;
@@ -1067,14 +1080,10 @@ static void test_new_cache_ledger_starts_without_a_walk(void)
 
 static void test_usage_ledger(void)
 {
-    const uint64_t cap = 40000; /* three entries of 12,500 bytes fit */
-    const char *dir = tdir("ledger");
+    const uint64_t cap = LEDGER_CAP;
     char usage[1400], err[256];
-    snprintf(usage, sizeof usage, "%s/v1/usage", dir);
-    cache *c = open_at(dir, NULL, 0, cap, NULL);
-    /* The same directory with no cap: its builds count nowhere. */
-    cache *uncapped = open_at(dir, NULL, 0, UINT64_MAX, NULL);
-    if (!c || !uncapped)
+    cache *c, *uncapped;
+    if (!ledger_caches(tdir("ledger"), &c, &uncapped, usage, sizeof usage))
         return;
     bctx b = {.size = 10000};
     cache_entry *e;

@@ -299,6 +299,20 @@ static int files_in(const char *dir)
     return atoi(line);
 }
 
+/* a/host.so and b/host.so hold the same bytes (what: which pair). */
+static void same_host_so(const char *a, const char *b, const char *what)
+{
+    char so[PATH_MAX + 48];
+    size_t la = 0, lb = 0;
+    snprintf(so, sizeof so, "%s/host.so", a);
+    char *x = slurp(so, &la);
+    snprintf(so, sizeof so, "%s/host.so", b);
+    char *y = slurp(so, &lb);
+    CHECKF(x && y && la == lb && !memcmp(x, y, la), "%s: %zu bytes against %zu", what, la, lb);
+    free(x);
+    free(y);
+}
+
 /* The shared libraries reach the link as stubs holding only the symbols
  * the op needs (jit/tcc_stub.c): libtcc must write the very bytes it
  * writes when it reads the whole libraries itself. */
@@ -327,9 +341,8 @@ static void stubbed_link_writes_libtccs_bytes(void)
         int blas;
     } ops[] = {{"nms.c", 0}, {"mm.c", 1}, {"conv2d.c", 1}, {"calls_libc.c", 0}};
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-        char path[PATH_MAX + 32], a[PATH_MAX + 32], b[PATH_MAX + 32], so[PATH_MAX + 48];
-        char diag[4096];
-        size_t tl = 0, la = 0, lb = 0;
+        char path[PATH_MAX + 32], a[PATH_MAX + 32], b[PATH_MAX + 32], diag[4096];
+        size_t tl = 0;
         snprintf(path, sizeof path, "%s/ops-src/%s", src ? src : ".", ops[i].name);
         char *text = strcmp(ops[i].name, "calls_libc.c") ? slurp(path, &tl) : strdup(calls_libc);
         CHECKF(text != NULL, "%s", path);
@@ -344,14 +357,7 @@ static void stubbed_link_writes_libtccs_bytes(void)
         CHECKF(compile_linked(ops[i].name, text, b, OPJIT_TCC_LIB_DIR "/", ops[i].blas, diag,
                               sizeof diag) == OPJIT_OK, "%s", diag);
         free(text);
-        snprintf(so, sizeof so, "%s/host.so", a);
-        char *x = slurp(so, &la);
-        snprintf(so, sizeof so, "%s/host.so", b);
-        char *y = slurp(so, &lb);
-        CHECKF(x && y && la == lb && !memcmp(x, y, la), "%s: %zu bytes stubbed, %zu by libtcc",
-               ops[i].name, la, lb);
-        free(x);
-        free(y);
+        same_host_so(a, b, ops[i].name); /* stubbed, by libtcc */
         /* The object and the stubs are gone: the directory holds the
          * artifact only. */
         CHECKF(files_in(a) == 1, "%s: %d files left in %s", ops[i].name, files_in(a), a);
@@ -386,18 +392,11 @@ static void unwritable_stub_falls_back_to_libtccs_link(void)
                OPJIT_OK, "%s", diag);
     CHECKF(compile_linked("probe.c", calls_libc, b, OPJIT_TCC_LIB_DIR "/", 0, diag,
                           sizeof diag) == OPJIT_OK, "%s", diag);
-    char so[PATH_MAX + 48];
-    size_t la = 0, lb = 0, lj = 0;
-    snprintf(so, sizeof so, "%s/host.so", a);
-    char *x = slurp(so, &la);
-    snprintf(so, sizeof so, "%s/host.so", b);
-    char *y = slurp(so, &lb);
-    CHECKF(x && y && la == lb && !memcmp(x, y, la), "%zu bytes against %zu", la, lb);
+    size_t lj = 0;
+    same_host_so(a, b, "a stub in the way, by libtcc");
     char *j = slurp(junk, &lj);
     CHECK(j && !strcmp(j, "not a library\n"));
     CHECKF(files_in(a) == 2, "%d files in %s", files_in(a), a);
-    free(x);
-    free(y);
     free(j);
 }
 
@@ -419,9 +418,8 @@ int memfd_create(const char *name, unsigned int flags)
 static void without_memfd_the_build_uses_files(void)
 {
     const char *src = getenv("OPJIT_SOURCE_DIR");
-    char path[PATH_MAX + 32], a[PATH_MAX + 32], b[PATH_MAX + 32], so[PATH_MAX + 48];
-    char diag[4096];
-    size_t tl = 0, la = 0, lb = 0;
+    char path[PATH_MAX + 32], a[PATH_MAX + 32], b[PATH_MAX + 32], diag[4096];
+    size_t tl = 0;
     snprintf(path, sizeof path, "%s/ops-src/nms.c", src ? src : ".");
     char *text = slurp(path, &tl);
     CHECKF(text != NULL, "%s", path);
@@ -440,15 +438,8 @@ static void without_memfd_the_build_uses_files(void)
     CHECK_STR_CONTAINS(diag, "ops/bad.c:2: error");
     CHECKF(strstr(diag, b) == NULL, "%s", diag);
     free(text);
-    snprintf(so, sizeof so, "%s/host.so", a);
-    char *x = slurp(so, &la);
-    snprintf(so, sizeof so, "%s/host.so", b);
-    char *y = slurp(so, &lb);
-    CHECKF(x && y && la == lb && !memcmp(x, y, la), "%zu bytes in memory, %zu through files",
-           la, lb);
+    same_host_so(a, b, "in memory, through files");
     CHECKF(files_in(b) == 1, "%d files left in %s", files_in(b), b);
-    free(x);
-    free(y);
 }
 
 /* The build's directory (opjit_op.h alone) is searched after the system
