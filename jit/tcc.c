@@ -171,10 +171,12 @@ static int mem_file(const char *name, char *path, size_t n)
     if (fd < 0)
         return -1;
     snprintf(path, n, "/proc/self/fd/%d", fd);
-    if (access(path, R_OK | W_OK) != 0) {
+    int again = open(path, O_RDWR | O_CLOEXEC); /* as libtcc will: a policy may refuse it */
+    if (again < 0) {
         close(fd);
         return -1;
     }
+    close(again);
     return fd;
 }
 
