@@ -292,7 +292,10 @@ int jit_cc_compile(const jit_cc_job *job, char *diag, size_t diaglen)
     if (logfd >= 0)
         close(logfd);
     unlink(srcf); /* the directory holds the artifact only */
-    return st ? OPJIT_ECOMPILE : OPJIT_OK;
+    /* An exit status: the compiler rejected the source, and would again
+     * (the tier keeps that: loader/pipeline.c). Not run, past its time
+     * limit or killed: nothing said about the source. */
+    return !st ? OPJIT_OK : st > 0 ? OPJIT_ECOMPILE : OPJIT_EIO;
 }
 
 /* ---- the optimizing C compiler in the table of compilers ------------------- */

@@ -322,6 +322,12 @@ int pipeline_get(pipeline *p, const pipeline_get_args *a, pipeline_artifact *out
  * out->target and out->best say which served. As pipeline_get otherwise. */
 int pipeline_get_host(pipeline *p, const source *s, const jit_compiler *jc, unsigned half,
                       int build, pipeline_artifact *out, char *diag, size_t diaglen);
+/* A background compiler jc that rejected s (OPJIT_ECOMPILE from its
+ * build): the failure kept for the hour, msg its diagnostics; and looked
+ * up (*msg malloc'ed), OPJIT_OK when kept this hour. */
+void pipeline_failure_put(pipeline *p, const source *s, const jit_compiler *jc,
+                          const char *msg);
+int pipeline_failure_get(pipeline *p, const source *s, const jit_compiler *jc, char **msg);
 /* The request of the artifact a.jc would make of a.src for a.target, with
  * its full key (its identity, learnt); or, when the compiler is not here,
  * the index entry's request, with why in note. *cached: some layer holds

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "loader/loader_int.h"
@@ -503,6 +504,58 @@ int pipeline_get_host(pipeline *p, const source *s, const jit_compiler *jc, unsi
             out->best = first;
         }
     }
+    return rc;
+}
+
+/* ---- what a background compiler rejected ------------------------------------
+ *
+ * A background compiler that rejects a source (its exit status: an error
+ * of its own, a flag it lacks such as -march=x86-64-v4 before gcc 11) does
+ * so again for the same source, compiler and options, and every process
+ * loading the source would run it again (seconds of a CPU each). The
+ * failure is kept as a note keyed as the artifact's index entry plus the
+ * hour it happened in: the loads of that hour skip the compile and say
+ * why; the next hour tries once more (what the key cannot see, a system
+ * header installed meanwhile, is not held against the source for long). A
+ * compile cut short (its time limit, a signal) is not kept. */
+
+#define FAILURE_HOURS_S 3600
+
+/* The request of jc's failure note for s at its best target, this hour. */
+static int failure_request(pipeline *p, const source *s, const jit_compiler *jc,
+                           pipeline_request *r)
+{
+    char targets[256], *save = NULL, by[160];
+    jc->targets(&p->set, targets, sizeof targets);
+    const char *t = strtok_r(targets, ",", &save), *fid = jc->file_id ? file_id(p, jc) : NULL;
+    if (!t || !fid)
+        return OPJIT_ENOTFOUND;
+    pipeline_get_args a = {s, jc, JIT_C, t, 0};
+    key_parts k;
+    key_parts_of(p, &a, &k);
+    snprintf(by, sizeof by, "%s; failed in hour %lld", fid,
+             (long long)(time(NULL) / FAILURE_HOURS_S));
+    int rc = make_request(&k, by, 1, r);
+    snprintf(r->tier, sizeof r->tier, "%s-failed", jc->name);
+    return rc;
+}
+
+void pipeline_failure_put(pipeline *p, const source *s, const jit_compiler *jc,
+                          const char *msg)
+{
+    pipeline_request *r = malloc(sizeof *r);
+    if (r && failure_request(p, s, jc, r) == OPJIT_OK)
+        cache_note_put(p->cache, &r->req, "error", msg);
+    free(r);
+}
+
+int pipeline_failure_get(pipeline *p, const source *s, const jit_compiler *jc, char **msg)
+{
+    pipeline_request *r = malloc(sizeof *r);
+    int rc = !r ? OPJIT_ENOMEM : failure_request(p, s, jc, r);
+    if (rc == OPJIT_OK)
+        rc = cache_note_get(p->cache, &r->req, "error", msg);
+    free(r);
     return rc;
 }
 

@@ -135,6 +135,8 @@ static void helper_run(const loader *l, tier_job *batch, int fd)
         last_rc = rc ? rc : pipeline_get_host(&p, &j->src, j->jc, JIT_C, 1, &art, diag,
                                               sizeof diag);
         cache_entry_release(art.entry);
+        if (last_rc == OPJIT_ECOMPILE) /* rejected: not tried again this hour */
+            pipeline_failure_put(&p, &j->src, j->jc, diag);
         if (j->next)
             helper_send(fd, i, last_rc, last_rc ? diag : "");
     }
@@ -588,6 +590,31 @@ static void run_batch(loader *l, tier_job *batch, handover *h)
     close(fd);
 }
 
+/* batch without the jobs whose compiler rejected their source this hour
+ * (pipeline_failure_get), each reported as the compile that failed. */
+static tier_job *drop_rejected(loader *l, tier_job *batch)
+{
+    tier_job *keep = NULL, **tail = &keep;
+    while (batch) {
+        tier_job *j = batch;
+        char *msg = NULL;
+        batch = j->next;
+        j->next = NULL;
+        if (pipeline_failure_get(&l->pipe, &j->src, j->jc, &msg) == OPJIT_OK) {
+            char full[HELPER_MSG_MAX + 1200];
+            snprintf(full, sizeof full, "%s: %s: %s (it failed the same way this hour: not run "
+                     "again until the next)", j->path, j->jc->what, msg);
+            note_error(l, OPJIT_ECOMPILE, full);
+            free(msg);
+            jobs_free(j);
+        } else {
+            *tail = j;
+            tail = &j->next;
+        }
+    }
+    return keep;
+}
+
 /* Until stopped: hand each batch queued to a helper. Then, having said so
  * (released), touch nothing of the loader's (tier_destroy frees it and
  * returns), and reap the children of the helpers handed the last jobs. */
@@ -606,7 +633,9 @@ static void *worker_main(void *arg)
         t->jobs = t->jobs_tail = NULL;
         t->busy = 1;
         pthread_mutex_unlock(&t->lock);
-        run_batch(l, batch, &h); /* on stop: hands it over, reads nothing */
+        batch = drop_rejected(l, batch);
+        if (batch)
+            run_batch(l, batch, &h); /* on stop: hands it over, reads nothing */
         jobs_free(batch);
         pthread_mutex_lock(&t->lock);
         t->busy = 0;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "opjit.h"
@@ -204,6 +205,52 @@ static void failing_compiler_leaves_no_temporary_directory(void)
     CHECK(d != NULL && left == 0);
 }
 
+/* The lines of path (0 when it is not there). */
+static int lines_of(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int n = 0, c;
+    while (f && (c = fgetc(f)) != EOF)
+        n += c == '\n';
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* A source the compiler rejects: the failure is kept for the hour, so a
+ * later runtime (a process of its own as well) does not run the compiler
+ * for it again, and says why; libtcc's code serves meanwhile. */
+static void rejected_source_is_not_compiled_again(void)
+{
+    char wrap[PATH_MAX + 16], count[PATH_MAX + 16];
+    snprintf(wrap, sizeof wrap, "%s/countcc", dir);
+    snprintf(count, sizeof count, "%s/compiles", dir);
+    FILE *f = fopen(wrap, "w");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    /* Counts the compiles (an output file), not the --version runs. */
+    fprintf(f, "#!/bin/sh\ncase \" $* \" in *\" -o \"*) echo x >> '%s';; esac\nexec '%s' \"$@\"\n",
+            count, cc);
+    fclose(f);
+    CHECK(chmod(wrap, 0755) == 0);
+    write_op("rejected_identifier");
+    long long hour = (long long)(time(NULL) / 3600);
+    opjit_op *op;
+    for (int i = 0; i < 2; i++) {
+        opjit_runtime *rt = make_rt(1, wrap);
+        CHECK(opjit_load_file(rt, src, &op, NULL) == OPJIT_OK);
+        CHECK(opjit_wait(rt) == OPJIT_ECOMPILE);
+        CHECK_STR_CONTAINS(opjit_errmsg(rt), "rejected_identifier");
+        if (i)
+            CHECK_STR_CONTAINS(opjit_errmsg(rt), "failed the same way this hour");
+        CHECK(first(rt, op, NULL) == 3.1f);
+        opjit_destroy(rt);
+    }
+    if ((long long)(time(NULL) / 3600) == hour) /* else the second tried once more */
+        CHECKF(lines_of(count) == 1, "%d compiles", lines_of(count));
+}
+
 int main(void)
 {
     cc = getenv("OPJIT_CC");
@@ -223,6 +270,7 @@ int main(void)
     T_RUN(failed_optimizing_compile_keeps_libtcc);
     T_RUN(stale_job_is_not_swapped_in);
     T_RUN(failing_compiler_leaves_no_temporary_directory);
+    T_RUN(rejected_source_is_not_compiled_again);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
