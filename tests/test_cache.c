@@ -1033,6 +1033,26 @@ static int ledger_caches(const char *dir, cache **capped, cache **uncapped, char
     return *capped && *uncapped;
 }
 
+/* n requests of op (at most 9), each its own key. */
+static void ledger_requests(const char *op, cache_request *r, int n)
+{
+    static const char *const tags[] = {"A", "B", "C", "D", "E", "F", "G", "H", "I"};
+    for (int i = 0; i < n; i++)
+        r[i] = mkreq(op, tags[i]);
+}
+
+/* r[from..to) built through c, each a miss. */
+static void build_in(cache *c, cache_request *r, int from, int to)
+{
+    bctx b = {.size = 10000};
+    cache_entry *e;
+    int hit;
+    for (int i = from; i < to; i++) {
+        CHECK(fetch(c, &r[i], &b, &e, &hit) == OPJIT_OK && hit == 0);
+        cache_entry_release(e);
+    }
+}
+
 /* A cache this process made starts its ledger at its first install
  * without a walk (it holds nothing this process did not count, but what
  * others add meanwhile, which they count); one that was there walks when
@@ -1046,20 +1066,11 @@ static void test_new_cache_ledger_starts_without_a_walk(void)
     cache *made, *uncapped;
     if (!ledger_caches(dir, &made, &uncapped, usage, sizeof usage))
         return;
-    bctx b = {.size = 10000};
-    cache_entry *e;
-    int hit;
-    const char *tags[] = {"A", "B", "C", "D", "E", "F"};
     cache_request r[6];
-    for (int i = 0; i < 6; i++)
-        r[i] = mkreq("ledger-new", tags[i]);
-    for (int i = 0; i < 4; i++) {
-        CHECK(fetch(uncapped, &r[i], &b, &e, &hit) == OPJIT_OK && hit == 0);
-        cache_entry_release(e);
-    }
+    ledger_requests("ledger-new", r, 6);
+    build_in(uncapped, r, 0, 4);
     CHECK(access(usage, F_OK) != 0);
-    CHECK(fetch(made, &r[4], &b, &e, &hit) == OPJIT_OK && hit == 0);
-    cache_entry_release(e);
+    build_in(made, r, 4, 5);
     cache_totals t;
     CHECK(cache_get_totals(made, &t, err, sizeof err) == OPJIT_OK && t.entries == 5);
     CHECK(usage_bytes(usage, NULL) == t.bytes / 5);
@@ -1068,8 +1079,7 @@ static void test_new_cache_ledger_starts_without_a_walk(void)
     cache *again = open_at(dir, NULL, 0, cap, NULL);
     CHECK(unlink(usage) == 0);
     if (again) {
-        CHECK(fetch(again, &r[5], &b, &e, &hit) == OPJIT_OK && hit == 0);
-        cache_entry_release(e);
+        build_in(again, r, 5, 6);
         CHECK(cache_get_totals(again, &t, err, sizeof err) == OPJIT_OK && t.entries == 3);
         CHECK(t.bytes <= cap && usage_bytes(usage, NULL) == t.bytes);
         cache_close(again);
@@ -1085,48 +1095,32 @@ static void test_usage_ledger(void)
     cache *c, *uncapped;
     if (!ledger_caches(tdir("ledger"), &c, &uncapped, usage, sizeof usage))
         return;
-    bctx b = {.size = 10000};
-    cache_entry *e;
-    int hit;
-    const char *tags[] = {"A", "B", "C", "D", "E", "F", "G", "H", "I"};
     cache_request r[9];
-    for (int i = 0; i < 9; i++)
-        r[i] = mkreq("ledger", tags[i]);
-    for (int i = 0; i < 2; i++) {
-        CHECK(fetch(c, &r[i], &b, &e, &hit) == OPJIT_OK && hit == 0);
-        cache_entry_release(e);
-    }
+    ledger_requests("ledger", r, 9);
+    build_in(c, r, 0, 2);
     cache_totals t;
     CHECK(cache_get_totals(c, &t, err, sizeof err) == OPJIT_OK && t.entries == 2);
     CHECK(usage_bytes(usage, NULL) == t.bytes);
 
     /* Two entries the ledger does not know of: the real total passes the
      * cap, the ledger's does not, and the next build walks nothing. */
-    for (int i = 2; i < 4; i++) {
-        CHECK(fetch(uncapped, &r[i], &b, &e, &hit) == OPJIT_OK && hit == 0);
-        cache_entry_release(e);
-    }
-    CHECK(fetch(c, &r[4], &b, &e, &hit) == OPJIT_OK && hit == 0);
-    cache_entry_release(e);
+    build_in(uncapped, r, 2, 4);
+    build_in(c, r, 4, 5);
     CHECK(cache_get_totals(c, &t, err, sizeof err) == OPJIT_OK && t.entries == 5);
 
     /* A damaged ledger: the next build walks, evicts to the cap and
      * starts the ledger again from what it counted. */
     write_usage(usage, "opjit-cache-usage 1 12\n"); /* cut short */
-    CHECK(fetch(c, &r[5], &b, &e, &hit) == OPJIT_OK && hit == 0);
-    cache_entry_release(e);
+    build_in(c, r, 5, 6);
     CHECK(cache_get_totals(c, &t, err, sizeof err) == OPJIT_OK && t.entries == 3);
     CHECK(t.bytes <= cap && usage_bytes(usage, NULL) == t.bytes);
 
     /* The 256th install walks even under the cap. */
-    CHECK(fetch(uncapped, &r[6], &b, &e, &hit) == OPJIT_OK && hit == 0);
-    cache_entry_release(e);
+    build_in(uncapped, r, 6, 7);
     write_usage(usage, "opjit-cache-usage 1 100 254\n");
-    CHECK(fetch(c, &r[7], &b, &e, &hit) == OPJIT_OK && hit == 0); /* the 255th */
-    cache_entry_release(e);
+    build_in(c, r, 7, 8); /* the 255th */
     CHECK(cache_get_totals(c, &t, err, sizeof err) == OPJIT_OK && t.entries == 5);
-    CHECK(fetch(c, &r[8], &b, &e, &hit) == OPJIT_OK && hit == 0); /* the 256th */
-    cache_entry_release(e);
+    build_in(c, r, 8, 9); /* the 256th */
     unsigned long long installs;
     CHECK(cache_get_totals(c, &t, err, sizeof err) == OPJIT_OK && t.entries == 3);
     CHECK(usage_bytes(usage, &installs) == t.bytes && installs == 256);

@@ -18,16 +18,7 @@
 static const char *marks; /* the file each init appends its name to */
 
 /* How many inits ran so far: the lines of the marks file. */
-static int count_marks(void)
-{
-    FILE *f = fopen(marks, "r");
-    int n = 0, c;
-    while (f && (c = fgetc(f)) != EOF)
-        n += c == '\n';
-    if (f)
-        fclose(f);
-    return n;
-}
+static int count_marks(void) { return t_lines(marks); }
 
 /* A module whose init marks, then does what (registers, crashes, ...). */
 static void write_module(const char *dir, const char *file, const char *pre, const char *what)

@@ -205,18 +205,6 @@ static void failing_compiler_leaves_no_temporary_directory(void)
     CHECK(d != NULL && left == 0);
 }
 
-/* The lines of path (0 when it is not there). */
-static int lines_of(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    int n = 0, c;
-    while (f && (c = fgetc(f)) != EOF)
-        n += c == '\n';
-    if (f)
-        fclose(f);
-    return n;
-}
-
 /* A source the compiler rejects: the failure is kept for the hour, so a
  * later runtime (a process of its own as well) does not run the compiler
  * for it again, and says why; libtcc's code serves meanwhile. */
@@ -248,7 +236,7 @@ static void rejected_source_is_not_compiled_again(void)
         opjit_destroy(rt);
     }
     if ((long long)(time(NULL) / 3600) == hour) /* else the second tried once more */
-        CHECKF(lines_of(count) == 1, "%d compiles", lines_of(count));
+        CHECKF(t_lines(count) == 1, "%d compiles", t_lines(count));
 }
 
 int main(void)

@@ -603,16 +603,7 @@ static void *caller_main(void *arg)
     return NULL;
 }
 
-static int count_maps(void)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    int n = 0, c;
-    while (f && (c = getc(f)) != EOF)
-        n += c == '\n';
-    if (f)
-        fclose(f);
-    return n;
-}
+static int count_maps(void) { return t_lines("/proc/self/maps"); }
 
 /* #20.18: reloads under calls from 4 threads: no call fails, the replaced
  * code is unmapped, and what op info handed out before stays readable. */
