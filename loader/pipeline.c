@@ -521,9 +521,10 @@ int pipeline_get_host(pipeline *p, const source *s, const jit_compiler *jc, unsi
 
 #define FAILURE_HOURS_S 3600
 
-/* The request of jc's failure note for s at its best target, this hour. */
-static int failure_request(pipeline *p, const source *s, const jit_compiler *jc,
-                           pipeline_request *r)
+/* jc's failure note for s at its best target, this hour: kept (msg), or
+ * looked up (*out). The request points into k and targets: used here. */
+static int failure_note(pipeline *p, const source *s, const jit_compiler *jc, const char *msg,
+                        char **out)
 {
     char targets[256], *save = NULL, by[160];
     jc->targets(&p->set, targets, sizeof targets);
@@ -535,28 +536,26 @@ static int failure_request(pipeline *p, const source *s, const jit_compiler *jc,
     key_parts_of(p, &a, &k);
     snprintf(by, sizeof by, "%s; failed in hour %lld", fid,
              (long long)(time(NULL) / FAILURE_HOURS_S));
-    int rc = make_request(&k, by, 1, r);
-    snprintf(r->tier, sizeof r->tier, "%s-failed", jc->name);
+    pipeline_request *r = malloc(sizeof *r);
+    int rc = !r ? OPJIT_ENOMEM : make_request(&k, by, 1, r);
+    if (rc == OPJIT_OK) {
+        snprintf(r->tier, sizeof r->tier, "%s-failed", jc->name);
+        rc = msg ? cache_note_put(p->cache, &r->req, "error", msg)
+                 : cache_note_get(p->cache, &r->req, "error", out);
+    }
+    free(r);
     return rc;
 }
 
 void pipeline_failure_put(pipeline *p, const source *s, const jit_compiler *jc,
                           const char *msg)
 {
-    pipeline_request *r = malloc(sizeof *r);
-    if (r && failure_request(p, s, jc, r) == OPJIT_OK)
-        cache_note_put(p->cache, &r->req, "error", msg);
-    free(r);
+    failure_note(p, s, jc, msg, NULL);
 }
 
 int pipeline_failure_get(pipeline *p, const source *s, const jit_compiler *jc, char **msg)
 {
-    pipeline_request *r = malloc(sizeof *r);
-    int rc = !r ? OPJIT_ENOMEM : failure_request(p, s, jc, r);
-    if (rc == OPJIT_OK)
-        rc = cache_note_get(p->cache, &r->req, "error", msg);
-    free(r);
-    return rc;
+    return failure_note(p, s, jc, NULL, msg);
 }
 
 int pipeline_describe(pipeline *p, const pipeline_get_args *a, pipeline_request *r,
