@@ -180,6 +180,17 @@ static int mem_file(const char *name, char *path, size_t n)
     return fd;
 }
 
+/* A scratch file of mem_file's done with: its memfd closed, or the file
+ * at path (the fallback) removed: the build directory holds the artifact
+ * only. */
+static void drop_scratch(const char *path, int mfd)
+{
+    if (mfd >= 0)
+        close(mfd);
+    else
+        unlink(path);
+}
+
 /* Where libtcc reads the text from: a file beside the output, in the
  * build's private directory, unless mem_file gives one in memory.
  * Compiled as a string, the text would have no directory of its own and
@@ -228,10 +239,7 @@ static int tcc_compile_text(TCCState *s, const jit_tcc_job *job, const char *tex
     memcpy(d->build_dir, src, d->build_dir_len);
     d->build_dir[d->build_dir_len] = '\0';
     int bad = tcc_add_file(s, src) < 0;
-    if (mfd >= 0)
-        close(mfd);
-    else
-        unlink(src); /* the directory holds the artifact only */
+    drop_scratch(src, mfd);
     return bad || d->errors ? OPJIT_ECOMPILE : OPJIT_OK;
 }
 
@@ -292,15 +300,6 @@ static int tcc_build_one(const jit_tcc_job *job, const char *text, diag_sink *d,
     return rc;
 }
 
-/* The object's memfd closed, or its file removed. */
-static void drop_object(const char *obj, int mfd)
-{
-    if (mfd >= 0)
-        close(mfd);
-    else
-        unlink(obj);
-}
-
 /* Compile to an object, then link it with the files tcc_link.c hands over
  * (the shared libraries as stubs when they can be). */
 static int tcc_build_two(const jit_tcc_job *job, const char *text, diag_sink *d,
@@ -326,7 +325,7 @@ static int tcc_build_two(const jit_tcc_job *job, const char *text, diag_sink *d,
         snprintf(diag, diaglen, "libtcc: cannot write %s", obj);
     tcc_delete(s);
     if (rc) {
-        drop_object(obj, mfd);
+        drop_scratch(obj, mfd);
         return rc;
     }
     /* libtcc does not check its writes: an object cut short by a full
@@ -334,7 +333,7 @@ static int tcc_build_two(const jit_tcc_job *job, const char *text, diag_sink *d,
     jit_names undefined = {0};
     if (jit_object_undefined(obj, &undefined) < 0) {
         jit_names_free(&undefined);
-        drop_object(obj, mfd);
+        drop_scratch(obj, mfd);
         snprintf(diag, diaglen, "libtcc: the op's object was not written whole (disk full or "
                  "a file-size limit?)");
         return OPJIT_EIO;
@@ -356,7 +355,7 @@ static int tcc_build_two(const jit_tcc_job *job, const char *text, diag_sink *d,
         tcc_delete(s);
     }
     jit_tcc_link_done(k);
-    drop_object(obj, mfd);
+    drop_scratch(obj, mfd);
     return rc;
 }
 
