@@ -282,11 +282,18 @@ const char *cache_remote_key_file(const cache *c);
 /* Parse a size: digits with an optional K, M, G or T suffix (powers of
  * 1024, optional "B"/"iB"). OPJIT_OK and *out, or OPJIT_EINVAL. */
 int cache_parse_size(const char *s, uint64_t *out);
+/* Whose files a layer may hold: the writable cache only ours, a read-only
+ * layer ours or root's. */
+enum { CACHE_OWNER_SELF = 1, CACHE_OWNER_TRUSTED = 2 };
+struct stat;
+/* NULL when st is trustworthy (owner rule, not writable by group or
+ * others), else why not. */
+const char *cache_untrusted(const struct stat *st, int owner, uid_t euid);
 /* OPJIT_OK when path (absolute) and every directory above it, as spelled
  * and as resolved, are ours or root's and writable by nobody else (a
- * sticky directory may be); else OPJIT_ECACHE and why. The cache's rule
- * for its own directories, which the loader applies to the headers it
- * compiles from. */
+ * sticky directory may be); else OPJIT_ECACHE and why. These two are the
+ * cache's rules for its own files and directories, which the loader
+ * applies to the headers it compiles from. */
 int cache_trusted_path(const char *path, uid_t euid, char *why, size_t whylen);
 
 #endif

@@ -147,12 +147,6 @@ int cache_install_dir(cache *c, const char *hex, const char *tmp, const char *di
 /* OPJIT_OK, or a status with errno and why. */
 int cache_mkdir_p(const char *path, char *why, size_t whylen);
 int cache_rm_rf(const char *path);
-/* Whose files a layer may hold: the writable cache only ours, a read-only
- * layer ours or root's. */
-enum { CACHE_OWNER_SELF = 1, CACHE_OWNER_TRUSTED = 2 };
-/* NULL when st is trustworthy (owner rule, not writable by group or
- * others), else why not. */
-const char *cache_untrusted(const struct stat *st, int owner, uid_t euid);
 /* OPJIT_OK with *fd holding the lock, or a status with errno (EAGAIN:
  * busy). */
 int cache_lock(const cache *c, const char *hex, int which, int exclusive, int wait, int *fd);

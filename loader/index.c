@@ -72,26 +72,13 @@ struct op_index {
 
 /* ---- small pieces ------------------------------------------------------------ */
 
-static file_sig sig_of(const struct stat *st)
-{
-    return (file_sig){(unsigned long long)st->st_dev, (unsigned long long)st->st_ino,
-                      (unsigned long long)st->st_size,
-                      (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec,
-                      (long long)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec};
-}
-
-static int sig_eq(const file_sig *a, const file_sig *b)
-{
-    return !memcmp(a, b, sizeof *a);
-}
-
 /* The state of the file at path now; 0, or -1 when it is gone. */
 static int sig_now(const char *path, file_sig *g)
 {
     struct stat st;
     if (stat(path, &st) != 0)
         return -1;
-    *g = sig_of(&st);
+    *g = file_sig_of(&st);
     return 0;
 }
 
@@ -159,7 +146,7 @@ static int note_hdrs_valid(const idx_note *n, const char *dir, int all)
             return 0;
         memcpy(real, r, len);
         real[len] = '\0';
-        if ((all || !in_dir(real, dir)) && (sig_now(real, &now) || !sig_eq(&now, &was)))
+        if ((all || !in_dir(real, dir)) && (sig_now(real, &now) || !file_sig_eq(&now, &was)))
             return 0;
     }
     return 1;
@@ -394,7 +381,7 @@ static int dir_files(const char *dir, dir_file **out, int *nout)
             }
             *out = v;
         }
-        (*out)[*nout].sig = sig_of(&st);
+        (*out)[*nout].sig = file_sig_of(&st);
         if (!((*out)[*nout].name = strdup(de->d_name)))
             rc = OPJIT_ENOMEM;
         else
@@ -439,7 +426,7 @@ static int src_reuse(const idx_note *old, const dir_file *f, idx_src *e, idx_hdr
                      long long t0)
 {
     idx_ent ent;
-    if (!old || !note_src(old, f->name, strlen(f->name), &ent) || !sig_eq(&ent.sig, &f->sig) ||
+    if (!old || !note_src(old, f->name, strlen(f->name), &ent) || !file_sig_eq(&ent.sig, &f->sig) ||
         ent_to_src(&ent, e))
         return 0;
     for (const char *p = ent.hdrs, *end = ent.hdrs + ent.hdrs_len; p < end;) {
@@ -455,7 +442,7 @@ static int src_reuse(const idx_note *old, const dir_file *f, idx_src *e, idx_hdr
         int hid = hdrs_find(h, real);
         if (hid < 0 && (sig_now(real, &now) || (hid = hdrs_add(h, real, &now)) < 0))
             return 0;
-        if (!sig_eq(&h->sig[hid], &was) || src_add_hdr(e, hid))
+        if (!file_sig_eq(&h->sig[hid], &was) || src_add_hdr(e, hid))
             return 0;
         e->keep &= !racy(&was, t0);
         p = *next == ',' ? next + 1 : end;
@@ -662,7 +649,7 @@ static int dir_check_each(loader *l, dir_look *dl, idx_dir **out, int *own)
      * not change while it was listed, nor lately. */
     file_sig after;
     int trusted = !fresh && !racy(&dl->dsig, now_ns()) && sig_now(dl->real, &after) == 0 &&
-                  sig_eq(&after, &dl->dsig);
+                  file_sig_eq(&after, &dl->dsig);
     idx_dir *d = dir_noted(l, dl, &key);
     *own = 0;
     if (d) {
@@ -695,7 +682,7 @@ static int index_dir(loader *l, dir_look *dl, int check_each, idx_dir **out, int
     if (!l->index && !(l->index = calloc(1, sizeof *l->index)))
         return rt_error(l->rt, OPJIT_ENOMEM, "out of memory");
     idx_dir *m = dir_known(l, dl->real);
-    if (!check_each && m && m->dsig_ok && sig_eq(&m->dsig, &dl->dsig) &&
+    if (!check_each && m && m->dsig_ok && file_sig_eq(&m->dsig, &dl->dsig) &&
         m->note.nsrc > INDEX_CHECK_EACH && cuda_as_noted(&m->note)) {
         m->checked = 0;
         *out = m;
@@ -799,7 +786,7 @@ static int ent_current(const idx_dir *d, const idx_ent *e, const char *file)
     char path[PATH_MAX];
     file_sig now;
     if ((size_t)snprintf(path, sizeof path, "%s/%s", d->real, file) >= sizeof path ||
-        sig_now(path, &now) || !sig_eq(&now, &e->sig))
+        sig_now(path, &now) || !file_sig_eq(&now, &e->sig))
         return 0;
     for (const char *p = e->hdrs, *end = e->hdrs + e->hdrs_len; p < end;) {
         char *next, real[PATH_MAX];
@@ -811,7 +798,7 @@ static int ent_current(const idx_dir *d, const idx_ent *e, const char *file)
             return 0;
         memcpy(real, r, len);
         real[len] = '\0';
-        if (sig_now(real, &now) || !sig_eq(&now, &was))
+        if (sig_now(real, &now) || !file_sig_eq(&now, &was))
             return 0;
         p = *next == ',' ? next + 1 : end;
     }
@@ -941,7 +928,7 @@ static int walk_next_dir(idx_walk *w, const char *p, size_t n, dir_look *dl)
     snprintf(dl->dir, sizeof dl->dir, "%.*s", (int)n, p);
     if (!realpath(dl->dir, dl->real) || stat(dl->real, &st) != 0 || !S_ISDIR(st.st_mode))
         return -1;
-    dl->dsig = sig_of(&st);
+    dl->dsig = file_sig_of(&st);
     for (int i = 0; i < w->n; i++) /* a directory named twice: the first counts */
         if (!strcmp(w->dirs[i]->real, dl->real))
             return -1;
@@ -1017,7 +1004,7 @@ int index_source(loader *l, const char *path)
         return OPJIT_ENOTFOUND;
     char *slash = strrchr(real, '/');
     *slash = '\0';
-    idx_src e = {.keep = 1, .sig = sig_of(&st)};
+    idx_src e = {.keep = 1, .sig = file_sig_of(&st)};
     idx_hdrs h = {0};
     pending q = {0};
     int rc = (e.file = strdup(slash + 1)) && !src_set_msg(&e, "") ? OPJIT_OK : OPJIT_ENOMEM;

@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "cache/cache.h"
+#include "loader/loader_int.h" /* file_sig */
 
 #define INDEX_FORMAT "opjit-op-index 3"
 #define INDEX_DETAIL_MAX 65536
@@ -18,12 +19,6 @@
  * ("racily clean"). */
 #define RACY_MS 2000
 #define INDEX_MSG_MAX 300
-
-/* What a file is now: a change of any field is an edit. */
-typedef struct file_sig {
-    unsigned long long dev, ino, size;
-    long long mtime, ctime; /* nanoseconds */
-} file_sig;
 
 /* ---- entries being gathered ------------------------------------------------ */
 

@@ -132,6 +132,15 @@ void loader_warn_missing_dirs(loader *l);
 const char *loader_ops_path(loader *l);
 /* Its head, from the settings (loader_create). OPJIT_OK or OPJIT_ENOMEM. */
 int ops_path_init(loader *l);
+/* What a file is now: a change of any field is an edit. */
+typedef struct file_sig {
+    unsigned long long dev, ino, size;
+    long long mtime, ctime; /* nanoseconds */
+} file_sig;
+/* st's signature, and whether two are the same (loader/source.c). */
+file_sig file_sig_of(const struct stat *st);
+int file_sig_eq(const file_sig *a, const file_sig *b);
+
 /* The directory (n bytes) of the file this copy of the library is in:
  * libopjit.so (*shared 1), or the executable libopjit.a is linked into
  * (*shared 0). 0, or -1 when it cannot be told. */

@@ -144,38 +144,27 @@ static struct {
     struct stat st;
 } op_header_copy = {PTHREAD_MUTEX_INITIALIZER, 0, "", {0}};
 
-static int owner_only(const struct stat *st)
-{
-    return (st->st_uid == geteuid() || st->st_uid == 0) && !(st->st_mode & (S_IWGRP | S_IWOTH));
-}
-
-static int same_file(const struct stat *a, const struct stat *b)
-{
-    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
-           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
-           a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
-}
-
 int loader_op_header_copy(const char *dir, struct stat *st)
 {
     /* The directories above it too: whoever could rename one could put
      * another header in its place between this check and the compile,
      * and back again before op_header_unchanged looks. */
     char why[PATH_MAX + 64];
-    int dfd = dir[0] == '/' && cache_trusted_path(dir, geteuid(), why, sizeof why) == OPJIT_OK
-                  ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-                  : -1,
-        fd = -1, same = 0;
+    uid_t me = geteuid();
+    if (dir[0] != '/' || cache_trusted_path(dir, me, why, sizeof why) != OPJIT_OK)
+        return 0;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), fd = -1, same = 0;
     struct stat dst;
     if (dfd < 0)
         return 0;
-    if (fstat(dfd, &dst) == 0 && owner_only(&dst))
+    if (fstat(dfd, &dst) == 0 && !cache_untrusted(&dst, CACHE_OWNER_TRUSTED, me))
         fd = openat(dfd, "opjit_op.h", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     close(dfd);
     if (fd < 0)
         return 0;
     char *text = NULL;
-    if (fstat(fd, st) == 0 && S_ISREG(st->st_mode) && owner_only(st) &&
+    if (fstat(fd, st) == 0 && S_ISREG(st->st_mode) &&
+        !cache_untrusted(st, CACHE_OWNER_TRUSTED, me) &&
         st->st_size == (off_t)sizeof opjit_op_h_text && (text = malloc(sizeof opjit_op_h_text)))
         same = read(fd, text, sizeof opjit_op_h_text) == (ssize_t)sizeof opjit_op_h_text &&
                !memcmp(text, opjit_op_h_text, sizeof opjit_op_h_text);
@@ -218,8 +207,9 @@ int loader_op_header_unchanged(const char *dir, const struct stat *st)
 {
     char path[PATH_MAX + 32];
     struct stat now;
+    file_sig was = file_sig_of(st), is;
     return (size_t)snprintf(path, sizeof path, "%s/opjit_op.h", dir) < sizeof path &&
-           lstat(path, &now) == 0 && same_file(&now, st);
+           lstat(path, &now) == 0 && (is = file_sig_of(&now), file_sig_eq(&is, &was));
 }
 
 /* After a compile that read the copy in dir: 1 when it is still the file

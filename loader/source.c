@@ -567,6 +567,20 @@ cache_keygen *source_keygen(const source *s)
     return g;
 }
 
+/* What a file is now (loader_int.h). */
+file_sig file_sig_of(const struct stat *st)
+{
+    return (file_sig){(unsigned long long)st->st_dev, (unsigned long long)st->st_ino,
+                      (unsigned long long)st->st_size,
+                      (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec,
+                      (long long)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec};
+}
+
+int file_sig_eq(const file_sig *a, const file_sig *b)
+{
+    return !memcmp(a, b, sizeof *a);
+}
+
 int source_unchanged(const source *s)
 {
     cache_key now;
