@@ -153,6 +153,9 @@ typedef struct jit_tcc_job {
     const char *const *library_dirs; /* NULL-terminated, may be NULL */
     const char *tcc_lib_dir;         /* libtcc1.a and tcc's own headers */
     const char *out_path;            /* the shared object to write */
+    /* Compiled ahead of text (jit/tcc_prelude.h), or NULL. */
+    const char *prelude;
+    size_t prelude_len;
 } jit_tcc_job;
 
 /* Compile job->text as C into a shared object at job->out_path. On failure

@@ -17,6 +17,8 @@
 #include <xxhash.h>
 
 #include "jit/jit.h"
+#include "jit/tcc_defines.h"
+#include "jit/tcc_prelude.h"
 #include "runtime/settings.h"
 #include "opjit.h"
 #include "opjit_build_config.h"
@@ -99,13 +101,13 @@ static void on_diag(void *opaque, const char *msg)
     }
 }
 
-/* The source prefixed with "#line 1 \"name\"" (tcc then reports the
- * source's own name), and that name with a quote, backslash or newline,
- * which would break the directive, made '_' (in diagnostics too). NULL
- * when out of memory. */
+/* The source prefixed with the job's prelude and "#line 1 \"name\"" (tcc
+ * then reports the source's own name), and that name with a quote,
+ * backslash or newline, which would break the directive, made '_' (in
+ * diagnostics too). NULL when out of memory. */
 static char *with_line_directive(const jit_tcc_job *job, char **name)
 {
-    size_t n = strlen(job->text) + strlen(job->source_name) + 32;
+    size_t n = job->prelude_len + strlen(job->text) + strlen(job->source_name) + 32;
     char *text = malloc(n);
     *name = strdup(job->source_name);
     if (!text || !*name) {
@@ -117,7 +119,10 @@ static char *with_line_directive(const jit_tcc_job *job, char **name)
     for (char *c = *name; *c; c++)
         if (*c == '"' || *c == '\\' || *c == '\n' || *c == '\r')
             *c = '_';
-    snprintf(text, n, "#line 1 \"%s\"\n%s", *name, job->text);
+    if (job->prelude_len)
+        memcpy(text, job->prelude, job->prelude_len);
+    snprintf(text + job->prelude_len, n - job->prelude_len, "#line 1 \"%s\"\n%s", *name,
+             job->text);
     return text;
 }
 
@@ -191,6 +196,22 @@ static void drop_scratch(const char *path, int mfd)
         unlink(path);
 }
 
+/* All of buf to fd: 0, or the errno that stopped it (a write cut short,
+ * by a file-size limit say, is tried again to learn why). */
+static int write_whole(int fd, const char *buf, size_t len)
+{
+    while (len) {
+        ssize_t w = write(fd, buf, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? errno : EIO;
+        buf += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
 /* Where libtcc reads the text from: a file beside the output, in the
  * build's private directory, unless mem_file gives one in memory.
  * Compiled as a string, the text would have no directory of its own and
@@ -203,7 +224,7 @@ static int write_build_source(const char *out_path, const char *text, char *path
 {
     size_t len = strlen(text);
     int mfd = mem_file("opjit-source", path, n);
-    if (mfd >= 0 && write(mfd, text, len) == (ssize_t)len)
+    if (mfd >= 0 && write_whole(mfd, text, len) == 0)
         return mfd;
     if (mfd >= 0)
         close(mfd);
@@ -214,8 +235,7 @@ static int write_build_source(const char *out_path, const char *text, char *path
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EEXIST && unlink(path) == 0) /* left by a crashed build */
         fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    int ok = fd >= 0 && write(fd, text, len) == (ssize_t)len;
-    int e = errno;
+    int e = fd < 0 ? errno : write_whole(fd, text, len), ok = !e;
     if (fd >= 0 && close(fd) && ok)
         ok = 0, e = errno;
     if (!ok) {
@@ -393,14 +413,12 @@ void jit_tcc_fork_done(void) { pthread_mutex_unlock(&tcc_lock); }
 /* ---- libtcc in the table of compilers --------------------------------------- */
 
 /* The defines every op gets; the host half of a .cu gets cu_host_defines. */
-static const char *const tcc_defines[] = {"FORCE_OPENBLAS_COMPLEX_STRUCT", "OPJIT_TIER_TCC",
-                                          NULL};
+static const char *const tcc_defines[] = {JIT_TCC_DEFINES, NULL};
 
 /* The host half of a .cu under libtcc: what cudnn.h / cuda.h ask of an
  * unknown compiler (crt/host_defines.h), plus the defines every op gets. */
 static const char *const cu_host_defines[] = {
-    "FORCE_OPENBLAS_COMPLEX_STRUCT",
-    "OPJIT_TIER_TCC",
+    JIT_TCC_DEFINES,
     "OPJIT_CUDA_HOST",
     "__align__(n)=__attribute__((aligned(n)))",
     "CUDARTAPI=",
@@ -617,6 +635,15 @@ static int tcc_compile(const jit_job *job, char *diag, size_t n)
         .tcc_lib_dir = OPJIT_TCC_LIB_DIR,
         .out_path = out,
     };
+    /* A .c op's include of opjit_op.h, preprocessed at build time under
+     * these defines (the last include directory holds the header). */
+    if (job->half == JIT_C && job->include_dirs && job->include_dirs[0]) {
+        int nd = 0;
+        while (job->include_dirs[nd])
+            nd++;
+        tj.prelude = jit_tcc_prelude(job->text, job->include_dirs, job->include_dirs[nd - 1],
+                                     &tj.prelude_len);
+    }
     return jit_tcc_compile(&tj, diag, n);
 }
 

@@ -1,0 +1,353 @@
+/*
+ * jit/gen/tcc_prelude_gen.c - at build time, <opjit_op.h> preprocessed
+ * by libtcc as an op's compile would include it, written as C for the
+ * library (jit/tcc_prelude.c uses it).
+ *
+ *   tcc_prelude_gen OUT.c OPJIT_INCLUDE_DIR
+ *
+ * The text is libtcc's -E -dD output: the declarations with every macro
+ * defined (and undefined) on the way, in order, and line markers. Compiled
+ * ahead of an op whose first directive is #include <opjit_op.h>, it leaves
+ * libtcc in the state that include would, without opening, searching and
+ * preprocessing some twenty glibc, DLPack and tcc headers (about a ninth of
+ * a cold compile of nms.c). Beside it: the system headers it holds, with
+ * their sizes and modification times, and the names they were included by,
+ * for the runtime to check that the same headers would be found.
+ *
+ * libtcc prints two things of a macro wrongly: "##" as its internal token
+ * ("<a6>"), and "..." as __VA_ARGS__; both are put back, and then
+ * every #define must read as in the header it comes from (blanks and
+ * comments aside), or there is no prelude.
+ *
+ * Anything unexpected writes an empty prelude (the library then compiles
+ * as without one) and says why on stderr; the build goes on.
+ */
+
+#include <libtcc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "opjit_build_config.h"
+#include "jit/tcc_defines.h"
+
+#define MAX_FILES 128
+
+typedef struct header {
+    char path[4096];
+    long long size, mtime_sec, mtime_nsec;
+} header;
+
+static const char *const defines[] = {JIT_TCC_DEFINES, NULL};
+
+/* libtcc preprocesses to stdout: pointed at tmp for the call. */
+static int preprocess(const char *tmp, const char *opjit_inc)
+{
+    fflush(stdout);
+    if (!freopen(tmp, "w", stdout))
+        return -1;
+    TCCState *s = tcc_new();
+    if (!s)
+        return -1;
+    tcc_set_lib_path(s, OPJIT_TCC_LIB_DIR);
+    tcc_set_output_type(s, TCC_OUTPUT_PREPROCESS);
+    tcc_set_options(s, "-dD");
+    /* As jit_host_includes orders them for an op: the system directories,
+     * then the one holding opjit_op.h. */
+    tcc_add_include_path(s, OPJIT_CBLAS_INCLUDE_DIR);
+    tcc_add_include_path(s, OPJIT_DLPACK_INCLUDE_DIR);
+    tcc_add_include_path(s, opjit_inc);
+    for (const char *const *d = defines; *d; d++)
+        tcc_define_symbol(s, *d, NULL);
+    int rc = tcc_compile_string(s, "#include <opjit_op.h>\n");
+    fflush(stdout);
+    tcc_delete(s);
+    return rc;
+}
+
+/* A line marker's file name ("# N \"file\" ..."), or NULL. */
+static const char *marker_file(const char *line, char *out, size_t n)
+{
+    if (line[0] != '#' || line[1] != ' ' || line[2] < '0' || line[2] > '9')
+        return NULL;
+    const char *q = strchr(line, '"'), *e = q ? strchr(q + 1, '"') : NULL;
+    if (!e || (size_t)(e - q - 1) >= n)
+        return NULL;
+    memcpy(out, q + 1, (size_t)(e - q - 1));
+    out[e - q - 1] = '\0';
+    return out;
+}
+
+/* The directory a header was found in: the longest of the search list
+ * that holds path. NULL when none does. */
+static const char *found_in(const char *path, const char *opjit_inc, char *tcc_inc)
+{
+    const char *dirs[] = {OPJIT_CBLAS_INCLUDE_DIR, OPJIT_DLPACK_INCLUDE_DIR, opjit_inc, tcc_inc,
+                          "/usr/local/include/x86_64-linux-gnu", "/usr/local/include",
+                          "/usr/include/x86_64-linux-gnu", "/usr/include", NULL};
+    const char *best = NULL;
+    for (const char *const *d = dirs; *d; d++) {
+        size_t n = strlen(*d);
+        if (!strncmp(path, *d, n) && path[n] == '/' && (!best || n > strlen(best)))
+            best = *d;
+    }
+    return best;
+}
+
+/* s with comments dropped, each run of blanks one space, none next to
+ * "##", "(", ")" or ",": how two spellings of a define compare. */
+static void squeeze(const char *s, char *out, size_t n)
+{
+    size_t k = 0;
+    int blank = 0;
+    while (*s && k + 2 < n) {
+        if (s[0] == '/' && s[1] == '*') {
+            const char *e = strstr(s + 2, "*/");
+            s = e ? e + 2 : s + strlen(s);
+            blank = 1;
+        } else if (s[0] == '/' && s[1] == '/') {
+            break;
+        } else if (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\\') {
+            blank = 1, s++;
+        } else {
+            int tight = strchr("#(),", *s) || (k && strchr("#(,", out[k - 1]));
+            if (blank && k && !tight)
+                out[k++] = ' ';
+            blank = 0;
+            out[k++] = *s++;
+        }
+    }
+    out[k] = '\0';
+}
+
+/* The define in line ("#define NAME..." as libtcc printed it, repaired)
+ * is one of file's definitions of NAME. */
+static int defined_so(const char *line, const char *file)
+{
+    const char *name = line + 8;
+    size_t nl = strcspn(name, "( \t\n");
+    FILE *f = fopen(file, "r");
+    if (!f)
+        return 0;
+    static char text[1 << 20], want[8192], got[8192];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    squeeze(name, want, sizeof want);
+    int found = 0;
+    for (char *p = text; !found && (p = strstr(p, "define")); p += 6) {
+        /* "# define NAME" at the start of a line, blanks between. */
+        char *q = p;
+        while (q > text && (q[-1] == ' ' || q[-1] == '\t'))
+            q--;
+        if (q == text || q[-1] != '#')
+            continue;
+        for (q--; q > text && (q[-1] == ' ' || q[-1] == '\t');)
+            q--;
+        if (q > text && q[-1] != '\n')
+            continue;
+        char *d = p + 6;
+        while (*d == ' ' || *d == '\t')
+            d++;
+        if (strncmp(d, name, nl) || (d[nl] != '(' && d[nl] != ' ' && d[nl] != '\t' &&
+                                     d[nl] != '\n'))
+            continue;
+        /* The definition, its continued lines joined. */
+        char def[8192];
+        size_t k = 0;
+        for (char *c = d; *c && k + 1 < sizeof def; c++) {
+            if (*c == '\\' && c[1] == '\n') {
+                c++;
+                def[k++] = ' ';
+                continue;
+            }
+            if (*c == '\n')
+                break;
+            def[k++] = *c;
+        }
+        def[k] = '\0';
+        squeeze(def, got, sizeof got);
+        found = !strcmp(want, got);
+    }
+    return found;
+}
+
+/* libtcc's -dD spelling of a define put right in place: "<a6>" (its
+ * internal token's code) is "##", __VA_ARGS__ as the last parameter is
+ * "...". 0 when it holds a byte past ASCII. */
+static int repair_define(char *line)
+{
+    for (char *c = line; *c; c++)
+        if ((unsigned char)*c >= 0x80)
+            return 0;
+    for (char *c; (c = strstr(line, "<a6>"));) {
+        c[0] = c[1] = '#';
+        memmove(c + 2, c + 4, strlen(c + 4) + 1);
+    }
+    char *open = line + 8 + strcspn(line + 8, "( \t\n");
+    char *va = *open == '(' ? strstr(open, "__VA_ARGS__)") : NULL;
+    if (va && va < strchr(open, ')') + 1 && (va[-1] == '(' || va[-1] == ',')) {
+        memcpy(va, "...", 3);
+        memmove(va + 3, va + 11, strlen(va + 11) + 1);
+    }
+    return 1;
+}
+
+static void put_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++)
+        fprintf(f, (*s == '"' || *s == '\\') ? "\\%c" : "%c", *s);
+    fputc('"', f);
+}
+
+/* The prelude in out: text (len bytes) and its headers, or empty. */
+static int write_c(const char *out, const char *text, size_t len, const header *h, int nh,
+                   char names[][256], int nn)
+{
+    FILE *f = fopen(out, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "/* Generated by jit/gen/tcc_prelude_gen.c at build time: do not edit. */\n"
+               "#include \"jit/tcc_prelude.h\"\n\n"
+               "const unsigned char jit_tcc_prelude_text[] = {");
+    for (size_t i = 0; i < len; i++)
+        fprintf(f, "%s%u,", i % 24 ? "" : "\n", (unsigned char)text[i]);
+    fprintf(f, "0};\nconst size_t jit_tcc_prelude_len = %zu;\n\n"
+               "const jit_prelude_header jit_tcc_prelude_headers[] = {\n", len);
+    for (int i = 0; i < nh; i++) {
+        fprintf(f, "    {");
+        put_string(f, h[i].path);
+        fprintf(f, ", %lld, %lld, %lld},\n", h[i].size, h[i].mtime_sec, h[i].mtime_nsec);
+    }
+    fprintf(f, "    {0, 0, 0, 0},\n};\n\nconst char *const jit_tcc_prelude_names[] = {\n");
+    for (int i = 0; i < nn; i++) {
+        fprintf(f, "    ");
+        put_string(f, names[i]);
+        fprintf(f, ",\n");
+    }
+    fprintf(f, "    0,\n};\n");
+    return fclose(f);
+}
+
+static int fail(const char *out, const char *why)
+{
+    fprintf(stderr, "tcc_prelude_gen: %s: ops compile without a prelude\n", why);
+    return write_c(out, "", 0, NULL, 0, NULL, 0) ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: tcc_prelude_gen OUT.c OPJIT_INCLUDE_DIR\n");
+        return 2;
+    }
+    const char *out = argv[1], *opjit_inc = argv[2];
+    char tmp[4096], tcc_inc[4096];
+    snprintf(tmp, sizeof tmp, "%s.%d.i", out, (int)getpid());
+    snprintf(tcc_inc, sizeof tcc_inc, "%s/include", OPJIT_TCC_LIB_DIR);
+    int saved = dup(1);
+    int rc = preprocess(tmp, opjit_inc);
+    if (saved >= 0) { /* stdout back where it was */
+        dup2(saved, 1);
+        close(saved);
+    }
+    FILE *in = fopen(tmp, "r");
+    if (rc || !in) {
+        if (in)
+            fclose(in);
+        unlink(tmp);
+        return fail(out, "libtcc could not preprocess <opjit_op.h>");
+    }
+    static header h[MAX_FILES];
+    static char names[MAX_FILES][256];
+    int nh = 0, nn = 0, keep = 0;
+    size_t len = 0, cap = 1 << 16;
+    char *text = malloc(cap), *line = NULL, file[4096];
+    size_t linecap = 0;
+    ssize_t n;
+    const char *why = NULL;
+    char current[4096] = "";
+    while (!why && text && (n = getline(&line, &linecap, in)) > 0) {
+        const char *m = marker_file(line, file, sizeof file);
+        /* Kept: from opjit_op.h's first line to the return to the string
+         * compiled (tcc's predefined macros and ours are every state's). */
+        if (m && m[0] != '/') {
+            if (keep)
+                break;
+            continue;
+        }
+        if (m)
+            keep = 1;
+        if (!keep)
+            continue;
+        if (m)
+            snprintf(current, sizeof current, "%s", m);
+        if (!strncmp(line, "#define ", 8)) {
+            if (!repair_define(line) || !defined_so(line, current)) {
+                fprintf(stderr, "tcc_prelude_gen: %s: %s", current, line);
+                why = "a define libtcc did not print as its header has it";
+                continue;
+            }
+            n = (ssize_t)strlen(line);
+        }
+        if (m && !found_in(m, opjit_inc, tcc_inc))
+            why = "a header outside the known include directories";
+        const char *dir = m ? found_in(m, opjit_inc, tcc_inc) : NULL;
+        int known = 0;
+        for (int i = 0; m && i < nh; i++)
+            known |= !strcmp(h[i].path, m);
+        /* opjit_op.h is the library's own bytes: the runtime checks its
+         * copy apart. */
+        if (m && dir && !known && strcmp(dir, opjit_inc)) {
+            struct stat st;
+            if (nh == MAX_FILES || stat(m, &st) != 0)
+                why = "too many headers, or one that cannot be read";
+            else {
+                snprintf(h[nh].path, sizeof h[nh].path, "%s", m);
+                h[nh].size = (long long)st.st_size;
+                h[nh].mtime_sec = (long long)st.st_mtim.tv_sec;
+                h[nh].mtime_nsec = (long long)st.st_mtim.tv_nsec;
+                nh++;
+            }
+        }
+        if (m && dir) { /* the first part of the name it was included by */
+            const char *name = m + strlen(dir) + 1;
+            size_t k = strcspn(name, "/");
+            int seen = 0;
+            for (int i = 0; i < nn; i++)
+                seen |= strlen(names[i]) == k && !strncmp(names[i], name, k);
+            if (!seen && nn < MAX_FILES && k < sizeof names[0])
+                snprintf(names[nn++], sizeof names[0], "%.*s", (int)k, name);
+        }
+        if (len + (size_t)n + 1 > cap) {
+            char *t = realloc(text, cap *= 2);
+            if (!t)
+                free(text);
+            text = t;
+            if (!text)
+                break;
+        }
+        memcpy(text + len, line, (size_t)n);
+        len += (size_t)n;
+    }
+    free(line);
+    fclose(in);
+    unlink(tmp);
+    if (!text)
+        return fail(out, "out of memory");
+    if (why || !keep || !nh) {
+        free(text);
+        return fail(out, why ? why : "no header in libtcc's output");
+    }
+    text[len] = '\0';
+    rc = write_c(out, text, len, h, nh, names, nn);
+    free(text);
+    if (rc) {
+        fprintf(stderr, "tcc_prelude_gen: cannot write %s\n", out);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,44 @@
+/*
+ * jit/tcc_prelude.h - <opjit_op.h> preprocessed at build time, for libtcc
+ * to compile ahead of an op instead of finding, reading and preprocessing
+ * it and the twenty system headers it includes on every compile (a ninth
+ * of a cold compile of nms.c). Made by jit/gen/tcc_prelude_gen.c; used
+ * only where the op's compile would see exactly what it holds.
+ */
+#ifndef OPJIT_JIT_TCC_PRELUDE_H
+#define OPJIT_JIT_TCC_PRELUDE_H
+
+#include <stddef.h>
+
+/* A system header the prelude holds, as it was at build time. */
+typedef struct jit_prelude_header {
+    const char *path;
+    long long size, mtime_sec, mtime_nsec;
+} jit_prelude_header;
+
+/* The generated data (build/gen/opjit_tcc_prelude.c): the text (empty when
+ * the build could not make it), its system headers ({0} ends them), and
+ * the first part of each name they were included by ("stdint.h", "bits";
+ * NULL ends them). */
+extern const unsigned char jit_tcc_prelude_text[];
+extern const size_t jit_tcc_prelude_len;
+extern const jit_prelude_header jit_tcc_prelude_headers[];
+extern const char *const jit_tcc_prelude_names[];
+
+/* The prelude for a C op compiled by libtcc with the defines of
+ * jit/tcc_defines.h, or NULL where it would not compile the same:
+ * - text's first directive, past blanks and comments, is not
+ *   #include <opjit_op.h> (a define before it could change what the
+ *   headers declare);
+ * - a system header changed since the build (size or modification time);
+ * - a directory of dirs (the source's, and op_header_dir, which holds the
+ *   library's opjit_op.h) has a file or directory by a name the prelude's
+ *   headers were included by, which would be found there first. */
+const char *jit_tcc_prelude(const char *text, const char *const *dirs,
+                            const char *op_header_dir, size_t *len);
+
+/* Every header of h ({0}-ended) has the size and modification time it
+ * records. */
+int jit_prelude_headers_unchanged(const jit_prelude_header *h);
+
+#endif

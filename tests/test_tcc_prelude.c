@@ -1,0 +1,238 @@
+/* tests/test_tcc_prelude.c - the build's preprocessed <opjit_op.h>
+ * (jit/tcc_prelude.c): libtcc writes the same bytes with it as without,
+ * and it is used only where the compile would see what it holds. */
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "jit/jit.h"
+#include "jit/tcc_prelude.h"
+#include "opjit.h"
+#include "t.h"
+
+static char tmpdir[PATH_MAX], incdir[PATH_MAX], opsdir[PATH_MAX];
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    if (f)
+        fclose(f);
+    if (buf)
+        buf[n] = '\0', *len = (size_t)n;
+    return buf;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    CHECKF(f != NULL, "%s", path);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* text compiled as a .c op of src_dir by libtcc (the compiler table's
+ * entry, as the loader calls it) into dir/host.so. */
+static int compile_op(const char *name, const char *text, const char *src_dir, const char *dir,
+                      char *diag, size_t n)
+{
+    const char *includes[] = {src_dir, incdir, NULL};
+    mkdir(dir, 0700);
+    jit_job job = {.source_name = name, .text = text, .len = strlen(text), .half = JIT_C,
+                   .link_blas = strstr(text, "cblas") != NULL, .include_dirs = includes,
+                   .target = jit_host_target(), .dir = dir, .artifact = "host.so"};
+    return jit_tcc.compile(&job, diag, n);
+}
+
+static void the_build_made_a_prelude(void)
+{
+    /* This machine builds and runs the library: its headers are the ones
+     * the prelude was made from. */
+    CHECK(jit_tcc_prelude_len > 1000);
+    CHECK(jit_tcc_prelude_headers[0].path != NULL);
+    CHECK(jit_prelude_headers_unchanged(jit_tcc_prelude_headers));
+    CHECK(strstr((const char *)jit_tcc_prelude_text, "#define OPJIT_OP_H") != NULL);
+}
+
+/* text (an op in opsdir) compiles to the same bytes with the prelude as
+ * through the include: the quoted spelling, which the prelude does not
+ * stand in for, finds the same file here and keeps every line and column.
+ * text is changed. */
+static void same_with_and_without(const char *name, char *text)
+{
+    char a[PATH_MAX + 64], b[PATH_MAX + 64], diag[8192];
+    size_t la = 0, lb = 0, plen = 0;
+    const char *dirs[] = {opsdir, incdir, NULL};
+    CHECKF(jit_tcc_prelude(text, dirs, incdir, &plen) != NULL, "%s: no prelude", name);
+    char *inc = strstr(text, "#include <opjit_op.h>");
+    CHECK(inc != NULL);
+    snprintf(a, sizeof a, "%s/with-%s", tmpdir, name);
+    snprintf(b, sizeof b, "%s/without-%s", tmpdir, name);
+    CHECKF(compile_op(name, text, opsdir, a, diag, sizeof diag) == OPJIT_OK, "%s", diag);
+    if (inc)
+        memcpy(inc, "#include \"opjit_op.h\"", 21);
+    CHECK(jit_tcc_prelude(text, dirs, incdir, &plen) == NULL);
+    CHECKF(compile_op(name, text, opsdir, b, diag, sizeof diag) == OPJIT_OK, "%s", diag);
+    strcat(a, "/host.so");
+    strcat(b, "/host.so");
+    char *x = slurp(a, &la), *y = slurp(b, &lb);
+    CHECKF(x && y && la == lb && !memcmp(x, y, la), "%s: %zu bytes against %zu", name, la, lb);
+    free(x);
+    free(y);
+}
+
+static void shipped_ops_compile_to_the_same_bytes(void)
+{
+    const char *ops[] = {"nms.c", "mm.c", "conv2d.c", NULL};
+    for (const char *const *op = ops; *op; op++) {
+        char path[PATH_MAX + 64];
+        size_t len = 0;
+        snprintf(path, sizeof path, "%s/%s", opsdir, *op);
+        char *text = slurp(path, &len);
+        CHECKF(text != NULL, "%s", path);
+        if (text)
+            same_with_and_without(*op, text);
+        free(text);
+    }
+}
+
+/* libtcc prints "##" and "..." of a define wrongly; the build puts them
+ * right (jit/gen/tcc_prelude_gen.c). Macros of the headers that paste
+ * and take variable arguments. */
+static void pasting_and_variadic_macros_compile_the_same(void)
+{
+    char text[] = "#include <opjit_op.h>\n"
+                  "#include <stdint.h>\n"
+                  "uint64_t consts(void) { return UINT64_C(1) << 40 | (uint64_t)INT64_C(-1) >> 60 |\n"
+                  "                               UINTMAX_C(3) | UINT32_C(7); }\n"
+                  "int pasted(void) { int __CONCAT(a, b) = 3; return ab; }\n"
+                  "static int k(opjit_ctx *ctx, opjit_args *a) { (void)ctx; (void)a; return 0; }\n"
+                  "OPJIT_MODULE(macros, m)\n"
+                  "{\n"
+                  "    opjit_def(m, \"macros(Tensor x) -> Tensor\", OPJIT_CPU, k, \"\");\n"
+                  "}\n";
+    same_with_and_without("macros.c", text);
+}
+
+static void only_an_op_that_starts_with_the_include(void)
+{
+    const char *dirs[] = {opsdir, incdir, NULL};
+    size_t len = 1;
+    CHECK(jit_tcc_prelude("#include <opjit_op.h>\nint x;\n", dirs, incdir, &len) != NULL);
+    CHECK(len == jit_tcc_prelude_len);
+    CHECK(jit_tcc_prelude("/* an op */\n// more\n\n  #  include  <opjit_op.h> // ops\n", dirs,
+                          incdir, &len) != NULL);
+    /* A define first could change what the headers declare. */
+    CHECK(jit_tcc_prelude("#define _GNU_SOURCE\n#include <opjit_op.h>\n", dirs, incdir, &len) ==
+          NULL);
+    CHECK(len == 0);
+    CHECK(jit_tcc_prelude("#pragma once\n#include <opjit_op.h>\n", dirs, incdir, &len) == NULL);
+    CHECK(jit_tcc_prelude("int x;\n#include <opjit_op.h>\n", dirs, incdir, &len) == NULL);
+    CHECK(jit_tcc_prelude("#include <opjit_op.h> int x;\n", dirs, incdir, &len) == NULL);
+    CHECK(jit_tcc_prelude("#include <opjit_op.hh>\n", dirs, incdir, &len) == NULL);
+    CHECK(jit_tcc_prelude("/* never closed #include <opjit_op.h>\n", dirs, incdir, &len) ==
+          NULL);
+    CHECK(jit_tcc_prelude("", dirs, incdir, &len) == NULL);
+}
+
+/* A source directory with a header by a name the prelude's were included
+ * by would have it compiled instead. */
+static void not_where_a_directory_holds_one_of_its_headers(void)
+{
+    char src[PATH_MAX + 16], f[PATH_MAX + 64], out[PATH_MAX + 16], diag[8192];
+    snprintf(src, sizeof src, "%s/shadow", tmpdir);
+    mkdir(src, 0700);
+    const char *dirs[] = {src, incdir, NULL};
+    const char *text = "#include <opjit_op.h>\n"
+                       "#ifndef LOCAL_STDINT\n#error the local stdint.h was not used\n#endif\n"
+                       "int f(void) { return (int)sizeof(uint32_t); }\n";
+    size_t len;
+    CHECK(jit_tcc_prelude(text, dirs, incdir, &len) != NULL);
+    snprintf(f, sizeof f, "%s/stdint.h", src);
+    write_file(f, "#define LOCAL_STDINT 1\n#include \"/usr/include/stdint.h\"\n");
+    CHECK(jit_tcc_prelude(text, dirs, incdir, &len) == NULL);
+    snprintf(out, sizeof out, "%s/shadow-out", tmpdir);
+    CHECKF(compile_op("shadow.c", text, src, out, diag, sizeof diag) == OPJIT_OK, "%s", diag);
+    unlink(f);
+    CHECK(jit_tcc_prelude(text, dirs, incdir, &len) != NULL);
+    /* A directory named like the first part of one (<bits/types.h>). */
+    snprintf(f, sizeof f, "%s/bits", src);
+    mkdir(f, 0700);
+    CHECK(jit_tcc_prelude(text, dirs, incdir, &len) == NULL);
+    rmdir(f);
+    /* opjit_op.h is expected beside the library's headers, not beside
+     * the source. */
+    snprintf(f, sizeof f, "%s/opjit_op.h", src);
+    write_file(f, "/* someone's copy */\n");
+    CHECK(jit_tcc_prelude(text, dirs, incdir, &len) == NULL);
+    const char *own[] = {src, NULL};
+    CHECK(jit_tcc_prelude(text, own, src, &len) != NULL);
+    unlink(f);
+}
+
+/* A system header that changed since the build (an upgrade): the prelude
+ * would hold what it no longer says. */
+static void not_after_a_header_changed(void)
+{
+    char f[PATH_MAX + 16];
+    snprintf(f, sizeof f, "%s/header.h", tmpdir);
+    write_file(f, "#define A 1\n");
+    struct stat st;
+    CHECK(stat(f, &st) == 0);
+    jit_prelude_header h[] = {{f, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+                               (long long)st.st_mtim.tv_nsec},
+                              {0, 0, 0, 0}};
+    CHECK(jit_prelude_headers_unchanged(h));
+    write_file(f, "#define B 1\n"); /* the same size */
+    struct timespec later[2] = {st.st_atim, st.st_mtim};
+    later[1].tv_sec += 1;
+    CHECK(utimensat(AT_FDCWD, f, later, 0) == 0);
+    CHECK(!jit_prelude_headers_unchanged(h));
+    write_file(f, "#define AB 1\n");
+    later[1] = st.st_mtim; /* its time back, its size not */
+    CHECK(utimensat(AT_FDCWD, f, later, 0) == 0);
+    CHECK(!jit_prelude_headers_unchanged(h));
+    unlink(f);
+    CHECK(!jit_prelude_headers_unchanged(h));
+}
+
+int main(void)
+{
+    const char *src = getenv("OPJIT_SOURCE_DIR");
+    char inc[PATH_MAX], ops[PATH_MAX];
+    snprintf(inc, sizeof inc, "%s/include", src ? src : ".");
+    snprintf(ops, sizeof ops, "%s/ops-src", src ? src : ".");
+    if (!realpath(inc, incdir) || !realpath(ops, opsdir)) {
+        perror("realpath");
+        return 1;
+    }
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/opjit-test-prelude-XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    T_RUN(the_build_made_a_prelude);
+    T_RUN(shipped_ops_compile_to_the_same_bytes);
+    T_RUN(pasting_and_variadic_macros_compile_the_same);
+    T_RUN(only_an_op_that_starts_with_the_include);
+    T_RUN(not_where_a_directory_holds_one_of_its_headers);
+    T_RUN(not_after_a_header_changed);
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmpdir);
+    return t_done();
+}
