@@ -884,8 +884,9 @@ def build_rows(R):
     if "tccbare_ms" in nms and "cc_ms" in nms:
         # What any load through libtcc costs: opjit's own share is the rest.
         adds = ("; opjit adds " + fms(nms["cold_ms"] - nms["tccbare_ms"])) if "cold_ms" in nms else ""
-        rows.append(("  the floor: libtcc alone compiles nms.c as opjit has it compiled and "
-                     "dlopens it (no cache, key or checks), fresh process" + adds,
+        rows.append(("  libtcc alone compiles nms.c, its headers read and preprocessed (opjit "
+                     "starts from <opjit_op.h> preprocessed at build time), and dlopens it (no "
+                     "cache, key or checks), fresh process" + adds,
                      fms(nms["tccbare_ms"]), "cc -O2 -shared + dlopen + dlsym: " + fms(nms["cc_ms"]),
                      "%.1fx faster" % (nms["cc_ms"] / nms["tccbare_ms"]), "report", "-"))
     for name in ("nms.c", "nms.cu"):
@@ -1323,10 +1324,11 @@ def write_md(R, path):
   `cc -O2 -shared -fPIC -I include -I /usr/include/x86_64-linux-gnu ... -lopenblas -lm` to its
   exit, `dlopen` of the result and `dlsym(opjit_module_init)`. The first of %d+1 repetitions is
   dropped (cold page cache); medians of the rest; the speed-up is the median of the per-repetition
-  ratios. The floor beside it, in a fourth fresh process (`opjit_bench tcc-once`): libtcc alone
-  compiles the file as opjit has it compiled (the same include directories, defines and -lm),
-  writes the .so, `dlopen` + `dlsym`; no cache, key, copy of the text or checks. No loader built
-  on libtcc can be faster than that; the difference is what opjit adds.
+  ratios. Beside it, in a fourth fresh process (`opjit_bench tcc-once`): libtcc alone
+  compiles the file with the same include directories, defines and -lm, writes the .so,
+  `dlopen` + `dlsym`; no cache, key, copy of the text or checks. A loader that hands libtcc the
+  source as it is cannot be faster than that; opjit compiles the op after `<opjit_op.h>` and the
+  system headers under it preprocessed when the library was built (jit/tcc_prelude.h), so it can.
 - **Cache-hit load**: right after the cold load, a second fresh process with the same cache
   (tiering off) times `opjit_create` + `opjit_load_file`, in-process: hashing the source and
   its headers, the key, the cache's checks of the entry (lock, owner and link checks, manifest,
