@@ -62,13 +62,24 @@ int jit_prelude_headers_unchanged(const jit_prelude_header *h)
     return 1;
 }
 
+int jit_prelude_paths_absent(const char *const *paths)
+{
+    struct stat st;
+    for (; *paths; paths++)
+        if (lstat(*paths, &st) == 0)
+            return 0;
+    return 1;
+}
+
 /* The system headers are checked once a process: an upgrade of them
  * under a running process is the cache key's concern as much as this. */
 static pthread_once_t headers_once = PTHREAD_ONCE_INIT;
 static int headers_ok;
 static void check_headers(void)
 {
-    headers_ok = jit_tcc_prelude_len > 0 && jit_prelude_headers_unchanged(jit_tcc_prelude_headers);
+    headers_ok = jit_tcc_prelude_len > 0 &&
+                 jit_prelude_headers_unchanged(jit_tcc_prelude_headers) &&
+                 jit_prelude_paths_absent(jit_tcc_prelude_absent);
 }
 
 /* dir holds none of the names the prelude's headers were included by

@@ -17,20 +17,23 @@ typedef struct jit_prelude_header {
 } jit_prelude_header;
 
 /* The generated data (build/gen/opjit_tcc_prelude.c): the text (empty when
- * the build could not make it), its system headers ({0} ends them), and
- * the first part of each name they were included by ("stdint.h", "bits";
- * NULL ends them). */
+ * the build could not make it), its system headers ({0} ends them), the
+ * first part of each name they were included by ("stdint.h", "bits"), and
+ * the paths that must not exist: each header's name in the system
+ * directories searched before the one it was found in (NULL ends both). */
 extern const unsigned char jit_tcc_prelude_text[];
 extern const size_t jit_tcc_prelude_len;
 extern const jit_prelude_header jit_tcc_prelude_headers[];
 extern const char *const jit_tcc_prelude_names[];
+extern const char *const jit_tcc_prelude_absent[];
 
 /* The prelude for a C op compiled by libtcc with the defines of
  * jit/tcc_defines.h, or NULL where it would not compile the same:
  * - text's first directive, past blanks and comments, is not
  *   #include <opjit_op.h> (a define before it could change what the
  *   headers declare);
- * - a system header changed since the build (size or modification time);
+ * - a system header changed since the build (size or modification time),
+ *   or one of the same name appeared in a directory searched before it;
  * - a directory of dirs (the source's, and op_header_dir, which holds the
  *   library's opjit_op.h) has a file or directory by a name the prelude's
  *   headers were included by, which would be found there first. */
@@ -40,5 +43,7 @@ const char *jit_tcc_prelude(const char *text, const char *const *dirs,
 /* Every header of h ({0}-ended) has the size and modification time it
  * records. */
 int jit_prelude_headers_unchanged(const jit_prelude_header *h);
+/* No path of paths (NULL-ended) exists. */
+int jit_prelude_paths_absent(const char *const *paths);
 
 #endif

@@ -209,6 +209,26 @@ static void not_after_a_header_changed(void)
     CHECK(!jit_prelude_headers_unchanged(h));
 }
 
+/* A header of the same name put in a directory searched before the one
+ * the prelude's came from would be compiled instead. */
+static void not_after_a_header_appeared_before_one(void)
+{
+    char f[PATH_MAX + 16];
+    snprintf(f, sizeof f, "%s/earlier.h", tmpdir);
+    const char *paths[] = {"/nonexistent/opjit/x.h", f, NULL};
+    CHECK(jit_prelude_paths_absent(paths));
+    write_file(f, "\n");
+    CHECK(!jit_prelude_paths_absent(paths));
+    unlink(f);
+    /* The build's list: glibc's <stdint.h> is in /usr/include, searched
+     * after the machine's directory, where it must stay absent. */
+    int listed = 0;
+    for (const char *const *p = jit_tcc_prelude_absent; *p; p++)
+        listed |= strstr(*p, "/stdint.h") != NULL;
+    CHECK(listed);
+    CHECK(jit_prelude_paths_absent(jit_tcc_prelude_absent));
+}
+
 int main(void)
 {
     const char *src = getenv("OPJIT_SOURCE_DIR");
@@ -230,6 +250,7 @@ int main(void)
     T_RUN(only_an_op_that_starts_with_the_include);
     T_RUN(not_where_a_directory_holds_one_of_its_headers);
     T_RUN(not_after_a_header_changed);
+    T_RUN(not_after_a_header_appeared_before_one);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)

@@ -80,18 +80,26 @@ static const char *marker_file(const char *line, char *out, size_t n)
     return out;
 }
 
-/* The directory a header was found in: the longest of the search list
- * that holds path. NULL when none does. */
-static const char *found_in(const char *path, const char *opjit_inc, char *tcc_inc)
+/* Where libtcc looks for <name>, in order: the include paths given in
+ * preprocess(), then its own (tcc -vv). NULL-ended. */
+static void search_order(const char *opjit_inc, const char *tcc_inc, const char *out[10])
 {
     const char *dirs[] = {OPJIT_CBLAS_INCLUDE_DIR, OPJIT_DLPACK_INCLUDE_DIR, opjit_inc, tcc_inc,
                           "/usr/local/include/x86_64-linux-gnu", "/usr/local/include",
                           "/usr/include/x86_64-linux-gnu", "/usr/include", NULL};
-    const char *best = NULL;
-    for (const char *const *d = dirs; *d; d++) {
-        size_t n = strlen(*d);
-        if (!strncmp(path, *d, n) && path[n] == '/' && (!best || n > strlen(best)))
-            best = *d;
+    memcpy(out, dirs, sizeof dirs);
+}
+
+/* The index in order of the directory a header was found in: the longest
+ * that holds path. -1 when none does. */
+static int found_in(const char *path, const char *const *order)
+{
+    int best = -1;
+    for (int i = 0; order[i]; i++) {
+        size_t n = strlen(order[i]);
+        if (!strncmp(path, order[i], n) && path[n] == '/' &&
+            (best < 0 || n > strlen(order[best])))
+            best = i;
     }
     return best;
 }
@@ -205,7 +213,7 @@ static void put_string(FILE *f, const char *s)
 
 /* The prelude in out: text (len bytes) and its headers, or empty. */
 static int write_c(const char *out, const char *text, size_t len, const header *h, int nh,
-                   char names[][256], int nn)
+                   char names[][256], int nn, char absent[][4096], int na)
 {
     FILE *f = fopen(out, "w");
     if (!f)
@@ -228,6 +236,12 @@ static int write_c(const char *out, const char *text, size_t len, const header *
         put_string(f, names[i]);
         fprintf(f, ",\n");
     }
+    fprintf(f, "    0,\n};\n\nconst char *const jit_tcc_prelude_absent[] = {\n");
+    for (int i = 0; i < na; i++) {
+        fprintf(f, "    ");
+        put_string(f, absent[i]);
+        fprintf(f, ",\n");
+    }
     fprintf(f, "    0,\n};\n");
     return fclose(f);
 }
@@ -235,7 +249,7 @@ static int write_c(const char *out, const char *text, size_t len, const header *
 static int fail(const char *out, const char *why)
 {
     fprintf(stderr, "tcc_prelude_gen: %s: ops compile without a prelude\n", why);
-    return write_c(out, "", 0, NULL, 0, NULL, 0) ? 1 : 0;
+    return write_c(out, "", 0, NULL, 0, NULL, 0, NULL, 0) ? 1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -262,8 +276,10 @@ int main(int argc, char **argv)
         return fail(out, "libtcc could not preprocess <opjit_op.h>");
     }
     static header h[MAX_FILES];
-    static char names[MAX_FILES][256];
-    int nh = 0, nn = 0, keep = 0;
+    static char names[MAX_FILES][256], absent[4 * MAX_FILES][4096];
+    const char *order[10];
+    search_order(opjit_inc, tcc_inc, order);
+    int nh = 0, nn = 0, na = 0, keep = 0;
     size_t len = 0, cap = 1 << 16;
     char *text = malloc(cap), *line = NULL, file[4096];
     size_t linecap = 0;
@@ -293,9 +309,10 @@ int main(int argc, char **argv)
             }
             n = (ssize_t)strlen(line);
         }
-        if (m && !found_in(m, opjit_inc, tcc_inc))
+        int at = m ? found_in(m, order) : -1;
+        const char *dir = at >= 0 ? order[at] : NULL;
+        if (m && !dir)
             why = "a header outside the known include directories";
-        const char *dir = m ? found_in(m, opjit_inc, tcc_inc) : NULL;
         int known = 0;
         for (int i = 0; m && i < nh; i++)
             known |= !strcmp(h[i].path, m);
@@ -311,6 +328,22 @@ int main(int argc, char **argv)
                 h[nh].mtime_sec = (long long)st.st_mtim.tv_sec;
                 h[nh].mtime_nsec = (long long)st.st_mtim.tv_nsec;
                 nh++;
+                /* Found there because the directories searched before it
+                 * lack it: they must still (opjit_op.h's is checked by the
+                 * runtime, the one it has then). */
+                for (int j = 0; j < at && !why; j++) {
+                    if (order[j] == opjit_inc || !strcmp(order[j], dir))
+                        continue;
+                    char p[4096];
+                    snprintf(p, sizeof p, "%s/%s", order[j], m + strlen(dir) + 1);
+                    int seen = 0;
+                    for (int i = 0; i < na; i++)
+                        seen |= !strcmp(absent[i], p);
+                    if (!seen && na == 4 * MAX_FILES)
+                        why = "too many places to check";
+                    else if (!seen)
+                        snprintf(absent[na++], sizeof absent[0], "%s", p);
+                }
             }
         }
         if (m && dir) { /* the first part of the name it was included by */
@@ -343,7 +376,7 @@ int main(int argc, char **argv)
         return fail(out, why ? why : "no header in libtcc's output");
     }
     text[len] = '\0';
-    rc = write_c(out, text, len, h, nh, names, nn);
+    rc = write_c(out, text, len, h, nh, names, nn, absent, na);
     free(text);
     if (rc) {
         fprintf(stderr, "tcc_prelude_gen: cannot write %s\n", out);
