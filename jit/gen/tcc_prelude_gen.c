@@ -40,6 +40,16 @@ typedef struct header {
     long long size, mtime_sec, mtime_nsec;
 } header;
 
+/* What the run gathers beside the text. */
+typedef struct found {
+    const char *order[10];      /* search_order() */
+    const char *opjit_inc;
+    header h[MAX_FILES];        /* the system headers */
+    char names[MAX_FILES][256]; /* first parts of the names they were included by */
+    char absent[4 * MAX_FILES][4096];
+    int nh, nn, na;
+} found;
+
 static const char *const defines[] = {JIT_TCC_DEFINES, NULL};
 
 /* libtcc preprocesses to stdout: pointed at tmp for the call. */
@@ -212,8 +222,7 @@ static void put_string(FILE *f, const char *s)
 }
 
 /* The prelude in out: text (len bytes) and its headers, or empty. */
-static int write_c(const char *out, const char *text, size_t len, const header *h, int nh,
-                   char names[][256], int nn, char absent[][4096], int na)
+static int write_c(const char *out, const char *text, size_t len, const found *fd)
 {
     FILE *f = fopen(out, "w");
     if (!f)
@@ -225,21 +234,22 @@ static int write_c(const char *out, const char *text, size_t len, const header *
         fprintf(f, "%s%u,", i % 24 ? "" : "\n", (unsigned char)text[i]);
     fprintf(f, "0};\nconst size_t jit_tcc_prelude_len = %zu;\n\n"
                "const jit_prelude_header jit_tcc_prelude_headers[] = {\n", len);
-    for (int i = 0; i < nh; i++) {
+    for (int i = 0; i < fd->nh; i++) {
+        const header *h = &fd->h[i];
         fprintf(f, "    {");
-        put_string(f, h[i].path);
-        fprintf(f, ", %lld, %lld, %lld},\n", h[i].size, h[i].mtime_sec, h[i].mtime_nsec);
+        put_string(f, h->path);
+        fprintf(f, ", %lld, %lld, %lld},\n", h->size, h->mtime_sec, h->mtime_nsec);
     }
     fprintf(f, "    {0, 0, 0, 0},\n};\n\nconst char *const jit_tcc_prelude_names[] = {\n");
-    for (int i = 0; i < nn; i++) {
+    for (int i = 0; i < fd->nn; i++) {
         fprintf(f, "    ");
-        put_string(f, names[i]);
+        put_string(f, fd->names[i]);
         fprintf(f, ",\n");
     }
     fprintf(f, "    0,\n};\n\nconst char *const jit_tcc_prelude_absent[] = {\n");
-    for (int i = 0; i < na; i++) {
+    for (int i = 0; i < fd->na; i++) {
         fprintf(f, "    ");
-        put_string(f, absent[i]);
+        put_string(f, fd->absent[i]);
         fprintf(f, ",\n");
     }
     fprintf(f, "    0,\n};\n");
@@ -248,8 +258,108 @@ static int write_c(const char *out, const char *text, size_t len, const header *
 
 static int fail(const char *out, const char *why)
 {
+    static const found none;
     fprintf(stderr, "tcc_prelude_gen: %s: ops compile without a prelude\n", why);
-    return write_c(out, "", 0, NULL, 0, NULL, 0, NULL, 0) ? 1 : 0;
+    return write_c(out, "", 0, &none) ? 1 : 0;
+}
+
+/* A header entered (path, found in fd->order[at]): its size and time,
+ * the paths searched before it that must stay empty, the first part of
+ * its name. NULL, or why it cannot be used. */
+static const char *note_header(found *fd, const char *path, int at)
+{
+    const char *dir = fd->order[at], *name = path + strlen(dir) + 1;
+    size_t k = strcspn(name, "/");
+    int seen = 0;
+    for (int i = 0; i < fd->nn; i++)
+        seen |= strlen(fd->names[i]) == k && !strncmp(fd->names[i], name, k);
+    if (!seen && fd->nn < MAX_FILES && k < sizeof fd->names[0])
+        snprintf(fd->names[fd->nn++], sizeof fd->names[0], "%.*s", (int)k, name);
+    /* opjit_op.h is the library's own bytes: the runtime checks its copy
+     * apart. */
+    if (dir == fd->opjit_inc)
+        return NULL;
+    for (int i = 0; i < fd->nh; i++)
+        if (!strcmp(fd->h[i].path, path))
+            return NULL;
+    struct stat st;
+    if (fd->nh == MAX_FILES || stat(path, &st) != 0)
+        return "too many headers, or one that cannot be read";
+    header *h = &fd->h[fd->nh++];
+    snprintf(h->path, sizeof h->path, "%s", path);
+    h->size = (long long)st.st_size;
+    h->mtime_sec = (long long)st.st_mtim.tv_sec;
+    h->mtime_nsec = (long long)st.st_mtim.tv_nsec;
+    /* Found there because the directories searched before it lack it:
+     * they must still (opjit_op.h's is the runtime's to check). */
+    for (int j = 0; j < at; j++) {
+        if (fd->order[j] == fd->opjit_inc || !strcmp(fd->order[j], dir))
+            continue;
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", fd->order[j], name);
+        seen = 0;
+        for (int i = 0; i < fd->na; i++)
+            seen |= !strcmp(fd->absent[i], p);
+        if (!seen && fd->na == 4 * MAX_FILES)
+            return "too many places to check";
+        if (!seen)
+            snprintf(fd->absent[fd->na++], sizeof fd->absent[0], "%s", p);
+    }
+    return NULL;
+}
+
+/* libtcc's output (in) kept from opjit_op.h's first line to the return
+ * to the string compiled (tcc's predefined macros and ours are every
+ * state's), defines repaired, into *text (*len bytes, NUL-ended); fd
+ * learns the headers. NULL, or why there is no prelude. */
+static const char *gather(FILE *in, found *fd, char **text, size_t *len)
+{
+    size_t cap = 1 << 16, linecap = 0;
+    char *line = NULL, file[4096], current[4096] = "";
+    ssize_t n;
+    const char *why = NULL;
+    int keep = 0;
+    *len = 0;
+    *text = malloc(cap);
+    while (!why && *text && (n = getline(&line, &linecap, in)) > 0) {
+        const char *m = marker_file(line, file, sizeof file);
+        if (m && m[0] != '/') {
+            if (keep)
+                break;
+            continue;
+        }
+        keep |= m != NULL;
+        if (!keep)
+            continue;
+        if (m) {
+            int at = found_in(m, fd->order);
+            why = at < 0 ? "a header outside the known include directories"
+                         : note_header(fd, m, at);
+            snprintf(current, sizeof current, "%s", m);
+        }
+        if (!why && !strncmp(line, "#define ", 8)) {
+            if (!repair_define(line) || !defined_so(line, current)) {
+                fprintf(stderr, "tcc_prelude_gen: %s: %s", current, line);
+                why = "a define libtcc did not print as its header has it";
+            }
+            n = (ssize_t)strlen(line);
+        }
+        if (*len + (size_t)n + 1 > cap) {
+            char *t = realloc(*text, cap *= 2);
+            if (!t)
+                free(*text);
+            *text = t;
+            if (!t)
+                break;
+        }
+        memcpy(*text + *len, line, (size_t)n);
+        *len += (size_t)n;
+    }
+    free(line);
+    if (!*text)
+        return "out of memory";
+    (*text)[*len] = '\0';
+    return why ? why : !keep || !fd->nh ? "no header in libtcc's output" : NULL;
 }
 
 int main(int argc, char **argv)
@@ -275,108 +385,19 @@ int main(int argc, char **argv)
         unlink(tmp);
         return fail(out, "libtcc could not preprocess <opjit_op.h>");
     }
-    static header h[MAX_FILES];
-    static char names[MAX_FILES][256], absent[4 * MAX_FILES][4096];
-    const char *order[10];
-    search_order(opjit_inc, tcc_inc, order);
-    int nh = 0, nn = 0, na = 0, keep = 0;
-    size_t len = 0, cap = 1 << 16;
-    char *text = malloc(cap), *line = NULL, file[4096];
-    size_t linecap = 0;
-    ssize_t n;
-    const char *why = NULL;
-    char current[4096] = "";
-    while (!why && text && (n = getline(&line, &linecap, in)) > 0) {
-        const char *m = marker_file(line, file, sizeof file);
-        /* Kept: from opjit_op.h's first line to the return to the string
-         * compiled (tcc's predefined macros and ours are every state's). */
-        if (m && m[0] != '/') {
-            if (keep)
-                break;
-            continue;
-        }
-        if (m)
-            keep = 1;
-        if (!keep)
-            continue;
-        if (m)
-            snprintf(current, sizeof current, "%s", m);
-        if (!strncmp(line, "#define ", 8)) {
-            if (!repair_define(line) || !defined_so(line, current)) {
-                fprintf(stderr, "tcc_prelude_gen: %s: %s", current, line);
-                why = "a define libtcc did not print as its header has it";
-                continue;
-            }
-            n = (ssize_t)strlen(line);
-        }
-        int at = m ? found_in(m, order) : -1;
-        const char *dir = at >= 0 ? order[at] : NULL;
-        if (m && !dir)
-            why = "a header outside the known include directories";
-        int known = 0;
-        for (int i = 0; m && i < nh; i++)
-            known |= !strcmp(h[i].path, m);
-        /* opjit_op.h is the library's own bytes: the runtime checks its
-         * copy apart. */
-        if (m && dir && !known && strcmp(dir, opjit_inc)) {
-            struct stat st;
-            if (nh == MAX_FILES || stat(m, &st) != 0)
-                why = "too many headers, or one that cannot be read";
-            else {
-                snprintf(h[nh].path, sizeof h[nh].path, "%s", m);
-                h[nh].size = (long long)st.st_size;
-                h[nh].mtime_sec = (long long)st.st_mtim.tv_sec;
-                h[nh].mtime_nsec = (long long)st.st_mtim.tv_nsec;
-                nh++;
-                /* Found there because the directories searched before it
-                 * lack it: they must still (opjit_op.h's is checked by the
-                 * runtime, the one it has then). */
-                for (int j = 0; j < at && !why; j++) {
-                    if (order[j] == opjit_inc || !strcmp(order[j], dir))
-                        continue;
-                    char p[4096];
-                    snprintf(p, sizeof p, "%s/%s", order[j], m + strlen(dir) + 1);
-                    int seen = 0;
-                    for (int i = 0; i < na; i++)
-                        seen |= !strcmp(absent[i], p);
-                    if (!seen && na == 4 * MAX_FILES)
-                        why = "too many places to check";
-                    else if (!seen)
-                        snprintf(absent[na++], sizeof absent[0], "%s", p);
-                }
-            }
-        }
-        if (m && dir) { /* the first part of the name it was included by */
-            const char *name = m + strlen(dir) + 1;
-            size_t k = strcspn(name, "/");
-            int seen = 0;
-            for (int i = 0; i < nn; i++)
-                seen |= strlen(names[i]) == k && !strncmp(names[i], name, k);
-            if (!seen && nn < MAX_FILES && k < sizeof names[0])
-                snprintf(names[nn++], sizeof names[0], "%.*s", (int)k, name);
-        }
-        if (len + (size_t)n + 1 > cap) {
-            char *t = realloc(text, cap *= 2);
-            if (!t)
-                free(text);
-            text = t;
-            if (!text)
-                break;
-        }
-        memcpy(text + len, line, (size_t)n);
-        len += (size_t)n;
-    }
-    free(line);
+    static found fd;
+    fd.opjit_inc = opjit_inc;
+    search_order(opjit_inc, tcc_inc, fd.order);
+    char *text = NULL;
+    size_t len = 0;
+    const char *why = gather(in, &fd, &text, &len);
     fclose(in);
     unlink(tmp);
-    if (!text)
-        return fail(out, "out of memory");
-    if (why || !keep || !nh) {
+    if (why) {
         free(text);
-        return fail(out, why ? why : "no header in libtcc's output");
+        return fail(out, why);
     }
-    text[len] = '\0';
-    rc = write_c(out, text, len, h, nh, names, nn, absent, na);
+    rc = write_c(out, text, len, &fd);
     free(text);
     if (rc) {
         fprintf(stderr, "tcc_prelude_gen: cannot write %s\n", out);
