@@ -17,7 +17,7 @@ static char *t_tmp_dirs[T_MAX_TMP];
 static int t_ntmp;
 
 /* A new empty directory named after tag; exits the test when it cannot. */
-static const char *t_tmpdir(const char *tag)
+static inline const char *t_tmpdir(const char *tag)
 {
     const char *base = getenv("TMPDIR");
     char tmpl[512];
@@ -30,7 +30,7 @@ static const char *t_tmpdir(const char *tag)
     return t_tmp_dirs[t_ntmp++] = strdup(d);
 }
 
-static int t_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+static inline int t_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
 {
     (void)st, (void)flag, (void)f;
     remove(p);
@@ -38,7 +38,7 @@ static int t_rm_one(const char *p, const struct stat *st, int flag, struct FTW *
 }
 
 /* Remove every directory t_tmpdir made. */
-static void t_tmpdirs_remove(void)
+static inline void t_tmpdirs_remove(void)
 {
     for (int i = 0; i < t_ntmp; i++) {
         nftw(t_tmp_dirs[i], t_rm_one, 16, FTW_DEPTH | FTW_PHYS);
@@ -48,7 +48,7 @@ static void t_tmpdirs_remove(void)
 }
 
 /* dir/name in one of a few rotating buffers: copy it to keep it. */
-static const char *t_path(const char *dir, const char *name)
+static inline const char *t_path(const char *dir, const char *name)
 {
     static char bufs[32][1024];
     static int i;
@@ -58,7 +58,7 @@ static const char *t_path(const char *dir, const char *name)
 }
 
 /* Write len bytes to path, checking every step. */
-static void t_write(const char *path, const char *data, size_t len)
+static inline void t_write(const char *path, const char *data, size_t len)
 {
     FILE *f = fopen(path, "wb");
     CHECKF(f != NULL, "fopen %s: %s", path, strerror(errno));
@@ -66,6 +66,25 @@ static void t_write(const char *path, const char *data, size_t len)
         return;
     CHECK(fwrite(data, 1, len, f) == len);
     CHECK(fclose(f) == 0);
+}
+
+/* The whole of a file (NULL if unreadable), NUL-ended; its length in
+ * *len. */
+static inline char *t_slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    if (f)
+        fclose(f);
+    if (buf)
+        buf[n] = '\0', *len = (size_t)n;
+    return buf;
 }
 
 #endif

@@ -14,6 +14,7 @@
 #include "opjit.h"
 #include "opjit_build_config.h"
 #include "t.h"
+#include "t_files.h"
 
 static char tmpdir[PATH_MAX];
 static char incdir[PATH_MAX];
@@ -245,23 +246,6 @@ static void cc_targets_are_the_levels_this_cpu_runs(void)
 }
 
 
-/* The whole of a file (NULL if unreadable); its length in *len. */
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    long n = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    if (f)
-        fclose(f);
-    if (buf)
-        buf[n] = '\0', *len = (size_t)n;
-    return buf;
-}
 
 /* Compile text in a directory of its own under tmpdir (dir), linked the
  * way tcc_lib_dir says. */
@@ -305,9 +289,9 @@ static void same_host_so(const char *a, const char *b, const char *what)
     char so[PATH_MAX + 48];
     size_t la = 0, lb = 0;
     snprintf(so, sizeof so, "%s/host.so", a);
-    char *x = slurp(so, &la);
+    char *x = t_slurp(so, &la);
     snprintf(so, sizeof so, "%s/host.so", b);
-    char *y = slurp(so, &lb);
+    char *y = t_slurp(so, &lb);
     CHECKF(x && y && la == lb && !memcmp(x, y, la), "%s: %zu bytes against %zu", what, la, lb);
     free(x);
     free(y);
@@ -344,7 +328,7 @@ static void stubbed_link_writes_libtccs_bytes(void)
         char path[PATH_MAX + 32], a[PATH_MAX + 32], b[PATH_MAX + 32], diag[4096];
         size_t tl = 0;
         snprintf(path, sizeof path, "%s/ops-src/%s", src ? src : ".", ops[i].name);
-        char *text = strcmp(ops[i].name, "calls_libc.c") ? slurp(path, &tl) : strdup(calls_libc);
+        char *text = strcmp(ops[i].name, "calls_libc.c") ? t_slurp(path, &tl) : strdup(calls_libc);
         CHECKF(text != NULL, "%s", path);
         if (!text)
             continue;
@@ -394,7 +378,7 @@ static void unwritable_stub_falls_back_to_libtccs_link(void)
                           sizeof diag) == OPJIT_OK, "%s", diag);
     size_t lj = 0;
     same_host_so(a, b, "a stub in the way, by libtcc");
-    char *j = slurp(junk, &lj);
+    char *j = t_slurp(junk, &lj);
     CHECK(j && !strcmp(j, "not a library\n"));
     CHECKF(files_in(a) == 2, "%d files in %s", files_in(a), a);
     free(j);
@@ -421,7 +405,7 @@ static void without_memfd_the_build_uses_files(void)
     char path[PATH_MAX + 32], a[PATH_MAX + 32], b[PATH_MAX + 32], diag[4096];
     size_t tl = 0;
     snprintf(path, sizeof path, "%s/ops-src/nms.c", src ? src : ".");
-    char *text = slurp(path, &tl);
+    char *text = t_slurp(path, &tl);
     CHECKF(text != NULL, "%s", path);
     if (!text)
         return;

@@ -14,35 +14,13 @@
 #include "jit/tcc_prelude.h"
 #include "opjit.h"
 #include "t.h"
+#include "t_files.h"
 
-static char tmpdir[PATH_MAX], incdir[PATH_MAX], opsdir[PATH_MAX];
+static const char *tmpdir;
+static char incdir[PATH_MAX], opsdir[PATH_MAX];
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    long n = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    if (f)
-        fclose(f);
-    if (buf)
-        buf[n] = '\0', *len = (size_t)n;
-    return buf;
-}
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    CHECKF(f != NULL, "%s", path);
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-}
+/* text into path. */
+static void write_str(const char *path, const char *text) { t_write(path, text, strlen(text)); }
 
 /* text compiled as a .c op of src_dir by libtcc (the compiler table's
  * entry, as the loader calls it) into dir/host.so. */
@@ -88,7 +66,7 @@ static void same_with_and_without(const char *name, char *text)
     CHECKF(compile_op(name, text, opsdir, b, diag, sizeof diag) == OPJIT_OK, "%s", diag);
     strcat(a, "/host.so");
     strcat(b, "/host.so");
-    char *x = slurp(a, &la), *y = slurp(b, &lb);
+    char *x = t_slurp(a, &la), *y = t_slurp(b, &lb);
     CHECKF(x && y && la == lb && !memcmp(x, y, la), "%s: %zu bytes against %zu", name, la, lb);
     free(x);
     free(y);
@@ -101,7 +79,7 @@ static void shipped_ops_compile_to_the_same_bytes(void)
         char path[PATH_MAX + 64];
         size_t len = 0;
         snprintf(path, sizeof path, "%s/%s", opsdir, *op);
-        char *text = slurp(path, &len);
+        char *text = t_slurp(path, &len);
         CHECKF(text != NULL, "%s", path);
         if (text)
             same_with_and_without(*op, text);
@@ -162,7 +140,7 @@ static void not_where_a_directory_holds_one_of_its_headers(void)
     size_t len;
     CHECK(jit_tcc_prelude(text, dirs, incdir, &len) != NULL);
     snprintf(f, sizeof f, "%s/stdint.h", src);
-    write_file(f, "#define LOCAL_STDINT 1\n#include \"/usr/include/stdint.h\"\n");
+    write_str(f, "#define LOCAL_STDINT 1\n#include \"/usr/include/stdint.h\"\n");
     CHECK(jit_tcc_prelude(text, dirs, incdir, &len) == NULL);
     snprintf(out, sizeof out, "%s/shadow-out", tmpdir);
     CHECKF(compile_op("shadow.c", text, src, out, diag, sizeof diag) == OPJIT_OK, "%s", diag);
@@ -176,7 +154,7 @@ static void not_where_a_directory_holds_one_of_its_headers(void)
     /* opjit_op.h is expected beside the library's headers, not beside
      * the source. */
     snprintf(f, sizeof f, "%s/opjit_op.h", src);
-    write_file(f, "/* someone's copy */\n");
+    write_str(f, "/* someone's copy */\n");
     CHECK(jit_tcc_prelude(text, dirs, incdir, &len) == NULL);
     const char *own[] = {src, NULL};
     CHECK(jit_tcc_prelude(text, own, src, &len) != NULL);
@@ -189,19 +167,19 @@ static void not_after_a_header_changed(void)
 {
     char f[PATH_MAX + 16];
     snprintf(f, sizeof f, "%s/header.h", tmpdir);
-    write_file(f, "#define A 1\n");
+    write_str(f, "#define A 1\n");
     struct stat st;
     CHECK(stat(f, &st) == 0);
     jit_prelude_header h[] = {{f, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
                                (long long)st.st_mtim.tv_nsec},
                               {0, 0, 0, 0}};
     CHECK(jit_prelude_headers_unchanged(h));
-    write_file(f, "#define B 1\n"); /* the same size */
+    write_str(f, "#define B 1\n"); /* the same size */
     struct timespec later[2] = {st.st_atim, st.st_mtim};
     later[1].tv_sec += 1;
     CHECK(utimensat(AT_FDCWD, f, later, 0) == 0);
     CHECK(!jit_prelude_headers_unchanged(h));
-    write_file(f, "#define AB 1\n");
+    write_str(f, "#define AB 1\n");
     later[1] = st.st_mtim; /* its time back, its size not */
     CHECK(utimensat(AT_FDCWD, f, later, 0) == 0);
     CHECK(!jit_prelude_headers_unchanged(h));
@@ -217,7 +195,7 @@ static void not_after_a_header_appeared_before_one(void)
     snprintf(f, sizeof f, "%s/earlier.h", tmpdir);
     const char *paths[] = {"/nonexistent/opjit/x.h", f, NULL};
     CHECK(jit_prelude_paths_absent(paths));
-    write_file(f, "\n");
+    write_str(f, "\n");
     CHECK(!jit_prelude_paths_absent(paths));
     unlink(f);
     /* The build's list: glibc's <stdint.h> is in /usr/include, searched
@@ -239,11 +217,7 @@ int main(void)
         perror("realpath");
         return 1;
     }
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/opjit-test-prelude-XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    tmpdir = t_tmpdir("prelude");
     T_RUN(the_build_made_a_prelude);
     T_RUN(shipped_ops_compile_to_the_same_bytes);
     T_RUN(pasting_and_variadic_macros_compile_the_same);
@@ -251,9 +225,6 @@ int main(void)
     T_RUN(not_where_a_directory_holds_one_of_its_headers);
     T_RUN(not_after_a_header_changed);
     T_RUN(not_after_a_header_appeared_before_one);
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    t_tmpdirs_remove();
     return t_done();
 }
