@@ -29,25 +29,56 @@ static const char *skip_blank(const char *p)
     }
 }
 
-/* text's first directive is #include <opjit_op.h>, alone on its line. */
-static int starts_with_op_header(const char *text)
+/* The names of text's leading #include <name> directives, each alone on
+ * its line with blanks and comments between, into names (at most max;
+ * each names[i] points into text, its length in lens[i]). Their number. */
+static int leading_includes(const char *text, const char **names, size_t *lens, int max)
 {
-    const char *p = skip_blank(text);
-    if (*p++ != '#')
-        return 0;
-    while (*p == ' ' || *p == '\t')
-        p++;
-    if (strncmp(p, "include", 7))
-        return 0;
-    p += 7;
-    while (*p == ' ' || *p == '\t')
-        p++;
-    if (strncmp(p, "<opjit_op.h>", 12))
-        return 0;
-    p += 12;
-    while (*p == ' ' || *p == '\t' || *p == '\r')
-        p++;
-    return *p == '\n' || (p[0] == '/' && (p[1] == '/' || p[1] == '*'));
+    int n = 0;
+    for (const char *p = skip_blank(text); n < max; p = skip_blank(p)) {
+        if (*p++ != '#')
+            break;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (strncmp(p, "include", 7))
+            break;
+        p += 7;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        const char *close = *p == '<' ? strpbrk(p, ">\n") : NULL;
+        if (!close || *close != '>')
+            break;
+        const char *name = p + 1;
+        p = close + 1;
+        while (*p == ' ' || *p == '\t' || *p == '\r')
+            p++;
+        if (*p != '\n' && !(p[0] == '/' && (p[1] == '/' || p[1] == '*')))
+            break;
+        names[n] = name;
+        lens[n++] = (size_t)(close - name);
+    }
+    return n;
+}
+
+/* The prelude standing for the most of text's leading includes, or NULL
+ * (none stands for its first). */
+static const jit_prelude *prelude_for(const char *text)
+{
+    const char *names[JIT_PRELUDE_MAX_INCLUDES];
+    size_t lens[JIT_PRELUDE_MAX_INCLUDES];
+    int n = leading_includes(text, names, lens, JIT_PRELUDE_MAX_INCLUDES), most = 0;
+    const jit_prelude *best = NULL;
+    for (const jit_prelude *p = jit_tcc_preludes; p->includes[0]; p++) {
+        int k = 0;
+        while (k < JIT_PRELUDE_MAX_INCLUDES && p->includes[k])
+            k++;
+        int same = k <= n;
+        for (int i = 0; same && i < k; i++)
+            same = strlen(p->includes[i]) == lens[i] && !strncmp(p->includes[i], names[i], lens[i]);
+        if (same && k > most)
+            best = p, most = k;
+    }
+    return best;
 }
 
 int jit_prelude_headers_unchanged(const jit_prelude_header *h)
@@ -77,7 +108,7 @@ static pthread_once_t headers_once = PTHREAD_ONCE_INIT;
 static int headers_ok;
 static void check_headers(void)
 {
-    headers_ok = jit_tcc_prelude_len > 0 &&
+    headers_ok = jit_tcc_preludes[0].includes[0] &&
                  jit_prelude_headers_unchanged(jit_tcc_prelude_headers) &&
                  jit_prelude_paths_absent(jit_tcc_prelude_absent);
 }
@@ -102,7 +133,8 @@ const char *jit_tcc_prelude(const char *text, const char *const *dirs,
                             const char *op_header_dir, size_t *len)
 {
     *len = 0;
-    if (!starts_with_op_header(text))
+    const jit_prelude *p = prelude_for(text);
+    if (!p)
         return NULL;
     pthread_once(&headers_once, check_headers);
     if (!headers_ok)
@@ -116,6 +148,6 @@ const char *jit_tcc_prelude(const char *text, const char *const *dirs,
         if (!again && !shadows_none(*d, own))
             return NULL;
     }
-    *len = jit_tcc_prelude_len;
-    return (const char *)jit_tcc_prelude_text;
+    *len = p->len;
+    return (const char *)p->text;
 }

@@ -39,10 +39,14 @@ static void the_build_made_a_prelude(void)
 {
     /* This machine builds and runs the library: its headers are the ones
      * the prelude was made from. */
-    CHECK(jit_tcc_prelude_len > 1000);
+    const jit_prelude *op = &jit_tcc_preludes[0], *math = &jit_tcc_preludes[1];
+    CHECK(op->includes[0] && !strcmp(op->includes[0], "opjit_op.h") && !op->includes[1]);
+    CHECK(op->len > 1000 && strstr((const char *)op->text, "#define OPJIT_OP_H") != NULL);
+    CHECK(math->includes[0] && !strcmp(math->includes[0], "opjit_op.h"));
+    CHECK(math->includes[1] && !strcmp(math->includes[1], "math.h") && !math->includes[2]);
+    CHECK(math->len > op->len && strstr((const char *)math->text, "#define _MATH_H") != NULL);
     CHECK(jit_tcc_prelude_headers[0].path != NULL);
     CHECK(jit_prelude_headers_unchanged(jit_tcc_prelude_headers));
-    CHECK(strstr((const char *)jit_tcc_prelude_text, "#define OPJIT_OP_H") != NULL);
 }
 
 /* text (an op in opsdir) compiles to the same bytes with the prelude as
@@ -105,12 +109,33 @@ static void pasting_and_variadic_macros_compile_the_same(void)
     same_with_and_without("macros.c", text);
 }
 
+/* An op that includes <math.h> next: its functions and its type-generic
+ * macros (which paste) through the second prelude. */
+static void math_op_compiles_the_same(void)
+{
+    char text[] = "#include <opjit_op.h>\n"
+                  "#include <math.h>\n"
+                  "double f(double x) { return sqrt(x) * M_PI + exp(x) + HUGE_VAL; }\n"
+                  "float g(float x) { return fabsf(x) + expf(x) + (isnan(x) ? NAN : INFINITY); }\n"
+                  "int h(double x) { return fpclassify(x) == FP_NORMAL && !signbit(x); }\n";
+    same_with_and_without("math.c", text);
+}
+
 static void only_an_op_that_starts_with_the_include(void)
 {
     const char *dirs[] = {opsdir, incdir, NULL};
     size_t len = 1;
     CHECK(jit_tcc_prelude("#include <opjit_op.h>\nint x;\n", dirs, incdir, &len) != NULL);
-    CHECK(len == jit_tcc_prelude_len);
+    CHECK(len == jit_tcc_preludes[0].len);
+    /* <math.h> right after it: the prelude that holds both. */
+    CHECK(jit_tcc_prelude("#include <opjit_op.h>\n/* m */\n#include <math.h> // m\nint x;\n", dirs,
+                          incdir, &len) != NULL);
+    CHECK(len == jit_tcc_preludes[1].len);
+    CHECK(jit_tcc_prelude("#include <opjit_op.h>\n#include <string.h>\n#include <math.h>\n", dirs,
+                          incdir, &len) != NULL);
+    CHECK(len == jit_tcc_preludes[0].len);
+    CHECK(jit_tcc_prelude("#include <math.h>\n#include <opjit_op.h>\n", dirs, incdir, &len) ==
+          NULL);
     CHECK(jit_tcc_prelude("/* an op */\n// more\n\n  #  include  <opjit_op.h> // ops\n", dirs,
                           incdir, &len) != NULL);
     /* A define first could change what the headers declare. */
@@ -221,6 +246,7 @@ int main(void)
     T_RUN(the_build_made_a_prelude);
     T_RUN(shipped_ops_compile_to_the_same_bytes);
     T_RUN(pasting_and_variadic_macros_compile_the_same);
+    T_RUN(math_op_compiles_the_same);
     T_RUN(only_an_op_that_starts_with_the_include);
     T_RUN(not_where_a_directory_holds_one_of_its_headers);
     T_RUN(not_after_a_header_changed);
