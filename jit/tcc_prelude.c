@@ -4,7 +4,7 @@
 #include "jit/tcc_prelude.h"
 
 #include <limits.h>
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -102,15 +102,24 @@ int jit_prelude_paths_absent(const char *const *paths)
     return 1;
 }
 
-/* The system headers are checked once a process: an upgrade of them
- * under a running process is the cache key's concern as much as this. */
-static pthread_once_t headers_once = PTHREAD_ONCE_INIT;
-static int headers_ok;
-static void check_headers(void)
+/* The system headers are checked once a process (an upgrade of them under
+ * a running process is the cache key's concern as much as this), without
+ * a lock: threads that race both check and agree, and a child forked
+ * meanwhile (discovery's) never waits on another thread's check. 0: not
+ * checked yet; 1: as built; -1: not. */
+static atomic_int headers_state;
+static int headers_ok(void)
 {
-    headers_ok = jit_tcc_preludes[0].includes[0] &&
-                 jit_prelude_headers_unchanged(jit_tcc_prelude_headers) &&
-                 jit_prelude_paths_absent(jit_tcc_prelude_absent);
+    int st = atomic_load_explicit(&headers_state, memory_order_acquire);
+    if (!st) {
+        st = jit_tcc_preludes[0].includes[0] &&
+                     jit_prelude_headers_unchanged(jit_tcc_prelude_headers) &&
+                     jit_prelude_paths_absent(jit_tcc_prelude_absent)
+                 ? 1
+                 : -1;
+        atomic_store_explicit(&headers_state, st, memory_order_release);
+    }
+    return st > 0;
 }
 
 /* dir holds none of the names the prelude's headers were included by
@@ -136,8 +145,7 @@ const char *jit_tcc_prelude(const char *text, const char *const *dirs,
     const jit_prelude *p = prelude_for(text);
     if (!p)
         return NULL;
-    pthread_once(&headers_once, check_headers);
-    if (!headers_ok)
+    if (!headers_ok())
         return NULL;
     for (const char *const *d = dirs; d && *d; d++) {
         int own = op_header_dir && !strcmp(*d, op_header_dir);
