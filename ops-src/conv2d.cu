@@ -12,16 +12,25 @@
  * input [N, C, H, W] (or unbatched [C, H, W]), weight [O, C/groups, kH, kW],
  * bias [O]; output [N, O, Ho, Wo] (or [O, Ho, Wo]) on the input's device.
  *
- * cuDNN's legacy API: tensor, filter and convolution descriptors (groups
- * through cudnnSetConvolutionGroupCount), FMA math only (no TF32, so
- * float32 results stay close to the CPU twin). The forward runs
- * cudnnConvolutionForward, grad_input cudnnConvolutionBackwardData and
- * grad_weight cudnnConvolutionBackwardFilter, each with the algorithm
- * chosen by measuring them (cudnnFind*, at the first call of each shape),
- * or by cuDNN's heuristic (cudnnGet*_v7) when $OPJIT_CUDNN_FIND=0
- * (measured on an H100: the heuristic's forward picks ran up to 10x
- * slower than PyTorch's for small batches), and remembered per shape and
- * direction; workspaces from opjit_device_workspace. The bias is added by
+ * cuDNN's graph API first (cudnn_graph.h), as PyTorch runs convolutions:
+ * the forward, grad_input and grad_weight each an operation graph whose
+ * execution plan is built at the first call of each shape, direction and
+ * pointer alignment (cuDNN's heuristics' engines in their order, the
+ * first that finalizes; no TF32 in float32 or float64, so results stay
+ * close to the CPU twin) and kept for the process; a call then packs its
+ * pointers and executes the plan. What the graph API cannot build or run
+ * takes cuDNN's legacy API from then on, as does every call with
+ * $OPJIT_CUDNN_GRAPH=0: tensor, filter and convolution descriptors made
+ * per call (groups through cudnnSetConvolutionGroupCount), FMA math,
+ * cudnnConvolutionForward, cudnnConvolutionBackwardData and
+ * cudnnConvolutionBackwardFilter, each with the algorithm chosen by
+ * measuring them (cudnnFind*, at the first call of each shape), or by
+ * cuDNN's heuristic (cudnnGet*_v7) when $OPJIT_CUDNN_FIND=0 (measured on
+ * an H100: the heuristic's forward picks ran up to 10x slower than
+ * PyTorch's for small batches), and remembered per shape and direction.
+ * (On an H100 the legacy path took at least 0.08 ms a call where torch's
+ * took 0.03-0.04: the fixed cost the kept plans are for.)
+ * Workspaces come from opjit_device_workspace. The bias is added by
  * a kernel of this file, and grad_bias is summed by one (a block per
  * output channel, in double, in a fixed order): it needs no cuDNN, so a
  * convolution without input channels runs without it too.
@@ -185,6 +194,7 @@ extern "C" __global__ void conv2d_bias_h16(long long total, long long plane, int
 #include "conv2d_common.h"
 #include "conv2d_decl.h"
 #include "cuda_handles.h"
+#include "cudnn_graph.h"
 #include "half_wide_cuda.h"
 #include "strided.h"
 
@@ -208,7 +218,10 @@ extern "C" __global__ void conv2d_bias_h16(long long total, long long plane, int
     X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)                           \
     X(cudnnFindConvolutionBackwardFilterAlgorithm)                             \
     X(cudnnGetConvolutionBackwardFilterWorkspaceSize)                          \
-    X(cudnnConvolutionBackwardFilter)
+    X(cudnnConvolutionBackwardFilter)                                          \
+    X(cudnnBackendCreateDescriptor) X(cudnnBackendDestroyDescriptor)           \
+    X(cudnnBackendSetAttribute) X(cudnnBackendGetAttribute)                    \
+    X(cudnnBackendFinalize) X(cudnnBackendExecute)
 
 static struct {
     int state; /* 0 not tried, 1 ready, -1 unavailable */
@@ -217,6 +230,7 @@ static struct {
     CONV_CUDNN_FUNCS(CONV_FIELD)
 #undef CONV_FIELD
 } dnn;
+static cg_api dnn_graph; /* the backend functions of dnn, for cudnn_graph.h */
 static pthread_mutex_t dnn_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int conv_cudnn_load(void)
@@ -249,6 +263,12 @@ static int conv_cudnn_load(void)
     memcpy(&dnn.f, &p, sizeof p);
     CONV_CUDNN_FUNCS(CONV_SYM)
 #undef CONV_SYM
+    dnn_graph.create = dnn.cudnnBackendCreateDescriptor;
+    dnn_graph.destroy = dnn.cudnnBackendDestroyDescriptor;
+    dnn_graph.set = dnn.cudnnBackendSetAttribute;
+    dnn_graph.get = dnn.cudnnBackendGetAttribute;
+    dnn_graph.finalize = dnn.cudnnBackendFinalize;
+    dnn_graph.execute = dnn.cudnnBackendExecute;
     dnn.state = 1;
     pthread_mutex_unlock(&dnn_lock);
     return 1;
@@ -259,7 +279,6 @@ static handle_pool conv_handles = HANDLE_POOL_INIT;
 
 /* ---- algorithms, remembered per shape and direction ------------------------ */
 
-enum { CONV_FWD = 0, CONV_BWD_DATA = 1, CONV_BWD_FILTER = 2 };
 #define CONV_MAX_ALGOS 16
 
 typedef struct conv_key {
@@ -299,12 +318,17 @@ static void conv_algo_store(const conv_key *k, int algo)
 
 /* ---- descriptors ---------------------------------------------------------------- */
 
-/* One convolution as cuDNN sees it: the input (hp x wp: padded for an
- * asymmetric "same"), output, filter and convolution descriptors, on the
- * call's handle. */
+/* One convolution as cuDNN sees it, on the call's handle: g with the input
+ * hp x wp (padded for an asymmetric "same"), of 16-bit values of kind half
+ * (HWC_F16, HWC_BF16) or, half 0, of g's dtype; the legacy API's
+ * descriptors when it runs. */
 typedef struct conv_dnn {
     cudnnHandle_t h;
     int dev;
+    const conv_geom *g;
+    int64_t hp, wp;
+    int half;
+    int descs; /* the legacy descriptors: 0 not made, 1 made, else the failed status */
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t c;
@@ -326,17 +350,24 @@ static void conv_dnn_free(conv_dnn *d)
         handle_pool_give(&conv_handles, d->dev, (void *)d->h);
 }
 
-/* The descriptors of g with the input hp x wp (symmetric padding ph, pw),
- * of 16-bit values of kind half (HWC_F16, HWC_BF16: float32 compute,
- * tensor-core math) or, half 0, of g's dtype (FMA math).
- * CUDNN_STATUS_SUCCESS, or the status with d->what. */
-static cudnnStatus_t conv_dnn_descs(conv_dnn *d, const conv_geom *g, int64_t hp, int64_t wp,
-                                    int half)
+/* The tensors' cuDNN type. */
+static cudnnDataType_t conv_dnn_dtype(const conv_dnn *d)
 {
-    cudnnDataType_t dt = half == HWC_F16    ? CUDNN_DATA_HALF
-                         : half == HWC_BF16 ? CUDNN_DATA_BFLOAT16
-                         : g->is64          ? CUDNN_DATA_DOUBLE
-                                            : CUDNN_DATA_FLOAT;
+    return d->half == HWC_F16    ? CUDNN_DATA_HALF
+           : d->half == HWC_BF16 ? CUDNN_DATA_BFLOAT16
+           : d->g->is64          ? CUDNN_DATA_DOUBLE
+                                 : CUDNN_DATA_FLOAT;
+}
+
+/* The legacy API's descriptors of d (symmetric padding ph, pw; 16-bit
+ * values: float32 compute, tensor-core math; else FMA math).
+ * CUDNN_STATUS_SUCCESS, or the status with d->what. */
+static cudnnStatus_t conv_dnn_descs(conv_dnn *d)
+{
+    const conv_geom *g = d->g;
+    int64_t hp = d->hp, wp = d->wp;
+    int half = d->half;
+    cudnnDataType_t dt = conv_dnn_dtype(d);
     cudnnDataType_t compute = half ? CUDNN_DATA_FLOAT : dt;
     cudnnStatus_t st;
     int on, oc, oh, ow;
@@ -366,9 +397,8 @@ static cudnnStatus_t conv_dnn_descs(conv_dnn *d, const conv_geom *g, int64_t hp,
     return dnn.cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, dt, on, oc, oh, ow);
 }
 
-/* cuDNN ready, a handle of the call's device on its stream, the
- * descriptors of g (half: conv_dnn_descs'): 0, or the status of
- * opjit_fail. */
+/* cuDNN ready, a handle of the call's device on its stream, d describing
+ * g (conv_dnn's fields; g must outlive d): 0, or the status of opjit_fail. */
 static int conv_dnn_open(opjit_ctx *ctx, const conv_geom *g, int64_t hp, int64_t wp, int half,
                          conv_dnn *d)
 {
@@ -386,9 +416,12 @@ static int conv_dnn_open(opjit_ctx *ctx, const conv_geom *g, int64_t hp, int64_t
         return opjit_fail(ctx, "%s: %s", d->what, dnn.cudnnGetErrorString(st));
     }
     d->what = "cudnnSetStream";
-    if ((st = dnn.cudnnSetStream(d->h, (cudaStream_t)opjit_stream(ctx))) ||
-        (st = conv_dnn_descs(d, g, hp, wp, half)))
+    if ((st = dnn.cudnnSetStream(d->h, (cudaStream_t)opjit_stream(ctx))))
         return opjit_fail(ctx, "%s: %s", d->what, dnn.cudnnGetErrorString(st));
+    d->g = g;
+    d->hp = hp;
+    d->wp = wp;
+    d->half = half;
     d->key.v[0] = d->dev; d->key.v[1] = g->is64 + 2 * half; d->key.v[2] = g->n; d->key.v[3] = g->c;
     d->key.v[4] = hp; d->key.v[5] = wp; d->key.v[6] = g->o; d->key.v[7] = g->kh;
     d->key.v[8] = g->kw; d->key.v[9] = g->sh; d->key.v[10] = g->sw; d->key.v[11] = g->ph;
@@ -487,15 +520,152 @@ static cudnnStatus_t conv_exec(conv_dnn *d, int kind, int algo, int is64, const 
 static const char *const conv_exec_names[3] = {
     "cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter"};
 
-/* Run kind on the remembered algorithm for this shape, else on cuDNN's
+/* ---- the graph API: an execution plan per shape, direction and alignment ---- */
+
+static struct {
+    conv_key key;
+    cg_plan *plan; /* NULL: the graph API cannot run it, the legacy API does */
+    int broken;    /* the plan failed to run: the legacy API from then on */
+} conv_plans[CONV_CACHE];
+static int conv_nplans;
+
+/* The plan kept for k: 1 and *plan (NULL: take the legacy API), or 0 when
+ * there is none yet. A full table sends new shapes to the legacy API. */
+static int conv_plan_lookup(const conv_key *k, cg_plan **plan)
+{
+    int i, found = 0;
+    *plan = NULL;
+    pthread_mutex_lock(&dnn_lock);
+    for (i = 0; i < conv_nplans && !found; i++)
+        if (!memcmp(&conv_plans[i].key, k, sizeof *k)) {
+            *plan = conv_plans[i].broken ? NULL : conv_plans[i].plan;
+            found = 1;
+        }
+    found |= conv_nplans == CONV_CACHE;
+    pthread_mutex_unlock(&dnn_lock);
+    return found;
+}
+
+/* Keep plan (NULL too) for k: the plan to use, another call's when it kept
+ * one first (then plan is freed). Plans live as long as the process. */
+static cg_plan *conv_plan_keep(const conv_key *k, cg_plan *plan)
+{
+    cg_plan *use = plan;
+    int i, found = 0;
+    pthread_mutex_lock(&dnn_lock);
+    for (i = 0; i < conv_nplans && !found; i++)
+        if (!memcmp(&conv_plans[i].key, k, sizeof *k)) {
+            use = conv_plans[i].broken ? NULL : conv_plans[i].plan;
+            found = 1;
+        }
+    if (!found && conv_nplans < CONV_CACHE) {
+        conv_plans[conv_nplans].key = *k;
+        conv_plans[conv_nplans].plan = plan;
+        conv_plans[conv_nplans].broken = 0;
+        conv_nplans++;
+    } else if (!found) {
+        use = NULL;
+    }
+    pthread_mutex_unlock(&dnn_lock);
+    if (plan && use != plan) {
+        cg_plan_free(&dnn_graph, plan);
+        free(plan);
+    }
+    return use;
+}
+
+static void conv_plan_broken(const conv_key *k)
+{
+    int i;
+    pthread_mutex_lock(&dnn_lock);
+    for (i = 0; i < conv_nplans; i++)
+        if (!memcmp(&conv_plans[i].key, k, sizeof *k))
+            conv_plans[i].broken = 1;
+    pthread_mutex_unlock(&dnn_lock);
+}
+
+/* The plan of d's convolution in direction kind, pointers aligned to
+ * align bytes; NULL when cuDNN's graph API cannot build one. */
+static cg_plan *conv_plan_new(const conv_dnn *d, int kind, int64_t align)
+{
+    const conv_geom *g = d->g;
+    cg_plan *p = malloc(sizeof *p);
+    cg_conv c;
+    if (!p)
+        return NULL;
+    c.kind = kind;
+    c.data = conv_dnn_dtype(d);
+    c.x[0] = g->n, c.x[1] = g->c, c.x[2] = d->hp, c.x[3] = d->wp;
+    c.w[0] = g->o, c.w[1] = g->cg, c.w[2] = g->kh, c.w[3] = g->kw;
+    c.y[0] = g->n, c.y[1] = g->o, c.y[2] = g->ho, c.y[3] = g->wo;
+    c.pad[0] = g->ph, c.pad[1] = g->pw;
+    c.stride[0] = g->sh, c.stride[1] = g->sw;
+    c.dilation[0] = g->dh, c.dilation[1] = g->dw;
+    c.align = align;
+    if (cg_graph(&dnn_graph, &c, d->h, p) || cg_plan_build(&dnn_graph, &c, p)) {
+        cg_plan_free(&dnn_graph, p);
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* The largest power of two up to 16 that divides every address. */
+static int64_t conv_align(const void *x, const void *w, const void *y)
+{
+    uintptr_t bits = (uintptr_t)x | (uintptr_t)w | (uintptr_t)y;
+    int64_t align = 16;
+    while (align > 1 && (bits & (uintptr_t)(align - 1)))
+        align /= 2;
+    return align;
+}
+
+/* out = kind(a, b) (conv_exec's operands) on the plan kept for its shape,
+ * built at its first call: 0; -1 when the workspace cannot be had (the
+ * runtime said why); 1 when the graph API cannot run it: then the legacy
+ * API does. */
+static int conv_run_graph(opjit_ctx *ctx, conv_dnn *d, int kind, const void *a, const void *b,
+                          void *out)
+{
+    void *x = (void *)(kind == CONV_BWD_DATA ? out : a);
+    void *w = (void *)(kind == CONV_FWD ? b : kind == CONV_BWD_DATA ? a : out);
+    void *y = (void *)(kind == CONV_FWD ? out : b);
+    void *ws = NULL;
+    conv_key key = d->key;
+    cg_plan *p;
+    key.v[16] = kind;
+    key.v[17] = conv_align(x, w, y);
+    if (!conv_plan_lookup(&key, &p))
+        p = conv_plan_keep(&key, conv_plan_new(d, kind, key.v[17]));
+    if (!p)
+        return 1;
+    if (p->workspace && !(ws = opjit_device_workspace(ctx, (size_t)p->workspace)))
+        return -1;
+    if (cg_execute(&dnn_graph, d->h, p, x, w, y, ws) == CUDNN_STATUS_SUCCESS)
+        return 0;
+    conv_plan_broken(&key);
+    return 1;
+}
+
+/* ---- one convolution: the graph API, else the legacy one --------------------------- */
+
+/* Run kind through the graph API ($OPJIT_CUDNN_GRAPH=0: never), else on
+ * the legacy API's remembered algorithm for this shape, else on cuDNN's
  * ranking, the first that runs (then remembered). 0, or the status of
  * opjit_fail. */
 static int conv_run_dnn(opjit_ctx *ctx, conv_dnn *d, int kind, int is64, const void *a,
                         const void *b, void *out)
 {
-    int algos[CONV_MAX_ALGOS], n = 0, i, remembered;
+    int algos[CONV_MAX_ALGOS], n = 0, i, remembered, rc;
     conv_key key = d->key;
     cudnnStatus_t st;
+    if (opjit_env_flag("OPJIT_CUDNN_GRAPH", 1) &&
+        (rc = conv_run_graph(ctx, d, kind, a, b, out)) <= 0)
+        return rc;
+    if (!d->descs)
+        d->descs = (st = conv_dnn_descs(d)) ? (int)st : 1;
+    if (d->descs != 1)
+        return opjit_fail(ctx, "%s: %s", d->what, dnn.cudnnGetErrorString((cudnnStatus_t)d->descs));
     key.v[16] = kind;
     remembered = conv_algo_lookup(&key, &algos[0]);
     if (remembered)

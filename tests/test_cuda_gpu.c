@@ -331,6 +331,14 @@ static void mm_matches_cpu(void)
     unsetenv("OPJIT_MM_KERNEL");
 }
 
+/* The cuDNN API conv2d.cu is told to take ($OPJIT_CUDNN_GRAPH, read at
+ * each call): the conv2d tests run under both. */
+static const char *cudnn_api(void)
+{
+    const char *v = getenv("OPJIT_CUDNN_GRAPH");
+    return v && !strcmp(v, "0") ? "legacy API" : "graph API";
+}
+
 typedef struct conv_cfg {
     int n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, g, bias, unbatched;
 } conv_cfg;
@@ -365,10 +373,10 @@ static void conv_case(opjit_op *op, conv_cfg f, int is64)
     CHECKF(rc == OPJIT_OK, "cpu conv2d: %s", opjit_errmsg(rt));
     rc = opjit_call(rt, op, gv, 7, &go, 1);
     CHECKF(rc == OPJIT_OK, "cuda conv2d: %s", opjit_errmsg(rt));
-    char what[160];
-    snprintf(what, sizeof what, "conv2d x[%d,%d,%d,%d] w[%d,%d,%d,%d] s%d,%d p%d,%d d%d,%d g%d f%d",
+    char what[192];
+    snprintf(what, sizeof what, "conv2d x[%d,%d,%d,%d] w[%d,%d,%d,%d] s%d,%d p%d,%d d%d,%d g%d f%d, %s",
              f.n, f.c, f.h, f.w, f.o, f.c / f.g, f.kh, f.kw, f.sh, f.sw, f.ph, f.pw, f.dh, f.dw,
-             f.g, is64 ? 64 : 32);
+             f.g, is64 ? 64 : 32, cudnn_api());
     if (ho && go)
         close_enough(what, ho, go, is64,
                      (is64 ? 1e-13 : 4e-6) * sqrt((double)(f.c / f.g) * f.kh * f.kw + 1));
@@ -403,9 +411,13 @@ static void conv2d_matches_cpu(void)
         {2, 64, 14, 14, 256, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0}, /* ResNet-50 1x1 expand */
         {1, 3, 64, 64, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1, 0, 0},  /* stem-like 7x7 stride 2 */
     };
-    for (int is64 = 0; is64 < 2; is64++)
-        for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++)
-            conv_case(op, cfgs[i], is64);
+    for (int legacy = 0; legacy < 2; legacy++) {
+        setenv("OPJIT_CUDNN_GRAPH", legacy ? "0" : "1", 1);
+        for (int is64 = 0; is64 < 2; is64++)
+            for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++)
+                conv_case(op, cfgs[i], is64);
+    }
+    unsetenv("OPJIT_CUDNN_GRAPH");
 }
 
 
@@ -463,11 +475,11 @@ static void conv_bw_case(opjit_op *op, conv_cfg f, int is64, int chlast, const c
     double red[3] = {(double)(f.o / f.g) * f.kh * f.kw, (double)(f.n * ho * wo),
                      (double)(f.n * ho * wo)};
     for (int i = 0; i < 3; i++) {
-        char what[192];
+        char what[224];
         snprintf(what, sizeof what, "conv2d_backward output %d x[%d,%d,%d,%d] w[%d,%d,%d,%d] s%d,%d "
-                 "p%s d%d,%d g%d f%d%s", i, f.n, f.c, f.h, f.w, f.o, f.c / f.g, f.kh, f.kw, f.sh,
+                 "p%s d%d,%d g%d f%d%s, %s", i, f.n, f.c, f.h, f.w, f.o, f.c / f.g, f.kh, f.kw, f.sh,
                  f.sw, pad ? pad : "(int)", f.dh, f.dw, f.g, is64 ? 64 : 32,
-                 chlast ? " channels_last" : "");
+                 chlast ? " channels_last" : "", cudnn_api());
         if (o[0][i] && o[1][i])
             close_enough(what, o[0][i], o[1][i], is64, (is64 ? 1e-13 : 4e-6) * sqrt(red[i] + 1));
         for (int side = 0; side < 2; side++)
@@ -498,21 +510,25 @@ static void conv2d_backward_matches_cpu(void)
         {2, 64, 28, 28, 128, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 0}, /* stride 2 */
         {1, 3, 64, 64, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1, 0},  /* stem-like */
     };
-    for (int is64 = 0; is64 < 2; is64++)
-        for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++)
-            for (int chlast = 0; chlast < 2; chlast++)
-                conv_bw_case(op, cfgs[i], is64, chlast, NULL);
     /* padding="same": even kernels pad one more at the end (a padded copy) */
     static const conv_cfg same[] = {
         {2, 4, 9, 10, 6, 2, 2, 1, 1, 0, 0, 1, 1, 2, 1, 0},
         {2, 4, 9, 10, 6, 4, 3, 1, 1, 0, 0, 1, 2, 1, 1, 0},
         {2, 4, 9, 10, 6, 3, 3, 1, 1, 0, 0, 1, 1, 1, 0, 0},
     };
-    for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
-        conv_bw_case(op_pad, same[i], 0, 0, "same");
-        conv_bw_case(op_pad, same[i], 1, 1, "same");
-        conv_bw_case(op_pad, same[i], 0, 1, "valid");
+    for (int legacy = 0; legacy < 2; legacy++) {
+        setenv("OPJIT_CUDNN_GRAPH", legacy ? "0" : "1", 1);
+        for (int is64 = 0; is64 < 2; is64++)
+            for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++)
+                for (int chlast = 0; chlast < 2; chlast++)
+                    conv_bw_case(op, cfgs[i], is64, chlast, NULL);
+        for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
+            conv_bw_case(op_pad, same[i], 0, 0, "same");
+            conv_bw_case(op_pad, same[i], 1, 1, "same");
+            conv_bw_case(op_pad, same[i], 0, 1, "valid");
+        }
     }
+    unsetenv("OPJIT_CUDNN_GRAPH");
 }
 
 /* mm_backward: both gradients, each operand dense or transposed. */
