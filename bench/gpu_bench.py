@@ -128,7 +128,7 @@ def compare(sides, reps, iters):
     return {k: statistics.median(v) for k, v in times.items()}, times
 
 
-def nms_boxes(n, clustered, gen):
+def nms_boxes(n, clustered, gen, device="cuda"):
     if clustered:  # a detector's output: ~25 boxes per object, jittered around it
         objs = max(1, n // 25)
         centers = torch.rand(objs, 2, generator=gen, dtype=torch.float64) * 1000
@@ -141,7 +141,7 @@ def nms_boxes(n, clustered, gen):
         wh = 10 + torch.rand(n, 2, generator=gen, dtype=torch.float64) * 50
     boxes = torch.cat([c - wh / 2, c + wh / 2], 1).float()
     scores = torch.rand(n, generator=gen, dtype=torch.float64).float()
-    return boxes.cuda(), scores.cuda()
+    return boxes.to(device), scores.to(device)
 
 
 RESNET50 = [  # (C, H, O, k, stride, pad) of ResNet-50 layers
@@ -153,6 +153,143 @@ RESNET50 = [  # (C, H, O, k, stride, pad) of ResNet-50 layers
     (512, 7, 512, 3, 1, 1),
     (256, 56, 512, 1, 2, 0),
 ]
+
+
+def rel_err(got, ref):
+    return ((got.double() - ref).norm() / ref.norm()).item()
+
+
+def guarded(rows, row, fn):
+    """Append row after fn(row) fills it; an exception is kept in the row
+    (the run goes on: one GPU run must bring back every other row)."""
+    try:
+        fn(row)
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        row["error"] = ("%s: %s" % (type(e).__name__, e))[-300:]
+    rows.append(row)
+    print(row, flush=True)
+
+
+def py_rows(R, reps, quick, device="cuda"):
+    """Through the Python package, as a torch user calls opjit: torch tensors
+    on the device in and out, on torch's current stream. float16 and
+    bfloat16 (conv2d, mm, nms) and the float32 gradients against torch in
+    the same dtype."""
+    import opjit
+    rt = opjit.Runtime(ops_path=[os.path.join(ROOT, "ops-src")], tiering=False)
+    ops = {n: rt.load_op(n) for n in ("nms", "mm", "mm_backward", "conv2d", "conv2d_backward")}
+    batches = (1, 32) if quick else (1, 8, 32)
+    torch.backends.cudnn.allow_tf32 = False
+    R["half"] = []
+    for dtype in ("float16", "bfloat16"):
+        dt = getattr(torch, dtype)
+        for batch in batches:
+            for (c, h, o, k, s, p) in RESNET50:
+                def conv_row(row):
+                    x = torch.randn(batch, c, h, h, device=device).to(dt)
+                    w = (torch.randn(o, c, k, k, device=device) / (c * k * k) ** 0.5).to(dt)
+                    b = torch.randn(o, device=device).to(dt)
+                    ref = F.conv2d(x.double(), w.double(), b.double(), s, p)
+                    row["rel_err"] = rel_err(ops["conv2d"](x, w, b, s, p), ref)
+                    row["torch_rel_err"] = rel_err(F.conv2d(x, w, b, s, p), ref)
+                    med, _ = compare({
+                        "opjit": lambda it: [ops["conv2d"](x, w, b, s, p) for _ in range(it)],
+                        "torch": lambda it: [F.conv2d(x, w, b, s, p) for _ in range(it)]},
+                        reps, 10)
+                    row.update(opjit_ms=med["opjit"], torch_ms=med["torch"])
+                guarded(R["half"], {"op": "conv2d", "dtype": dtype, "batch": batch,
+                                    "shape": [c, h, o, k, s, p]}, conv_row)
+        for n in ((4096,) if quick else (4096, 8192)):
+            def mm_row(row):
+                a = torch.randn(n, n, device=device).to(dt)
+                b = torch.randn(n, n, device=device).to(dt)
+                ref = torch.mm(a.double(), b.double())
+                row["rel_err"] = rel_err(ops["mm"](a, b), ref)
+                row["torch_rel_err"] = rel_err(torch.mm(a, b), ref)
+                iters = 20 if n <= 4096 else 5
+                med, _ = compare({"opjit": lambda it: [ops["mm"](a, b) for _ in range(it)],
+                                  "torch": lambda it: [torch.mm(a, b) for _ in range(it)]},
+                                 reps, iters)
+                flops = 2.0 * n * n * n
+                row.update(opjit_ms=med["opjit"], torch_ms=med["torch"],
+                           opjit_tflops=flops / med["opjit"] / 1e9,
+                           torch_tflops=flops / med["torch"] / 1e9)
+            guarded(R["half"], {"op": "mm", "dtype": dtype, "n": n}, mm_row)
+
+    # float16 boxes (torchvision's CUDA nms takes float16, not bfloat16)
+    dtype, dt = "float16", torch.float16
+    gen = torch.Generator().manual_seed(99)
+    for n in (1000, 10000):
+        def nms_row(row):
+            boxes, scores = nms_boxes(n, False, gen, device)
+            boxes, scores = boxes.to(dt), scores.to(dt)
+            got = ops["nms"](boxes, scores, 0.5)
+            ref = torchvision.ops.nms(boxes, scores, 0.5)
+            cpu = ops["nms"](boxes.cpu(), scores.cpu(), 0.5)
+            row.update(kept=int(got.numel()), identical=bool(torch.equal(got.cpu(), ref.cpu())),
+                       cpu_twin_identical=bool(torch.equal(got.cpu(), cpu)))
+            # opjit widens the boxes to float32 exactly first; torchvision's kernel
+            # may round otherwise near the threshold: count what either keeps alone.
+            row["differ"] = int(len(set(got.tolist()) ^ set(ref.tolist())))
+            med, _ = compare({
+                "opjit": lambda it: [ops["nms"](boxes, scores, 0.5) for _ in range(it)],
+                "torchvision": lambda it: [torchvision.ops.nms(boxes, scores, 0.5)
+                                           for _ in range(it)]}, reps, 20)
+            row.update(opjit_ms=med["opjit"], torchvision_ms=med["torchvision"])
+        guarded(R["half"], {"op": "nms", "dtype": dtype, "n": n}, nms_row)
+
+    R["backward"] = []
+    for batch in batches:
+        for (c, h, o, k, s, p) in RESNET50:
+            def conv_bw_row(row):
+                x = torch.randn(batch, c, h, h, device=device)
+                w = torch.randn(o, c, k, k, device=device) / (c * k * k) ** 0.5
+                b = torch.randn(o, device=device)
+                gy = torch.randn_like(F.conv2d(x, w, b, s, p))
+
+                def torch_bw():
+                    return torch.ops.aten.convolution_backward(
+                        gy, x, w, [o], [s, s], [p, p], [1, 1], False, [0, 0], 1,
+                        [True, True, True])
+                ref = torch.ops.aten.convolution_backward(
+                    gy.double(), x.double(), w.double(), [o], [s, s], [p, p], [1, 1], False,
+                    [0, 0], 1, [True, True, True])
+                got = ops["conv2d_backward"](gy, x, w, b, s, p)
+                want = torch_bw()
+                row["rel_err"] = [rel_err(g, r) for g, r in zip(got, ref)]
+                row["torch_rel_err"] = [rel_err(g, r) for g, r in zip(want, ref)]
+                med, _ = compare({
+                    "opjit": lambda it: [ops["conv2d_backward"](gy, x, w, b, s, p)
+                                         for _ in range(it)],
+                    "torch": lambda it: [torch_bw() for _ in range(it)]}, reps, 10)
+                row.update(opjit_ms=med["opjit"], torch_ms=med["torch"])
+            guarded(R["backward"], {"op": "conv2d_backward", "batch": batch,
+                                    "shape": [c, h, o, k, s, p]}, conv_bw_row)
+    for n in ((1024,) if quick else (1024, 4096)):
+        def mm_bw_row(row):
+            a = torch.randn(n, n, device=device)
+            b = torch.randn(n, n, device=device)
+            gy = torch.randn(n, n, device=device)
+            ref = (torch.mm(gy.double(), b.double().t()), torch.mm(a.double().t(), gy.double()))
+            got = ops["mm_backward"](gy, a, b)
+            row["rel_err"] = [rel_err(g, r) for g, r in zip(got, ref)]
+            med, _ = compare({
+                "opjit": lambda it: [ops["mm_backward"](gy, a, b) for _ in range(it)],
+                # autograd's mm backward: grad @ mat2^T, self^T @ grad
+                "torch": lambda it: [(torch.mm(gy, b.t()), torch.mm(a.t(), gy))
+                                     for _ in range(it)]}, reps, 10 if n <= 1024 else 4)
+            row.update(opjit_ms=med["opjit"], torch_ms=med["torch"])
+        guarded(R["backward"], {"op": "mm_backward", "n": n}, mm_bw_row)
+
+    # Per call from Python, tiny inputs: the package's own cost on CUDA tensors.
+    def py_overhead(row):
+        a4 = torch.randn(4, 4, device=device)
+        med, _ = compare({"opjit": lambda it: [ops["mm"](a4, a4) for _ in range(it)],
+                          "torch": lambda it: [torch.mm(a4, a4) for _ in range(it)]}, reps, 2000)
+        row.update(opjit_ms=med["opjit"], torch_ms=med["torch"])
+    R["py_overhead"] = []
+    guarded(R["py_overhead"], {"op": "mm 4x4"}, py_overhead)
+    torch.backends.cudnn.allow_tf32 = True
 
 
 def cli_load(cli, src, cache, archs):
@@ -292,15 +429,25 @@ def main():
                 for _ in range(it):
                     F.conv2d(x, w, b, s, p)
 
+            def opjit_legacy(it):  # cuDNN's legacy API, as conv2d.cu ran before its plans
+                os.environ["OPJIT_CUDNN_GRAPH"] = "0"
+                try:
+                    oj.conv(ops["conv2d"], x, w, b, s, p, 1, 1, it)
+                finally:
+                    os.environ.pop("OPJIT_CUDNN_GRAPH", None)
+
             med, _ = compare({"opjit": lambda it: oj.conv(ops["conv2d"], x, w, b, s, p, 1, 1, it),
+                              "opjit_legacy": opjit_legacy,
                               "torch_fp32": torch_fp32, "torch_tf32": torch_default}, reps, iters)
             torch.backends.cudnn.allow_tf32 = True
             R["conv2d"].append({"batch": batch, "shape": [c, h, o, k, s, p], "rel_err": err,
-                                "opjit_ms": med["opjit"], "torch_fp32_ms": med["torch_fp32"],
+                                "opjit_ms": med["opjit"], "opjit_legacy_ms": med["opjit_legacy"],
+                                "torch_fp32_ms": med["torch_fp32"],
                                 "torch_tf32_ms": med["torch_tf32"]})
-            print("conv2d b%d C%d H%d O%d k%d s%d: opjit %.3f, torch fp32 %.3f, torch tf32 %.3f ms,"
-                  " err %.1e" % (batch, c, h, o, k, s, med["opjit"], med["torch_fp32"],
-                                 med["torch_tf32"], err), flush=True)
+            print("conv2d b%d C%d H%d O%d k%d s%d: opjit %.3f (legacy API %.3f), torch fp32 %.3f, "
+                  "torch tf32 %.3f ms, err %.1e" % (batch, c, h, o, k, s, med["opjit"],
+                                                    med["opjit_legacy"], med["torch_fp32"],
+                                                    med["torch_tf32"], err), flush=True)
 
     # ---- mm ----
     R["mm"] = []
@@ -335,6 +482,7 @@ def main():
     R["overhead"]["nms8"] = med
     print("overhead:", R["overhead"], flush=True)
 
+    py_rows(R, reps, args.quick)
     load_rows(args, R)
     oj.lib.opjit_destroy(oj.rt)
     shutil.rmtree(cache, ignore_errors=True)
@@ -345,6 +493,75 @@ def main():
     with open(os.path.join(args.out, "gpu-latest.md"), "w") as f:
         f.write(md)
     print(md)
+
+
+def conv_name(r):
+    c, h, o, k, s, p = r["shape"]
+    return "b%d x[%d,%d,%d] w[%d,%d,%d,%d] s%d" % (r["batch"], c, h, h, o, c, k, k, s)
+
+
+def render_py_rows(R):
+    """The rows py_rows measured (a row that failed says why)."""
+    L = []
+
+    def failed(what, r):
+        L.append("| %s | failed: %s | | | | no |" % (what, r["error"].replace("|", "/")))
+
+    for r in R.get("half", []):
+        if r["op"] == "conv2d":
+            what = "conv2d.cu %s, %s, from Python" % (conv_name(r), r["dtype"])
+            if "error" in r:
+                failed(what, r)
+                continue
+            ratio = r["opjit_ms"] / r["torch_ms"]
+            L.append("| %s (rel. err %.1e; torch %.1e) | %s | F.conv2d %s: %s | %.2fx time "
+                     "| <= 1.05x | %s |" % (what, r["rel_err"], r["torch_rel_err"],
+                                           fms(r["opjit_ms"]), r["dtype"], fms(r["torch_ms"]),
+                                           ratio, "yes" if ratio <= 1.05 else "no"))
+        elif r["op"] == "mm":
+            what = "mm.cu %d^3 %s, from Python" % (r["n"], r["dtype"])
+            if "error" in r:
+                failed(what, r)
+                continue
+            ratio = r["opjit_tflops"] / r["torch_tflops"]
+            L.append("| %s (rel. err %.1e; torch %.1e) | %.1f TFLOP/s | torch.mm %s: %.1f TFLOP/s "
+                     "| %.3fx throughput | >= 0.95x | %s |" % (
+                         what, r["rel_err"], r["torch_rel_err"], r["opjit_tflops"], r["dtype"],
+                         r["torch_tflops"], ratio, "yes" if ratio >= 0.95 else "no"))
+        else:
+            what = "nms.cu, %dk random boxes in %s, from Python" % (r["n"] // 1000, r["dtype"])
+            if "error" in r:
+                failed(what, r)
+                continue
+            ratio = r["opjit_ms"] / r["torchvision_ms"]
+            L.append("| %s (%d kept; identical to torchvision: %s, %d differ; to the CPU twin: %s) "
+                     "| %s | torchvision.ops.nms %s: %s | %.2fx time | <= 1.0x, identical | %s |" % (
+                         what, r["kept"], "yes" if r["identical"] else "no", r["differ"],
+                         "yes" if r["cpu_twin_identical"] else "NO", fms(r["opjit_ms"]),
+                         r["dtype"], fms(r["torchvision_ms"]), ratio,
+                         "yes" if ratio <= 1.0 and r["identical"] else "no"))
+    for r in R.get("backward", []):
+        if r["op"] == "conv2d_backward":
+            what = "conv2d_backward (cuDNN) %s, fp32, from Python" % conv_name(r)
+            anchor = "aten.convolution_backward fp32"
+        else:
+            what = "mm_backward (cuBLAS) %d^3 fp32, from Python" % r["n"]
+            anchor = "torch.mm x2, autograd's order"
+        if "error" in r:
+            failed(what, r)
+            continue
+        ratio = r["opjit_ms"] / r["torch_ms"]
+        L.append("| %s (rel. err %s) | %s | %s: %s | %.2fx time | <= 1.05x | %s |" % (
+            what, "/".join("%.1e" % e for e in r["rel_err"]), fms(r["opjit_ms"]), anchor,
+            fms(r["torch_ms"]), ratio, "yes" if ratio <= 1.05 else "no"))
+    for r in R.get("py_overhead", []):
+        what = "per call from Python, mm 4x4 on CUDA tensors"
+        if "error" in r:
+            failed(what, r)
+            continue
+        L.append("| %s | %.2f us | torch.mm: %.2f us | %.2fx | report | - |" % (
+            what, r["opjit_ms"] * 1e3, r["torch_ms"] * 1e3, r["opjit_ms"] / r["torch_ms"]))
+    return L
 
 
 def fms(ms):
@@ -369,11 +586,12 @@ def render(R):
     for r in R["conv2d"]:
         c, h, o, k, s, p = r["shape"]
         ratio = r["opjit_ms"] / r["torch_fp32_ms"]
-        L.append("| conv2d.cu b%d x[%d,%d,%d] w[%d,%d,%d,%d] s%d, fp32 (rel. err %.1e) | %s | F.conv2d fp32: %s "
-                 "(TF32, torch's default: %s) | %.2fx time | <= 1.05x | %s |" % (
+        L.append("| conv2d.cu b%d x[%d,%d,%d] w[%d,%d,%d,%d] s%d, fp32 (rel. err %.1e) | %s (legacy "
+                 "API: %s) | F.conv2d fp32: %s (TF32, torch's default: %s) | %.2fx time | <= 1.05x "
+                 "| %s |" % (
                      r["batch"], c, h, h, o, c, k, k, s, r["rel_err"], fms(r["opjit_ms"]),
-                     fms(r["torch_fp32_ms"]), fms(r["torch_tf32_ms"]), ratio,
-                     "yes" if ratio <= 1.05 else "no"))
+                     fms(r["opjit_legacy_ms"]), fms(r["torch_fp32_ms"]), fms(r["torch_tf32_ms"]),
+                     ratio, "yes" if ratio <= 1.05 else "no"))
     for r in R["mm"]:
         ratio = r["opjit_tflops"] / r["torch_tflops"]
         L.append("| mm.cu %d^3 fp32 (rel. err %.1e; torch %.1e) | %.1f TFLOP/s | torch.mm: %.1f TFLOP/s "
@@ -389,6 +607,7 @@ def render(R):
              "| %s |" % (o["nms8"]["opjit"] * 1e3, o["nms8"]["torchvision"] * 1e3,
                          o["nms8"]["opjit"] / o["nms8"]["torchvision"],
                          "yes" if o["nms8"]["opjit"] <= o["nms8"]["torchvision"] else "no"))
+    L.extend(render_py_rows(R))
     nl = R["nvrtc_load"]
     med = lambda xs, i: statistics.median(x[i] for x in xs)
     li = R["load_inline"]
@@ -413,7 +632,11 @@ def render(R):
              "anchor is F.conv2d with `torch.backends.cudnn.allow_tf32 = False`; torch's default "
              "(TF32 tensor cores, lower precision) is shown beside it. torch.mm runs true float32 "
              "by default (`allow_tf32 = False`). The per-call rows time a loop of calls on tiny "
-             "inputs, each including its device work and, for nms, its device-to-host copies.")
+             "inputs, each including its device work and, for nms, its device-to-host copies. "
+             "conv2d.cu's fp32 rows run cuDNN's graph API (plans kept per shape); beside them, "
+             "the same op on cuDNN's legacy API (`OPJIT_CUDNN_GRAPH=0`). Rows 'from Python' call "
+             "the op through the opjit package on torch CUDA tensors, as torch's side is called "
+             "from Python too.")
     return "\n".join(L) + "\n"
 
 
