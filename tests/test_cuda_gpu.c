@@ -1,14 +1,17 @@
 /* tests/test_cuda_gpu.c - every CUDA op against its CPU twin, on a real GPU,
  * on random inputs from empty to large and adversarial (NaN/Inf boxes): nms
- * must agree exactly, mm and conv2d within floating-point tolerance;
+ * must agree exactly, mm and conv2d within floating-point tolerance (conv2d
+ * on cuDNN's graph API and on its legacy one); float16 and bfloat16 calls of
+ * mm, conv2d and their gradients against the CPU twin;
  * opjit_tensor_to_device round trips keep every byte. Also: the PTX
  * fallback (a runtime whose cache has only compute_XX device code), a
  * host-provided stream (opjit_set_cuda_stream) whose queued work the op
  * must wait for, several threads calling CUDA ops at once, and device
  * memory stable over 10,000 calls.
  *
- * OPJIT_GPU_QUICK=1 runs one small call of each op and nothing else: what
- * scripts/gpu-check runs under compute-sanitizer.
+ * OPJIT_GPU_QUICK=1 runs one small call of each op, forward and backward,
+ * in each dtype, and nothing else: what scripts/gpu-check runs under
+ * compute-sanitizer.
  *
  * Skips (exit 77) where no GPU is, saying that GPU execution went untested.
  * Device memory for inputs comes straight from the driver (dlopened here
@@ -531,6 +534,46 @@ static void conv2d_backward_matches_cpu(void)
     unsetenv("OPJIT_CUDNN_GRAPH");
 }
 
+/* mm_backward(grad, self, mat2) of n x k by k x m (self transposed: tr), both
+ * gradients, CUDA against the CPU. */
+static void mm_bw_case(opjit_op *op, int n, int k, int m, int is64, int tr)
+{
+    size_t cnt[3] = {(size_t)n * m, (size_t)n * k, (size_t)k * m};
+    int64_t shp[3][2] = {{n, m}, {n, k}, {k, m}}, ast[2] = {1, n};
+    DLDataType dt = {kDLFloat, (uint8_t)(is64 ? 64 : 32), 1};
+    char *h[3];
+    void *d[3];
+    DLTensor ht[3], gt[3];
+    for (int t = 0; t < 3; t++) {
+        rand_pair(cnt[t], is64, &h[t], &d[t]);
+        ht[t] = tensor(h[t], kDLCPU, dt, 2, shp[t]);
+        gt[t] = tensor(d[t], kDLCUDA, dt, 2, shp[t]);
+    }
+    if (tr)
+        ht[1].strides = gt[1].strides = ast;
+    opjit_value hv[3] = {opjit_tensor(&ht[0]), opjit_tensor(&ht[1]), opjit_tensor(&ht[2])};
+    opjit_value gv[3] = {opjit_tensor(&gt[0]), opjit_tensor(&gt[1]), opjit_tensor(&gt[2])};
+    DLManagedTensor *ho[2] = {0}, *go[2] = {0};
+    CHECKF(opjit_call(rt, op, hv, 3, ho, 2) == OPJIT_OK, "cpu: %s", opjit_errmsg(rt));
+    CHECKF(opjit_call(rt, op, gv, 3, go, 2) == OPJIT_OK, "cuda: %s", opjit_errmsg(rt));
+    for (int j = 0; j < 2; j++) {
+        char what[96];
+        snprintf(what, sizeof what, "mm_backward %dx%dx%d f%d T%d output %d", n, k, m,
+                 is64 ? 64 : 32, tr, j);
+        if (ho[j] && go[j])
+            close_enough(what, ho[j], go[j], is64,
+                         (is64 ? 1e-13 : 2e-6) * sqrt((j ? n : m) + 1.0));
+        if (ho[j])
+            ho[j]->deleter(ho[j]);
+        if (go[j])
+            go[j]->deleter(go[j]);
+    }
+    for (int t = 0; t < 3; t++) {
+        dev_free(d[t]);
+        free(h[t]);
+    }
+}
+
 /* mm_backward: both gradients, each operand dense or transposed. */
 static void mm_backward_matches_cpu(void)
 {
@@ -543,43 +586,8 @@ static void mm_backward_matches_cpu(void)
                                   {3, 0, 4}, {0, 3, 4}};
     for (int is64 = 0; is64 < 2; is64++)
         for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
-            for (int tr = 0; tr < 2; tr++) {
-                int n = dims[i][0], k = dims[i][1], m = dims[i][2];
-                size_t cnt[3] = {(size_t)n * m, (size_t)n * k, (size_t)k * m};
-                int64_t shp[3][2] = {{n, m}, {n, k}, {k, m}}, ast[2] = {1, n};
-                DLDataType dt = {kDLFloat, (uint8_t)(is64 ? 64 : 32), 1};
-                char *h[3];
-                void *d[3];
-                DLTensor ht[3], gt[3];
-                for (int t = 0; t < 3; t++) {
-                    rand_pair(cnt[t], is64, &h[t], &d[t]);
-                    ht[t] = tensor(h[t], kDLCPU, dt, 2, shp[t]);
-                    gt[t] = tensor(d[t], kDLCUDA, dt, 2, shp[t]);
-                }
-                if (tr)
-                    ht[1].strides = gt[1].strides = ast;
-                opjit_value hv[3] = {opjit_tensor(&ht[0]), opjit_tensor(&ht[1]), opjit_tensor(&ht[2])};
-                opjit_value gv[3] = {opjit_tensor(&gt[0]), opjit_tensor(&gt[1]), opjit_tensor(&gt[2])};
-                DLManagedTensor *ho[2] = {0}, *go[2] = {0};
-                CHECKF(opjit_call(rt, op, hv, 3, ho, 2) == OPJIT_OK, "cpu: %s", opjit_errmsg(rt));
-                CHECKF(opjit_call(rt, op, gv, 3, go, 2) == OPJIT_OK, "cuda: %s", opjit_errmsg(rt));
-                for (int j = 0; j < 2; j++) {
-                    char what[96];
-                    snprintf(what, sizeof what, "mm_backward %dx%dx%d f%d T%d output %d", n, k, m,
-                             is64 ? 64 : 32, tr, j);
-                    if (ho[j] && go[j])
-                        close_enough(what, ho[j], go[j], is64,
-                                     (is64 ? 1e-13 : 2e-6) * sqrt((j ? n : m) + 1.0));
-                    if (ho[j])
-                        ho[j]->deleter(ho[j]);
-                    if (go[j])
-                        go[j]->deleter(go[j]);
-                }
-                for (int t = 0; t < 3; t++) {
-                    dev_free(d[t]);
-                    free(h[t]);
-                }
-            }
+            for (int tr = 0; tr < 2; tr++)
+                mm_bw_case(op, dims[i][0], dims[i][1], dims[i][2], is64, tr);
 }
 
 /* ---- opjit_tensor_to_device: bytes survive the round trip ---------------------------- */
@@ -636,26 +644,149 @@ static void tensor_to_device_round_trips(void)
 
 /* ---- a few small calls of each op (compute-sanitizer runs only these) --------------- */
 
+/* ---- float16 and bfloat16: one call of each op, against the CPU twin ---------------- */
+
+/* Values k/32, |k| <= 32, are exact in both 16-bit types, and so are their
+ * products and the float32 sums of a few hundred: the device's tensor-core
+ * results and the CPU twin's agree once rounded to 16 bits (within an ulp
+ * where cuDNN takes Winograd). to_h16 takes only such values. */
+static uint16_t to_h16(float f, int bf)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (bf || f == 0.0f)
+        return (uint16_t)(u >> 16);
+    return (uint16_t)(((u >> 16) & 0x8000) | ((((u >> 23) & 0xff) - 112) << 10) |
+                      ((u >> 13) & 0x3ff));
+}
+
+static float from_h16(uint16_t h, int bf)
+{
+    uint32_t u = (uint32_t)(h & 0x8000) << 16;
+    float f;
+    if (bf)
+        u = (uint32_t)h << 16;
+    else if (h & 0x7fff) /* normal: every value of these sums is */
+        u |= ((((uint32_t)h >> 10 & 0x1f) + 112) << 23) | ((uint32_t)(h & 0x3ff) << 13);
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* op on nt 16-bit tensors (ndim[t] dimensions of shape[t]) filled with
+ * k/32, then extra: the CPU twin and the device, nout outputs compared. */
+static void half_case(const char *what, opjit_op *op, int bf, int nt, const int *ndim,
+                      int64_t shape[][4], const opjit_value *extra, int nextra, int nout)
+{
+    DLDataType dt = {(uint8_t)(bf ? kDLBfloat : kDLFloat), 16, 1};
+    uint16_t *h[4];
+    void *d[4];
+    DLTensor ht[4], gt[4];
+    opjit_value hv[8], gv[8];
+    DLManagedTensor *ho[3] = {0}, *go[3] = {0};
+    for (int t = 0; t < nt; t++) {
+        size_t n = 1;
+        for (int i = 0; i < ndim[t]; i++)
+            n *= (size_t)shape[t][i];
+        h[t] = malloc(2 * n + 2);
+        for (size_t i = 0; i < n; i++)
+            h[t][i] = to_h16((float)((int)(urand() * 65) - 32) / 32.0f, bf);
+        d[t] = dev_copy(h[t], 2 * n);
+        ht[t] = tensor(h[t], kDLCPU, dt, ndim[t], shape[t]);
+        gt[t] = tensor(d[t], kDLCUDA, dt, ndim[t], shape[t]);
+        hv[t] = opjit_tensor(&ht[t]);
+        gv[t] = opjit_tensor(&gt[t]);
+    }
+    for (int e = 0; e < nextra; e++)
+        hv[nt + e] = gv[nt + e] = extra[e];
+    CHECKF(opjit_call(rt, op, hv, nt + nextra, ho, nout) == OPJIT_OK, "cpu %s %s: %s", what,
+           bf ? "bfloat16" : "float16", opjit_errmsg(rt));
+    CHECKF(opjit_call(rt, op, gv, nt + nextra, go, nout) == OPJIT_OK, "cuda %s %s: %s", what,
+           bf ? "bfloat16" : "float16", opjit_errmsg(rt));
+    for (int j = 0; j < nout; j++) {
+        if (ho[j] && go[j]) {
+            size_t n = 1;
+            for (int i = 0; i < ho[j]->dl_tensor.ndim; i++)
+                n *= (size_t)ho[j]->dl_tensor.shape[i];
+            uint16_t *g = host_copy(go[j], 2), *c = ho[j]->dl_tensor.data;
+            double worst = 0;
+            for (size_t i = 0; i < n; i++) {
+                double x = from_h16(c[i], bf), y = from_h16(g[i], bf);
+                double e = fabs(x - y) / (1 + fabs(x));
+                if (!(e <= worst))
+                    worst = e;
+            }
+            CHECKF(worst <= (bf ? 8e-3 : 1e-3), "%s %s output %d: worst relative difference %.3g",
+                   what, bf ? "bfloat16" : "float16", j, worst);
+            free(g);
+        }
+        if (ho[j])
+            ho[j]->deleter(ho[j]);
+        if (go[j])
+            go[j]->deleter(go[j]);
+    }
+    for (int t = 0; t < nt; t++) {
+        dev_free(d[t]);
+        free(h[t]);
+    }
+}
+
+/* mm, mm_backward, conv2d and conv2d_backward in float16 and bfloat16. */
+static void half_calls(void)
+{
+    opjit_op *mm = load_pair("mm"), *conv = load_pair("conv2d"), *mm_bw = NULL, *conv_bw = NULL;
+    if (!mm || !conv || opjit_find_op(rt, "mm_backward", &mm_bw) ||
+        opjit_find_op(rt, "conv2d_backward", &conv_bw)) {
+        CHECKF(0, "the half ops: %s", opjit_errmsg(rt));
+        return;
+    }
+    /* conv: x [2, 4, 16, 16], w [6, 2, 3, 5] in 2 groups, stride (2, 1),
+     * padding (2, 0), dilation (1, 2): y [2, 6, 9, 8] */
+    static const int nd_mm[3] = {2, 2, 2}, nd_conv[4] = {4, 4, 4, 1};
+    int64_t mm_sh[3][4] = {{65, 33}, {33, 129}}, mmbw_sh[3][4] = {{65, 129}, {65, 33}, {33, 129}};
+    int64_t conv_sh[3][4] = {{2, 4, 16, 16}, {6, 2, 3, 5}, {6}};
+    int64_t convbw_sh[4][4] = {{2, 6, 9, 8}, {2, 4, 16, 16}, {6, 2, 3, 5}, {6}};
+    int64_t st[2] = {2, 1}, pd[2] = {2, 0}, dl[2] = {1, 2};
+    opjit_value geom[4] = {opjit_ints(st, 2), opjit_ints(pd, 2), opjit_ints(dl, 2), opjit_int(2)};
+    for (int bf = 0; bf < 2; bf++) {
+        half_case("mm", mm, bf, 2, nd_mm, mm_sh, NULL, 0, 1);
+        half_case("mm_backward", mm_bw, bf, 3, nd_mm, mmbw_sh, NULL, 0, 2);
+        half_case("conv2d", conv, bf, 3, nd_conv + 1, conv_sh, geom, 4, 1);
+        half_case("conv2d_backward", conv_bw, bf, 4, nd_conv, convbw_sh, geom, 4, 3);
+    }
+}
+
+/* One small call of each op, forward and backward, in each dtype (on both
+ * cuDNN APIs for conv2d): what compute-sanitizer runs. */
 static void one_call_of_each(void)
 {
-    opjit_op *op = load_pair("nms");
+    opjit_op *op = load_pair("nms"), *bw = NULL;
     if (op) {
         nms_case(op, 200, 0, 0.5, 0);
         nms_case(op, 4000, 0, 0.5, 4); /* removed set in shared memory, several tiles */
         nms_case(op, 300, 1, 0.3, 2);  /* float64, NaN scores */
     }
     op = load_pair("mm");
-    if (op) {
-        mm_case(op, 65, 33, 129, 0, 0);
-        mm_case(op, 65, 33, 129, 0, 1); /* self transposed */
-    }
+    if (op && !opjit_find_op(rt, "mm_backward", &bw))
+        for (int is64 = 0; is64 < 2; is64++) {
+            mm_case(op, 65, 33, 129, is64, 0);
+            mm_case(op, 65, 33, 129, is64, 1); /* self transposed */
+            mm_bw_case(bw, 65, 33, 129, is64, 1);
+        }
     op = load_pair("conv2d");
-    if (op) {
+    if (op && !opjit_find_op(rt, "conv2d_backward", &bw)) {
         conv_cfg f = {2, 4, 16, 16, 6, 3, 5, 2, 1, 2, 0, 1, 2, 2, 1, 0};
         conv_cfg g = {2, 3, 17, 19, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0};
-        conv_case(op, f, 0);
-        conv_case(op, g, 0);
+        for (int legacy = 0; legacy < 2; legacy++) {
+            setenv("OPJIT_CUDNN_GRAPH", legacy ? "0" : "1", 1);
+            for (int is64 = 0; is64 < 2; is64++) {
+                conv_case(op, f, is64);
+                conv_case(op, g, is64);
+                conv_bw_case(bw, f, is64, 0, NULL);
+            }
+        }
+        unsetenv("OPJIT_CUDNN_GRAPH");
     }
+    half_calls();
 }
 
 /* ---- the PTX fallback: a cache with only compute_XX device code ----------------------- */
@@ -903,6 +1034,7 @@ int main(void)
         T_RUN(conv2d_matches_cpu);
         T_RUN(conv2d_backward_matches_cpu);
         T_RUN(mm_backward_matches_cpu);
+        T_RUN(half_calls);
         T_RUN(tensor_to_device_round_trips);
         T_RUN(ptx_fallback_runs);
         T_RUN(host_stream_orders_work);
