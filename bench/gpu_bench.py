@@ -344,6 +344,10 @@ def load_rows(args, R):
     R["nvrtc_load"] = {"arch": "sm_" + cc, "cold": cold, "hit": hit, "hit_driver_archs": hit_drv}
     # The anchor: torch cpp_extension's load_inline of the same kernel with nvcc.
     li = {"cold_ms": None, "hit_ms": None, "error": None}
+    if os.environ.get("OPJIT_GPU_BENCH_NO_INLINE") == "1":
+        li["error"] = "left out (OPJIT_GPU_BENCH_NO_INLINE=1)"
+        R["load_inline"] = li
+        return
     d = tempfile.mkdtemp(prefix="gb-inline-")
     try:
         script = os.path.join(d, "li.py")
