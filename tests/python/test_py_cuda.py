@@ -189,37 +189,12 @@ class TestCalls(unittest.TestCase):
         torch.testing.assert_close(got_conv, want_conv, **TOL)
 
 
-def cuda_samples(name):
-    """opcheck samples on the device: dtypes, strides, padding, groups,
-    bias, empty and transposed operands."""
-    g = gen(8)
-    if name == "mm":
-        out = [((torch.randn(n, k, dtype=dt, generator=g), torch.randn(k, m, dtype=dt, generator=g)),
-                {}) for dt in (torch.float32, torch.float64)
-               for n, k, m in ((3, 4, 5), (1, 7, 1), (0, 3, 2))]
-        a = torch.randn(5, 4, generator=g)
-        out.append(((a.t(), a), {}))
-    elif name == "nms":
-        out = []
-        for n, dtype, thr in ((40, "float32", 0.5), (25, "float64", 0.3), (0, "float32", 0.5)):
-            b, s = boxes(max(n, 1), n + 1, dtype)
-            out.append(((b[:n], s[:n], thr), {}))
-    elif name == "conv2d":
-        out = []
-        for dt, (n, c, o, groups), stride, pad, dil, bias in (
-                (torch.float32, (2, 4, 6, 1), [1, 1], [0, 0], [1, 1], True),
-                (torch.float64, (1, 6, 6, 3), [2, 1], [1, 2], [2, 1], False)):
-            x = torch.randn(n, c, 8, 7, dtype=dt, generator=g)
-            w = torch.randn(o, c // groups, 3, 2, dtype=dt, generator=g)
-            b = torch.randn(o, dtype=dt, generator=g) if bias else None
-            out.append(((x, w, b, stride, pad, dil, groups), {}))
-        xt = torch.randn(2, 9, 9, 3, generator=g).permute(0, 3, 1, 2)  # channels last
-        out.append(((xt, torch.randn(5, 3, 3, 3, generator=g), None, [1, 1], [1, 1]), {}))
-    else:  # conv2d.padding
-        x, w = torch.randn(2, 3, 9, 8, generator=g), torch.randn(4, 3, 3, 2, generator=g)
-        out = [((x, w), {"padding": "same"})]
+def device_samples(name):
+    """test_py_torch2's opcheck samples (dtypes, strides, padding, groups,
+    bias, empty and transposed operands), on the device."""
+    from test_py_torch2 import samples
     return [(tuple(on(t) if isinstance(t, torch.Tensor) else t for t in args), kw)
-            for args, kw in out]
+            for args, kw in samples(name)]
 
 
 @need_device
@@ -231,7 +206,7 @@ class TestTorchOps(unittest.TestCase):
         for name in ("nms", "mm", "conv2d", "conv2d.padding"):
             base, _, overload = name.partition(".")
             top = getattr(getattr(tops(), base), overload or "default")
-            for args, kwargs in cuda_samples(name):
+            for args, kwargs in device_samples(name):
                 for rg in (False, True):
                     a = tuple(t.clone().requires_grad_(rg and t.is_floating_point())
                               if isinstance(t, torch.Tensor) else t for t in args)
