@@ -504,67 +504,62 @@ def conv_name(r):
     return "b%d x[%d,%d,%d] w[%d,%d,%d,%d] s%d" % (r["batch"], c, h, h, o, c, k, k, s)
 
 
+def py_row(r):
+    """A py_rows row's name, and a function giving the rest of its table row."""
+    op, yes = r["op"], lambda ok: "yes" if ok else "no"
+    if op == "conv2d":
+        def rest():
+            ratio = r["opjit_ms"] / r["torch_ms"]
+            return "(rel. err %.1e; torch %.1e) | %s | F.conv2d %s: %s | %.2fx time | <= 1.05x | %s" % (
+                r["rel_err"], r["torch_rel_err"], fms(r["opjit_ms"]), r["dtype"],
+                fms(r["torch_ms"]), ratio, yes(ratio <= 1.05))
+        return "conv2d.cu %s, %s, from Python" % (conv_name(r), r["dtype"]), rest
+    if op == "mm":
+        def rest():
+            ratio = r["opjit_tflops"] / r["torch_tflops"]
+            return ("(rel. err %.1e; torch %.1e) | %.1f TFLOP/s | torch.mm %s: %.1f TFLOP/s | "
+                    "%.3fx throughput | >= 0.95x | %s" % (
+                        r["rel_err"], r["torch_rel_err"], r["opjit_tflops"], r["dtype"],
+                        r["torch_tflops"], ratio, yes(ratio >= 0.95)))
+        return "mm.cu %d^3 %s, from Python" % (r["n"], r["dtype"]), rest
+    if op == "nms":
+        def rest():
+            ratio = r["opjit_ms"] / r["torchvision_ms"]
+            return ("(%d kept; identical to torchvision: %s, %d differ; to the CPU twin: %s) | %s | "
+                    "torchvision.ops.nms %s: %s | %.2fx time | <= 1.0x, identical | %s" % (
+                        r["kept"], yes(r["identical"]), r["differ"],
+                        "yes" if r["cpu_twin_identical"] else "NO", fms(r["opjit_ms"]),
+                        r["dtype"], fms(r["torchvision_ms"]), ratio,
+                        yes(ratio <= 1.0 and r["identical"])))
+        return "nms.cu, %dk random boxes in %s, from Python" % (r["n"] // 1000, r["dtype"]), rest
+    if op in ("conv2d_backward", "mm_backward"):
+        anchor = ("aten.convolution_backward fp32" if op == "conv2d_backward"
+                  else "torch.mm x2, autograd's order")
+
+        def rest():
+            ratio = r["opjit_ms"] / r["torch_ms"]
+            return "(rel. err %s) | %s | %s: %s | %.2fx time | <= 1.05x | %s" % (
+                "/".join("%.1e" % e for e in r["rel_err"]), fms(r["opjit_ms"]), anchor,
+                fms(r["torch_ms"]), ratio, yes(ratio <= 1.05))
+        what = ("conv2d_backward (cuDNN) %s, fp32, from Python" % conv_name(r)
+                if op == "conv2d_backward" else "mm_backward (cuBLAS) %d^3 fp32, from Python" % r["n"])
+        return what, rest
+
+    def rest():
+        return "| %.2f us | torch.mm: %.2f us | %.2fx | report | -" % (
+            r["opjit_ms"] * 1e3, r["torch_ms"] * 1e3, r["opjit_ms"] / r["torch_ms"])
+    return "per call from Python, mm 4x4 on CUDA tensors", rest
+
+
 def render_py_rows(R):
     """The rows py_rows measured (a row that failed says why)."""
     L = []
-
-    def failed(what, r):
-        L.append("| %s | failed: %s | | | | no |" % (what, r["error"].replace("|", "/")))
-
-    for r in R.get("half", []):
-        if r["op"] == "conv2d":
-            what = "conv2d.cu %s, %s, from Python" % (conv_name(r), r["dtype"])
-            if "error" in r:
-                failed(what, r)
-                continue
-            ratio = r["opjit_ms"] / r["torch_ms"]
-            L.append("| %s (rel. err %.1e; torch %.1e) | %s | F.conv2d %s: %s | %.2fx time "
-                     "| <= 1.05x | %s |" % (what, r["rel_err"], r["torch_rel_err"],
-                                           fms(r["opjit_ms"]), r["dtype"], fms(r["torch_ms"]),
-                                           ratio, "yes" if ratio <= 1.05 else "no"))
-        elif r["op"] == "mm":
-            what = "mm.cu %d^3 %s, from Python" % (r["n"], r["dtype"])
-            if "error" in r:
-                failed(what, r)
-                continue
-            ratio = r["opjit_tflops"] / r["torch_tflops"]
-            L.append("| %s (rel. err %.1e; torch %.1e) | %.1f TFLOP/s | torch.mm %s: %.1f TFLOP/s "
-                     "| %.3fx throughput | >= 0.95x | %s |" % (
-                         what, r["rel_err"], r["torch_rel_err"], r["opjit_tflops"], r["dtype"],
-                         r["torch_tflops"], ratio, "yes" if ratio >= 0.95 else "no"))
-        else:
-            what = "nms.cu, %dk random boxes in %s, from Python" % (r["n"] // 1000, r["dtype"])
-            if "error" in r:
-                failed(what, r)
-                continue
-            ratio = r["opjit_ms"] / r["torchvision_ms"]
-            L.append("| %s (%d kept; identical to torchvision: %s, %d differ; to the CPU twin: %s) "
-                     "| %s | torchvision.ops.nms %s: %s | %.2fx time | <= 1.0x, identical | %s |" % (
-                         what, r["kept"], "yes" if r["identical"] else "no", r["differ"],
-                         "yes" if r["cpu_twin_identical"] else "NO", fms(r["opjit_ms"]),
-                         r["dtype"], fms(r["torchvision_ms"]), ratio,
-                         "yes" if ratio <= 1.0 and r["identical"] else "no"))
-    for r in R.get("backward", []):
-        if r["op"] == "conv2d_backward":
-            what = "conv2d_backward (cuDNN) %s, fp32, from Python" % conv_name(r)
-            anchor = "aten.convolution_backward fp32"
-        else:
-            what = "mm_backward (cuBLAS) %d^3 fp32, from Python" % r["n"]
-            anchor = "torch.mm x2, autograd's order"
+    for r in R.get("half", []) + R.get("backward", []) + R.get("py_overhead", []):
+        what, rest = py_row(r)
         if "error" in r:
-            failed(what, r)
-            continue
-        ratio = r["opjit_ms"] / r["torch_ms"]
-        L.append("| %s (rel. err %s) | %s | %s: %s | %.2fx time | <= 1.05x | %s |" % (
-            what, "/".join("%.1e" % e for e in r["rel_err"]), fms(r["opjit_ms"]), anchor,
-            fms(r["torch_ms"]), ratio, "yes" if ratio <= 1.05 else "no"))
-    for r in R.get("py_overhead", []):
-        what = "per call from Python, mm 4x4 on CUDA tensors"
-        if "error" in r:
-            failed(what, r)
-            continue
-        L.append("| %s | %.2f us | torch.mm: %.2f us | %.2fx | report | - |" % (
-            what, r["opjit_ms"] * 1e3, r["torch_ms"] * 1e3, r["opjit_ms"] / r["torch_ms"]))
+            L.append("| %s | failed: %s | | | | no |" % (what, r["error"].replace("|", "/")))
+        else:
+            L.append("| %s %s |" % (what, rest()))
     return L
 
 
