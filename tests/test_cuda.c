@@ -1946,13 +1946,15 @@ static int child_driver_by_name(void)
 static void driver_found_through_ld_library_path(void)
 {
     const char *d = tmpdir_new();
-    char so[1024], dir[1100], link[1200], path[1200];
+    char so[1024], dir[1100], link[1200], path[8192];
     if (!fake_driver_build(d, so, sizeof so))
         return;
     snprintf(dir, sizeof dir, "%s/lib", d);
     snprintf(link, sizeof link, "%s/libcuda.so.1", dir);
     CHECK(mkdir(dir, 0700) == 0 && symlink(so, link) == 0);
-    snprintf(path, sizeof path, "LD_LIBRARY_PATH=%s", dir);
+    /* before the directories the build's own libraries may need */
+    const char *keep = getenv("LD_LIBRARY_PATH");
+    snprintf(path, sizeof path, "LD_LIBRARY_PATH=%s%s%s", dir, keep ? ":" : "", keep ? keep : "");
     const char *env[] = {path, "OPJIT_CUDA_DRIVER", "FAKE_CUDA_CC=90", NULL};
     CHECK(run_child("--child-driver-by-name", env) == 0);
 }

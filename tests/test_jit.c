@@ -21,10 +21,10 @@ static char incdir[PATH_MAX];
 
 static int compile(const char *name, const char *text, const char *out, char *diag, size_t n)
 {
-    const char *includes[] = {incdir, "/usr/include", NULL};
+    const char *includes[] = {incdir, OPJIT_DLPACK_INCLUDE_DIR, "/usr/include", NULL};
     const char *libs[] = {"m", NULL};
     jit_tcc_job job = {.source_name = name, .text = text, .include_dirs = includes,
-                       .libraries = libs, .out_path = out};
+                       .libraries = libs, .tcc_lib_dir = OPJIT_TCC_LIB_DIR, .out_path = out};
     return jit_tcc_compile(&job, diag, n);
 }
 
@@ -119,7 +119,8 @@ static void quoted_header_is_not_taken_from_the_working_directory(void)
     const char *includes[] = {srcd, incdir, NULL};
     jit_tcc_job job = {.source_name = "quoted.c",
                        .text = "#include \"hdr.h\"\nint val(void) { return VAL; }\n",
-                       .include_dirs = includes, .out_path = out};
+                       .include_dirs = includes, .tcc_lib_dir = OPJIT_TCC_LIB_DIR,
+                       .out_path = out};
     int rc = jit_tcc_compile(&job, diag, sizeof diag);
     CHECK(chdir(old) == 0);
     CHECKF(rc == OPJIT_OK, "%s", diag);
@@ -149,7 +150,8 @@ static void diagnostics_name_the_source_not_the_build_directory(void)
     snprintf(out, sizeof out, "%s/abs.so", tmpdir);
     const char *includes[] = {srcd, incdir, NULL};
     jit_tcc_job job = {.source_name = name, .text = "int x;\nint y = not_declared_here;\n",
-                       .include_dirs = includes, .out_path = out};
+                       .include_dirs = includes, .tcc_lib_dir = OPJIT_TCC_LIB_DIR,
+                       .out_path = out};
     CHECK(jit_tcc_compile(&job, diag, sizeof diag) == OPJIT_ECOMPILE);
     char want[PATH_MAX + 64];
     snprintf(want, sizeof want, "%s:2: error", name);
