@@ -262,6 +262,7 @@ static inline cudnnStatus_t cg_plan_from(const cg_api *api, const cg_conv *c, cg
             st = CUDNN_STATUS_SUCCESS;
         } else {
             api->destroy(plan);
+            p->workspace = 0;
         }
     }
 out:
