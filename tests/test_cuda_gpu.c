@@ -246,20 +246,54 @@ static void nms_matches_cpu(void)
 
 /* ---- mm and conv2d: within tolerance ----------------------------------------------- */
 
+/* float16 and bfloat16 bits of exactly representable normal values (or
+ * zero), and back: what half_case's inputs and results are. */
+static uint16_t to_h16(float f, int bf)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (bf || f == 0.0f)
+        return (uint16_t)(u >> 16);
+    return (uint16_t)(((u >> 16) & 0x8000) | ((((u >> 23) & 0xff) - 112) << 10) |
+                      ((u >> 13) & 0x3ff));
+}
+
+static float from_h16(uint16_t h, int bf)
+{
+    uint32_t u = (uint32_t)(h & 0x8000) << 16;
+    float f;
+    if (bf)
+        u = (uint32_t)h << 16;
+    else if (h & 0x7fff) /* normal: every value of these sums is */
+        u |= ((((uint32_t)h >> 10 & 0x1f) + 112) << 23) | ((uint32_t)(h & 0x3ff) << 13);
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Element i of data, of type dt (float64, float32, float16 or bfloat16). */
+static double elem(DLDataType dt, const void *data, size_t i)
+{
+    if (dt.bits == 64)
+        return ((const double *)data)[i];
+    if (dt.bits == 32)
+        return ((const float *)data)[i];
+    return from_h16(((const uint16_t *)data)[i], dt.code == kDLBfloat);
+}
+
 /* |cpu - gpu| <= tol * (1 + |cpu|) everywhere. */
 static void close_enough(const char *what, const DLManagedTensor *ho, const DLManagedTensor *go,
-                         int is64, double tol)
+                         double tol)
 {
+    DLDataType dt = ho->dl_tensor.dtype;
     size_t n = 1;
     for (int i = 0; i < ho->dl_tensor.ndim; i++) {
         CHECK(ho->dl_tensor.shape[i] == go->dl_tensor.shape[i]);
         n *= (size_t)ho->dl_tensor.shape[i];
     }
-    void *g = host_copy(go, is64 ? 8 : 4);
+    void *g = host_copy(go, dt.bits / 8);
     double worst = 0;
     for (size_t i = 0; i < n; i++) {
-        double x = is64 ? ((double *)ho->dl_tensor.data)[i] : ((float *)ho->dl_tensor.data)[i];
-        double y = is64 ? ((double *)g)[i] : ((float *)g)[i];
+        double x = elem(dt, ho->dl_tensor.data, i), y = elem(dt, g, i);
         double e = fabs(x - y) / (1 + fabs(x));
         if (!(e <= worst))
             worst = e;
@@ -296,7 +330,7 @@ static void mm_case(opjit_op *op, int n, int k, int m, int is64, int trans)
     snprintf(what, sizeof what, "mm %dx%dx%d f%d T%d kernel %s", n, k, m, is64 ? 64 : 32, trans,
              getenv("OPJIT_MM_KERNEL") ? getenv("OPJIT_MM_KERNEL") : "default");
     if (ho && go)
-        close_enough(what, ho, go, is64, (is64 ? 1e-13 : 2e-6) * sqrt(k + 1.0));
+        close_enough(what, ho, go, (is64 ? 1e-13 : 2e-6) * sqrt(k + 1.0));
     if (ho)
         ho->deleter(ho);
     if (go)
@@ -381,7 +415,7 @@ static void conv_case(opjit_op *op, conv_cfg f, int is64)
              f.n, f.c, f.h, f.w, f.o, f.c / f.g, f.kh, f.kw, f.sh, f.sw, f.ph, f.pw, f.dh, f.dw,
              f.g, is64 ? 64 : 32, cudnn_api());
     if (ho && go)
-        close_enough(what, ho, go, is64,
+        close_enough(what, ho, go,
                      (is64 ? 1e-13 : 4e-6) * sqrt((double)(f.c / f.g) * f.kh * f.kw + 1));
     if (ho)
         ho->deleter(ho);
@@ -484,7 +518,7 @@ static void conv_bw_case(opjit_op *op, conv_cfg f, int is64, int chlast, const c
                  f.sw, pad ? pad : "(int)", f.dh, f.dw, f.g, is64 ? 64 : 32,
                  chlast ? " channels_last" : "", cudnn_api());
         if (o[0][i] && o[1][i])
-            close_enough(what, o[0][i], o[1][i], is64, (is64 ? 1e-13 : 4e-6) * sqrt(red[i] + 1));
+            close_enough(what, o[0][i], o[1][i], (is64 ? 1e-13 : 4e-6) * sqrt(red[i] + 1));
         for (int side = 0; side < 2; side++)
             if (o[side][i])
                 o[side][i]->deleter(o[side][i]);
@@ -561,8 +595,7 @@ static void mm_bw_case(opjit_op *op, int n, int k, int m, int is64, int tr)
         snprintf(what, sizeof what, "mm_backward %dx%dx%d f%d T%d output %d", n, k, m,
                  is64 ? 64 : 32, tr, j);
         if (ho[j] && go[j])
-            close_enough(what, ho[j], go[j], is64,
-                         (is64 ? 1e-13 : 2e-6) * sqrt((j ? n : m) + 1.0));
+            close_enough(what, ho[j], go[j], (is64 ? 1e-13 : 2e-6) * sqrt((j ? n : m) + 1.0));
         if (ho[j])
             ho[j]->deleter(ho[j]);
         if (go[j])
@@ -642,35 +675,12 @@ static void tensor_to_device_round_trips(void)
     }
 }
 
-/* ---- a few small calls of each op (compute-sanitizer runs only these) --------------- */
-
 /* ---- float16 and bfloat16: one call of each op, against the CPU twin ---------------- */
 
 /* Values k/32, |k| <= 32, are exact in both 16-bit types, and so are their
  * products and the float32 sums of a few hundred: the device's tensor-core
  * results and the CPU twin's agree once rounded to 16 bits (within an ulp
- * where cuDNN takes Winograd). to_h16 takes only such values. */
-static uint16_t to_h16(float f, int bf)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if (bf || f == 0.0f)
-        return (uint16_t)(u >> 16);
-    return (uint16_t)(((u >> 16) & 0x8000) | ((((u >> 23) & 0xff) - 112) << 10) |
-                      ((u >> 13) & 0x3ff));
-}
-
-static float from_h16(uint16_t h, int bf)
-{
-    uint32_t u = (uint32_t)(h & 0x8000) << 16;
-    float f;
-    if (bf)
-        u = (uint32_t)h << 16;
-    else if (h & 0x7fff) /* normal: every value of these sums is */
-        u |= ((((uint32_t)h >> 10 & 0x1f) + 112) << 23) | ((uint32_t)(h & 0x3ff) << 13);
-    memcpy(&f, &u, 4);
-    return f;
-}
+ * where cuDNN takes Winograd). */
 
 /* op on nt 16-bit tensors (ndim[t] dimensions of shape[t]) filled with
  * k/32, then extra: the CPU twin and the device, nout outputs compared. */
@@ -703,22 +713,10 @@ static void half_case(const char *what, opjit_op *op, int bf, int nt, const int 
     CHECKF(opjit_call(rt, op, gv, nt + nextra, go, nout) == OPJIT_OK, "cuda %s %s: %s", what,
            bf ? "bfloat16" : "float16", opjit_errmsg(rt));
     for (int j = 0; j < nout; j++) {
-        if (ho[j] && go[j]) {
-            size_t n = 1;
-            for (int i = 0; i < ho[j]->dl_tensor.ndim; i++)
-                n *= (size_t)ho[j]->dl_tensor.shape[i];
-            uint16_t *g = host_copy(go[j], 2), *c = ho[j]->dl_tensor.data;
-            double worst = 0;
-            for (size_t i = 0; i < n; i++) {
-                double x = from_h16(c[i], bf), y = from_h16(g[i], bf);
-                double e = fabs(x - y) / (1 + fabs(x));
-                if (!(e <= worst))
-                    worst = e;
-            }
-            CHECKF(worst <= (bf ? 8e-3 : 1e-3), "%s %s output %d: worst relative difference %.3g",
-                   what, bf ? "bfloat16" : "float16", j, worst);
-            free(g);
-        }
+        char name[96];
+        snprintf(name, sizeof name, "%s %s output %d", what, bf ? "bfloat16" : "float16", j);
+        if (ho[j] && go[j])
+            close_enough(name, ho[j], go[j], bf ? 8e-3 : 1e-3);
         if (ho[j])
             ho[j]->deleter(ho[j]);
         if (go[j])
@@ -754,6 +752,8 @@ static void half_calls(void)
         half_case("conv2d_backward", conv_bw, bf, 4, nd_conv, convbw_sh, geom, 4, 3);
     }
 }
+
+/* ---- a few small calls of each op (compute-sanitizer runs only these) --------------- */
 
 /* One small call of each op, forward and backward, in each dtype (on both
  * cuDNN APIs for conv2d): what compute-sanitizer runs. */
