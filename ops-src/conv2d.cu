@@ -529,19 +529,25 @@ static struct {
 } conv_plans[CONV_CACHE];
 static int conv_nplans;
 
+/* k's slot, or -1; dnn_lock held. */
+static int conv_plan_slot(const conv_key *k)
+{
+    int i;
+    for (i = 0; i < conv_nplans; i++)
+        if (!memcmp(&conv_plans[i].key, k, sizeof *k))
+            return i;
+    return -1;
+}
+
 /* The plan kept for k: 1 and *plan (NULL: take the legacy API), or 0 when
  * there is none yet. A full table sends new shapes to the legacy API. */
 static int conv_plan_lookup(const conv_key *k, cg_plan **plan)
 {
-    int i, found = 0;
-    *plan = NULL;
+    int i, found;
     pthread_mutex_lock(&dnn_lock);
-    for (i = 0; i < conv_nplans && !found; i++)
-        if (!memcmp(&conv_plans[i].key, k, sizeof *k)) {
-            *plan = conv_plans[i].broken ? NULL : conv_plans[i].plan;
-            found = 1;
-        }
-    found |= conv_nplans == CONV_CACHE;
+    i = conv_plan_slot(k);
+    *plan = i >= 0 && !conv_plans[i].broken ? conv_plans[i].plan : NULL;
+    found = i >= 0 || conv_nplans == CONV_CACHE;
     pthread_mutex_unlock(&dnn_lock);
     return found;
 }
@@ -551,19 +557,17 @@ static int conv_plan_lookup(const conv_key *k, cg_plan **plan)
 static cg_plan *conv_plan_keep(const conv_key *k, cg_plan *plan)
 {
     cg_plan *use = plan;
-    int i, found = 0;
+    int i;
     pthread_mutex_lock(&dnn_lock);
-    for (i = 0; i < conv_nplans && !found; i++)
-        if (!memcmp(&conv_plans[i].key, k, sizeof *k)) {
-            use = conv_plans[i].broken ? NULL : conv_plans[i].plan;
-            found = 1;
-        }
-    if (!found && conv_nplans < CONV_CACHE) {
+    i = conv_plan_slot(k);
+    if (i >= 0) {
+        use = conv_plans[i].broken ? NULL : conv_plans[i].plan;
+    } else if (conv_nplans < CONV_CACHE) {
         conv_plans[conv_nplans].key = *k;
         conv_plans[conv_nplans].plan = plan;
         conv_plans[conv_nplans].broken = 0;
         conv_nplans++;
-    } else if (!found) {
+    } else {
         use = NULL;
     }
     pthread_mutex_unlock(&dnn_lock);
@@ -578,9 +582,8 @@ static void conv_plan_broken(const conv_key *k)
 {
     int i;
     pthread_mutex_lock(&dnn_lock);
-    for (i = 0; i < conv_nplans; i++)
-        if (!memcmp(&conv_plans[i].key, k, sizeof *k))
-            conv_plans[i].broken = 1;
+    if ((i = conv_plan_slot(k)) >= 0)
+        conv_plans[i].broken = 1;
     pthread_mutex_unlock(&dnn_lock);
 }
 

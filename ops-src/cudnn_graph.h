@@ -56,21 +56,14 @@ enum { CG_X, CG_W, CG_Y, CG_CONV, CG_OP, CG_GRAPH, CG_CFG, CG_PLAN, CG_NDESC };
 
 typedef struct cg_plan {
     cudnnBackendDescriptor_t d[CG_NDESC];
-    int64_t workspace;  /* bytes a call needs */
-    const char *what;   /* the step that failed */
+    int64_t workspace; /* bytes a call needs */
+    const char *what;  /* the step that failed */
 } cg_plan;
 
 #define CG_MAX_CONFIGS 32
 
-static inline cudnnStatus_t cg_set(const cg_api *api, cudnnBackendDescriptor_t d,
-                            cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
-                            int64_t n, const void *v)
-{
-    return api->set(d, name, type, n, v);
-}
-
 static inline cudnnStatus_t cg_tensor(const cg_api *api, cudnnBackendDescriptor_t *t, int64_t uid,
-                               const int64_t dim[4], cudnnDataType_t dt, int64_t align)
+                                      const int64_t dim[4], cudnnDataType_t dt, int64_t align)
 {
     int64_t stride[4];
     cudnnStatus_t st;
@@ -80,11 +73,11 @@ static inline cudnnStatus_t cg_tensor(const cg_api *api, cudnnBackendDescriptor_
     stride[0] = dim[1] * stride[1];
     if ((st = api->create(CUDNN_BACKEND_TENSOR_DESCRIPTOR, t)))
         return st;
-    if ((st = cg_set(api, *t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt)) ||
-        (st = cg_set(api, *t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim)) ||
-        (st = cg_set(api, *t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, stride)) ||
-        (st = cg_set(api, *t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid)) ||
-        (st = cg_set(api, *t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align)))
+    if ((st = api->set(*t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt)) ||
+        (st = api->set(*t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim)) ||
+        (st = api->set(*t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, stride)) ||
+        (st = api->set(*t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid)) ||
+        (st = api->set(*t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align)))
         return st;
     return api->finalize(*t);
 }
@@ -95,7 +88,7 @@ static inline cudnnDataType_t cg_compute(const cg_conv *c)
 }
 
 static inline cudnnStatus_t cg_conv_desc(const cg_api *api, cudnnBackendDescriptor_t *d,
-                                  const cg_conv *c)
+                                         const cg_conv *c)
 {
     int64_t dims = 2;
     cudnnDataType_t compute = cg_compute(c);
@@ -103,17 +96,14 @@ static inline cudnnStatus_t cg_conv_desc(const cg_api *api, cudnnBackendDescript
     cudnnStatus_t st;
     if ((st = api->create(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, d)))
         return st;
-    if ((st = cg_set(api, *d, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims)) ||
-        (st = cg_set(api, *d, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1,
-                     &compute)) ||
-        (st = cg_set(api, *d, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1,
-                     &mode)) ||
-        (st = cg_set(api, *d, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, c->pad)) ||
-        (st = cg_set(api, *d, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, c->pad)) ||
-        (st = cg_set(api, *d, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2,
-                     c->dilation)) ||
-        (st = cg_set(api, *d, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2,
-                     c->stride)))
+    if ((st = api->set(*d, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims)) ||
+        (st = api->set(*d, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute)) ||
+        (st = api->set(*d, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1,
+                       &mode)) ||
+        (st = api->set(*d, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, c->pad)) ||
+        (st = api->set(*d, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, c->pad)) ||
+        (st = api->set(*d, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, c->dilation)) ||
+        (st = api->set(*d, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, c->stride)))
         return st;
     return api->finalize(*d);
 }
@@ -156,11 +146,11 @@ static inline cudnnStatus_t cg_operation(const cg_api *api, const cg_conv *c, cg
     if ((st = api->create((cudnnBackendDescriptorType_t)a[0], op)))
         return st;
     for (i = 0; i < 4; i++) /* x, w, y, the convolution: p->d[CG_X + i] */
-        if ((st = cg_set(api, *op, (cudnnBackendAttributeName_t)a[1 + i],
-                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &p->d[CG_X + i])))
+        if ((st = api->set(*op, (cudnnBackendAttributeName_t)a[1 + i],
+                           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &p->d[CG_X + i])))
             return st;
-    if ((st = cg_set(api, *op, (cudnnBackendAttributeName_t)a[5], scalar, 1, one)) ||
-        (st = cg_set(api, *op, (cudnnBackendAttributeName_t)a[6], scalar, 1, zero)))
+    if ((st = api->set(*op, (cudnnBackendAttributeName_t)a[5], scalar, 1, one)) ||
+        (st = api->set(*op, (cudnnBackendAttributeName_t)a[6], scalar, 1, zero)))
         return st;
     return api->finalize(*op);
 }
@@ -169,7 +159,7 @@ static inline cudnnStatus_t cg_operation(const cg_api *api, const cg_conv *c, cg
  * handle, when not NULL, ties it to that handle's device; cuDNN 9.x takes
  * the current device without it. */
 static inline cudnnStatus_t cg_graph(const cg_api *api, const cg_conv *c, cudnnHandle_t handle,
-                              cg_plan *p)
+                                     cg_plan *p)
 {
     cudnnStatus_t st;
     memset(p, 0, sizeof *p);
@@ -186,14 +176,13 @@ static inline cudnnStatus_t cg_graph(const cg_api *api, const cg_conv *c, cudnnH
         return st;
     p->what = "operation graph";
     if ((st = api->create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &p->d[CG_GRAPH])) ||
-        (st = cg_set(api, p->d[CG_GRAPH], CUDNN_ATTR_OPERATIONGRAPH_OPS,
-                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &p->d[CG_OP])))
+        (st = api->set(p->d[CG_GRAPH], CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                       1, &p->d[CG_OP])))
         return st;
     /* Deprecated in 9.x, still honoured: a cuDNN that refuses it uses the
      * current device, which the call's is. */
     if (handle)
-        cg_set(api, p->d[CG_GRAPH], CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1,
-               &handle);
+        api->set(p->d[CG_GRAPH], CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
     return api->finalize(p->d[CG_GRAPH]);
 }
 
@@ -224,7 +213,7 @@ static inline int cg_config_fits(const cg_api *api, const cg_conv *c, cudnnBacke
  * CUDNN_STATUS_SUCCESS, CUDNN_STATUS_NOT_SUPPORTED when none fits and
  * finalizes, or the status of the step that failed. */
 static inline cudnnStatus_t cg_plan_from(const cg_api *api, const cg_conv *c, cg_plan *p,
-                                  cudnnBackendHeurMode_t mode)
+                                         cudnnBackendHeurMode_t mode)
 {
     cudnnBackendDescriptor_t heur = NULL, cfg[CG_MAX_CONFIGS];
     int64_t n = 0, i, bytes = 0, got = 0;
@@ -232,9 +221,9 @@ static inline cudnnStatus_t cg_plan_from(const cg_api *api, const cg_conv *c, cg
     memset(cfg, 0, sizeof cfg);
     p->what = "engine heuristics";
     if ((st = api->create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur)) ||
-        (st = cg_set(api, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
-                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &p->d[CG_GRAPH])) ||
-        (st = cg_set(api, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode)) ||
+        (st = api->set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                       1, &p->d[CG_GRAPH])) ||
+        (st = api->set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode)) ||
         (st = api->finalize(heur)))
         goto out;
     for (n = 0; n < CG_MAX_CONFIGS; n++)
@@ -250,11 +239,11 @@ static inline cudnnStatus_t cg_plan_from(const cg_api *api, const cg_conv *c, cg
         if (!cg_config_fits(api, c, cfg[i]) ||
             api->create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan))
             continue;
-        if (!cg_set(api, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]) &&
+        if (!api->set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                      1, &cfg[i]) &&
             !api->finalize(plan) &&
-            !api->get(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
-                      &bytes, &p->workspace) &&
+            !api->get(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &bytes,
+                      &p->workspace) &&
             bytes == 1 && p->workspace >= 0) {
             p->d[CG_PLAN] = plan;
             p->d[CG_CFG] = cfg[i]; /* the plan's; kept with it */
@@ -287,7 +276,7 @@ static inline cudnnStatus_t cg_plan_build(const cg_api *api, const cg_conv *c, c
 /* Queue p's convolution on handle's stream: x, w, y as cg_conv says,
  * workspace of p->workspace bytes (NULL when 0). */
 static inline cudnnStatus_t cg_execute(const cg_api *api, cudnnHandle_t handle, const cg_plan *p,
-                                void *x, void *w, void *y, void *workspace)
+                                       void *x, void *w, void *y, void *workspace)
 {
     int64_t uids[3] = {1, 2, 3};
     void *ptrs[3];
@@ -298,11 +287,11 @@ static inline cudnnStatus_t cg_execute(const cg_api *api, cudnnHandle_t handle, 
     ptrs[2] = y;
     if ((st = api->create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack)))
         return st;
-    if (!(st = cg_set(api, pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids)) &&
-        !(st = cg_set(api, pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3,
-                      ptrs)) &&
-        !(st = cg_set(api, pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
-                      &workspace)) &&
+    if (!(st = api->set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids)) &&
+        !(st = api->set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3,
+                        ptrs)) &&
+        !(st = api->set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
+                        &workspace)) &&
         !(st = api->finalize(pack)))
         st = api->execute(handle, p->d[CG_PLAN], pack);
     api->destroy(pack);
